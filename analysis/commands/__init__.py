@@ -1,0 +1,1 @@
+"""One module per `flashsim` subcommand; each defines register(subparsers)."""

@@ -1,0 +1,22 @@
+"""iosim: the host-side HBM-traffic model of exact attention.
+
+Problem (what), Hardware (where), Tiling (how it is cut), schedule (in what order):
+`execute` runs a schedule for real through a counting memory; `closed_form` gives the
+same ledger by formula. See README.md for the counting conventions.
+"""
+from .closed_form import closed_form, closed_form_arrays, floor_sum, tile_sums
+from .hardware import PRESETS, Hardware, get_hardware
+from .ledger import CountingMemory, Ledger
+from .problem import DTYPES, ConfigError, Problem, check_dtype
+from .reference import element_mask, reference_attention
+from .schedules import FORWARD, Execution, active_tiles, block_bounds, execute, random_inputs
+from .tiling import (ALGORITHMS, Tiling, paper_tiling, resolve_tiling, sram_footprint_bytes,
+                     sram_to_elements)
+
+__all__ = [
+    "ALGORITHMS", "DTYPES", "PRESETS", "ConfigError", "CountingMemory", "Execution", "FORWARD",
+    "Hardware", "Ledger", "Problem", "Tiling", "active_tiles", "block_bounds", "check_dtype",
+    "closed_form", "closed_form_arrays", "element_mask", "execute", "floor_sum", "get_hardware",
+    "paper_tiling", "random_inputs", "reference_attention", "resolve_tiling",
+    "sram_footprint_bytes", "sram_to_elements", "tile_sums",
+]

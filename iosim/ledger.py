@@ -1,0 +1,153 @@
+"""The ledger: HBM reads and writes per tensor, in elements and bytes.
+
+Counting conventions (stated once; README repeats them):
+  * A read (write) of one element is one element loaded from (stored to) global memory
+    by the kernel that runs the schedule. Ragged blocks count their valid rows only.
+  * Counts are stored as totals for the whole problem (batch x query heads). Every
+    instance does the same work, so per head = total / (batch * heads).
+  * Grouped K/V heads: each query head reads its group's K and V itself, so K and V
+    reads are counted per query head (as the kernels read them), not per K/V head.
+  * Bytes = elements x the tensor's itemsize: the problem dtype for Q, K, V, O, S, P,
+    dO, dQ, dK, dV, dS, dP; 4 (float32) for the statistics l, m, L, D.
+  * The L2 cache is not modelled: these are the accesses the algorithm requests from
+    HBM, the paper's "HBM accesses". What reaches DRAM on a real chip can be fewer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .problem import Problem
+from .tiling import Tiling
+
+#: Canonical order of tensor names in tables.
+TENSOR_ORDER = ("Q", "K", "V", "O", "S", "P", "l", "m", "L",
+                "dO", "D", "dS", "dP", "dQ", "dK", "dV")
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """HBM traffic of one schedule on one problem. Element counts are problem totals."""
+
+    algorithm: str
+    problem: Problem
+    tiling: Tiling
+    reads: dict = field(default_factory=dict)    # tensor -> elements read (total)
+    writes: dict = field(default_factory=dict)   # tensor -> elements written (total)
+
+    # ---- elements -------------------------------------------------------------------
+    def tensors(self) -> list[str]:
+        names = set(self.reads) | set(self.writes)
+        order = [t for t in TENSOR_ORDER if t in names]
+        return order + sorted(names - set(order))
+
+    def counts(self) -> dict:
+        """{tensor: (read elements, write elements)} with zero entries dropped: for equality."""
+        out = {}
+        for t in self.tensors():
+            r, w = int(self.reads.get(t, 0)), int(self.writes.get(t, 0))
+            if r or w:
+                out[t] = (r, w)
+        return out
+
+    @property
+    def read_elements(self) -> int:
+        return int(sum(self.reads.values()))
+
+    @property
+    def write_elements(self) -> int:
+        return int(sum(self.writes.values()))
+
+    # ---- bytes (whole problem) ----------------------------------------------------
+    def read_bytes_of(self, tensor: str) -> int:
+        return int(self.reads.get(tensor, 0)) * self.problem.itemsize_of(tensor)
+
+    def write_bytes_of(self, tensor: str) -> int:
+        return int(self.writes.get(tensor, 0)) * self.problem.itemsize_of(tensor)
+
+    @property
+    def hbm_read_bytes(self) -> int:
+        return sum(self.read_bytes_of(t) for t in self.tensors())
+
+    @property
+    def hbm_write_bytes(self) -> int:
+        return sum(self.write_bytes_of(t) for t in self.tensors())
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.hbm_read_bytes + self.hbm_write_bytes
+
+    @property
+    def hbm_bytes_per_head(self) -> float:
+        return self.hbm_bytes / self.problem.instances
+
+    def per_tensor(self) -> dict:
+        """{tensor: {read_elements, write_elements, read_bytes, write_bytes}} (totals)."""
+        return {t: {"read_elements": int(self.reads.get(t, 0)),
+                    "write_elements": int(self.writes.get(t, 0)),
+                    "read_bytes": self.read_bytes_of(t),
+                    "write_bytes": self.write_bytes_of(t)} for t in self.tensors()}
+
+    def to_dict(self) -> dict:
+        from .tiling import sram_footprint_bytes
+        p, t = self.problem, self.tiling
+        out = {
+            "algorithm": self.algorithm,
+            "batch": p.batch, "heads": p.heads, "kv_heads": p.kv_heads,
+            "seq_len": p.N, "head_dim": p.d, "dtype": p.dtype, "causal": p.causal,
+            "block_sparse": p.block_mask is not None,
+            "block_rows": t.B_r, "block_cols": t.B_c,
+            "hbm_read_bytes": self.hbm_read_bytes,
+            "hbm_write_bytes": self.hbm_write_bytes,
+            "hbm_bytes": self.hbm_bytes,
+            "hbm_bytes_per_head": self.hbm_bytes_per_head,
+            "per_tensor": self.per_tensor(),
+        }
+        if self.algorithm in ("standard", "fa1", "fa2"):
+            out["sram_footprint_bytes"] = sram_footprint_bytes(self.algorithm, t.B_r, t.B_c, p.d, p.dtype)
+        return out
+
+    def table(self) -> str:
+        """A readable per-tensor table (bytes are problem totals)."""
+        rows = [f"{'tensor':<7}{'read elems':>16}{'write elems':>16}{'read bytes':>18}{'write bytes':>18}"]
+        for name, c in self.per_tensor().items():
+            rows.append(f"{name:<7}{c['read_elements']:>16,}{c['write_elements']:>16,}"
+                        f"{c['read_bytes']:>18,}{c['write_bytes']:>18,}")
+        rows.append(f"{'total':<7}{self.read_elements:>16,}{self.write_elements:>16,}"
+                    f"{self.hbm_read_bytes:>18,}{self.hbm_write_bytes:>18,}")
+        return "\n".join(rows)
+
+
+class CountingMemory:
+    """HBM as a dict of named arrays, every access counted in elements.
+
+    `read(name, rows, cols)` returns a copy of the addressed block and adds its size to
+    the read count; `write` stores a block and adds to the write count. One memory may
+    serve several instances in turn (`alloc` swaps the arrays); counts accumulate.
+    """
+
+    def __init__(self, **arrays):
+        self.arrays = dict(arrays)
+        self.reads: dict[str, int] = {}
+        self.writes: dict[str, int] = {}
+
+    def alloc(self, name, array):
+        self.arrays[name] = array
+
+    def read(self, name: str, *index):
+        block = self.arrays[name][index if index else slice(None)]
+        self.reads[name] = self.reads.get(name, 0) + block.size
+        return block.copy()
+
+    def write(self, name: str, value, *index):
+        target = self.arrays[name]
+        idx = index if index else slice(None)
+        dst = target[idx]
+        self.writes[name] = self.writes.get(name, 0) + dst.size
+        target[idx] = value
+
+    def ledger(self, algorithm: str, problem: Problem, tiling: Tiling, multiplier: int = 1) -> Ledger:
+        """The counts so far as a Ledger; `multiplier` scales them (e.g. to problem totals
+        when only one instance was executed)."""
+        return Ledger(algorithm, problem, tiling,
+                      {t: c * multiplier for t, c in self.reads.items()},
+                      {t: c * multiplier for t, c in self.writes.items()})

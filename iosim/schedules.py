@@ -1,0 +1,267 @@
+"""Executable forward schedules: real NumPy numerics, tile by tile, through a counting HBM.
+
+Each schedule is written as its gpu kernel runs it, so one execution yields the output
+(checked against `reference_attention`) and the ledger (checked against `closed_form`
+and against the kernels' own counters). Numerics: float32 accumulation and statistics,
+tensors stored in the problem dtype (the kernels do the same).
+
+Notation (Dao et al. 2022): query block i holds rows [i B_r, min((i+1) B_r, N)),
+key block j rows [j B_c, min((j+1) B_c, N)); T_r = ceil(N/B_r), T_c = ceil(N/B_c).
+
+Active tiles. Tile (i, j) is skipped, costing no traffic, iff
+  * causal and its first key column j B_c is greater than its last query row
+    min((i+1) B_r, N) - 1 (partly masked tiles are loaded whole and masked on chip), or
+  * a block-sparse mask is given and block_mask[i, j] is False (Proposition 4).
+
+What each schedule reads and writes, per (batch, query head) instance:
+  standard  (Algorithm 0, three kernels; S and P are N x N HBM buffers, problem dtype)
+            S kernel, per active tile:  read Q_i, K_j; write S_ij = scale Q_i K_j^T
+                                        (causally masked entries written as -inf).
+            softmax, per query row:     read the row's entries of S over its active
+                                        tiles (once; the row is held on chip); write P
+                                        over the same entries.
+            PV kernel, per query block: for each active j read P_ij and V_j; write O_i.
+  fa1       (Algorithm 1 as written; one thread block per instance)
+            step 2: write O = 0, l = 0, m = -inf.   For j in 1..T_c (step 5): read K_j,
+            V_j (step 6). For each active i (step 7): read Q_i, O_i, l_i, m_i (step 8),
+            compute (steps 9-11), write O_i (step 12), l_i, m_i (step 13).
+  fa2       (FlashAttention-2 forward; one thread block per query block and instance)
+            read Q_i; for each active j read K_j, V_j; write O_i and L_i = m_i + log l_i.
+A row with no visible key (possible under a block mask) gets O = 0 and L = -inf.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .ledger import CountingMemory, Ledger
+from .problem import ConfigError, Problem
+from .tiling import ALGORITHMS, Tiling
+
+F32 = np.float32
+NEG_INF = F32(-np.inf)
+
+
+# ---------------------------------------------------------------------------------------
+# Tiles
+# ---------------------------------------------------------------------------------------
+def block_bounds(N: int, B: int) -> list[tuple[int, int]]:
+    """[(start, stop)] of the blocks of size B over N rows; the last may be ragged."""
+    return [(s, min(s + B, N)) for s in range(0, N, B)]
+
+
+def active_tiles(problem: Problem, tiling: Tiling) -> np.ndarray:
+    """Boolean (T_r, T_c): which tiles a schedule visits (see module docstring)."""
+    N = problem.N
+    T_r, T_c = tiling.T_r(N), tiling.T_c(N)
+    active = np.ones((T_r, T_c), dtype=bool)
+    if problem.causal:
+        last_row = np.minimum((np.arange(T_r) + 1) * tiling.B_r, N) - 1
+        first_col = np.arange(T_c) * tiling.B_c
+        active &= first_col[None, :] <= last_row[:, None]
+    if problem.block_mask is not None:
+        if problem.block_mask.shape != (T_r, T_c):
+            raise ConfigError(
+                f"block_mask has shape {problem.block_mask.shape}; for N={N}, "
+                f"B_r={tiling.B_r}, B_c={tiling.B_c} it must be (T_r, T_c) = ({T_r}, {T_c})")
+        active &= problem.block_mask
+    return active
+
+
+def _scores(Qi, Kj, scale, r0, c0, causal):
+    """S_ij = scale Q_i K_j^T in float32, causally masked entries -inf."""
+    S = (F32(scale) * (Qi.astype(F32) @ Kj.astype(F32).T)).astype(F32)
+    if causal:
+        r = np.arange(r0, r0 + Qi.shape[0])[:, None]
+        c = np.arange(c0, c0 + Kj.shape[0])[None, :]
+        S = np.where(c <= r, S, NEG_INF)
+    return S
+
+
+def _safe(m):
+    """Max with -inf replaced by 0, so that exp(S - m) of an all-masked row is 0, not NaN."""
+    return np.where(np.isneginf(m), F32(0), m).astype(F32)
+
+
+# ---------------------------------------------------------------------------------------
+# The three forward schedules, one instance (one (batch, head)) each.
+# mem holds Q, K, V (N x d, problem dtype) and receives O and the statistics.
+# ---------------------------------------------------------------------------------------
+def standard_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
+    N, d, dt = problem.N, problem.d, problem.np_dtype
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    active = active_tiles(problem, tiling)
+    mem.alloc("S", np.full((N, N), np.nan, dtype=dt))
+    mem.alloc("P", np.full((N, N), np.nan, dtype=dt))
+    mem.alloc("O", np.full((N, d), np.nan, dtype=dt))
+    # Kernel 1: S = scale Q K^T, one thread block per active tile.
+    for i, (r0, r1) in enumerate(rows):
+        for j, (c0, c1) in enumerate(cols):
+            if active[i, j]:
+                Qi, Kj = mem.read("Q", slice(r0, r1)), mem.read("K", slice(c0, c1))
+                mem.write("S", _scores(Qi, Kj, scale, r0, c0, problem.causal).astype(dt),
+                          slice(r0, r1), slice(c0, c1))
+    # Kernel 2: row-wise softmax over the active entries (grouped here by query block;
+    # the counts are those of one pass per row).
+    for i, (r0, r1) in enumerate(rows):
+        js = [j for j in range(len(cols)) if active[i, j]]
+        if not js:
+            continue
+        S = np.concatenate([mem.read("S", slice(r0, r1), slice(*cols[j])) for j in js],
+                           axis=1).astype(F32)
+        m = _safe(S.max(axis=1, keepdims=True))
+        E = np.exp(S - m)
+        l = E.sum(axis=1, keepdims=True)
+        P = np.where(l > 0, E / np.where(l > 0, l, F32(1)), F32(0)).astype(dt)
+        at = 0
+        for j in js:
+            c0, c1 = cols[j]
+            mem.write("P", P[:, at:at + c1 - c0], slice(r0, r1), slice(c0, c1))
+            at += c1 - c0
+    # Kernel 3: O_i = sum_j P_ij V_j, one thread block per query block.
+    for i, (r0, r1) in enumerate(rows):
+        acc = np.zeros((r1 - r0, d), dtype=F32)
+        for j, (c0, c1) in enumerate(cols):
+            if active[i, j]:
+                Pij = mem.read("P", slice(r0, r1), slice(c0, c1)).astype(F32)
+                acc += Pij @ mem.read("V", slice(c0, c1)).astype(F32)
+        mem.write("O", acc.astype(dt), slice(r0, r1))
+    return {}
+
+
+def fa1_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
+    N, d, dt = problem.N, problem.d, problem.np_dtype
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    active = active_tiles(problem, tiling)
+    mem.alloc("O", np.full((N, d), np.nan, dtype=dt))
+    mem.alloc("l", np.full(N, np.nan, dtype=F32))
+    mem.alloc("m", np.full(N, np.nan, dtype=F32))
+    # Step 2: initialise O = (0)_{N x d}, l = (0)_N, m = (-inf)_N in HBM.
+    mem.write("O", np.zeros((N, d), dtype=dt))
+    mem.write("l", np.zeros(N, dtype=F32))
+    mem.write("m", np.full(N, NEG_INF, dtype=F32))
+    for j, (c0, c1) in enumerate(cols):                      # step 5
+        Kj = mem.read("K", slice(c0, c1)).astype(F32)        # step 6
+        Vj = mem.read("V", slice(c0, c1)).astype(F32)
+        for i, (r0, r1) in enumerate(rows):                  # step 7
+            if not active[i, j]:
+                continue
+            Qi = mem.read("Q", slice(r0, r1))                # step 8
+            Oi = mem.read("O", slice(r0, r1)).astype(F32)
+            li = mem.read("l", slice(r0, r1))
+            mi = mem.read("m", slice(r0, r1))
+            S = _scores(Qi, Kj, scale, r0, c0, problem.causal)        # step 9
+            m_t = S.max(axis=1)                                        # step 10: m~_ij
+            P_t = np.exp(S - _safe(m_t)[:, None])                      #          P~_ij
+            l_t = P_t.sum(axis=1, dtype=F32)                           #          l~_ij
+            m_new = np.maximum(mi, m_t)                                # step 11
+            alpha = np.where(np.isneginf(mi), F32(0), np.exp(mi - _safe(m_new)))
+            beta = np.where(np.isneginf(m_t), F32(0), np.exp(m_t - _safe(m_new)))
+            l_new = (alpha * li + beta * l_t).astype(F32)
+            num = (li * alpha)[:, None] * Oi + beta[:, None] * (P_t @ Vj)
+            Oi = np.where(l_new[:, None] > 0, num / np.where(l_new > 0, l_new, F32(1))[:, None],
+                          F32(0))
+            mem.write("O", Oi.astype(dt), slice(r0, r1))               # step 12
+            mem.write("l", l_new, slice(r0, r1))                       # step 13
+            mem.write("m", m_new.astype(F32), slice(r0, r1))
+    return {"l": mem.arrays["l"].copy(), "m": mem.arrays["m"].copy()}
+
+
+def fa2_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
+    N, d, dt = problem.N, problem.d, problem.np_dtype
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    active = active_tiles(problem, tiling)
+    mem.alloc("O", np.full((N, d), np.nan, dtype=dt))
+    mem.alloc("L", np.full(N, np.nan, dtype=F32))
+    for i, (r0, r1) in enumerate(rows):          # one thread block per query block
+        Qi = mem.read("Q", slice(r0, r1))
+        acc = np.zeros((r1 - r0, d), dtype=F32)  # unnormalised O_i, on chip
+        m = np.full(r1 - r0, NEG_INF, dtype=F32)
+        l = np.zeros(r1 - r0, dtype=F32)
+        for j, (c0, c1) in enumerate(cols):
+            if not active[i, j]:
+                continue
+            Kj = mem.read("K", slice(c0, c1))
+            Vj = mem.read("V", slice(c0, c1)).astype(F32)
+            S = _scores(Qi, Kj, scale, r0, c0, problem.causal)
+            m_new = np.maximum(m, S.max(axis=1))
+            P = np.exp(S - _safe(m_new)[:, None])
+            alpha = np.where(np.isneginf(m), F32(0), np.exp(m - _safe(m_new)))
+            l = (alpha * l + P.sum(axis=1, dtype=F32)).astype(F32)
+            acc = alpha[:, None] * acc + P @ Vj
+            m = m_new.astype(F32)
+        seen = l > 0
+        O = np.where(seen[:, None], acc / np.where(seen, l, F32(1))[:, None], F32(0))
+        with np.errstate(divide="ignore"):
+            L = np.where(seen, m + np.log(np.where(seen, l, F32(1))), NEG_INF).astype(F32)
+        mem.write("O", O.astype(dt), slice(r0, r1))
+        mem.write("L", L, slice(r0, r1))
+    return {"L": mem.arrays["L"].copy()}
+
+
+FORWARD = {"standard": standard_forward, "fa1": fa1_forward, "fa2": fa2_forward}
+
+
+# ---------------------------------------------------------------------------------------
+# Whole problems
+# ---------------------------------------------------------------------------------------
+def random_inputs(problem: Problem, seed: int = 0, scale: float = 1.0):
+    """Standard-normal Q, K, V (batch, heads|kv_heads, N, d) in the problem dtype."""
+    rng = np.random.default_rng(seed)
+    dt = problem.np_dtype
+    q = (scale * rng.standard_normal((problem.batch, problem.heads, problem.N, problem.d))).astype(dt)
+    k = (scale * rng.standard_normal((problem.batch, problem.kv_heads, problem.N, problem.d))).astype(dt)
+    v = rng.standard_normal((problem.batch, problem.kv_heads, problem.N, problem.d)).astype(dt)
+    return q, k, v
+
+
+def _check_inputs(problem: Problem, q, k, v):
+    B, H, G, N, d = problem.batch, problem.heads, problem.kv_heads, problem.N, problem.d
+    for name, x, h in (("q", q, H), ("k", k, G), ("v", v, G)):
+        if np.shape(x) != (B, h, N, d):
+            raise ConfigError(f"{name} has shape {np.shape(x)}; the problem needs {(B, h, N, d)}")
+
+
+class Execution:
+    """Result of `execute`: output O (batch, heads, N, d), the ledger, and statistics."""
+
+    def __init__(self, O, ledger: Ledger, stats: dict):
+        self.O, self.ledger, self.stats = O, ledger, stats
+
+    def __iter__(self):  # allow `O, ledger = execute(...)`
+        return iter((self.O, self.ledger))
+
+
+def execute(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=None, *,
+            scale: float | None = None, seed: int = 0, instances: str = "all") -> Execution:
+    """Run a forward schedule on (q, k, v) (random if omitted) and count every access.
+
+    instances="all" executes every (batch, head); "one" executes instance (0, 0) only and
+    scales its counts by batch*heads (valid because every instance does identical work),
+    returning O for that instance only, shaped (1, 1, N, d).
+    Ledger counts are problem totals in elements (see iosim.ledger).
+    """
+    if algorithm not in FORWARD:
+        raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(ALGORITHMS)}")
+    if instances not in ("all", "one"):
+        raise ConfigError(f"instances={instances!r}; allowed: 'all', 'one'")
+    if q is None:
+        q, k, v = random_inputs(problem, seed)
+    _check_inputs(problem, q, k, v)
+    dt = problem.np_dtype
+    q, k, v = (np.asarray(x, dtype=dt) for x in (q, k, v))
+    active_tiles(problem, tiling)  # validate the mask shape before any work
+    scale = 1.0 / np.sqrt(problem.d) if scale is None else float(scale)
+    pairs = [(0, 0)] if instances == "one" else [(b, h) for b in range(problem.batch)
+                                                 for h in range(problem.heads)]
+    O = np.empty((len({b for b, _ in pairs}), len({h for _, h in pairs}), problem.N, problem.d), dtype=dt)
+    stats: dict = {}
+    mem = CountingMemory()
+    for b, h in pairs:
+        g = h // problem.group
+        mem.alloc("Q", q[b, h]); mem.alloc("K", k[b, g]); mem.alloc("V", v[b, g])
+        st = FORWARD[algorithm](mem, problem, tiling, scale)
+        O[b, h] = mem.arrays["O"]
+        for name, arr in st.items():
+            stats.setdefault(name, np.empty(O.shape[:2] + arr.shape, dtype=arr.dtype))[b, h] = arr
+    multiplier = problem.instances if instances == "one" else 1
+    return Execution(O, mem.ledger(algorithm, problem, tiling, multiplier), stats)

@@ -1,0 +1,117 @@
+"""Tiling (B_r, B_c) and the on-chip footprint of each schedule.
+
+Paper names: B_r = rows of a query block (Pallas' block_q), B_c = rows of a key/value
+block (block_k); T_r = ceil(N / B_r) query blocks, T_c = ceil(N / B_c) key blocks.
+The last block of each is ragged when B does not divide N; counts always use the
+valid rows only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .problem import DTYPES, ConfigError, check_dtype
+
+ALGORITHMS = ("standard", "fa1", "fa2")
+F32 = 4  # bytes of a float32 accumulator / statistic
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """Block sizes: B_r query rows and B_c key/value rows per tile."""
+
+    B_r: int
+    B_c: int
+
+    def __post_init__(self):
+        for name in ("B_r", "B_c"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ConfigError(f"{name}={v!r} must be a positive integer")
+
+    def T_r(self, N: int) -> int:
+        return -(-N // self.B_r)
+
+    def T_c(self, N: int) -> int:
+        return -(-N // self.B_c)
+
+
+def sram_to_elements(sram_bytes: int, dtype: str) -> int:
+    """M in elements of the input dtype, from bytes (floor)."""
+    return int(sram_bytes) // DTYPES[check_dtype(dtype)].itemsize
+
+
+def paper_tiling(M_elements: int, d: int) -> Tiling:
+    """Algorithm 1, line 1: B_c = ceil(M / 4d), B_r = min(ceil(M / 4d), d).
+
+    M is in elements of the input dtype. The rule sizes the four B x d tiles (Q_i, K_j,
+    V_j, O_i) to about M/4 each and ignores S and the statistics, so the real footprint
+    (`sram_footprint_bytes`) exceeds M; we report that and do not reject it.
+    """
+    if M_elements < 1:
+        raise ConfigError(f"M={M_elements!r} elements must be positive")
+    if d < 1:
+        raise ConfigError(f"d={d!r} must be a positive integer")
+    b = -(-int(M_elements) // (4 * int(d)))
+    return Tiling(B_r=min(b, int(d)), B_c=b)
+
+
+def sram_footprint_bytes(algorithm: str, B_r: int, B_c: int, d: int, dtype: str) -> int:
+    """Bytes of on-chip (shared) memory one thread block of the schedule holds.
+
+    This is exactly the dynamic shared-memory buffer the gpu kernels allocate:
+      fa1, fa2:  Q_i (B_r x d) and K_j, V_j (B_c x d) in the input dtype;
+                 O_i accumulator (B_r x d), S/P tile (B_r x B_c), m_i and l_i (B_r each)
+                 in float32.
+      standard:  the larger of its two tiled kernels: S = QK^T holds Q_i, K_j (input
+                 dtype); O = PV holds P_ij (B_r x B_c) and V_j (B_c x d) in the input
+                 dtype and O_i (B_r x d) in float32. (The row-wise softmax holds one row
+                 of N float32 values; it is independent of the tiling and not counted.)
+    """
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(ALGORITHMS)}")
+    s = DTYPES[check_dtype(dtype)].itemsize
+    if algorithm == "standard":
+        qk = s * d * (B_r + B_c)
+        pv = s * (B_r * B_c + B_c * d) + F32 * B_r * d
+        return max(qk, pv)
+    return s * d * (B_r + 2 * B_c) + F32 * (B_r * d + B_r * B_c + 2 * B_r)
+
+
+def resolve_tiling(algorithm: str, d: int, dtype: str, *, block_rows: int | None = None,
+                   block_cols: int | None = None, sram_bytes: int | None = None) -> Tiling:
+    """Tiling from explicit blocks, or from SRAM capacity M (bytes) by the paper's rule.
+
+    Explicit blocks with a given `sram_bytes` must fit: footprint <= M, else ConfigError
+    naming both numbers. With only `sram_bytes`, the paper's rule is used (M converted
+    from bytes to elements of `dtype`), even if its footprint exceeds M.
+    """
+    if (block_rows is None) != (block_cols is None):
+        raise ConfigError("block_rows and block_cols must be given together "
+                          f"(got block_rows={block_rows!r}, block_cols={block_cols!r})")
+    if block_rows is not None:
+        t = Tiling(block_rows, block_cols)
+        if sram_bytes is not None:
+            fp = sram_footprint_bytes(algorithm, t.B_r, t.B_c, d, dtype)
+            if fp > sram_bytes:
+                raise ConfigError(
+                    f"block_rows={t.B_r}, block_cols={t.B_c} need {fp} bytes of SRAM for "
+                    f"{algorithm} at d={d}, {check_dtype(dtype)}, but sram_bytes={sram_bytes}")
+        return t
+    if sram_bytes is None:
+        raise ConfigError("give block_rows and block_cols, or sram_bytes (or a --gpu preset)")
+    if isinstance(sram_bytes, bool) or int(sram_bytes) != sram_bytes or sram_bytes <= 0:
+        raise ConfigError(f"sram_bytes={sram_bytes!r} must be a positive integer")
+    M = sram_to_elements(sram_bytes, dtype)
+    if M < 4 * d:
+        raise ConfigError(
+            f"head_dim d={d} is too large for sram_bytes={sram_bytes}: the paper's rule needs "
+            f"M >= 4d = {4 * d} elements of {check_dtype(dtype)}, got M={M}")
+    return paper_tiling(M, d)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+__all__ = ["Tiling", "ALGORITHMS", "paper_tiling", "sram_footprint_bytes", "resolve_tiling",
+           "sram_to_elements", "ceil_div"]

@@ -1,0 +1,43 @@
+"""Test set-up: decide real GPU or Numba's CUDA simulator BEFORE numba.cuda is imported.
+
+A CUDA GPU is detected by asking the driver directly (ctypes, libcuda), so that importing
+numba.cuda happens only after NUMBA_ENABLE_CUDASIM is settled. Tests marked `gpu` need
+real hardware and are skipped without it (the same checks run on the H100 through
+scripts/gpu_check.py).
+"""
+import ctypes
+import os
+
+import pytest
+
+
+def _has_cuda_gpu() -> bool:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return False
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        count = ctypes.c_int(0)
+        if lib.cuInit(0) == 0 and lib.cuDeviceGetCount(ctypes.byref(count)) == 0:
+            return count.value > 0
+    return False
+
+
+HAS_GPU = _has_cuda_gpu()
+if not HAS_GPU:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+
+def pytest_report_header(config):
+    return "CUDA: real GPU" if HAS_GPU else "CUDA: Numba simulator (NUMBA_ENABLE_CUDASIM=1)"
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a real CUDA GPU (run scripts/gpu_check.py on the device)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
