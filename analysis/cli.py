@@ -12,7 +12,7 @@ import sys
 
 from iosim import ConfigError
 
-COMMANDS = ["traffic"]
+COMMANDS = ["traffic", "reproduce"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -4,16 +4,22 @@ Problem (what), Hardware (where), Tiling (how it is cut), schedule (in what orde
 `execute` runs a schedule for real through a counting memory; `closed_form` gives the
 same ledger by formula. See README.md for the counting conventions.
 """
+from .backward import (BACKWARD, BackwardExecution, BackwardLedger, backward_closed_form,
+                       backward_closed_form_arrays, execute_backward, reference_attention_backward)
 from .closed_form import closed_form, closed_form_arrays, floor_sum, tile_sums
 from .hardware import PRESETS, Hardware, get_hardware
 from .ledger import CountingMemory, Ledger
 from .problem import DTYPES, ConfigError, Problem, check_dtype
 from .reference import element_mask, reference_attention
 from .schedules import FORWARD, Execution, active_tiles, block_bounds, execute, random_inputs
+from .gpt2 import flash_passes, gpt2_table, standard_passes
 from .tiling import (ALGORITHMS, Tiling, paper_tiling, resolve_tiling, sram_footprint_bytes,
                      sram_to_elements)
 
 __all__ = [
+    "BACKWARD", "BackwardExecution", "BackwardLedger", "backward_closed_form",
+    "backward_closed_form_arrays", "execute_backward", "reference_attention_backward",
+    "flash_passes", "gpt2_table", "standard_passes",
     "ALGORITHMS", "DTYPES", "PRESETS", "ConfigError", "CountingMemory", "Execution", "FORWARD",
     "Hardware", "Ledger", "Problem", "Tiling", "active_tiles", "block_bounds", "check_dtype",
     "closed_form", "closed_form_arrays", "element_mask", "execute", "floor_sum", "get_hardware",

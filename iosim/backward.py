@@ -1,0 +1,416 @@
+"""Backward schedules: executed tile by tile through a counting HBM, and their closed forms.
+
+Notation and the active-tile rule are the forward's (iosim.schedules): query block i is
+rows [i B_r, min((i+1) B_r, N)), key block j rows [j B_c, min((j+1) B_c, N)); a tile
+(i, j) that is inactive (causal: first key column > last query row; block mask False)
+is skipped and costs nothing. Partly masked tiles are loaded whole and masked on chip.
+Inputs per (batch, query head) instance: Q, K, V, O, dO (N x d, problem dtype) and what
+the matching forward left in HBM (standard: P; fa1: l, m; fa2: L). Gradients:
+    dV = P^T dO,  dP = dO V^T,  D = rowsum(dO o O) = rowsum(P o dP),
+    dS = P o (dP - D),  dQ = scale dS K,  dK = scale dS^T Q.
+Numerics: float32 on chip, tensors stored in the problem dtype; l, m, L, D and the fa2
+dQ accumulator are float32.
+
+What each schedule reads and writes, per instance (counts are elements):
+  standard  (Algorithm 3; five kernels; P from the forward, dP and dS are N x N HBM
+            buffers in the problem dtype; only active tiles are touched)
+    1. dV kernel, per key block j:    for each active i read P_ij, dO_i; write dV_j.
+    2. dP kernel, per active tile:    read dO_i, V_j; write dP_ij = dO_i V_j^T.
+    3. dS kernel, per query row:      read P and dP over the row's active entries once;
+                                      D = rowsum(P o dP) on chip; write dS = P o (dP - D).
+    4. dQ kernel, per query block i:  for each active j read dS_ij, K_j; write dQ_i.
+    5. dK kernel, per key block j:    for each active i read dS_ij, Q_i; write dK_j.
+  fa1       (Algorithm 4 as written, no dropout; line numbers of arXiv 2205.14135 v2, B.4)
+    line 6:  write dQ = 0, dK = 0, dV = 0 (N x d each).
+    line 8:  for every key block j read K_j, V_j.
+    line 11: for each active (i, j) read Q_i, O_i, dO_i, dQ_i, l_i, m_i;
+    line 22: write dQ_i.   line 25: after the inner loop write dK_j, dV_j.
+  fa2       (FlashAttention-2 backward)
+    preprocess, per query block i: read dO_i, O_i; write D_i = rowsum(dO_i o O_i) (float32);
+        write dQacc = 0 (N x d, float32: the memset of the accumulator).
+    main, per key block j: read K_j, V_j; for each active i read Q_i, dO_i, L_i, D_i and
+        atomically add the partial dQ_i (rows_i x d) to dQacc_i; write dK_j, dV_j.
+        Convention: an atomic add of one float32 element counts as one read and one write
+        of dQacc (the read-modify-write the L2 performs).
+    convert: read dQacc (float32), write dQ = dQacc in the problem dtype (always, fp32
+        included: FlashAttention-2 runs this pass for every dtype).
+  grouped heads (kv_heads < heads), every schedule: each query head's kernel writes its own
+    dK_h, dV_h (N x d) as above; a reduction pass then reads all `heads` of them and writes
+    the `kv_heads` sums: + batch*heads*N*d reads and batch*kv_heads*N*d writes for each of
+    dK and dV (counted under dK, dV).
+
+Closed form, per instance, with the forward's tile sums (iosim.closed_form.tile_sums):
+  n_A tiles, RA = sum rows_i, CA = sum cols_j, RCA = sum rows_i cols_j over active tiles:
+  standard  reads  P 2RCA, dP RCA, dS 2RCA, dO 2RA d, V CA d, K CA d, Q RA d
+            writes dP RCA, dS RCA, dV N d, dQ N d, dK N d
+  fa1       reads  K N d, V N d, Q RA d, O RA d, dO RA d, dQ RA d, l RA, m RA
+            writes dQ (N + RA) d, dK 2N d, dV 2N d
+  fa2       reads  dO (N + RA) d, O N d, K N d, V N d, Q RA d, L RA, D RA, dQacc (RA + N) d
+            writes D N, dQacc (N + RA) d, dK N d, dV N d, dQ N d
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .closed_form import _mask_sums, tile_sums
+from .ledger import CountingMemory, Ledger
+from .problem import STAT_DTYPE, ConfigError, Problem
+from .reference import element_mask
+from .schedules import FORWARD, active_tiles, block_bounds, random_inputs
+from .tiling import ALGORITHMS, Tiling
+
+F32 = np.float32
+NEG_INF = F32(-np.inf)
+#: Tensors stored as float32 in the backward: the statistics and the fa2 dQ accumulator.
+F32_TENSORS = frozenset({"l", "m", "L", "D", "dQacc"})
+
+
+class BackwardLedger(Ledger):
+    """A Ledger whose float32 tensors include the fa2 accumulator dQacc (4 bytes/element)."""
+
+    def _size(self, tensor: str) -> int:
+        return STAT_DTYPE.itemsize if tensor in F32_TENSORS else self.problem.itemsize
+
+    def read_bytes_of(self, tensor: str) -> int:
+        return int(self.reads.get(tensor, 0)) * self._size(tensor)
+
+    def write_bytes_of(self, tensor: str) -> int:
+        return int(self.writes.get(tensor, 0)) * self._size(tensor)
+
+
+def _check_algorithm(algorithm):
+    if algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(ALGORITHMS)}")
+
+
+def _probs(S, l=None, m=None, L=None):
+    """P = exp(S - L) (or diag(l)^-1 exp(S - m)) in float32; rows that see no key give 0."""
+    if L is None:
+        ok = (l > 0)[:, None]
+        m_safe = np.where(np.isneginf(m), F32(0), m)[:, None]
+        P = np.exp(S - m_safe) / np.where(ok, l[:, None], F32(1))
+    else:
+        ok = np.isfinite(L)[:, None]
+        P = np.exp(S - np.where(ok, L[:, None], F32(0)))
+    return np.where(ok, P, F32(0)).astype(F32)
+
+
+def _scores(Qi, Kj, scale, r0, c0, causal):
+    S = (F32(scale) * (Qi.astype(F32) @ Kj.astype(F32).T)).astype(F32)
+    if causal:
+        r = np.arange(r0, r0 + Qi.shape[0])[:, None]
+        c = np.arange(c0, c0 + Kj.shape[0])[None, :]
+        S = np.where(c <= r, S, NEG_INF)
+    return S
+
+
+# ---------------------------------------------------------------------------------------
+# The three backward schedules, one instance each. mem holds Q, K, V, O, dO and the
+# forward's leftovers; they write dQ, dK, dV (N x d, problem dtype) into mem.
+# ---------------------------------------------------------------------------------------
+def standard_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
+    N, d, dt = problem.N, problem.d, problem.np_dtype
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    A = active_tiles(problem, tiling)
+    for name in ("dP", "dS"):
+        mem.alloc(name, np.full((N, N), np.nan, dtype=dt))
+    for name in ("dQ", "dK", "dV"):
+        mem.alloc(name, np.full((N, d), np.nan, dtype=dt))
+    # 1. dV_j = sum_i P_ij^T dO_i
+    for j, (c0, c1) in enumerate(cols):
+        acc = np.zeros((c1 - c0, d), dtype=F32)
+        for i, (r0, r1) in enumerate(rows):
+            if A[i, j]:
+                Pij = mem.read("P", slice(r0, r1), slice(c0, c1)).astype(F32)
+                acc += Pij.T @ mem.read("dO", slice(r0, r1)).astype(F32)
+        mem.write("dV", acc.astype(dt), slice(c0, c1))
+    # 2. dP_ij = dO_i V_j^T
+    for i, (r0, r1) in enumerate(rows):
+        for j, (c0, c1) in enumerate(cols):
+            if A[i, j]:
+                dOi = mem.read("dO", slice(r0, r1)).astype(F32)
+                Vj = mem.read("V", slice(c0, c1)).astype(F32)
+                mem.write("dP", (dOi @ Vj.T).astype(dt), slice(r0, r1), slice(c0, c1))
+    # 3. dS = P o (dP - D), D = rowsum(P o dP), one pass per row over its active entries
+    for i, (r0, r1) in enumerate(rows):
+        js = [j for j in range(len(cols)) if A[i, j]]
+        if not js:
+            continue
+        P = np.concatenate([mem.read("P", slice(r0, r1), slice(*cols[j])) for j in js], 1).astype(F32)
+        dP = np.concatenate([mem.read("dP", slice(r0, r1), slice(*cols[j])) for j in js], 1).astype(F32)
+        D = (P * dP).sum(axis=1, keepdims=True, dtype=F32)
+        dS = (P * (dP - D)).astype(dt)
+        at = 0
+        for j in js:
+            c0, c1 = cols[j]
+            mem.write("dS", dS[:, at:at + c1 - c0], slice(r0, r1), slice(c0, c1))
+            at += c1 - c0
+    # 4. dQ_i = scale sum_j dS_ij K_j
+    for i, (r0, r1) in enumerate(rows):
+        acc = np.zeros((r1 - r0, d), dtype=F32)
+        for j, (c0, c1) in enumerate(cols):
+            if A[i, j]:
+                acc += mem.read("dS", slice(r0, r1), slice(c0, c1)).astype(F32) @ \
+                    mem.read("K", slice(c0, c1)).astype(F32)
+        mem.write("dQ", (F32(scale) * acc).astype(dt), slice(r0, r1))
+    # 5. dK_j = scale sum_i dS_ij^T Q_i
+    for j, (c0, c1) in enumerate(cols):
+        acc = np.zeros((c1 - c0, d), dtype=F32)
+        for i, (r0, r1) in enumerate(rows):
+            if A[i, j]:
+                acc += mem.read("dS", slice(r0, r1), slice(c0, c1)).astype(F32).T @ \
+                    mem.read("Q", slice(r0, r1)).astype(F32)
+        mem.write("dK", (F32(scale) * acc).astype(dt), slice(c0, c1))
+
+
+def fa1_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
+    N, d, dt = problem.N, problem.d, problem.np_dtype
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    A = active_tiles(problem, tiling)
+    for name in ("dQ", "dK", "dV"):                                   # line 6
+        mem.alloc(name, np.full((N, d), np.nan, dtype=dt))
+        mem.write(name, np.zeros((N, d), dtype=dt))
+    for j, (c0, c1) in enumerate(cols):                               # line 7
+        Kj = mem.read("K", slice(c0, c1)).astype(F32)                 # line 8
+        Vj = mem.read("V", slice(c0, c1)).astype(F32)
+        dK_t = np.zeros((c1 - c0, d), dtype=F32)                      # line 9
+        dV_t = np.zeros((c1 - c0, d), dtype=F32)
+        for i, (r0, r1) in enumerate(rows):                           # line 10
+            if not A[i, j]:
+                continue
+            Qi = mem.read("Q", slice(r0, r1)).astype(F32)             # line 11
+            Oi = mem.read("O", slice(r0, r1)).astype(F32)
+            dOi = mem.read("dO", slice(r0, r1)).astype(F32)
+            dQi = mem.read("dQ", slice(r0, r1)).astype(F32)
+            li, mi = mem.read("l", slice(r0, r1)), mem.read("m", slice(r0, r1))
+            S = _scores(Qi, Kj, scale, r0, c0, problem.causal)        # lines 12-13
+            P = _probs(S, l=li, m=mi)                                 # line 14
+            dV_t += P.T @ dOi                                         # line 17
+            dP = dOi @ Vj.T                                           # line 18
+            D = (dOi * Oi).sum(axis=1, keepdims=True, dtype=F32)      # line 20
+            dS = P * (dP - D)                                         # line 21
+            mem.write("dQ", (dQi + F32(scale) * (dS @ Kj)).astype(dt), slice(r0, r1))  # line 22
+            dK_t += F32(scale) * (dS.T @ Qi)                          # line 23
+        mem.write("dK", dK_t.astype(dt), slice(c0, c1))               # line 25
+        mem.write("dV", dV_t.astype(dt), slice(c0, c1))
+
+
+def fa2_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
+    N, d, dt = problem.N, problem.d, problem.np_dtype
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    A = active_tiles(problem, tiling)
+    mem.alloc("D", np.full(N, np.nan, dtype=F32))
+    mem.alloc("dQacc", np.full((N, d), np.nan, dtype=F32))
+    for name in ("dQ", "dK", "dV"):
+        mem.alloc(name, np.full((N, d), np.nan, dtype=dt))
+    # preprocess: D = rowsum(dO o O); dQacc = 0
+    for r0, r1 in rows:
+        dOi = mem.read("dO", slice(r0, r1)).astype(F32)
+        Oi = mem.read("O", slice(r0, r1)).astype(F32)
+        mem.write("D", (dOi * Oi).sum(axis=1, dtype=F32), slice(r0, r1))
+    mem.write("dQacc", np.zeros((N, d), dtype=F32))
+    # main: one thread block per key block j
+    for j, (c0, c1) in enumerate(cols):
+        Kj = mem.read("K", slice(c0, c1)).astype(F32)
+        Vj = mem.read("V", slice(c0, c1)).astype(F32)
+        dK_t = np.zeros((c1 - c0, d), dtype=F32)
+        dV_t = np.zeros((c1 - c0, d), dtype=F32)
+        for i, (r0, r1) in enumerate(rows):
+            if not A[i, j]:
+                continue
+            Qi = mem.read("Q", slice(r0, r1)).astype(F32)
+            dOi = mem.read("dO", slice(r0, r1)).astype(F32)
+            Li, Di = mem.read("L", slice(r0, r1)), mem.read("D", slice(r0, r1))
+            P = _probs(_scores(Qi, Kj, scale, r0, c0, problem.causal), L=Li)
+            dV_t += P.T @ dOi
+            dS = P * (dOi @ Vj.T - Di[:, None])
+            # atomicAdd of rows_i x d float32 values: one read and one write each
+            part = mem.read("dQacc", slice(r0, r1))
+            mem.write("dQacc", (part + F32(scale) * (dS @ Kj)).astype(F32), slice(r0, r1))
+            dK_t += F32(scale) * (dS.T @ Qi)
+        mem.write("dK", dK_t.astype(dt), slice(c0, c1))
+        mem.write("dV", dV_t.astype(dt), slice(c0, c1))
+    # convert: dQ = dQacc in the problem dtype
+    mem.write("dQ", mem.read("dQacc").astype(dt))
+
+
+BACKWARD = {"standard": standard_backward, "fa1": fa1_backward, "fa2": fa2_backward}
+
+
+class BackwardExecution:
+    """Result of `execute_backward`: dq (batch, heads, N, d), dk and dv (batch, kv_heads,
+    N, d) in the problem dtype, the backward-only ledger, and the forward output O."""
+
+    def __init__(self, dq, dk, dv, ledger, O):
+        self.dq, self.dk, self.dv, self.ledger, self.O = dq, dk, dv, ledger, O
+
+
+def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=None,
+                     do=None, *, scale: float | None = None, seed: int = 0) -> BackwardExecution:
+    """Run the forward schedule of `algorithm` (uncounted), then its backward, counted.
+
+    Every (batch, query head) instance is executed. The ledger holds only the backward's
+    accesses, in elements, as problem totals (the BackwardLedger's `algorithm` is
+    "<algorithm>-backward"). q, k, v, do default to standard-normal arrays from `seed`.
+    """
+    _check_algorithm(algorithm)
+    B, H, G, N, d = problem.batch, problem.heads, problem.kv_heads, problem.N, problem.d
+    dt = problem.np_dtype
+    if q is None:
+        q, k, v = random_inputs(problem, seed)
+    if do is None:
+        do = np.random.default_rng(seed + 1).standard_normal((B, H, N, d)).astype(dt)
+    for name, x, h in (("q", q, H), ("k", k, G), ("v", v, G), ("do", do, H)):
+        if np.shape(x) != (B, h, N, d):
+            raise ConfigError(f"{name} has shape {np.shape(x)}; the problem needs {(B, h, N, d)}")
+    q, k, v, do = (np.asarray(x, dtype=dt) for x in (q, k, v, do))
+    active_tiles(problem, tiling)
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    O = np.empty((B, H, N, d), dtype=dt)
+    dq = np.empty((B, H, N, d), dtype=dt)
+    dk_h = np.empty((B, H, N, d), dtype=dt)   # per query head, before the group sum
+    dv_h = np.empty((B, H, N, d), dtype=dt)
+    counted = CountingMemory()
+    for b in range(B):
+        for h in range(H):
+            g = h // problem.group
+            fwd = CountingMemory(Q=q[b, h], K=k[b, g], V=v[b, g])
+            FORWARD[algorithm](fwd, problem, tiling, scale)
+            O[b, h] = fwd.arrays["O"]
+            # hand the forward's HBM to the counted memory: counts continue across instances
+            counted.arrays = dict(fwd.arrays, dO=do[b, h])
+            BACKWARD[algorithm](counted, problem, tiling, scale)
+            dq[b, h] = counted.arrays["dQ"]
+            dk_h[b, h], dv_h[b, h] = counted.arrays["dK"], counted.arrays["dV"]
+    if problem.group == 1:
+        dk, dv = dk_h, dv_h
+    else:  # reduction pass: dK_g = sum over the group's query heads of dK_h (same for dV)
+        dk = np.empty((B, G, N, d), dtype=dt)
+        dv = np.empty((B, G, N, d), dtype=dt)
+        for out, per_head, name in ((dk, dk_h, "dK"), (dv, dv_h, "dV")):
+            for b in range(B):
+                for g in range(G):
+                    acc = np.zeros((N, d), dtype=F32)
+                    for h in range(g * problem.group, (g + 1) * problem.group):
+                        counted.alloc(name, per_head[b, h])
+                        acc += counted.read(name).astype(F32)
+                    counted.alloc(name, np.empty((N, d), dtype=dt))
+                    counted.write(name, acc.astype(dt))
+                    out[b, g] = counted.arrays[name]
+    ledger = BackwardLedger(f"{algorithm}-backward", problem, tiling,
+                            dict(counted.reads), dict(counted.writes))
+    return BackwardExecution(dq, dk, dv, ledger, O)
+
+
+# ---------------------------------------------------------------------------------------
+# Closed forms
+# ---------------------------------------------------------------------------------------
+def backward_counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA):
+    """Per-instance backward element counts ({tensor: reads}, {tensor: writes}), without the
+    grouped-head reduction; arrays broadcast. See the module docstring."""
+    Nd = N * d
+    if algorithm == "standard":
+        reads = {"P": 2 * RCA, "dP": RCA, "dS": 2 * RCA, "dO": 2 * RA * d, "V": CA * d,
+                 "K": CA * d, "Q": RA * d}
+        writes = {"dP": RCA, "dS": RCA, "dV": Nd, "dQ": Nd, "dK": Nd}
+    elif algorithm == "fa1":
+        reads = {"K": Nd, "V": Nd, "Q": RA * d, "O": RA * d, "dO": RA * d, "dQ": RA * d,
+                 "l": RA, "m": RA}
+        writes = {"dQ": Nd + RA * d, "dK": 2 * Nd, "dV": 2 * Nd}
+    elif algorithm == "fa2":
+        reads = {"dO": Nd + RA * d, "O": Nd, "K": Nd, "V": Nd, "Q": RA * d, "L": RA,
+                 "D": RA, "dQacc": RA * d + Nd}
+        writes = {"D": N, "dQacc": Nd + RA * d, "dK": Nd, "dV": Nd, "dQ": Nd}
+    else:
+        _check_algorithm(algorithm)
+    return reads, writes
+
+
+def _add_group_reduction(reads, writes, N, d, batch, heads, kv_heads):
+    """Totals (not per instance): add the dK/dV group-sum pass when kv_heads < heads."""
+    extra_r = np.where(kv_heads < heads, batch * heads * N * d, 0)
+    extra_w = np.where(kv_heads < heads, batch * kv_heads * N * d, 0)
+    for t in ("dK", "dV"):
+        reads[t] = reads.get(t, 0) + extra_r
+        writes[t] = writes.get(t, 0) + extra_w
+
+
+def backward_closed_form(algorithm: str, problem: Problem, tiling: Tiling) -> BackwardLedger:
+    """The ledger of `execute_backward(algorithm, problem, tiling)`, by formula (totals)."""
+    _check_algorithm(algorithm)
+    if problem.block_mask is not None:
+        sums = _mask_sums(problem, tiling)
+    else:
+        sums = (int(x) for x in tile_sums(problem.N, tiling.B_r, tiling.B_c, problem.causal))
+    reads, writes = backward_counts_from_sums(algorithm, problem.N, problem.d, *sums)
+    k = problem.instances
+    reads = {t: int(c) * k for t, c in reads.items()}
+    writes = {t: int(c) * k for t, c in writes.items()}
+    _add_group_reduction(reads, writes, problem.N, problem.d, problem.batch, problem.heads,
+                         problem.kv_heads)
+    return BackwardLedger(f"{algorithm}-backward", problem, tiling,
+                          {t: int(c) for t, c in reads.items()},
+                          {t: int(c) for t, c in writes.items()})
+
+
+def backward_closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False, itemsize=2,
+                                batch=1, heads=1, kv_heads=None) -> dict:
+    """Vectorised backward ledger for many configurations (dense or causal; no masks).
+
+    Arguments broadcast. itemsize: bytes of the problem dtype (2 fp16, 4 fp32); l, m, L,
+    D and dQacc are 4 bytes. Returns problem totals: reads / writes {tensor: elements},
+    read_bytes, write_bytes, hbm_bytes (bytes).
+    """
+    _check_algorithm(algorithm)
+    kv_heads = heads if kv_heads is None else kv_heads
+    N, d, B_r, B_c, itemsize, batch, heads, kv_heads = (
+        np.asarray(x, dtype=np.int64) for x in (N, d, B_r, B_c, itemsize, batch, heads, kv_heads))
+    if (N <= 0).any() or (d <= 0).any() or (B_r <= 0).any() or (B_c <= 0).any():
+        raise ConfigError("N, d, B_r and B_c must all be positive")
+    reads, writes = backward_counts_from_sums(algorithm, N, d, *tile_sums(N, B_r, B_c, causal))
+    reads = {t: c * batch * heads for t, c in reads.items()}
+    writes = {t: c * batch * heads for t, c in writes.items()}
+    _add_group_reduction(reads, writes, N, d, batch, heads, kv_heads)
+    size = lambda t: 4 if t in F32_TENSORS else itemsize
+    rb = sum(c * size(t) for t, c in reads.items())
+    wb = sum(c * size(t) for t, c in writes.items())
+    return {"reads": reads, "writes": writes, "read_bytes": rb, "write_bytes": wb,
+            "hbm_bytes": rb + wb}
+
+
+# ---------------------------------------------------------------------------------------
+# Independent dense reference
+# ---------------------------------------------------------------------------------------
+def reference_attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None = None,
+                                 block_mask=None, B_r: int | None = None, B_c: int | None = None):
+    """(dq, dk, dv) of O = softmax(scale Q K^T + mask) V in float64, analytically:
+    dV = P^T dO, dP = dO V^T, D = rowsum(P o dP), dS = P o (dP - D), dQ = scale dS K,
+    dK = scale dS^T Q. Shapes (..., heads, N, d); K, V may have fewer (grouped) heads, in
+    which case dk, dv are summed over each group. Rows that see no key have P = 0."""
+    q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
+    H, G = q.shape[-3], k.shape[-3]
+    if H % G:
+        raise ConfigError(f"kv_heads={G} must divide heads={H}")
+    kr, vr = np.repeat(k, H // G, axis=-3), np.repeat(v, H // G, axis=-3)
+    N, d = q.shape[-2], q.shape[-1]
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    allowed = element_mask(N, causal, block_mask, B_r, B_c)
+    s = np.where(allowed, scale * (q @ np.swapaxes(kr, -1, -2)), -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    l = p.sum(axis=-1, keepdims=True)
+    p = np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0)
+    dv = np.swapaxes(p, -1, -2) @ do
+    dp = do @ np.swapaxes(vr, -1, -2)
+    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
+    dq = scale * ds @ kr
+    dk = scale * np.swapaxes(ds, -1, -2) @ q
+    if H != G:
+        shape = dk.shape[:-3] + (G, H // G) + dk.shape[-2:]
+        dk, dv = dk.reshape(shape).sum(axis=-3), dv.reshape(shape).sum(axis=-3)
+    return dq, dk, dv
+
+
+__all__ = ["BACKWARD", "BackwardExecution", "BackwardLedger", "F32_TENSORS",
+           "backward_closed_form", "backward_closed_form_arrays", "backward_counts_from_sums",
+           "execute_backward", "reference_attention_backward"]
