@@ -10,9 +10,8 @@ import argparse
 import importlib
 import sys
 
-from iosim import ConfigError
 
-COMMANDS = ["traffic", "reproduce"]
+COMMANDS = ["traffic", "reproduce", "bench", "report", "sweep", "figure"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,7 +35,7 @@ def main(argv=None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except ConfigError as e:
+    except ValueError as e:  # ConfigError and the kernels' input errors: exit 2, one line
         print(f"flashsim {args.command}: error: {e}", file=sys.stderr)
         return 2
 

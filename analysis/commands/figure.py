@@ -1,0 +1,30 @@
+"""`flashsim figure NAME`: draw one figure (PNG + SVG) into --out."""
+from __future__ import annotations
+
+from iosim import ConfigError
+
+NAMES = ("fig1_traffic_vs_M", "fig2_traffic_vs_N", "fig3_block_size", "fig4_tiling_heatmap",
+         "fig5_roofline", "fig6_memory_footprint", "fig7_validation")
+
+
+def register(sub):
+    p = sub.add_parser("figure", help="draw one figure",
+                       description="Draw one figure as PNG and SVG (configuration in the title "
+                                   "and the PNG metadata). Figures: " + ", ".join(NAMES) +
+                                   " (short names fig1..fig7 work too).")
+    p.add_argument("name", metavar="NAME", help="figure name, e.g. fig1 or fig1_traffic_vs_M")
+    p.add_argument("--out", default="figures", metavar="DIR", help="output directory (default: figures)")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from analysis.sweeps import ensure_cuda_env
+    ensure_cuda_env()  # before any numba.cuda import (fig7)
+    from analysis.figures import get
+    try:
+        mod = get(args.name)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    for path in mod.make(args.out):
+        print(path)
+    return 0

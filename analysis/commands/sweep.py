@@ -1,0 +1,80 @@
+"""`flashsim sweep`: a resumable grid of configurations, one JSON line per point."""
+from __future__ import annotations
+
+from iosim import ALGORITHMS, ConfigError
+
+
+def _ints(name):
+    def parse(text):
+        try:
+            vals = [int(x) for x in text.split(",") if x]
+        except ValueError:
+            raise ConfigError(f"{name}={text!r} must be a comma-separated list of integers") from None
+        if not vals or any(v <= 0 for v in vals):
+            raise ConfigError(f"{name}={text!r} must list positive integers")
+        return vals
+    return parse
+
+
+def register(sub):
+    p = sub.add_parser("sweep", help="sweep configurations into a JSON-lines file (resumable)",
+                       description="Evaluate the cartesian product of the given lists (comma-"
+                                   "separated) and append one JSON row per point to --out, flushed "
+                                   "as it is made. Points already in the file are skipped, so a "
+                                   "killed sweep resumes; a failing point is recorded with its error.")
+    p.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file (appended to)")
+    p.add_argument("--backend", choices=("model", "kernel"), default="model",
+                   help="model: closed forms (instant); kernel: gpu kernels, instrumented counts "
+                        "and runtime (runtime only on a real GPU; simulator otherwise)")
+    p.add_argument("--algorithm", default="fa1,fa2",
+                   help=f"comma-separated list from {', '.join(ALGORITHMS)} (default: fa1,fa2)")
+    p.add_argument("--seq-len", default="1024", metavar="N,...", help="sequence lengths N")
+    p.add_argument("--head-dim", default="64", metavar="d,...", help="head dimensions d")
+    p.add_argument("--sram-bytes", default=None, metavar="M,...",
+                   help="SRAM capacities M in bytes (paper's tiling); or give --block-rows/--block-cols")
+    p.add_argument("--block-rows", default=None, metavar="B_r,...", help="query rows per tile")
+    p.add_argument("--block-cols", default=None, metavar="B_c,...", help="key/value rows per tile")
+    p.add_argument("--batch", default="1", metavar="B,...", help="batch sizes")
+    p.add_argument("--heads", default="1", metavar="H,...", help="query heads")
+    p.add_argument("--dtype", default="fp16", help="comma-separated list from fp16, fp32")
+    p.add_argument("--causal", default="false", help="comma-separated list from false, true")
+    p.add_argument("--sparsity", default="1.0",
+                   help="fractions s in (0, 1] of nonzero blocks of a random block mask")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random block masks")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from analysis.sweeps import EVALUATORS, ensure_cuda_env, grid, run_sweep
+    algs = [a for a in args.algorithm.split(",") if a]
+    for a in algs:
+        if a not in ALGORITHMS:
+            raise ConfigError(f"algorithm={a!r} is not known; allowed: {', '.join(ALGORITHMS)}")
+    causal = []
+    for c in args.causal.split(","):
+        if c.lower() not in ("false", "true"):
+            raise ConfigError(f"causal={c!r}; allowed: false, true")
+        causal.append(c.lower() == "true")
+    try:
+        sparsity = [float(x) for x in args.sparsity.split(",") if x]
+    except ValueError:
+        raise ConfigError(f"sparsity={args.sparsity!r} must be numbers in (0, 1]") from None
+    if any(not 0 < s <= 1 for s in sparsity):
+        raise ConfigError(f"sparsity={args.sparsity!r} must be numbers in (0, 1]")
+    axes = dict(algorithm=algs, N=_ints("seq_len")(args.seq_len), d=_ints("head_dim")(args.head_dim),
+                batch=_ints("batch")(args.batch), heads=_ints("heads")(args.heads),
+                dtype=args.dtype.split(","), causal=causal, sparsity=sparsity, seed=[args.seed])
+    if args.sram_bytes:
+        axes["sram_bytes"] = _ints("sram_bytes")(args.sram_bytes)
+    if (args.block_rows is None) != (args.block_cols is None):
+        raise ConfigError("block_rows and block_cols must be given together")
+    if args.block_rows:
+        axes["block_rows"] = _ints("block_rows")(args.block_rows)
+        axes["block_cols"] = _ints("block_cols")(args.block_cols)
+    if not args.sram_bytes and not args.block_rows:
+        raise ConfigError("give --sram-bytes, or --block-rows and --block-cols")
+    if args.backend == "kernel":
+        ensure_cuda_env()
+    st = run_sweep(grid(**axes), args.out, EVALUATORS[args.backend])
+    print(f"{args.out}: {st['done']} new rows ({st['errors']} errors), {st['skipped']} already present")
+    return 0

@@ -1,0 +1,17 @@
+"""One module per figure; each has generate(...) -> data, plot(data) -> Figure, and
+make(out_dir, **kw) -> [png path, svg path]. FIGURES maps names to modules."""
+from __future__ import annotations
+
+import importlib
+
+NAMES = ("fig1_traffic_vs_M", "fig2_traffic_vs_N", "fig3_block_size", "fig4_tiling_heatmap",
+         "fig5_roofline", "fig6_memory_footprint", "fig7_validation")
+
+
+def get(name: str):
+    """The figure module for a full name ('fig3_block_size') or short one ('fig3')."""
+    for full in NAMES:
+        if name == full or name == full.split("_")[0]:
+            return importlib.import_module(f"analysis.figures.{full}")
+    raise ValueError(f"figure={name!r} is not known; allowed: {', '.join(NAMES)} "
+                     f"(or fig1..fig7)")

@@ -1,0 +1,310 @@
+"""Sweeps: tidy rows (JSON lines), one per configuration, written as they are made.
+
+Generate: `grid(**axes)` gives the cartesian product of parameter lists as dicts.
+Process:  `run_sweep(points, path, evaluate)` evaluates each point and appends one JSON
+          object per line, flushed at once. A killed sweep resumes where it stopped: points
+          whose key is already in the file are skipped. A point that raises is recorded
+          with status "error" and its message, and the sweep goes on.
+Evaluate: `evaluate_model` (closed forms: instant) or `evaluate_kernel` (the gpu kernels:
+          runtime and instrumented counts; needs `gpu`, a real GPU for timings).
+
+Point parameters (every row carries all of them):
+  algorithm  standard | fa1 | fa2
+  N, d       sequence length, head dimension
+  batch, heads
+  dtype      fp16 | fp32
+  causal     bool
+  sram_bytes SRAM capacity M in BYTES (None: block_rows/block_cols must be given)
+  block_rows, block_cols   B_r, B_c (None: the paper's rule from sram_bytes)
+  sparsity   fraction s of nonzero blocks of a random block mask (1.0: dense)
+  seed       seed of that mask
+Row results (model): hbm_bytes / hbm_read_bytes / hbm_write_bytes (problem totals, bytes),
+  hbm_elements_per_head, B_r, B_c, T_r, T_c, sram_footprint_bytes, fits_sram (footprint <=
+  sram_bytes), M_elements, bound_elements_per_head (N^2 d^2 / M, constant 1).
+"""
+from __future__ import annotations
+
+import ctypes
+import itertools
+import json
+import os
+import time
+from typing import Callable, Iterable
+
+import numpy as np
+
+from iosim import (ALGORITHMS, ConfigError, Problem, Tiling, closed_form, resolve_tiling,
+                   sram_footprint_bytes, sram_to_elements)
+
+DEFAULTS = {"algorithm": "fa1", "N": 1024, "d": 64, "batch": 1, "heads": 1, "dtype": "fp16",
+            "causal": False, "sram_bytes": None, "block_rows": None, "block_cols": None,
+            "sparsity": 1.0, "seed": 0}
+
+
+# ---------------------------------------------------------------------------------------
+# GPU detection (without importing numba.cuda)
+# ---------------------------------------------------------------------------------------
+def has_cuda_gpu() -> bool:
+    """True if the CUDA driver reports a device. Asks libcuda directly (ctypes), so that
+    NUMBA_ENABLE_CUDASIM can still be set before numba.cuda is imported."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return False
+    for name in ("libcuda.so.1", "libcuda.so"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        count = ctypes.c_int(0)
+        if lib.cuInit(0) == 0 and lib.cuDeviceGetCount(ctypes.byref(count)) == 0:
+            return count.value > 0
+    return False
+
+
+def ensure_cuda_env() -> bool:
+    """Set NUMBA_ENABLE_CUDASIM=1 when no GPU is present (before numba.cuda is imported).
+    Returns True when a real GPU will be used."""
+    gpu = has_cuda_gpu()
+    if not gpu:
+        os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    return gpu
+
+
+def import_gpu():
+    """(gpu module, None) or (None, reason) — never raises."""
+    ensure_cuda_env()
+    try:
+        import gpu  # noqa: F401
+        if not hasattr(gpu, "attention"):
+            return None, "gpu package has no attention() entry point yet"
+        return gpu, None
+    except Exception as exc:  # missing package, numba-cuda failure...
+        return None, f"gpu package not importable: {type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------------------------------
+# Generate
+# ---------------------------------------------------------------------------------------
+def grid(**axes) -> list[dict]:
+    """Cartesian product of parameter lists, missing parameters from DEFAULTS.
+
+    grid(algorithm=["fa1", "fa2"], N=[512, 1024], sram_bytes=[65536]) -> 4 points.
+    Scalars are accepted as one-element lists. Unknown names raise ConfigError.
+    """
+    unknown = set(axes) - set(DEFAULTS)
+    if unknown:
+        raise ConfigError(f"sweep parameter(s) {sorted(unknown)} not known; allowed: "
+                          f"{', '.join(DEFAULTS)}")
+    names = list(DEFAULTS)
+    lists = [axes[n] if isinstance(axes.get(n), (list, tuple)) else [axes.get(n, DEFAULTS[n])]
+             for n in names]
+    return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
+
+
+def point_key(params: dict) -> str:
+    """Canonical identity of a point: its parameters (DEFAULTS filled in) as sorted JSON."""
+    full = {**DEFAULTS, **params}
+    return json.dumps({k: full[k] for k in sorted(DEFAULTS)}, sort_keys=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Process
+# ---------------------------------------------------------------------------------------
+def read_rows(path) -> list[dict]:
+    """All complete rows of a JSON-lines file (a torn last line is ignored)."""
+    rows = []
+    if not os.path.exists(path):
+        return rows
+    with open(path) as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break  # torn write of a killed run
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def _drop_torn_tail(path) -> None:
+    """Truncate a last line left without its newline by a killed writer."""
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data.endswith(b"\n"):
+            return
+        cut = data.rfind(b"\n") + 1
+        f.truncate(cut)
+
+
+def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
+              progress: Callable[[str], None] | None = None) -> dict:
+    """Evaluate every point not yet in `path`, appending one JSON row each (flushed).
+
+    Returns {"done": newly evaluated, "skipped": already present, "errors": new error rows}.
+    An exception from `evaluate` becomes a row with status "error" and its message; a
+    KeyboardInterrupt/SystemExit stops the sweep (rows so far are kept, so a re-run
+    resumes).
+    """
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    _drop_torn_tail(path)
+    seen = {r.get("key") for r in read_rows(path)}
+    done = skipped = errors = 0
+    with open(path, "a") as f:
+        for params in points:
+            full = {**DEFAULTS, **params}
+            key = point_key(full)
+            if key in seen:
+                skipped += 1
+                continue
+            t0 = time.perf_counter()
+            try:
+                result = evaluate(full)
+                row = {**full, "key": key, "status": "ok", **result}
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as exc:
+                row = {**full, "key": key, "status": "error",
+                       "error": f"{type(exc).__name__}: {exc}"}
+                errors += 1
+            row["eval_seconds"] = round(time.perf_counter() - t0, 6)
+            f.write(json.dumps(row, default=_jsonable) + "\n")
+            f.flush()
+            seen.add(key)
+            done += 1
+            if progress:
+                progress(f"{row['status']:5s} {key}")
+    return {"done": done, "skipped": skipped, "errors": errors}
+
+
+def _jsonable(x):
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
+
+
+# ---------------------------------------------------------------------------------------
+# Evaluate
+# ---------------------------------------------------------------------------------------
+def random_block_mask(T_r: int, T_c: int, sparsity: float, seed: int) -> np.ndarray:
+    """A (T_r, T_c) boolean mask with exactly round(sparsity T_r T_c) True tiles (>= 1)."""
+    if not 0 < sparsity <= 1:
+        raise ConfigError(f"sparsity={sparsity!r} must be in (0, 1]")
+    k = max(1, int(round(sparsity * T_r * T_c)))
+    flat = np.zeros(T_r * T_c, dtype=bool)
+    flat[np.random.default_rng(seed).choice(T_r * T_c, size=k, replace=False)] = True
+    return flat.reshape(T_r, T_c)
+
+
+def build(params: dict) -> tuple[Problem, Tiling]:
+    """The Problem and Tiling of a point (paper's rule when blocks are not given)."""
+    p = {**DEFAULTS, **params}
+    if p["algorithm"] not in ALGORITHMS:
+        raise ConfigError(f"algorithm={p['algorithm']!r} is not known; allowed: {', '.join(ALGORITHMS)}")
+    tiling = resolve_tiling(p["algorithm"], p["d"], p["dtype"], block_rows=p["block_rows"],
+                            block_cols=p["block_cols"], sram_bytes=p["sram_bytes"])
+    mask = None
+    if p["sparsity"] != 1.0:
+        mask = random_block_mask(tiling.T_r(p["N"]), tiling.T_c(p["N"]), float(p["sparsity"]),
+                                 int(p["seed"]))
+    problem = Problem(N=p["N"], d=p["d"], batch=p["batch"], heads=p["heads"], dtype=p["dtype"],
+                      causal=p["causal"], block_mask=mask)
+    return problem, tiling
+
+
+def model_row(problem: Problem, tiling: Tiling, algorithm: str, sram_bytes) -> dict:
+    led = closed_form(algorithm, problem, tiling)
+    fp = sram_footprint_bytes(algorithm, tiling.B_r, tiling.B_c, problem.d, problem.dtype)
+    row = {"B_r": tiling.B_r, "B_c": tiling.B_c, "T_r": tiling.T_r(problem.N),
+           "T_c": tiling.T_c(problem.N), "hbm_bytes": led.hbm_bytes,
+           "hbm_read_bytes": led.hbm_read_bytes, "hbm_write_bytes": led.hbm_write_bytes,
+           "hbm_elements_per_head": (led.read_elements + led.write_elements) / problem.instances,
+           "sram_footprint_bytes": fp}
+    if sram_bytes:
+        M = sram_to_elements(sram_bytes, problem.dtype)
+        row.update(M_elements=M, fits_sram=fp <= sram_bytes,
+                   bound_elements_per_head=problem.N ** 2 * problem.d ** 2 / M)
+    return row
+
+
+def evaluate_model(params: dict) -> dict:
+    """Closed-form traffic of one point (see module docstring for the row fields)."""
+    problem, tiling = build(params)
+    return model_row(problem, tiling, params["algorithm"], params.get("sram_bytes"))
+
+
+def run_kernel(gpu, algorithm: str, problem: Problem, tiling: Tiling, q, k, v, *,
+               count_traffic: bool):
+    """Call gpu.attention and return (O as numpy, iosim Ledger or None).
+
+    The one place that knows gpu.attention's calling convention; tolerant of it returning
+    O alone, (O, ledger) or an object with .O / .ledger.
+    """
+    out = gpu.attention(q, k, v, algorithm=algorithm, block_rows=tiling.B_r,
+                        block_cols=tiling.B_c, causal=problem.causal,
+                        block_mask=problem.block_mask, count_traffic=count_traffic)
+    ledger = None
+    if isinstance(out, tuple):
+        O = out[0]
+        ledger = out[1] if len(out) > 1 else None
+    elif hasattr(out, "O"):
+        O, ledger = out.O, getattr(out, "ledger", None)
+    else:
+        O = out
+    if hasattr(O, "copy_to_host"):
+        O = O.copy_to_host()
+    return np.asarray(O), ledger
+
+
+def evaluate_kernel(params: dict, *, repeats: int = 3) -> dict:
+    """Model row plus the kernel's instrumented counts and runtime at one point.
+
+    Counts: one launch with count_traffic=True; `counts_match` says whether the kernel's
+    ledger equals the model's, tensor by tensor. Runtime: `repeats` launches without
+    counting on device-resident inputs, after one warm-up launch; wall-clock around each
+    (synchronised), median in seconds. It includes gpu.attention's output allocation
+    (a NaN-filled buffer copied to the device). Only on a real GPU (the simulator's time
+    means nothing and is not recorded).
+    """
+    from iosim import random_inputs, reference_attention
+    gpu, why = import_gpu()
+    if gpu is None:
+        raise RuntimeError(why)
+    problem, tiling = build(params)
+    row = model_row(problem, tiling, params["algorithm"], params.get("sram_bytes"))
+    q, k, v = random_inputs(problem, seed=int(params.get("seed", 0)))
+    O, ledger = run_kernel(gpu, params["algorithm"], problem, tiling, q, k, v, count_traffic=True)
+    ref = reference_attention(q, k, v, causal=problem.causal, block_mask=problem.block_mask,
+                              B_r=tiling.B_r, B_c=tiling.B_c)
+    row["max_abs_err"] = float(np.max(np.abs(O.astype(np.float64) - ref)))
+    model = closed_form(params["algorithm"], problem, tiling)
+    if ledger is not None:
+        row["kernel_hbm_bytes"] = ledger.hbm_bytes
+        row["counts_match"] = ledger.counts() == model.counts()
+    if has_cuda_gpu():
+        from numba import cuda
+        qd, kd, vd = (cuda.to_device(x) for x in (q, k, v))  # time kernels, not transfers
+        kw = dict(algorithm=params["algorithm"], block_rows=tiling.B_r, block_cols=tiling.B_c,
+                  causal=problem.causal, block_mask=problem.block_mask)
+        gpu.attention(qd, kd, vd, **kw)  # compile the uninstrumented build
+        times = []
+        for _ in range(max(1, repeats)):
+            cuda.synchronize()
+            t0 = time.perf_counter()
+            gpu.attention(qd, kd, vd, **kw)
+            cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        row["runtime_s"] = float(np.median(times))
+    return row
+
+
+EVALUATORS = {"model": evaluate_model, "kernel": evaluate_kernel}
+
+__all__ = ["DEFAULTS", "EVALUATORS", "build", "ensure_cuda_env", "evaluate_kernel",
+           "evaluate_model", "grid", "has_cuda_gpu", "import_gpu", "model_row", "point_key",
+           "random_block_mask", "read_rows", "run_kernel", "run_sweep"]

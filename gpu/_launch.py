@@ -1,0 +1,231 @@
+"""Shared machinery of the gpu kernels: specialisation, dynamic shared memory, counters.
+
+Everything here is reused by the forward kernels (standard.py, fa1.py, fa2.py) and by the
+backward kernels. The pieces:
+
+* `SIM`: True when Numba's CUDA simulator is active (NUMBA_ENABLE_CUDASIM=1).
+* `specialisation(name)`: decorator for kernel factories. A factory takes hashable
+  compile-time constants (B_r, B_c, d, dtype name, flags...) and returns a `cuda.jit`
+  kernel; the decorator caches one kernel per argument tuple and gives its Python
+  function a readable `__name__`/`__qualname__` (e.g. ``fa2_fwd_Br64_Bc64_d64_fp32``),
+  which Numba puts into the PTX entry name, so `ncu -k regex:fa2_fwd` can find it.
+* Dynamic shared memory, the paper's SRAM M: every kernel takes its tiles from ONE
+  dynamic buffer whose size in bytes is `iosim.sram_footprint_bytes(...)`. All
+  `cuda.shared.array(0, dtype)` declarations in a kernel alias the same bytes (on the
+  device and in the simulator), so a kernel declares a float32 view and an input-dtype
+  view and slices them. Layout convention: float32 tiles first (offset 0, so always
+  4-byte aligned), input-dtype tiles after them (offset `f32_elems * 4 / itemsize`).
+* `check_fits(footprint)`: ValueError if a tiling needs more shared memory per block
+  than the device allows (naming both numbers).
+* `launch(kernel, grid, block, shmem_bytes, *args)`: launches, first opting the kernel
+  in to more than 48 KB of dynamic shared memory where needed (real GPU only; the
+  simulator ignores shared-memory limits). numba-cuda 0.30.4 has no public API for the
+  opt-in (issue 94): we set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on the
+  compiled kernel's CUfunction through the driver (../shared/PLATFORM.md).
+* Traffic counters (the instrumented build): an int64 device array of shape
+  (len(TENSORS), 2), indexed [tensor, READ|WRITE], in ELEMENTS. A kernel compiled with
+  count=True keeps per-thread element counts in registers and adds each nonzero one
+  with a single `cuda.atomic.add` at the end; compiled with count=False the counting
+  code is constant-folded away (the counters argument is then a 1-element dummy).
+  `counters_to_ledger` turns the summed counts into an `iosim.Ledger`.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import config, cuda, float32  # noqa: F401  (float32 re-exported for kernels)
+from numba.cuda import types as nbtypes
+
+from iosim.ledger import TENSOR_ORDER, Ledger
+
+SIM = bool(config.ENABLE_CUDASIM)
+
+#: Tensor rows of the counters array (same names and order as iosim's ledger).
+TENSORS = TENSOR_ORDER
+T = {name: i for i, name in enumerate(TENSORS)}
+READ, WRITE = 0, 1
+
+#: Numba element types of the storage dtypes (statistics are always float32).
+NB_DTYPE = {"fp32": nbtypes.float32, "fp16": nbtypes.float16}
+NP_DTYPE = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
+
+#: Default shared memory per block without opt-in, and in the simulator (bytes).
+DEFAULT_SMEM_BYTES = 48 * 1024
+
+#: Constants for kernels: always float32 so no float64 creeps into the PTX.
+NEG_INF = np.float32(-math.inf)
+ZERO = np.float32(0.0)
+ONE = np.float32(1.0)
+
+
+def default_threads() -> int:
+    """Threads per block of the tile kernels: 128 on a GPU; 16 in the simulator, where
+    every thread is an OS thread (kernels stride over their work, so any count works)."""
+    return 16 if SIM else 128
+
+
+def dtype_name(dtype) -> str:
+    """'fp32' or 'fp16' for a NumPy dtype (ValueError otherwise)."""
+    dt = np.dtype(dtype)
+    for name, npdt in NP_DTYPE.items():
+        if dt == npdt:
+            return name
+    raise ValueError(f"dtype={dt} is not supported; allowed: float32, float16")
+
+
+def kernel_name(prefix: str, **consts) -> str:
+    """Readable kernel name, e.g. kernel_name('fa2_fwd', Br=64, Bc=64, d=64, dt='fp32',
+    causal=True, count=False) -> 'fa2_fwd_Br64_Bc64_d64_fp32_causal'. Boolean constants
+    appear by name when True; other values as name+value, strings bare."""
+    parts = [prefix]
+    for key, val in consts.items():
+        if isinstance(val, (bool, np.bool_)):
+            if val:
+                parts.append(key)
+        elif isinstance(val, str):
+            parts.append(val)
+        else:
+            parts.append(f"{key}{val}")
+    return "_".join(parts)
+
+
+def specialisation(factory):
+    """Cache a kernel factory: one compiled dispatcher per tuple of constants.
+
+    The factory must return ``(py_function, name)``; we rename the function (so the PTX
+    entry and ncu show `name`) and wrap it in `cuda.jit`.
+    """
+    @functools.lru_cache(maxsize=None)
+    def cached(*consts):
+        fn, name = factory(*consts)
+        fn.__name__ = name
+        fn.__qualname__ = name
+        return cuda.jit(fn)
+
+    cached.__doc__ = factory.__doc__
+    cached.__name__ = factory.__name__
+    return cached
+
+
+# ---------------------------------------------------------------------------------------
+# Shared memory
+# ---------------------------------------------------------------------------------------
+def device_smem_limit() -> int:
+    """Largest dynamic shared memory one block may use on the current device, in bytes
+    (the opt-in maximum on a GPU; 48 KB in the simulator, which models none)."""
+    if SIM:
+        return DEFAULT_SMEM_BYTES
+    dev = cuda.get_current_device()
+    try:
+        return int(dev.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+    except Exception:  # attribute missing in this driver binding
+        return int(dev.MAX_SHARED_MEMORY_PER_BLOCK)
+
+
+def check_fits(footprint_bytes: int, what: str) -> None:
+    """ValueError if `footprint_bytes` exceeds the device's per-block maximum."""
+    limit = device_smem_limit()
+    if footprint_bytes > limit:
+        raise ValueError(
+            f"{what} needs {footprint_bytes} bytes of shared memory per block, but this "
+            f"device allows at most {limit} bytes per block; choose smaller block_rows/"
+            f"block_cols (or a smaller sram_bytes)")
+
+
+_opted_in: dict = {}
+
+
+def _opt_in(kernel, args, shmem: int) -> None:
+    """Allow `kernel` (compiled for `args`) to use `shmem` bytes of dynamic shared memory."""
+    compiled = kernel._compile_for_args(*args)
+    cufunc = compiled._codelibrary.get_cufunc()
+    key = (id(cufunc), int(cufunc.device.id) if hasattr(cufunc, "device") else 0)
+    if _opted_in.get(key, 0) >= shmem:
+        return
+    from numba.cuda.cudadrv import driver as drv
+    d = drv.driver
+    try:  # cuda-python bindings (numba-cuda's default)
+        attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    except AttributeError:  # ctypes bindings
+        from numba.cuda.cudadrv import enums
+        attr = enums.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    errors = []
+    try:
+        d.cuFuncSetAttribute(cufunc.handle, attr, int(shmem))
+    except Exception as exc:  # fall back to the CUkernel entry point PLATFORM.md used
+        errors.append(f"cuFuncSetAttribute: {exc!r}")
+        try:
+            dev = cuda.get_current_device().id
+            d.cuKernelSetAttribute(attr, int(shmem), cufunc.handle, dev)
+        except Exception as exc2:
+            errors.append(f"cuKernelSetAttribute: {exc2!r}")
+            raise RuntimeError("could not opt in to %d bytes of dynamic shared memory: %s"
+                               % (shmem, "; ".join(errors))) from exc2
+    _opted_in[key] = int(shmem)
+
+
+def launch(kernel, grid, block, shmem_bytes: int, *args) -> None:
+    """Launch `kernel[grid, block, 0, shmem_bytes](*args)`, opting in above 48 KB."""
+    if not SIM and shmem_bytes > DEFAULT_SMEM_BYTES:
+        _opt_in(kernel, args, shmem_bytes)
+    kernel[grid, block, 0, shmem_bytes](*args)
+
+
+# ---------------------------------------------------------------------------------------
+# Device buffers
+# ---------------------------------------------------------------------------------------
+@cuda.jit
+def _fill_kernel(flat, value):
+    """flat[:] = value (cast to flat's dtype); grid-stride loop."""
+    start = cuda.grid(1)
+    step = cuda.gridsize(1)
+    for e in range(start, flat.shape[0], step):
+        flat[e] = value
+
+
+def filled(shape, dtype, value):
+    """A new device array of `shape`/`dtype` filled with `value` (e.g. NaN poison for
+    outputs, so unwritten elements show). On a GPU the fill runs on the device (no host
+    copy of N x N buffers); in the simulator a host array is copied."""
+    if SIM:
+        return cuda.to_device(np.full(shape, value, dtype=dtype))
+    arr = cuda.device_array(shape, dtype=dtype)
+    n = int(np.prod(shape))
+    if n:
+        blocks = min(4096, -(-n // 256))
+        _fill_kernel[blocks, 256](arr.reshape(n), np.float32(value))
+    return arr
+
+
+def new_counters(count: bool):
+    """Zeroed int64 counters (len(TENSORS), 2) when counting, else a 1x1 dummy."""
+    return cuda.to_device(np.zeros((len(TENSORS), 2) if count else (1, 1), dtype=np.int64))
+
+
+def counters_to_dicts(counters) -> tuple[dict, dict]:
+    """({tensor: elements read}, {tensor: elements written}) from a counters array."""
+    host = counters.copy_to_host() if hasattr(counters, "copy_to_host") else np.asarray(counters)
+    reads = {t: int(host[T[t], READ]) for t in TENSORS if host[T[t], READ]}
+    writes = {t: int(host[T[t], WRITE]) for t in TENSORS if host[T[t], WRITE]}
+    return reads, writes
+
+
+def counters_to_ledger(counters, algorithm, problem, tiling) -> Ledger:
+    """The kernels' own counts (totals over all instances) as an iosim Ledger."""
+    reads, writes = counters_to_dicts(counters)
+    return Ledger(algorithm, problem, tiling, reads, writes)
+
+
+__all__ = ["SIM", "TENSORS", "T", "READ", "WRITE", "NB_DTYPE", "NP_DTYPE", "NEG_INF", "ZERO",
+           "ONE", "DEFAULT_SMEM_BYTES", "default_threads", "dtype_name", "kernel_name",
+           "specialisation", "device_smem_limit", "check_fits", "launch", "filled",
+           "new_counters", "counters_to_dicts", "counters_to_ledger"]
+
+
+@cuda.jit(device=True, inline=True)
+def add_count(counters, tensor, direction, n):
+    """Flush one per-thread element count into counters[tensor, direction] (one atomic)."""
+    if n > 0:
+        cuda.atomic.add(counters, (tensor, direction), n)

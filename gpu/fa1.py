@@ -1,0 +1,193 @@
+"""FlashAttention (Algorithm 1 of Dao et al. 2022, as written): one thread block per
+(batch, head) instance.
+
+Schedule (iosim.schedules.fa1_forward is the same, on the host):
+    step 2:  write O = 0 (N x d), l = 0 (N), m = -inf (N) to HBM.
+    step 5:  for j in 0..T_c-1:  step 6: read K_j, V_j (always).
+    step 7:    for i in 0..T_r-1, skipping inactive tiles (no traffic):
+    step 8:      read Q_i, O_i, l_i, m_i;
+    steps 9-11:  S = scale Q_i K_j^T; m~ = rowmax S; P~ = exp(S - m~); l~ = rowsum P~;
+                 m_new = max(m_i, m~); l_new = e^{m_i - m_new} l_i + e^{m~ - m_new} l~;
+    step 12:     O_i = diag(l_new)^-1 (diag(l_i) e^{m_i - m_new} O_i + e^{m~ - m_new} P~ V_j),
+                 written in the problem dtype (normalised, as the paper stores it);
+    step 13:     write l_i = l_new, m_i = m_new (float32).
+On chip P~ is stored already multiplied by e^{m~ - m_new} / l_new, so the PV phase needs
+no per-row coefficient (same arithmetic as step 12, one multiply moved).
+
+Shared memory: the same layout and size as fa2 (`iosim.sram_footprint_bytes('fa1', ...)`):
+    float32: O_i (B_r*d) | S/P tile (B_r*B_c) | m_i (B_r) | l_i (B_r);
+    input dtype: Q_i (B_r*d) | K_j (B_c*d) | V_j (B_c*d).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int64
+
+from iosim.tiling import sram_footprint_bytes
+
+from ._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
+                      kernel_name, specialisation)
+
+
+@specialisation
+def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
+    """Kernel fa1(q, k, v, o, l, m, scale, N, H, G, mask, counters).
+
+    q, o: (instances, N, d); k, v: (batch * H // G, N, d); l, m: (instances, N) float32
+    in HBM; other arguments as fa2. Grid (instances,), `threads` threads.
+    """
+    DT = NB_DTYPE[dt]
+    F32_ELEMS = B_r * d + B_r * B_c + 2 * B_r
+    X0 = F32_ELEMS * 4 // NP_DTYPE[dt].itemsize
+    S0, M0, L0 = B_r * d, B_r * d + B_r * B_c, B_r * d + B_r * B_c + B_r
+    Q0, K0, V0 = X0, X0 + B_r * d, X0 + B_r * d + B_c * d
+    IQ, IK, IV, IO, Il, Im = T["Q"], T["K"], T["V"], T["O"], T["l"], T["m"]
+
+    def kernel(q, k, v, o, l_hbm, m_hbm, scale, N, H, G, mask, counters):
+        z = cuda.blockIdx.x
+        t = cuda.threadIdx.x
+        zk = (z // H) * (H // G) + (z % H) // G
+        sf = cuda.shared.array(0, float32)
+        sx = cuda.shared.array(0, DT)
+        Os = sf[0:S0]
+        S = sf[S0:M0]
+        ms = sf[M0:L0]
+        ls = sf[L0:L0 + B_r]
+        Qs = sx[Q0:K0]
+        Ks = sx[K0:V0]
+        Vs = sx[V0:V0 + B_c * d]
+        rQ = int64(0)
+        rK = int64(0)
+        rV = int64(0)
+        rO = int64(0)
+        rl = int64(0)
+        rm = int64(0)
+        wO = int64(0)
+        wl = int64(0)
+        wm = int64(0)
+
+        # step 2: initialise O, l, m in HBM
+        for e in range(t, N * d, threads):
+            o[z, e // d, e % d] = ZERO
+            wO += 1
+        for r in range(t, N, threads):
+            l_hbm[z, r] = ZERO
+            m_hbm[z, r] = NEG_INF
+            wl += 1
+            wm += 1
+        T_r = (N + B_r - 1) // B_r
+        T_c = (N + B_c - 1) // B_c
+        for j in range(T_c):                               # step 5
+            c0 = j * B_c
+            cols = min(B_c, N - c0)
+            cuda.syncthreads()                             # also orders step 2 / step 13
+            for e in range(t, cols * d, threads):          # step 6
+                Ks[e] = k[zk, c0 + e // d, e % d]
+                Vs[e] = v[zk, c0 + e // d, e % d]
+                rK += 1
+                rV += 1
+            for i in range(T_r):                           # step 7
+                r0 = i * B_r
+                rows = min(B_r, N - r0)
+                if causal and c0 > r0 + rows - 1:
+                    continue
+                if has_mask and mask[i, j] == 0:
+                    continue
+                cuda.syncthreads()                         # K_j/V_j loaded; last O_i written
+                for e in range(t, rows * d, threads):      # step 8
+                    Qs[e] = q[z, r0 + e // d, e % d]
+                    Os[e] = float32(o[z, r0 + e // d, e % d])
+                    rQ += 1
+                    rO += 1
+                for r in range(t, rows, threads):
+                    ls[r] = l_hbm[z, r0 + r]
+                    ms[r] = m_hbm[z, r0 + r]
+                    rl += 1
+                    rm += 1
+                cuda.syncthreads()
+                for e in range(t, rows * cols, threads):   # step 9
+                    r = e // cols
+                    c = e % cols
+                    s = ZERO
+                    for x in range(d):
+                        s += float32(Qs[r * d + x]) * float32(Ks[c * d + x])
+                    s = s * scale
+                    if causal and c0 + c > r0 + r:
+                        s = NEG_INF
+                    S[r * B_c + c] = s
+                cuda.syncthreads()
+                for r in range(t, rows, threads):          # steps 10-11, one row per thread
+                    m_t = NEG_INF
+                    for c in range(cols):
+                        m_t = max(m_t, S[r * B_c + c])
+                    if m_t > NEG_INF:
+                        l_t = ZERO
+                        for c in range(cols):
+                            p = math.exp(S[r * B_c + c] - m_t)
+                            S[r * B_c + c] = p
+                            l_t += p
+                        m_i = ms[r]
+                        m_new = max(m_i, m_t)
+                        a = math.exp(m_i - m_new) * ls[r]   # e^{m_i - m_new} l_i
+                        b = math.exp(m_t - m_new)
+                        l_new = a + b * l_t
+                        a = a / l_new                       # coefficient of old O_i
+                        b = b / l_new                       # coefficient of P~ V_j
+                        for c in range(cols):
+                            S[r * B_c + c] *= b
+                        for x in range(d):
+                            Os[r * d + x] *= a
+                        ls[r] = l_new
+                        ms[r] = m_new
+                    else:                                  # row sees nothing in this tile
+                        for c in range(cols):
+                            S[r * B_c + c] = ZERO
+                cuda.syncthreads()
+                for e in range(t, rows * d, threads):      # step 12 (with P~ V_j)
+                    r = e // d
+                    x = e % d
+                    pv = ZERO
+                    for c in range(cols):
+                        pv += S[r * B_c + c] * float32(Vs[c * d + x])
+                    o[z, r0 + r, x] = Os[e] + pv
+                    wO += 1
+                for r in range(t, rows, threads):          # step 13
+                    l_hbm[z, r0 + r] = ls[r]
+                    m_hbm[z, r0 + r] = ms[r]
+                    wl += 1
+                    wm += 1
+        if count:
+            add_count(counters, IQ, READ, rQ)
+            add_count(counters, IK, READ, rK)
+            add_count(counters, IV, READ, rV)
+            add_count(counters, IO, READ, rO)
+            add_count(counters, Il, READ, rl)
+            add_count(counters, Im, READ, rm)
+            add_count(counters, IO, WRITE, wO)
+            add_count(counters, Il, WRITE, wl)
+            add_count(counters, Im, WRITE, wm)
+
+    name = kernel_name("fa1_fwd", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, mask=has_mask,
+                       count=count, t=threads)
+    return kernel, name
+
+
+def shared_bytes(B_r, B_c, d, dt) -> int:
+    """Dynamic shared memory of the fa1 kernel (bytes) = iosim's footprint."""
+    return sram_footprint_bytes("fa1", B_r, B_c, d, dt)
+
+
+def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
+        count, threads):
+    """Launch fa1 on 3-D device views (instances, N, d); writes o3, l2, m2."""
+    from ._launch import launch
+    from .fa2 import _dummy_mask
+    d = q3.shape[2]
+    kern = fa1_forward_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads)
+    mk = mask if mask is not None else _dummy_mask()
+    launch(kern, (q3.shape[0],), threads, shared_bytes(B_r, B_c, d, dt),
+           q3, k3, v3, o3, l2, m2, np.float32(scale), np.int64(N), np.int64(H), np.int64(G),
+           mk, counters)
+

@@ -1,0 +1,175 @@
+"""FlashAttention-2 forward: one thread block per (query block i, instance).
+
+Schedule (iosim.schedules.fa2_forward is the same, on the host):
+    read Q_i once; for each active key block j: read K_j, V_j, update the running
+    row max m, row sum l and the unnormalised O_i accumulator (all float32, on chip);
+    finally write O_i = acc / l and L_i = m + log(l) once.
+A row that sees no key at all (possible under a block mask) gets O = 0, L = -inf.
+
+Shared memory (one dynamic buffer, `iosim.sram_footprint_bytes('fa2', ...)` bytes):
+    float32:      O_i acc (B_r*d) | S/P tile (B_r*B_c) | m_i (B_r) | l_i (B_r)
+    input dtype:  Q_i (B_r*d) | K_j (B_c*d) | V_j (B_c*d)
+Per tile three phases, each over all threads of the block:
+    A  S[r, c] = scale * Q_i[r] . K_j[c]  (causally masked entries -inf), entries strided
+    B  per row: m_new = max(m, rowmax S); P = exp(S - m_new) in place; l = alpha l + sum P;
+       acc[r] *= alpha, alpha = exp(m - m_new)
+    C  acc[r, x] += sum_c P[r, c] V_j[c, x], entries strided.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int64
+
+from iosim.tiling import sram_footprint_bytes
+
+from ._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
+                      kernel_name, specialisation)
+
+
+@specialisation
+def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
+    """Kernel fa2(q, k, v, o, L, scale, N, H, G, mask, counters).
+
+    q, o: (instances, N, d); k, v: (batch * H // G, N, d); L: (instances, N) float32;
+    scale: float32; N: keys = queries; H: query heads; G: query heads per K/V head;
+    mask: uint8 (T_r, T_c) (read only when has_mask); counters: int64 (see _launch).
+    Grid (T_r, instances), `threads` threads.
+    """
+    DT = NB_DTYPE[dt]
+    F32_ELEMS = B_r * d + B_r * B_c + 2 * B_r
+    X0 = F32_ELEMS * 4 // NP_DTYPE[dt].itemsize   # first input-dtype element
+    S0, M0, L0 = B_r * d, B_r * d + B_r * B_c, B_r * d + B_r * B_c + B_r
+    Q0, K0, V0 = X0, X0 + B_r * d, X0 + B_r * d + B_c * d
+    IQ, IK, IV, IO, IL = T["Q"], T["K"], T["V"], T["O"], T["L"]
+
+    def kernel(q, k, v, o, L, scale, N, H, G, mask, counters):
+        i = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
+        sf = cuda.shared.array(0, float32)
+        sx = cuda.shared.array(0, DT)
+        acc = sf[0:S0]
+        S = sf[S0:M0]
+        m = sf[M0:L0]
+        l = sf[L0:L0 + B_r]
+        Qs = sx[Q0:K0]
+        Ks = sx[K0:V0]
+        Vs = sx[V0:V0 + B_c * d]
+        nQ = int64(0)
+        nK = int64(0)
+        nV = int64(0)
+        nO = int64(0)
+        nL = int64(0)
+
+        r0 = i * B_r
+        rows = min(B_r, N - r0)
+        last = r0 + rows - 1
+        for e in range(t, rows * d, threads):           # load Q_i (valid rows only)
+            Qs[e] = q[z, r0 + e // d, e % d]
+            nQ += 1
+        for e in range(t, B_r * d, threads):
+            acc[e] = ZERO
+        for r in range(t, B_r, threads):
+            m[r] = NEG_INF
+            l[r] = ZERO
+        T_c = (N + B_c - 1) // B_c
+        for j in range(T_c):
+            c0 = j * B_c
+            if causal and c0 > last:                    # this and later tiles inactive
+                break
+            if has_mask and mask[i, j] == 0:
+                continue
+            cols = min(B_c, N - c0)
+            cuda.syncthreads()                          # previous tile done with K, V, S
+            for e in range(t, cols * d, threads):
+                Ks[e] = k[zk, c0 + e // d, e % d]
+                Vs[e] = v[zk, c0 + e // d, e % d]
+                nK += 1
+                nV += 1
+            cuda.syncthreads()
+            # A: scores
+            for e in range(t, rows * cols, threads):
+                r = e // cols
+                c = e % cols
+                s = ZERO
+                for x in range(d):
+                    s += float32(Qs[r * d + x]) * float32(Ks[c * d + x])
+                s = s * scale
+                if causal and c0 + c > r0 + r:
+                    s = NEG_INF
+                S[r * B_c + c] = s
+            cuda.syncthreads()
+            # B: online softmax statistics, one thread per row
+            for r in range(t, rows, threads):
+                m_old = m[r]
+                m_new = m_old
+                for c in range(cols):
+                    m_new = max(m_new, S[r * B_c + c])
+                if m_new > NEG_INF:                     # else nothing visible yet
+                    alpha = math.exp(m_old - m_new)     # exp(-inf) = 0 on the first tile
+                    rowsum = ZERO
+                    for c in range(cols):
+                        p = math.exp(S[r * B_c + c] - m_new)
+                        S[r * B_c + c] = p
+                        rowsum += p
+                    l[r] = alpha * l[r] + rowsum
+                    m[r] = m_new
+                    for x in range(d):
+                        acc[r * d + x] *= alpha
+                else:
+                    for c in range(cols):
+                        S[r * B_c + c] = ZERO
+            cuda.syncthreads()
+            # C: acc += P V_j
+            for e in range(t, rows * d, threads):
+                r = e // d
+                x = e % d
+                pv = ZERO
+                for c in range(cols):
+                    pv += S[r * B_c + c] * float32(Vs[c * d + x])
+                acc[e] += pv
+        cuda.syncthreads()
+        for e in range(t, rows * d, threads):           # write O_i = acc / l
+            li = l[e // d]
+            val = acc[e] / li if li > ZERO else ZERO
+            o[z, r0 + e // d, e % d] = val
+            nO += 1
+        for r in range(t, rows, threads):               # write L_i = m + log l
+            li = l[r]
+            L[z, r0 + r] = m[r] + math.log(li) if li > ZERO else NEG_INF
+            nL += 1
+        if count:
+            add_count(counters, IQ, READ, nQ)
+            add_count(counters, IK, READ, nK)
+            add_count(counters, IV, READ, nV)
+            add_count(counters, IO, WRITE, nO)
+            add_count(counters, IL, WRITE, nL)
+
+    name = kernel_name("fa2_fwd", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, mask=has_mask,
+                       count=count, t=threads)
+    return kernel, name
+
+
+def shared_bytes(B_r, B_c, d, dt) -> int:
+    """Dynamic shared memory of the fa2 kernel (bytes) = iosim's footprint."""
+    return sram_footprint_bytes("fa2", B_r, B_c, d, dt)
+
+
+def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
+        count, threads):
+    """Launch fa2 on 3-D device views (instances, N, d); writes o3 and L2."""
+    from ._launch import launch
+    d = q3.shape[2]
+    kern = fa2_forward_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads)
+    T_r = -(-N // B_r)
+    mk = mask if mask is not None else _dummy_mask()
+    launch(kern, (T_r, q3.shape[0]), threads, shared_bytes(B_r, B_c, d, dt),
+           q3, k3, v3, o3, L2, np.float32(scale), np.int64(N), np.int64(H), np.int64(G),
+           mk, counters)
+
+
+def _dummy_mask():
+    return cuda.to_device(np.ones((1, 1), dtype=np.uint8))

@@ -1,0 +1,249 @@
+"""Standard attention (the paper's Algorithm 0) as three kernels through HBM.
+
+    S kernel   one thread block per (active tile (i, j), instance): read Q_i, K_j;
+               write S_ij = scale Q_i K_j^T (causally masked entries -inf), whole tile.
+    softmax    one thread block per (query row, instance): read the row's entries of S
+               over the active tiles of its query block into a float32 row held in shared
+               memory (N float32, separate from the tiles' footprint); write
+               P = exp(S - max) / sum over the same entries (float32 math, stored in the
+               problem dtype). A row with no active tile reads and writes nothing.
+    PV kernel  one thread block per (query block i, instance): for each active j read
+               P_ij and V_j; accumulate O_i in float32; write O_i once (0 for rows with
+               no visible key).
+S and P are N x N HBM buffers per instance, in the problem dtype.
+
+Shared memory of the two tiled kernels: one dynamic buffer of
+`iosim.sram_footprint_bytes('standard', ...)` = max(QK tiles, PV tiles) bytes:
+    S kernel:  input dtype Q_i (B_r*d) | K_j (B_c*d)
+    PV kernel: float32 O_i (B_r*d) | input dtype P_ij (B_r*B_c) | V_j (B_c*d)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int64
+
+from iosim.tiling import sram_footprint_bytes
+
+from ._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
+                      kernel_name, launch, specialisation)
+
+
+@specialisation
+def s_kernel(B_r, B_c, d, dt, causal, count, threads):
+    """Kernel S(q, k, s, tiles, scale, N, H, G, counters); grid (n_active, instances).
+
+    tiles: int32 (n_active, 2) list of active (i, j); s: (instances, N, N) problem dtype.
+    """
+    DT = NB_DTYPE[dt]
+    K0 = B_r * d
+    IQ, IK, IS = T["Q"], T["K"], T["S"]
+
+    def kernel(q, k, s_hbm, tiles, scale, N, H, G, counters):
+        a = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        zk = (z // H) * (H // G) + (z % H) // G
+        i = tiles[a, 0]
+        j = tiles[a, 1]
+        sx = cuda.shared.array(0, DT)
+        Qs = sx[0:K0]
+        Ks = sx[K0:K0 + B_c * d]
+        nQ = int64(0)
+        nK = int64(0)
+        nS = int64(0)
+        r0 = i * B_r
+        c0 = j * B_c
+        rows = min(B_r, N - r0)
+        cols = min(B_c, N - c0)
+        for e in range(t, rows * d, threads):
+            Qs[e] = q[z, r0 + e // d, e % d]
+            nQ += 1
+        for e in range(t, cols * d, threads):
+            Ks[e] = k[zk, c0 + e // d, e % d]
+            nK += 1
+        cuda.syncthreads()
+        for e in range(t, rows * cols, threads):
+            r = e // cols
+            c = e % cols
+            s = ZERO
+            for x in range(d):
+                s += float32(Qs[r * d + x]) * float32(Ks[c * d + x])
+            s = s * scale
+            if causal and c0 + c > r0 + r:
+                s = NEG_INF
+            s_hbm[z, r0 + r, c0 + c] = s
+            nS += 1
+        if count:
+            add_count(counters, IQ, READ, nQ)
+            add_count(counters, IK, READ, nK)
+            add_count(counters, IS, WRITE, nS)
+
+    return kernel, kernel_name("std_S", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
+                               count=count, t=threads)
+
+
+@specialisation
+def softmax_kernel(B_r, B_c, causal, has_mask, count, threads):
+    """Kernel softmax(s, p, mask, N, counters); grid (N, instances); dynamic shared memory
+    N float32 (the row), plus a static `threads` float32 reduction buffer."""
+    IS, IP = T["S"], T["P"]
+
+    def kernel(s_hbm, p_hbm, mask, N, counters):
+        r = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        row = cuda.shared.array(0, float32)
+        red = cuda.shared.array(threads, float32)
+        nS = int64(0)
+        nP = int64(0)
+        i = r // B_r
+        last = min((i + 1) * B_r, N) - 1        # last row of this row's query block
+        T_c = (N + B_c - 1) // B_c
+        mx = NEG_INF
+        for j in range(T_c):                     # read the active entries of S
+            c0 = j * B_c
+            if causal and c0 > last:
+                break
+            if has_mask and mask[i, j] == 0:
+                continue
+            for c in range(c0 + t, min(c0 + B_c, N), threads):
+                val = float32(s_hbm[z, r, c])
+                row[c] = val
+                mx = max(mx, val)
+                nS += 1
+        red[t] = mx
+        cuda.syncthreads()
+        mx = NEG_INF
+        for u in range(threads):
+            mx = max(mx, red[u])
+        cuda.syncthreads()                       # everyone has read red
+        total = ZERO
+        for j in range(T_c):                     # each thread revisits its own entries
+            c0 = j * B_c
+            if causal and c0 > last:
+                break
+            if has_mask and mask[i, j] == 0:
+                continue
+            for c in range(c0 + t, min(c0 + B_c, N), threads):
+                ex = math.exp(row[c] - mx) if mx > NEG_INF else ZERO
+                row[c] = ex
+                total += ex
+        red[t] = total
+        cuda.syncthreads()
+        total = ZERO
+        for u in range(threads):
+            total += red[u]
+        inv = ONE / total if total > ZERO else ZERO
+        for j in range(T_c):
+            c0 = j * B_c
+            if causal and c0 > last:
+                break
+            if has_mask and mask[i, j] == 0:
+                continue
+            for c in range(c0 + t, min(c0 + B_c, N), threads):
+                p_hbm[z, r, c] = row[c] * inv
+                nP += 1
+        if count:
+            add_count(counters, IS, READ, nS)
+            add_count(counters, IP, WRITE, nP)
+
+    return kernel, kernel_name("std_softmax", Br=B_r, Bc=B_c, causal=causal, mask=has_mask,
+                               count=count, t=threads)
+
+
+@specialisation
+def pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
+    """Kernel PV(p, v, o, mask, N, H, G, counters); grid (T_r, instances)."""
+    DT = NB_DTYPE[dt]
+    X0 = B_r * d * 4 // NP_DTYPE[dt].itemsize   # input-dtype tiles after the float32 O_i
+    P0, V0 = X0, X0 + B_r * B_c
+    IP, IV, IO = T["P"], T["V"], T["O"]
+
+    def kernel(p_hbm, v, o, mask, N, H, G, counters):
+        i = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        zk = (z // H) * (H // G) + (z % H) // G
+        sf = cuda.shared.array(0, float32)
+        sx = cuda.shared.array(0, DT)
+        Os = sf[0:B_r * d]
+        Ps = sx[P0:V0]
+        Vs = sx[V0:V0 + B_c * d]
+        nP = int64(0)
+        nV = int64(0)
+        nO = int64(0)
+        r0 = i * B_r
+        rows = min(B_r, N - r0)
+        last = r0 + rows - 1
+        for e in range(t, B_r * d, threads):
+            Os[e] = ZERO
+        T_c = (N + B_c - 1) // B_c
+        for j in range(T_c):
+            c0 = j * B_c
+            if causal and c0 > last:
+                break
+            if has_mask and mask[i, j] == 0:
+                continue
+            cols = min(B_c, N - c0)
+            cuda.syncthreads()
+            for e in range(t, rows * cols, threads):
+                Ps[(e // cols) * B_c + e % cols] = p_hbm[z, r0 + e // cols, c0 + e % cols]
+                nP += 1
+            for e in range(t, cols * d, threads):
+                Vs[e] = v[zk, c0 + e // d, e % d]
+                nV += 1
+            cuda.syncthreads()
+            for e in range(t, rows * d, threads):   # each thread owns the same e every j
+                r = e // d
+                x = e % d
+                acc = ZERO
+                for c in range(cols):
+                    acc += float32(Ps[r * B_c + c]) * float32(Vs[c * d + x])
+                Os[e] += acc
+        for e in range(t, rows * d, threads):
+            o[z, r0 + e // d, e % d] = Os[e]
+            nO += 1
+        if count:
+            add_count(counters, IP, READ, nP)
+            add_count(counters, IV, READ, nV)
+            add_count(counters, IO, WRITE, nO)
+
+    return kernel, kernel_name("std_PV", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
+                               mask=has_mask, count=count, t=threads)
+
+
+def shared_bytes(B_r, B_c, d, dt) -> int:
+    """Dynamic shared memory of the S and PV kernels (bytes) = iosim's footprint."""
+    return sram_footprint_bytes("standard", B_r, B_c, d, dt)
+
+
+def softmax_threads(N: int, threads: int) -> int:
+    """Threads of the row-softmax kernel: `threads`, but no more than N needs."""
+    return max(1, min(threads, 1 << (max(N, 1) - 1).bit_length()))
+
+
+def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, B_c, dt,
+        causal, count, threads):
+    """Launch the three standard kernels on 3-D device views; writes s3, p3, o3.
+
+    active: host boolean (T_r, T_c) of active tiles (iosim.active_tiles).
+    """
+    from .fa2 import _dummy_mask
+    d = q3.shape[2]
+    inst = q3.shape[0]
+    has_mask = mask is not None
+    mk = mask if has_mask else _dummy_mask()
+    shmem = shared_bytes(B_r, B_c, d, dt)
+    tiles = np.argwhere(active).astype(np.int32)
+    if len(tiles):
+        kS = s_kernel(B_r, B_c, d, dt, causal, count, threads)
+        launch(kS, (len(tiles), inst), threads, shmem, q3, k3, s3, cuda.to_device(tiles),
+               np.float32(scale), np.int64(N), np.int64(H), np.int64(G), counters)
+    ts = softmax_threads(N, threads)
+    kSM = softmax_kernel(B_r, B_c, causal, has_mask, count, ts)
+    launch(kSM, (N, inst), ts, 4 * N, s3, p3, mk, np.int64(N), counters)
+    kPV = pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads)
+    launch(kPV, (-(-N // B_r), inst), threads, shmem, p3, v3, o3, mk, np.int64(N),
+           np.int64(H), np.int64(G), counters)
