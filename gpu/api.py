@@ -117,6 +117,8 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     count_traffic: compile the instrumented kernels and return the ledger of elements
     they loaded/stored (problem totals, comparable with iosim.closed_form).
     return_stats: also return L (fa2, fa1).
+    threads: threads per block (default `_launch.default_threads()`: 128 on a GPU,
+    16 in the simulator); the kernels stride over their work, so any 1..1024 works.
     Returns O; (O, ledger) with count_traffic; (O, L) with return_stats; (O, L, ledger)
     with both.
     """

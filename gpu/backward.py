@@ -1,0 +1,505 @@
+"""Backward kernels: the gradients dQ, dK, dV of exact attention, running iosim.backward's
+schedules tile by tile, with an instrumented build whose own element counts equal
+`iosim.backward_closed_form(...)` (compare `.counts()`).
+
+Gradients (iosim.backward): dV = P^T dO, dP = dO V^T, D = rowsum(dO o O),
+dS = P o (dP - D), dQ = scale dS K, dK = scale dS^T Q. float32 on chip; inputs and
+gradients in the problem dtype; l, m, L, D and the fa2 accumulator dQacc are float32.
+
+fa2 (FlashAttention-2 backward), four launches:
+  1. `fa2_bwd_pre`, one block per (query block i, instance): read dO_i, O_i, write
+     D_i = rowsum(dO_i o O_i); write dQacc_i = 0 (the accumulator's memset).
+  2. `bwd_main` (fa2 variant), one block per (key block j, instance): read K_j, V_j; for
+     each active query block i read Q_i, dO_i, L_i, D_i; P = exp(S - L); dV_j += P^T dO_i;
+     dS = P o (dO_i V_j^T - D_i); dK_j += scale dS^T Q_i; dQacc_i += scale dS K_j with
+     float32 atomic adds (each counted as one read and one write of dQacc); write dK_j,
+     dV_j once.
+  3. `bwd_convert`: read dQacc, write dQ in the problem dtype (fp32 too).
+  4. grouped heads only (kv_heads < heads), `bwd_group_sum`: read every query head's
+     dK_h, dV_h, write the kv_heads sums.
+fa1 (Algorithm 4 of arXiv 2205.14135 v2, no dropout): `bwd_main` (fa1 variant), ONE block
+  per instance, because line 22's read-modify-write of dQ_i in HBM is not atomic: the
+  outer loop over key blocks j (line 7) runs inside the block, in order. Then the group
+  sum as above.
+standard (Algorithm 3 as 5 kernels): NOT implemented on the GPU yet (ValueError); its
+  schedule and counts are in iosim.backward.
+
+Shared memory of `bwd_main` (one dynamic buffer, `bwd_shared_bytes`):
+    float32:      dK_j acc (B_c*d) | dV_j acc (B_c*d) | P (B_r*B_c) | dS (B_r*B_c) |
+                  L_i or m_i (B_r) | D_i (B_r) | l_i (B_r)
+    input dtype:  K_j (B_c*d) | V_j (B_c*d) | Q_i (B_r*d) | dO_i (B_r*d)
+Per active tile (i, j) three phases over all threads of the block:
+    load  Q_i, dO_i, the row statistics (fa1: D_i = rowsum(dO_i o O_i) from O_i)
+    A     per entry (r, c): P = exp(scale Q_i[r].K_j[c] - L[r]) (0 if masked),
+          dS = P (dO_i[r].V_j[c] - D[r])
+    B/C   per (c, x): dV += sum_r P dO, dK += scale sum_r dS Q;
+          per (r, x): dQ_i[r, x] += scale sum_c dS K_j (atomic into dQacc / fa1: RMW of dQ).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int64
+
+import iosim
+from iosim.backward import BackwardLedger
+from iosim.tiling import Tiling
+
+from ._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE,
+                      ZERO, T, add_count, check_fits, default_threads, filled, kernel_name,
+                      launch, specialisation)
+from .api import HEAD_DIMS, _check, _return_like, _to_device
+
+#: Counter rows of the backward: the forward's tensors plus the fa2 accumulator.
+BW_TENSORS = tuple(T) + ("dQacc",)
+BT = {name: i for i, name in enumerate(BW_TENSORS)}
+DEFAULT_TILES = (64, 32, 16)
+#: Algorithms with GPU backward kernels (standard: not yet; iosim models it).
+BACKWARD_ALGORITHMS = ("fa1", "fa2")
+
+
+def bwd_shared_bytes(B_r: int, B_c: int, d: int, dt: str) -> int:
+    """Dynamic shared memory of `bwd_main` in bytes (module docstring layout)."""
+    f32 = 2 * B_c * d + 2 * B_r * B_c + 3 * B_r
+    return 4 * f32 + NP_DTYPE[dt].itemsize * (2 * B_c * d + 2 * B_r * d)
+
+
+def default_backward_tiling(d: int, dt: str) -> Tiling:
+    """Largest square tile in (64, 32, 16) whose backward footprint fits 48 KB."""
+    for B in DEFAULT_TILES:
+        if bwd_shared_bytes(B, B, d, dt) <= DEFAULT_SMEM_BYTES:
+            return Tiling(B, B)
+    return Tiling(16, 16)
+
+
+def _new_counters(count):
+    return cuda.to_device(np.zeros((len(BW_TENSORS), 2) if count else (1, 1), dtype=np.int64))
+
+
+def _counters_to_ledger(counters, algorithm, problem, tiling) -> BackwardLedger:
+    host = counters.copy_to_host()
+    reads = {t: int(host[i, READ]) for t, i in BT.items() if host[i, READ]}
+    writes = {t: int(host[i, WRITE]) for t, i in BT.items() if host[i, WRITE]}
+    return BackwardLedger(f"{algorithm}-backward", problem, tiling, reads, writes)
+
+
+# ---------------------------------------------------------------------------------------
+# fa2 preprocess: D = rowsum(dO o O), dQacc = 0
+# ---------------------------------------------------------------------------------------
+@specialisation
+def fa2_pre_kernel(B_r, d, dt, count, threads):
+    """Kernel pre(o, do, D, dqacc, N, counters); grid (T_r, instances)."""
+    IO, IdO, ID, IA = BT["O"], BT["dO"], BT["D"], BT["dQacc"]
+
+    def kernel(o, do, D, dqacc, N, counters):
+        i = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        r0 = i * B_r
+        rows = min(B_r, N - r0)
+        nO = int64(0)
+        nD = int64(0)
+        nA = int64(0)
+        for r in range(t, rows, threads):               # D_i = rowsum(dO_i o O_i)
+            acc = ZERO
+            for x in range(d):
+                acc += float32(do[z, r0 + r, x]) * float32(o[z, r0 + r, x])
+            D[z, r0 + r] = acc
+            nO += d
+            nD += 1
+        for e in range(t, rows * d, threads):           # dQacc_i = 0
+            dqacc[z, r0 + e // d, e % d] = ZERO
+            nA += 1
+        if count:
+            add_count(counters, IO, READ, nO)
+            add_count(counters, IdO, READ, nO)
+            add_count(counters, ID, WRITE, nD)
+            add_count(counters, IA, WRITE, nA)
+
+    return kernel, kernel_name("fa2_bwd_pre", Br=B_r, d=d, dt=dt, count=count, t=threads)
+
+
+# ---------------------------------------------------------------------------------------
+# Main kernel (fa2: one block per key block; fa1: Algorithm 4, one block per instance)
+# ---------------------------------------------------------------------------------------
+@specialisation
+def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads):
+    """Kernel main(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters).
+
+    q, o, do: (instances, N, d); k, v: (batch * kv_heads, N, d); dk, dv: (instances, N, d)
+    per query head; fa2: s1 = L (instances, N), D (instances, N), dq = dQacc float32;
+    fa1: s1 = m, s2 = l (instances, N), D unused, dq = dQ in the problem dtype.
+    Grid fa2 (T_c, instances), fa1 (1, instances); `threads` threads.
+    """
+    FA1 = alg == "fa1"
+    DT = NB_DTYPE[dt]
+    F32_ELEMS = 2 * B_c * d + 2 * B_r * B_c + 3 * B_r
+    X0 = F32_ELEMS * 4 // NP_DTYPE[dt].itemsize
+    dK0, dV0, P0 = 0, B_c * d, 2 * B_c * d
+    dS0 = P0 + B_r * B_c
+    St0 = dS0 + B_r * B_c
+    D0 = St0 + B_r
+    l0 = D0 + B_r
+    K0, V0 = X0, X0 + B_c * d
+    Q0 = V0 + B_c * d
+    dO0 = Q0 + B_r * d
+    IQ, IK, IV, IO, IdO = BT["Q"], BT["K"], BT["V"], BT["O"], BT["dO"]
+    IL, Il, Im, ID = BT["L"], BT["l"], BT["m"], BT["D"]
+    IdQ, IdK, IdV, IA = BT["dQ"], BT["dK"], BT["dV"], BT["dQacc"]
+
+    def kernel(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters):
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
+        sf = cuda.shared.array(0, float32)
+        sx = cuda.shared.array(0, DT)
+        dKs = sf[dK0:dV0]
+        dVs = sf[dV0:P0]
+        Ps = sf[P0:dS0]
+        dSs = sf[dS0:St0]
+        Sts = sf[St0:D0]                                # L_i (fa2) or m_i (fa1)
+        Ds = sf[D0:l0]
+        ls = sf[l0:l0 + B_r]
+        Ks = sx[K0:V0]
+        Vs = sx[V0:Q0]
+        Qs = sx[Q0:dO0]
+        dOs = sx[dO0:dO0 + B_r * d]
+        nQ = int64(0)
+        nK = int64(0)
+        nO = int64(0)
+        nS = int64(0)
+        nA = int64(0)
+        nW = int64(0)
+        nZ = int64(0)
+        T_r = (N + B_r - 1) // B_r
+        T_c = (N + B_c - 1) // B_c
+        if FA1:
+            # line 6: dQ = 0, dK = 0, dV = 0 in HBM
+            for e in range(t, N * d, threads):
+                dq[z, e // d, e % d] = ZERO
+                dk[z, e // d, e % d] = ZERO
+                dv[z, e // d, e % d] = ZERO
+                nZ += 1
+            j_lo = 0
+            j_hi = T_c
+        else:
+            j_lo = cuda.blockIdx.x
+            j_hi = j_lo + 1
+        for j in range(j_lo, j_hi):                     # line 7
+            c0 = j * B_c
+            cols = min(B_c, N - c0)
+            cuda.syncthreads()
+            for e in range(t, cols * d, threads):       # line 8: load K_j, V_j
+                Ks[e] = k[zk, c0 + e // d, e % d]
+                Vs[e] = v[zk, c0 + e // d, e % d]
+                nK += 1
+            for e in range(t, B_c * d, threads):        # line 9: dK_j, dV_j = 0 on chip
+                dKs[e] = ZERO
+                dVs[e] = ZERO
+            for i in range(T_r):                        # line 10
+                r0 = i * B_r
+                rows = min(B_r, N - r0)
+                if causal and c0 > r0 + rows - 1:       # inactive tile
+                    continue
+                if has_mask and mask[i, j] == 0:
+                    continue
+                cuda.syncthreads()                      # previous tile done with Q, dO, P, dS
+                # line 11: load Q_i, dO_i and the row statistics
+                for e in range(t, rows * d, threads):
+                    Qs[e] = q[z, r0 + e // d, e % d]
+                    dOs[e] = do[z, r0 + e // d, e % d]
+                    nQ += 1
+                for r in range(t, rows, threads):
+                    Sts[r] = s1[z, r0 + r]
+                    if FA1:
+                        ls[r] = s2[z, r0 + r]
+                        acc = ZERO                      # lines 19-20: D_i = rowsum(dO_i o O_i)
+                        for x in range(d):
+                            acc += float32(do[z, r0 + r, x]) * float32(o[z, r0 + r, x])
+                        Ds[r] = acc
+                        nO += d
+                    else:
+                        Ds[r] = D[z, r0 + r]
+                    nS += 1
+                cuda.syncthreads()
+                # A, lines 12-21: P and dS per entry
+                for e in range(t, rows * cols, threads):
+                    r = e // cols
+                    c = e % cols
+                    p = ZERO
+                    visible = True
+                    if causal and c0 + c > r0 + r:
+                        visible = False
+                    st = Sts[r]
+                    if st == NEG_INF:                   # row sees no key: P = 0
+                        visible = False
+                    if FA1:
+                        if ls[r] <= ZERO:
+                            visible = False
+                    if visible:
+                        s = ZERO                        # line 12: S = scale Q_i K_j^T
+                        for x in range(d):
+                            s += float32(Qs[r * d + x]) * float32(Ks[c * d + x])
+                        s = s * scale
+                        if FA1:                         # lines 13-14: P = exp(S - m) / l
+                            p = math.exp(s - st) / ls[r]
+                        else:                           # P = exp(S - L)
+                            p = math.exp(s - st)
+                    dp = ZERO                           # line 18: dP = dO_i V_j^T
+                    for x in range(d):
+                        dp += float32(dOs[r * d + x]) * float32(Vs[c * d + x])
+                    Ps[r * B_c + c] = p
+                    dSs[r * B_c + c] = p * (dp - Ds[r])  # line 21
+                cuda.syncthreads()
+                # B, lines 17 and 23: dV_j += P^T dO_i, dK_j += scale dS^T Q_i
+                for e in range(t, cols * d, threads):
+                    c = e // d
+                    x = e % d
+                    av = ZERO
+                    ak = ZERO
+                    for r in range(rows):
+                        av += Ps[r * B_c + c] * float32(dOs[r * d + x])
+                        ak += dSs[r * B_c + c] * float32(Qs[r * d + x])
+                    dVs[e] += av
+                    dKs[e] += scale * ak
+                # C, line 22: dQ_i += scale dS K_j
+                for e in range(t, rows * d, threads):
+                    r = e // d
+                    x = e % d
+                    aq = ZERO
+                    for c in range(cols):
+                        aq += dSs[r * B_c + c] * float32(Ks[c * d + x])
+                    aq = scale * aq
+                    if FA1:                             # read-modify-write of dQ_i in HBM
+                        dq[z, r0 + r, x] = float32(dq[z, r0 + r, x]) + aq
+                    else:                               # one float32 atomic add
+                        cuda.atomic.add(dq, (z, r0 + r, x), aq)
+                    nA += 1
+            cuda.syncthreads()
+            for e in range(t, cols * d, threads):       # line 25: write dK_j, dV_j
+                dk[z, c0 + e // d, e % d] = dKs[e]
+                dv[z, c0 + e // d, e % d] = dVs[e]
+                nW += 1
+        if count:
+            add_count(counters, IQ, READ, nQ)
+            add_count(counters, IdO, READ, nQ)
+            add_count(counters, IK, READ, nK)
+            add_count(counters, IV, READ, nK)
+            if FA1:
+                add_count(counters, IO, READ, nO)
+                add_count(counters, Im, READ, nS)
+                add_count(counters, Il, READ, nS)
+                add_count(counters, IdQ, READ, nA)
+                add_count(counters, IdQ, WRITE, nA + nZ)
+                add_count(counters, IdK, WRITE, nW + nZ)
+                add_count(counters, IdV, WRITE, nW + nZ)
+            else:
+                add_count(counters, IL, READ, nS)
+                add_count(counters, ID, READ, nS)
+                add_count(counters, IA, READ, nA)
+                add_count(counters, IA, WRITE, nA)
+                add_count(counters, IdK, WRITE, nW)
+                add_count(counters, IdV, WRITE, nW)
+
+    name = kernel_name(f"{alg}_bwd_main", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
+                       mask=has_mask, count=count, t=threads)
+    return kernel, name
+
+
+# ---------------------------------------------------------------------------------------
+# Element-wise passes: dQ = dQacc; grouped-head sums of dK, dV
+# ---------------------------------------------------------------------------------------
+@specialisation
+def convert_kernel(dt, count):
+    """Kernel convert(dqacc, dq, counters): dq = dqacc (problem dtype); flat views."""
+    IA, IdQ = BT["dQacc"], BT["dQ"]
+
+    def kernel(acc, dq, counters):
+        n = int64(0)
+        for e in range(cuda.grid(1), dq.shape[0], cuda.gridsize(1)):
+            dq[e] = acc[e]
+            n += 1
+        if count:
+            add_count(counters, IA, READ, n)
+            add_count(counters, IdQ, WRITE, n)
+
+    return kernel, kernel_name("bwd_convert", dt=dt, count=count)
+
+
+@specialisation
+def group_sum_kernel(dt, count):
+    """Kernel gsum(dk_h, dv_h, dk, dv, group, counters): dk[g] = sum over the group's query
+    heads of dk_h (same for dv); dk_h, dv_h: (batch * heads, N*d), dk, dv: (batch *
+    kv_heads, N*d); head h of batch b belongs to kv instance (b*heads + h) // group."""
+    IdK, IdV = BT["dK"], BT["dV"]
+
+    def kernel(dk_h, dv_h, dk, dv, group, counters):
+        nd = dk.shape[1]
+        nr = int64(0)
+        nw = int64(0)
+        for e in range(cuda.grid(1), dk.shape[0] * nd, cuda.gridsize(1)):
+            zg = e // nd
+            x = e % nd
+            ak = ZERO
+            av = ZERO
+            for h in range(group):
+                ak += float32(dk_h[zg * group + h, x])
+                av += float32(dv_h[zg * group + h, x])
+                nr += 1
+            dk[zg, x] = ak
+            dv[zg, x] = av
+            nw += 1
+        if count:
+            add_count(counters, IdK, READ, nr)
+            add_count(counters, IdV, READ, nr)
+            add_count(counters, IdK, WRITE, nw)
+            add_count(counters, IdV, WRITE, nw)
+
+    return kernel, kernel_name("bwd_group_sum", dt=dt, count=count)
+
+
+def _flat_launch(kern, n, *args):
+    threads = default_threads() if SIM else 256
+    blocks = max(1, min(4 if SIM else 4096, -(-n // threads)))
+    kern[blocks, threads](*args)
+
+
+# ---------------------------------------------------------------------------------------
+# Public entry point
+# ---------------------------------------------------------------------------------------
+def _check_stats(name, x, shape, kind):
+    """Device array of float32 statistics of `shape` (B, H, N)."""
+    if isinstance(x, np.ndarray):
+        if x.shape != shape:
+            raise ValueError(f"{name} has shape {x.shape}; expected {shape} (batch, heads, N)")
+        return cuda.to_device(np.ascontiguousarray(x, dtype=np.float32))
+    if hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host"):
+        dev = x if hasattr(x, "copy_to_host") else cuda.as_cuda_array(x)
+        if tuple(dev.shape) != shape or np.dtype(dev.dtype) != np.float32:
+            raise ValueError(f"{name} has shape {tuple(dev.shape)} and dtype {dev.dtype}; "
+                             f"expected {shape} float32")
+        return dev
+    raise ValueError(f"{name} must be a float32 array of shape {shape}; got {type(x).__name__}")
+
+
+def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, scale=None,
+                       block_rows=None, block_cols=None, block_mask=None, count_traffic=False,
+                       threads=None):
+    """Gradients (dq, dk, dv) of O = softmax(scale Q K^T [+ mask]) V given dO, on the GPU.
+
+    q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N, d); one dtype (float32 or
+    float16), C-contiguous, all NumPy or all device arrays (as `gpu.attention`).
+    stats: what the forward left in HBM: fa2: L (batch, heads, N) float32 (e.g.
+    `gpu.attention(..., algorithm='fa2', return_stats=True)`); fa1: (l, m), each
+    (batch, heads, N) float32 (gpu.attention returns only L: take l, m from
+    iosim.execute('fa1', ...).stats, or use l = 1, m = L, which gives the same P).
+    causal, scale, block_mask: as in the forward (must match it). Tiling: block_rows=B_r,
+    block_cols=B_c, or neither (`default_backward_tiling`).
+    Returns (dq, dk, dv) (dk, dv with kv_heads heads), or ((dq, dk, dv), ledger) with
+    count_traffic=True: the kernels' own counts as an iosim BackwardLedger (problem totals,
+    equal to iosim.backward_closed_form).
+    """
+    if algorithm not in BACKWARD_ALGORITHMS:
+        raise ValueError(f"algorithm={algorithm!r} is not supported by the GPU backward; "
+                         f"allowed: {', '.join(BACKWARD_ALGORITHMS)} (the standard backward, "
+                         f"Algorithm 3, runs in iosim.execute_backward only)")
+    (B, H, N, d), dt, kind = _check("q", q)
+    shape_k, dtk, kindk = _check("k", k)
+    shape_v, dtv, kindv = _check("v", v)
+    shape_o, dto, kindo = _check("o", o)
+    shape_do, dtdo, kinddo = _check("do", do)
+    Hk = shape_k[1]
+    if shape_k != (B, Hk, N, d) or shape_v != shape_k:
+        raise ValueError(f"k has shape {shape_k} and v has shape {shape_v}; both must be "
+                         f"(batch={B}, kv_heads, N={N}, d={d}) to match q {(B, H, N, d)}")
+    for name, shp in (("o", shape_o), ("do", shape_do)):
+        if shp != (B, H, N, d):
+            raise ValueError(f"{name} has shape {shp}; expected q's shape {(B, H, N, d)}")
+    if H % Hk:
+        raise ValueError(f"k/v have kv_heads={Hk}, which must divide q's heads={H}")
+    if any(x != dt for x in (dtk, dtv, dto, dtdo)):
+        raise ValueError(f"q, k, v, o, do dtypes are {dt}, {dtk}, {dtv}, {dto}, {dtdo}; "
+                         f"they must be the same")
+    if len({x == "numpy" for x in (kind, kindk, kindv, kindo, kinddo)}) != 1:
+        raise ValueError("q, k, v, o, do must all be NumPy arrays or all be device arrays")
+    if d not in HEAD_DIMS:
+        raise ValueError(f"head dimension d={d} is not supported; allowed: {HEAD_DIMS}")
+    dname = "fp32" if dt == np.float32 else "fp16"
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    if not np.isfinite(scale):
+        raise ValueError(f"scale={scale!r} must be a finite number")
+    if block_rows is None and block_cols is None:
+        tiling = default_backward_tiling(d, dname)
+    else:
+        for name, val in (("block_rows", block_rows), ("block_cols", block_cols)):
+            if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
+                raise ValueError(f"{name}={val!r} must be a positive integer (give both "
+                                 f"block_rows and block_cols, or neither)")
+        tiling = Tiling(int(block_rows), int(block_cols))
+    B_r, B_c = tiling.B_r, tiling.B_c
+    threads = default_threads() if threads is None else int(threads)
+    if not 1 <= threads <= 1024:
+        raise ValueError(f"threads={threads} must be in 1..1024")
+    problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
+                            causal=causal, block_mask=block_mask)
+    iosim.active_tiles(problem, tiling)            # validates block_mask's shape
+    shm = bwd_shared_bytes(B_r, B_c, d, dname)
+    check_fits(shm, f"the {algorithm} backward with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
+    if algorithm == "fa2":
+        L_dev = _check_stats("stats (L)", stats, (B, H, N), kind)
+    elif algorithm == "fa1":
+        if not (isinstance(stats, (tuple, list)) and len(stats) == 2):
+            raise ValueError(f"stats for algorithm='fa1' must be the pair (l, m); got "
+                             f"{type(stats).__name__}")
+        l_dev = _check_stats("stats l", stats[0], (B, H, N), kind)
+        m_dev = _check_stats("stats m", stats[1], (B, H, N), kind)
+    mask_dev = cuda.to_device(np.ones((1, 1), dtype=np.uint8) if block_mask is None else
+                              np.ascontiguousarray(problem.block_mask, dtype=np.uint8))
+    has_mask = block_mask is not None
+
+    qd, kd, vd, od, dod = (_to_device(x, kind) for x in (q, k, v, o, do))
+    I, Ik = B * H, B * Hk
+    q3, o3, do3 = (x.reshape(I, N, d) for x in (qd, od, dod))
+    k3, v3 = kd.reshape(Ik, N, d), vd.reshape(Ik, N, d)
+    G = H // Hk
+    npdt = NP_DTYPE[dname]
+    counters = _new_counters(count_traffic)
+    count = bool(count_traffic)
+    dq3 = filled((I, N, d), npdt, np.nan)          # poison: unwritten elements show as NaN
+    dk_h = filled((I, N, d), npdt, np.nan)         # per query head
+    dv_h = filled((I, N, d), npdt, np.nan)
+    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    if algorithm == "fa2":
+        D2 = filled((I, N), np.float32, np.nan)
+        acc = filled((I, N, d), np.float32, np.nan)
+        pre = fa2_pre_kernel(B_r, d, dname, count, threads)
+        pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
+        kern = bwd_main_kernel("fa2", B_r, B_c, d, dname, bool(causal), has_mask, count, threads)
+        launch(kern, (T_c, I), threads, shm, q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2, D2,
+               acc, dk_h, dv_h, np.float32(scale), np.int64(N), np.int64(H), np.int64(G),
+               mask_dev, counters)
+        _flat_launch(convert_kernel(dname, count), I * N * d, acc.reshape(I * N * d),
+                     dq3.reshape(I * N * d), counters)
+    elif algorithm == "fa1":
+        kern = bwd_main_kernel("fa1", B_r, B_c, d, dname, bool(causal), has_mask, count, threads)
+        launch(kern, (1, I), threads, shm, q3, k3, v3, o3, do3, m_dev.reshape(I, N),
+               l_dev.reshape(I, N), m_dev.reshape(I, N), dq3, dk_h, dv_h, np.float32(scale),
+               np.int64(N), np.int64(H), np.int64(G), mask_dev, counters)
+    if G == 1:
+        dk3, dv3 = dk_h, dv_h
+    else:
+        dk3 = filled((Ik, N, d), npdt, np.nan)
+        dv3 = filled((Ik, N, d), npdt, np.nan)
+        _flat_launch(group_sum_kernel(dname, count), Ik * N * d, dk_h.reshape(I, N * d),
+                     dv_h.reshape(I, N * d), dk3.reshape(Ik, N * d), dv3.reshape(Ik, N * d),
+                     np.int64(G), counters)
+    grads = (_return_like(dq3.reshape(B, H, N, d), kind, q),
+             _return_like(dk3.reshape(B, Hk, N, d), kind, q),
+             _return_like(dv3.reshape(B, Hk, N, d), kind, q))
+    if count_traffic:
+        return grads, _counters_to_ledger(counters, algorithm, problem, tiling)
+    return grads
+
+
+__all__ = ["attention_backward", "default_backward_tiling", "bwd_shared_bytes", "BW_TENSORS"]

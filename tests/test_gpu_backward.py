@@ -1,0 +1,175 @@
+"""Backward kernels (gpu.backward.attention_backward) against float64 gradients and
+iosim's backward ledger.
+
+Runs in Numba's CUDA simulator without a GPU (tests/conftest.py): N <= 40, d = 16,
+16 x 16 tiles (ragged: N = 40 leaves a 8-row last block), 16 threads per block.
+
+Accuracy (rel err = ||g - ref||_F / ||ref||_F, ref = iosim.reference_attention_backward
+in float64 of the very (q, k, v, dO) the kernel saw):
+  * fp32: rel err <= 1e-4 for dQ, dK, dV.
+  * fp16: rel err <= 2 * e_model, e_model the rel err of a NumPy float64 model of the
+    fp16 storage roundings the schedule cannot avoid: O stored in fp16 (D uses it), each
+    query head's dK_h, dV_h rounded before the group sum, fa1's dQ_i rounded after every
+    key block (Algorithm 4 line 22 writes it to HBM), and the final fp16 gradients.
+Counts: the instrumented kernels' ledger `.counts()` == iosim.backward_closed_form(...).
+Every output is poisoned with NaN before the kernels run; all-finite results show that
+every element was written.
+"""
+import numpy as np
+import pytest
+
+import gpu
+import iosim
+from gpu.backward import attention_backward
+
+T16 = dict(block_rows=16, block_cols=16)
+TILING = iosim.Tiling(16, 16)
+
+
+def rel_err(g, ref):
+    return float(np.linalg.norm(np.asarray(g, np.float64) - ref) / np.linalg.norm(ref))
+
+
+def setup(alg, N=40, d=16, heads=2, kv_heads=1, dtype="fp32", causal=False, block_mask=None,
+          seed=0, B_r=16, B_c=16):
+    p = iosim.Problem(N=N, d=d, batch=1, heads=heads, kv_heads=kv_heads, dtype=dtype,
+                      causal=causal, block_mask=block_mask)
+    q, k, v = iosim.random_inputs(p, seed)
+    do = np.random.default_rng(seed + 7).standard_normal(q.shape).astype(q.dtype)
+    ex = iosim.execute(alg, p, iosim.Tiling(B_r, B_c), q, k, v)
+    stats = ex.stats["L"] if alg == "fa2" else (ex.stats["l"], ex.stats["m"])
+    return p, q, k, v, ex.O, do, stats
+
+
+def fp16_model(alg, q, k, v, o, do, causal=False, B_c=16):
+    """(dq, dk, dv) of the module docstring's rounding model (float64 otherwise)."""
+    q, k, v, o, do = (np.asarray(x, np.float64) for x in (q, k, v, o, do))
+    H, G = q.shape[1], k.shape[1]
+    kr, vr = np.repeat(k, H // G, axis=1), np.repeat(v, H // G, axis=1)
+    N, d = q.shape[-2:]
+    s = q @ np.swapaxes(kr, -1, -2) / np.sqrt(d)
+    if causal:
+        s = np.where(np.tril(np.ones((N, N), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    D = (do * o).sum(-1, keepdims=True)             # O as stored (fp16)
+    ds = p * (do @ np.swapaxes(vr, -1, -2) - D) / np.sqrt(d)
+    r16 = lambda x: x.astype(np.float16).astype(np.float64)
+    if alg == "fa1":                                # dQ rounded after every key block
+        dq = np.zeros_like(q)
+        for c0 in range(0, N, B_c):
+            dq = r16(dq + ds[..., c0:c0 + B_c] @ kr[..., c0:c0 + B_c, :])
+    else:
+        dq = ds @ kr
+    dk_h, dv_h = r16(np.swapaxes(ds, -1, -2) @ q), r16(np.swapaxes(p, -1, -2) @ do)
+    sh = (q.shape[0], G, H // G, N, d)
+    return r16(dq), r16(dk_h.reshape(sh).sum(2)), r16(dv_h.reshape(sh).sum(2))
+
+
+def check(alg, p, q, k, v, o, do, grads, ledger, causal, block_mask=None, tiling=TILING):
+    ref = iosim.reference_attention_backward(q, k, v, do, causal=causal, block_mask=block_mask,
+                                             B_r=tiling.B_r, B_c=tiling.B_c)
+    assert ledger.counts() == iosim.backward_closed_form(alg, p, tiling).counts()
+    for g, name in zip(grads, ("dq", "dk", "dv")):
+        assert np.isfinite(g).all(), f"{name} has unwritten (NaN) elements"
+    if q.dtype == np.float32:
+        for g, r, name in zip(grads, ref, ("dq", "dk", "dv")):
+            assert rel_err(g, r) <= 1e-4, (name, rel_err(g, r))
+    else:
+        model = fp16_model(alg, q, k, v, o, do, causal, tiling.B_c)
+        for g, mdl, r, name in zip(grads, model, ref, ("dq", "dk", "dv")):
+            assert rel_err(g, r) <= 2 * rel_err(mdl, r), (name, rel_err(g, r), rel_err(mdl, r))
+    return ref
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fa2_fp32_grouped_ragged(causal):
+    """fa2, N=40 (ragged), 2 query heads sharing 1 K/V head; L from the gpu forward."""
+    p, q, k, v, _, do, _ = setup("fa2", causal=causal)
+    O, L = gpu.attention(q, k, v, algorithm="fa2", causal=causal, return_stats=True, **T16)
+    grads, ledger = attention_backward(q, k, v, O, do, L, causal=causal, count_traffic=True,
+                                       **T16)
+    assert all(g.dtype == np.float32 for g in grads)
+    assert grads[1].shape == k.shape and grads[2].shape == v.shape
+    check("fa2", p, q, k, v, O, do, grads, ledger, causal)
+
+
+@pytest.mark.parametrize("alg", ["fa2", "fa1"])
+def test_fp16_causal(alg):
+    p, q, k, v, O, do, stats = setup(alg, dtype="fp16", causal=True, N=40)
+    grads, ledger = attention_backward(q, k, v, O, do, stats, algorithm=alg, causal=True,
+                                       count_traffic=True, **T16)
+    assert all(g.dtype == np.float16 for g in grads)
+    check(alg, p, q, k, v, O, do, grads, ledger, True)
+
+
+def test_fa1_fp32_grouped_ragged_causal():
+    p, q, k, v, O, do, stats = setup("fa1", causal=True)
+    grads, ledger = attention_backward(q, k, v, O, do, stats, algorithm="fa1", causal=True,
+                                       count_traffic=True, **T16)
+    check("fa1", p, q, k, v, O, do, grads, ledger, True)
+    # the same schedule as iosim's host execution, up to float32 summation order
+    eb = iosim.execute_backward("fa1", p, TILING, q, k, v, do)
+    for g, r in zip(grads, (eb.dq, eb.dk, eb.dv)):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("alg", ["fa2", "fa1"])
+def test_block_mask_with_empty_row(alg):
+    """Query block 1 sees no key at all (L = -inf / l = 0): its dQ rows are 0."""
+    mask = np.array([[True, False, True], [False, False, False], [True, True, False]])
+    p, q, k, v, O, do, stats = setup(alg, N=40, heads=1, kv_heads=1, block_mask=mask)
+    grads, ledger = attention_backward(q, k, v, O, do, stats, algorithm=alg, block_mask=mask,
+                                       count_traffic=True, **T16)
+    check(alg, p, q, k, v, O, do, grads, ledger, False, block_mask=mask)
+    assert not grads[0][0, 0, 16:32].any()
+
+
+def test_fa2_rectangular_tiles_uncounted_matches_counted():
+    """B_r=8, B_c=16, N=24: counts equal the closed form; the uncounted build gives the
+    same gradients bit for bit."""
+    tiling = iosim.Tiling(8, 16)
+    p, q, k, v, O, do, L = setup("fa2", N=24, heads=1, kv_heads=1, causal=True, B_r=8)
+    grads, ledger = attention_backward(q, k, v, O, do, L, causal=True, count_traffic=True,
+                                       block_rows=8, block_cols=16)
+    check("fa2", p, q, k, v, O, do, grads, ledger, True, tiling=tiling)
+    plain = attention_backward(q, k, v, O, do, L, causal=True, block_rows=8, block_cols=16)
+    for a, b in zip(grads, plain):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_bad_input():
+    p, q, k, v, O, do, L = setup("fa2", N=16, heads=1, kv_heads=1)
+    with pytest.raises(ValueError, match="algorithm='fa3'"):
+        attention_backward(q, k, v, O, do, L, algorithm="fa3")
+    with pytest.raises(ValueError, match="stats"):
+        attention_backward(q, k, v, O, do, L[..., :8])
+    with pytest.raises(ValueError, match=r"\(l, m\)"):
+        attention_backward(q, k, v, O, do, L, algorithm="fa1")
+    with pytest.raises(ValueError, match="dtypes"):
+        attention_backward(q, k, v, O, do.astype(np.float16), L)
+    with pytest.raises(ValueError, match="do has shape"):
+        attention_backward(q, k, v, O, do[:, :, :8], L)
+    with pytest.raises(ValueError, match="block_rows=0"):
+        attention_backward(q, k, v, O, do, L, block_rows=0, block_cols=16)
+    with pytest.raises(ValueError, match="d=12"):
+        x = np.zeros((1, 1, 16, 12), np.float32)
+        attention_backward(x, x, x, x, x, L)
+    with pytest.raises(ValueError, match="shared memory"):
+        attention_backward(q, k, v, O, do, L, block_rows=128, block_cols=128)
+
+
+def test_fa1_accepts_l1_mL_and_standard_refused():
+    """fa1 with l = 1, m = L gives the same P (also for a row that sees no key)."""
+    mask = np.array([[True, False], [False, False]])
+    p, q, k, v, O, do, (l, m) = setup("fa1", N=24, heads=1, kv_heads=1, block_mask=mask)
+    with np.errstate(divide="ignore"):
+        L = np.where(l > 0, m + np.log(np.where(l > 0, l, 1)), -np.inf).astype(np.float32)
+    a = attention_backward(q, k, v, O, do, (l, m), algorithm="fa1", block_mask=mask, **T16)
+    b = attention_backward(q, k, v, O, do, (np.ones_like(l), L), algorithm="fa1",
+                           block_mask=mask, **T16)
+    for x, y in zip(a, b):
+        assert np.isfinite(y).all()
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="algorithm='standard'"):
+        attention_backward(q, k, v, O, do, None, algorithm="standard")
