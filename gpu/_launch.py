@@ -152,15 +152,17 @@ def _opt_in(kernel, args, shmem: int) -> None:
         from numba.cuda.cudadrv import enums
         attr = enums.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     errors = []
+    # cuKernelSetAttribute first: numba-cuda loads kernels through the library API, and
+    # that is what worked on the H100 (PLATFORM.md); cuFuncSetAttribute as the fallback
     try:
-        d.cuFuncSetAttribute(cufunc.handle, attr, int(shmem))
-    except Exception as exc:  # fall back to the CUkernel entry point PLATFORM.md used
-        errors.append(f"cuFuncSetAttribute: {exc!r}")
+        dev = cuda.get_current_device().id
+        d.cuKernelSetAttribute(attr, int(shmem), cufunc.handle, dev)
+    except Exception as exc:
+        errors.append(f"cuKernelSetAttribute: {exc!r}")
         try:
-            dev = cuda.get_current_device().id
-            d.cuKernelSetAttribute(attr, int(shmem), cufunc.handle, dev)
+            d.cuFuncSetAttribute(cufunc.handle, attr, int(shmem))
         except Exception as exc2:
-            errors.append(f"cuKernelSetAttribute: {exc2!r}")
+            errors.append(f"cuFuncSetAttribute: {exc2!r}")
             raise RuntimeError("could not opt in to %d bytes of dynamic shared memory: %s"
                                % (shmem, "; ".join(errors))) from exc2
     _opted_in[key] = int(shmem)

@@ -1,10 +1,19 @@
 """`gpu.attention`: run one of the forward kernels on (batch, heads, N, d) arrays.
 
-Default tiling (no block_rows/block_cols/sram_bytes given): the largest square tile
-B_r = B_c = B in (64, 32, 16) whose shared-memory footprint
-(`iosim.sram_footprint_bytes`) fits the 48 KB every CUDA device allows without opt-in.
-For example fa2/fa1: fp32 d=64 -> 32, fp16 d=64 -> 32, fp32 d=128 -> 16, d=16 -> 64;
-standard: fp32 d=64 -> 64.
+Two fa2 kernels run the same schedule (hence the same traffic and the same ledger):
+`gpu.fa2` (the plain one: one thread per tile element, S and O tiles in shared memory,
+easy to hold next to the paper) and `gpu.fa2_fast` (register-tiled S = Q K^T and P V
+micro-products, the fast path). `attention(..., algorithm='fa2')` takes the fast kernel
+whenever it supports the tiling and thread count (`fast=None`); `fast=False` forces the
+plain one, `fast=True` demands the fast one (ValueError if it cannot run the tiling).
+
+Default tiling (no block_rows/block_cols/sram_bytes given):
+* fa2 on a GPU: `FA2_FAST_TILES[d]` (B_r, B_c, threads), the fastest fp32 variant of
+  the fast kernel measured on the H100 (benchmarks/results/, scripts/fa2_fast_variants.py);
+* otherwise (fa1, standard, the simulator): the largest square tile B_r = B_c = B in
+  (64, 32, 16) whose shared-memory footprint (`iosim.sram_footprint_bytes`) fits the
+  48 KB every CUDA device allows without opt-in. For example fa2/fa1: fp32 d=64 -> 32,
+  fp16 d=64 -> 32, fp32 d=128 -> 16, d=16 -> 64; standard: fp32 d=64 -> 64.
 """
 from __future__ import annotations
 
@@ -16,12 +25,20 @@ from numba import cuda
 import iosim
 from iosim.tiling import ALGORITHMS, Tiling, resolve_tiling, sram_footprint_bytes
 
-from . import fa1, fa2, standard
-from ._launch import (DEFAULT_SMEM_BYTES, NP_DTYPE, check_fits, counters_to_ledger,
-                      default_threads, filled, new_counters)
+from . import fa1, fa2, fa2_fast, standard
+from ._launch import (DEFAULT_SMEM_BYTES, NP_DTYPE, SIM, check_fits, counters_to_ledger,
+                      default_threads, device_smem_limit, filled, new_counters)
 
 HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128)
 DEFAULT_TILES = (64, 32, 16)
+#: fa2's default on a GPU: head dim -> (B_r, B_c, threads) of gpu.fa2_fast, fastest fp32
+#: variant measured on the H100 at N=4096 (see the module docstring); head dims not
+#: listed take the first of FA2_FAST_FALLBACK that the fast kernel supports.
+FA2_FAST_TILES = {64: (128, 64, 128), 128: (128, 128, 256)}
+FA2_FAST_FALLBACK = ((128, 64, 128), (128, 64, 256), (64, 64, 256), (64, 64, 128),
+                     (32, 32, 128))
+#: thread counts tried, in order, for the fast kernel when the caller gives a tiling
+FA2_FAST_THREADS = (256, 128, 64)
 
 
 @dataclass
@@ -35,8 +52,39 @@ class AttentionResult:
     ledger: iosim.Ledger | None = None
 
 
+def fa2_fast_default(d: int) -> tuple[int, int, int] | None:
+    """(B_r, B_c, threads) of the fast fa2 kernel's default tiling for head dim d, or None
+    where it has none (the simulator: its warps are OS threads, so tiny blocks rule)."""
+    if SIM:
+        return None
+    limit = device_smem_limit()
+    for B_r, B_c, threads in ((FA2_FAST_TILES[d],) if d in FA2_FAST_TILES else ()) + \
+            FA2_FAST_FALLBACK:
+        if fa2_fast.supports(B_r, B_c, d, threads, smem_limit=limit):
+            return B_r, B_c, threads
+    return None
+
+
+def fa2_fast_threads(B_r: int, B_c: int, d: int, threads: int | None) -> int | None:
+    """Thread count at which the fast fa2 kernel runs (B_r, B_c, d), or None if none
+    of `threads` (given) or FA2_FAST_THREADS (not given) works on this device."""
+    limit = device_smem_limit()
+    if threads is not None:
+        candidates = (threads,)
+    else:   # the simulator runs one OS thread per CUDA thread: keep its default
+        candidates = (default_threads(),) if SIM else FA2_FAST_THREADS
+    for t in candidates:
+        if fa2_fast.supports(B_r, B_c, d, t, smem_limit=limit):
+            return t
+    return None
+
+
 def default_tiling(algorithm: str, d: int, dtype: str) -> Tiling:
-    """Largest square tile in DEFAULT_TILES whose footprint fits 48 KB (see module doc)."""
+    """The tiling `attention` uses when none is given (see the module docstring)."""
+    if algorithm == "fa2":
+        fast = fa2_fast_default(d)
+        if fast is not None:
+            return Tiling(fast[0], fast[1])
     for B in DEFAULT_TILES:
         if sram_footprint_bytes(algorithm, B, B, d, dtype) <= DEFAULT_SMEM_BYTES:
             return Tiling(B, B)
@@ -99,7 +147,7 @@ def _return_like(dev, kind, like):
 
 def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=None,
               block_cols=None, sram_bytes=None, block_mask=None, count_traffic=False,
-              return_stats=False, threads=None):
+              return_stats=False, threads=None, fast=None):
     """Exact attention O = softmax(scale Q K^T [+ causal/block mask]) V on the GPU.
 
     q: (batch, heads, N, d); k, v: (batch, kv_heads, N, d) with kv_heads dividing heads
@@ -118,7 +166,11 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     they loaded/stored (problem totals, comparable with iosim.closed_form).
     return_stats: also return L (fa2, fa1).
     threads: threads per block (default `_launch.default_threads()`: 128 on a GPU,
-    16 in the simulator); the kernels stride over their work, so any 1..1024 works.
+    16 in the simulator; the fast fa2 kernel: its tiling's own, see FA2_FAST_TILES);
+    the plain kernels stride over their work, so any 1..1024 works.
+    fast: fa2 only. None: the register-tiled `gpu.fa2_fast` kernel where it supports
+    the tiling, else the plain `gpu.fa2`; True: fast kernel or ValueError; False: plain.
+    Both run the same schedule: same ledger, outputs equal to rounding.
     Returns O; (O, ledger) with count_traffic; (O, L) with return_stats; (O, L, ledger)
     with both.
     """
@@ -145,19 +197,39 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
     if not np.isfinite(scale):
         raise ValueError(f"scale={scale!r} must be a finite number")
+    if fast not in (None, True, False):
+        raise ValueError(f"fast={fast!r} is not allowed; allowed: None, True, False")
+    if fast and algorithm != "fa2":
+        raise ValueError(f"fast=True is only for algorithm='fa2' (got {algorithm!r})")
+    if threads is not None and not 1 <= int(threads) <= 1024:
+        raise ValueError(f"threads={threads} must be in 1..1024")
     if block_rows is None and block_cols is None and sram_bytes is None:
         tiling = default_tiling(algorithm, d, dname)
     else:
         tiling = resolve_tiling(algorithm, d, dname, block_rows=block_rows,
                                 block_cols=block_cols, sram_bytes=sram_bytes)
     B_r, B_c = tiling.B_r, tiling.B_c
-    foot = sram_footprint_bytes(algorithm, B_r, B_c, d, dname)
-    check_fits(foot, f"algorithm={algorithm!r} with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
+    what = f"algorithm={algorithm!r} with B_r={B_r}, B_c={B_c}, d={d}, {dname}"
+    use_fast = False
+    if algorithm == "fa2" and fast is not False:
+        t_fast = fa2_fast_threads(B_r, B_c, d, None if threads is None else int(threads))
+        if t_fast is None and fast:
+            raise ValueError(f"fast=True: the fast fa2 kernel cannot run B_r={B_r}, B_c={B_c}, "
+                             f"d={d} with threads={threads} on this device (see "
+                             f"gpu.fa2_fast.plan and smem_bytes); use fast=None or other tiles")
+        if t_fast is not None:
+            use_fast, threads = True, t_fast
+    fast_opts = {}
+    if use_fast:   # O and S live in registers: its own shared-memory layout
+        # warp-shuffle row reductions on hardware (the simulator has no shuffles)
+        fast_opts = dict(shfl=fa2_fast.supports(B_r, B_c, d, threads, shfl=True))
+        check_fits(fa2_fast.smem_bytes(B_r, B_c, d, threads, shfl=fast_opts["shfl"]),
+                   what + " (fast kernel)")
+    else:
+        check_fits(sram_footprint_bytes(algorithm, B_r, B_c, d, dname), what)
     if algorithm == "standard":
         check_fits(4 * N, f"the standard softmax row of N={N} float32")
     threads = default_threads() if threads is None else int(threads)
-    if not 1 <= threads <= 1024:
-        raise ValueError(f"threads={threads} must be in 1..1024")
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
                             causal=causal, block_mask=block_mask)
     active = iosim.active_tiles(problem, tiling)   # validates block_mask's shape
@@ -178,7 +250,11 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     L = None
     if algorithm == "fa2":
         L2 = filled((B * H, N), np.float32, np.nan)
-        fa2.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common)
+        if use_fast:
+            fa2_fast.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common,
+                         **fast_opts)
+        else:
+            fa2.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common)
         L = L2
     elif algorithm == "fa1":
         l2 = filled((B * H, N), np.float32, np.nan)

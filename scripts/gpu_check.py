@@ -16,13 +16,14 @@ For every configuration (algorithm x dtype x causal x N, plus rows that exercise
   * O must contain no NaN (outputs are poisoned with NaN before each launch) and the
     counting and plain builds must give bit-identical O;
   * accuracy: rel err = ||O - ref||_F / ||ref||_F against float64 attention of the same
-    inputs (torch float64 on the GPU; NumPy in --sim). fp32: rel err <= 1e-5. fp16:
-    rel err <= 2 e_model, e_model = rel err of the unavoidable storage roundings in float64
-    (fa1/fa2: O rounded to fp16 once; standard: S, P and O rounded to fp16). fa1 rounds
+    inputs (torch float64 on the GPU; NumPy in --sim). fp32: rel err <= 1e-5. fp16 with
+    torch: rel err <= 2 err_sdpa (PyTorch's own fp16 scaled_dot_product_attention error
+    against the same reference: the project's criterion); without torch (--sim,
+    --no-torch): rel err <= 2 e_model, e_model = rel err of the unavoidable storage
+    roundings in float64 (fa1/fa2: O rounded to fp16 once; standard: S, P and O rounded
+    to fp16); with torch that stricter figure is kept as bound_model. fa1 rounds
     its normalised O to fp16 after every key block (T_c times, the paper's step 12), so it
     may exceed this at large N: the table shows it, it is not hidden.
-    PyTorch's own scaled_dot_product_attention in the same dtype is reported beside it
-    (err_sdpa), as the yardstick for the fp16 criterion.
   * time of the plain build (ms, median of --repeats after one warm-up; informational).
 Prints a table; writes JSON to $OUT (else ./out)/gpu_check.json with the device name,
 versions (numba, numba-cuda, numpy, torch, driver) and the date. Exit status 1 if any
@@ -49,6 +50,9 @@ def parse_args(argv=None):
     ap.add_argument("--ptx", action="store_true",
                     help="PTX checks only (no GPU); with --quick: a subset (causal, fp16)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per config")
+    ap.add_argument("--no-torch", action="store_true",
+                    help="NumPy float64 reference, no PyTorch kernels (for compute-sanitizer: "
+                         "racecheck would otherwise also report on cuDNN's SDPA kernels)")
     ap.add_argument("--out", default=None, help="output folder (default $OUT, else ./out)")
     return ap.parse_args(argv)
 
@@ -75,7 +79,8 @@ try:
     import torch
 except ImportError:  # the simulator machine has no torch
     torch = None
-USE_TORCH = torch is not None and not ARGS.sim and torch.cuda.is_available()
+USE_TORCH = (torch is not None and not ARGS.sim and not ARGS.no_torch
+             and torch.cuda.is_available())
 
 
 # ---------------------------------------------------------------------------------------
@@ -103,6 +108,10 @@ def configs():
                                     heads=heads, kv_heads=heads, tiles=tiles, mask=False))
     N = Ns[0]
     extra = dict(N=N, d=64, batch=1, heads=heads, mask=False)
+    # the plain fa2 kernel (fast=False); the rows above run gpu.fa2_fast where it applies
+    for dtype in ("fp32", "fp16"):
+        out.append(dict(extra, alg="fa2", dtype=dtype, causal=True, kv_heads=heads,
+                        tiles=tiles or (32, 32), fast=False))
     # > 48 KB of dynamic shared memory: exercises the opt-in
     out.append(dict(extra, alg="fa2", dtype="fp32", causal=False, kv_heads=heads, tiles=(64, 64)))
     out.append(dict(extra, alg="fa1", dtype="fp16", causal=True, kv_heads=heads, tiles=(64, 64)))
@@ -232,7 +241,8 @@ def block_mask_for(cfg, tiling):
     T_r, T_c = tiling.T_r(cfg["N"]), tiling.T_c(cfg["N"])
     rng = np.random.default_rng(1)
     m = rng.random((T_r, T_c)) < 0.6
-    m[1, :] = False                      # an empty query block: O = 0, L = -inf
+    if T_r > 1:
+        m[1, :] = False                  # an empty query block: O = 0, L = -inf
     return m
 
 
@@ -244,9 +254,11 @@ def run_config(cfg):
     scale = 1.0 / np.sqrt(d)
     kw = dict(algorithm=alg, causal=causal, block_rows=tiling.B_r, block_cols=tiling.B_c,
               block_mask=mask)
+    if alg == "fa2":
+        kw["fast"] = cfg.get("fast")
     row = dict(alg=alg, N=N, d=d, dtype=dtype, causal=causal, batch=cfg["batch"],
                heads=cfg["heads"], kv_heads=cfg["kv_heads"], block_mask=mask is not None,
-               B_r=tiling.B_r, B_c=tiling.B_c,
+               B_r=tiling.B_r, B_c=tiling.B_c, fast=cfg.get("fast"),
                smem_bytes=iosim.sram_footprint_bytes(alg, tiling.B_r, tiling.B_c, d, dtype))
     problem = iosim.Problem(N=N, d=d, batch=cfg["batch"], heads=cfg["heads"],
                             kv_heads=cfg["kv_heads"], dtype=dtype, causal=causal, block_mask=mask)
@@ -287,10 +299,15 @@ def run_config(cfg):
                  else ref)
         row["e_model"] = rel_err(round_to(model, "fp16"), ref)
         row["bound"] = 2 * row["e_model"]
+    row["err_sdpa"] = sdpa_err(q, k, v, cfg, allowed, scale, ref)
+    if dtype == "fp16" and row["err_sdpa"] is not None:
+        # the project's fp16 criterion: twice PyTorch's own fp16 SDPA error against the
+        # same float64 reference; 2 e_model (stricter for fa1/fa2) is kept as bound_model
+        row["bound_model"] = row["bound"]
+        row["bound"] = 2 * row["err_sdpa"]
     row["acc_ok"] = row["err"] <= row["bound"]
     if not row["acc_ok"]:
         failures.append(f"rel err {row['err']:.3g} > bound {row['bound']:.3g}")
-    row["err_sdpa"] = sdpa_err(q, k, v, cfg, allowed, scale, ref)
     del ref
     row["failures"] = failures
     return row
@@ -301,7 +318,8 @@ def fmt(x, spec):
 
 
 def print_row(r):
-    print(f"{r['alg']:<9}{r['N']:>6}{r['dtype']:>6}{'C' if r['causal'] else '-':>3}"
+    name = r["alg"] + ("-plain" if r.get("fast") is False else "")
+    print(f"{name:<9}{r['N']:>6}{r['dtype']:>6}{'C' if r['causal'] else '-':>3}"
           f"{'M' if r['block_mask'] else '-':>2}{r['heads']:>4}/{r['kv_heads']:<3}"
           f"{r['B_r']:>4}x{r['B_c']:<4}{r['smem_bytes']:>8}  "
           f"{'ok' if r['ledger_ok'] else 'FAIL':<6}{fmt(r['err'], '.2e'):>10}{fmt(r['bound'], '.2e'):>10}"
