@@ -201,9 +201,19 @@ def filled(shape, dtype, value):
     return arr
 
 
+_DUMMY_COUNTERS: dict = {}
+
+
 def new_counters(count: bool):
-    """Zeroed int64 counters (len(TENSORS), 2) when counting, else a 1x1 dummy."""
-    return cuda.to_device(np.zeros((len(TENSORS), 2) if count else (1, 1), dtype=np.int64))
+    """Zeroed int64 counters (len(TENSORS), 2) when counting, else a 1x1 dummy (one per
+    device, reused: the uncounted kernels never touch it, and a per-call allocation
+    would put a synchronous host-to-device copy inside every call)."""
+    if count:
+        return cuda.to_device(np.zeros((len(TENSORS), 2), dtype=np.int64))
+    key = 0 if SIM else cuda.get_current_device().id
+    if key not in _DUMMY_COUNTERS:
+        _DUMMY_COUNTERS[key] = cuda.to_device(np.zeros((1, 1), dtype=np.int64))
+    return _DUMMY_COUNTERS[key]
 
 
 def counters_to_dicts(counters) -> tuple[dict, dict]:

@@ -126,7 +126,34 @@ def _to_device(x, kind):
         return cuda.to_device(x)
     if kind == "numba":
         return x
-    return cuda.as_cuda_array(x)
+    # Numba synchronises on the producer's stream before using a foreign array. Our
+    # kernels run on the legacy default stream, which is already ordered after work on
+    # that same stream (stream 1, or None = unspecified/legacy): skip the host-blocking
+    # sync there, keep it for any other stream.
+    stream = x.__cuda_array_interface__.get("stream")
+    return cuda.as_cuda_array(x, sync=stream not in (None, 1))
+
+
+def _torch_like(like):
+    """The torch module if `like` is a torch tensor, else None."""
+    if type(like).__module__.split(".")[0] != "torch":
+        return None
+    import torch
+    return torch
+
+
+def _output(shape, npdt, kind, like):
+    """(caller-kind object or None, numba device view) of a new output filled with NaN.
+
+    torch callers get a torch tensor from torch's caching allocator (no cuMemAlloc /
+    cuMemFree per call: Numba's deferred frees synchronise the device, which put a host
+    round trip inside every timed call); others a Numba device array (`filled`)."""
+    torch = _torch_like(like) if kind == "cai" else None
+    if torch is None:
+        return None, filled(shape, npdt, np.nan)
+    t = torch.full(shape, float("nan"), device=like.device,
+                   dtype=torch.float16 if npdt == np.float16 else torch.float32)
+    return t, cuda.as_cuda_array(t, sync=False)
 
 
 def _return_like(dev, kind, like):
@@ -243,22 +270,23 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     v3 = vd.reshape(B * Hk, N, d)
     G = H // Hk
     npdt = NP_DTYPE[dname]
-    o3 = filled((B * H, N, d), npdt, np.nan)      # poison: unwritten elements show as NaN
+    # poison: unwritten elements show as NaN
+    o_obj, o3 = _output((B * H, N, d), npdt, kind, q)
     counters = new_counters(count_traffic)
     common = dict(B_r=B_r, B_c=B_c, dt=dname, causal=bool(causal), count=bool(count_traffic),
                   threads=threads)
     L = None
     if algorithm == "fa2":
-        L2 = filled((B * H, N), np.float32, np.nan)
+        L_obj, L2 = _output((B * H, N), np.dtype(np.float32), kind, q)
         if use_fast:
             fa2_fast.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common,
                          **fast_opts)
         else:
             fa2.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common)
-        L = L2
+        L = L2 if L_obj is None else L_obj
     elif algorithm == "fa1":
-        l2 = filled((B * H, N), np.float32, np.nan)
-        m2 = filled((B * H, N), np.float32, np.nan)
+        _l, l2 = _output((B * H, N), np.dtype(np.float32), kind, q)
+        _m, m2 = _output((B * H, N), np.dtype(np.float32), kind, q)
         fa1.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters, **common)
         if return_stats:
             lh, mh = l2.copy_to_host(), m2.copy_to_host()
@@ -266,14 +294,16 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
                 Lh = np.where(lh > 0, mh + np.log(np.where(lh > 0, lh, 1)), -np.inf)
             L = cuda.to_device(Lh.astype(np.float32))
     else:
-        s3 = filled((B * H, N, N), npdt, np.nan)
-        p3 = filled((B * H, N, N), npdt, np.nan)
+        _s, s3 = _output((B * H, N, N), npdt, kind, q)   # S, P: HBM scratch (kept alive
+        _p, p3 = _output((B * H, N, N), npdt, kind, q)   # by _s, _p until we return)
         standard.run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask_dev, active, counters,
                      **common)
-    O = _return_like(o3.reshape(B, H, N, d), kind, q)
+    O = (o_obj.reshape(B, H, N, d) if o_obj is not None
+         else _return_like(o3.reshape(B, H, N, d), kind, q))
     out = [O]
     if return_stats:
-        out.append(_return_like(L.reshape(B, H, N), kind, q))
+        out.append(L.reshape(B, H, N) if _torch_like(L) is not None
+                   else _return_like(L.reshape(B, H, N), kind, q))
     if count_traffic:
         out.append(counters_to_ledger(counters, algorithm, problem, tiling))
     return out[0] if len(out) == 1 else tuple(out)

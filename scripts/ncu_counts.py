@@ -42,6 +42,12 @@ METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum",
            "lts__t_bytes.sum", "gpu__time_duration.sum")
 LD, ST = METRICS[2], METRICS[3]
 TOLERANCE = 0.02
+#: What to profile: name -> (gpu.attention algorithm, fast flag, ncu kernel-name regex).
+#: 'fa2' is what users get (the register-tiled gpu.fa2_fast kernel), 'fa2-plain' the
+#: one-thread-per-element gpu.fa2 kernel; both run the same schedule.
+VARIANTS = {"fa1": ("fa1", None, "^fa1_fwd"), "fa2": ("fa2", None, "^fa2_fast"),
+            "fa2-plain": ("fa2", False, "^fa2_fwd")}
+KERNEL_REGEX = {name: v[2] for name, v in VARIANTS.items()}
 
 #: Unit multipliers to bytes / nanoseconds (ncu uses SI prefixes for bytes).
 UNITS = {
@@ -132,7 +138,7 @@ def compare(totals: dict, read_bytes: int, write_bytes: int, tol: float = TOLERA
 def ncu_command(ncu: str, algorithm: str, log_file: str, child_args: list[str],
                 base_units: bool = True) -> list[str]:
     cmd = [ncu, "--clock-control", "none", "--metrics", ",".join(METRICS),
-           "-k", f"regex:{algorithm}_fwd", "--csv", "--log-file", log_file]
+           "-k", f"regex:{KERNEL_REGEX[algorithm]}", "--csv", "--log-file", log_file]
     if base_units:
         cmd += ["--print-units", "base"]
     return cmd + [sys.executable, str(Path(__file__).resolve()), "--child"] + child_args
@@ -186,8 +192,9 @@ def child(args) -> int:
     import gpu
     q, k, v = _inputs(args.N, args.d, args.batch_heads, args.dtype)
     t0 = time.perf_counter()
-    O = gpu.attention(q, k, v, algorithm=args.algorithm, block_rows=args.block_rows,
-                      block_cols=args.block_cols)
+    alg, fast, _ = VARIANTS[args.algorithm]
+    O = gpu.attention(q, k, v, algorithm=alg, block_rows=args.block_rows,
+                      block_cols=args.block_cols, **({} if fast is None else {"fast": fast}))
     import numpy as np
     print(f"child {args.algorithm}: {time.perf_counter() - t0:.2f} s, finite={bool(np.isfinite(O).all())}")
     return 0
@@ -198,7 +205,7 @@ def profile(ncu, alg, args, out_dir: Path, tiling) -> dict:
     res = {"algorithm": alg, "N": args.N, "d": args.d, "batch_heads": args.batch_heads,
            "dtype": args.dtype, "block_rows": tiling.B_r, "block_cols": tiling.B_c}
     problem = Problem(N=args.N, d=args.d, batch=1, heads=args.batch_heads, dtype=args.dtype)
-    ledger = closed_form(alg, problem, tiling)
+    ledger = closed_form(VARIANTS[alg][0], problem, tiling)
     res["iosim_per_tensor"] = ledger.per_tensor()
     child_args = ["--algorithm", alg, "--N", str(args.N), "--d", str(args.d),
                   "--batch-heads", str(args.batch_heads), "--dtype", args.dtype,
@@ -237,16 +244,18 @@ def kernel_counts(alg, args, tiling) -> dict:
     """The instrumented kernel's own counts (not under ncu)."""
     import gpu
     q, k, v = _inputs(args.N, args.d, args.batch_heads, args.dtype)
-    _O, led = gpu.attention(q, k, v, algorithm=alg, block_rows=tiling.B_r,
-                            block_cols=tiling.B_c, count_traffic=True)
+    a, fast, _ = VARIANTS[alg]
+    _O, led = gpu.attention(q, k, v, algorithm=a, block_rows=tiling.B_r,
+                            block_cols=tiling.B_c, count_traffic=True,
+                            **({} if fast is None else {"fast": fast}))
     return {"read_bytes": led.hbm_read_bytes, "write_bytes": led.hbm_write_bytes}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--algorithm", default="fa2", choices=("fa1", "fa2"))
-    ap.add_argument("--algorithms", default="fa1,fa2")
+    ap.add_argument("--algorithm", default="fa2", choices=tuple(VARIANTS))
+    ap.add_argument("--algorithms", default="fa1,fa2,fa2-plain")
     ap.add_argument("--N", type=int, default=4096)
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--batch-heads", type=int, default=16)
@@ -266,8 +275,9 @@ def main(argv=None) -> int:
         return child(args)
     algs = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     for a in algs:
-        if a not in ("fa1", "fa2"):
-            print(f"ncu_counts: error: algorithms={a!r} is not allowed; allowed: fa1, fa2",
+        if a not in VARIANTS:
+            print(f"ncu_counts: error: algorithms={a!r} is not allowed; allowed: "
+                  f"{', '.join(VARIANTS)}",
                   file=sys.stderr)
             return 2
     out_dir = Path(args.out)
@@ -280,7 +290,13 @@ def main(argv=None) -> int:
             tiling = Tiling(args.block_rows, args.block_cols)
         else:
             from gpu import default_tiling
-            tiling = default_tiling(alg, args.d, args.dtype)
+            tiling = default_tiling(VARIANTS[alg][0], args.d, args.dtype)
+            if VARIANTS[alg][1] is False:     # the plain kernel's own default (48 KB)
+                from gpu.api import DEFAULT_TILES
+                from iosim.tiling import sram_footprint_bytes
+                B = next(b for b in DEFAULT_TILES
+                         if sram_footprint_bytes("fa2", b, b, args.d, args.dtype) <= 48 * 1024)
+                tiling = Tiling(B, B)
         if ncu is None:
             results.append({"algorithm": alg, "error": "ncu not found on PATH or under /usr/local/cuda*"})
             continue

@@ -407,8 +407,16 @@ def test_ncu_command_has_the_metrics_and_filter():
     cmd = ncu.ncu_command("ncu", "fa1", "/tmp/x.log", ["--algorithm", "fa1"])
     assert cmd[:3] == ["ncu", "--clock-control", "none"]
     assert cmd[cmd.index("--metrics") + 1] == ",".join(ncu.METRICS)
-    assert cmd[cmd.index("-k") + 1] == "regex:fa1_fwd" and "--csv" in cmd
+    assert cmd[cmd.index("-k") + 1] == "regex:^fa1_fwd" and "--csv" in cmd
     assert cmd[-3:] == ["--child", "--algorithm", "fa1"]
+    # each regex matches its own kernel's name and not the others' (names as ncu shows them)
+    import re
+    from gpu._launch import kernel_name
+    names = {"fa1": kernel_name("fa1_fwd", Br=32, Bc=32, d=64, dt="fp32"),
+             "fa2": kernel_name("fa2_fast", Br=128, Bc=64, d=64, dt="fp32", shfl=True),
+             "fa2-plain": kernel_name("fa2_fwd", Br=32, Bc=32, d=64, dt="fp32")}
+    for alg, regex in ncu.KERNEL_REGEX.items():
+        assert [a for a, n in names.items() if re.search(regex, n)] == [alg]
 
 
 # ---------------------------------------------------------------------------------------
