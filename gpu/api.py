@@ -71,8 +71,12 @@ def fa2_fast_threads(B_r: int, B_c: int, d: int, threads: int | None) -> int | N
     limit = device_smem_limit()
     if threads is not None:
         candidates = (threads,)
-    else:   # the simulator runs one OS thread per CUDA thread: keep its default
-        candidates = (default_threads(),) if SIM else FA2_FAST_THREADS
+    elif SIM:   # the simulator runs one OS thread per CUDA thread: keep its default
+        candidates = (default_threads(),)
+    else:       # the measured thread count of this tiling first (FA2_FAST_TILES), then the rest
+        tuned = [t for (br, bc, t) in list(FA2_FAST_TILES.values()) + list(FA2_FAST_FALLBACK)
+                 if (br, bc) == (B_r, B_c)]
+        candidates = tuple(dict.fromkeys(tuned + list(FA2_FAST_THREADS)))
     for t in candidates:
         if fa2_fast.supports(B_r, B_c, d, t, smem_limit=limit):
             return t

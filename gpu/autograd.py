@@ -1,43 +1,76 @@
-"""PyTorch autograd glue (needs torch; imported by nobody else): a differentiable fa2
-attention whose forward is `gpu.attention(..., algorithm='fa2', return_stats=True)` and
-whose backward is `gpu.backward.attention_backward` (the fa2 backward kernels).
+"""PyTorch autograd glue (needs torch; imported by nobody else): differentiable exact
+attention whose forward and backward are this package's kernels.
 
     from gpu.autograd import flash_attention
     o = flash_attention(q, k, v, causal=True)   # q: (batch, heads, N, d) CUDA tensors
     o.backward(do)                              # fills q.grad, k.grad, v.grad
 
+algorithm (forward -> what it saves -> backward, `gpu.backward.attention_backward`):
+  'fa2' (default)  gpu.attention(fa2, return_stats) -> O, L        -> fa2 backward kernels
+  'fa1'            gpu.attention(fa1, return_stats) -> O, L        -> fa1 backward (Algorithm 4)
+                   with (l, m) = (1, L), which gives the same P
+  'standard'       gpu.backward_standard.standard_forward -> O, P  -> Algorithm 3's five
+                   kernels; P is N x N per head, kept between forward and backward.
 Tensors must be CUDA, C-contiguous, float32 or float16 (the simulator takes no torch
-tensors). block_mask and tiling keywords pass through to both kernels.
+tensors). block_rows/block_cols pass to both forward and backward; without them each
+side takes its default, except for 'standard' (both take the backward default
+`default_backward_tiling(d, dtype, 'standard')`: the backward reads P over its own
+active tiles, so the two tilings must agree). A block_mask is (T_r, T_c) of one tiling,
+so it needs block_rows and block_cols.
 """
 from __future__ import annotations
 
 import torch
 
 from .api import attention
-from .backward import attention_backward
+from .backward import BACKWARD_ALGORITHMS, attention_backward, default_backward_tiling
+from .backward_standard import standard_forward
 
 
 class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal=False, scale=None, block_mask=None):
-        q, k, v = (x.contiguous() for x in (q, k, v))
-        o, L = attention(q, k, v, algorithm="fa2", causal=causal, scale=scale,
-                         block_mask=block_mask, return_stats=True)
-        ctx.save_for_backward(q, k, v, o, L)
-        ctx.opts = dict(causal=causal, scale=scale, block_mask=block_mask)
+    def forward(ctx, q, k, v, causal=False, scale=None, block_mask=None, algorithm="fa2",
+                block_rows=None, block_cols=None):
+        if algorithm not in BACKWARD_ALGORITHMS:
+            raise ValueError(f"algorithm={algorithm!r}; allowed: {', '.join(BACKWARD_ALGORITHMS)}")
+        if (block_rows is None) != (block_cols is None):
+            raise ValueError("give both block_rows and block_cols, or neither")
+        if block_mask is not None and block_rows is None:
+            raise ValueError("block_mask is per tile of one tiling: give block_rows and "
+                             "block_cols too (forward and backward defaults may differ)")
+        # detached: torch refuses __cuda_array_interface__ on tensors that require grad
+        q, k, v = (x.detach().contiguous() for x in (q, k, v))
+        if algorithm == "standard" and block_rows is None:
+            dname = "fp32" if q.dtype == torch.float32 else "fp16"
+            t = default_backward_tiling(q.shape[-1], dname, "standard")
+            block_rows, block_cols = t.B_r, t.B_c
+        tiles = {} if block_rows is None else dict(block_rows=block_rows, block_cols=block_cols)
+        opts = dict(causal=causal, scale=scale, block_mask=block_mask, **tiles)
+        if algorithm == "standard":
+            o, P = standard_forward(q, k, v, **opts)
+            stats = (P,)
+        else:
+            o, L = attention(q, k, v, algorithm=algorithm, return_stats=True, **opts)
+            stats = (L,) if algorithm == "fa2" else (torch.ones_like(L), L)
+        ctx.save_for_backward(q, k, v, o, *stats)
+        ctx.opts = dict(algorithm=algorithm, **opts)
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, L = ctx.saved_tensors
-        dq, dk, dv = attention_backward(q, k, v, o, do.contiguous(), L, algorithm="fa2",
+        q, k, v, o, *stats = (t.detach() for t in ctx.saved_tensors)
+        stats = tuple(stats) if ctx.opts["algorithm"] == "fa1" else stats[0]
+        dq, dk, dv = attention_backward(q, k, v, o, do.detach().contiguous(), stats,
                                         **ctx.opts)
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
-def flash_attention(q, k, v, *, causal=False, scale=None, block_mask=None):
-    """softmax(scale Q K^T [+ mask]) V with fa2 forward and backward kernels (autograd)."""
-    return FlashAttentionFunction.apply(q, k, v, causal, scale, block_mask)
+def flash_attention(q, k, v, *, causal=False, scale=None, block_mask=None, algorithm="fa2",
+                    block_rows=None, block_cols=None):
+    """softmax(scale Q K^T [+ mask]) V with `algorithm`'s forward and backward kernels
+    (autograd; module docstring)."""
+    return FlashAttentionFunction.apply(q, k, v, causal, scale, block_mask, algorithm,
+                                        block_rows, block_cols)
 
 
 __all__ = ["FlashAttentionFunction", "flash_attention"]

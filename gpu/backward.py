@@ -21,8 +21,10 @@ fa1 (Algorithm 4 of arXiv 2205.14135 v2, no dropout): `bwd_main` (fa1 variant), 
   per instance, because line 22's read-modify-write of dQ_i in HBM is not atomic: the
   outer loop over key blocks j (line 7) runs inside the block, in order. Then the group
   sum as above.
-standard (Algorithm 3 as 5 kernels): NOT implemented on the GPU yet (ValueError); its
-  schedule and counts are in iosim.backward.
+standard (Algorithm 3 of arXiv 2205.14135 v2, one kernel per line: dV = P^T dO, dP = dO V^T,
+  dS = P o (dP - rowsum(P o dP)), dQ = scale dS K, dK = scale dS^T Q, with P, dP, dS
+  N x N HBM buffers): gpu.backward_standard (its docstring has the kernels, tiles and
+  shared memory); stats = the forward's P. Then the group sum as above.
 
 Shared memory of `bwd_main` (one dynamic buffer, `bwd_shared_bytes`):
     float32:      dK_j acc (B_c*d) | dV_j acc (B_c*d) | P (B_r*B_c) | dS (B_r*B_c) |
@@ -50,13 +52,14 @@ from ._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM
                       ZERO, T, add_count, check_fits, default_threads, filled, kernel_name,
                       launch, specialisation)
 from .api import HEAD_DIMS, _check, _return_like, _to_device
+from . import backward_standard
 
 #: Counter rows of the backward: the forward's tensors plus the fa2 accumulator.
 BW_TENSORS = tuple(T) + ("dQacc",)
 BT = {name: i for i, name in enumerate(BW_TENSORS)}
 DEFAULT_TILES = (64, 32, 16)
-#: Algorithms with GPU backward kernels (standard: not yet; iosim models it).
-BACKWARD_ALGORITHMS = ("fa1", "fa2")
+#: Algorithms with GPU backward kernels (all of iosim's backward schedules).
+BACKWARD_ALGORITHMS = ("standard", "fa1", "fa2")
 
 
 def bwd_shared_bytes(B_r: int, B_c: int, d: int, dt: str) -> int:
@@ -65,10 +68,21 @@ def bwd_shared_bytes(B_r: int, B_c: int, d: int, dt: str) -> int:
     return 4 * f32 + NP_DTYPE[dt].itemsize * (2 * B_c * d + 2 * B_r * d)
 
 
-def default_backward_tiling(d: int, dt: str) -> Tiling:
-    """Largest square tile in (64, 32, 16) whose backward footprint fits 48 KB."""
+def backward_shared_bytes(algorithm: str, B_r: int, B_c: int, d: int, dt: str) -> int:
+    """Dynamic shared memory per block of `algorithm`'s tiled backward kernels (bytes):
+    fa1/fa2 `bwd_shared_bytes`; standard `backward_standard.std_bwd_shared_bytes` (its
+    one-row dS kernel needs 2 N elements more, checked separately)."""
+    if algorithm == "standard":
+        return backward_standard.std_bwd_shared_bytes(B_r, B_c, d, dt)
+    return bwd_shared_bytes(B_r, B_c, d, dt)
+
+
+def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2") -> Tiling:
+    """Largest square tile in (64, 32, 16) whose backward footprint (bytes,
+    `backward_shared_bytes`) fits 48 KB. E.g. d=64: fa1/fa2 fp32 16, fp16 32; standard
+    fp32 and fp16 64."""
     for B in DEFAULT_TILES:
-        if bwd_shared_bytes(B, B, d, dt) <= DEFAULT_SMEM_BYTES:
+        if backward_shared_bytes(algorithm, B, B, d, dt) <= DEFAULT_SMEM_BYTES:
             return Tiling(B, B)
     return Tiling(16, 16)
 
@@ -383,6 +397,25 @@ def _check_stats(name, x, shape, kind):
     raise ValueError(f"{name} must be a float32 array of shape {shape}; got {type(x).__name__}")
 
 
+def _check_P(x, shape, dt):
+    """Device array of the forward's P: `shape` (B, H, N, N), the problem dtype `dt`."""
+    if isinstance(x, np.ndarray):
+        if x.shape != shape or x.dtype != dt:
+            raise ValueError(f"stats (P) has shape {x.shape} and dtype {x.dtype}; expected "
+                             f"{shape} {np.dtype(dt)} (batch, heads, N, N), the problem dtype")
+        return cuda.to_device(np.ascontiguousarray(x))
+    if hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host"):
+        dev = x if hasattr(x, "copy_to_host") else cuda.as_cuda_array(x)
+        if tuple(dev.shape) != shape or np.dtype(dev.dtype) != dt:
+            raise ValueError(f"stats (P) has shape {tuple(dev.shape)} and dtype {dev.dtype}; "
+                             f"expected {shape} {np.dtype(dt)}")
+        if not dev.is_c_contiguous():
+            raise ValueError("stats (P) must be C-contiguous")
+        return dev
+    raise ValueError(f"stats for algorithm='standard' must be the forward's P, an array of "
+                     f"shape {shape} and dtype {np.dtype(dt)}; got {type(x).__name__}")
+
+
 def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, scale=None,
                        block_rows=None, block_cols=None, block_mask=None, count_traffic=False,
                        threads=None):
@@ -390,20 +423,23 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
 
     q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N, d); one dtype (float32 or
     float16), C-contiguous, all NumPy or all device arrays (as `gpu.attention`).
+    algorithm: 'fa2' (default), 'fa1' or 'standard' (module docstring).
     stats: what the forward left in HBM: fa2: L (batch, heads, N) float32 (e.g.
     `gpu.attention(..., algorithm='fa2', return_stats=True)`); fa1: (l, m), each
     (batch, heads, N) float32 (gpu.attention returns only L: take l, m from
-    iosim.execute('fa1', ...).stats, or use l = 1, m = L, which gives the same P).
+    iosim.execute('fa1', ...).stats, or use l = 1, m = L, which gives the same P);
+    standard: P (batch, heads, N, N) in the problem dtype, e.g. from
+    `gpu.backward_standard.standard_forward` with the same tiling (only the entries of
+    the active tiles are read; Algorithm 3 needs no O: `o` is checked but not read).
     causal, scale, block_mask: as in the forward (must match it). Tiling: block_rows=B_r,
-    block_cols=B_c, or neither (`default_backward_tiling`).
+    block_cols=B_c, or neither (`default_backward_tiling(d, dtype, algorithm)`).
     Returns (dq, dk, dv) (dk, dv with kv_heads heads), or ((dq, dk, dv), ledger) with
     count_traffic=True: the kernels' own counts as an iosim BackwardLedger (problem totals,
     equal to iosim.backward_closed_form).
     """
     if algorithm not in BACKWARD_ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r} is not supported by the GPU backward; "
-                         f"allowed: {', '.join(BACKWARD_ALGORITHMS)} (the standard backward, "
-                         f"Algorithm 3, runs in iosim.execute_backward only)")
+                         f"allowed: {', '.join(BACKWARD_ALGORITHMS)}")
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, dtk, kindk = _check("k", k)
     shape_v, dtv, kindv = _check("v", v)
@@ -430,7 +466,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if not np.isfinite(scale):
         raise ValueError(f"scale={scale!r} must be a finite number")
     if block_rows is None and block_cols is None:
-        tiling = default_backward_tiling(d, dname)
+        tiling = default_backward_tiling(d, dname, algorithm)
     else:
         for name, val in (("block_rows", block_rows), ("block_cols", block_cols)):
             if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
@@ -443,10 +479,14 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"threads={threads} must be in 1..1024")
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
                             causal=causal, block_mask=block_mask)
-    iosim.active_tiles(problem, tiling)            # validates block_mask's shape
-    shm = bwd_shared_bytes(B_r, B_c, d, dname)
+    active = iosim.active_tiles(problem, tiling)   # validates block_mask's shape
+    shm = backward_shared_bytes(algorithm, B_r, B_c, d, dname)
     check_fits(shm, f"the {algorithm} backward with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
-    if algorithm == "fa2":
+    if algorithm == "standard":
+        check_fits(backward_standard.ds_shared_bytes(N, dname),
+                   f"the standard backward's dS row of N={N} (P and dP, {dname})")
+        P_dev = _check_P(stats, (B, H, N, N), dt)
+    elif algorithm == "fa2":
         L_dev = _check_stats("stats (L)", stats, (B, H, N), kind)
     elif algorithm == "fa1":
         if not (isinstance(stats, (tuple, list)) and len(stats) == 2):
@@ -486,6 +526,14 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         launch(kern, (1, I), threads, shm, q3, k3, v3, o3, do3, m_dev.reshape(I, N),
                l_dev.reshape(I, N), m_dev.reshape(I, N), dq3, dk_h, dv_h, np.float32(scale),
                np.int64(N), np.int64(H), np.int64(G), mask_dev, counters)
+    else:   # standard: Algorithm 3, five kernels through HBM (gpu.backward_standard)
+        dp3 = filled((I, N, N), npdt, np.nan)
+        ds3 = filled((I, N, N), npdt, np.nan)
+        backward_standard.run(q3, k3, v3, do3, P_dev.reshape(I, N, N), dp3, ds3, dq3, dk_h,
+                              dv_h, scale, N, H, G, mask_dev if has_mask else None, active,
+                              counters, B_r=B_r, B_c=B_c, dt=dname, causal=bool(causal),
+                              count=count, threads=threads)
+        del dp3, ds3
     if G == 1:
         dk3, dv3 = dk_h, dv_h
     else:
@@ -502,4 +550,5 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     return grads
 
 
-__all__ = ["attention_backward", "default_backward_tiling", "bwd_shared_bytes", "BW_TENSORS"]
+__all__ = ["attention_backward", "default_backward_tiling", "bwd_shared_bytes",
+           "backward_shared_bytes", "BACKWARD_ALGORITHMS", "BW_TENSORS"]

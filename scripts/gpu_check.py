@@ -50,6 +50,8 @@ def parse_args(argv=None):
     ap.add_argument("--ptx", action="store_true",
                     help="PTX checks only (no GPU); with --quick: a subset (causal, fp16)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per config")
+    ap.add_argument("--algs", default=None,
+                    help="comma-separated subset of standard,fa1,fa2 (default: all)")
     ap.add_argument("--no-torch", action="store_true",
                     help="NumPy float64 reference, no PyTorch kernels (for compute-sanitizer: "
                          "racecheck would otherwise also report on cuDNN's SDPA kernels)")
@@ -412,7 +414,8 @@ def main():
     print(f"{'alg':<9}{'N':>6}{'dtype':>6}{'C':>3}{'M':>2}{'H/Hkv':>8}{'tile':>9}{'smem':>8}  "
           f"{'ledger':<6}{'err':>10}{'bound':>10}{'acc':>6}{'err_sdpa':>10}{'ms':>10}")
     rows = []
-    for cfg in configs():
+    algs = set(ARGS.algs.split(",")) if ARGS.algs else {"standard", "fa1", "fa2"}
+    for cfg in [c for c in configs() if c["alg"] in algs]:
         try:
             r = run_config(cfg)
         except Exception as exc:  # report and go on: one broken config must not hide others

@@ -1,0 +1,416 @@
+"""The standard attention backward (Algorithm 3 of Dao et al. 2022, arXiv 2205.14135 v2,
+Appendix B) as five kernels through HBM, running iosim.backward.standard_backward's
+schedule tile by tile, so that the instrumented build's own counts equal
+`iosim.backward_closed_form('standard', ...)`.
+
+Algorithm 3 (Require: Q, K, V, dO (N x d), P (N x N) in HBM), one kernel per line, launched
+in this order (the model's passes 1..5):
+
+  line 1  `std_bwd_dV`, one block per (key block j, instance): for each active query
+          block i read P_ij (rows_i x cols_j) and dO_i (rows_i x d); dV_j += P_ij^T dO_i
+          in float32 on chip; write dV_j (cols_j x d) once (0 if no i is active).
+  line 2  `std_bwd_dP`, one block per (active tile (i, j), instance): read dO_i, V_j;
+          write the whole tile dP_ij = dO_i V_j^T (rows_i x cols_j; causally masked
+          entries too: P is 0 there, so their dS is 0).
+  line 3  `std_bwd_dS`, one block per (query row r, instance): read P and dP over the
+          row's entries in the active tiles of its query block, once each, keeping them
+          on chip (2 N elements of the problem dtype in shared memory);
+          D_r = sum_c P_rc dP_rc (float32); write dS_rc = P_rc (dP_rc - D_r) over the
+          same entries. A row with no active tile reads and writes nothing.
+  line 4  `std_bwd_dQ`, one block per (query block i, instance): for each active key block
+          j read dS_ij, K_j; write dQ_i = scale sum_j dS_ij K_j once (0 if none active).
+  line 5  `std_bwd_dK`, one block per (key block j, instance): for each active query
+          block i read dS_ij, Q_i; write dK_j = scale sum_i dS_ij^T Q_i once.
+  (line 6 returns dQ, dK, dV.) The paper's Algorithm 3 has no softmax scale; the model
+  and these kernels use S = scale Q K^T, hence the factor scale in lines 4 and 5.
+
+Grouped K/V heads (kv_heads < heads): every query head runs all five kernels with its
+group's K_j, V_j and writes its own dK_h, dV_h; gpu.backward then launches the group-sum
+pass (`bwd_group_sum`), as iosim counts it.
+
+Tensors: P (the forward's, an input), dP, dS: (instances, N, N) in the problem dtype;
+Q, dO, dQ, dK_h, dV_h: (instances, N, d); K, V: (batch * kv_heads, N, d). float32
+arithmetic on chip, values stored in the problem dtype (fp32 or fp16). Only the entries of
+active tiles of P, dP, dS are read or written; the others are never touched (dP and dS
+keep their NaN poison there).
+
+Counts, per instance, in elements (n_A active tiles; RA = sum of their rows, CA = sum of
+their columns, RCA = sum of rows x columns): P read 2 RCA (lines 1, 3); dP written RCA
+(line 2), read RCA (line 3); dS written RCA (line 3), read 2 RCA (lines 4, 5); dO read
+2 RA d (lines 1, 2); V read CA d; K read CA d; Q read RA d; dV, dQ, dK written N d each.
+
+Shared memory (bytes; one dynamic buffer per kernel, float32 tiles first):
+  dV, dK kernels:  float32 acc (B_c*d) | dtype P_ij or dS_ij (B_r*B_c) | dO_i or Q_i (B_r*d)
+  dQ kernel:       float32 acc (B_r*d) | dtype dS_ij (B_r*B_c) | K_j (B_c*d)
+  dP kernel:       dtype dO_i (B_r*d) | V_j (B_c*d)
+  `std_bwd_shared_bytes` is the largest of these; the dS kernel takes 2 N elements of the
+  problem dtype (its row of P and of dP), plus a static `threads` float32 reduction array.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, float32, int64
+
+from ._launch import (NB_DTYPE, NP_DTYPE, READ, WRITE, ZERO, T, add_count, kernel_name,
+                      launch, specialisation)
+
+#: Counter rows: the same indices as gpu.backward.BT (BW_TENSORS starts with _launch.T).
+IQ, IK, IV, IP, IdO = T["Q"], T["K"], T["V"], T["P"], T["dO"]
+IdP, IdS, IdQ, IdK, IdV = T["dP"], T["dS"], T["dQ"], T["dK"], T["dV"]
+
+
+def std_bwd_shared_bytes(B_r: int, B_c: int, d: int, dt: str) -> int:
+    """Dynamic shared memory of the tiled standard-backward kernels (bytes): the largest of
+    the dV/dK, dQ and dP kernels' footprints (module docstring)."""
+    it = NP_DTYPE[dt].itemsize
+    dv_dk = 4 * B_c * d + it * (B_r * B_c + B_r * d)
+    dq = 4 * B_r * d + it * (B_r * B_c + B_c * d)
+    dp = it * (B_r * d + B_c * d)
+    return max(dv_dk, dq, dp)
+
+
+def ds_shared_bytes(N: int, dt: str) -> int:
+    """Dynamic shared memory of the dS kernel (bytes): one row of P and of dP."""
+    return 2 * N * NP_DTYPE[dt].itemsize
+
+
+def ds_threads(N: int, threads: int) -> int:
+    """Threads of the one-row-per-block dS kernel: `threads`, but no more than N needs."""
+    return max(1, min(threads, 1 << (max(N, 1) - 1).bit_length()))
+
+
+# ---------------------------------------------------------------------------------------
+# Lines 1 and 5: dV_j = sum_i P_ij^T dO_i,  dK_j = scale sum_i dS_ij^T Q_i
+# ---------------------------------------------------------------------------------------
+@specialisation
+def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads):
+    """Kernel (x, y, out, mul, mask, N, counters); grid (T_c, instances).
+
+    which='dV' (Algorithm 3 line 1): x = P, y = dO, mul = 1, out = dV_h.
+    which='dK' (line 5):             x = dS, y = Q, mul = scale, out = dK_h.
+    x: (instances, N, N); y, out: (instances, N, d); all in the problem dtype.
+    out_j = mul * sum over active i of x_ij^T y_i, accumulated in float32.
+    """
+    DT = NB_DTYPE[dt]
+    X0 = B_c * d * 4 // NP_DTYPE[dt].itemsize   # input-dtype tiles after the float32 acc
+    Y0 = X0 + B_r * B_c
+    IX, IY, IOUT = (IP, IdO, IdV) if which == "dV" else (IdS, IQ, IdK)
+
+    def kernel(x_hbm, y, out, mul, mask, N, counters):
+        j = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        sf = cuda.shared.array(0, float32)
+        sx = cuda.shared.array(0, DT)
+        acc = sf[0:B_c * d]
+        Xs = sx[X0:Y0]
+        Ys = sx[Y0:Y0 + B_r * d]
+        nX = int64(0)
+        nY = int64(0)
+        nW = int64(0)
+        c0 = j * B_c
+        cols = min(B_c, N - c0)
+        for e in range(t, B_c * d, threads):
+            acc[e] = ZERO
+        T_r = (N + B_r - 1) // B_r
+        for i in range(T_r):
+            r0 = i * B_r
+            rows = min(B_r, N - r0)
+            if causal and c0 > r0 + rows - 1:       # inactive tile
+                continue
+            if has_mask and mask[i, j] == 0:
+                continue
+            cuda.syncthreads()                      # previous tile's Xs, Ys consumed
+            for e in range(t, rows * cols, threads):    # load P_ij (dS_ij)
+                Xs[(e // cols) * B_c + e % cols] = x_hbm[z, r0 + e // cols, c0 + e % cols]
+                nX += 1
+            for e in range(t, rows * d, threads):       # load dO_i (Q_i)
+                Ys[e] = y[z, r0 + e // d, e % d]
+                nY += 1
+            cuda.syncthreads()
+            for e in range(t, cols * d, threads):   # each thread owns the same e every i
+                c = e // d
+                x = e % d
+                a = ZERO
+                for r in range(rows):
+                    a += float32(Xs[r * B_c + c]) * float32(Ys[r * d + x])
+                acc[e] += a
+        for e in range(t, cols * d, threads):       # write dV_j (dK_j) once
+            out[z, c0 + e // d, e % d] = mul * acc[e]
+            nW += 1
+        if count:
+            add_count(counters, IX, READ, nX)
+            add_count(counters, IY, READ, nY)
+            add_count(counters, IOUT, WRITE, nW)
+
+    return kernel, kernel_name(f"std_bwd_{which}", Br=B_r, Bc=B_c, d=d, dt=dt,
+                               causal=causal, mask=has_mask, count=count, t=threads)
+
+
+# ---------------------------------------------------------------------------------------
+# Line 2: dP_ij = dO_i V_j^T, one block per active tile
+# ---------------------------------------------------------------------------------------
+@specialisation
+def dp_kernel(B_r, B_c, d, dt, count, threads):
+    """Kernel dP(do, v, dp, tiles, N, H, G, counters); grid (n_active, instances).
+
+    tiles: int32 (n_active, 2), the active (i, j); do: (instances, N, d); v: (batch *
+    kv_heads, N, d); dp: (instances, N, N), problem dtype; whole tiles are written.
+    """
+    DT = NB_DTYPE[dt]
+    V0 = B_r * d
+    IdO_, IV_, IdP_ = IdO, IV, IdP
+
+    def kernel(do, v, dp_hbm, tiles, N, H, G, counters):
+        a = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        zk = (z // H) * (H // G) + (z % H) // G    # this head's K/V instance
+        i = tiles[a, 0]
+        j = tiles[a, 1]
+        sx = cuda.shared.array(0, DT)
+        dOs = sx[0:V0]
+        Vs = sx[V0:V0 + B_c * d]
+        nO = int64(0)
+        nV = int64(0)
+        nP = int64(0)
+        r0 = i * B_r
+        c0 = j * B_c
+        rows = min(B_r, N - r0)
+        cols = min(B_c, N - c0)
+        for e in range(t, rows * d, threads):       # load dO_i
+            dOs[e] = do[z, r0 + e // d, e % d]
+            nO += 1
+        for e in range(t, cols * d, threads):       # load V_j
+            Vs[e] = v[zk, c0 + e // d, e % d]
+            nV += 1
+        cuda.syncthreads()
+        for e in range(t, rows * cols, threads):    # write dP_ij = dO_i V_j^T
+            r = e // cols
+            c = e % cols
+            s = ZERO
+            for x in range(d):
+                s += float32(dOs[r * d + x]) * float32(Vs[c * d + x])
+            dp_hbm[z, r0 + r, c0 + c] = s
+            nP += 1
+        if count:
+            add_count(counters, IdO_, READ, nO)
+            add_count(counters, IV_, READ, nV)
+            add_count(counters, IdP_, WRITE, nP)
+
+    return kernel, kernel_name("std_bwd_dP", Br=B_r, Bc=B_c, d=d, dt=dt, count=count,
+                               t=threads)
+
+
+# ---------------------------------------------------------------------------------------
+# Line 3: dS = P o (dP - D), D = rowsum(P o dP), one block per query row
+# ---------------------------------------------------------------------------------------
+@specialisation
+def ds_kernel(B_r, B_c, dt, causal, has_mask, count, threads):
+    """Kernel dS(p, dp, ds, mask, N, counters); grid (N, instances); dynamic shared memory
+    2 N elements of the problem dtype (`ds_shared_bytes`), static `threads` float32.
+
+    p, dp, ds: (instances, N, N) problem dtype. Row r's entries are those of the active
+    tiles (i, j) of its query block i = r // B_r (the forward softmax's rule).
+    """
+    DT = NB_DTYPE[dt]
+    IP_, IdP_, IdS_ = IP, IdP, IdS
+
+    def kernel(p_hbm, dp_hbm, ds_hbm, mask, N, counters):
+        r = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        sx = cuda.shared.array(0, DT)
+        red = cuda.shared.array(threads, float32)
+        Prow = sx[0:N]
+        dProw = sx[N:2 * N]
+        nR = int64(0)
+        nW = int64(0)
+        i = r // B_r
+        last = min((i + 1) * B_r, N) - 1            # last row of this row's query block
+        T_c = (N + B_c - 1) // B_c
+        acc = ZERO
+        for j in range(T_c):                        # read P, dP over the active entries
+            c0 = j * B_c
+            if causal and c0 > last:
+                break
+            if has_mask and mask[i, j] == 0:
+                continue
+            for c in range(c0 + t, min(c0 + B_c, N), threads):
+                pv = p_hbm[z, r, c]
+                dpv = dp_hbm[z, r, c]
+                Prow[c] = pv
+                dProw[c] = dpv
+                acc += float32(pv) * float32(dpv)
+                nR += 1
+        red[t] = acc
+        cuda.syncthreads()
+        D = ZERO                                    # D_r = sum_c P_rc dP_rc
+        for u in range(threads):
+            D += red[u]
+        for j in range(T_c):                        # each thread revisits its own entries
+            c0 = j * B_c
+            if causal and c0 > last:
+                break
+            if has_mask and mask[i, j] == 0:
+                continue
+            for c in range(c0 + t, min(c0 + B_c, N), threads):
+                ds_hbm[z, r, c] = float32(Prow[c]) * (float32(dProw[c]) - D)
+                nW += 1
+        if count:
+            add_count(counters, IP_, READ, nR)
+            add_count(counters, IdP_, READ, nR)
+            add_count(counters, IdS_, WRITE, nW)
+
+    return kernel, kernel_name("std_bwd_dS", Br=B_r, Bc=B_c, dt=dt, causal=causal,
+                               mask=has_mask, count=count, t=threads)
+
+
+# ---------------------------------------------------------------------------------------
+# Line 4: dQ_i = scale sum_j dS_ij K_j, one block per query block
+# ---------------------------------------------------------------------------------------
+@specialisation
+def dq_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
+    """Kernel dQ(ds, k, dq, scale, mask, N, H, G, counters); grid (T_r, instances).
+
+    ds: (instances, N, N); k: (batch * kv_heads, N, d); dq: (instances, N, d).
+    """
+    DT = NB_DTYPE[dt]
+    X0 = B_r * d * 4 // NP_DTYPE[dt].itemsize   # input-dtype tiles after the float32 acc
+    K0 = X0 + B_r * B_c
+    IdS_, IK_, IdQ_ = IdS, IK, IdQ
+
+    def kernel(ds_hbm, k, dq, scale, mask, N, H, G, counters):
+        i = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        zk = (z // H) * (H // G) + (z % H) // G
+        sf = cuda.shared.array(0, float32)
+        sx = cuda.shared.array(0, DT)
+        acc = sf[0:B_r * d]
+        dSs = sx[X0:K0]
+        Ks = sx[K0:K0 + B_c * d]
+        nS = int64(0)
+        nK = int64(0)
+        nW = int64(0)
+        r0 = i * B_r
+        rows = min(B_r, N - r0)
+        last = r0 + rows - 1
+        for e in range(t, B_r * d, threads):
+            acc[e] = ZERO
+        T_c = (N + B_c - 1) // B_c
+        for j in range(T_c):
+            c0 = j * B_c
+            if causal and c0 > last:
+                break
+            if has_mask and mask[i, j] == 0:
+                continue
+            cols = min(B_c, N - c0)
+            cuda.syncthreads()
+            for e in range(t, rows * cols, threads):    # load dS_ij
+                dSs[(e // cols) * B_c + e % cols] = ds_hbm[z, r0 + e // cols, c0 + e % cols]
+                nS += 1
+            for e in range(t, cols * d, threads):       # load K_j
+                Ks[e] = k[zk, c0 + e // d, e % d]
+                nK += 1
+            cuda.syncthreads()
+            for e in range(t, rows * d, threads):   # each thread owns the same e every j
+                r = e // d
+                x = e % d
+                a = ZERO
+                for c in range(cols):
+                    a += float32(dSs[r * B_c + c]) * float32(Ks[c * d + x])
+                acc[e] += a
+        for e in range(t, rows * d, threads):       # write dQ_i once
+            dq[z, r0 + e // d, e % d] = scale * acc[e]
+            nW += 1
+        if count:
+            add_count(counters, IdS_, READ, nS)
+            add_count(counters, IK_, READ, nK)
+            add_count(counters, IdQ_, WRITE, nW)
+
+    return kernel, kernel_name("std_bwd_dQ", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
+                               mask=has_mask, count=count, t=threads)
+
+
+# ---------------------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------------------
+def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, active,
+        counters, *, B_r, B_c, dt, causal, count, threads):
+    """Launch Algorithm 3's five kernels, lines 1..5 in order, on 3-D device views.
+
+    q3, do3, p3, dq3, dk3, dv3 per query head (instances = batch * heads); k3, v3 per K/V
+    head; dp3, ds3: (instances, N, N) scratch (poisoned by the caller); dk3, dv3 receive
+    each query head's own dK_h, dV_h (the caller sums groups). mask: device uint8
+    (T_r, T_c) or None; active: host boolean (T_r, T_c) (iosim.active_tiles).
+    """
+    from .fa2 import _dummy_mask
+    d = q3.shape[2]
+    inst = q3.shape[0]
+    has_mask = mask is not None
+    mk = mask if has_mask else _dummy_mask()
+    shm = std_bwd_shared_bytes(B_r, B_c, d, dt)
+    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    n, h, g = np.int64(N), np.int64(H), np.int64(G)
+    flags = (bool(causal), has_mask, bool(count), threads)
+    # line 1: dV = P^T dO
+    launch(tposed_kernel("dV", B_r, B_c, d, dt, *flags), (T_c, inst), threads, shm,
+           p3, do3, dv3, np.float32(1.0), mk, n, counters)
+    # line 2: dP = dO V^T, active tiles only
+    tiles = np.argwhere(active).astype(np.int32)
+    if len(tiles):
+        launch(dp_kernel(B_r, B_c, d, dt, bool(count), threads), (len(tiles), inst), threads,
+               shm, do3, v3, dp3, cuda.to_device(tiles), n, h, g, counters)
+    # line 3: dS = P o (dP - rowsum(P o dP))
+    ts = ds_threads(N, threads)
+    launch(ds_kernel(B_r, B_c, dt, bool(causal), has_mask, bool(count), ts), (N, inst), ts,
+           ds_shared_bytes(N, dt), p3, dp3, ds3, mk, n, counters)
+    # line 4: dQ = scale dS K
+    launch(dq_kernel(B_r, B_c, d, dt, *flags), (T_r, inst), threads, shm,
+           ds3, k3, dq3, np.float32(scale), mk, n, h, g, counters)
+    # line 5: dK = scale dS^T Q
+    launch(tposed_kernel("dK", B_r, B_c, d, dt, *flags), (T_c, inst), threads, shm,
+           ds3, q3, dk3, np.float32(scale), mk, n, counters)
+
+
+def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_cols,
+                     block_mask=None, threads=None):
+    """(O, P) of the standard forward (gpu.standard's S / softmax / PV kernels): the P that
+    the standard backward needs. q (batch, heads, N, d), k, v (batch, kv_heads, N, d), as
+    for `gpu.attention` (NumPy in -> NumPy out; device arrays in -> the same kind out).
+    O: (batch, heads, N, d), P: (batch, heads, N, N), both in the input dtype. Entries of
+    P outside the tiling's active tiles stay NaN (never written; the backward with the
+    same tiling never reads them). `gpu.attention(algorithm='standard')` runs the same
+    kernels but does not return P."""
+    import iosim
+    from . import standard
+    from ._launch import default_threads, filled, new_counters
+    from .api import _check, _return_like, _to_device
+    (B, H, N, d), dt, kind = _check("q", q)
+    shape_k, _, _ = _check("k", k)
+    Hk = shape_k[1]
+    dname = "fp32" if dt == np.float32 else "fp16"
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    threads = default_threads() if threads is None else int(threads)
+    problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
+                            causal=causal, block_mask=block_mask)
+    active = iosim.active_tiles(problem, iosim.Tiling(block_rows, block_cols))
+    mask_dev = None if block_mask is None else cuda.to_device(
+        np.ascontiguousarray(problem.block_mask, dtype=np.uint8))
+    npdt = NP_DTYPE[dname]
+    qd, kd, vd = (_to_device(x, kind) for x in (q, k, v))
+    o3 = filled((B * H, N, d), npdt, np.nan)
+    s3 = filled((B * H, N, N), npdt, np.nan)
+    p3 = filled((B * H, N, N), npdt, np.nan)
+    standard.run(qd.reshape(B * H, N, d), kd.reshape(B * Hk, N, d), vd.reshape(B * Hk, N, d),
+                 o3, s3, p3, scale, N, H, H // Hk, mask_dev, active, new_counters(False),
+                 B_r=block_rows, B_c=block_cols, dt=dname, causal=bool(causal), count=False,
+                 threads=threads)
+    del s3
+    return (_return_like(o3.reshape(B, H, N, d), kind, q),
+            _return_like(p3.reshape(B, H, N, N), kind, q))
+
+
+__all__ = ["run", "standard_forward", "std_bwd_shared_bytes", "ds_shared_bytes", "ds_threads",
+           "tposed_kernel", "dp_kernel", "ds_kernel", "dq_kernel"]
