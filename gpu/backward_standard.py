@@ -53,6 +53,7 @@ from numba import cuda, float32, int64
 
 from ._launch import (NB_DTYPE, NP_DTYPE, READ, WRITE, ZERO, T, add_count, kernel_name,
                       launch, specialisation)
+from .standard import rowblock_product_kernel
 
 #: Counter rows: the same indices as gpu.backward.BT (BW_TENSORS starts with _launch.T).
 IQ, IK, IV, IP, IdO = T["Q"], T["K"], T["V"], T["P"], T["dO"]
@@ -269,68 +270,12 @@ def ds_kernel(B_r, B_c, dt, causal, has_mask, count, threads):
 # ---------------------------------------------------------------------------------------
 # Line 4: dQ_i = scale sum_j dS_ij K_j, one block per query block
 # ---------------------------------------------------------------------------------------
-@specialisation
 def dq_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
     """Kernel dQ(ds, k, dq, scale, mask, N, H, G, counters); grid (T_r, instances).
-
-    ds: (instances, N, N); k: (batch * kv_heads, N, d); dq: (instances, N, d).
-    """
-    DT = NB_DTYPE[dt]
-    X0 = B_r * d * 4 // NP_DTYPE[dt].itemsize   # input-dtype tiles after the float32 acc
-    K0 = X0 + B_r * B_c
-    IdS_, IK_, IdQ_ = IdS, IK, IdQ
-
-    def kernel(ds_hbm, k, dq, scale, mask, N, H, G, counters):
-        i = cuda.blockIdx.x
-        z = cuda.blockIdx.y
-        t = cuda.threadIdx.x
-        zk = (z // H) * (H // G) + (z % H) // G
-        sf = cuda.shared.array(0, float32)
-        sx = cuda.shared.array(0, DT)
-        acc = sf[0:B_r * d]
-        dSs = sx[X0:K0]
-        Ks = sx[K0:K0 + B_c * d]
-        nS = int64(0)
-        nK = int64(0)
-        nW = int64(0)
-        r0 = i * B_r
-        rows = min(B_r, N - r0)
-        last = r0 + rows - 1
-        for e in range(t, B_r * d, threads):
-            acc[e] = ZERO
-        T_c = (N + B_c - 1) // B_c
-        for j in range(T_c):
-            c0 = j * B_c
-            if causal and c0 > last:
-                break
-            if has_mask and mask[i, j] == 0:
-                continue
-            cols = min(B_c, N - c0)
-            cuda.syncthreads()
-            for e in range(t, rows * cols, threads):    # load dS_ij
-                dSs[(e // cols) * B_c + e % cols] = ds_hbm[z, r0 + e // cols, c0 + e % cols]
-                nS += 1
-            for e in range(t, cols * d, threads):       # load K_j
-                Ks[e] = k[zk, c0 + e // d, e % d]
-                nK += 1
-            cuda.syncthreads()
-            for e in range(t, rows * d, threads):   # each thread owns the same e every j
-                r = e // d
-                x = e % d
-                a = ZERO
-                for c in range(cols):
-                    a += float32(dSs[r * B_c + c]) * float32(Ks[c * d + x])
-                acc[e] += a
-        for e in range(t, rows * d, threads):       # write dQ_i once
-            dq[z, r0 + e // d, e % d] = scale * acc[e]
-            nW += 1
-        if count:
-            add_count(counters, IdS_, READ, nS)
-            add_count(counters, IK_, READ, nK)
-            add_count(counters, IdQ_, WRITE, nW)
-
-    return kernel, kernel_name("std_bwd_dQ", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                               mask=has_mask, count=count, t=threads)
+    The forward's row-block product (gpu.standard.rowblock_product_kernel, which also
+    computes O = P V) with A = dS, B = K, Out = dQ: dQ_i = scale sum_j dS_ij K_j."""
+    return rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads,
+                                   "std_bwd_dQ", (IdS, IK, IdQ))
 
 
 # ---------------------------------------------------------------------------------------

@@ -154,31 +154,38 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads):
 
 
 @specialisation
-def pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
-    """Kernel PV(p, v, o, mask, N, H, G, counters); grid (T_r, instances)."""
-    DT = NB_DTYPE[dt]
-    X0 = B_r * d * 4 // NP_DTYPE[dt].itemsize   # input-dtype tiles after the float32 O_i
-    P0, V0 = X0, X0 + B_r * B_c
-    IP, IV, IO = T["P"], T["V"], T["O"]
+def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, prefix, idx):
+    """Kernel(a, b, out, scale, mask, N, H, G, counters); grid (T_r, instances).
 
-    def kernel(p_hbm, v, o, mask, N, H, G, counters):
+    Out_i = scale * sum_j A_ij B_j for each query block i: A an (instances, N, N) HBM
+    matrix read tile by tile (active tiles only), B a (batch * kv_heads, N, d) tensor read
+    block by block, Out written once. Serves the forward's O = P V (A=P, B=V, scale 1,
+    name 'std_PV') and the standard backward's line 4, dQ = scale dS K (Algorithm 3).
+    idx = (A, B, Out) rows of the counters table the kernel adds its element counts to.
+    """
+    DT = NB_DTYPE[dt]
+    X0 = B_r * d * 4 // NP_DTYPE[dt].itemsize   # input-dtype tiles after the float32 acc
+    A0, B0 = X0, X0 + B_r * B_c
+    IA, IB, IOUT = idx
+
+    def kernel(a_hbm, bt, out, scale, mask, N, H, G, counters):
         i = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
         zk = (z // H) * (H // G) + (z % H) // G
         sf = cuda.shared.array(0, float32)
         sx = cuda.shared.array(0, DT)
-        Os = sf[0:B_r * d]
-        Ps = sx[P0:V0]
-        Vs = sx[V0:V0 + B_c * d]
-        nP = int64(0)
-        nV = int64(0)
+        acc = sf[0:B_r * d]
+        As = sx[A0:B0]
+        Bs = sx[B0:B0 + B_c * d]
+        nA = int64(0)
+        nB = int64(0)
         nO = int64(0)
         r0 = i * B_r
         rows = min(B_r, N - r0)
         last = r0 + rows - 1
         for e in range(t, B_r * d, threads):
-            Os[e] = ZERO
+            acc[e] = ZERO
         T_c = (N + B_c - 1) // B_c
         for j in range(T_c):
             c0 = j * B_c
@@ -188,30 +195,37 @@ def pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
                 continue
             cols = min(B_c, N - c0)
             cuda.syncthreads()
-            for e in range(t, rows * cols, threads):
-                Ps[(e // cols) * B_c + e % cols] = p_hbm[z, r0 + e // cols, c0 + e % cols]
-                nP += 1
-            for e in range(t, cols * d, threads):
-                Vs[e] = v[zk, c0 + e // d, e % d]
-                nV += 1
+            for e in range(t, rows * cols, threads):    # A_ij (P_ij or dS_ij)
+                As[(e // cols) * B_c + e % cols] = a_hbm[z, r0 + e // cols, c0 + e % cols]
+                nA += 1
+            for e in range(t, cols * d, threads):       # B_j (V_j or K_j)
+                Bs[e] = bt[zk, c0 + e // d, e % d]
+                nB += 1
             cuda.syncthreads()
             for e in range(t, rows * d, threads):   # each thread owns the same e every j
                 r = e // d
                 x = e % d
-                acc = ZERO
+                s = ZERO
                 for c in range(cols):
-                    acc += float32(Ps[r * B_c + c]) * float32(Vs[c * d + x])
-                Os[e] += acc
-        for e in range(t, rows * d, threads):
-            o[z, r0 + e // d, e % d] = Os[e]
+                    s += float32(As[r * B_c + c]) * float32(Bs[c * d + x])
+                acc[e] += s
+        for e in range(t, rows * d, threads):       # write Out_i once
+            out[z, r0 + e // d, e % d] = scale * acc[e]
             nO += 1
         if count:
-            add_count(counters, IP, READ, nP)
-            add_count(counters, IV, READ, nV)
-            add_count(counters, IO, WRITE, nO)
+            add_count(counters, IA, READ, nA)
+            add_count(counters, IB, READ, nB)
+            add_count(counters, IOUT, WRITE, nO)
 
-    return kernel, kernel_name("std_PV", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
+    return kernel, kernel_name(prefix, Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                                mask=has_mask, count=count, t=threads)
+
+
+def pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
+    """O = P V, one block per query block: Kernel(p, v, o, scale=1, mask, N, H, G,
+    counters); grid (T_r, instances)."""
+    return rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads,
+                                   "std_PV", (T["P"], T["V"], T["O"]))
 
 
 def shared_bytes(B_r, B_c, d, dt) -> int:
@@ -245,5 +259,5 @@ def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, 
     kSM = softmax_kernel(B_r, B_c, causal, has_mask, count, ts)
     launch(kSM, (N, inst), ts, 4 * N, s3, p3, mk, np.int64(N), counters)
     kPV = pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads)
-    launch(kPV, (-(-N // B_r), inst), threads, shmem, p3, v3, o3, mk, np.int64(N),
-           np.int64(H), np.int64(G), counters)
+    launch(kPV, (-(-N // B_r), inst), threads, shmem, p3, v3, o3, np.float32(1.0), mk,
+           np.int64(N), np.int64(H), np.int64(G), counters)

@@ -361,7 +361,7 @@ def ptx_check(quick=False):
     instruction; atomics present iff the counting build. Returns a list of failures."""
     import re
     from numba.cuda import types as T
-    from gpu import fa1, fa2, standard
+    from gpu import fa1, fa2, fa2_fast, standard
     A = lambda dt, nd: T.Array(dt, nd, "C")
     U8, I64, F32 = A(T.uint8, 2), A(T.int64, 2), A(T.float32, 2)
     failures = []
@@ -379,7 +379,9 @@ def ptx_check(quick=False):
                       (standard.softmax_kernel(64, 64, causal, True, count, 128),
                        (X, X, U8, T.int64, I64)),
                       (standard.pv_kernel(64, 64, 64, dt, causal, True, count, 128),
-                       (X, X, X, U8, T.int64, T.int64, T.int64, I64))]
+                       (X, X, X, T.float32, U8, T.int64, T.int64, T.int64, I64)),
+                      (fa2_fast.fa2_fast_kernel(128, 64, 64, dt, causal, True, count, 128, 8,
+                                                True), fa2_fast.signature(dt))]
                 for kern, sig in ks:
                     ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))
                     name = kern.py_func.__name__
