@@ -53,7 +53,7 @@ from numba import cuda, float32, int64
 
 from ._launch import (NB_DTYPE, NP_DTYPE, READ, WRITE, ZERO, T, add_count, kernel_name,
                       launch, specialisation)
-from .standard import rowblock_product_kernel
+from .standard import rowblock_product_kernel, tile_product_kernel
 
 #: Counter rows: the same indices as gpu.backward.BT (BW_TENSORS starts with _launch.T).
 IQ, IK, IV, IP, IdO = T["Q"], T["K"], T["V"], T["P"], T["dO"]
@@ -151,56 +151,13 @@ def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads):
 # ---------------------------------------------------------------------------------------
 # Line 2: dP_ij = dO_i V_j^T, one block per active tile
 # ---------------------------------------------------------------------------------------
-@specialisation
 def dp_kernel(B_r, B_c, d, dt, count, threads):
-    """Kernel dP(do, v, dp, tiles, N, H, G, counters); grid (n_active, instances).
+    """Kernel dP(do, v, dp, tiles, scale=1, N, H, G, counters); grid (n_active, instances).
+    The forward's tile product (gpu.standard.tile_product_kernel, which also computes
+    S = scale Q K^T) with A = dO, B = V, Out = dP, unmasked: whole tiles are written."""
+    return tile_product_kernel(B_r, B_c, d, dt, False, count, threads, "std_bwd_dP",
+                               (IdO, IV, IdP))
 
-    tiles: int32 (n_active, 2), the active (i, j); do: (instances, N, d); v: (batch *
-    kv_heads, N, d); dp: (instances, N, N), problem dtype; whole tiles are written.
-    """
-    DT = NB_DTYPE[dt]
-    V0 = B_r * d
-    IdO_, IV_, IdP_ = IdO, IV, IdP
-
-    def kernel(do, v, dp_hbm, tiles, N, H, G, counters):
-        a = cuda.blockIdx.x
-        z = cuda.blockIdx.y
-        t = cuda.threadIdx.x
-        zk = (z // H) * (H // G) + (z % H) // G    # this head's K/V instance
-        i = tiles[a, 0]
-        j = tiles[a, 1]
-        sx = cuda.shared.array(0, DT)
-        dOs = sx[0:V0]
-        Vs = sx[V0:V0 + B_c * d]
-        nO = int64(0)
-        nV = int64(0)
-        nP = int64(0)
-        r0 = i * B_r
-        c0 = j * B_c
-        rows = min(B_r, N - r0)
-        cols = min(B_c, N - c0)
-        for e in range(t, rows * d, threads):       # load dO_i
-            dOs[e] = do[z, r0 + e // d, e % d]
-            nO += 1
-        for e in range(t, cols * d, threads):       # load V_j
-            Vs[e] = v[zk, c0 + e // d, e % d]
-            nV += 1
-        cuda.syncthreads()
-        for e in range(t, rows * cols, threads):    # write dP_ij = dO_i V_j^T
-            r = e // cols
-            c = e % cols
-            s = ZERO
-            for x in range(d):
-                s += float32(dOs[r * d + x]) * float32(Vs[c * d + x])
-            dp_hbm[z, r0 + r, c0 + c] = s
-            nP += 1
-        if count:
-            add_count(counters, IdO_, READ, nO)
-            add_count(counters, IV_, READ, nV)
-            add_count(counters, IdP_, WRITE, nP)
-
-    return kernel, kernel_name("std_bwd_dP", Br=B_r, Bc=B_c, d=d, dt=dt, count=count,
-                               t=threads)
 
 
 # ---------------------------------------------------------------------------------------
@@ -306,7 +263,7 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
     tiles = np.argwhere(active).astype(np.int32)
     if len(tiles):
         launch(dp_kernel(B_r, B_c, d, dt, bool(count), threads), (len(tiles), inst), threads,
-               shm, do3, v3, dp3, cuda.to_device(tiles), n, h, g, counters)
+               shm, do3, v3, dp3, cuda.to_device(tiles), np.float32(1.0), n, h, g, counters)
     # line 3: dS = P o (dP - rowsum(P o dP))
     ts = ds_threads(N, threads)
     launch(ds_kernel(B_r, B_c, dt, bool(causal), has_mask, bool(count), ts), (N, inst), ts,

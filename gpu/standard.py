@@ -31,57 +31,69 @@ from ._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, ad
 
 
 @specialisation
-def s_kernel(B_r, B_c, d, dt, causal, count, threads):
-    """Kernel S(q, k, s, tiles, scale, N, H, G, counters); grid (n_active, instances).
+def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx):
+    """Kernel(a, b, out, tiles, scale, N, H, G, counters); grid (n_active, instances).
 
-    tiles: int32 (n_active, 2) list of active (i, j); s: (instances, N, N) problem dtype.
+    Out_ij = scale A_i B_j^T for each active tile (i, j) (tiles: int32 (n_active, 2)),
+    written whole to an (instances, N, N) HBM matrix in the problem dtype; causal: entries
+    above the diagonal become -inf. A: (instances, N, d); B: (batch * kv_heads, N, d).
+    Serves the forward's S = scale Q K^T ('std_S') and the standard backward's line 2,
+    dP = dO V^T ('std_bwd_dP', scale 1, not masked). idx = (A, B, Out) counter rows.
     """
     DT = NB_DTYPE[dt]
-    K0 = B_r * d
-    IQ, IK, IS = T["Q"], T["K"], T["S"]
+    B0 = B_r * d
+    IA, IB, IOUT = idx
 
-    def kernel(q, k, s_hbm, tiles, scale, N, H, G, counters):
+    def kernel(a_hbm, bt, out, tiles, scale, N, H, G, counters):
         a = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
-        zk = (z // H) * (H // G) + (z % H) // G
+        zk = (z // H) * (H // G) + (z % H) // G    # this head's K/V instance
         i = tiles[a, 0]
         j = tiles[a, 1]
         sx = cuda.shared.array(0, DT)
-        Qs = sx[0:K0]
-        Ks = sx[K0:K0 + B_c * d]
-        nQ = int64(0)
-        nK = int64(0)
-        nS = int64(0)
+        As = sx[0:B0]
+        Bs = sx[B0:B0 + B_c * d]
+        nA = int64(0)
+        nB = int64(0)
+        nO = int64(0)
         r0 = i * B_r
         c0 = j * B_c
         rows = min(B_r, N - r0)
         cols = min(B_c, N - c0)
-        for e in range(t, rows * d, threads):
-            Qs[e] = q[z, r0 + e // d, e % d]
-            nQ += 1
-        for e in range(t, cols * d, threads):
-            Ks[e] = k[zk, c0 + e // d, e % d]
-            nK += 1
+        for e in range(t, rows * d, threads):       # A_i (Q_i or dO_i)
+            As[e] = a_hbm[z, r0 + e // d, e % d]
+            nA += 1
+        for e in range(t, cols * d, threads):       # B_j (K_j or V_j)
+            Bs[e] = bt[zk, c0 + e // d, e % d]
+            nB += 1
         cuda.syncthreads()
         for e in range(t, rows * cols, threads):
             r = e // cols
             c = e % cols
             s = ZERO
             for x in range(d):
-                s += float32(Qs[r * d + x]) * float32(Ks[c * d + x])
+                s += float32(As[r * d + x]) * float32(Bs[c * d + x])
             s = s * scale
             if causal and c0 + c > r0 + r:
                 s = NEG_INF
-            s_hbm[z, r0 + r, c0 + c] = s
-            nS += 1
+            out[z, r0 + r, c0 + c] = s
+            nO += 1
         if count:
-            add_count(counters, IQ, READ, nQ)
-            add_count(counters, IK, READ, nK)
-            add_count(counters, IS, WRITE, nS)
+            add_count(counters, IA, READ, nA)
+            add_count(counters, IB, READ, nB)
+            add_count(counters, IOUT, WRITE, nO)
 
-    return kernel, kernel_name("std_S", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
+    return kernel, kernel_name(prefix, Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                                count=count, t=threads)
+
+
+def s_kernel(B_r, B_c, d, dt, causal, count, threads):
+    """S = scale Q K^T per active tile: Kernel(q, k, s, tiles, scale, N, H, G, counters);
+    grid (n_active, instances); s: (instances, N, N) problem dtype."""
+    return tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, "std_S",
+                               (T["Q"], T["K"], T["S"]))
+
 
 
 @specialisation
