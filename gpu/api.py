@@ -153,7 +153,10 @@ def _output(shape, npdt, kind, like):
     cuMemFree per call: Numba's deferred frees synchronise the device, which put a host
     round trip inside every timed call); others a Numba device array (`filled`)."""
     torch = _torch_like(like) if kind == "cai" else None
-    if torch is None:
+    if torch is None or torch.cuda.current_stream(like.device) != \
+            torch.cuda.default_stream(like.device):
+        # not torch, or torch on a side stream that our legacy-stream kernels would not be
+        # ordered after: Numba allocates and fills on the legacy stream
         return None, filled(shape, npdt, np.nan)
     t = torch.full(shape, float("nan"), device=like.device,
                    dtype=torch.float16 if npdt == np.float16 else torch.float32)
