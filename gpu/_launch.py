@@ -216,6 +216,19 @@ def new_counters(count: bool):
     return _DUMMY_COUNTERS[key]
 
 
+_DUMMY_MASKS: dict = {}
+
+
+def dummy_mask():
+    """A 1x1 uint8 stand-in for the `mask` argument of kernels compiled without a block
+    mask (they never read it); one per device, reused, for the same reason as the
+    counters dummy of `new_counters`."""
+    key = 0 if SIM else cuda.get_current_device().id
+    if key not in _DUMMY_MASKS:
+        _DUMMY_MASKS[key] = cuda.to_device(np.ones((1, 1), dtype=np.uint8))
+    return _DUMMY_MASKS[key]
+
+
 def counters_to_dicts(counters) -> tuple[dict, dict]:
     """({tensor: elements read}, {tensor: elements written}) from a counters array."""
     host = counters.copy_to_host() if hasattr(counters, "copy_to_host") else np.asarray(counters)
@@ -233,7 +246,7 @@ def counters_to_ledger(counters, algorithm, problem, tiling) -> Ledger:
 __all__ = ["SIM", "TENSORS", "T", "READ", "WRITE", "NB_DTYPE", "NP_DTYPE", "NEG_INF", "ZERO",
            "ONE", "DEFAULT_SMEM_BYTES", "default_threads", "dtype_name", "kernel_name",
            "specialisation", "device_smem_limit", "check_fits", "launch", "filled",
-           "new_counters", "counters_to_dicts", "counters_to_ledger"]
+           "new_counters", "dummy_mask", "counters_to_dicts", "counters_to_ledger"]
 
 
 @cuda.jit(device=True, inline=True)

@@ -50,7 +50,7 @@ from iosim.tiling import Tiling
 
 from ._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE,
                       ZERO, T, add_count, check_fits, default_threads, filled, kernel_name,
-                      launch, specialisation)
+                      dummy_mask, launch, specialisation)
 from .api import HEAD_DIMS, _check, _return_like, _to_device
 from . import backward_standard
 
@@ -494,8 +494,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                              f"{type(stats).__name__}")
         l_dev = _check_stats("stats l", stats[0], (B, H, N), kind)
         m_dev = _check_stats("stats m", stats[1], (B, H, N), kind)
-    mask_dev = cuda.to_device(np.ones((1, 1), dtype=np.uint8) if block_mask is None else
-                              np.ascontiguousarray(problem.block_mask, dtype=np.uint8))
+    mask_dev = (dummy_mask() if block_mask is None else
+                cuda.to_device(np.ascontiguousarray(problem.block_mask, dtype=np.uint8)))
     has_mask = block_mask is not None
 
     qd, kd, vd, od, dod = (_to_device(x, kind) for x in (q, k, v, o, do))

@@ -52,7 +52,7 @@ import numpy as np
 from numba import cuda, float32, int64
 
 from ._launch import (NB_DTYPE, NP_DTYPE, READ, WRITE, ZERO, T, add_count, kernel_name,
-                      launch, specialisation)
+                      dummy_mask, launch, specialisation)
 from .standard import rowblock_product_kernel, tile_product_kernel
 
 #: Counter rows: the same indices as gpu.backward.BT (BW_TENSORS starts with _launch.T).
@@ -247,11 +247,10 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
     each query head's own dK_h, dV_h (the caller sums groups). mask: device uint8
     (T_r, T_c) or None; active: host boolean (T_r, T_c) (iosim.active_tiles).
     """
-    from .fa2 import _dummy_mask
     d = q3.shape[2]
     inst = q3.shape[0]
     has_mask = mask is not None
-    mk = mask if has_mask else _dummy_mask()
+    mk = mask if has_mask else dummy_mask()
     shm = std_bwd_shared_bytes(B_r, B_c, d, dt)
     T_r, T_c = -(-N // B_r), -(-N // B_c)
     n, h, g = np.int64(N), np.int64(H), np.int64(G)

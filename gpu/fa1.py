@@ -34,7 +34,7 @@ from numba import cuda, float32, int64
 from iosim.tiling import sram_footprint_bytes
 
 from ._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
-                      kernel_name, specialisation)
+                      dummy_mask, kernel_name, specialisation)
 
 
 @specialisation
@@ -189,10 +189,9 @@ def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt,
         count, threads):
     """Launch fa1 on 3-D device views (instances, N, d); writes o3, l2, m2."""
     from ._launch import launch
-    from .fa2 import _dummy_mask
     d = q3.shape[2]
     kern = fa1_forward_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads)
-    mk = mask if mask is not None else _dummy_mask()
+    mk = mask if mask is not None else dummy_mask()
     launch(kern, (q3.shape[0],), threads, shared_bytes(B_r, B_c, d, dt),
            q3, k3, v3, o3, l2, m2, np.float32(scale), np.int64(N), np.int64(H), np.int64(G),
            mk, counters)

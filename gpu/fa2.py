@@ -25,7 +25,7 @@ from numba import cuda, float32, int64
 from iosim.tiling import sram_footprint_bytes
 
 from ._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
-                      kernel_name, specialisation)
+                      dummy_mask, kernel_name, specialisation)
 
 
 @specialisation
@@ -165,11 +165,8 @@ def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, cau
     d = q3.shape[2]
     kern = fa2_forward_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads)
     T_r = -(-N // B_r)
-    mk = mask if mask is not None else _dummy_mask()
+    mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_r, q3.shape[0]), threads, shared_bytes(B_r, B_c, d, dt),
            q3, k3, v3, o3, L2, np.float32(scale), np.int64(N), np.int64(H), np.int64(G),
            mk, counters)
 
-
-def _dummy_mask():
-    return cuda.to_device(np.ones((1, 1), dtype=np.uint8))

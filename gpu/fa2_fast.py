@@ -53,7 +53,7 @@ import numpy as np
 from numba import cuda, float32, int64
 
 from ._launch import (NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count,
-                      kernel_name, specialisation)
+                      dummy_mask, kernel_name, specialisation)
 
 #: Largest register tile side we generate (S is RM x RN, O is RM x DN registers).
 MAX_R = 8
@@ -370,15 +370,6 @@ def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC=None, shfl=
                            int(threads), p[1], bool(shfl))
 
 
-_DUMMY = {}
-
-
-def _dummy_mask():
-    if "m" not in _DUMMY:
-        _DUMMY["m"] = cuda.to_device(np.ones((1, 1), dtype=np.uint8))
-    return _DUMMY["m"]
-
-
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
         count, threads, TC=None, shfl=False):
     """Launch on 3-D device views (instances, N, d); writes o3 and L2. Same signature
@@ -389,7 +380,7 @@ def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, cau
     p = plan(B_r, B_c, d, threads, TC)
     shmem = layout(B_r, B_c, d, p[1], p[0], shfl)["bytes"]
     T_r = -(-N // B_r)
-    mk = mask if mask is not None else _dummy_mask()
+    mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_r, q3.shape[0]), threads, shmem,
            q3, k3, v3, o3, L2, np.float32(scale), np.int64(N), np.int64(H), np.int64(G),
            mk, counters)

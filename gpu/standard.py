@@ -27,7 +27,7 @@ from numba import cuda, float32, int64
 from iosim.tiling import sram_footprint_bytes
 
 from ._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
-                      kernel_name, launch, specialisation)
+                      dummy_mask, kernel_name, launch, specialisation)
 
 
 @specialisation
@@ -256,11 +256,10 @@ def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, 
 
     active: host boolean (T_r, T_c) of active tiles (iosim.active_tiles).
     """
-    from .fa2 import _dummy_mask
     d = q3.shape[2]
     inst = q3.shape[0]
     has_mask = mask is not None
-    mk = mask if has_mask else _dummy_mask()
+    mk = mask if has_mask else dummy_mask()
     shmem = shared_bytes(B_r, B_c, d, dt)
     tiles = np.argwhere(active).astype(np.int32)
     if len(tiles):

@@ -41,7 +41,7 @@ from numba import cuda  # noqa: E402
 
 import iosim  # noqa: E402
 from gpu import fa2_fast  # noqa: E402
-from gpu._launch import counters_to_ledger, new_counters  # noqa: E402
+from gpu._launch import counters_to_ledger, dummy_mask, new_counters  # noqa: E402
 
 OUT = os.environ.get("OUT", os.path.join(ROOT, "out"))
 os.makedirs(OUT, exist_ok=True)
@@ -289,7 +289,7 @@ def main():
                                                      "plan(TR,TC,RM,RN,DN)": fa2_fast.plan(B_r, B_c, D, threads, TC),
                                                      "dynamic_shared_bytes": shmem}
                     results["variants"][name][f"kernel_{'causal' if causal else 'dense'}"] = kernel_info(kern)
-                    dummy = fa2_fast._dummy_mask()
+                    dummy = dummy_mask()
                     ctr = new_counters(False)
                     cfg = kern[(T_r, BH), threads, 0, shmem]
                     sc = np.float32(1 / np.sqrt(D))

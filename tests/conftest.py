@@ -5,27 +5,14 @@ numba.cuda happens only after NUMBA_ENABLE_CUDASIM is settled. Tests marked `gpu
 real hardware and are skipped without it (the same checks run on the H100 through
 scripts/gpu_check.py).
 """
-import ctypes
 import os
 
 import pytest
 
+# analysis.sweeps imports iosim and numpy only, never numba.cuda: safe to use here
+from analysis.sweeps import has_cuda_gpu
 
-def _has_cuda_gpu() -> bool:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return False
-    for name in ("libcuda.so.1", "libcuda.so"):
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError:
-            continue
-        count = ctypes.c_int(0)
-        if lib.cuInit(0) == 0 and lib.cuDeviceGetCount(ctypes.byref(count)) == 0:
-            return count.value > 0
-    return False
-
-
-HAS_GPU = _has_cuda_gpu()
+HAS_GPU = has_cuda_gpu()
 if not HAS_GPU:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
