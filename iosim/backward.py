@@ -56,7 +56,8 @@ from .closed_form import _mask_sums, tile_sums
 from .ledger import CountingMemory, Ledger
 from .problem import STAT_DTYPE, ConfigError, Problem
 from .reference import element_mask
-from .schedules import FORWARD, active_tiles, block_bounds, random_inputs
+from .schedules import (FORWARD, active_tiles, block_bounds, random_inputs, read_row_active,
+                        rowblock_product, write_row_active)
 from .tiling import ALGORITHMS, Tiling
 
 F32 = np.float32
@@ -108,6 +109,20 @@ def _scores(Qi, Kj, scale, r0, c0, causal):
 # The three backward schedules, one instance each. mem holds Q, K, V, O, dO and the
 # forward's leftovers; they write dQ, dK, dV (N x d, problem dtype) into mem.
 # ---------------------------------------------------------------------------------------
+def _colblock_product(mem: CountingMemory, a: str, b: str, out: str, rows, cols, active,
+                      d: int, dt, scale=None):
+    """Out_j = [scale] sum_i A_ij^T B_i over the active tiles, one pass per key block,
+    accumulated in float32 (gpu.backward_standard.tposed_kernel): dV = P^T dO and
+    dK = scale dS^T Q."""
+    for j, (c0, c1) in enumerate(cols):
+        acc = np.zeros((c1 - c0, d), dtype=F32)
+        for i, (r0, r1) in enumerate(rows):
+            if active[i, j]:
+                acc += mem.read(a, slice(r0, r1), slice(c0, c1)).astype(F32).T @ \
+                    mem.read(b, slice(r0, r1)).astype(F32)
+        mem.write(out, (acc if scale is None else F32(scale) * acc).astype(dt), slice(c0, c1))
+
+
 def standard_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
     N, d, dt = problem.N, problem.d, problem.np_dtype
     rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
@@ -117,13 +132,7 @@ def standard_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, sca
     for name in ("dQ", "dK", "dV"):
         mem.alloc(name, np.full((N, d), np.nan, dtype=dt))
     # 1. dV_j = sum_i P_ij^T dO_i
-    for j, (c0, c1) in enumerate(cols):
-        acc = np.zeros((c1 - c0, d), dtype=F32)
-        for i, (r0, r1) in enumerate(rows):
-            if A[i, j]:
-                Pij = mem.read("P", slice(r0, r1), slice(c0, c1)).astype(F32)
-                acc += Pij.T @ mem.read("dO", slice(r0, r1)).astype(F32)
-        mem.write("dV", acc.astype(dt), slice(c0, c1))
+    _colblock_product(mem, "P", "dO", "dV", rows, cols, A, d, dt)
     # 2. dP_ij = dO_i V_j^T
     for i, (r0, r1) in enumerate(rows):
         for j, (c0, c1) in enumerate(cols):
@@ -136,31 +145,14 @@ def standard_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, sca
         js = [j for j in range(len(cols)) if A[i, j]]
         if not js:
             continue
-        P = np.concatenate([mem.read("P", slice(r0, r1), slice(*cols[j])) for j in js], 1).astype(F32)
-        dP = np.concatenate([mem.read("dP", slice(r0, r1), slice(*cols[j])) for j in js], 1).astype(F32)
+        P = read_row_active(mem, "P", r0, r1, cols, js)
+        dP = read_row_active(mem, "dP", r0, r1, cols, js)
         D = (P * dP).sum(axis=1, keepdims=True, dtype=F32)
-        dS = (P * (dP - D)).astype(dt)
-        at = 0
-        for j in js:
-            c0, c1 = cols[j]
-            mem.write("dS", dS[:, at:at + c1 - c0], slice(r0, r1), slice(c0, c1))
-            at += c1 - c0
+        write_row_active(mem, "dS", (P * (dP - D)).astype(dt), r0, r1, cols, js)
     # 4. dQ_i = scale sum_j dS_ij K_j
-    for i, (r0, r1) in enumerate(rows):
-        acc = np.zeros((r1 - r0, d), dtype=F32)
-        for j, (c0, c1) in enumerate(cols):
-            if A[i, j]:
-                acc += mem.read("dS", slice(r0, r1), slice(c0, c1)).astype(F32) @ \
-                    mem.read("K", slice(c0, c1)).astype(F32)
-        mem.write("dQ", (F32(scale) * acc).astype(dt), slice(r0, r1))
+    rowblock_product(mem, "dS", "K", "dQ", rows, cols, A, d, dt, scale)
     # 5. dK_j = scale sum_i dS_ij^T Q_i
-    for j, (c0, c1) in enumerate(cols):
-        acc = np.zeros((c1 - c0, d), dtype=F32)
-        for i, (r0, r1) in enumerate(rows):
-            if A[i, j]:
-                acc += mem.read("dS", slice(r0, r1), slice(c0, c1)).astype(F32).T @ \
-                    mem.read("Q", slice(r0, r1)).astype(F32)
-        mem.write("dK", (F32(scale) * acc).astype(dt), slice(c0, c1))
+    _colblock_product(mem, "dS", "Q", "dK", rows, cols, A, d, dt, scale)
 
 
 def fa1_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):

@@ -82,6 +82,36 @@ def _safe(m):
     return np.where(np.isneginf(m), F32(0), m).astype(F32)
 
 
+def read_row_active(mem: CountingMemory, name: str, r0: int, r1: int, cols, js):
+    """Rows r0:r1 of an N x N HBM matrix over the active key blocks js, read tile by tile
+    and joined along the keys, as float32 (one row pass of the standard algorithm)."""
+    return np.concatenate([mem.read(name, slice(r0, r1), slice(*cols[j])) for j in js],
+                          axis=1).astype(F32)
+
+
+def write_row_active(mem: CountingMemory, name: str, X, r0: int, r1: int, cols, js):
+    """Write X (rows r0:r1, the active key blocks js joined) back tile by tile."""
+    at = 0
+    for j in js:
+        c0, c1 = cols[j]
+        mem.write(name, X[:, at:at + c1 - c0], slice(r0, r1), slice(c0, c1))
+        at += c1 - c0
+
+
+def rowblock_product(mem: CountingMemory, a: str, b: str, out: str, rows, cols, active,
+                     d: int, dt, scale=None):
+    """Out_i = [scale] sum_j A_ij B_j over the active tiles, one pass per query block,
+    accumulated in float32 (gpu.standard.rowblock_product_kernel): the forward's O = P V
+    and the standard backward's dQ = scale dS K."""
+    for i, (r0, r1) in enumerate(rows):
+        acc = np.zeros((r1 - r0, d), dtype=F32)
+        for j, (c0, c1) in enumerate(cols):
+            if active[i, j]:
+                acc += mem.read(a, slice(r0, r1), slice(c0, c1)).astype(F32) @ \
+                    mem.read(b, slice(c0, c1)).astype(F32)
+        mem.write(out, (acc if scale is None else F32(scale) * acc).astype(dt), slice(r0, r1))
+
+
 # ---------------------------------------------------------------------------------------
 # The three forward schedules, one instance (one (batch, head)) each.
 # mem holds Q, K, V (N x d, problem dtype) and receives O and the statistics.
@@ -106,25 +136,14 @@ def standard_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scal
         js = [j for j in range(len(cols)) if active[i, j]]
         if not js:
             continue
-        S = np.concatenate([mem.read("S", slice(r0, r1), slice(*cols[j])) for j in js],
-                           axis=1).astype(F32)
+        S = read_row_active(mem, "S", r0, r1, cols, js)
         m = _safe(S.max(axis=1, keepdims=True))
         E = np.exp(S - m)
         l = E.sum(axis=1, keepdims=True)
         P = np.where(l > 0, E / np.where(l > 0, l, F32(1)), F32(0)).astype(dt)
-        at = 0
-        for j in js:
-            c0, c1 = cols[j]
-            mem.write("P", P[:, at:at + c1 - c0], slice(r0, r1), slice(c0, c1))
-            at += c1 - c0
+        write_row_active(mem, "P", P, r0, r1, cols, js)
     # Kernel 3: O_i = sum_j P_ij V_j, one thread block per query block.
-    for i, (r0, r1) in enumerate(rows):
-        acc = np.zeros((r1 - r0, d), dtype=F32)
-        for j, (c0, c1) in enumerate(cols):
-            if active[i, j]:
-                Pij = mem.read("P", slice(r0, r1), slice(c0, c1)).astype(F32)
-                acc += Pij @ mem.read("V", slice(c0, c1)).astype(F32)
-        mem.write("O", acc.astype(dt), slice(r0, r1))
+    rowblock_product(mem, "P", "V", "O", rows, cols, active, d, dt)
     return {}
 
 
