@@ -9,7 +9,12 @@ Method, per point (impl, dtype, N, d, causal, batch_heads):
     exceed 2 x the 50 MB L2 (`input_sets`); repetition r uses set r % n_sets;
   * one warm-up call (it also compiles Numba kernels), then one timed single call: if it
     exceeds `time_cap_ms` the point is recorded as skipped (never silently);
-  * `reps` (>= 10) calls, each between two torch.cuda.Events; `ms_median` is their median;
+  * `reps` (>= 10) calls, each between two torch.cuda.Events; `ms_median` is their median.
+    Every impl is timed the same way: calls enqueued back to back with no host sync in
+    between, as in a user's loop, so host work (Python, Numba's launch) overlaps the
+    previous call's kernels and shows only where it exceeds the GPU time (small N). With
+    torch inputs `gpu.attention` allocates its outputs and scratch from torch's caching
+    allocator, so nothing is freed through Numba inside the timed loop;
   * `peak_extra_bytes`: device memory one call needs beyond its inputs and output,
     torch.cuda.max_memory_allocated after reset_peak_memory_stats, plus (for the Numba
     kernels, which allocate through the driver, not torch's allocator) the drop of the
@@ -587,11 +592,8 @@ class TorchBackend:
             b.record()
             evs.append((a, b))
             del out
-            if point.impl in GPU_IMPLS:
-                # numba allocates outputs/scratch through the driver; keep pending frees bounded
-                b.synchronize()
-                self.flush_numba()
         torch.cuda.synchronize()
+        self.flush_numba()
         times = [a.elapsed_time(b) for a, b in evs]
         del evs
         return times

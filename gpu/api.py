@@ -9,7 +9,9 @@ plain one, `fast=True` demands the fast one (ValueError if it cannot run the til
 
 Default tiling (no block_rows/block_cols/sram_bytes given):
 * fa2 on a GPU: `FA2_FAST_TILES[d]` (B_r, B_c, threads), the fastest fp32 variant of
-  the fast kernel measured on the H100 (benchmarks/results/, scripts/fa2_fast_variants.py);
+  the fast kernel measured on the H100 at N=4096 (benchmarks/results/2026-11-23-h100-
+  v2-round5/, scripts/fa2_fast_variants.py): 256 x 32 tiles, 512 threads, 8 threads per
+  query row, registers capped at 128 (`fa2_fast_options`) for d = 64 and d = 128;
 * otherwise (fa1, standard, the simulator): the largest square tile B_r = B_c = B in
   (64, 32, 16) whose shared-memory footprint (`iosim.sram_footprint_bytes`) fits the
   48 KB every CUDA device allows without opt-in. For example fa2/fa1: fp32 d=64 -> 32,
@@ -34,9 +36,13 @@ DEFAULT_TILES = (64, 32, 16)
 #: fa2's default on a GPU: head dim -> (B_r, B_c, threads) of gpu.fa2_fast, fastest fp32
 #: variant measured on the H100 at N=4096 (see the module docstring); head dims not
 #: listed take the first of FA2_FAST_FALLBACK that the fast kernel supports.
-FA2_FAST_TILES = {64: (128, 64, 128), 128: (128, 128, 256)}
-FA2_FAST_FALLBACK = ((128, 64, 128), (128, 64, 256), (64, 64, 256), (64, 64, 128),
-                     (32, 32, 128))
+FA2_FAST_TILES = {64: (256, 32, 512), 128: (256, 32, 512)}
+FA2_FAST_FALLBACK = ((256, 32, 512), (128, 64, 256), (128, 64, 128), (64, 64, 256),
+                     (64, 64, 128), (32, 32, 128))
+#: tuning measured best on the H100 for (B_r, B_c, threads): TC (threads per query row)
+#: and maxreg (register cap per thread); see `fa2_fast_options` for the rest
+FA2_FAST_TUNED = {(256, 32, 512): dict(TC=8, maxreg=128),
+                  (128, 64, 256): dict(TC=8, maxreg=128)}
 #: thread counts tried, in order, for the fast kernel when the caller gives a tiling
 FA2_FAST_THREADS = (256, 128, 64)
 
@@ -60,9 +66,34 @@ def fa2_fast_default(d: int) -> tuple[int, int, int] | None:
     limit = device_smem_limit()
     for B_r, B_c, threads in ((FA2_FAST_TILES[d],) if d in FA2_FAST_TILES else ()) + \
             FA2_FAST_FALLBACK:
-        if fa2_fast.supports(B_r, B_c, d, threads, smem_limit=limit):
+        if _fast_fits(B_r, B_c, d, threads, limit):
             return B_r, B_c, threads
     return None
+
+
+def _fast_fits(B_r: int, B_c: int, d: int, threads: int, limit: int) -> bool:
+    """Whether the fast kernel runs this tiling as `attention` would launch it: with its
+    tuned TC (fa2_fast_options) and, on hardware, warp-shuffle reductions (no RED
+    region in shared memory)."""
+    TC = fa2_fast_options(B_r, B_c, d, threads).get("TC") if fa2_fast.plan(
+        B_r, B_c, d, threads) is not None else None
+    return fa2_fast.supports(B_r, B_c, d, threads, TC=TC, shfl=not SIM, smem_limit=limit)
+
+
+def fa2_fast_options(B_r: int, B_c: int, d: int, threads: int) -> dict:
+    """Tuning keywords (TC, maxreg) for gpu.fa2_fast.run: the measured ones of
+    FA2_FAST_TUNED where the kernel can use them at this d; otherwise TC from
+    `fa2_fast.plan` and a register cap only above 256 threads, the one that lets a block
+    be resident (65,536 registers per SM: 128 at 512 threads). The simulator takes no
+    register cap."""
+    opts = dict(FA2_FAST_TUNED.get((B_r, B_c, threads), {}))
+    if "TC" in opts and fa2_fast.plan(B_r, B_c, d, threads, opts["TC"]) is None:
+        del opts["TC"]
+    if SIM:
+        opts.pop("maxreg", None)
+    elif "maxreg" not in opts and threads > 256:
+        opts["maxreg"] = 65536 // threads
+    return opts
 
 
 def fa2_fast_threads(B_r: int, B_c: int, d: int, threads: int | None) -> int | None:
@@ -78,7 +109,7 @@ def fa2_fast_threads(B_r: int, B_c: int, d: int, threads: int | None) -> int | N
                  if (br, bc) == (B_r, B_c)]
         candidates = tuple(dict.fromkeys(tuned + list(FA2_FAST_THREADS)))
     for t in candidates:
-        if fa2_fast.supports(B_r, B_c, d, t, smem_limit=limit):
+        if _fast_fits(B_r, B_c, d, t, limit):
             return t
     return None
 
@@ -256,9 +287,9 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     fast_opts = {}
     if use_fast:   # O and S live in registers: its own shared-memory layout
         # warp-shuffle row reductions on hardware (the simulator has no shuffles)
-        fast_opts = dict(shfl=fa2_fast.supports(B_r, B_c, d, threads, shfl=True))
-        check_fits(fa2_fast.smem_bytes(B_r, B_c, d, threads, shfl=fast_opts["shfl"]),
-                   what + " (fast kernel)")
+        fast_opts = dict(shfl=not SIM, **fa2_fast_options(B_r, B_c, d, threads))
+        check_fits(fa2_fast.smem_bytes(B_r, B_c, d, threads, fast_opts.get("TC"),
+                                       shfl=fast_opts["shfl"]), what + " (fast kernel)")
     else:
         check_fits(sram_footprint_bytes(algorithm, B_r, B_c, d, dname), what)
     if algorithm == "standard":

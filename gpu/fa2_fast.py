@@ -7,36 +7,64 @@ V_j once; online softmax with float32 running max m and sum l; write O_i and
 L_i = m + log(l) once (a row with no visible key: O = 0, L = -inf). Ragged N: only the
 valid rows are loaded / stored (and counted); the rest of a tile is zero-filled on chip.
 
+Versions (llm.c style; timings: H100, fp32, d = 64, batch x heads = 16, N = 4096, kernel
+alone, non-causal, benchmarks/results/):
+  v1  scalar shared loads: Q and K stored transposed (x-major), one 4-byte LDS per
+      operand; RM + RN loads per RM x RN FMAs (8 + 8 per 64). 5.47 ms, 12.6 TFLOP/s.
+  v2  (this file) 16-byte shared loads (LDS.128): Q, K, V, P stay row-major and the
+      reduction index (x for S = Q K^T, c for P V) advances 4 at a time, so each
+      operand load brings 4 consecutive floats; RM + RN loads per 4 RM RN FMAs.
+      128 x 64 tile, 128 threads: 3.45 ms. Tuned (rounds 3-5, 23 variants): 256 x 32
+      tile, 512 threads, TC = 8, registers capped at 128 (`maxreg`; 56 bytes spill):
+      2.76 ms, 24.9 TFLOP/s; d = 128: 5.80 ms, 23.7 TFLOP/s.
+
 Thread layout. `threads` = TR x TC threads, thread t = (ty, tx) = (t // TC, t % TC), so
 the TC threads that share a query row are consecutive lanes of one warp. With
 B_r = TR * RM and B_c = TC * RN each thread owns, in registers,
     S/P:  RM x RN entries, rows ty + TR a (a < RM), key columns tx + TC b (b < RN),
-    O:    RM x DN accumulators, the same rows, head columns tx + TC b (b < DN = d / TC),
+    O:    RM x DN accumulators, the same rows, head columns 4 tx + 4 TC g + w
+          (g < DN / 4, w < 4: groups of 4 consecutive columns, one LDS.128 of V each),
     m, l: its RM rows' running max and its own partial row sum (l is summed over the TC
           threads of a row only at the end: all of them rescale by the same alpha).
 All register tiles are `cuda.local.array`s indexed by unrolled compile-time loops.
 
-Shared memory (float32 whatever the storage dtype; one dynamic buffer, `smem_bytes`):
-    Qt   d x (B_r + 1)   Q_i transposed (padded: the transposing stores are conflict-free)
-    KP   K_j^T, d x (B_c + 1), then (after S is in registers) P, B_r x PS, in the same
-         bytes; PS = B_c rounded up to 16 (mod 32) so the P stores are conflict-free
-         (the shfl variant keeps P in its own region instead, see below)
-    Vs   B_c x d
-    RED  B_r x TC        partial row maxima (and the final partial row sums)
-Every inner-loop shared read is a broadcast (Q, P: the same word for a row's TC lanes)
-or TC consecutive words (K, V): no bank conflicts. Global loads and stores are
-coalesced: consecutive threads touch consecutive elements of a row of Q, K, V or O.
-This footprint is NOT iosim.sram_footprint_bytes('fa2', ...): O and S live in
-registers here; see `smem_bytes` (e.g. B_r = B_c = 64, d = 64: 57,600 bytes).
+Shared memory (float32 whatever the storage dtype; one dynamic buffer of `smem_bytes`,
+declared 16-byte aligned; all row strides are multiples of 4 floats):
+    Qs   B_r x QS   Q_i, QS = d + pad, QS = 4 (mod 32)   (later O_i, then L_i staging)
+    Ks   B_c x KS   K_j, KS = d + pad, KS = 4 (mod 32)
+    Vs   B_c x d    V_j
+    Ps   B_r x PS   P,   PS >= B_c, PS = TC (mod 32)
+    RED  B_r x TC   partial row maxima / sums (only without warp shuffles)
+Bank conflicts. A 16-byte load is served a quarter warp (8 lanes) at a time. The 8 lanes
+of a quarter read either one word group (Q_i or P: one row, a broadcast), or the 8 rows
+tx + TC b of K_j at the same x: row stride 4 (mod 32) words puts them in 8 distinct
+4-bank groups; or 8 consecutive 16-byte groups of one V row. The scalar P stores of a
+warp (32 / TC rows, TC consecutive columns) hit distinct banks because PS = TC (mod 32).
+Global loads and stores are coalesced 4-byte accesses (a warp covers 128 consecutive
+bytes of a row of Q, K, V, O); Numba cannot tell NVVM that a kernel argument is 16-byte
+aligned, so wider global accesses are not generated. O_i goes through shared memory (in
+Qs) so its stores are coalesced too.
 
-Per key tile: sync; load K_j (transposed), V_j; sync; S = Q_i K_j^T in registers
-(d steps of RM + RN shared loads and RM x RN FMAs); scale, mask; partial row max -> RED;
-sync; row max from RED (TC reads per row); P = exp(S - m_new), alpha = exp(m - m_new),
-l = alpha l + rowsum, O *= alpha; P -> KP; sync; O += P V_j (B_c steps of RM + DN
-shared loads and RM x DN FMAs).
-`shfl=True` (hardware only: the simulator has no warp shuffles) reduces the row max with
-`cuda.shfl_xor_sync` over the TC lanes of a row and drops the RED round trip and one
-barrier per tile (P then needs its own region).
+Why the index masks: Numba wraps negative indices (`i < 0 ? i + n : i`) on signed
+integers; that select hides from NVVM that 4 neighbouring loads are contiguous, and no
+LDS.128 comes out. `& IMASK` (a no-op on our non-negative indices) proves the base index
+non-negative, and the unrolled offsets keep it so; with the buffer declared 16-byte
+aligned and every base a multiple of 4, NVVM's load/store vectoriser emits
+ld.shared.v4.f32 (checked in tests/test_gpu_fa2_fast.py on the PTX).
+
+Per key tile: sync; load K_j, V_j (row-major copies); sync; S = Q_i K_j^T in registers
+(d / 4 steps of RM + RN LDS.128 and 4 RM RN FMAs); scale, mask; row max (warp shuffles
+over the TC lanes of a row, or RED + a barrier); P = exp(S - m_new),
+alpha = exp(m - m_new), l = alpha l + rowsum, O *= alpha; P -> Ps; sync;
+O += P V_j (B_c / 4 steps of RM + DN LDS.128 and 4 RM DN FMAs).
+K/V are single-buffered (not done: double buffering). Numba has no asynchronous copy
+(cp.async), so overlapping the next tile's loads with this tile's arithmetic means
+staging them in registers (8 floats per thread for the tuned 256 x 32 tile at d = 64),
+and the tuned kernel already spills at its 128-register cap. As it is, all threads
+issue their tile loads together (8 per thread in flight at once), so the load latency
+is paid once per tile, between two barriers; its share of the time is not measured.
+`shfl=True` (hardware only: the simulator has no warp shuffles) reduces the row max and
+the final row sums with `cuda.shfl_xor_sync` over the TC lanes of a row.
 
 Counting (count=True, compile-time): each thread counts the elements it loads / stores per
 tensor in registers and adds them with one `cuda.atomic.add` per tensor at the end into
@@ -59,43 +87,52 @@ from ._launch import (NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_cou
 MAX_R = 8
 #: Preferred threads per query row (TC), best first.
 TC_CHOICES = (16, 8, 32, 4, 2, 1)
+#: Floats per shared-memory vector load (LDS.128).
+W = 4
+#: Index mask: a no-op on every index we form (all < 2**30), proving it non-negative.
+IMASK = 0x3FFFFFFF
+#: Alignment of the dynamic shared buffer (the simulator accepts no alignment argument).
+ALIGN = None if SIM else 16
+
+
+def _stride(n: int) -> int:
+    """Row stride (floats) of Qs and Ks: >= n and = 4 (mod 32) (a multiple of 4)."""
+    s = n
+    while s % 32 != 4:
+        s += 1
+    return s
 
 
 def _pad_ps(B_c: int, TC: int) -> int:
-    """Row stride of P in shared memory: >= B_c, and = TC (mod 32) when TC < 32, so the
-    rows of one warp (32 / TC of them, TC lanes each) fall in disjoint banks."""
-    if TC >= 32:
-        return B_c
+    """Row stride of P: >= B_c, a multiple of 4, and = TC (mod 32) when 4 <= TC < 32, so
+    the rows of one warp (32 / TC of them, TC lanes each) fall in disjoint banks."""
+    want = TC % 32 if 4 <= TC < 32 else None
     ps = B_c
-    while ps % 32 != TC % 32:
+    while ps % W or (want is not None and ps % 32 != want):
         ps += 1
     return ps
 
 
 def layout(B_r, B_c, d, TC, TR, shfl=False) -> dict:
-    """Offsets (in float32 elements) of the shared regions and the total bytes."""
-    QS, KS, PS = B_r + 1, B_c + 1, _pad_ps(B_c, TC)
-    q_n = d * QS
-    k_n = d * KS
-    p_n = B_r * PS
-    kp_n = k_n if shfl else max(k_n, p_n)
-    v_n = B_c * d
-    red_n = 0 if shfl else B_r * TC
+    """Offsets and row strides (float32 elements) of the shared regions, total bytes."""
+    QS, KS, PS = _stride(d), _stride(d), _pad_ps(B_c, TC)
     QO = 0
-    KO = QO + q_n
-    VO = KO + kp_n
-    PO = (VO + v_n) if shfl else KO
-    RO = VO + v_n + (p_n if shfl else 0)
-    total = RO + red_n
+    KO = QO + B_r * QS
+    VO = KO + B_c * KS
+    PO = VO + B_c * d
+    RO = PO + B_r * PS
+    total = RO + (0 if shfl else B_r * TC)
     return dict(QS=QS, KS=KS, PS=PS, QO=QO, KO=KO, VO=VO, PO=PO, RO=RO, elems=total,
                 bytes=4 * total)
 
 
 def plan(B_r, B_c, d, threads, TC=None):
-    """(TR, TC, RM, RN, DN) for a tiling and thread count, or None if unsupported."""
+    """(TR, TC, RM, RN, DN) for a tiling and thread count, or None if unsupported.
+    Needs B_c % 4 == 0 and d % (4 TC) == 0 (each thread's head columns come in groups of
+    4), and register tiles of at most MAX_R x MAX_R (S) and MAX_R x 16 (O)."""
     choices = (TC,) if TC else TC_CHOICES
     for tc in choices:
-        if threads % tc or B_c % tc or d % tc:
+        if threads % tc or B_c % tc or B_c % W or d % (W * tc):
             continue
         tr = threads // tc
         if B_r % tr:
@@ -115,28 +152,34 @@ def smem_bytes(B_r, B_c, d, threads, TC=None, shfl=False) -> int:
     return layout(B_r, B_c, d, tc, tr, shfl)["bytes"]
 
 
-def supports(B_r, B_c, d, threads, *, shfl=False, smem_limit=None) -> bool:
-    """True if this kernel handles the configuration (and its shared memory fits)."""
-    p = plan(B_r, B_c, d, threads)
+def supports(B_r, B_c, d, threads, *, TC=None, shfl=False, smem_limit=None) -> bool:
+    """True if this kernel handles the configuration (TC: threads per row, default from
+    `plan`; shfl: warp-shuffle reductions, which need no RED region) and its shared
+    memory fits."""
+    p = plan(B_r, B_c, d, threads, TC)
     if p is None or (shfl and SIM):
         return False
     if smem_limit is None:
         from ._launch import device_smem_limit
         smem_limit = device_smem_limit()
-    return smem_bytes(B_r, B_c, d, threads, shfl=shfl) <= smem_limit
+    return smem_bytes(B_r, B_c, d, threads, TC, shfl=shfl) <= smem_limit
 
 
 @specialisation
-def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl):
+def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl, maxreg=0):
     """Kernel(q, k, v, o, L, scale, N, H, G, mask, counters): arguments as gpu.fa2.
-    Grid (T_r, instances), `threads` threads, `smem_bytes(...)` dynamic shared bytes."""
+    Grid (T_r, instances), `threads` threads, `smem_bytes(...)` dynamic shared bytes.
+    maxreg > 0 caps the registers per thread (ptxas spills beyond it): fewer registers,
+    more resident blocks per SM (a tuning knob; hardware only)."""
     TR, TC_, RM, RN, DN = plan(B_r, B_c, d, threads, TC)
     assert TC_ == TC
     lay = layout(B_r, B_c, d, TC, TR, shfl)
     QS, KS, PS = lay["QS"], lay["KS"], lay["PS"]
     QO, KO, VO, PO, RO = lay["QO"], lay["KO"], lay["VO"], lay["PO"], lay["RO"]
-    DT = NB_DTYPE[dt]  # noqa: F841  (storage dtype; loads convert with float32())
     THREADS = threads
+    DG = DN // W          # groups of 4 head columns per thread
+    XC = d // W           # 4-wide steps of S = Q K^T
+    CC = B_c // W         # 4-wide steps of O += P V
     QN, KN = B_r * d, B_c * d
     LQ = -(-QN // THREADS)
     LK = -(-KN // THREADS)
@@ -169,23 +212,30 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl)
         tx = t % TC
         ty = t // TC
         zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
-        sm = cuda.shared.array(0, float32)
+        sm = cuda.shared.array(0, float32, alignment=ALIGN)
         s_acc = cuda.local.array((RM, RN), float32)
         o_acc = cuda.local.array((RM, DN), float32)
         m_r = cuda.local.array(RM, float32)
         l_r = cuda.local.array(RM, float32)
-        qv = cuda.local.array(RM, float32)
-        kv = cuda.local.array(RN, float32)
+        qv = cuda.local.array(W, float32)
+        kv = cuda.local.array((RN, W), float32)
+        pv = cuda.local.array((RM, W), float32)
         vv = cuda.local.array(DN, float32)
+        mx_r = cuda.local.array(RM, float32)
         nQ = int64(0)
         nK = int64(0)
         nO = int64(0)
         nL = int64(0)
+        # this thread's first word in each region (masked: see the module docstring)
+        qbase = (QO + ty * QS) & IMASK          # Qs row ty
+        kbase = (KO + tx * KS) & IMASK          # Ks row tx
+        pbase = (PO + ty * PS) & IMASK          # Ps row ty
+        col4 = (W * tx) & IMASK                 # first of its 4-column groups of V / O
 
         r0 = i * B_r
         rows = min(B_r, N - r0)
         last = r0 + rows - 1
-        # ---- Q_i -> Qt (transposed, zero rows past N) ----
+        # ---- Q_i -> Qs (row-major copy, zero rows past N) ----
         for it in range(LQ):
             e = t + it * THREADS
             if QDIV or e < QN:
@@ -196,7 +246,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl)
                     val = float32(q[z, r0 + r, x])
                     if count:
                         nQ += 1
-                sm[QO + x * QS + r] = val
+                sm[QO + r * QS + x] = val
         for a in range(RM):
             m_r[a] = NEG_INF
             l_r[a] = ZERO
@@ -211,7 +261,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl)
             if has_mask and mask[i, j] == 0:
                 continue
             cols = min(B_c, N - c0)
-            cuda.syncthreads()                          # previous tile done with KP, V
+            cuda.syncthreads()                          # previous tile done with Ks, Vs, Ps
             for it in range(LK):
                 e = t + it * THREADS
                 if KDIV or e < KN:
@@ -224,21 +274,26 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl)
                         vval = float32(v[zk, c0 + c, x])
                         if count:
                             nK += 1
-                    sm[KO + x * KS + c] = kval
+                    sm[KO + c * KS + x] = kval
                     sm[VO + c * d + x] = vval
             cuda.syncthreads()
-            # ---- S = Q_i K_j^T, register tile ----
+            # ---- S = Q_i K_j^T in registers: x advances 4 at a time (LDS.128) ----
             for a in range(RM):
                 for b in range(RN):
                     s_acc[a, b] = ZERO
-            for x in range(d):
-                for a in range(RM):
-                    qv[a] = sm[QO + x * QS + ty + TR * a]
-                for b in range(RN):
-                    kv[b] = sm[KO + x * KS + tx + TC * b]
-                for a in range(RM):
+            for xc in range(XC):
+                x4 = (xc * W) & IMASK
+                for b in range(RN):                     # K_j rows tx + TC b, x .. x+3
+                    for w in range(W):
+                        kv[b, w] = sm[kbase + b * TC * KS + x4 + w]
+                for a in range(RM):                     # Q_i row ty + TR a, x .. x+3
+                    for w in range(W):
+                        qv[w] = sm[qbase + a * TR * QS + x4 + w]
                     for b in range(RN):
-                        s_acc[a, b] += qv[a] * kv[b]
+                        s = s_acc[a, b]
+                        for w in range(W):
+                            s += qv[w] * kv[b, w]
+                        s_acc[a, b] = s
             # ---- scale, mask, row max ----
             for a in range(RM):
                 r = ty + TR * a
@@ -264,22 +319,21 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl)
                         mx = max(mx, cuda.shfl_xor_sync(FULL, mx, OFF3))
                     if NOFF > 4:
                         mx = max(mx, cuda.shfl_xor_sync(FULL, mx, OFF4))
-                    qv[a] = mx
+                    mx_r[a] = mx
                 else:
                     sm[RO + r * TC + tx] = mx
             if not shfl:
-                cuda.syncthreads()                      # RED full; everyone done with K^T
+                cuda.syncthreads()                      # RED complete
                 for a in range(RM):
                     r = ty + TR * a
                     mx = NEG_INF
                     for u in range(TC):
                         mx = max(mx, sm[RO + r * TC + u])
-                    qv[a] = mx
-            # ---- online softmax update; P -> shared ----
+                    mx_r[a] = mx
+            # ---- online softmax update; P -> Ps ----
             for a in range(RM):
-                r = ty + TR * a
                 m_old = m_r[a]
-                m_new = max(m_old, qv[a])
+                m_new = max(m_old, mx_r[a])
                 m_safe = m_new if m_new > NEG_INF else ZERO
                 alpha = math.exp(m_old - m_safe)       # 0 while nothing was visible
                 m_r[a] = m_new
@@ -287,20 +341,25 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl)
                 for b in range(RN):
                     p = math.exp(s_acc[a, b] - m_safe)
                     ps += p
-                    sm[PO + r * PS + tx + TC * b] = p
+                    sm[pbase + a * TR * PS + tx + TC * b] = p
                 l_r[a] = l_r[a] * alpha + ps
                 for b in range(DN):
                     o_acc[a, b] *= alpha
             cuda.syncthreads()                          # P complete
-            # ---- O += P V_j ----
-            for c in range(B_c):
-                for a in range(RM):
-                    qv[a] = sm[PO + (ty + TR * a) * PS + c]
-                for b in range(DN):
-                    vv[b] = sm[VO + c * d + tx + TC * b]
-                for a in range(RM):
-                    for b in range(DN):
-                        o_acc[a, b] += qv[a] * vv[b]
+            # ---- O += P V_j: c advances 4 at a time (LDS.128 of P and of V) ----
+            for cc in range(CC):
+                c4 = (cc * W) & IMASK
+                for a in range(RM):                     # P row ty + TR a, c .. c+3
+                    for w in range(W):
+                        pv[a, w] = sm[pbase + a * TR * PS + c4 + w]
+                for u in range(W):                      # V_j row c + u, own columns
+                    for g in range(DG):
+                        for w in range(W):
+                            vv[g * W + w] = sm[VO + c4 * d + u * d + col4 + g * W * TC + w]
+                    for a in range(RM):
+                        p = pv[a, u]
+                        for b in range(DN):
+                            o_acc[a, b] += p * vv[b]
         # ---- row sums over the TC threads of each row ----
         if shfl:
             for a in range(RM):
@@ -326,25 +385,27 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl)
                 for u in range(TC):
                     ls += sm[RO + r * TC + u]
                 l_r[a] = ls
-        # ---- write O_i = acc / l (valid rows only) ----
-        cuda.syncthreads()                              # all done with Qt: reuse it for L_i
+        # ---- O_i = acc / l -> Qs, L_i = m + log l -> Ps; then coalesced stores ----
+        cuda.syncthreads()                              # all threads past their last Qs / Ps read
         for a in range(RM):
-            r = ty + TR * a
             ls = l_r[a]
-            if r < rows:
-                inv = ONE / ls if ls > ZERO else ZERO
-                for b in range(DN):
-                    o[z, r0 + r, tx + TC * b] = o_acc[a, b] * inv
-                if count:
-                    nO += DN
+            inv = ONE / ls if ls > ZERO else ZERO
+            for g in range(DG):
+                for w in range(W):
+                    sm[qbase + a * TR * QS + col4 + g * W * TC + w] = o_acc[a, g * W + w] * inv
             if tx == 0:
-                sm[QO + r] = m_r[a] + math.log(ls) if ls > ZERO else NEG_INF
+                sm[PO + ty + TR * a] = m_r[a] + math.log(ls) if ls > ZERO else NEG_INF
         cuda.syncthreads()
-        # ---- L_i = m + log l, staged through shared memory so that the block stores its
-        # rows' L contiguously (full 32-byte sectors: what Nsight counts matches the
-        # ledger) instead of one scattered 4-byte store per row ----
+        # O_i and L_i leave row by row: consecutive threads store consecutive elements
+        # (full 32-byte sectors, so what Nsight counts matches the ledger)
+        for e in range(t, rows * d, THREADS):
+            r = e // d
+            x = e % d
+            o[z, r0 + r, x] = sm[QO + r * QS + x]
+            if count:
+                nO += 1
         for r in range(t, rows, THREADS):
-            L[z, r0 + r] = sm[QO + r]
+            L[z, r0 + r] = sm[PO + r]
             if count:
                 nL += 1
         if count:
@@ -355,28 +416,31 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl)
             add_count(counters, IL, WRITE, nL)
 
     name = kernel_name("fa2_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, mask=has_mask,
-                       count=count, t=threads, tc=TC, shfl=shfl)
-    return kernel, name
+                       count=count, t=threads, tc=TC, shfl=shfl, maxreg=maxreg or False)
+    return kernel, name, ({"max_registers": maxreg} if maxreg else {})
 
 
-def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC=None, shfl=False):
+def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC=None, shfl=False,
+               maxreg=0):
     """The compiled dispatcher for one specialisation (TC: threads per row, default
-    from `plan`)."""
+    from `plan`; maxreg: register cap, 0 = none)."""
     p = plan(B_r, B_c, d, threads, TC)
     if p is None:
         raise ValueError(f"fa2_fast does not support B_r={B_r}, B_c={B_c}, d={d}, "
                          f"threads={threads}, TC={TC}")
     return fa2_fast_kernel(B_r, B_c, d, dt, bool(causal), bool(has_mask), bool(count),
-                           int(threads), p[1], bool(shfl))
+                           int(threads), p[1], bool(shfl), int(maxreg))
 
 
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
-        count, threads, TC=None, shfl=False):
+        count, threads, TC=None, shfl=False, maxreg=0):
     """Launch on 3-D device views (instances, N, d); writes o3 and L2. Same signature
-    as gpu.fa2.run; TC (threads per query row) and shfl are optional tuning knobs."""
+    as gpu.fa2.run; TC (threads per query row), shfl and maxreg are optional tuning
+    knobs."""
     from ._launch import launch
     d = q3.shape[2]
-    kern = get_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads, TC, shfl)
+    kern = get_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads, TC, shfl,
+                      maxreg)
     p = plan(B_r, B_c, d, threads, TC)
     shmem = layout(B_r, B_c, d, p[1], p[0], shfl)["bytes"]
     T_r = -(-N // B_r)

@@ -28,7 +28,8 @@ ctr = new_counters(False)
 
 def kernel_only():
     fa2_fast.run(q3, k3, v3, o3, L2, 0.125, N, 16, 1, None, ctr, B_r=B_r, B_c=B_c, dt="fp32",
-                 causal=False, count=False, threads=thr, shfl=True)
+                 causal=False, count=False, threads=thr, shfl=True,
+                 **gpu.api.fa2_fast_options(B_r, B_c, 64, thr))
 
 
 text = []

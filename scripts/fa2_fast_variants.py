@@ -56,34 +56,43 @@ TOL = 1e-5
 N_COUNT, N_D128, D128 = 1000, 4096, 128
 SMOKE = os.environ.get("FA2FAST_SMOKE") == "1"   # tiny run for the simulator (no GPU)
 
-# name: (B_r, B_c, threads, TC, shfl); plan() gives TR = threads/TC, register tiles
+# name: (B_r, B_c, threads, TC, shfl[, maxreg]); plan() gives TR = threads/TC, register tiles
 # RM = B_r/TR (query rows), RN = B_c/TC (key columns), DN = d/TC (head columns)
 VARIANTS = {
-    # round 1 (2026-11-23, H100, N=4096 dense fp32): tc8_shfl 5.54 ms best; TC=16 ones 7.2-8.4
-    "r128x64_t128_tc8_shfl": (128, 64, 128, 8, True),  # RM,RN,DN = 8,8,8; 255 regs
-    "r128x128_t256":       (128, 128, 256, 16, False),  # 8,8,4
-    # round 2: more warps per SM (fewer registers or smaller blocks)
-    "r128x32_t128_tc8_shfl": (128, 32, 128, 8, True),  # 8,4,8
-    "r64x32_t64_tc8_shfl":  (64, 32, 64, 8, True),     # 8,4,8 with 2 warps
-    "r64x64_t64_tc8_shfl":  (64, 64, 64, 8, True),     # 8,8,8 with 2 warps
-    "r256x64_t256_tc8_shfl": (256, 64, 256, 8, True),  # 8,8,8 with 8 warps
-    "r64x64_t128_tc8_shfl": (64, 64, 128, 8, True),    # 4,8,8
-    "r128x32_t256_tc8_shfl": (128, 32, 256, 8, True),  # 4,4,8
+    # v1 (scalar LDS; 2026-11-23 rounds 1-2, N=4096 dense fp32): r128x64_t128_tc8_shfl
+    # 5.54 ms best; the v1 table is in benchmarks/results/2026-11-23-h100-check3/.
+    # v2 (LDS.128; d % 4 TC == 0, B_c % 4 == 0), round 3 (N=4096 dense / causal ms):
+    # r128x64_t128 3.45/2.72, r128x32_t128 3.29/2.54, r64x64_t64 7.32/4.72,
+    # r64x32_t64 4.98/4.07, r128x64_t256 4.01/2.57, r64x64_t128 3.89/2.47,
+    # r256x64_t256 3.17/2.65, r128x128_t256_tc16 3.87/2.46, r128x32_t128_tc4 3.46/2.65
+    # (benchmarks/results/2026-11-23-h100-v2-round3/). Round 4 (_rNNN: register cap):
+    # r128x32_t128_r168 4.11/2.40, r256x32_t256 3.15/2.58, r192x32_t192 4.99/3.33,
+    # r64x64_t128_r128 4.45/2.79, r128x64_t256_r128 2.98/2.20 (best; N=8192 11.32/7.01)
+    # (.../2026-11-23-h100-v2-round4/). Round 5:
+    "r128x64_t256_tc8_shfl_r128": (128, 64, 256, 8, True, 128),  # 4,8,8, 2 blocks/SM
+    "r256x64_t512_tc8_shfl_r128": (256, 64, 512, 8, True, 128),  # 4,8,8, 1 block of 16 warps
+    "r128x32_t256_tc8_shfl_r80": (128, 32, 256, 8, True, 80),    # 4,4,8, 3 blocks/SM
+    "r256x32_t512_tc8_shfl_r128": (256, 32, 512, 8, True, 128),  # 4,4,8
+    "r128x64_t256_tc16_shfl_r128": (128, 64, 256, 16, True, 128),  # 8,4,4
+    "r128x64_t256_tc8_shfl_r96": (128, 64, 256, 8, True, 96),    # 4,8,8 squeezed
 }
-#: candidates at d = 128 (N = 4096, dense): name -> (B_r, B_c, threads, TC, shfl)
+#: candidates at d = 128 (N = 4096, dense): name -> (B_r, B_c, threads, TC, shfl[, maxreg])
 D128_VARIANTS = {
-    # round 1: r128x128_t256 12.5 ms, r128x64_t256 13.7, r64x64_t128 14.4, r64x64_t256 15.0
-    "r128x128_t256": (128, 128, 256, 16, False),  # 8,8,8 (213 KB shared)
-    "r128x128_t256_shfl": (128, 128, 256, 16, True),
-    "r128x64_t256_shfl": (128, 64, 256, 16, True),  # 8,4,8
-    "r64x32_t64_tc8_shfl": (64, 32, 64, 8, True),  # 8,4,16
+    # v1 round 1: r128x128_t256 12.5 ms best. v2 round 3 (its 128x128 tiles no longer
+    # fit): r128x64_t256_tc16 7.35 ms, r64x64_t128_tc16 15.1, r128x32_t128_tc8 11.8,
+    # r64x32_t64_tc8 18.4. Round 4: r128x64_t256_tc16 7.24, r128x32_t256_tc16 8.03,
+    # r128x64_t256_tc8 7.62, r256x32_t256_tc8 5.88, r64x64_t128_tc8 14.5. Round 5:
+    "r256x32_t256_tc8_shfl": (256, 32, 256, 8, True),     # 8,4,16
+    "r256x32_t512_tc16_shfl_r128": (256, 32, 512, 16, True, 128),   # 8,2,8
+    "r256x32_t512_tc8_shfl_r128": (256, 32, 512, 8, True, 128),     # 4,4,16
+    "r128x64_t256_tc8_shfl_r128": (128, 64, 256, 8, True, 128),     # 4,8,16
 }
 
 if SMOKE:
     BH, D, NS, WARM, REPS, N_COUNT, N_D128, D128 = 2, 16, (40,), 1, 2, 37, 24, 32
-    VARIANTS = {"r64x64_t128": (8, 8, 16, 8, False), "r64x64_t256_shfl": (8, 16, 16, 4, False),
+    VARIANTS = {"r64x64_t128": (8, 8, 16, 4, False), "r64x64_t256_shfl": (8, 16, 16, 4, False),
                 "r128x64_t256_shfl": (16, 8, 16, 4, False)}
-    D128_VARIANTS = {"r64x64_t256": (8, 8, 16, 8, False)}
+    D128_VARIANTS = {"r64x64_t256": (8, 8, 32, 8, False)}
 
 results = {"device": None, "numpy": np.__version__, "bh": BH, "d": D, "tol": TOL,
            "variants": {}, "counts": [], "d128": [], "baselines": [], "errors": []}
@@ -187,11 +196,18 @@ def make_sets(N, d, nsets, seed=0):
     return host, dev
 
 
+def spec(table, name):
+    """(B_r, B_c, threads, TC, shfl, maxreg) of a variant (maxreg 0 when not given)."""
+    v = table[name]
+    return tuple(v) + (0,) * (6 - len(v))
+
+
 def fast_launcher(name, N, d, causal, count=False):
-    B_r, B_c, threads, TC, shfl = VARIANTS[name]
-    kern = fa2_fast.get_kernel(B_r, B_c, d, "fp32", causal, False, count, threads, TC, shfl)
+    B_r, B_c, threads, TC, shfl, maxreg = spec(VARIANTS, name)
+    kern = fa2_fast.get_kernel(B_r, B_c, d, "fp32", causal, False, count, threads, TC, shfl,
+                               maxreg)
     lay = fa2_fast.layout(B_r, B_c, d, TC, threads // TC, shfl)
-    return kern, lay["bytes"], (B_r, B_c, threads, TC, shfl)
+    return kern, lay["bytes"], (B_r, B_c, threads, TC, shfl, maxreg)
 
 
 def main():
@@ -208,21 +224,22 @@ def main():
     save()
 
     # --- traffic counts (instrumented build) vs the closed form, ragged N ---
-    for name in ("r128x64_t128_tc8_shfl", "r128x32_t128_tc8_shfl", "r64x64_t128"):
+    for name in ("r128x64_t256_tc8_shfl_r128", "r256x64_t512_tc8_shfl_r128",
+                 "r64x64_t128"):
         if name not in VARIANTS:
             continue
         for causal in (False, True):
             try:
                 N = N_COUNT
                 host, devs = make_sets(N, D, 1, seed=1)
-                B_r, B_c, threads, TC, shfl = VARIANTS[name]
+                B_r, B_c, threads, TC, shfl, maxreg = spec(VARIANTS, name)
                 q3, k3, v3 = devs[0]
                 o3 = cuda.to_device(np.full((BH, N, D), np.nan, np.float32))
                 L2 = cuda.to_device(np.full((BH, N), np.nan, np.float32))
                 ctr = new_counters(True)
                 fa2_fast.run(q3, k3, v3, o3, L2, 1 / np.sqrt(D), N, BH, 1, None, ctr, B_r=B_r,
                              B_c=B_c, dt="fp32", causal=causal, count=True, threads=threads,
-                             TC=TC, shfl=shfl)
+                             TC=TC, shfl=shfl, maxreg=maxreg)
                 cuda.synchronize()
                 prob = iosim.Problem(N=N, d=D, batch=1, heads=BH, causal=causal)
                 til = iosim.Tiling(B_r, B_c)
@@ -261,7 +278,7 @@ def main():
                 rec = {"variant": name, "N": N, "causal": causal}
                 try:
                     t0 = time.time()
-                    kern, shmem, (B_r, B_c, threads, TC, shfl) = fast_launcher(name, N, D, causal)
+                    kern, shmem, (B_r, B_c, threads, TC, shfl, maxreg) = fast_launcher(name, N, D, causal)
                     T_r = -(-N // B_r)
 
                     def first(s):
@@ -269,7 +286,7 @@ def main():
                         fa2_fast.run(q3, k3, v3, o3, L2, 1 / np.sqrt(D), N, BH, 1, None,
                                      new_counters(False), B_r=B_r, B_c=B_c, dt="fp32",
                                      causal=causal, count=False, threads=threads, TC=TC,
-                                     shfl=shfl)
+                                     shfl=shfl, maxreg=maxreg)
                     # correctness on set 0, outputs poisoned first
                     q3, k3, v3, o3, L2 = sets[0]
                     o3.copy_to_device(np.full((BH, N, D), np.nan, np.float32))
@@ -360,7 +377,7 @@ def main():
         try:
             N, d = N_D128, D128
             host, devs = make_sets(N, d, 1, seed=7)
-            B_r, B_c, threads, TC, shfl = D128_VARIANTS[name]
+            B_r, B_c, threads, TC, shfl, maxreg = spec(D128_VARIANTS, name)
             q3, k3, v3 = devs[0]
             o3 = cuda.to_device(np.full((BH, N, d), np.nan, np.float32))
             L2 = cuda.to_device(np.full((BH, N), np.nan, np.float32))
@@ -369,7 +386,7 @@ def main():
             def l128(s):
                 fa2_fast.run(*s, 1 / np.sqrt(d), N, BH, 1, None, new_counters(False), B_r=B_r,
                              B_c=B_c, dt="fp32", causal=False, count=False, threads=threads,
-                             TC=TC, shfl=shfl)
+                             TC=TC, shfl=shfl, maxreg=maxreg)
             l128(s)
             cuda.synchronize()
             O = o3.copy_to_host()

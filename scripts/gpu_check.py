@@ -358,7 +358,8 @@ def device_name():
 # ---------------------------------------------------------------------------------------
 def ptx_check(quick=False):
     """Compile every kernel (d=64, 64x64 tiles, all flags) for cc 9.0 and check: no .f64
-    instruction; atomics present iff the counting build. Returns a list of failures."""
+    instruction; atomics present iff the counting build; the fast fa2 kernel uses 16-byte
+    shared loads (ld.shared.v4.f32). Returns a list of failures."""
     import re
     from numba.cuda import types as T
     from gpu import fa1, fa2, fa2_fast, standard
@@ -388,7 +389,13 @@ def ptx_check(quick=False):
                     f64 = len(re.findall(r"\.f64\b", ptx))
                     atom = len(re.findall(r"\batom\.", ptx))
                     ok = f64 == 0 and (atom > 0) == count and name in ptx
-                    print(f"{name:<52} f64={f64:<3} atomics={atom:<3} {'ok' if ok else 'FAIL'}")
+                    extra = ""
+                    if name.startswith("fa2_fast"):   # v2: 16-byte shared loads (LDS.128)
+                        v4 = len(re.findall(r"ld\.shared\.v4\.f32", ptx))
+                        ok = ok and v4 > 0
+                        extra = f" ld.shared.v4={v4}"
+                    print(f"{name:<52} f64={f64:<3} atomics={atom:<3}{extra} "
+                          f"{'ok' if ok else 'FAIL'}")
                     if not ok:
                         failures.append(name)
     for dt in (T.float32, T.float16):   # the NaN-poison fill

@@ -63,7 +63,7 @@ def _check(O, L, q, k, v, *, causal=False, block_mask=None, B_r=None, B_c=None, 
 
 
 # (B_r, B_c, d, threads, TC): RM x RN register tiles 4x1, 4x2, 2x4, 1x1
-CONFIGS = [(8, 8, 16, 16, 8), (16, 8, 32, 16, 4), (8, 16, 16, 16, 4), (4, 4, 16, 16, 4)]
+CONFIGS = [(8, 8, 32, 16, 8), (16, 8, 32, 16, 4), (8, 16, 16, 16, 4), (4, 4, 16, 16, 4)]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "Br%d_Bc%d_d%d_t%d_tc%d" % c)
@@ -81,7 +81,7 @@ def test_matches_reference_and_counts(cfg, causal):
 
 
 def test_block_mask_rows_without_keys_and_batches():
-    B_r, B_c, d, threads, TC = 8, 8, 16, 16, 8
+    B_r, B_c, d, threads, TC = 8, 8, 16, 16, 4
     N = 24
     q, k, v = _inputs(2, 2, 2, N, d, seed=3)
     mask = np.array([[True, False, True], [False, False, False], [False, True, True]])
@@ -94,10 +94,10 @@ def test_block_mask_rows_without_keys_and_batches():
 
 def test_huge_logits_and_single_row():
     q, k, v = _inputs(1, 1, 1, 13, 16, seed=5, scale=30.0)   # logits ~ 1e3..1e4
-    O, L, _, _, _ = _run(q, k, v, B_r=8, B_c=8, threads=16, TC=8, causal=True)
+    O, L, _, _, _ = _run(q, k, v, B_r=8, B_c=8, threads=16, TC=4, causal=True)
     _check(O, L, q, k, v, causal=True)
     q, k, v = _inputs(1, 1, 1, 1, 16, seed=6)
-    O, L, _, _, _ = _run(q, k, v, B_r=8, B_c=8, threads=16, TC=8)
+    O, L, _, _, _ = _run(q, k, v, B_r=8, B_c=8, threads=16, TC=4)
     _check(O, L, q, k, v)
 
 
@@ -111,12 +111,20 @@ def test_uncounted_build_matches_and_scale():
 def test_plan_and_layout():
     assert fa2_fast.plan(64, 64, 64, 256) == (16, 16, 4, 4, 4)
     assert fa2_fast.plan(128, 128, 64, 256) == (16, 16, 8, 8, 4)
-    for d in (16, 32, 48, 64, 80, 96, 128):
+    for d in (16, 32, 48, 64, 96, 128):
+        assert fa2_fast.plan(32, 32, d, 128) is not None      # the api's last fallback
+    for d in (32, 64, 96, 128):
         assert fa2_fast.plan(64, 64, d, 256) is not None
-        assert fa2_fast.plan(32, 32, d, 128) is not None      # api default fp32 d=64
+    # d = 80: no TC gives 4-column groups (d % 4 TC == 0) within the register limits
+    assert fa2_fast.plan(64, 64, 80, 256) is None
     assert fa2_fast.plan(64, 64, 64, 7) is None
+    assert fa2_fast.plan(64, 30, 64, 64, TC=2) is None        # B_c not a multiple of 4
     lay = fa2_fast.layout(64, 64, 64, 16, 16)
-    assert lay["PS"] % 32 == 16 and lay["bytes"] == 57600
-    assert fa2_fast.smem_bytes(64, 64, 64, 256) == 57600
+    # strides: multiples of 4 floats (16-byte rows); Qs, Ks = 4 (mod 32); Ps = TC (mod 32)
+    assert (lay["QS"], lay["KS"], lay["PS"]) == (68, 68, 80)
+    assert all(lay[key] % 4 == 0 for key in ("QO", "KO", "VO", "PO", "RO"))
+    # Q 64x68 + K 64x68 + V 64x64 + P 64x80 + RED 64x16 floats
+    assert lay["bytes"] == 4 * (64 * 68 * 2 + 64 * 64 + 64 * 80 + 64 * 16) == 75776
+    assert fa2_fast.smem_bytes(64, 64, 64, 256) == 75776
     assert fa2_fast.supports(64, 64, 64, 256, smem_limit=232448)
     assert not fa2_fast.supports(64, 64, 64, 256, smem_limit=48 * 1024)

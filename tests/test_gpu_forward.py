@@ -227,7 +227,7 @@ def test_sram_bytes_uses_paper_rule():
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 def test_fa2_plain_and_fast_kernels_agree(dtype):
     """algorithm='fa2' runs gpu.fa2_fast where it supports the tiling (here 16x16, d=16,
-    16 threads: 8 threads per query row) and gpu.fa2 with fast=False: the same schedule,
+    16 threads: 4 threads per query row) and gpu.fa2 with fast=False: the same schedule,
     so identical ledgers; both within the accuracy criterion of the reference."""
     q, k, v = inputs(37, 16, heads=2, kv_heads=1, dtype=dtype, seed=3)
     mask = np.array([[True, False, True], [False, False, False], [True, True, True]])
@@ -244,6 +244,25 @@ def test_fa2_plain_and_fast_kernels_agree(dtype):
         assert rel_err(O, ref) <= tol
     assert rel_err(outs[True], np.asarray(outs[False], np.float64)) <= (
         1e-6 if dtype == "fp32" else 1e-3)
+
+
+def test_fa2_fast_options():
+    """The measured tuning (TC, register cap) is used only where the kernel can run it;
+    the simulator gets no register cap."""
+    from gpu import api, fa2_fast
+    from gpu._launch import SIM
+    opts = api.fa2_fast_options(256, 32, 64, 512)
+    assert opts["TC"] == 8 and fa2_fast.plan(256, 32, 64, 512, opts["TC"]) is not None
+    assert ("maxreg" in opts) != SIM and opts.get("maxreg", 128) == 128
+    # d = 48: 8 threads per row would need d % 32 == 0, so plan() picks TC
+    assert "TC" not in api.fa2_fast_options(256, 32, 48, 512)
+    assert "TC" not in api.fa2_fast_options(64, 64, 64, 256)    # not tuned: plan's choice
+    # every default tiling fits the H100's 232,448 bytes as attention() launches it (tuned
+    # TC, warp shuffles: no RED region); without those, d=128 would not (233,984 bytes)
+    for d, (B_r, B_c, threads) in api.FA2_FAST_TILES.items():
+        TC = api.FA2_FAST_TUNED[(B_r, B_c, threads)]["TC"]
+        assert fa2_fast.smem_bytes(B_r, B_c, d, threads, TC, shfl=True) <= 232448
+    assert fa2_fast.smem_bytes(256, 32, 128, 512, shfl=False) == 233984 > 232448
 
 
 def test_fast_flag_errors():
