@@ -10,8 +10,9 @@ plain one, `fast=True` demands the fast one (ValueError if it cannot run the til
 Default tiling (no block_rows/block_cols/sram_bytes given):
 * fa2 on a GPU: `FA2_FAST_TILES[d]` (B_r, B_c, threads), the fastest fp32 variant of
   the fast kernel measured on the H100 at N=4096 (benchmarks/results/2026-11-23-h100-
-  v2-round5/, scripts/fa2_fast_variants.py): 256 x 32 tiles, 512 threads, 8 threads per
-  query row, registers capped at 128 (`fa2_fast_options`) for d = 64 and d = 128;
+  v2-round5/ and -round6/, scripts/fa2_fast_variants.py): 256 x 32 tiles, 512 threads,
+  8 threads per query row, registers capped at 128, the next K/V tile's loads issued
+  into registers before this tile's arithmetic (`fa2_fast_options`), for d = 64 and 128;
 * otherwise (fa1, standard, the simulator): the largest square tile B_r = B_c = B in
   (64, 32, 16) whose shared-memory footprint (`iosim.sram_footprint_bytes`) fits the
   48 KB every CUDA device allows without opt-in. For example fa2/fa1: fp32 d=64 -> 32,
@@ -41,7 +42,7 @@ FA2_FAST_FALLBACK = ((256, 32, 512), (128, 64, 256), (128, 64, 128), (64, 64, 25
                      (64, 64, 128), (32, 32, 128))
 #: tuning measured best on the H100 for (B_r, B_c, threads): TC (threads per query row)
 #: and maxreg (register cap per thread); see `fa2_fast_options` for the rest
-FA2_FAST_TUNED = {(256, 32, 512): dict(TC=8, maxreg=128),
+FA2_FAST_TUNED = {(256, 32, 512): dict(TC=8, maxreg=128, stage=1),
                   (128, 64, 256): dict(TC=8, maxreg=128)}
 #: thread counts tried, in order, for the fast kernel when the caller gives a tiling
 FA2_FAST_THREADS = (256, 128, 64)
@@ -75,13 +76,15 @@ def _fast_fits(B_r: int, B_c: int, d: int, threads: int, limit: int) -> bool:
     """Whether the fast kernel runs this tiling as `attention` would launch it: with its
     tuned TC (fa2_fast_options) and, on hardware, warp-shuffle reductions (no RED
     region in shared memory)."""
-    TC = fa2_fast_options(B_r, B_c, d, threads).get("TC") if fa2_fast.plan(
-        B_r, B_c, d, threads) is not None else None
-    return fa2_fast.supports(B_r, B_c, d, threads, TC=TC, shfl=not SIM, smem_limit=limit)
+    if fa2_fast.plan(B_r, B_c, d, threads) is None:
+        return False
+    opts = fa2_fast_options(B_r, B_c, d, threads)
+    return fa2_fast.supports(B_r, B_c, d, threads, TC=opts.get("TC"), shfl=not SIM,
+                             stage=opts.get("stage", 0), smem_limit=limit)
 
 
 def fa2_fast_options(B_r: int, B_c: int, d: int, threads: int) -> dict:
-    """Tuning keywords (TC, maxreg) for gpu.fa2_fast.run: the measured ones of
+    """Tuning keywords (TC, maxreg, stage) for gpu.fa2_fast.run: the measured ones of
     FA2_FAST_TUNED where the kernel can use them at this d; otherwise TC from
     `fa2_fast.plan` and a register cap only above 256 threads, the one that lets a block
     be resident (65,536 registers per SM: 128 at 512 threads). The simulator takes no
@@ -289,7 +292,8 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
         # warp-shuffle row reductions on hardware (the simulator has no shuffles)
         fast_opts = dict(shfl=not SIM, **fa2_fast_options(B_r, B_c, d, threads))
         check_fits(fa2_fast.smem_bytes(B_r, B_c, d, threads, fast_opts.get("TC"),
-                                       shfl=fast_opts["shfl"]), what + " (fast kernel)")
+                                       shfl=fast_opts["shfl"], stage=fast_opts.get("stage", 0)),
+                   what + " (fast kernel)")
     else:
         check_fits(sram_footprint_bytes(algorithm, B_r, B_c, d, dname), what)
     if algorithm == "standard":

@@ -14,9 +14,13 @@ alone, non-causal, benchmarks/results/):
   v2  (this file) 16-byte shared loads (LDS.128): Q, K, V, P stay row-major and the
       reduction index (x for S = Q K^T, c for P V) advances 4 at a time, so each
       operand load brings 4 consecutive floats; RM + RN loads per 4 RM RN FMAs.
-      128 x 64 tile, 128 threads: 3.45 ms. Tuned (rounds 3-5, 23 variants): 256 x 32
-      tile, 512 threads, TC = 8, registers capped at 128 (`maxreg`; 56 bytes spill):
-      2.76 ms, 24.9 TFLOP/s; d = 128: 5.80 ms, 23.7 TFLOP/s.
+      128 x 64 tile, 128 threads: 3.45 ms. Tuned (rounds 3-5, 19 variants at d = 64):
+      256 x 32 tile, 512 threads, TC = 8, registers capped at 128 (`maxreg`; 56 bytes
+      spill): 2.76 ms, 24.9 TFLOP/s; d = 128: 5.80 ms, 23.7 TFLOP/s.
+  v3  `stage=1` (round 6): the next K/V tile's global loads are issued into registers
+      before this tile's arithmetic and stored to shared memory after it: 2.56 ms,
+      26.9 TFLOP/s (d = 128: 5.51 ms). `stage=2` (a second K/V buffer, one barrier
+      less per tile) measured 2.62 ms: more shared memory, no gain.
 
 Thread layout. `threads` = TR x TC threads, thread t = (ty, tx) = (t // TC, t % TC), so
 the TC threads that share a query row are consecutive lanes of one warp. With
@@ -50,19 +54,21 @@ integers; that select hides from NVVM that 4 neighbouring loads are contiguous, 
 LDS.128 comes out. `& IMASK` (a no-op on our non-negative indices) proves the base index
 non-negative, and the unrolled offsets keep it so; with the buffer declared 16-byte
 aligned and every base a multiple of 4, NVVM's load/store vectoriser emits
-ld.shared.v4.f32 (checked in tests/test_gpu_fa2_fast.py on the PTX).
+ld.shared.v4.f32 (`scripts/gpu_check.py --ptx` requires it; tests/test_gpu_counts.py
+runs that check without a GPU).
 
-Per key tile: sync; load K_j, V_j (row-major copies); sync; S = Q_i K_j^T in registers
+Per key tile: sync; K_j, V_j -> shared (row-major copies); sync; [stage >= 1: issue the
+loads of the next active tile into registers]; S = Q_i K_j^T in registers
 (d / 4 steps of RM + RN LDS.128 and 4 RM RN FMAs); scale, mask; row max (warp shuffles
 over the TC lanes of a row, or RED + a barrier); P = exp(S - m_new),
 alpha = exp(m - m_new), l = alpha l + rowsum, O *= alpha; P -> Ps; sync;
 O += P V_j (B_c / 4 steps of RM + DN LDS.128 and 4 RM DN FMAs).
-K/V are single-buffered (not done: double buffering). Numba has no asynchronous copy
-(cp.async), so overlapping the next tile's loads with this tile's arithmetic means
-staging them in registers (8 floats per thread for the tuned 256 x 32 tile at d = 64),
-and the tuned kernel already spills at its 128-register cap. As it is, all threads
-issue their tile loads together (8 per thread in flight at once), so the load latency
-is paid once per tile, between two barriers; its share of the time is not measured.
+K/V loading (`stage`). Numba has no asynchronous copy (cp.async), so the overlap of the
+next tile's loads with this tile's arithmetic goes through registers: with stage >= 1
+each thread issues its LK loads of tile j+1 (8 floats for 256 x 32 at d = 64) right
+after tile j is in shared memory, and stores them after tile j's P V. stage=1 keeps one
+K/V buffer (a barrier before the store); stage=2 double-buffers K/V in shared memory
+and drops that barrier. The default (gpu.api.FA2_FAST_TUNED) is stage=1.
 `shfl=True` (hardware only: the simulator has no warp shuffles) reduces the row max and
 the final row sums with `cuda.shfl_xor_sync` over the TC lanes of a row.
 
@@ -113,13 +119,15 @@ def _pad_ps(B_c: int, TC: int) -> int:
     return ps
 
 
-def layout(B_r, B_c, d, TC, TR, shfl=False) -> dict:
-    """Offsets and row strides (float32 elements) of the shared regions, total bytes."""
+def layout(B_r, B_c, d, TC, TR, shfl=False, stage=0) -> dict:
+    """Offsets and row strides (float32 elements) of the shared regions, total bytes
+    (stage=2: two K and two V buffers)."""
     QS, KS, PS = _stride(d), _stride(d), _pad_ps(B_c, TC)
+    nbuf = 2 if stage == 2 else 1
     QO = 0
     KO = QO + B_r * QS
-    VO = KO + B_c * KS
-    PO = VO + B_c * d
+    VO = KO + nbuf * B_c * KS
+    PO = VO + nbuf * B_c * d
     RO = PO + B_r * PS
     total = RO + (0 if shfl else B_r * TC)
     return dict(QS=QS, KS=KS, PS=PS, QO=QO, KO=KO, VO=VO, PO=PO, RO=RO, elems=total,
@@ -143,16 +151,16 @@ def plan(B_r, B_c, d, threads, TC=None):
     return None
 
 
-def smem_bytes(B_r, B_c, d, threads, TC=None, shfl=False) -> int:
+def smem_bytes(B_r, B_c, d, threads, TC=None, shfl=False, stage=0) -> int:
     p = plan(B_r, B_c, d, threads, TC)
     if p is None:
         raise ValueError(f"fa2_fast does not support B_r={B_r}, B_c={B_c}, d={d}, "
                          f"threads={threads}")
     tr, tc = p[0], p[1]
-    return layout(B_r, B_c, d, tc, tr, shfl)["bytes"]
+    return layout(B_r, B_c, d, tc, tr, shfl, stage)["bytes"]
 
 
-def supports(B_r, B_c, d, threads, *, TC=None, shfl=False, smem_limit=None) -> bool:
+def supports(B_r, B_c, d, threads, *, TC=None, shfl=False, stage=0, smem_limit=None) -> bool:
     """True if this kernel handles the configuration (TC: threads per row, default from
     `plan`; shfl: warp-shuffle reductions, which need no RED region) and its shared
     memory fits."""
@@ -162,19 +170,25 @@ def supports(B_r, B_c, d, threads, *, TC=None, shfl=False, smem_limit=None) -> b
     if smem_limit is None:
         from ._launch import device_smem_limit
         smem_limit = device_smem_limit()
-    return smem_bytes(B_r, B_c, d, threads, TC, shfl=shfl) <= smem_limit
+    return smem_bytes(B_r, B_c, d, threads, TC, shfl=shfl, stage=stage) <= smem_limit
 
 
 @specialisation
-def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl, maxreg=0):
+def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl, maxreg=0,
+                    stage=0):
     """Kernel(q, k, v, o, L, scale, N, H, G, mask, counters): arguments as gpu.fa2.
     Grid (T_r, instances), `threads` threads, `smem_bytes(...)` dynamic shared bytes.
     maxreg > 0 caps the registers per thread (ptxas spills beyond it): fewer registers,
-    more resident blocks per SM (a tuning knob; hardware only)."""
+    more resident blocks per SM (a tuning knob; hardware only). stage: 0 loads each K/V
+    tile between two barriers; 1 issues the next tile's loads into registers before
+    this tile's arithmetic (LK more registers); 2 does that into a second K/V buffer,
+    which saves one barrier per tile."""
     TR, TC_, RM, RN, DN = plan(B_r, B_c, d, threads, TC)
     assert TC_ == TC
-    lay = layout(B_r, B_c, d, TC, TR, shfl)
+    lay = layout(B_r, B_c, d, TC, TR, shfl, stage)
     QS, KS, PS = lay["QS"], lay["KS"], lay["PS"]
+    KBUF = B_c * KS if stage == 2 else 0      # second K / V buffer offsets
+    VBUF = B_c * d if stage == 2 else 0
     QO, KO, VO, PO, RO = lay["QO"], lay["KO"], lay["VO"], lay["PO"], lay["RO"]
     THREADS = threads
     DG = DN // W          # groups of 4 head columns per thread
@@ -202,6 +216,36 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
     OFF3 = OFF[3] if NOFF > 3 else 1
     OFF4 = OFF[4] if NOFF > 4 else 1
 
+    @cuda.jit(device=True, inline=True)
+    def next_tile(j, T_c, last, mask, i):
+        """The first active key tile >= j of query block i (T_c if none)."""
+        while j < T_c:
+            if causal and j * B_c > last:               # this and later tiles inactive
+                return T_c
+            if has_mask and mask[i, j] == 0:
+                j += 1
+                continue
+            return j
+        return T_c
+
+    @cuda.jit(device=True, inline=True)
+    def ldg_tile(k, v, zk, c0, cols, t, kst, vst):
+        """This thread's share of K_j, V_j (rows c0 .. c0 + cols - 1) into registers, zeros
+        past N; returns the number of K elements it loaded (= V elements)."""
+        n = int64(0)
+        for it in range(LK):
+            e = t + it * THREADS
+            kst[it] = ZERO
+            vst[it] = ZERO
+            if KDIV or e < KN:
+                c = e // d
+                x = e % d
+                if c < cols:
+                    kst[it] = float32(k[zk, c0 + c, x])
+                    vst[it] = float32(v[zk, c0 + c, x])
+                    n += 1
+        return n
+
     def kernel(q, k, v, o, L, scale, N, H, G, mask, counters):
         if causal:   # heaviest query blocks (most key tiles) first
             i = cuda.gridDim.x - 1 - cuda.blockIdx.x
@@ -222,6 +266,8 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
         pv = cuda.local.array((RM, W), float32)
         vv = cuda.local.array(DN, float32)
         mx_r = cuda.local.array(RM, float32)
+        kst = cuda.local.array(LK, float32)             # this thread's share of a K / V tile
+        vst = cuda.local.array(LK, float32)
         nQ = int64(0)
         nK = int64(0)
         nO = int64(0)
@@ -254,29 +300,31 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
                 o_acc[a, b] = ZERO
 
         T_c = (N + B_c - 1) // B_c
-        for j in range(T_c):
+        jn = next_tile(0, T_c, last, mask, i)
+        if stage and jn < T_c:                          # first tile -> registers
+            nK += ldg_tile(k, v, zk, jn * B_c, min(B_c, N - jn * B_c), t, kst, vst)
+        buf = 0
+        while jn < T_c:
+            j = jn
             c0 = j * B_c
-            if causal and c0 > last:                    # this and later tiles inactive
-                break
-            if has_mask and mask[i, j] == 0:
-                continue
             cols = min(B_c, N - c0)
-            cuda.syncthreads()                          # previous tile done with Ks, Vs, Ps
-            for it in range(LK):
+            koff = (buf * KBUF) & IMASK                 # this tile's K / V buffer
+            voff = (buf * VBUF) & IMASK
+            if not stage:                               # stage 0: this tile's loads now
+                nK += ldg_tile(k, v, zk, c0, cols, t, kst, vst)
+            if stage < 2:
+                cuda.syncthreads()                      # previous tile done with Ks, Vs, Ps
+            for it in range(LK):                        # registers -> shared
                 e = t + it * THREADS
                 if KDIV or e < KN:
                     c = e // d
                     x = e % d
-                    kval = ZERO
-                    vval = ZERO
-                    if c < cols:
-                        kval = float32(k[zk, c0 + c, x])
-                        vval = float32(v[zk, c0 + c, x])
-                        if count:
-                            nK += 1
-                    sm[KO + c * KS + x] = kval
-                    sm[VO + c * d + x] = vval
+                    sm[KO + koff + c * KS + x] = kst[it]
+                    sm[VO + voff + c * d + x] = vst[it]
             cuda.syncthreads()
+            jn = next_tile(j + 1, T_c, last, mask, i)
+            if stage and jn < T_c:   # next tile's loads stay in flight during this tile
+                nK += ldg_tile(k, v, zk, jn * B_c, min(B_c, N - jn * B_c), t, kst, vst)
             # ---- S = Q_i K_j^T in registers: x advances 4 at a time (LDS.128) ----
             for a in range(RM):
                 for b in range(RN):
@@ -285,7 +333,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
                 x4 = (xc * W) & IMASK
                 for b in range(RN):                     # K_j rows tx + TC b, x .. x+3
                     for w in range(W):
-                        kv[b, w] = sm[kbase + b * TC * KS + x4 + w]
+                        kv[b, w] = sm[kbase + koff + b * TC * KS + x4 + w]
                 for a in range(RM):                     # Q_i row ty + TR a, x .. x+3
                     for w in range(W):
                         qv[w] = sm[qbase + a * TR * QS + x4 + w]
@@ -355,11 +403,14 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
                 for u in range(W):                      # V_j row c + u, own columns
                     for g in range(DG):
                         for w in range(W):
-                            vv[g * W + w] = sm[VO + c4 * d + u * d + col4 + g * W * TC + w]
+                            vv[g * W + w] = sm[VO + voff + c4 * d + u * d + col4 + g * W * TC
+                                               + w]
                     for a in range(RM):
                         p = pv[a, u]
                         for b in range(DN):
                             o_acc[a, b] += p * vv[b]
+            if stage == 2:
+                buf = 1 - buf
         # ---- row sums over the TC threads of each row ----
         if shfl:
             for a in range(RM):
@@ -416,33 +467,34 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
             add_count(counters, IL, WRITE, nL)
 
     name = kernel_name("fa2_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, mask=has_mask,
-                       count=count, t=threads, tc=TC, shfl=shfl, maxreg=maxreg or False)
+                       count=count, t=threads, tc=TC, shfl=shfl, maxreg=maxreg or False,
+                       stage=stage or False)
     return kernel, name, ({"max_registers": maxreg} if maxreg else {})
 
 
 def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC=None, shfl=False,
-               maxreg=0):
+               maxreg=0, stage=0):
     """The compiled dispatcher for one specialisation (TC: threads per row, default
-    from `plan`; maxreg: register cap, 0 = none)."""
+    from `plan`; maxreg: register cap, 0 = none; stage: K/V load staging, 0..2)."""
     p = plan(B_r, B_c, d, threads, TC)
     if p is None:
         raise ValueError(f"fa2_fast does not support B_r={B_r}, B_c={B_c}, d={d}, "
                          f"threads={threads}, TC={TC}")
     return fa2_fast_kernel(B_r, B_c, d, dt, bool(causal), bool(has_mask), bool(count),
-                           int(threads), p[1], bool(shfl), int(maxreg))
+                           int(threads), p[1], bool(shfl), int(maxreg), int(stage))
 
 
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
-        count, threads, TC=None, shfl=False, maxreg=0):
+        count, threads, TC=None, shfl=False, maxreg=0, stage=0):
     """Launch on 3-D device views (instances, N, d); writes o3 and L2. Same signature
-    as gpu.fa2.run; TC (threads per query row), shfl and maxreg are optional tuning
-    knobs."""
+    as gpu.fa2.run; TC (threads per query row), shfl, maxreg and stage are optional
+    tuning knobs."""
     from ._launch import launch
     d = q3.shape[2]
     kern = get_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads, TC, shfl,
-                      maxreg)
+                      maxreg, stage)
     p = plan(B_r, B_c, d, threads, TC)
-    shmem = layout(B_r, B_c, d, p[1], p[0], shfl)["bytes"]
+    shmem = layout(B_r, B_c, d, p[1], p[0], shfl, stage)["bytes"]
     T_r = -(-N // B_r)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_r, q3.shape[0]), threads, shmem,

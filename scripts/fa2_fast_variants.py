@@ -68,24 +68,29 @@ VARIANTS = {
     # (benchmarks/results/2026-11-23-h100-v2-round3/). Round 4 (_rNNN: register cap):
     # r128x32_t128_r168 4.11/2.40, r256x32_t256 3.15/2.58, r192x32_t192 4.99/3.33,
     # r64x64_t128_r128 4.45/2.79, r128x64_t256_r128 2.98/2.20 (best; N=8192 11.32/7.01)
-    # (.../2026-11-23-h100-v2-round4/). Round 5:
-    "r128x64_t256_tc8_shfl_r128": (128, 64, 256, 8, True, 128),  # 4,8,8, 2 blocks/SM
-    "r256x64_t512_tc8_shfl_r128": (256, 64, 512, 8, True, 128),  # 4,8,8, 1 block of 16 warps
-    "r128x32_t256_tc8_shfl_r80": (128, 32, 256, 8, True, 80),    # 4,4,8, 3 blocks/SM
-    "r256x32_t512_tc8_shfl_r128": (256, 32, 512, 8, True, 128),  # 4,4,8
-    "r128x64_t256_tc16_shfl_r128": (128, 64, 256, 16, True, 128),  # 8,4,4
-    "r128x64_t256_tc8_shfl_r96": (128, 64, 256, 8, True, 96),    # 4,8,8 squeezed
+    # (.../2026-11-23-h100-v2-round4/). Round 5 (.../v2-round5/): r128x64_t256_r128
+    # 2.98/2.19, r256x64_t512_r128 2.91/2.55, r128x32_t256_r80 3.71/2.25,
+    # r256x32_t512_r128 2.76/2.34 (default since), r128x64_t256_tc16_r128 2.92/2.11,
+    # r128x64_t256_r96 3.08/2.30. Round 6: K/V load staging (7th field: stage 1 = next
+    # tile into registers during this one, 2 = into a second shared buffer):
+    "r256x32_t512_tc8_shfl_r128": (256, 32, 512, 8, True, 128),
+    "r256x32_t512_tc8_shfl_r128_s1": (256, 32, 512, 8, True, 128, 1),
+    "r256x32_t512_tc8_shfl_r128_s2": (256, 32, 512, 8, True, 128, 2),
+    "r128x64_t256_tc8_shfl_r128": (128, 64, 256, 8, True, 128),
+    "r128x64_t256_tc8_shfl_r128_s1": (128, 64, 256, 8, True, 128, 1),
+    "r128x64_t256_tc16_shfl_r128_s1": (128, 64, 256, 16, True, 128, 1),
 }
-#: candidates at d = 128 (N = 4096, dense): name -> (B_r, B_c, threads, TC, shfl[, maxreg])
+#: candidates at d = 128 (N = 4096, dense): name -> (B_r, B_c, threads, TC, shfl[, maxreg,
+#: stage])
 D128_VARIANTS = {
     # v1 round 1: r128x128_t256 12.5 ms best. v2 round 3 (its 128x128 tiles no longer
     # fit): r128x64_t256_tc16 7.35 ms, r64x64_t128_tc16 15.1, r128x32_t128_tc8 11.8,
     # r64x32_t64_tc8 18.4. Round 4: r128x64_t256_tc16 7.24, r128x32_t256_tc16 8.03,
     # r128x64_t256_tc8 7.62, r256x32_t256_tc8 5.88, r64x64_t128_tc8 14.5. Round 5:
-    "r256x32_t256_tc8_shfl": (256, 32, 256, 8, True),     # 8,4,16
-    "r256x32_t512_tc16_shfl_r128": (256, 32, 512, 16, True, 128),   # 8,2,8
-    "r256x32_t512_tc8_shfl_r128": (256, 32, 512, 8, True, 128),     # 4,4,16
-    "r128x64_t256_tc8_shfl_r128": (128, 64, 256, 8, True, 128),     # 4,8,16
+    # r256x32_t256 5.91, r256x32_t512_tc16_r128 6.08, r256x32_t512_tc8_r128 5.81
+    # (default since), r128x64_t256_tc8_r128 9.01. Round 6:
+    "r256x32_t512_tc8_shfl_r128": (256, 32, 512, 8, True, 128),
+    "r256x32_t512_tc8_shfl_r128_s1": (256, 32, 512, 8, True, 128, 1),
 }
 
 if SMOKE:
@@ -197,17 +202,18 @@ def make_sets(N, d, nsets, seed=0):
 
 
 def spec(table, name):
-    """(B_r, B_c, threads, TC, shfl, maxreg) of a variant (maxreg 0 when not given)."""
+    """(B_r, B_c, threads, TC, shfl, maxreg, stage) of a variant (maxreg and stage 0 when
+    not given)."""
     v = table[name]
-    return tuple(v) + (0,) * (6 - len(v))
+    return tuple(v) + (0,) * (7 - len(v))
 
 
 def fast_launcher(name, N, d, causal, count=False):
-    B_r, B_c, threads, TC, shfl, maxreg = spec(VARIANTS, name)
+    B_r, B_c, threads, TC, shfl, maxreg, stage = spec(VARIANTS, name)
     kern = fa2_fast.get_kernel(B_r, B_c, d, "fp32", causal, False, count, threads, TC, shfl,
-                               maxreg)
-    lay = fa2_fast.layout(B_r, B_c, d, TC, threads // TC, shfl)
-    return kern, lay["bytes"], (B_r, B_c, threads, TC, shfl, maxreg)
+                               maxreg, stage)
+    lay = fa2_fast.layout(B_r, B_c, d, TC, threads // TC, shfl, stage)
+    return kern, lay["bytes"], (B_r, B_c, threads, TC, shfl, maxreg, stage)
 
 
 def main():
@@ -224,22 +230,22 @@ def main():
     save()
 
     # --- traffic counts (instrumented build) vs the closed form, ragged N ---
-    for name in ("r128x64_t256_tc8_shfl_r128", "r256x64_t512_tc8_shfl_r128",
-                 "r64x64_t128"):
+    for name in ("r256x32_t512_tc8_shfl_r128_s1", "r256x32_t512_tc8_shfl_r128_s2",
+                 "r128x64_t256_tc8_shfl_r128_s1", "r64x64_t128"):
         if name not in VARIANTS:
             continue
         for causal in (False, True):
             try:
                 N = N_COUNT
                 host, devs = make_sets(N, D, 1, seed=1)
-                B_r, B_c, threads, TC, shfl, maxreg = spec(VARIANTS, name)
+                B_r, B_c, threads, TC, shfl, maxreg, stage = spec(VARIANTS, name)
                 q3, k3, v3 = devs[0]
                 o3 = cuda.to_device(np.full((BH, N, D), np.nan, np.float32))
                 L2 = cuda.to_device(np.full((BH, N), np.nan, np.float32))
                 ctr = new_counters(True)
                 fa2_fast.run(q3, k3, v3, o3, L2, 1 / np.sqrt(D), N, BH, 1, None, ctr, B_r=B_r,
                              B_c=B_c, dt="fp32", causal=causal, count=True, threads=threads,
-                             TC=TC, shfl=shfl, maxreg=maxreg)
+                             TC=TC, shfl=shfl, maxreg=maxreg, stage=stage)
                 cuda.synchronize()
                 prob = iosim.Problem(N=N, d=D, batch=1, heads=BH, causal=causal)
                 til = iosim.Tiling(B_r, B_c)
@@ -278,7 +284,7 @@ def main():
                 rec = {"variant": name, "N": N, "causal": causal}
                 try:
                     t0 = time.time()
-                    kern, shmem, (B_r, B_c, threads, TC, shfl, maxreg) = fast_launcher(name, N, D, causal)
+                    kern, shmem, (B_r, B_c, threads, TC, shfl, maxreg, stage) = fast_launcher(name, N, D, causal)
                     T_r = -(-N // B_r)
 
                     def first(s):
@@ -286,7 +292,7 @@ def main():
                         fa2_fast.run(q3, k3, v3, o3, L2, 1 / np.sqrt(D), N, BH, 1, None,
                                      new_counters(False), B_r=B_r, B_c=B_c, dt="fp32",
                                      causal=causal, count=False, threads=threads, TC=TC,
-                                     shfl=shfl, maxreg=maxreg)
+                                     shfl=shfl, maxreg=maxreg, stage=stage)
                     # correctness on set 0, outputs poisoned first
                     q3, k3, v3, o3, L2 = sets[0]
                     o3.copy_to_device(np.full((BH, N, D), np.nan, np.float32))
@@ -377,7 +383,7 @@ def main():
         try:
             N, d = N_D128, D128
             host, devs = make_sets(N, d, 1, seed=7)
-            B_r, B_c, threads, TC, shfl, maxreg = spec(D128_VARIANTS, name)
+            B_r, B_c, threads, TC, shfl, maxreg, stage = spec(D128_VARIANTS, name)
             q3, k3, v3 = devs[0]
             o3 = cuda.to_device(np.full((BH, N, d), np.nan, np.float32))
             L2 = cuda.to_device(np.full((BH, N), np.nan, np.float32))
@@ -386,12 +392,12 @@ def main():
             def l128(s):
                 fa2_fast.run(*s, 1 / np.sqrt(d), N, BH, 1, None, new_counters(False), B_r=B_r,
                              B_c=B_c, dt="fp32", causal=False, count=False, threads=threads,
-                             TC=TC, shfl=shfl, maxreg=maxreg)
+                             TC=TC, shfl=shfl, maxreg=maxreg, stage=stage)
             l128(s)
             cuda.synchronize()
             O = o3.copy_to_host()
             rec = dict(variant=name, N=N, d=d, all_written=bool(np.isfinite(O).all()),
-                       smem=fa2_fast.smem_bytes(B_r, B_c, d, threads, TC, shfl))
+                       smem=fa2_fast.smem_bytes(B_r, B_c, d, threads, TC, shfl, stage))
             Or, _ = reference(*host[0], False)
             rec["rel_err"] = float(np.abs(O - Or).max() / np.abs(Or).max())
             ms, _ = time_launches(l128, [s])

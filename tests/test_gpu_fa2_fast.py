@@ -18,7 +18,7 @@ from gpu._launch import counters_to_ledger, filled, new_counters  # noqa: E402
 
 
 def _run(q, k, v, *, B_r, B_c, threads, TC=None, causal=False, block_mask=None,
-         count=False, scale=None):
+         count=False, scale=None, stage=0):
     B, H, N, d = q.shape
     Hk = k.shape[1]
     scale = 1.0 / np.sqrt(d) if scale is None else scale
@@ -32,7 +32,8 @@ def _run(q, k, v, *, B_r, B_c, threads, TC=None, causal=False, block_mask=None,
         mask = cuda.to_device(np.ascontiguousarray(block_mask, dtype=np.uint8))
     counters = new_counters(count)
     fa2_fast.run(q3, k3, v3, o3, L2, scale, N, H, H // Hk, mask, counters, B_r=B_r,
-                 B_c=B_c, dt="fp32", causal=causal, count=count, threads=threads, TC=TC)
+                 B_c=B_c, dt="fp32", causal=causal, count=count, threads=threads, TC=TC,
+                 stage=stage)
     O = o3.copy_to_host().reshape(B, H, N, d)
     L = L2.copy_to_host().reshape(B, H, N)
     problem = Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, causal=causal,
@@ -90,6 +91,27 @@ def test_block_mask_rows_without_keys_and_batches():
     _check(O, L, q, k, v, block_mask=mask, B_r=B_r, B_c=B_c)
     assert (O[:, :, 8:16] == 0).all() and np.isneginf(L[:, :, 8:16]).all()
     assert led.counts() == iosim.closed_form("fa2", problem, tiling).counts()
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_staged_loads(stage):
+    """stage 1 (next K/V tile loaded into registers during this tile's arithmetic) and
+    stage 2 (into a second shared buffer): same outputs and exact counts, with tiles
+    skipped by the causal limit and by a block mask between active ones."""
+    B_r, B_c, d, threads, TC = 8, 8, 16, 16, 4
+    N = 29
+    q, k, v = _inputs(1, 2, 1, N, d, seed=11)
+    mask = np.array([[True, False, True, True], [False, True, False, True],
+                     [True, True, True, False], [False, False, True, True]])
+    for causal, bm in ((True, None), (False, mask), (True, mask)):
+        O, L, led, problem, tiling = _run(q, k, v, B_r=B_r, B_c=B_c, threads=threads, TC=TC,
+                                          causal=causal, block_mask=bm, count=True,
+                                          stage=stage)
+        _check(O, L, q, k, v, causal=causal, block_mask=bm, B_r=B_r, B_c=B_c)
+        assert led.counts() == iosim.closed_form("fa2", problem, tiling).counts()
+    lay1 = fa2_fast.layout(64, 32, 64, 8, 8, True, stage=1)
+    lay2 = fa2_fast.layout(64, 32, 64, 8, 8, True, stage=2)
+    assert lay2["bytes"] - lay1["bytes"] == 4 * 32 * (68 + 64)   # one more K and V buffer
 
 
 def test_huge_logits_and_single_row():
