@@ -1,14 +1,19 @@
 """`gpu.attention`: run one of the forward kernels on (batch, heads, N, d) arrays.
 
-Two fa2 kernels run the same schedule (hence the same traffic and the same ledger):
+Three fa2 kernels run the same schedule (hence the same traffic and the same ledger):
 `gpu.fa2` (the plain one: one thread per tile element, S and O tiles in shared memory,
-easy to hold next to the paper) and `gpu.fa2_fast` (register-tiled S = Q K^T and P V
-micro-products, the fast path). `attention(..., algorithm='fa2')` takes the fast kernel
-whenever it supports the tiling and thread count (`fast=None`); `fast=False` forces the
-plain one, `fast=True` demands the fast one (ValueError if it cannot run the tiling).
+easy to hold next to the paper), `gpu.fa2_fast` (register-tiled S = Q K^T and P V
+micro-products on the CUDA cores, fp32 math) and `gpu.fa2_tc` (fp16 only: the tile
+products on the tensor cores through linked CUDA C++). `attention(..., algorithm='fa2')`
+takes the tensor-core kernel for fp16 where it runs (`tensor_cores=None`), else the fast
+kernel whenever it supports the tiling and thread count (`fast=None`); `fast=False` forces
+the plain one, `fast=True` demands the CUDA-core fast one (ValueError if it cannot run the
+tiling), `tensor_cores=True` the tensor-core one.
 
 Default tiling (no block_rows/block_cols/sram_bytes given):
-* fa2 on a GPU: `FA2_FAST_TILES[d]` (B_r, B_c, threads), the fastest fp32 variant of
+* fa2 with fp16 on a GPU: `FA2_TC_TILES[d]` (B_r, B_c) of the tensor-core kernel
+  `gpu.fa2_tc` (one warp per 16 query rows), when it runs there (d a multiple of 16);
+* fa2 otherwise on a GPU: `FA2_FAST_TILES[d]` (B_r, B_c, threads), the fastest fp32 variant of
   the fast kernel measured on the H100 at N=4096 (benchmarks/results/2026-11-23-h100-
   v2-round5/ and -round6/, scripts/fa2_fast_variants.py): 256 x 32 tiles, 512 threads,
   8 threads per query row, registers capped at 128, the next K/V tile's loads issued
@@ -28,7 +33,7 @@ from numba import cuda
 import iosim
 from iosim.tiling import ALGORITHMS, Tiling, resolve_tiling, sram_footprint_bytes
 
-from . import fa1, fa2, fa2_fast, standard
+from . import fa1, fa2, fa2_fast, fa2_tc, standard
 from ._launch import (DEFAULT_SMEM_BYTES, NP_DTYPE, SIM, check_fits, counters_to_ledger,
                       default_threads, device_smem_limit, filled, new_counters)
 
@@ -46,6 +51,12 @@ FA2_FAST_TUNED = {(256, 32, 512): dict(TC=8, maxreg=128, stage=1),
                   (128, 64, 256): dict(TC=8, maxreg=128)}
 #: thread counts tried, in order, for the fast kernel when the caller gives a tiling
 FA2_FAST_THREADS = (256, 128, 64)
+#: fp16 fa2's default on a GPU: head dim -> (B_r, B_c) of gpu.fa2_tc (tensor cores; one
+#: warp per 16 query rows), the fastest kernel measured on the H100 at N=4096 and 8192
+#: (benchmarks/results/2026-11-23-h100-tc-v1/: d=64 128x64 0.293 ms; d=128 64x64 0.553
+#: ms); other head dims take the first of FA2_TC_FALLBACK that fits (not tuned).
+FA2_TC_TILES = {64: (128, 64), 128: (64, 64)}
+FA2_TC_FALLBACK = ((128, 64), (64, 64), (64, 32))
 
 
 @dataclass
@@ -70,6 +81,26 @@ def fa2_fast_default(d: int) -> tuple[int, int, int] | None:
         if _fast_fits(B_r, B_c, d, threads, limit):
             return B_r, B_c, threads
     return None
+
+
+def fa2_tc_default(d: int) -> tuple[int, int] | None:
+    """(B_r, B_c) of the tensor-core fa2 kernel's default tiling for fp16 at head dim d, or
+    None where it cannot run (the simulator; d not a multiple of 16)."""
+    if SIM:
+        return None
+    limit = device_smem_limit()
+    for B_r, B_c in ((FA2_TC_TILES[d],) if d in FA2_TC_TILES else ()) + FA2_TC_FALLBACK:
+        if fa2_tc.supports(B_r, B_c, d, "fp16", smem_limit=limit):
+            return B_r, B_c
+    return None
+
+
+def _aligned16(x, kind) -> bool:
+    """Whether a device input's data is 16-byte aligned (fa2_tc copies 16 bytes at a time);
+    NumPy inputs are copied into fresh, aligned device arrays."""
+    if kind == "numpy":
+        return True
+    return x.__cuda_array_interface__["data"][0] % 16 == 0
 
 
 def _fast_fits(B_r: int, B_c: int, d: int, threads: int, limit: int) -> bool:
@@ -119,6 +150,10 @@ def fa2_fast_threads(B_r: int, B_c: int, d: int, threads: int | None) -> int | N
 
 def default_tiling(algorithm: str, d: int, dtype: str) -> Tiling:
     """The tiling `attention` uses when none is given (see the module docstring)."""
+    if algorithm == "fa2" and dtype == "fp16":
+        tc = fa2_tc_default(d)
+        if tc is not None:
+            return Tiling(*tc)
     if algorithm == "fa2":
         fast = fa2_fast_default(d)
         if fast is not None:
@@ -215,7 +250,7 @@ def _return_like(dev, kind, like):
 
 def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=None,
               block_cols=None, sram_bytes=None, block_mask=None, count_traffic=False,
-              return_stats=False, threads=None, fast=None):
+              return_stats=False, threads=None, fast=None, tensor_cores=None):
     """Exact attention O = softmax(scale Q K^T [+ causal/block mask]) V on the GPU.
 
     q: (batch, heads, N, d); k, v: (batch, kv_heads, N, d) with kv_heads dividing heads
@@ -238,7 +273,11 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     the plain kernels stride over their work, so any 1..1024 works.
     fast: fa2 only. None: the register-tiled `gpu.fa2_fast` kernel where it supports
     the tiling, else the plain `gpu.fa2`; True: fast kernel or ValueError; False: plain.
-    Both run the same schedule: same ledger, outputs equal to rounding.
+    tensor_cores: fa2 with fp16 only. None: the tensor-core kernel `gpu.fa2_tc` where it
+    runs the tiling (a GPU, d a multiple of 16, B_r = 16 x warps, 16-byte aligned
+    inputs) and `fast` is None, else as `fast` says; True: `gpu.fa2_tc` or ValueError;
+    False: never. All of them run the same schedule: same ledger, outputs equal to
+    rounding (fa2_tc rounds P to fp16 before P V, as FlashAttention-2 does).
     Returns O; (O, ledger) with count_traffic; (O, L) with return_stats; (O, L, ledger)
     with both.
     """
@@ -269,6 +308,12 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
         raise ValueError(f"fast={fast!r} is not allowed; allowed: None, True, False")
     if fast and algorithm != "fa2":
         raise ValueError(f"fast=True is only for algorithm='fa2' (got {algorithm!r})")
+    if tensor_cores not in (None, True, False):
+        raise ValueError(f"tensor_cores={tensor_cores!r} is not allowed; allowed: None, True, "
+                         f"False")
+    if tensor_cores and (algorithm != "fa2" or dt != np.float16 or fast is not None):
+        raise ValueError(f"tensor_cores=True needs algorithm='fa2', float16 inputs and "
+                         f"fast=None (got algorithm={algorithm!r}, dtype={dt}, fast={fast!r})")
     if threads is not None and not 1 <= int(threads) <= 1024:
         raise ValueError(f"threads={threads} must be in 1..1024")
     if block_rows is None and block_cols is None and sram_bytes is None:
@@ -278,8 +323,26 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
                                 block_cols=block_cols, sram_bytes=sram_bytes)
     B_r, B_c = tiling.B_r, tiling.B_c
     what = f"algorithm={algorithm!r} with B_r={B_r}, B_c={B_c}, d={d}, {dname}"
+    use_tc = False
+    if algorithm == "fa2" and dname == "fp16" and fast is None and tensor_cores is not False:
+        why = fa2_tc.plan_error(B_r, B_c, d, dname)
+        if why is None and SIM:
+            why = "the CUDA simulator cannot run its linked C++ tile functions"
+        if why is None and threads is not None and int(threads) != 2 * B_r:
+            why = f"it runs 2 B_r = {2 * B_r} threads (one warp per 16 rows), not {threads}"
+        if why is None and not all(_aligned16(x, kd) for x, kd in
+                                   ((q, kind), (k, kindk), (v, kindv))):
+            why = "q, k and v must be 16-byte aligned"
+        if why is None:
+            fp = fa2_tc.layout(B_r, B_c, d)["bytes"]
+            if fp > device_smem_limit():
+                why = f"it needs {fp} bytes of shared memory, more than this device allows"
+        if why is not None and tensor_cores:
+            raise ValueError(f"tensor_cores=True: the tensor-core fa2 kernel cannot run "
+                             f"B_r={B_r}, B_c={B_c}, d={d}: {why}")
+        use_tc = why is None
     use_fast = False
-    if algorithm == "fa2" and fast is not False:
+    if algorithm == "fa2" and fast is not False and not use_tc:
         t_fast = fa2_fast_threads(B_r, B_c, d, None if threads is None else int(threads))
         if t_fast is None and fast:
             raise ValueError(f"fast=True: the fast fa2 kernel cannot run B_r={B_r}, B_c={B_c}, "
@@ -288,7 +351,10 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
         if t_fast is not None:
             use_fast, threads = True, t_fast
     fast_opts = {}
-    if use_fast:   # O and S live in registers: its own shared-memory layout
+    if use_tc:
+        check_fits(fa2_tc.layout(B_r, B_c, d)["bytes"], what + " (tensor-core kernel)")
+        threads = 2 * B_r
+    elif use_fast:   # O and S live in registers: its own shared-memory layout
         # warp-shuffle row reductions on hardware (the simulator has no shuffles)
         fast_opts = dict(shfl=not SIM, **fa2_fast_options(B_r, B_c, d, threads))
         check_fits(fa2_fast.smem_bytes(B_r, B_c, d, threads, fast_opts.get("TC"),
@@ -320,7 +386,9 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     L = None
     if algorithm == "fa2":
         L_obj, L2 = _output((B * H, N), np.dtype(np.float32), kind, q)
-        if use_fast:
+        if use_tc:
+            fa2_tc.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common)
+        elif use_fast:
             fa2_fast.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common,
                          **fast_opts)
         else:

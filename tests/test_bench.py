@@ -414,7 +414,8 @@ def test_ncu_command_has_the_metrics_and_filter():
     from gpu._launch import kernel_name
     names = {"fa1": kernel_name("fa1_fwd", Br=32, Bc=32, d=64, dt="fp32"),
              "fa2": kernel_name("fa2_fast", Br=128, Bc=64, d=64, dt="fp32", shfl=True),
-             "fa2-plain": kernel_name("fa2_fwd", Br=32, Bc=32, d=64, dt="fp32")}
+             "fa2-plain": kernel_name("fa2_fwd", Br=32, Bc=32, d=64, dt="fp32"),
+             "fa2-tc": kernel_name("fa2_tc", Br=128, Bc=64, d=64, dt="fp16")}
     for alg, regex in ncu.KERNEL_REGEX.items():
         assert [a for a, n in names.items() if re.search(regex, n)] == [alg]
 

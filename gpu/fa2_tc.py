@@ -1,0 +1,481 @@
+"""FlashAttention-2 forward for fp16 on the tensor cores: the fp16 fast path.
+
+Same schedule, hence the same HBM traffic and the same iosim ledger, as `gpu.fa2`,
+`gpu.fa2_fast` and `iosim.schedules.fa2_forward`: one thread block per (query block i,
+instance); read Q_i once; for each active key block j (causal: skip j B_c > last row of
+block i; block_mask[i, j] False: skip) read K_j and V_j once; online softmax with float32
+running max m and sum l; write O_i and L_i = m + log(l) once (a row that sees no key:
+O = 0, L = -inf). Ragged N: only valid rows are loaded / stored (and counted).
+
+What runs where. Numba has no API for the tensor cores (../shared/PLATFORM.md), so the
+tile products S_ij = Q_i K_j^T and P~_ij V_j are CUDA C++ device functions with inline
+PTX `mma.sync.m16n8k16` and `ldmatrix` (`gpu/fa2_tc.cu`), declared with
+`cuda.declare_device` and linked into this Numba kernel. With link-time optimisation
+(nvJitLink, Numba's default when it is installed) they are inlined, so the fragment
+arrays passed to them by pointer stay in registers (`scripts/gpu_check.py --ptx` /
+tests/test_gpu_tc.py check the linked SASS: HMMA present, no local memory). Everything
+else, the part to hold beside the paper, is Python here: which tiles run, the global
+loads and stores (and their counting), the masking and the online softmax.
+
+Versions (H100, fp16, d = 64, batch x heads = 16, N = 4096, non-causal, kernel alone;
+benchmarks/results/2026-11-23-h100-tc-*):
+  v1  (this file) B_r = 16 x warps, one warp per 16 query rows; S and O in mma
+      accumulator fragments; P stays in registers between the two products (two
+      neighbouring S fragments are the A fragment of one 16-wide k step); Q_i's
+      fragments loaded once (ldmatrix); K_j, V_j double-buffered in shared memory and
+      filled by cp.async (16-byte asynchronous copies, no registers: the next active
+      tile's copies are in flight during this tile's products); padded shared rows
+      (stride d + 8 halves: conflict-free ldmatrix); exp2 with scale * log2(e) folded
+      into one multiply; a warp whose 16 rows all lie above a causal tile's first key
+      skips that tile's products (exact: every P entry would be 0; the tile is still
+      loaded, so the traffic is unchanged); O_i leaves through shared memory in 16-byte
+      stores. 128 x 64: 0.29 ms, 235 TFLOP/s (d = 128, 64 x 64: 0.53 ms, 262 TFLOP/s);
+      128 registers, no spills (ptxas). A first build that loaded K/V through
+      registers (4-byte loads, next tile staged in registers) needed 251-255 registers
+      and spilled at d = 128; it was not timed.
+
+Paper names (Dao et al. 2022, Algorithm 1; FlashAttention-2 Algorithm 1):
+    B_r = 16 * warps  query rows per block (block_rows); warp w owns rows 16 w .. 16 w + 15
+    B_c               key rows per tile (block_cols), a multiple of 16
+    S_ij, P~_ij       16 x B_c per warp, in registers (s[8 nt' .. ], see fa2_tc.cu)
+    m_i, l_i          per thread: rows g and g + 8 of its warp (g = lane // 4); l is the
+                      thread's partial sum over its own columns until the end, when the 4
+                      lanes of a row add theirs (all rescale by the same alpha)
+    O_i               16 x d per warp, fp32 accumulators in registers
+
+Shared memory (one dynamic buffer, 16-byte aligned; in 4-byte words, fp16 pairs):
+    Qs  B_r x (d + 8) halves   Q_i (then O_i, fp16, for the coalesced store)
+    Ks  B_c x (d + 8) halves   K_j
+    Vs  B_c x (d + 8) halves   V_j
+    Ls  B_r float32            L_i staging
+Global memory is read and written as 4-byte words (two fp16 elements); counts are in
+elements (2 per word). fp16 only; d a multiple of 16 (so d in 16, 32, 48, 64, 80, 96, 128).
+
+`run(...)` has the signature of `gpu.fa2.run` (plus tuning keywords), so
+`gpu.attention(..., algorithm="fa2")` calls it for fp16 on a GPU whenever `supports(...)`.
+The CUDA simulator cannot run linked device functions: without a GPU this kernel is built
+and linked (to SASS for sm_90) but not run; tests marked `gpu` run it through `device`.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import numpy as np
+from numba import cuda, float32, int64, uint32
+
+from ._launch import (NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
+                      kernel_name, specialisation)
+
+#: CUDA C++ source of the tile products (instantiated per (d, B_c) by `_source`).
+CU_PATH = os.path.join(os.path.dirname(__file__), "fa2_tc.cu")
+#: Warps per block we generate (B_r = 16 * warps).
+WARPS = (1, 2, 4, 8)
+LOG2E = math.log2(math.e)
+LN2 = math.log(2.0)
+
+
+def _stride(d: int) -> int:
+    """Shared row stride in halves: d + 8 (16 bytes past a multiple of 128 bytes when d is
+    a multiple of 64; in general 2 (d + 8) bytes = 16 mod 32... see fa2_tc.cu)."""
+    return d + 8
+
+
+def layout(B_r: int, B_c: int, d: int) -> dict:
+    """Offsets (4-byte words) of Qs, Ks, Vs (buffer 0; buffer 1 is KV words further), Ls;
+    row stride in halves (SH) and words (SW); total bytes."""
+    SH = _stride(d)
+    SW = SH // 2
+    QO = 0
+    KO = QO + B_r * SW
+    VO = KO + B_c * SW
+    KV = 2 * B_c * SW             # one K + V buffer
+    LO = KO + 2 * KV
+    words = LO + B_r
+    return dict(SH=SH, SW=SW, QO=QO, KO=KO, VO=VO, KV=KV, LO=LO, words=words,
+                bytes=4 * words)
+
+
+def plan_error(B_r: int, B_c: int, d: int, dt: str) -> str | None:
+    """Why this kernel cannot run the configuration, or None if it can (shared memory
+    aside: see `supports`)."""
+    if dt != "fp16":
+        return f"dtype {dt}: the tensor-core kernel takes fp16 only"
+    if d % 16:
+        return f"d={d}: must be a multiple of 16 (one mma k step)"
+    if B_r % 16 or B_r // 16 not in WARPS:
+        return f"B_r={B_r}: must be 16 x warps, warps in {WARPS}"
+    if B_c % 16 or not 16 <= B_c <= 128:
+        return f"B_c={B_c}: must be a multiple of 16 in 16..128"
+    return None
+
+
+def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", smem_limit=None) -> bool:
+    """True if this kernel runs (B_r, B_c, d, dt) on the current device: a real GPU (the
+    simulator cannot run linked device functions), a supported shape, shared memory that
+    fits."""
+    if SIM or plan_error(B_r, B_c, d, dt) is not None:
+        return False
+    if smem_limit is None:
+        from ._launch import device_smem_limit
+        smem_limit = device_smem_limit()
+    return layout(B_r, B_c, d)["bytes"] <= smem_limit
+
+
+# ---------------------------------------------------------------------------------------
+# The linked C++ functions
+# ---------------------------------------------------------------------------------------
+def _source(d: int, B_c: int) -> str:
+    """fa2_tc.cu with the extern "C" entry points for (d, B_c) appended."""
+    with open(CU_PATH) as f:
+        return f.read() + f"\nFA2TC_INSTANTIATE({d}, {B_c})\n"
+
+
+@functools.lru_cache(maxsize=None)
+def externs(d: int, B_c: int) -> dict:
+    """The C++ functions for (d, B_c), declared to Numba (C ABI, each returns int 0;
+    pointers are generic addresses, offsets in 4-byte words, strides in halves):
+    load_q, qk, pv, store_o (tile products, see fa2_tc.cu), cp16 (one 16-byte
+    asynchronous global -> shared copy, zero-filled when not valid), st16 (16 bytes shared
+    -> global), cp_commit,
+    cp_wait1, cp_wait0 (cp.async groups)."""
+    from numba.cuda import types as nb
+    from numba.cuda.cudadrv.linkable_code import CUSource
+    src = CUSource(_source(d, B_c), name=f"fa2_tc_d{d}_bc{B_c}.cu")
+    pu, pf, i32, i64 = nb.CPointer(nb.uint32), nb.CPointer(nb.float32), nb.int32, nb.int64
+    sigs = dict(load_q=i32(pu, pu, i32, i32), qk=i32(pf, pu, pu, i32, i32),
+                pv=i32(pf, pf, pu, i32, i32), store_o=i32(pu, i32, i32, pf),
+                cp16=i32(pu, i32, pu, i64, i32), st16=i32(pu, i64, pu, i32),
+                cp_commit=i32(), cp_wait1=i32(),
+                cp_wait0=i32())
+    return {name: cuda.declare_device(f"fa2tc_{name}_d{d}_bc{B_c}", sig, link=src, abi="c")
+            for name, sig in sigs.items()}
+
+
+def _data_ptr_intrinsics():
+    """`ptr(arr)`: the data pointer of a Numba array (shared, local or global) as a
+    CPointer of its dtype, to hand to the C++ functions (what cffi's ffi.from_buffer does,
+    without needing cffi); `ptr32(arr)`: the same pointer as uint32* (fp16 pairs)."""
+    from llvmlite import ir
+    from numba.cuda import types as nb
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def ptr(typingctx, arr):
+        sig = nb.CPointer(arr.dtype)(arr)
+
+        def codegen(context, builder, signature, args):
+            return context.make_array(signature.args[0])(context, builder, args[0]).data
+        return sig, codegen
+
+    @intrinsic
+    def ptr32(typingctx, arr):
+        sig = nb.CPointer(nb.uint32)(arr)
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            return builder.bitcast(data, ir.PointerType(ir.IntType(32)))
+        return sig, codegen
+    return ptr, ptr32
+
+
+ptr, ptr32 = (None, None) if SIM else _data_ptr_intrinsics()
+
+
+# ---------------------------------------------------------------------------------------
+# The kernel
+# ---------------------------------------------------------------------------------------
+@specialisation
+def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count):
+    """Kernel(q, k, v, o, L, scale2, N, H, G, mask, counters).
+
+    q, o: (instances, N, d) fp16; k, v: (kv instances, N, d) fp16 (the C++ copies read and
+    write them as 16-byte chunks); L: (instances, N) float32; scale2 = scale * log2(e) (float32: S is formed in
+    base 2, so P = exp2(S - m) and L = m ln 2 + log l); N, H, G as gpu.fa2; mask uint8
+    (T_r, T_c); counters int64 (gpu._launch). Grid (T_r, instances), 2 B_r threads (one
+    warp per 16 query rows), `layout(...)["bytes"]` dynamic shared bytes. The global
+    arrays must be 16-byte aligned (`run` checks).
+    """
+    err = plan_error(B_r, B_c, d, "fp16")
+    if err:
+        raise ValueError(err)
+    X = externs(d, B_c)
+    load_q, qk, pv, store_o = X["load_q"], X["qk"], X["pv"], X["store_o"]
+    cp16, st16 = X["cp16"], X["st16"]
+    cp_commit, cp_wait1, cp_wait0 = X["cp_commit"], X["cp_wait1"], X["cp_wait0"]
+    NW = B_r // 16
+    THREADS = 32 * NW
+    lay = layout(B_r, B_c, d)
+    SH, SW = lay["SH"], lay["SW"]
+    QO, KO, VO, LO, KV = lay["QO"], lay["KO"], lay["VO"], lay["LO"], lay["KV"]
+    DW = d // 2                   # words per row in global memory
+    CPR = d // 8                  # 16-byte chunks per row (8 halves, 4 words each)
+    QC, KC = B_r * CPR, B_c * CPR  # chunks per Q_i and per K_j tile
+    LQ = -(-QC // THREADS)
+    LK = -(-KC // THREADS)
+    QDIV = QC % THREADS == 0
+    KDIV = KC % THREADS == 0
+    NTS = B_c // 8                # key-column fragments of S (4 floats each)
+    NTO = d // 8                  # head-column fragments of O
+    NQF, NSF, NOF = d // 4, B_c // 2, d // 2   # fragment array lengths (registers)
+    IQ, IK, IV, IO, IL = T["Q"], T["K"], T["V"], T["O"], T["L"]
+    FULL = 0xFFFFFFFF
+    LN2_ = np.float32(LN2)
+    EIGHT = int64(8)              # elements per 16-byte chunk
+
+    @cuda.jit(device=True, inline=True)
+    def next_tile(j, T_c, last, mask, i):
+        """The first active key tile >= j of query block i (T_c if none)."""
+        while j < T_c:
+            if causal and j * B_c > last:               # this and later tiles inactive
+                return T_c
+            if has_mask and mask[i, j] == 0:
+                j += 1
+                continue
+            return j
+        return T_c
+
+    @cuda.jit(device=True, inline=True)
+    def issue_kv(smp, kp, vp, kvbase, j, N, t, buf):
+        """Start the asynchronous copies of this thread's chunks of K_j and V_j into
+        buffer `buf` (rows past N: zeros, not loaded); returns the elements of K it
+        requested from global memory (= of V)."""
+        n = int64(0)
+        c0 = j * B_c
+        for it in range(LK):
+            e = t + it * THREADS
+            if KDIV or e < KC:
+                c = e // CPR
+                x = (e % CPR) * 4
+                ok = c0 + c < N
+                goff = kvbase + (c0 + c) * DW + x
+                cp16(smp, KO + buf * KV + c * SW + x, kp, goff, ok)
+                cp16(smp, VO + buf * KV + c * SW + x, vp, goff, ok)
+                if ok:
+                    n += EIGHT
+        return n
+
+    def kernel(q, k, v, o, L, scale2, N, H, G, mask, counters):
+        if causal:   # heaviest query blocks (most key tiles) first
+            i = cuda.gridDim.x - 1 - cuda.blockIdx.x
+        else:
+            i = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        lane = t & 31
+        w = t >> 5                                      # warp: query rows 16 w .. 16 w + 15
+        g = lane >> 2                                   # fragment row (and g + 8)
+        qd = lane & 3                                   # fragment column pair 2 qd, 2 qd + 1
+        zk = (z // H) * (H // G) + (z % H) // G         # this head's K/V instance
+        sm = cuda.shared.array(0, uint32, alignment=16)
+        smf = cuda.shared.array(0, float32, alignment=16)
+        smp = ptr(sm)
+        kp = ptr32(k)                                   # fp16 arrays as 4-byte words
+        vp = ptr32(v)
+        kvbase = int64(zk) * N * DW                     # word offset of this head's K, V
+        qf = cuda.local.array(NQF, uint32)              # A fragments of Q_w (fp16 pairs)
+        s = cuda.local.array(NSF, float32)              # S_w, then P~_w
+        oa = cuda.local.array(NOF, float32)             # O_w accumulators
+        m2 = cuda.local.array(2, float32)               # running max (base 2) of rows g, g+8
+        l2 = cuda.local.array(2, float32)               # running sum (this thread's part)
+        nQ = int64(0)
+        nK = int64(0)
+        nO = int64(0)
+        nL = int64(0)
+
+        r0 = i * B_r
+        rows = min(B_r, N - r0)
+        last = r0 + rows - 1
+        rw = r0 + 16 * w                                # first query row of this warp
+        T_c = (N + B_c - 1) // B_c
+        # ---- copy group 1: Q_i -> Qs (zero rows past N); group 2: the first K_j, V_j ----
+        qp = ptr32(q)
+        qbase = (int64(z) * N + r0) * DW
+        for it in range(LQ):
+            e = t + it * THREADS
+            if QDIV or e < QC:
+                r = e // CPR
+                x = (e % CPR) * 4
+                ok = r < rows
+                cp16(smp, QO + r * SW + x, qp, qbase + r * DW + x, ok)
+                if count and ok:
+                    nQ += EIGHT
+        cp_commit()
+        j = next_tile(0, T_c, last, mask, i)
+        buf = 0
+        if j < T_c:
+            nK += issue_kv(smp, kp, vp, kvbase, j, N, t, buf)
+        cp_commit()
+        cp_wait1()                                      # Q_i has landed (this thread's part)
+        cuda.syncthreads()                              # ... and everyone's
+        load_q(ptr(qf), smp, QO + 16 * w * SW, SH)
+        for h in range(2):
+            m2[h] = NEG_INF
+            l2[h] = ZERO
+        for b in range(NOF):
+            oa[b] = ZERO
+
+        while j < T_c:
+            c0 = j * B_c
+            # next active tile's copies into the other buffer, in flight during this one
+            jn = next_tile(j + 1, T_c, last, mask, i)
+            if jn < T_c:
+                nK += issue_kv(smp, kp, vp, kvbase, jn, N, t, 1 - buf)
+            cp_commit()
+            cp_wait1()                                  # tile j has landed
+            cuda.syncthreads()
+            ko = KO + buf * KV
+            vo = VO + buf * KV
+            # A warp whose rows all lie above this tile's first key sees none of it
+            # (causal): P would be all zero, so its products are skipped (exactly).
+            if not causal or c0 <= rw + 15:
+                # ---- S_w = Q_w K_j^T on the tensor cores (fp32 accumulators) ----
+                qk(ptr(s), ptr(qf), smp, ko, SH)
+                # ---- scale (base 2), mask, online softmax (rows g and g + 8) ----
+                edge = c0 + B_c > N or (causal and c0 + B_c - 1 > rw)
+                for h in range(2):
+                    row = rw + g + 8 * h
+                    mx = NEG_INF
+                    for nt in range(NTS):
+                        for u in range(2):
+                            e = 4 * nt + 2 * h + u
+                            sv = s[e] * scale2
+                            if edge:
+                                col = c0 + 8 * nt + 2 * qd + u
+                                if col >= N or (causal and col > row):
+                                    sv = NEG_INF
+                            s[e] = sv
+                            mx = max(mx, sv)
+                    # the 4 lanes of a row (same g) hold its B_c columns
+                    mx = max(mx, cuda.shfl_xor_sync(FULL, mx, 1))
+                    mx = max(mx, cuda.shfl_xor_sync(FULL, mx, 2))
+                    m_new = max(m2[h], mx)
+                    m_safe = m_new if m_new > NEG_INF else ZERO
+                    alpha = math.exp2(m2[h] - m_safe)   # 0 while nothing was visible
+                    m2[h] = m_new
+                    ps = ZERO
+                    for nt in range(NTS):
+                        for u in range(2):
+                            e = 4 * nt + 2 * h + u
+                            p = math.exp2(s[e] - m_safe)
+                            s[e] = p
+                            ps += p
+                    l2[h] = l2[h] * alpha + ps
+                    for nt in range(NTO):
+                        oa[4 * nt + 2 * h] *= alpha
+                        oa[4 * nt + 2 * h + 1] *= alpha
+                # ---- O_w += P~_w V_j on the tensor cores (P rounded to fp16) ----
+                pv(ptr(oa), ptr(s), smp, vo, SH)
+            cuda.syncthreads()                          # all done with buffer `buf`
+            buf = 1 - buf
+            j = jn
+        cp_wait0()                                      # nothing left in flight
+        # ---- l: add the 4 lanes' partial sums; O_i = O / l, L_i = m ln 2 + log l ----
+        for h in range(2):
+            ls = l2[h]
+            ls += cuda.shfl_xor_sync(FULL, ls, 1)
+            ls += cuda.shfl_xor_sync(FULL, ls, 2)
+            inv = ONE / ls if ls > ZERO else ZERO
+            for nt in range(NTO):
+                oa[4 * nt + 2 * h] *= inv
+                oa[4 * nt + 2 * h + 1] *= inv
+            if qd == 0:
+                smf[LO + 16 * w + g + 8 * h] = (m2[h] * LN2_ + math.log(ls) if ls > ZERO
+                                                else NEG_INF)
+        # each warp overwrites only its own 16 rows of Qs, which only it read (load_q)
+        store_o(smp, QO + 16 * w * SW, SH, ptr(oa))
+        cuda.syncthreads()
+        # O_i and L_i leave row by row: consecutive threads store consecutive 16-byte chunks
+        op = ptr32(o)
+        obase = (int64(z) * N + r0) * DW
+        for e in range(t, rows * CPR, THREADS):
+            r = e // CPR
+            x = (e % CPR) * 4
+            st16(op, obase + r * DW + x, smp, QO + r * SW + x)
+            if count:
+                nO += EIGHT
+        for r in range(t, rows, THREADS):
+            L[z, r0 + r] = smf[LO + r]
+            if count:
+                nL += 1
+        if count:
+            add_count(counters, IQ, READ, nQ)
+            add_count(counters, IK, READ, nK)
+            add_count(counters, IV, READ, nK)
+            add_count(counters, IO, WRITE, nO)
+            add_count(counters, IL, WRITE, nL)
+
+    name = kernel_name("fa2_tc", Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal, mask=has_mask,
+                       count=count)
+    return kernel, name
+
+
+def get_kernel(B_r, B_c, d, causal, has_mask, count):
+    """The compiled dispatcher for one specialisation."""
+    err = plan_error(B_r, B_c, d, "fp16")
+    if err:
+        raise ValueError(f"fa2_tc: {err}")
+    return fa2_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
+                         bool(count))
+
+
+def _check_aligned(name, arr):
+    """cp.async copies 16 bytes at a time: the array's data must be 16-byte aligned."""
+    addr = arr.__cuda_array_interface__["data"][0]
+    if addr % 16:
+        raise ValueError(f"{name}: the tensor-core kernel needs 16-byte aligned data "
+                         f"(address {addr:#x}); pass a fresh contiguous array")
+
+
+def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal, count,
+        threads=None):
+    """Launch on 3-D fp16 device views (instances, N, d); writes o3 and L2. Same signature
+    as gpu.fa2.run (threads, if given, must be 2 B_r: one warp per 16 query rows)."""
+    from ._launch import launch
+    if dt != "fp16":
+        raise ValueError(f"fa2_tc takes fp16 only (got dt={dt!r})")
+    d = q3.shape[2]
+    want = 2 * B_r
+    if threads is not None and int(threads) != want:
+        raise ValueError(f"fa2_tc runs one warp per 16 query rows: threads must be "
+                         f"{want} for B_r={B_r} (got threads={threads})")
+    for name, arr in (("q", q3), ("k", k3), ("v", v3), ("o", o3)):
+        _check_aligned(name, arr)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count)
+    T_r = -(-N // B_r)
+    mk = mask if mask is not None else dummy_mask()
+    launch(kern, (T_r, q3.shape[0]), want, layout(B_r, B_c, d)["bytes"],
+           q3, k3, v3, o3, L2, np.float32(scale * LOG2E),
+           np.int64(N), np.int64(H), np.int64(G), mk, counters)
+
+
+def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, cc=(9, 0)) -> str:
+    """The PTX of one specialisation after link-time optimisation with its C++ functions,
+    built without a GPU (Numba's NVVM, NVRTC and nvJitLink only): what runs, for
+    inspection. A correct build has the tile functions inlined (no `call`), its fragments
+    in registers (no `.local`), mma.sync and ldmatrix, and no float64 (tests/test_gpu_tc.py
+    checks these; ptxas -v on it reports registers and spills). Uses numba-cuda's internal
+    compile entry point (numba-cuda 0.30.4); the PTX .version is nvJitLink's."""
+    if SIM:
+        raise RuntimeError("linked_ptx needs NUMBA_ENABLE_CUDASIM unset (no GPU is needed)")
+    from numba.cuda.compiler import _compile_pyfunc_with_fixup
+    kern = get_kernel(B_r, B_c, d, causal, has_mask, count)
+    lib, _ = _compile_pyfunc_with_fixup(
+        kern.py_func, signature(), device=False, cc=cc, lto=False, abi="numba", debug=False,
+        lineinfo=False, fastmath=False, opt=True, abi_info=None, forceinline=False,
+        launch_bounds=None)
+    lib._lto = True     # link the NVVM and NVRTC outputs as LTO-IR, as a launch does
+    return lib.get_lto_ptx(cc=cc).rstrip("\x00")
+
+
+def signature():
+    """Argument types of the kernel (for compiling without a GPU)."""
+    from numba.cuda import types as nb
+    W = nb.Array(nb.float16, 3, "C")
+    return (W, W, W, W, nb.Array(nb.float32, 2, "C"), nb.float32, nb.int64, nb.int64,
+            nb.int64, nb.Array(nb.uint8, 2, "C"), nb.Array(nb.int64, 2, "C"))
+
+
+__all__ = ["layout", "plan_error", "supports", "externs", "fa2_tc_kernel", "get_kernel",
+           "run", "linked_ptx", "signature"]
