@@ -57,6 +57,14 @@ FA2_FAST_THREADS = (256, 128, 64)
 #: ms); other head dims take the first of FA2_TC_FALLBACK that fits (not tuned).
 FA2_TC_TILES = {64: (128, 64), 128: (64, 64)}
 FA2_TC_FALLBACK = ((128, 64), (64, 64), (64, 32))
+#: m-tiles of 16 query rows per warp (MT) of gpu.fa2_tc for (B_r, B_c, d), where measured
+#: faster than 1 (each K/V fragment then feeds MT products; registers grow with MT)
+FA2_TC_MT: dict = {}
+
+
+def fa2_tc_mt(B_r: int, B_c: int, d: int) -> int:
+    """MT the tensor-core kernel runs (B_r, B_c, d) with: FA2_TC_MT's entry, else 1."""
+    return FA2_TC_MT.get((B_r, B_c, d), 1)
 
 
 @dataclass
@@ -90,7 +98,7 @@ def fa2_tc_default(d: int) -> tuple[int, int] | None:
         return None
     limit = device_smem_limit()
     for B_r, B_c in ((FA2_TC_TILES[d],) if d in FA2_TC_TILES else ()) + FA2_TC_FALLBACK:
-        if fa2_tc.supports(B_r, B_c, d, "fp16", smem_limit=limit):
+        if fa2_tc.supports(B_r, B_c, d, "fp16", smem_limit=limit, MT=fa2_tc_mt(B_r, B_c, d)):
             return B_r, B_c
     return None
 
@@ -325,11 +333,13 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     what = f"algorithm={algorithm!r} with B_r={B_r}, B_c={B_c}, d={d}, {dname}"
     use_tc = False
     if algorithm == "fa2" and dname == "fp16" and fast is None and tensor_cores is not False:
-        why = fa2_tc.plan_error(B_r, B_c, d, dname)
+        mt = fa2_tc_mt(B_r, B_c, d)
+        why = fa2_tc.plan_error(B_r, B_c, d, dname, mt)
         if why is None and SIM:
             why = "the CUDA simulator cannot run its linked C++ tile functions"
-        if why is None and threads is not None and int(threads) != 2 * B_r:
-            why = f"it runs 2 B_r = {2 * B_r} threads (one warp per 16 rows), not {threads}"
+        if why is None and threads is not None and int(threads) != 2 * B_r // mt:
+            why = (f"it runs 2 B_r / MT = {2 * B_r // mt} threads (one warp per {16 * mt} "
+                   f"rows), not {threads}")
         if why is None and not all(_aligned16(x, kd) for x, kd in
                                    ((q, kind), (k, kindk), (v, kindv))):
             why = "q, k and v must be 16-byte aligned"
@@ -353,7 +363,7 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     fast_opts = {}
     if use_tc:
         check_fits(fa2_tc.layout(B_r, B_c, d)["bytes"], what + " (tensor-core kernel)")
-        threads = 2 * B_r
+        threads = 2 * B_r // mt
     elif use_fast:   # O and S live in registers: its own shared-memory layout
         # warp-shuffle row reductions on hardware (the simulator has no shuffles)
         fast_opts = dict(shfl=not SIM, **fa2_fast_options(B_r, B_c, d, threads))
@@ -387,7 +397,7 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     if algorithm == "fa2":
         L_obj, L2 = _output((B * H, N), np.dtype(np.float32), kind, q)
         if use_tc:
-            fa2_tc.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common)
+            fa2_tc.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, MT=mt, **common)
         elif use_fast:
             fa2_fast.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common,
                          **fast_opts)

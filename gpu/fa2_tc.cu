@@ -8,11 +8,11 @@
 //
 // The Numba kernel owns the schedule (which tiles, global loads, counting, the online
 // softmax); these functions own only what Numba cannot express: the fragment layouts of
-// mma.sync.m16n8k16 and the loads that fill them. One warp computes, for its 16 query rows
-// of Q_i (paper: one 16-row slice of the B_r x d block),
-//     fa2tc_load_q : the A fragments of Q_w (16 x D)                (read once per block)
-//     fa2tc_qk     : S_w = Q_w K_j^T  (16 x BC), fp32 accumulators  (Algorithm 1 line 9)
-//     fa2tc_pv     : O_w += P_w V_j  (16 x D), P rounded to fp16    (line 12's P~ V_j)
+// mma.sync.m16n8k16 and the loads that fill them. One warp computes, for its 16 MT query
+// rows of Q_i (paper: one 16 MT-row slice of the B_r x d block; MT m-tiles of 16 rows),
+//     fa2tc_load_q : the A fragments of Q_w (16 MT x D)              (read once per block)
+//     fa2tc_qk     : S_w = Q_w K_j^T  (16 MT x BC), fp32 accumulators (Algorithm 1 line 9)
+//     fa2tc_pv     : O_w += P_w V_j  (16 MT x D), P rounded to fp16  (line 12's P~ V_j)
 //     fa2tc_store_o: O_w (fp32 fragments, already divided by l) -> fp16 rows in shared
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", f16 A/B, f32 C/D), with
@@ -32,7 +32,7 @@
 // 16-byte row segments that one ldmatrix phase reads (8 rows) then fall in 8 distinct groups
 // of 4 banks (stride = 16 bytes mod 128), so no ldmatrix is bank-conflicted.
 //
-// Compile-time sizes: D (head dim) and BC (B_c) are template parameters; the Python side
+// Compile-time sizes: D (head dim), BC (B_c) and MT are template parameters; the Python side
 // appends the extern "C" instantiations it needs (FA2TC_INSTANTIATE at the bottom).
 
 typedef unsigned int u32;
@@ -104,123 +104,148 @@ __device__ __forceinline__ void fa2tc_st16_t(u32* g, long long goff, const u32* 
                  :: "l"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
-// qf[4 kt + i], kt < D/16: the A fragments of the warp's 16 rows of Q (rows start at word
-// `off` of `sm`). Matrix i of k step kt: rows 8 (i & 1) .. +7, columns 16 kt + 8 (i >> 1).
-template <int D>
+// A warp owns MT m-tiles of 16 query rows (16 MT rows): each K or V fragment it loads from
+// shared memory feeds MT products, so shared-memory traffic per mma falls by MT. Fragment
+// arrays hold the m-tiles one after another: qf[mt * D/4 + ...], s[mt * BC/2 + ...],
+// o[mt * D/2 + ...].
+
+// qf[mt * D/4 + 4 kt + i], kt < D/16: the A fragments of the warp's rows of Q (rows start at
+// word `off` of `sm`). Matrix i of k step kt: rows 16 mt + 8 (i & 1) .. +7, columns
+// 16 kt + 8 (i >> 1).
+template <int D, int MT>
 __device__ __forceinline__ void fa2tc_load_q_t(u32* qf, const u32* sm, int off, int stride) {
     const u32 lane = fa2tc_lane();
     const u32 base = fa2tc_smem(sm + off) + 2u * ((lane & 15u) * stride + 8u * (lane >> 4));
 #pragma unroll
-    for (int kt = 0; kt < D / 16; ++kt)
-        fa2tc_ldsm_x4(qf[4 * kt], qf[4 * kt + 1], qf[4 * kt + 2], qf[4 * kt + 3],
-                      base + 2u * (16u * kt));
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kt = 0; kt < D / 16; ++kt) {
+            u32* a = qf + mt * (D / 4) + 4 * kt;
+            fa2tc_ldsm_x4(a[0], a[1], a[2], a[3], base + 2u * (16u * mt * stride + 16u * kt));
+        }
 }
 
-// s = Q_w K_j^T: s[nt * 4 + e], nt < BC/8 (overwritten). K_j rows start at word `off`.
-// One ldmatrix.x4 gives the B fragments of two key tiles (2np, 2np + 1) at k step kt:
+// s = Q_w K_j^T: s[mt * BC/2 + nt * 4 + e], nt < BC/8 (overwritten). K_j rows start at word
+// `off`. One ldmatrix.x4 gives the B fragments of two key tiles (2np, 2np + 1) at k step kt:
 // matrix 0: keys 16 np + 0..7, dims 16 kt + 0..7 (b0 of 2np); 1: same keys, dims + 8 (b1);
 // 2, 3: keys 16 np + 8..15 (tile 2np + 1). Lane address: key (lane & 7) + 8 (lane >> 4),
 // dim 8 ((lane >> 3) & 1).
-template <int D, int BC>
+template <int D, int BC, int MT>
 __device__ __forceinline__ void fa2tc_qk_t(float* s, const u32* qf, const u32* sm, int off,
                                            int stride) {
     const u32 lane = fa2tc_lane();
     const u32 base = fa2tc_smem(sm + off) +
                      2u * (((lane & 7u) + 8u * (lane >> 4)) * stride + 8u * ((lane >> 3) & 1u));
 #pragma unroll
-    for (int i = 0; i < BC / 2; ++i) s[i] = 0.0f;
+    for (int i = 0; i < MT * BC / 2; ++i) s[i] = 0.0f;
 #pragma unroll
     for (int np = 0; np < BC / 16; ++np) {
 #pragma unroll
         for (int kt = 0; kt < D / 16; ++kt) {
             u32 b0, b1, b2, b3;
             fa2tc_ldsm_x4(b0, b1, b2, b3, base + 2u * (16u * np * stride + 16u * kt));
-            const u32* a = qf + 4 * kt;
-            fa2tc_mma(s + 8 * np, a[0], a[1], a[2], a[3], b0, b1);
-            fa2tc_mma(s + 8 * np + 4, a[0], a[1], a[2], a[3], b2, b3);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                const u32* a = qf + mt * (D / 4) + 4 * kt;
+                float* c = s + mt * (BC / 2) + 8 * np;
+                fa2tc_mma(c, a[0], a[1], a[2], a[3], b0, b1);
+                fa2tc_mma(c + 4, a[0], a[1], a[2], a[3], b2, b3);
+            }
         }
     }
 }
 
-// o += P_w V_j: o[nt * 4 + e], nt < D/8; p as s from fa2tc_qk_t (fp32, rounded to fp16
-// here: P~ enters the product in the input precision, as in FlashAttention-2). V_j rows
-// start at word `off`. One ldmatrix.x4.trans gives the B fragments of two head-column tiles
-// (2np, 2np + 1) at key step kt: matrix 0: keys 16 kt + 0..7, dims 16 np + 0..7 (b0);
+// o += P_w V_j: o[mt * D/2 + nt * 4 + e], nt < D/8; p as s from fa2tc_qk_t (fp32, rounded
+// to fp16 here: P~ enters the product in the input precision, as in FlashAttention-2). V_j
+// rows start at word `off`. One ldmatrix.x4.trans gives the B fragments of two head-column
+// tiles (2np, 2np + 1) at key step kt: matrix 0: keys 16 kt + 0..7, dims 16 np + 0..7 (b0);
 // 1: keys + 8 (b1); 2, 3: dims + 8. Lane address: key lane & 15, dim 8 (lane >> 4).
-template <int D, int BC>
+template <int D, int BC, int MT>
 __device__ __forceinline__ void fa2tc_pv_t(float* o, const float* p, const u32* sm, int off,
                                            int stride) {
     const u32 lane = fa2tc_lane();
     const u32 base = fa2tc_smem(sm + off) + 2u * ((lane & 15u) * stride + 8u * (lane >> 4));
 #pragma unroll
     for (int kt = 0; kt < BC / 16; ++kt) {
-        const float* p0 = p + 8 * kt;        // key tile 2 kt: columns 16 kt + 2q..
-        const float* p1 = p0 + 4;            // key tile 2 kt + 1: columns 16 kt + 8 + 2q..
-        const u32 a0 = fa2tc_pack(p0[0], p0[1]);
-        const u32 a1 = fa2tc_pack(p0[2], p0[3]);
-        const u32 a2 = fa2tc_pack(p1[0], p1[1]);
-        const u32 a3 = fa2tc_pack(p1[2], p1[3]);
+        u32 a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            const float* p0 = p + mt * (BC / 2) + 8 * kt;   // key tile 2 kt: cols 16 kt + 2q..
+            const float* p1 = p0 + 4;                        // key tile 2 kt + 1
+            a[mt][0] = fa2tc_pack(p0[0], p0[1]);
+            a[mt][1] = fa2tc_pack(p0[2], p0[3]);
+            a[mt][2] = fa2tc_pack(p1[0], p1[1]);
+            a[mt][3] = fa2tc_pack(p1[2], p1[3]);
+        }
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
             u32 b0, b1, b2, b3;
             fa2tc_ldsm_x4_t(b0, b1, b2, b3, base + 2u * (16u * kt * stride + 16u * np));
-            fa2tc_mma(o + 8 * np, a0, a1, a2, a3, b0, b1);
-            fa2tc_mma(o + 8 * np + 4, a0, a1, a2, a3, b2, b3);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                float* c = o + mt * (D / 2) + 8 * np;
+                fa2tc_mma(c, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+                fa2tc_mma(c + 4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
+            }
         }
     }
 }
 
 // O_w (fragments o, already divided by l) -> fp16 rows in shared memory starting at word
 // `off` (row r of the warp at word off + r * stride / 2).
-template <int D>
+template <int D, int MT>
 __device__ __forceinline__ void fa2tc_store_o_t(u32* sm, int off, int stride, const float* o) {
     const u32 lane = fa2tc_lane();
     const u32 g = lane >> 2, q = lane & 3u;
-    u32* row0 = sm + off + g * (stride / 2) + q;
-    u32* row8 = row0 + 8 * (stride / 2);
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-        row0[4 * nt] = fa2tc_pack(o[4 * nt], o[4 * nt + 1]);
-        row8[4 * nt] = fa2tc_pack(o[4 * nt + 2], o[4 * nt + 3]);
+    for (int mt = 0; mt < MT; ++mt) {
+        u32* row0 = sm + off + (16 * mt + g) * (stride / 2) + q;
+        u32* row8 = row0 + 8 * (stride / 2);
+        const float* om = o + mt * (D / 2);
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+            row0[4 * nt] = fa2tc_pack(om[4 * nt], om[4 * nt + 1]);
+            row8[4 * nt] = fa2tc_pack(om[4 * nt + 2], om[4 * nt + 3]);
+        }
     }
 }
 
-// extern "C" entry points for one (D, BC); every name carries the sizes, so each kernel
+// extern "C" entry points for one (D, BC, MT); every name carries the sizes, so each kernel
 // links exactly one instantiation. Not `inline`: an inline function that this file does
 // not call would not be emitted at all; link-time optimisation inlines them into the
 // kernel. They return 0 (Numba's C-ABI call wants a value).
-#define FA2TC_INSTANTIATE(D, BC)                                                        \
-    extern "C" __device__ int fa2tc_load_q_d##D##_bc##BC(u32* qf, const u32* sm,        \
-                                                         int off, int stride) {         \
-        fa2tc_load_q_t<D>(qf, sm, off, stride); return 0;                               \
-    }                                                                                   \
-    extern "C" __device__ int fa2tc_qk_d##D##_bc##BC(float* s, const u32* qf,           \
-                                                     const u32* sm, int off, int stride) { \
-        fa2tc_qk_t<D, BC>(s, qf, sm, off, stride); return 0;                            \
-    }                                                                                   \
-    extern "C" __device__ int fa2tc_pv_d##D##_bc##BC(float* o, const float* p,          \
-                                                     const u32* sm, int off, int stride) { \
-        fa2tc_pv_t<D, BC>(o, p, sm, off, stride); return 0;                             \
-    }                                                                                   \
-    extern "C" __device__ int fa2tc_store_o_d##D##_bc##BC(u32* sm, int off, int stride, \
-                                                          const float* o) {             \
-        fa2tc_store_o_t<D>(sm, off, stride, o); return 0;                               \
-    }                                                                                   \
-    extern "C" __device__ int fa2tc_cp16_d##D##_bc##BC(u32* sm, int soff, const u32* g, \
-                                                       long long goff, int valid) {     \
-        fa2tc_cp16_t(sm, soff, g, goff, valid); return 0;                               \
-    }                                                                                   \
-    extern "C" __device__ int fa2tc_st16_d##D##_bc##BC(u32* g, long long goff,         \
-                                                       const u32* sm, int soff) {       \
-        fa2tc_st16_t(g, goff, sm, soff); return 0;                                      \
-    }                                                                                   \
-    extern "C" __device__ int fa2tc_cp_commit_d##D##_bc##BC() {                         \
-        asm volatile("cp.async.commit_group;\n" ::: "memory"); return 0;                \
-    }                                                                                   \
-    /* wait until at most 1 (0) of this thread's committed copy groups are in flight */ \
-    extern "C" __device__ int fa2tc_cp_wait1_d##D##_bc##BC() {                          \
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory"); return 0;               \
-    }                                                                                   \
-    extern "C" __device__ int fa2tc_cp_wait0_d##D##_bc##BC() {                          \
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory"); return 0;               \
+#define FA2TC_INSTANTIATE(D, BC, MT)                                                            \
+    extern "C" __device__ int fa2tc_load_q_d##D##_bc##BC##_mt##MT(u32* qf, const u32* sm,       \
+                                                         int off, int stride) {                 \
+        fa2tc_load_q_t<D, MT>(qf, sm, off, stride); return 0;                                   \
+    }                                                                                           \
+    extern "C" __device__ int fa2tc_qk_d##D##_bc##BC##_mt##MT(float* s, const u32* qf,          \
+                                                     const u32* sm, int off, int stride) {      \
+        fa2tc_qk_t<D, BC, MT>(s, qf, sm, off, stride); return 0;                                \
+    }                                                                                           \
+    extern "C" __device__ int fa2tc_pv_d##D##_bc##BC##_mt##MT(float* o, const float* p,         \
+                                                     const u32* sm, int off, int stride) {      \
+        fa2tc_pv_t<D, BC, MT>(o, p, sm, off, stride); return 0;                                 \
+    }                                                                                           \
+    extern "C" __device__ int fa2tc_store_o_d##D##_bc##BC##_mt##MT(u32* sm, int off, int stride, \
+                                                          const float* o) {                     \
+        fa2tc_store_o_t<D, MT>(sm, off, stride, o); return 0;                                   \
+    }                                                                                           \
+    extern "C" __device__ int fa2tc_cp16_d##D##_bc##BC##_mt##MT(u32* sm, int soff, const u32* g, \
+                                                       long long goff, int valid) {             \
+        fa2tc_cp16_t(sm, soff, g, goff, valid); return 0;                                       \
+    }                                                                                           \
+    extern "C" __device__ int fa2tc_st16_d##D##_bc##BC##_mt##MT(u32* g, long long goff,         \
+                                                       const u32* sm, int soff) {               \
+        fa2tc_st16_t(g, goff, sm, soff); return 0;                                              \
+    }                                                                                           \
+    extern "C" __device__ int fa2tc_cp_commit_d##D##_bc##BC##_mt##MT() {                        \
+        asm volatile("cp.async.commit_group;\n" ::: "memory"); return 0;                        \
+    }                                                                                           \
+    /* wait until at most 1 (0) of this thread's committed copy groups are in flight */         \
+    extern "C" __device__ int fa2tc_cp_wait1_d##D##_bc##BC##_mt##MT() {                         \
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory"); return 0;                        \
+    }                                                                                           \
+    extern "C" __device__ int fa2tc_cp_wait0_d##D##_bc##BC##_mt##MT() {                         \
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory"); return 0;                        \
     }

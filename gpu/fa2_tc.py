@@ -70,8 +70,10 @@ from ._launch import (NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_
 
 #: CUDA C++ source of the tile products (instantiated per (d, B_c) by `_source`).
 CU_PATH = os.path.join(os.path.dirname(__file__), "fa2_tc.cu")
-#: Warps per block we generate (B_r = 16 * warps).
+#: Warps per block we generate (B_r = 16 * MT * warps).
 WARPS = (1, 2, 4, 8)
+#: m-tiles of 16 query rows per warp (MT): each K / V fragment feeds MT tensor-core products.
+M_TILES = (1, 2)
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
 
@@ -97,25 +99,27 @@ def layout(B_r: int, B_c: int, d: int) -> dict:
                 bytes=4 * words)
 
 
-def plan_error(B_r: int, B_c: int, d: int, dt: str) -> str | None:
+def plan_error(B_r: int, B_c: int, d: int, dt: str, MT: int = 1) -> str | None:
     """Why this kernel cannot run the configuration, or None if it can (shared memory
-    aside: see `supports`)."""
+    aside: see `supports`). MT: m-tiles of 16 query rows per warp (B_r = 16 MT warps)."""
     if dt != "fp16":
         return f"dtype {dt}: the tensor-core kernel takes fp16 only"
     if d % 16:
         return f"d={d}: must be a multiple of 16 (one mma k step)"
-    if B_r % 16 or B_r // 16 not in WARPS:
-        return f"B_r={B_r}: must be 16 x warps, warps in {WARPS}"
+    if MT not in M_TILES:
+        return f"MT={MT}: m-tiles per warp must be one of {M_TILES}"
+    if B_r % (16 * MT) or B_r // (16 * MT) not in WARPS:
+        return f"B_r={B_r}: must be 16 x MT x warps (MT={MT}), warps in {WARPS}"
     if B_c % 16 or not 16 <= B_c <= 128:
         return f"B_c={B_c}: must be a multiple of 16 in 16..128"
     return None
 
 
-def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", smem_limit=None) -> bool:
+def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", smem_limit=None, MT: int = 1) -> bool:
     """True if this kernel runs (B_r, B_c, d, dt) on the current device: a real GPU (the
     simulator cannot run linked device functions), a supported shape, shared memory that
     fits."""
-    if SIM or plan_error(B_r, B_c, d, dt) is not None:
+    if SIM or plan_error(B_r, B_c, d, dt, MT) is not None:
         return False
     if smem_limit is None:
         from ._launch import device_smem_limit
@@ -126,15 +130,15 @@ def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", smem_limit=None) -> b
 # ---------------------------------------------------------------------------------------
 # The linked C++ functions
 # ---------------------------------------------------------------------------------------
-def _source(d: int, B_c: int) -> str:
-    """fa2_tc.cu with the extern "C" entry points for (d, B_c) appended."""
+def _source(d: int, B_c: int, MT: int) -> str:
+    """fa2_tc.cu with the extern "C" entry points for (d, B_c, MT) appended."""
     with open(CU_PATH) as f:
-        return f.read() + f"\nFA2TC_INSTANTIATE({d}, {B_c})\n"
+        return f.read() + f"\nFA2TC_INSTANTIATE({d}, {B_c}, {MT})\n"
 
 
 @functools.lru_cache(maxsize=None)
-def externs(d: int, B_c: int) -> dict:
-    """The C++ functions for (d, B_c), declared to Numba (C ABI, each returns int 0;
+def externs(d: int, B_c: int, MT: int = 1) -> dict:
+    """The C++ functions for (d, B_c, MT), declared to Numba (C ABI, each returns int 0;
     pointers are generic addresses, offsets in 4-byte words, strides in halves):
     load_q, qk, pv, store_o (tile products, see fa2_tc.cu), cp16 (one 16-byte
     asynchronous global -> shared copy, zero-filled when not valid), st16 (16 bytes shared
@@ -142,14 +146,15 @@ def externs(d: int, B_c: int) -> dict:
     cp_wait1, cp_wait0 (cp.async groups)."""
     from numba.cuda import types as nb
     from numba.cuda.cudadrv.linkable_code import CUSource
-    src = CUSource(_source(d, B_c), name=f"fa2_tc_d{d}_bc{B_c}.cu")
+    src = CUSource(_source(d, B_c, MT), name=f"fa2_tc_d{d}_bc{B_c}_mt{MT}.cu")
     pu, pf, i32, i64 = nb.CPointer(nb.uint32), nb.CPointer(nb.float32), nb.int32, nb.int64
     sigs = dict(load_q=i32(pu, pu, i32, i32), qk=i32(pf, pu, pu, i32, i32),
                 pv=i32(pf, pf, pu, i32, i32), store_o=i32(pu, i32, i32, pf),
                 cp16=i32(pu, i32, pu, i64, i32), st16=i32(pu, i64, pu, i32),
                 cp_commit=i32(), cp_wait1=i32(),
                 cp_wait0=i32())
-    return {name: cuda.declare_device(f"fa2tc_{name}_d{d}_bc{B_c}", sig, link=src, abi="c")
+    return {name: cuda.declare_device(f"fa2tc_{name}_d{d}_bc{B_c}_mt{MT}", sig, link=src,
+                                      abi="c")
             for name, sig in sigs.items()}
 
 
@@ -187,24 +192,25 @@ ptr, ptr32 = (None, None) if SIM else _data_ptr_intrinsics()
 # The kernel
 # ---------------------------------------------------------------------------------------
 @specialisation
-def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count):
+def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
     """Kernel(q, k, v, o, L, scale2, N, H, G, mask, counters).
 
     q, o: (instances, N, d) fp16; k, v: (kv instances, N, d) fp16 (the C++ copies read and
     write them as 16-byte chunks); L: (instances, N) float32; scale2 = scale * log2(e) (float32: S is formed in
     base 2, so P = exp2(S - m) and L = m ln 2 + log l); N, H, G as gpu.fa2; mask uint8
-    (T_r, T_c); counters int64 (gpu._launch). Grid (T_r, instances), 2 B_r threads (one
-    warp per 16 query rows), `layout(...)["bytes"]` dynamic shared bytes. The global
-    arrays must be 16-byte aligned (`run` checks).
+    (T_r, T_c); counters int64 (gpu._launch). Grid (T_r, instances), 2 B_r / MT threads
+    (one warp per 16 MT query rows), `layout(...)["bytes"]` dynamic shared bytes. The
+    global arrays must be 16-byte aligned (`run` checks).
     """
-    err = plan_error(B_r, B_c, d, "fp16")
+    err = plan_error(B_r, B_c, d, "fp16", MT)
     if err:
         raise ValueError(err)
-    X = externs(d, B_c)
+    X = externs(d, B_c, MT)
     load_q, qk, pv, store_o = X["load_q"], X["qk"], X["pv"], X["store_o"]
     cp16, st16 = X["cp16"], X["st16"]
     cp_commit, cp_wait1, cp_wait0 = X["cp_commit"], X["cp_wait1"], X["cp_wait0"]
-    NW = B_r // 16
+    RW = 16 * MT                  # query rows per warp
+    NW = B_r // RW
     THREADS = 32 * NW
     lay = layout(B_r, B_c, d)
     SH, SW = lay["SH"], lay["SW"]
@@ -218,7 +224,9 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count):
     KDIV = KC % THREADS == 0
     NTS = B_c // 8                # key-column fragments of S (4 floats each)
     NTO = d // 8                  # head-column fragments of O
-    NQF, NSF, NOF = d // 4, B_c // 2, d // 2   # fragment array lengths (registers)
+    NQF, NSF, NOF = d // 4, B_c // 2, d // 2   # fragment lengths per m-tile (registers)
+    NH = 2 * MT                   # rows per thread: g + 8 h' in each m-tile
+    LQF, LSF, LOF = MT * NQF, MT * NSF, MT * NOF   # whole fragment arrays
     IQ, IK, IV, IO, IL = T["Q"], T["K"], T["V"], T["O"], T["L"]
     FULL = 0xFFFFFFFF
     LN2_ = np.float32(LN2)
@@ -256,6 +264,65 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count):
                     n += EIGHT
         return n
 
+    # The online softmax and the final normalisation act on one m-tile (16 rows) at a time:
+    # called once per m-tile with a constant mt, each inlined copy's loops unroll fully,
+    # so the fragment arrays stay in registers (one loop over all m-tiles did not unroll
+    # at MT = 2 and put them in local memory).
+    @cuda.jit(device=True, inline=True)
+    def softmax_mtile(s, oa, m2, l2, mt, rw, c0, N, edge, scale2, g, qd):
+        """Algorithm 1 lines 10-12 for rows g and g + 8 of m-tile mt: S -> S scale log2 e
+        (masked entries -inf), m_new = max(m, rowmax), P~ = exp2(S - m_new) in place,
+        l = exp2(m - m_new) l + rowsum P~ (this thread's columns), O *= exp2(m - m_new)."""
+        for hh in range(2):
+            h = 2 * mt + hh
+            row = rw + 16 * mt + g + 8 * hh
+            mx = NEG_INF
+            for nt in range(NTS):
+                for u in range(2):
+                    e = mt * NSF + 4 * nt + 2 * hh + u
+                    sv = s[e] * scale2
+                    if edge:
+                        col = c0 + 8 * nt + 2 * qd + u
+                        if col >= N or (causal and col > row):
+                            sv = NEG_INF
+                    s[e] = sv
+                    mx = max(mx, sv)
+            # the 4 lanes of a row (same g) hold its B_c columns
+            mx = max(mx, cuda.shfl_xor_sync(FULL, mx, 1))
+            mx = max(mx, cuda.shfl_xor_sync(FULL, mx, 2))
+            m_new = max(m2[h], mx)
+            m_safe = m_new if m_new > NEG_INF else ZERO
+            alpha = math.exp2(m2[h] - m_safe)           # 0 while nothing was visible
+            m2[h] = m_new
+            ps = ZERO
+            for nt in range(NTS):
+                for u in range(2):
+                    e = mt * NSF + 4 * nt + 2 * hh + u
+                    p = math.exp2(s[e] - m_safe)
+                    s[e] = p
+                    ps += p
+            l2[h] = l2[h] * alpha + ps
+            for nt in range(NTO):
+                oa[mt * NOF + 4 * nt + 2 * hh] *= alpha
+                oa[mt * NOF + 4 * nt + 2 * hh + 1] *= alpha
+
+    @cuda.jit(device=True, inline=True)
+    def finish_mtile(oa, m2, l2, smf, mt, lbase, g, qd):
+        """Rows g, g + 8 of m-tile mt: l = sum of the 4 lanes' parts; O = O / l;
+        L = m ln 2 + log l (-inf and O = 0 where no key was visible) -> Ls."""
+        for hh in range(2):
+            h = 2 * mt + hh
+            ls = l2[h]
+            ls += cuda.shfl_xor_sync(FULL, ls, 1)
+            ls += cuda.shfl_xor_sync(FULL, ls, 2)
+            inv = ONE / ls if ls > ZERO else ZERO
+            for nt in range(NTO):
+                oa[mt * NOF + 4 * nt + 2 * hh] *= inv
+                oa[mt * NOF + 4 * nt + 2 * hh + 1] *= inv
+            if qd == 0:
+                smf[lbase + 16 * mt + g + 8 * hh] = (m2[h] * LN2_ + math.log(ls) if ls > ZERO
+                                                     else NEG_INF)
+
     def kernel(q, k, v, o, L, scale2, N, H, G, mask, counters):
         if causal:   # heaviest query blocks (most key tiles) first
             i = cuda.gridDim.x - 1 - cuda.blockIdx.x
@@ -264,7 +331,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count):
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
         lane = t & 31
-        w = t >> 5                                      # warp: query rows 16 w .. 16 w + 15
+        w = t >> 5                                      # warp: query rows RW w .. RW w + RW - 1
         g = lane >> 2                                   # fragment row (and g + 8)
         qd = lane & 3                                   # fragment column pair 2 qd, 2 qd + 1
         zk = (z // H) * (H // G) + (z % H) // G         # this head's K/V instance
@@ -274,11 +341,11 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count):
         kp = ptr32(k)                                   # fp16 arrays as 4-byte words
         vp = ptr32(v)
         kvbase = int64(zk) * N * DW                     # word offset of this head's K, V
-        qf = cuda.local.array(NQF, uint32)              # A fragments of Q_w (fp16 pairs)
-        s = cuda.local.array(NSF, float32)              # S_w, then P~_w
-        oa = cuda.local.array(NOF, float32)             # O_w accumulators
-        m2 = cuda.local.array(2, float32)               # running max (base 2) of rows g, g+8
-        l2 = cuda.local.array(2, float32)               # running sum (this thread's part)
+        qf = cuda.local.array(LQF, uint32)         # A fragments of Q_w (fp16 pairs)
+        s = cuda.local.array(LSF, float32)         # S_w, then P~_w
+        oa = cuda.local.array(LOF, float32)        # O_w accumulators
+        m2 = cuda.local.array(NH, float32)              # running max (base 2), rows g, g + 8
+        l2 = cuda.local.array(NH, float32)              # running sum (this thread's part)
         nQ = int64(0)
         nK = int64(0)
         nO = int64(0)
@@ -287,7 +354,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count):
         r0 = i * B_r
         rows = min(B_r, N - r0)
         last = r0 + rows - 1
-        rw = r0 + 16 * w                                # first query row of this warp
+        rw = r0 + RW * w                                # first query row of this warp
         T_c = (N + B_c - 1) // B_c
         # ---- copy group 1: Q_i -> Qs (zero rows past N); group 2: the first K_j, V_j ----
         qp = ptr32(q)
@@ -309,11 +376,11 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count):
         cp_commit()
         cp_wait1()                                      # Q_i has landed (this thread's part)
         cuda.syncthreads()                              # ... and everyone's
-        load_q(ptr(qf), smp, QO + 16 * w * SW, SH)
-        for h in range(2):
+        load_q(ptr(qf), smp, QO + RW * w * SW, SH)
+        for h in range(NH):
             m2[h] = NEG_INF
             l2[h] = ZERO
-        for b in range(NOF):
+        for b in range(LOF):
             oa[b] = ZERO
 
         while j < T_c:
@@ -329,42 +396,14 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count):
             vo = VO + buf * KV
             # A warp whose rows all lie above this tile's first key sees none of it
             # (causal): P would be all zero, so its products are skipped (exactly).
-            if not causal or c0 <= rw + 15:
+            if not causal or c0 <= rw + RW - 1:
                 # ---- S_w = Q_w K_j^T on the tensor cores (fp32 accumulators) ----
                 qk(ptr(s), ptr(qf), smp, ko, SH)
-                # ---- scale (base 2), mask, online softmax (rows g and g + 8) ----
+                # ---- scale (base 2), mask, online softmax, one m-tile at a time ----
                 edge = c0 + B_c > N or (causal and c0 + B_c - 1 > rw)
-                for h in range(2):
-                    row = rw + g + 8 * h
-                    mx = NEG_INF
-                    for nt in range(NTS):
-                        for u in range(2):
-                            e = 4 * nt + 2 * h + u
-                            sv = s[e] * scale2
-                            if edge:
-                                col = c0 + 8 * nt + 2 * qd + u
-                                if col >= N or (causal and col > row):
-                                    sv = NEG_INF
-                            s[e] = sv
-                            mx = max(mx, sv)
-                    # the 4 lanes of a row (same g) hold its B_c columns
-                    mx = max(mx, cuda.shfl_xor_sync(FULL, mx, 1))
-                    mx = max(mx, cuda.shfl_xor_sync(FULL, mx, 2))
-                    m_new = max(m2[h], mx)
-                    m_safe = m_new if m_new > NEG_INF else ZERO
-                    alpha = math.exp2(m2[h] - m_safe)   # 0 while nothing was visible
-                    m2[h] = m_new
-                    ps = ZERO
-                    for nt in range(NTS):
-                        for u in range(2):
-                            e = 4 * nt + 2 * h + u
-                            p = math.exp2(s[e] - m_safe)
-                            s[e] = p
-                            ps += p
-                    l2[h] = l2[h] * alpha + ps
-                    for nt in range(NTO):
-                        oa[4 * nt + 2 * h] *= alpha
-                        oa[4 * nt + 2 * h + 1] *= alpha
+                softmax_mtile(s, oa, m2, l2, 0, rw, c0, N, edge, scale2, g, qd)
+                if MT > 1:
+                    softmax_mtile(s, oa, m2, l2, 1, rw, c0, N, edge, scale2, g, qd)
                 # ---- O_w += P~_w V_j on the tensor cores (P rounded to fp16) ----
                 pv(ptr(oa), ptr(s), smp, vo, SH)
             cuda.syncthreads()                          # all done with buffer `buf`
@@ -372,19 +411,11 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count):
             j = jn
         cp_wait0()                                      # nothing left in flight
         # ---- l: add the 4 lanes' partial sums; O_i = O / l, L_i = m ln 2 + log l ----
-        for h in range(2):
-            ls = l2[h]
-            ls += cuda.shfl_xor_sync(FULL, ls, 1)
-            ls += cuda.shfl_xor_sync(FULL, ls, 2)
-            inv = ONE / ls if ls > ZERO else ZERO
-            for nt in range(NTO):
-                oa[4 * nt + 2 * h] *= inv
-                oa[4 * nt + 2 * h + 1] *= inv
-            if qd == 0:
-                smf[LO + 16 * w + g + 8 * h] = (m2[h] * LN2_ + math.log(ls) if ls > ZERO
-                                                else NEG_INF)
-        # each warp overwrites only its own 16 rows of Qs, which only it read (load_q)
-        store_o(smp, QO + 16 * w * SW, SH, ptr(oa))
+        finish_mtile(oa, m2, l2, smf, 0, LO + RW * w, g, qd)
+        if MT > 1:
+            finish_mtile(oa, m2, l2, smf, 1, LO + RW * w, g, qd)
+        # each warp overwrites only its own rows of Qs, which only it read (load_q)
+        store_o(smp, QO + RW * w * SW, SH, ptr(oa))
         cuda.syncthreads()
         # O_i and L_i leave row by row: consecutive threads store consecutive 16-byte chunks
         op = ptr32(o)
@@ -407,17 +438,17 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count):
             add_count(counters, IL, WRITE, nL)
 
     name = kernel_name("fa2_tc", Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal, mask=has_mask,
-                       count=count)
+                       count=count, mt=MT if MT > 1 else False)
     return kernel, name
 
 
-def get_kernel(B_r, B_c, d, causal, has_mask, count):
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
     """The compiled dispatcher for one specialisation."""
-    err = plan_error(B_r, B_c, d, "fp16")
+    err = plan_error(B_r, B_c, d, "fp16", MT)
     if err:
         raise ValueError(f"fa2_tc: {err}")
     return fa2_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                         bool(count))
+                         bool(count), int(MT))
 
 
 def _check_aligned(name, arr):
@@ -429,20 +460,20 @@ def _check_aligned(name, arr):
 
 
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal, count,
-        threads=None):
+        threads=None, MT=1):
     """Launch on 3-D fp16 device views (instances, N, d); writes o3 and L2. Same signature
-    as gpu.fa2.run (threads, if given, must be 2 B_r: one warp per 16 query rows)."""
+    as gpu.fa2.run (threads, if given, must be 2 B_r / MT: one warp per 16 MT query rows)."""
     from ._launch import launch
     if dt != "fp16":
         raise ValueError(f"fa2_tc takes fp16 only (got dt={dt!r})")
     d = q3.shape[2]
-    want = 2 * B_r
+    want = 2 * B_r // MT
     if threads is not None and int(threads) != want:
-        raise ValueError(f"fa2_tc runs one warp per 16 query rows: threads must be "
-                         f"{want} for B_r={B_r} (got threads={threads})")
+        raise ValueError(f"fa2_tc runs one warp per {16 * MT} query rows: threads must be "
+                         f"{want} for B_r={B_r}, MT={MT} (got threads={threads})")
     for name, arr in (("q", q3), ("k", k3), ("v", v3), ("o", o3)):
         _check_aligned(name, arr)
-    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT)
     T_r = -(-N // B_r)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_r, q3.shape[0]), want, layout(B_r, B_c, d)["bytes"],
@@ -450,7 +481,8 @@ def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, cau
            np.int64(N), np.int64(H), np.int64(G), mk, counters)
 
 
-def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, cc=(9, 0)) -> str:
+def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1,
+               cc=(9, 0)) -> str:
     """The PTX of one specialisation after link-time optimisation with its C++ functions,
     built without a GPU (Numba's NVVM, NVRTC and nvJitLink only): what runs, for
     inspection. A correct build has the tile functions inlined (no `call`), its fragments
@@ -460,7 +492,7 @@ def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, cc=(9, 0)
     if SIM:
         raise RuntimeError("linked_ptx needs NUMBA_ENABLE_CUDASIM unset (no GPU is needed)")
     from numba.cuda.compiler import _compile_pyfunc_with_fixup
-    kern = get_kernel(B_r, B_c, d, causal, has_mask, count)
+    kern = get_kernel(B_r, B_c, d, causal, has_mask, count, MT)
     lib, _ = _compile_pyfunc_with_fixup(
         kern.py_func, signature(), device=False, cc=cc, lto=False, abi="numba", debug=False,
         lineinfo=False, fastmath=False, opt=True, abi_info=None, forceinline=False,

@@ -57,26 +57,27 @@ from gpu._launch import dummy_mask, new_counters  # noqa: E402
 
 OUT = os.environ.get("OUT", os.path.join(ROOT, "out"))
 os.makedirs(OUT, exist_ok=True)
-JSON = os.path.join(OUT, "fa2_tc_check.json")
 L2_BYTES = 50 * 2 ** 20
 WARM, REPS = 3, 20
 
-#: (B_r, B_c) tilings timed at each d
-VARIANTS = {64: [(64, 64), (128, 64), (128, 32), (64, 32), (128, 128)],
-            128: [(64, 64), (128, 64), (128, 32), (64, 32)]}
+#: (B_r, B_c, MT) variants timed at each d (MT: m-tiles of 16 rows per warp)
+VARIANTS = {64: [(128, 64, 1), (64, 64, 1), (128, 64, 2), (64, 64, 2), (128, 32, 2),
+                 (64, 32, 2), (256, 64, 2)],
+            128: [(64, 64, 1), (128, 64, 1), (64, 32, 1), (128, 32, 2), (64, 16, 2)]}
 
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--part", default="check,time,profile")
     ap.add_argument("--quick", action="store_true", help="small sizes only")
+    ap.add_argument("--json", default="fa2_tc_check.json", help="file name under $OUT")
     return ap.parse_args()
 
 
 def configs(quick=False):
     """dicts: N, d, bh (query heads), G (query heads per K/V head), causal, tiles, mask
     ('none' | 'sparse': a random block mask with query block 0 empty), logit (input scale)."""
-    base = dict(bh=4, G=1, causal=False, tiles=(128, 64), mask="none", logit=1.0)
+    base = dict(bh=4, G=1, causal=False, tiles=(128, 64), mask="none", logit=1.0, MT=1)
     out = []
     for d in (64, 128, 16, 32, 48, 80, 96):
         for causal in (False, True):
@@ -91,7 +92,11 @@ def configs(quick=False):
             dict(base, N=1, d=64),
             dict(base, N=4096, d=64, bh=16),
             dict(base, N=4096, d=64, bh=16, causal=True),
-            dict(base, N=4096, d=128, bh=16, tiles=(128, 32))]
+            dict(base, N=4096, d=128, bh=16, tiles=(128, 32)),
+            # two m-tiles of 16 rows per warp
+            dict(base, N=1000, d=64, MT=2), dict(base, N=1000, d=64, MT=2, causal=True),
+            dict(base, N=333, d=48, MT=2, tiles=(64, 32), causal=True, mask="sparse"),
+            dict(base, N=4096, d=64, bh=16, MT=2, causal=True)]
     if quick:
         out = [c for c in out if c["N"] <= 1024][:8]
     return out
@@ -167,8 +172,15 @@ def check_one(cfg):
     bmask = block_mask_for(cfg, T_r, T_c) if cfg["mask"] == "sparse" else None
     kw = dict(algorithm="fa2", causal=cfg["causal"], block_rows=B_r, block_cols=B_c,
               block_mask=bmask, tensor_cores=True)
-    O, L, ledger = gpu.attention(q, k, v, count_traffic=True, return_stats=True, **kw)
-    O2 = gpu.attention(q, k, v, **kw)
+    from gpu import api
+    saved = dict(api.FA2_TC_MT)
+    api.FA2_TC_MT[(B_r, B_c, d)] = cfg["MT"]         # the MT under test
+    try:
+        O, L, ledger = gpu.attention(q, k, v, count_traffic=True, return_stats=True, **kw)
+        O2 = gpu.attention(q, k, v, **kw)
+    finally:
+        api.FA2_TC_MT.clear()
+        api.FA2_TC_MT.update(saved)
     torch.cuda.synchronize()
     prob = iosim.Problem(N=N, d=d, batch=1, heads=bh, kv_heads=bh // G, dtype="fp16",
                          causal=cfg["causal"], block_mask=bmask)
@@ -228,9 +240,9 @@ def time_calls(fn, sets):
     return statistics.median(ts), min(ts)
 
 
-def tc_kernel_fn(N, d, bh, causal, B_r, B_c):
+def tc_kernel_fn(N, d, bh, causal, B_r, B_c, MT=1):
     """A launcher of the compiled tensor-core kernel on preallocated outputs."""
-    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, False, False)
+    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, False, False, MT)
     shmem = fa2_tc.layout(B_r, B_c, d)["bytes"]
     o = torch.empty((bh, N, d), dtype=torch.float16, device="cuda")
     L = torch.empty((bh, N), dtype=torch.float32, device="cuda")
@@ -244,7 +256,7 @@ def tc_kernel_fn(N, d, bh, causal, B_r, B_c):
 
     def fn(q, k, v):
         qv, kv_, vv = (cuda.as_cuda_array(x, sync=False) for x in (q, k, v))
-        launch(kern, grid, 2 * B_r, shmem, qv, kv_, vv, ov, Lv, sc, np.int64(N),
+        launch(kern, grid, 2 * B_r // MT, shmem, qv, kv_, vv, ov, Lv, sc, np.int64(N),
                np.int64(bh), np.int64(1), mk, ctr)
     return fn
 
@@ -268,18 +280,21 @@ def time_point(N, d, causal, results):
         print(f"  {impl:28s} N={N:5d} d={d:3d} causal={causal!s:5s} "
               f"{ms_med:8.3f} ms  {row['tflops']:6.1f} TFLOP/s", flush=True)
 
-    for (B_r, B_c) in VARIANTS[d]:
-        if not fa2_tc.supports(B_r, B_c, d):
+    for (B_r, B_c, MT) in VARIANTS[d]:
+        if not fa2_tc.supports(B_r, B_c, d, MT=MT):
             continue
         try:
-            fn = tc_kernel_fn(N, d, bh, causal, B_r, B_c)
-            add(f"fa2_tc_kernel_{B_r}x{B_c}", *time_calls(fn, sets3), B_r=B_r, B_c=B_c)
-            fn = (lambda q, k, v, B_r=B_r, B_c=B_c: gpu.attention(
-                q, k, v, causal=causal, block_rows=B_r, block_cols=B_c, tensor_cores=True))
-            add(f"fa2_tc_call_{B_r}x{B_c}", *time_calls(fn, sets), B_r=B_r, B_c=B_c)
+            fn = tc_kernel_fn(N, d, bh, causal, B_r, B_c, MT)
+            add(f"fa2_tc_kernel_{B_r}x{B_c}_mt{MT}", *time_calls(fn, sets3), B_r=B_r, B_c=B_c,
+                MT=MT)
         except Exception as exc:
-            results["errors"].append(f"tc {B_r}x{B_c} N={N} d={d}: {exc!r}")
+            results["errors"].append(f"tc {B_r}x{B_c} MT={MT} N={N} d={d}: {exc!r}")
             traceback.print_exc()
+    try:   # what a user calls: gpu.attention with its default tiling
+        add("fa2_tc_call_default", *time_calls(
+            lambda q, k, v: gpu.attention(q, k, v, causal=causal, tensor_cores=True), sets))
+    except Exception as exc:
+        results["errors"].append(f"tc call N={N} d={d}: {exc!r}")
     try:   # the CUDA-core kernel on the same fp16 inputs (its default tiling)
         add("fa2_cudacore_call", *time_calls(
             lambda q, k, v: gpu.attention(q, k, v, causal=causal, tensor_cores=False), sets))
@@ -312,7 +327,7 @@ def main():
                    versions=versions(), checks=[], timing=[], errors=[])
 
     def save():
-        with open(JSON, "w") as f:
+        with open(os.path.join(OUT, args.json), "w") as f:
             json.dump(results, f, indent=1, default=str)
 
     save()
@@ -329,7 +344,8 @@ def main():
             results["checks"].append(rec)
             failed += not rec["ok"]
             print(f"{'PASS' if rec['ok'] else 'FAIL'} N={cfg['N']} d={cfg['d']} "
-                  f"causal={cfg['causal']} tiles={cfg['tiles']} G={cfg['G']} mask={cfg['mask']} "
+                  f"causal={cfg['causal']} tiles={cfg['tiles']} MT={cfg['MT']} G={cfg['G']} "
+                  f"mask={cfg['mask']} "
                   f"logit={cfg['logit']}: counts={rec.get('counts_equal')} "
                   f"err={rec.get('rel_err', float('nan')):.2e} sdpa={rec.get('sdpa_err')} "
                   f"L_err={rec.get('L_err', float('nan')):.1e} written={rec.get('all_written')} "

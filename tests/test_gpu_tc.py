@@ -36,6 +36,9 @@ def test_plan_error_names_the_parameter():
     assert "B_r=256" in fa2_tc.plan_error(256, 64, 64, "fp16")
     assert "B_c=8" in fa2_tc.plan_error(128, 8, 64, "fp16")
     assert "B_c=144" in fa2_tc.plan_error(128, 144, 64, "fp16")
+    assert fa2_tc.plan_error(128, 64, 64, "fp16", MT=2) is None     # 4 warps of 32 rows
+    assert "MT=3" in fa2_tc.plan_error(96, 64, 64, "fp16", MT=3)
+    assert "B_r=16" in fa2_tc.plan_error(16, 64, 64, "fp16", MT=2)
 
 
 @pytest.mark.parametrize("B_r,B_c,d", [(128, 64, 64), (64, 64, 128), (16, 48, 48)])
@@ -101,23 +104,25 @@ BUILD = r"""
 import json, sys
 from gpu import fa2_tc
 out = []
-for B_r, B_c, d, causal, mask, count in json.loads(sys.argv[1]):
-    p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count)
-    out.append(dict(cfg=[B_r, B_c, d, causal, mask, count], mma=p.count("mma.sync"),
+for B_r, B_c, d, causal, mask, count, MT in json.loads(sys.argv[1]):
+    p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT)
+    out.append(dict(cfg=[B_r, B_c, d, causal, mask, count, MT], mma=p.count("mma.sync"),
                     ldmatrix=p.count("ldmatrix"), local=p.count(".local"),
                     call=len([l for l in p.splitlines() if l.strip().startswith("call")]),
                     f64=p.count(".f64"), cp_async=p.count("cp.async.cg"),
                     atom=p.count("atom."), st_v4=p.count("st.global.v4")))
     if len(sys.argv) > 2:
-        open(sys.argv[2] + f"/{B_r}_{B_c}_{d}.ptx", "w").write(p)
+        open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}.ptx", "w").write(p)
 print(json.dumps(out))
 """
 
-CONFIGS = [(128, 64, 64, False, False, False),     # d = 64 default
-           (64, 64, 128, True, False, False),      # d = 128 default, causal
-           (128, 64, 64, True, True, True),        # causal, block mask, instrumented
-           (16, 16, 16, False, False, True),       # one warp, smallest tiles
-           (32, 48, 80, False, True, False)]       # d and B_c not powers of two
+CONFIGS = [(128, 64, 64, False, False, False, 1),  # d = 64 default
+           (64, 64, 128, True, False, False, 1),   # d = 128 default, causal
+           (128, 64, 64, True, True, True, 1),     # causal, block mask, instrumented
+           (16, 16, 16, False, False, True, 1),    # one warp, smallest tiles
+           (32, 48, 80, False, True, False, 1),    # d and B_c not powers of two
+           (128, 64, 64, False, False, False, 2),  # two m-tiles of 16 rows per warp
+           (64, 32, 48, True, True, True, 2)]
 
 
 def _build(configs, ptx_dir=None):
@@ -137,10 +142,12 @@ def test_linked_build_uses_tensor_cores_and_registers_only(tmp_path):
     asynchronous K/V copies, 16-byte O stores, no float64, and atomics only when counting."""
     rows = _build(CONFIGS, tmp_path)
     for row in rows:
-        B_r, B_c, d, causal, mask, count = row["cfg"]
+        B_r, B_c, d, causal, mask, count, MT = row["cfg"]
         steps = (B_c // 16) * (d // 16)
-        assert row["mma"] == 4 * steps, row          # S: 2 per (key pair, k step); O: same
-        assert row["ldmatrix"] == d // 16 + 2 * steps, row   # Q once; K and V per step
+        # S: 2 mma per (key pair, k step, m-tile); O += P V: the same number
+        assert row["mma"] == 4 * steps * MT, row
+        # Q once per m-tile; each K and V fragment once per step, shared by the m-tiles
+        assert row["ldmatrix"] == MT * (d // 16) + 2 * steps, row
         assert row["local"] == 0 and row["call"] == 0 and row["f64"] == 0, row
         assert row["cp_async"] > 0 and row["st_v4"] > 0, row
         assert (row["atom"] > 0) == count, row
