@@ -646,7 +646,7 @@ class TorchBackend:
 
     def row_extra(self, point: Point) -> dict:
         if point.impl in GPU_IMPLS:
-            t = self.gpu.default_tiling(point.impl, point.d, point.dtype)
+            t = self.gpu.default_tiling(point.impl, point.d, point.dtype, point.causal)
             return {"block_rows": t.B_r, "block_cols": t.B_c}
         return {}
 

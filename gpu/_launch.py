@@ -21,7 +21,10 @@ backward kernels. The pieces:
   in to more than 48 KB of dynamic shared memory where needed (real GPU only; the
   simulator ignores shared-memory limits). numba-cuda 0.30.4 has no public API for the
   opt-in (issue 94): we set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on the
-  compiled kernel's CUfunction through the driver (../shared/PLATFORM.md).
+  compiled kernel's CUfunction through the driver (../shared/PLATFORM.md). On a GPU a
+  launch that repeats an earlier one (same kernel, device, dimensions, argument types)
+  skips Numba's dispatcher and passes the flattened arguments to cuda.core directly
+  (`FAST_LAUNCH`; FLASHSIM_FAST_LAUNCH=0 turns it off).
 * Traffic counters (the instrumented build): an int64 device array of shape
   (len(TENSORS), 2), indexed [tensor, READ|WRITE], in ELEMENTS. A kernel compiled with
   count=True keeps per-thread element counts in registers and adds each nonzero one
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import numpy as np
 from numba import config, cuda, float32  # noqa: F401  (float32 re-exported for kernels)
@@ -188,11 +192,117 @@ def _opt_in(kernel, args, shmem: int) -> None:
     _seen_args[seen] = int(shmem)
 
 
+#: Repeat launches skip Numba's dispatcher (see `launch`). FLASHSIM_FAST_LAUNCH=0 turns
+#: this off (every launch then goes through `kernel[grid, block, 0, shmem](*args)`).
+FAST_LAUNCH = os.environ.get("FLASHSIM_FAST_LAUNCH", "1") != "0"
+_prepared: dict = {}
+_UNSEEN = object()
+#: launches that took the fast path in this process (tests check it is taken)
+fast_launches = 0
+
+
+class _Prepared:
+    """What a repeat launch needs: the CUDA kernel, its launch configuration and stream,
+    and one packer per argument that flattens it the way Numba's dispatcher does."""
+    __slots__ = ("kernel", "config", "stream", "packers", "core_launch")
+
+
+def _pack_array(a):
+    # numba-cuda 0.30's _Kernel._prepare_args passes an Array argument as meminfo,
+    # parent, nitems, itemsize, data pointer, shape..., strides in bytes...
+    return (0, 0, a.size, a.dtype.itemsize, a.device_ctypes_pointer.value or 0,
+            *a.shape, *a.strides)
+
+
+def _packer(ty):
+    """A function value -> tuple of launch parameters for Numba type `ty`, or None when
+    the fast path does not know the type (then every launch takes Numba's path)."""
+    import ctypes
+    from numba.core import types
+    if isinstance(ty, types.Array):
+        return _pack_array
+    if isinstance(ty, types.Integer):
+        c = getattr(ctypes, f"c_{ty}")
+        return lambda v: (c(v),)
+    if ty == types.float32:
+        return lambda v: (ctypes.c_float(v),)
+    if ty == types.float64:
+        return lambda v: (ctypes.c_double(v),)
+    return None
+
+
+def _fast_key(kernel, grid, block, shmem_bytes, args):
+    """Key of a launch that the fast path may repeat, or None. It holds what fixes the
+    compiled overload: each array's dtype, strides and contiguity (Numba types an array
+    'C', 'F' or 'A' from its flags and builds 'C' and 'F' kernels with those strides
+    assumed) and each scalar's NumPy type (a Python int's Numba type could depend on its
+    value: not taken). Other argument kinds, or unhashable dimensions: None."""
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    if not (isinstance(grid, (int, tuple)) and isinstance(block, (int, tuple))):
+        return None
+    parts = []
+    for a in args:
+        if isinstance(a, DeviceNDArray):
+            f = a.flags
+            parts.append((a.dtype, a.strides, f["C_CONTIGUOUS"], f["F_CONTIGUOUS"]))
+        elif isinstance(a, (np.integer, np.floating)):
+            parts.append(type(a))
+        else:
+            return None
+    return (id(kernel), cuda.get_current_device().id, grid, block, shmem_bytes,
+            tuple(parts))
+
+
+def _prepare(kernel, grid, block, shmem_bytes, args):
+    """A _Prepared for this launch, or None where the fast path cannot repeat it."""
+    compiled = kernel._compile_for_args(*args)      # the overload the launch just used
+    if getattr(compiled, "debug", False) or getattr(compiled, "cooperative", False):
+        return None
+    packers = [_packer(t) for t in compiled.argument_types]
+    if any(p is None for p in packers):
+        return None
+    from cuda.core import LaunchConfig
+    from cuda.core import launch as core_launch
+    from numba.cuda.cudadrv import driver as drv
+    conf = kernel[grid, block, 0, shmem_bytes]      # Numba's normalised dimensions
+    if getattr(conf, "pre_launch_callbacks", None):
+        return None
+    p = _Prepared()
+    p.kernel = compiled._codelibrary.get_cufunc().kernel
+    p.config = LaunchConfig(grid=conf.griddim, block=conf.blockdim, shmem_size=shmem_bytes)
+    p.stream = drv._to_core_stream(0)
+    p.packers = packers
+    p.core_launch = core_launch
+    return p
+
+
 def launch(kernel, grid, block, shmem_bytes: int, *args) -> None:
-    """Launch `kernel[grid, block, 0, shmem_bytes](*args)`, opting in above 48 KB."""
-    if not SIM and shmem_bytes > DEFAULT_SMEM_BYTES:
+    """Launch `kernel[grid, block, 0, shmem_bytes](*args)`, opting in above 48 KB.
+
+    On a GPU, a launch repeating an earlier one's kernel, device, dimensions and argument
+    types (numba device arrays and NumPy scalars only) skips Numba's dispatcher, which
+    types every argument in Python on every call, and hands the flattened arguments
+    straight to cuda.core's `launch`, the call Numba's own `_Kernel.launch` ends in. This
+    cut the host time of a `gpu.attention` call (benchmarks/results/README.md has the
+    measurement); tests/test_gpu_launch.py checks both paths give identical results."""
+    if SIM:
+        kernel[grid, block, 0, shmem_bytes](*args)
+        return
+    key = _fast_key(kernel, grid, block, shmem_bytes, args) if FAST_LAUNCH else None
+    p = _prepared.get(key, _UNSEEN) if key is not None else None
+    if p is not None and p is not _UNSEEN:
+        global fast_launches
+        fast_launches += 1
+        flat = []
+        for pack, a in zip(p.packers, args):
+            flat.extend(pack(a))
+        p.core_launch(p.stream, p.config, p.kernel, *flat)
+        return
+    if shmem_bytes > DEFAULT_SMEM_BYTES:
         _opt_in(kernel, args, shmem_bytes)
     kernel[grid, block, 0, shmem_bytes](*args)
+    if p is _UNSEEN:   # None is stored too: a launch the fast path cannot repeat
+        _prepared[key] = _prepare(kernel, grid, block, shmem_bytes, args)
 
 
 # ---------------------------------------------------------------------------------------

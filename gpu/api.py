@@ -11,8 +11,10 @@ the plain one, `fast=True` demands the CUDA-core fast one (ValueError if it cann
 tiling), `tensor_cores=True` the tensor-core one.
 
 Default tiling (no block_rows/block_cols/sram_bytes given):
-* fa2 with fp16 on a GPU: `FA2_TC_TILES[d]` (B_r, B_c) of the tensor-core kernel
-  `gpu.fa2_tc` (one warp per 16 query rows), when it runs there (d a multiple of 16);
+* fa2 with fp16 on a GPU: `FA2_TC_TILES[d]` (`FA2_TC_TILES_CAUSAL[d]` when causal)
+  (B_r, B_c) of the tensor-core kernel `gpu.fa2_tc` (one warp per 16 MT query rows, MT
+  from `FA2_TC_MT`), when it runs there (d a multiple of 16): d=64 128 x 64 (causal
+  64 x 64), d=128 64 x 64;
 * fa2 otherwise on a GPU: `FA2_FAST_TILES[d]` (B_r, B_c, threads), the fastest fp32 variant of
   the fast kernel measured on the H100 at N=4096 (benchmarks/results/2026-11-23-h100-
   v2-round5/ and -round6/, scripts/fa2_fast_variants.py): 256 x 32 tiles, 512 threads,
@@ -51,15 +53,23 @@ FA2_FAST_TUNED = {(256, 32, 512): dict(TC=8, maxreg=128, stage=1),
                   (128, 64, 256): dict(TC=8, maxreg=128)}
 #: thread counts tried, in order, for the fast kernel when the caller gives a tiling
 FA2_FAST_THREADS = (256, 128, 64)
-#: fp16 fa2's default on a GPU: head dim -> (B_r, B_c) of gpu.fa2_tc (tensor cores; one
-#: warp per 16 query rows), the fastest kernel measured on the H100 at N=4096 and 8192
-#: (benchmarks/results/2026-11-23-h100-tc-v1/: d=64 128x64 0.293 ms; d=128 64x64 0.553
-#: ms); other head dims take the first of FA2_TC_FALLBACK that fits (not tuned).
+#: fp16 fa2's default on a GPU: head dim -> (B_r, B_c) of gpu.fa2_tc (tensor cores),
+#: the fastest tiling without register spills measured on the H100 at N=4096 and 8192
+#: (16 heads), without causal masking (FA2_TC_TILES) and with it (FA2_TC_TILES_CAUSAL):
+#: benchmarks/results/2026-11-25-h100-tc-mt/ (run1 and run6, kernel ms at N=4096: d=64
+#: 128 x 64 0.284-0.287, causal 64 x 64 0.272-0.279; d=128 64 x 64 0.523-0.527, causal
+#: 0.382-0.387). Other head dims take the first of FA2_TC_FALLBACK that fits (not
+#: tuned). At d=128, 128 x 32 with MT=2 ran 5% faster (0.499 ms; 1.951 against 2.066
+#: at N=8192) but needs 255 registers and spills 72 bytes a thread (104 causal; ptxas
+#: -v): not the default; block_rows=128, block_cols=32 selects it.
 FA2_TC_TILES = {64: (128, 64), 128: (64, 64)}
+FA2_TC_TILES_CAUSAL = {64: (64, 64), 128: (64, 64)}
 FA2_TC_FALLBACK = ((128, 64), (64, 64), (64, 32))
-#: m-tiles of 16 query rows per warp (MT) of gpu.fa2_tc for (B_r, B_c, d), where measured
-#: faster than 1 (each K/V fragment then feeds MT products; registers grow with MT)
-FA2_TC_MT: dict = {}
+#: m-tiles of 16 query rows per warp (MT) of gpu.fa2_tc for (B_r, B_c, d); tilings not
+#: listed run MT=1. Each K/V fragment then feeds MT products, registers grow with MT and
+#: threads = 2 B_r / MT. Listed: large-B_r tilings whose MT=2 build was the one timed
+#: (same run: 128 x 32 at d=128 above; 256 x 64 at d=64, 0.290 ms).
+FA2_TC_MT: dict = {(128, 32, 128): 2, (256, 64, 64): 2}
 
 
 def fa2_tc_mt(B_r: int, B_c: int, d: int) -> int:
@@ -91,13 +101,14 @@ def fa2_fast_default(d: int) -> tuple[int, int, int] | None:
     return None
 
 
-def fa2_tc_default(d: int) -> tuple[int, int] | None:
+def fa2_tc_default(d: int, causal: bool = False) -> tuple[int, int] | None:
     """(B_r, B_c) of the tensor-core fa2 kernel's default tiling for fp16 at head dim d, or
     None where it cannot run (the simulator; d not a multiple of 16)."""
     if SIM:
         return None
     limit = device_smem_limit()
-    for B_r, B_c in ((FA2_TC_TILES[d],) if d in FA2_TC_TILES else ()) + FA2_TC_FALLBACK:
+    tuned = (FA2_TC_TILES_CAUSAL if causal else FA2_TC_TILES).get(d)
+    for B_r, B_c in ((tuned,) if tuned else ()) + FA2_TC_FALLBACK:
         if fa2_tc.supports(B_r, B_c, d, "fp16", smem_limit=limit, MT=fa2_tc_mt(B_r, B_c, d)):
             return B_r, B_c
     return None
@@ -156,10 +167,11 @@ def fa2_fast_threads(B_r: int, B_c: int, d: int, threads: int | None) -> int | N
     return None
 
 
-def default_tiling(algorithm: str, d: int, dtype: str) -> Tiling:
-    """The tiling `attention` uses when none is given (see the module docstring)."""
+def default_tiling(algorithm: str, d: int, dtype: str, causal: bool = False) -> Tiling:
+    """The tiling `attention` uses when none is given (see the module docstring); only the
+    fp16 fa2 default on a GPU depends on `causal`."""
     if algorithm == "fa2" and dtype == "fp16":
-        tc = fa2_tc_default(d)
+        tc = fa2_tc_default(d, causal)
         if tc is not None:
             return Tiling(*tc)
     if algorithm == "fa2":
@@ -325,7 +337,7 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     if threads is not None and not 1 <= int(threads) <= 1024:
         raise ValueError(f"threads={threads} must be in 1..1024")
     if block_rows is None and block_cols is None and sram_bytes is None:
-        tiling = default_tiling(algorithm, d, dname)
+        tiling = default_tiling(algorithm, d, dname, bool(causal))
     else:
         tiling = resolve_tiling(algorithm, d, dname, block_rows=block_rows,
                                 block_cols=block_cols, sram_bytes=sram_bytes)

@@ -414,7 +414,10 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
         finish_mtile(oa, m2, l2, smf, 0, LO + RW * w, g, qd)
         if MT > 1:
             finish_mtile(oa, m2, l2, smf, 1, LO + RW * w, g, qd)
-        # each warp overwrites only its own rows of Qs, which only it read (load_q)
+        # each warp overwrites only its own rows of Qs, which only it read (load_q); other
+        # lanes of the warp read them (ldmatrix), so order those reads first: in a block
+        # that saw no key tile no barrier came between (compute-sanitizer racecheck)
+        cuda.syncwarp()
         store_o(smp, QO + RW * w * SW, SH, ptr(oa))
         cuda.syncthreads()
         # O_i and L_i leave row by row: consecutive threads store consecutive 16-byte chunks

@@ -22,7 +22,9 @@ time: N in {4096, 8192}, d in {64, 128}, batch x heads = 16, causal off and on: 
   Two figures for our kernels: `call` (gpu.attention as a user calls it, Python included)
   and `kernel` (the compiled kernel launched on preallocated arrays).
 profile: cProfile of 300 gpu.attention calls (N=4096, d=64, fp16) -> $OUT/call_profile.txt:
-  where the host time of a call goes.
+  where the host time of a call goes; then host time per call (enqueue only: the fp32
+  kernel runs longer than the loop, so its figure can include waiting on a full launch
+  queue) with gpu._launch's fast repeat launch on and off.
 Writes $OUT/fa2_tc_check.json (after every configuration) with device, versions, date.
 Exit status 1 if a check failed.
 """
@@ -98,7 +100,8 @@ def configs(quick=False):
             dict(base, N=333, d=48, MT=2, tiles=(64, 32), causal=True, mask="sparse"),
             dict(base, N=4096, d=64, bh=16, MT=2, causal=True)]
     if quick:
-        out = [c for c in out if c["N"] <= 1024][:8]
+        small = [c for c in out if c["N"] <= 1024]
+        out = small[:8] + [c for c in small[8:] if c["MT"] == 2]   # and every MT=2 build
     return out
 
 
@@ -290,11 +293,17 @@ def time_point(N, d, causal, results):
         except Exception as exc:
             results["errors"].append(f"tc {B_r}x{B_c} MT={MT} N={N} d={d}: {exc!r}")
             traceback.print_exc()
-    try:   # what a user calls: gpu.attention with its default tiling
-        add("fa2_tc_call_default", *time_calls(
-            lambda q, k, v: gpu.attention(q, k, v, causal=causal, tensor_cores=True), sets))
-    except Exception as exc:
-        results["errors"].append(f"tc call N={N} d={d}: {exc!r}")
+    from gpu import _launch
+    for fast in (True, False):   # what a user calls: gpu.attention with its default tiling
+        _launch.FAST_LAUNCH = fast  # (False: every launch through Numba's dispatcher)
+        try:
+            add("fa2_tc_call_default" + ("" if fast else "_numba_launch"), *time_calls(
+                lambda q, k, v: gpu.attention(q, k, v, causal=causal, tensor_cores=True),
+                sets))
+        except Exception as exc:
+            results["errors"].append(f"tc call N={N} d={d} fast_launch={fast}: {exc!r}")
+        finally:
+            _launch.FAST_LAUNCH = True
     try:   # the CUDA-core kernel on the same fp16 inputs (its default tiling)
         add("fa2_cudacore_call", *time_calls(
             lambda q, k, v: gpu.attention(q, k, v, causal=causal, tensor_cores=False), sets))
@@ -386,12 +395,31 @@ def main():
         with open(os.path.join(OUT, "call_profile.txt"), "w") as f:
             f.write(f"host time per gpu.attention call under cProfile: {host * 1e3:.3f} ms\n")
             f.write(buf.getvalue())
-        t0 = time.perf_counter()
-        for _ in range(300):
-            gpu.attention(q, k, v)
-        results["host_ms_per_call"] = (time.perf_counter() - t0) / 300 * 1e3
-        torch.cuda.synchronize()
-        print(f"host ms per call (enqueue, no profiler): {results['host_ms_per_call']:.3f}")
+        from gpu import _launch
+        q32, k32, v32 = (x.float() for x in (q, k, v))
+        results["host_ms_per_call"] = {}
+        samples: dict = {}
+        # fast repeat launches on and off, interleaved over 7 rounds of 200 calls each
+        # (host timings drift by 2x between runs; interleaving keeps the pair comparable)
+        for rnd in range(7):
+            for fast in (True, False):
+                _launch.FAST_LAUNCH = fast
+                for name, qkv in (("fp16_tc", (q, k, v)), ("fp32_fast", (q32, k32, v32))):
+                    for _ in range(3):
+                        gpu.attention(*qkv)
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    for _ in range(200):
+                        gpu.attention(*qkv)
+                    ms = (time.perf_counter() - t0) / 200 * 1e3
+                    torch.cuda.synchronize()
+                    key = f"{name}_{'fast_launch' if fast else 'numba_launch'}"
+                    samples.setdefault(key, []).append(ms)
+        _launch.FAST_LAUNCH = True
+        for key, ms in samples.items():
+            results["host_ms_per_call"][key] = dict(median=statistics.median(ms), all=ms)
+            print(f"host ms per call (enqueue, no profiler) {key}: median "
+                  f"{statistics.median(ms):.3f} of {[round(x, 3) for x in ms]}", flush=True)
     print(f"{len(results['checks']) - failed}/{len(results['checks'])} checks passed; "
           f"errors: {results['errors']}")
     save()

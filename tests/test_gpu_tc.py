@@ -117,7 +117,8 @@ print(json.dumps(out))
 """
 
 CONFIGS = [(128, 64, 64, False, False, False, 1),  # d = 64 default
-           (64, 64, 128, True, False, False, 1),   # d = 128 default, causal
+           (256, 64, 64, True, False, False, 2),   # largest tile: 8 warps of 32 rows
+           (64, 64, 128, True, False, False, 1),   # d = 128 default (causal or not)
            (128, 64, 64, True, True, True, 1),     # causal, block mask, instrumented
            (16, 16, 16, False, False, True, 1),    # one warp, smallest tiles
            (32, 48, 80, False, True, False, 1),    # d and B_c not powers of two
