@@ -34,6 +34,7 @@ backward kernels. The pieces:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -199,6 +200,18 @@ _prepared: dict = {}
 _UNSEEN = object()
 #: launches that took the fast path in this process (tests check it is taken)
 fast_launches = 0
+
+
+@contextlib.contextmanager
+def fast_launch(enabled: bool):
+    """`with fast_launch(False):` runs its body with every launch through Numba's
+    dispatcher (True: with the fast repeat launch); FAST_LAUNCH is restored after."""
+    global FAST_LAUNCH
+    saved, FAST_LAUNCH = FAST_LAUNCH, bool(enabled)
+    try:
+        yield
+    finally:
+        FAST_LAUNCH = saved
 
 
 class _Prepared:

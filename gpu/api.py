@@ -349,8 +349,9 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
         why = fa2_tc.plan_error(B_r, B_c, d, dname, mt)
         if why is None and SIM:
             why = "the CUDA simulator cannot run its linked C++ tile functions"
-        if why is None and threads is not None and int(threads) != 2 * B_r // mt:
-            why = (f"it runs 2 B_r / MT = {2 * B_r // mt} threads (one warp per {16 * mt} "
+        tc_threads = fa2_tc.threads_per_block(B_r, mt)
+        if why is None and threads is not None and int(threads) != tc_threads:
+            why = (f"it runs 2 B_r / MT = {tc_threads} threads (one warp per {16 * mt} "
                    f"rows), not {threads}")
         if why is None and not all(_aligned16(x, kd) for x, kd in
                                    ((q, kind), (k, kindk), (v, kindv))):
@@ -375,7 +376,7 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     fast_opts = {}
     if use_tc:
         check_fits(fa2_tc.layout(B_r, B_c, d)["bytes"], what + " (tensor-core kernel)")
-        threads = 2 * B_r // mt
+        threads = tc_threads
     elif use_fast:   # O and S live in registers: its own shared-memory layout
         # warp-shuffle row reductions on hardware (the simulator has no shuffles)
         fast_opts = dict(shfl=not SIM, **fa2_fast_options(B_r, B_c, d, threads))

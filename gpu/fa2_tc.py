@@ -99,6 +99,11 @@ def layout(B_r: int, B_c: int, d: int) -> dict:
                 bytes=4 * words)
 
 
+def threads_per_block(B_r: int, MT: int = 1) -> int:
+    """Threads per block: one warp (32 threads) per 16 MT query rows, so 2 B_r / MT."""
+    return 2 * B_r // MT
+
+
 def plan_error(B_r: int, B_c: int, d: int, dt: str, MT: int = 1) -> str | None:
     """Why this kernel cannot run the configuration, or None if it can (shared memory
     aside: see `supports`). MT: m-tiles of 16 query rows per warp (B_r = 16 MT warps)."""
@@ -470,7 +475,7 @@ def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, cau
     if dt != "fp16":
         raise ValueError(f"fa2_tc takes fp16 only (got dt={dt!r})")
     d = q3.shape[2]
-    want = 2 * B_r // MT
+    want = threads_per_block(B_r, MT)
     if threads is not None and int(threads) != want:
         raise ValueError(f"fa2_tc runs one warp per {16 * MT} query rows: threads must be "
                          f"{want} for B_r={B_r}, MT={MT} (got threads={threads})")

@@ -259,7 +259,7 @@ def tc_kernel_fn(N, d, bh, causal, B_r, B_c, MT=1):
 
     def fn(q, k, v):
         qv, kv_, vv = (cuda.as_cuda_array(x, sync=False) for x in (q, k, v))
-        launch(kern, grid, 2 * B_r // MT, shmem, qv, kv_, vv, ov, Lv, sc, np.int64(N),
+        launch(kern, grid, fa2_tc.threads_per_block(B_r, MT), shmem, qv, kv_, vv, ov, Lv, sc, np.int64(N),
                np.int64(bh), np.int64(1), mk, ctr)
     return fn
 
@@ -293,17 +293,15 @@ def time_point(N, d, causal, results):
         except Exception as exc:
             results["errors"].append(f"tc {B_r}x{B_c} MT={MT} N={N} d={d}: {exc!r}")
             traceback.print_exc()
-    from gpu import _launch
+    from gpu._launch import fast_launch
     for fast in (True, False):   # what a user calls: gpu.attention with its default tiling
-        _launch.FAST_LAUNCH = fast  # (False: every launch through Numba's dispatcher)
-        try:
-            add("fa2_tc_call_default" + ("" if fast else "_numba_launch"), *time_calls(
-                lambda q, k, v: gpu.attention(q, k, v, causal=causal, tensor_cores=True),
-                sets))
+        try:                     # (False: every launch through Numba's dispatcher)
+            with fast_launch(fast):
+                add("fa2_tc_call_default" + ("" if fast else "_numba_launch"), *time_calls(
+                    lambda q, k, v: gpu.attention(q, k, v, causal=causal, tensor_cores=True),
+                    sets))
         except Exception as exc:
             results["errors"].append(f"tc call N={N} d={d} fast_launch={fast}: {exc!r}")
-        finally:
-            _launch.FAST_LAUNCH = True
     try:   # the CUDA-core kernel on the same fp16 inputs (its default tiling)
         add("fa2_cudacore_call", *time_calls(
             lambda q, k, v: gpu.attention(q, k, v, causal=causal, tensor_cores=False), sets))
@@ -395,7 +393,7 @@ def main():
         with open(os.path.join(OUT, "call_profile.txt"), "w") as f:
             f.write(f"host time per gpu.attention call under cProfile: {host * 1e3:.3f} ms\n")
             f.write(buf.getvalue())
-        from gpu import _launch
+        from gpu._launch import fast_launch
         q32, k32, v32 = (x.float() for x in (q, k, v))
         results["host_ms_per_call"] = {}
         samples: dict = {}
@@ -403,19 +401,18 @@ def main():
         # (host timings drift by 2x between runs; interleaving keeps the pair comparable)
         for rnd in range(7):
             for fast in (True, False):
-                _launch.FAST_LAUNCH = fast
                 for name, qkv in (("fp16_tc", (q, k, v)), ("fp32_fast", (q32, k32, v32))):
-                    for _ in range(3):
-                        gpu.attention(*qkv)
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    for _ in range(200):
-                        gpu.attention(*qkv)
-                    ms = (time.perf_counter() - t0) / 200 * 1e3
-                    torch.cuda.synchronize()
+                    with fast_launch(fast):
+                        for _ in range(3):
+                            gpu.attention(*qkv)
+                        torch.cuda.synchronize()
+                        t0 = time.perf_counter()
+                        for _ in range(200):
+                            gpu.attention(*qkv)
+                        ms = (time.perf_counter() - t0) / 200 * 1e3
+                        torch.cuda.synchronize()
                     key = f"{name}_{'fast_launch' if fast else 'numba_launch'}"
                     samples.setdefault(key, []).append(ms)
-        _launch.FAST_LAUNCH = True
         for key, ms in samples.items():
             results["host_ms_per_call"][key] = dict(median=statistics.median(ms), all=ms)
             print(f"host ms per call (enqueue, no profiler) {key}: median "

@@ -3,10 +3,10 @@
 On a GPU, `launch` hands a repeat launch's flattened arguments straight to cuda.core; a
 mistake in that flattening (a pointer, a shape, a stride or a scalar out of place) would
 give wrong outputs or wrong counts. Every kernel family therefore runs here twice with
-the fast path (the second call takes it) and once without (FLASHSIM_FAST_LAUNCH's switch,
-`_launch.FAST_LAUNCH = False`), and the forward outputs, L and the instrumented counts
-must be identical bit for bit (the backward's float32 atomics make it agree to rounding
-only). Needs a real GPU (the simulator always takes Numba's path).
+the fast path (the second call takes it) and once without (`_launch.fast_launch(False)`,
+what FLASHSIM_FAST_LAUNCH=0 sets for a whole process), and the forward outputs, L and
+the instrumented counts must be identical bit for bit (the backward's float32 atomics
+make it agree to rounding only). Needs a real GPU (the simulator takes Numba's path).
 """
 import numpy as np
 import pytest
@@ -30,9 +30,7 @@ def _run(alg, dtype, kw, fast):
     import gpu
     from gpu import _launch
     from numba import cuda
-    saved = _launch.FAST_LAUNCH
-    _launch.FAST_LAUNCH = fast
-    try:
+    with _launch.fast_launch(fast):
         q, k, v = (cuda.to_device(x) for x in _inputs(dtype))
         outs = []
         for _ in range(2):       # the second call repeats the first's launches
@@ -42,8 +40,6 @@ def _run(alg, dtype, kw, fast):
             L = res[1].copy_to_host() if alg != "standard" else None
             outs.append((O, L, res[-1]))
         return outs
-    finally:
-        _launch.FAST_LAUNCH = saved
 
 
 @pytest.mark.gpu
@@ -75,12 +71,8 @@ def test_fast_launch_backward_matches():
     got = {}
     n0 = _launch.fast_launches
     for fast in (False, True, True):
-        saved = _launch.FAST_LAUNCH
-        _launch.FAST_LAUNCH = fast
-        try:
+        with _launch.fast_launch(fast):
             grads = attention_backward(q, k, v, O, do, L, algorithm="fa2")
-        finally:
-            _launch.FAST_LAUNCH = saved
         got.setdefault(fast, []).append([g.copy_to_host() for g in grads[:3]])
     assert _launch.fast_launches > n0
     # dQ is summed with float32 atomics in whatever order the blocks run, so two runs
@@ -103,3 +95,17 @@ def test_packer_types():
     (f,) = _packer(types.float32)(np.float32(0.5))
     assert isinstance(f, ctypes.c_float) and f.value == 0.5
     assert _packer(types.boolean) is None      # unknown: that kernel keeps Numba's path
+
+
+def test_fast_launch_switch_restores():
+    """`fast_launch(enabled)` sets the switch inside its block and restores it after,
+    also when the block raises (no GPU)."""
+    from gpu import _launch
+    before = _launch.FAST_LAUNCH
+    with _launch.fast_launch(not before):
+        assert _launch.FAST_LAUNCH is (not before)
+    assert _launch.FAST_LAUNCH is before
+    with pytest.raises(RuntimeError):
+        with _launch.fast_launch(not before):
+            raise RuntimeError("inside")
+    assert _launch.FAST_LAUNCH is before
