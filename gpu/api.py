@@ -43,8 +43,11 @@ HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128)
 DEFAULT_TILES = (64, 32, 16)
 #: fa2's default on a GPU: head dim -> (B_r, B_c, threads) of gpu.fa2_fast, fastest fp32
 #: variant measured on the H100 at N=4096 (see the module docstring); head dims not
-#: listed take the first of FA2_FAST_FALLBACK that the fast kernel supports.
-FA2_FAST_TILES = {64: (256, 32, 512), 128: (256, 32, 512)}
+#: listed take the first of FA2_FAST_FALLBACK that the fast kernel supports. d=128 runs
+#: 64 x 32 with 256 threads (TC = 16): ptxas -v reports 255 registers and no spills,
+#: where 256 x 32 at d=128 (512 threads, 128 registers) spilled 500 bytes a thread
+#: into local memory, which multiplied its L2 traffic (Nsight Compute: 6.7x its ledger).
+FA2_FAST_TILES = {64: (256, 32, 512), 128: (64, 32, 256)}
 FA2_FAST_FALLBACK = ((256, 32, 512), (128, 64, 256), (128, 64, 128), (64, 64, 256),
                      (64, 64, 128), (32, 32, 128))
 #: tuning measured best on the H100 for (B_r, B_c, threads): TC (threads per query row)

@@ -1,0 +1,173 @@
+"""The configurations that validate the models below the ledger, fixed before measuring.
+
+Two sets, each a list of plain dicts (one kernel pass of `gpu.attention` or
+`gpu.backward.attention_backward` each):
+
+* `LEVELS`: the hierarchy-model validation (what reaches L2 and DRAM), measured with
+  Nsight Compute. Chosen to cross the regimes: K/V of one wave fitting in L2 or not,
+  N from 1K to 128K, batch x heads from 1 to 256, d 64 and 128, causal, grouped K/V,
+  several tilings, every forward kernel (fa2 tensor-core / fast / plain, fa1, standard)
+  and the fa2 and standard backward.
+* `RUNTIME`: the time-model calibration and validation. Every configuration carries its
+  `split`: "fit" (the constants are fitted on these) or "heldout" (reported only). The
+  split is fixed here, before any fitting: within each kernel family, configurations
+  alternate fit / heldout in the listed order, so both halves span the same grid.
+
+Keys: `id` (stable name), `pass` ("fwd" | "bwd"), `algorithm` ("fa2" | "fa1" |
+"standard"), `kernel` ("tc" | "fast" | "plain" | "default": which fa2 kernel; fa1 and
+standard have one), `dtype`, `batch`, `heads`, `kv_heads`, `N`, `d`, `causal`,
+`block_rows` / `block_cols` (None: what `gpu.attention` picks by default).
+"""
+from __future__ import annotations
+
+import itertools
+
+
+def cfg(pass_, algorithm, kernel, dtype, batch, heads, N, d, causal=False, kv_heads=None,
+        tiles=None):
+    """One configuration dict with a readable, stable id."""
+    kv = heads if kv_heads is None else kv_heads
+    br, bc = tiles if tiles else (None, None)
+    parts = [pass_, algorithm if kernel == "default" else f"{algorithm}-{kernel}", dtype,
+             f"b{batch}h{heads}" + (f"kv{kv}" if kv != heads else ""), f"n{N}", f"d{d}"]
+    if causal:
+        parts.append("causal")
+    if tiles:
+        parts.append(f"{br}x{bc}")
+    return {"id": "_".join(parts), "pass": pass_, "algorithm": algorithm, "kernel": kernel,
+            "dtype": dtype, "batch": batch, "heads": heads, "kv_heads": kv, "N": N, "d": d,
+            "causal": causal, "block_rows": br, "block_cols": bc}
+
+
+K = 1024
+F, B = "fwd", "bwd"
+
+LEVELS = [
+    # fa2 fp16 on the tensor cores (the default fp16 kernel)
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 4 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 16 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 64 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 64 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 128 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 128 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 1, 128 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 1, 64 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 32 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 32 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 8, 32, 8 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 4, 32, 16 * K, 128, kv_heads=8),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 64 * K, 64, kv_heads=8),
+    cfg(F, "fa2", "tc", "fp16", 1, 64, 16 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 64 * K, 64, tiles=(128, 128)),
+    cfg(F, "fa2", "tc", "fp16", 16, 16, 1 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 32 * K, 64, causal=True, tiles=(128, 64)),
+    cfg(F, "fa2", "tc", "fp16", 2, 16, 128 * K, 128, causal=True),
+    # fa2 fp32, register-tiled on the CUDA cores
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 4 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 16 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 16 * K, 64, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 1, 64, 16 * K, 128),
+    cfg(F, "fa2", "fast", "fp32", 1, 64, 16 * K, 128, tiles=(256, 32)),   # the old, spilling default
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 64 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 4, 32, 8 * K, 64, kv_heads=8),
+    cfg(F, "fa2", "fast", "fp32", 1, 256, 2 * K, 64),
+    # fa2, the plain kernel (one thread per tile element)
+    cfg(F, "fa2", "plain", "fp32", 1, 16, 4 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp32", 1, 16, 16 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp16", 1, 16, 8 * K, 64, causal=True, tiles=(64, 64)),
+    # fa1 (Algorithm 1 as written: one thread block per (batch, head))
+    cfg(F, "fa1", "default", "fp32", 1, 16, 4 * K, 64),
+    cfg(F, "fa1", "default", "fp32", 1, 16, 8 * K, 64),
+    cfg(F, "fa1", "default", "fp16", 1, 64, 2 * K, 64),
+    cfg(F, "fa1", "default", "fp32", 1, 128, 4 * K, 64),
+    cfg(F, "fa1", "default", "fp32", 1, 16, 4 * K, 64, causal=True),
+    cfg(F, "fa1", "default", "fp16", 1, 256, 1 * K, 64),
+    # standard (S = QK^T, softmax, O = PV: three kernels, counted together)
+    cfg(F, "standard", "default", "fp16", 1, 16, 4 * K, 64),
+    cfg(F, "standard", "default", "fp16", 1, 16, 8 * K, 64),
+    cfg(F, "standard", "default", "fp32", 1, 16, 4 * K, 64),
+    cfg(F, "standard", "default", "fp16", 1, 1, 16 * K, 64),
+    cfg(F, "standard", "default", "fp16", 1, 16, 4 * K, 64, causal=True),
+    cfg(F, "standard", "default", "fp16", 4, 8, 4 * K, 128, kv_heads=2),
+    # backward passes (every kernel of the pass, counted together)
+    cfg(B, "fa2", "default", "fp16", 1, 16, 4 * K, 64),
+    cfg(B, "fa2", "default", "fp32", 1, 16, 4 * K, 64),
+    cfg(B, "fa2", "default", "fp16", 1, 16, 16 * K, 64),
+    cfg(B, "fa2", "default", "fp16", 1, 16, 8 * K, 64, causal=True),
+    cfg(B, "fa2", "default", "fp16", 1, 32, 4 * K, 128, kv_heads=8),
+    cfg(B, "standard", "default", "fp16", 1, 16, 2 * K, 64),
+    cfg(B, "standard", "default", "fp32", 1, 4, 4 * K, 64),
+    cfg(B, "standard", "default", "fp16", 1, 16, 2 * K, 64, causal=True),
+]
+
+
+def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
+    """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
+    out = []
+    for dt, (b, h, kv, n), d, c, t in itertools.product(dtypes, shapes, ds, causals, tilings):
+        out.append(cfg(pass_, algorithm, kernel, dt, b, h, n, d, causal=c, kv_heads=kv, tiles=t))
+    return out
+
+
+def _split(configs):
+    """Alternate fit / heldout in listed order (fixed before any fitting)."""
+    return [dict(c, split="fit" if i % 2 == 0 else "heldout") for i, c in enumerate(configs)]
+
+
+RUNTIME_FAMILIES = {
+    "fa2_tc": _family_grid(
+        F, "fa2", "tc", ["fp16"],
+        [(1, 16, None, 1 * K), (1, 16, None, 4 * K), (1, 16, None, 16 * K),
+         (8, 16, None, 4 * K), (1, 32, 8, 16 * K), (1, 16, None, 64 * K)],
+        [64, 128], [False, True]) + _family_grid(
+        F, "fa2", "tc", ["fp16"], [(1, 16, None, 8 * K), (4, 16, None, 2 * K)], [64],
+        [False, True], [(64, 64), (128, 32), (64, 128), (128, 128)]),
+    "fa2_fast": _family_grid(
+        F, "fa2", "fast", ["fp32"],
+        [(1, 16, None, 1 * K), (1, 16, None, 4 * K), (8, 16, None, 2 * K),
+         (1, 16, None, 8 * K), (1, 32, 8, 4 * K)],
+        [64, 128], [False, True]),
+    "fa2_plain": _family_grid(
+        F, "fa2", "plain", ["fp32", "fp16"],
+        [(1, 16, None, 1 * K), (1, 16, None, 2 * K), (4, 16, None, 1 * K)], [64],
+        [False, True], [(64, 64), (32, 32)]),
+    "fa1": _family_grid(
+        F, "fa1", "default", ["fp32", "fp16"],
+        [(1, 16, None, 1 * K), (1, 16, None, 2 * K), (1, 128, None, 1 * K),
+         (1, 64, None, 2 * K)], [64], [False, True]),
+    "standard": _family_grid(
+        F, "standard", "default", ["fp16", "fp32"],
+        [(1, 16, None, 1 * K), (1, 16, None, 2 * K), (1, 16, None, 4 * K),
+         (4, 16, None, 2 * K)], [64, 128], [False, True]),
+    "fa2_bwd": _family_grid(
+        B, "fa2", "default", ["fp16", "fp32"],
+        [(1, 16, None, 1 * K), (1, 16, None, 2 * K), (1, 16, None, 4 * K)], [64, 128],
+        [False, True]),
+    "standard_bwd": _family_grid(
+        B, "standard", "default", ["fp16", "fp32"],
+        [(1, 16, None, 1 * K), (1, 16, None, 2 * K), (1, 8, None, 4 * K)], [64],
+        [False, True]),
+}
+
+#: fp32 fast-kernel tilings compared at d = 64 and 128 (timed, not fitted): the d = 128
+#: default's choice (256 x 32 spills registers there)
+FAST_VARIANTS = [dict(c, family="fa2_fast_variants", split="variant") for c in _family_grid(
+    F, "fa2", "fast", ["fp32"], [(1, 16, None, 4 * K), (1, 16, None, 16 * K)], [64, 128], [False],
+    [(256, 32), (64, 32), (128, 32), (128, 64)])]
+
+RUNTIME = [dict(c, family=fam) for fam, cs in RUNTIME_FAMILIES.items() for c in _split(cs)]
+
+SETS = {"levels": LEVELS, "runtime": RUNTIME, "variants": FAST_VARIANTS}
+
+
+def family_of(c: dict) -> str:
+    """Kernel family name of a configuration (as RUNTIME_FAMILIES names them)."""
+    if c["algorithm"] == "fa2" and c["pass"] == "fwd":
+        k = c["kernel"]
+        if k == "default":
+            k = "tc" if c["dtype"] == "fp16" else "fast"
+        return f"fa2_{k}"
+    return c["algorithm"] + ("_bwd" if c["pass"] == "bwd" else "")
+
+
+__all__ = ["LEVELS", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
