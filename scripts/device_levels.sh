@@ -12,7 +12,7 @@ STAGES=${STAGES:-"probe counters"}
 for s in $STAGES; do
   t0=$(date +%s)
   case $s in
-    probe)    timeout 120 ncu --csv --print-units base --metrics lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ldgsts.sum,dram__bytes_read.sum python3 scripts/l2_sector_probe.py > "$OUT/probe.csv" 2>&1 ;;
+    probe)    timeout 120 ncu --csv --print-units base --metrics lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,smsp__inst_executed_op_ldgsts.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ldgsts.sum,dram__bytes_read.sum python3 scripts/l2_sector_probe.py > "$OUT/probe.csv" 2>&1 ;;
     counters) timeout ${T_COUNTERS:-480} python3 -m analysis.hwmeasure counters --set levels ${ONLY:+--only "$ONLY"} --budget-s ${B_COUNTERS:-450} --out "$OUT/levels.jsonl" > /tmp/$s.log 2>&1 ;;
     variants) timeout ${T_VAR:-200} python3 -m analysis.hwmeasure times --set variants --budget-s ${B_VAR:-180} --out "$OUT/variants.jsonl" > /tmp/$s.log 2>&1 ;;
     tcprobe)  { ncu --query-metrics 2>/dev/null | grep -E "ldgsts|ltcfabric|lookup_hit|lookup_miss" | head -40
