@@ -1,0 +1,322 @@
+"""Below the ledger: what of a kernel's requested traffic reaches L2 and DRAM.
+
+The ledger (`iosim.closed_form`) counts what a kernel *requests* from global memory. On
+a real GPU those requests go to the L2 cache, and only the L2's misses reach DRAM (HBM);
+dirty lines reach DRAM when the L2 evicts them. This module predicts, for one kernel
+launch, the bytes that reach DRAM, from
+
+* the kernel's access stream at tile granularity: which thread block (CTA) reads or
+  writes which tile, in what order. CTAs start in launch order (blockIdx.x fastest, as
+  the hardware dispatches them) as earlier ones finish, `slots` = SMs x CTAs per SM at a
+  time (list scheduling; a CTA's duration is proportional to its tiles), and a CTA
+  touches its tiles one per time step;
+* an L2 model: a least-recently-used cache of effective capacity C = capacity_fraction x
+  the preset's L2 bytes, whose lines are spread by an address hash over sets of
+  `associativity` ways. An access finds its tile resident iff fewer than
+  `associativity` other distinct lines of its set were touched since the tile's last
+  access. With D distinct bytes touched since then (the LRU stack distance), the number
+  of those lines in one set is close to Poisson with mean associativity x D / C, so
+
+      P(hit | D) = P[Poisson(A D / C) <= A - 1]        (A = associativity)
+
+  A -> infinity is a plain LRU cache of capacity C (hit iff D < C); small A softens the
+  edge, as the hashed, set-associative L2 does.
+
+DRAM reads = sum over read accesses of bytes x P(miss | D_prev); the first access of a
+tile always misses (ncu flushes the L2 before each kernel: a cold L2). A write makes the
+tile dirty; DRAM writes = sum over writes of bytes x P(the tile is evicted before its
+next access | D_next), where D_next counts the distinct bytes until the next access, or
+until the kernel ends. Dirty lines still resident when the kernel ends are not written
+during it (measured: fa2 at N=4096 wrote 2 of its 8 MB of O to DRAM inside the kernel).
+
+The two constants are fitted on measured configurations and printed with every result
+(`L2Model`); validation is against Nsight Compute on held-out configurations (see
+`analysis.levels`). Distances are exact for the stream (a Fenwick tree over the access
+sequence); to stay fast, CTAs that start together on the same data are merged (they touch
+each tile at the same step), and long sweeps are coarsened to groups of consecutive tiles
+(`max_accesses`), which quantises distances to a group's bytes.
+
+Units: bytes, whole problem (all batch x heads), one kernel launch (cold L2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+try:
+    from numba import njit
+except ImportError:  # pragma: no cover - numba is a dependency; keep the model importable
+    def njit(*a, **k):
+        return (lambda f: f) if not a or not callable(a[0]) else a[0]
+
+
+@dataclass(frozen=True)
+class L2Model:
+    """The L2 model's constants (see the module docstring).
+
+    capacity_fraction: effective capacity C as a fraction of the preset's L2 bytes (the
+        H100's L2 is two partitions; data shared by all SMs is cached near each, which
+        halves the capacity a shared stream sees).
+    associativity: ways of the hashed set-associative cache the stack distance is
+        compared with (softness of the capacity edge).
+    max_accesses: budget of simulated accesses per kernel (coarsening beyond it).
+    """
+    capacity_fraction: float = 0.5
+    associativity: int = 16
+    max_accesses: int = 400_000
+
+    def __post_init__(self):
+        if not 0 < self.capacity_fraction <= 2:
+            raise ValueError(f"capacity_fraction={self.capacity_fraction!r} must be in (0, 2]")
+        if int(self.associativity) != self.associativity or self.associativity < 1:
+            raise ValueError(f"associativity={self.associativity!r} must be a positive integer")
+        if self.max_accesses < 1000:
+            raise ValueError(f"max_accesses={self.max_accesses!r} must be >= 1000")
+
+
+@dataclass
+class Stream:
+    """Accesses of one kernel launch (arrays of equal length, unsorted).
+
+    t: start time step; blk: tile id (equal ids = the same bytes); nbytes: bytes of the
+    tile; rd / wr: the access reads / writes it; w: how many real accesses this one
+    stands for (sampling; 1 otherwise)."""
+    t: list = field(default_factory=list)
+    blk: list = field(default_factory=list)
+    nbytes: list = field(default_factory=list)
+    rd: list = field(default_factory=list)
+    wr: list = field(default_factory=list)
+    w: list = field(default_factory=list)
+    next_id: int = 0
+
+    def ids(self, n: int) -> np.ndarray:
+        """n fresh tile ids (for private tiles, touched once)."""
+        out = np.arange(self.next_id, self.next_id + n, dtype=np.int64)
+        self.next_id += n
+        return out
+
+    def add(self, t, blk, nbytes, rd, wr, w=1.0):
+        n = np.broadcast(t, blk, nbytes).size
+        for lst, v, dt in ((self.t, t, np.float64), (self.blk, blk, np.int64),
+                           (self.nbytes, nbytes, np.float64), (self.rd, rd, bool),
+                           (self.wr, wr, bool), (self.w, w, np.float64)):
+            lst.append(np.broadcast_to(np.asarray(v, dtype=dt), (n,)).ravel())
+
+    def arrays(self):
+        cat = lambda L, dt: np.concatenate(L) if L else np.zeros(0, dt)
+        return (cat(self.t, np.float64), cat(self.blk, np.int64), cat(self.nbytes, np.float64),
+                cat(self.rd, bool), cat(self.wr, bool), cat(self.w, np.float64))
+
+
+# ---------------------------------------------------------------------------------------
+# The engine: schedule, stack distances, the cache model
+# ---------------------------------------------------------------------------------------
+@njit(cache=True)
+def _schedule(dur, slots):
+    """Start time of each CTA (launch order) on `slots` identical slots: each starts when
+    the earliest-free slot frees (list scheduling)."""
+    n = dur.shape[0]
+    start = np.empty(n)
+    if n == 0:
+        return start
+    k = min(slots, n)
+    free = np.zeros(k)
+    for c in range(n):
+        s = 0
+        for q in range(1, k):   # linear scan: k <= a few thousand
+            if free[q] < free[s]:
+                s = q
+        start[c] = free[s]
+        free[s] += dur[c]
+    return start
+
+
+@njit(cache=True)
+def _distances(blk, nbytes):
+    """(d_prev, d_next): distinct bytes touched strictly between an access and the previous
+    (next) access of the same tile; -1 where there is none (d_next then counts to the
+    end). Fenwick tree over positions holding each tile's bytes at its latest access."""
+    n = blk.shape[0]
+    tree = np.zeros(n + 1)
+    d_prev = np.full(n, -1.0)
+    d_next = np.full(n, -1.0)
+    nblk = 0
+    for k in range(n):
+        if blk[k] + 1 > nblk:
+            nblk = blk[k] + 1
+    last = np.full(nblk, -1, np.int64)
+    total = 0.0
+    for k in range(n):
+        b = blk[k]
+        p = last[b]
+        if p >= 0:
+            # sum over (p, k): prefix(k - 1) - prefix(p)
+            s = 0.0
+            i = k
+            while i > 0:
+                s += tree[i]
+                i -= i & (-i)
+            i = p + 1
+            while i > 0:
+                s -= tree[i]
+                i -= i & (-i)
+            d_prev[k] = s
+            d_next[p] = s
+            i = p + 1
+            v = nbytes[p]
+            while i <= n:
+                tree[i] -= v
+                i += i & (-i)
+            total -= v
+        i = k + 1
+        v = nbytes[k]
+        while i <= n:
+            tree[i] += v
+            i += i & (-i)
+        total += v
+        last[b] = k
+    # last accesses: distinct bytes after them = total - prefix(k)
+    for b in range(nblk):
+        k = last[b]
+        if k >= 0:
+            s = 0.0
+            i = k + 1
+            while i > 0:
+                s += tree[i]
+                i -= i & (-i)
+            d_next[k] = total - s
+    return d_prev, d_next
+
+
+def hit_probability(D, capacity: float, associativity: int):
+    """P(hit | stack distance D bytes) for the hashed set-associative LRU model; D < 0
+    (no earlier access) gives 0."""
+    from scipy.special import gammaincc
+    D = np.asarray(D, dtype=np.float64)
+    lam = associativity * np.maximum(D, 0.0) / capacity
+    p = gammaincc(associativity, lam)     # P[Poisson(lam) <= A - 1]
+    return np.where(D < 0, 0.0, p)
+
+
+@dataclass(frozen=True)
+class KernelTraffic:
+    """Predicted DRAM bytes of one kernel launch (whole problem, cold L2)."""
+    name: str
+    dram_read_bytes: float
+    dram_write_bytes: float
+    slots: int
+    accesses: int
+
+    def to_dict(self):
+        return {"name": self.name, "dram_read_bytes": self.dram_read_bytes,
+                "dram_write_bytes": self.dram_write_bytes, "slots": self.slots,
+                "simulated_accesses": self.accesses}
+
+
+def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
+    """(DRAM read bytes, DRAM write bytes, accesses) of a stream."""
+    t, blk, nb, rd, wr, w = stream.arrays()
+    if t.size == 0:
+        return 0.0, 0.0, 0
+    order = np.argsort(t, kind="stable")
+    t, blk, nb, rd, wr, w = t[order], blk[order], nb[order], rd[order], wr[order], w[order]
+    # dense tile ids for the Fenwick pass
+    _, dense = np.unique(blk, return_inverse=True)
+    d_prev, d_next = _distances(dense.astype(np.int64), nb)
+    A = int(model.associativity)
+    miss_prev = 1.0 - hit_probability(d_prev, capacity, A)
+    # d_next = -1 never happens (the last access counts to the end); 0 means nothing after
+    evict = 1.0 - hit_probability(np.maximum(d_next, 0.0), capacity, A)
+    reads = float(np.sum(w * nb * miss_prev * rd))
+    writes = float(np.sum(w * nb * evict * wr))
+    return reads, writes, int(t.size)
+
+
+# ---------------------------------------------------------------------------------------
+# Stream builders: the kernels' access patterns
+# ---------------------------------------------------------------------------------------
+def _coarse(total_steps: int, budget: int) -> int:
+    return max(1, -(-int(total_steps) // max(1, budget)))
+
+
+def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, step_wr=False,
+                 step_read_bytes=None, step_private_bytes=0.0, pre_bytes=0.0,
+                 pre_shared=None, pre_shared_bytes=0.0, post_bytes=0.0, slots: int,
+                 budget: int, n_seq: int):
+    """CTAs (arrays over CTAs, in launch order) that each sweep tiles lo..hi-1 of their
+    group's shared sequence (n_seq tiles per group), one per time step.
+
+    step_bytes: bytes of one shared tile (resident size); step_read_bytes: bytes read on a
+    miss (default step_bytes); step_wr: the sweep writes it back (atomics, RMW).
+    step_private_bytes: bytes of a per-step tile only this CTA touches (read).
+    pre_bytes / post_bytes: private bytes read at the start / written at the end.
+    pre_shared: optional shared tile id per CTA read at the start (pre_shared_bytes).
+    Returns the number of simulated accesses."""
+    group, lo, hi = (np.asarray(x, dtype=np.int64) for x in (group, lo, hi))
+    n = group.size
+    steps = np.maximum(hi - lo, 0)
+    start = _schedule((steps + 1).astype(np.float64), int(slots))
+    # CTAs that start together on the same tiles touch each tile at the same step: merge
+    key = np.stack([start.view(np.int64), group, lo, hi,
+                    (np.zeros(n, np.int64) if pre_shared is None else np.asarray(pre_shared))], 1)
+    _, first, inv, counts = np.unique(key, axis=0, return_index=True, return_inverse=True,
+                                      return_counts=True)
+    inv = inv.ravel()
+    mult = counts.astype(np.float64)            # CTAs per cohort (private bytes add up)
+    g, l, h, s0 = group[first], lo[first], hi[first], start[first]
+    st = np.maximum(h - l, 0)
+    q = _coarse(int(st.sum()), budget)
+    m = len(first)
+    # private pre / post
+    stream.add(s0, stream.ids(m), mult * pre_bytes, True, False)
+    if pre_shared is not None:
+        ps = np.asarray(pre_shared, dtype=np.int64)[first]
+        stream.add(s0, ps, pre_shared_bytes, True, False)
+    stream.add(s0 + st + 1, stream.ids(m), mult * post_bytes, False, True)
+    # the sweep, in groups of q consecutive tiles
+    c_lo, c_hi = l // q, np.where(st > 0, (h - 1) // q + 1, l // q)
+    nc = np.maximum(c_hi - c_lo, 0)
+    if nc.sum() == 0:
+        return m
+    cta = np.repeat(np.arange(m), nc)
+    off = np.arange(nc.sum()) - np.repeat(np.cumsum(nc) - nc, nc)
+    cidx = c_lo[cta] + off                      # coarse tile index
+    a = np.maximum(cidx * q, l[cta])            # first real tile of this group in the CTA's range
+    b = np.minimum(cidx * q + q, h[cta])
+    cnt = (b - a).astype(np.float64)
+    tmid = s0[cta] + (a + b) / 2.0 - l[cta] + 0.5
+    ncoarse = -(-n_seq // q)
+    rb = step_bytes if step_read_bytes is None else step_read_bytes
+    stream.add(tmid, g[cta] * ncoarse + cidx + (1 << 40), cnt * step_bytes * (1.0 if step_rd else 0.0)
+               + (0 if step_rd else cnt * step_bytes), step_rd, step_wr)
+    if step_read_bytes is not None and step_read_bytes != step_bytes:
+        pass  # the resident size is what matters for distances; reads counted by caller
+    if step_private_bytes:
+        stream.add(tmid, stream.ids(cidx.size), cnt * mult[cta] * step_private_bytes, True, False)
+    return m + cidx.size
+
+
+def tile_kernel(stream: Stream, *, a_blk, a_bytes, b_blk, b_bytes, out_bytes, slots: int):
+    """One CTA per tile (launch order): reads shared tiles a and b, writes a private output
+    tile. Durations are equal, so CTAs run in waves of `slots`."""
+    n = len(a_blk)
+    start = (np.arange(n) // max(1, slots)).astype(np.float64)
+    stream.add(start, np.asarray(a_blk) + (2 << 40), a_bytes, True, False)
+    stream.add(start, np.asarray(b_blk) + (3 << 40), b_bytes, True, False)
+    stream.add(start + 1, stream.ids(n), out_bytes, False, True)
+    return 3 * n
+
+
+def row_kernel(stream: Stream, *, read_bytes, write_bytes, slots: int):
+    """CTAs (one per row block) that read a private input and write a private output."""
+    read_bytes = np.asarray(read_bytes, dtype=np.float64)
+    n = read_bytes.size
+    start = (np.arange(n) // max(1, slots)).astype(np.float64)
+    stream.add(start, stream.ids(n), read_bytes, True, False)
+    stream.add(start + 1, stream.ids(n), write_bytes, False, True)
+    return 2 * n
+
+
+__all__ = ["L2Model", "Stream", "KernelTraffic", "hit_probability", "dram_from_stream",
+           "sweep_kernel", "tile_kernel", "row_kernel"]
