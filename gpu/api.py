@@ -322,8 +322,10 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
                          "not 'standard'")
     dname = "fp32" if dt == np.float32 else "fp16"
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
-    if not np.isfinite(scale):
-        raise ValueError(f"scale={scale!r} must be a finite number")
+    if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
+        raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32 "
+                         f"(|scale| <= {float(np.finfo(np.float32).max):.8g}), the kernels' "
+                         f"compute dtype")
     if fast not in (None, True, False):
         raise ValueError(f"fast={fast!r} is not allowed; allowed: None, True, False")
     if fast and algorithm != "fa2":
@@ -423,8 +425,8 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
         fa1.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters, **common)
         if return_stats:
             lh, mh = l2.copy_to_host(), m2.copy_to_host()
-            with np.errstate(divide="ignore"):
-                Lh = np.where(lh > 0, mh + np.log(np.where(lh > 0, lh, 1)), -np.inf)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                Lh = mh + np.log(lh)   # no key: -inf + log 0 = -inf; NaN l or m: NaN
             L = cuda.to_device(Lh.astype(np.float32))
     else:
         _s, s3 = _output((B * H, N, N), npdt, kind, q)   # S, P: HBM scratch (kept alive

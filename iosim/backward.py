@@ -55,7 +55,7 @@ import numpy as np
 from .closed_form import _mask_sums, tile_sums
 from .ledger import CountingMemory, Ledger
 from .problem import STAT_DTYPE, ConfigError, Problem
-from .reference import element_mask
+from .reference import _masked_matmul, element_mask, reference_probs
 from .schedules import (FORWARD, active_tiles, block_bounds, random_inputs, read_row_active,
                         rowblock_product, write_row_active)
 from .tiling import ALGORITHMS, Tiling
@@ -85,14 +85,18 @@ def _check_algorithm(algorithm):
 
 
 def _probs(S, l=None, m=None, L=None):
-    """P = exp(S - L) (or diag(l)^-1 exp(S - m)) in float32; rows that see no key give 0."""
-    if L is None:
-        ok = (l > 0)[:, None]
-        m_safe = np.where(np.isneginf(m), F32(0), m)[:, None]
-        P = np.exp(S - m_safe) / np.where(ok, l[:, None], F32(1))
-    else:
-        ok = np.isfinite(L)[:, None]
-        P = np.exp(S - np.where(ok, L[:, None], F32(0)))
+    """P = exp(S - L) (or diag(l)^-1 exp(S - m)) in float32. Rows that saw no key in the
+    forward (L = -inf; fa1: l = 0) give 0; a NaN statistic (the forward met a NaN or Inf)
+    gives NaN, never 0."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        if L is None:
+            ok = (l != 0)[:, None]
+            m_safe = np.where(np.isneginf(m), F32(0), m)[:, None]
+            P = np.exp(S - m_safe) / np.where(ok, l[:, None], F32(1))
+        else:
+            ok = ~np.isneginf(L)[:, None]
+            P = np.exp(S - np.where(ok, L[:, None], F32(0)))
+        P = np.where(np.isneginf(S), F32(0), P)          # masked entries: 0, as the kernels
     return np.where(ok, P, F32(0)).astype(F32)
 
 
@@ -378,7 +382,10 @@ def reference_attention_backward(q, k, v, do, *, causal: bool = False, scale: fl
     """(dq, dk, dv) of O = softmax(scale Q K^T + mask) V in float64, analytically:
     dV = P^T dO, dP = dO V^T, D = rowsum(P o dP), dS = P o (dP - D), dQ = scale dS K,
     dK = scale dS^T Q. Shapes (..., heads, N, d); K, V may have fewer (grouped) heads, in
-    which case dk, dv are summed over each group. Rows that see no key have P = 0."""
+    which case dk, dv are summed over each group. Rows that see no key have P = 0.
+    Every sum runs over the visible (row, key) pairs only, so a NaN or Inf input gives NaN
+    where it reaches, never a finite number, and nothing where it is masked (as
+    iosim.reference_attention)."""
     q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
     H, G = q.shape[-3], k.shape[-3]
     if H % G:
@@ -387,16 +394,14 @@ def reference_attention_backward(q, k, v, do, *, causal: bool = False, scale: fl
     N, d = q.shape[-2], q.shape[-1]
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
     allowed = element_mask(N, causal, block_mask, B_r, B_c)
-    s = np.where(allowed, scale * (q @ np.swapaxes(kr, -1, -2)), -np.inf)
-    m = s.max(axis=-1, keepdims=True)
-    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-    l = p.sum(axis=-1, keepdims=True)
-    p = np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0)
-    dv = np.swapaxes(p, -1, -2) @ do
-    dp = do @ np.swapaxes(vr, -1, -2)
-    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
-    dq = scale * ds @ kr
-    dk = scale * np.swapaxes(ds, -1, -2) @ q
+    p, _, _ = reference_probs(q, kr, allowed, scale)
+    with np.errstate(invalid="ignore", over="ignore"):
+        dv = _masked_matmul(np.swapaxes(p, -1, -2), allowed.T, do)
+        dp = do @ np.swapaxes(vr, -1, -2)
+        D = np.where(allowed, p * dp, 0.0).sum(axis=-1, keepdims=True)
+        ds = np.where(allowed, p * (dp - D), 0.0)
+        dq = scale * _masked_matmul(ds, allowed, kr)
+        dk = scale * _masked_matmul(np.swapaxes(ds, -1, -2), allowed.T, q)
     if H != G:
         shape = dk.shape[:-3] + (G, H // G) + dk.shape[-2:]
         dk, dv = dk.reshape(shape).sum(axis=-3), dv.reshape(shape).sum(axis=-3)
