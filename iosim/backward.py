@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .closed_form import _mask_sums, tile_sums
+from .closed_form import _mask_sums, _max, _ints, int_dtype, tile_sums
 from .ledger import CountingMemory, Ledger
 from .problem import STAT_DTYPE, ConfigError, Problem
 from .reference import _masked_matmul, element_mask, reference_probs
@@ -324,8 +324,11 @@ def backward_counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA):
 
 def _add_group_reduction(reads, writes, N, d, batch, heads, kv_heads):
     """Totals (not per instance): add the dK/dV group-sum pass when kv_heads < heads."""
-    extra_r = np.where(kv_heads < heads, batch * heads * N * d, 0)
-    extra_w = np.where(kv_heads < heads, batch * kv_heads * N * d, 0)
+    dt = object if any(np.asarray(x).dtype == object for x in (N, d, batch, heads)) else np.int64
+    grouped = np.asarray(kv_heads < heads, dtype=bool)
+    zero = np.asarray(0, dtype=dt)
+    extra_r = np.where(grouped, np.asarray(batch * heads * N * d, dtype=dt), zero)
+    extra_w = np.where(grouped, np.asarray(batch * kv_heads * N * d, dtype=dt), zero)
     for t in ("dK", "dV"):
         reads[t] = reads.get(t, 0) + extra_r
         writes[t] = writes.get(t, 0) + extra_w
@@ -342,8 +345,9 @@ def backward_closed_form(algorithm: str, problem: Problem, tiling: Tiling) -> Ba
     k = problem.instances
     reads = {t: int(c) * k for t, c in reads.items()}
     writes = {t: int(c) * k for t, c in writes.items()}
-    _add_group_reduction(reads, writes, problem.N, problem.d, problem.batch, problem.heads,
-                         problem.kv_heads)
+    obj = lambda x: np.asarray(x, dtype=object)      # Python ints: exact at any size
+    _add_group_reduction(reads, writes, obj(problem.N), obj(problem.d), obj(problem.batch),
+                         obj(problem.heads), obj(problem.kv_heads))
     return BackwardLedger(f"{algorithm}-backward", problem, tiling,
                           {t: int(c) for t, c in reads.items()},
                           {t: int(c) for t, c in writes.items()})
@@ -355,12 +359,16 @@ def backward_closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False,
 
     Arguments broadcast. itemsize: bytes of the problem dtype (2 fp16, 4 fp32); l, m, L,
     D and dQacc are 4 bytes. Returns problem totals: reads / writes {tensor: elements},
-    read_bytes, write_bytes, hbm_bytes (bytes).
+    read_bytes, write_bytes, hbm_bytes (bytes); int64 arrays where int64 holds them
+    exactly, else object arrays of Python ints (iosim.closed_form.int_dtype).
     """
     _check_algorithm(algorithm)
     kv_heads = heads if kv_heads is None else kv_heads
-    N, d, B_r, B_c, itemsize, batch, heads, kv_heads = (
-        np.asarray(x, dtype=np.int64) for x in (N, d, B_r, B_c, itemsize, batch, heads, kv_heads))
+    # counts are at most about 16 (N + B_r + B_c)^2 d batch heads elements, times 8 bytes
+    bound = (128.0 * (_max(N) + _max(B_r) + _max(B_c) + 2.0) ** 2 * max(_max(d), 1.0)
+             * max(_max(batch), 1.0) * max(_max(heads), 1.0) * max(_max(itemsize), 4.0))
+    args = (N, d, B_r, B_c, itemsize, batch, heads, kv_heads)
+    N, d, B_r, B_c, itemsize, batch, heads, kv_heads = _ints(int_dtype(bound, *args), *args)
     if (N <= 0).any() or (d <= 0).any() or (B_r <= 0).any() or (B_c <= 0).any():
         raise ConfigError("N, d, B_r and B_c must all be positive")
     reads, writes = backward_counts_from_sums(algorithm, N, d, *tile_sums(N, B_r, B_c, causal))
