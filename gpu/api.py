@@ -279,7 +279,9 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     array in (numba, or any __cuda_array_interface__ object such as a torch tensor; not
     in the simulator) -> the same kind out, without copying the inputs.
 
-    algorithm: 'standard' | 'fa1' | 'fa2'. scale: default 1/sqrt(d).
+    algorithm: 'standard' | 'fa1' | 'fa2'. scale: default 1/sqrt(d); must be finite in
+    float32. NaN or Inf in q, k, v gives NaN wherever iosim.reference_attention has NaN
+    (README: Non-finite inputs); only a row that sees no key gets O = 0, L = -inf.
     Tiling: block_rows=B_r and block_cols=B_c, or sram_bytes=M (bytes; the paper's
     rule B_c = ceil(M/4d), B_r = min(B_c, d) in elements of the dtype), or neither
     (`default_tiling`). A tiling whose shared-memory footprint exceeds the device's
