@@ -180,8 +180,10 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
             lines.append(f"- [{name}]({name}) ([svg]({name[:-4]}.svg))")
     lines += ["", f"Wall time: {time.perf_counter() - log.t0:.1f} s. "
               f"Result: {'all checks passed' if not failed else 'FAILED: ' + ', '.join(failed)}.", ""]
-    with open(os.path.join(out_dir, "REPORT.md"), "w") as f:
+    report_path = os.path.join(out_dir, "REPORT.md")
+    with open(f"{report_path}.{os.getpid()}.tmp", "w") as f:    # then moved into place
         f.write("\n".join(lines))
+    os.replace(f"{report_path}.{os.getpid()}.tmp", report_path)
     log(f"wrote {os.path.join(out_dir, 'REPORT.md')}: "
         f"{'all checks passed' if not failed else 'FAILED: ' + ', '.join(failed)}")
     return 0 if not failed else 1

@@ -13,6 +13,9 @@ import pytest
 import iosim
 from iosim.backward import execute_backward, reference_attention_backward
 
+# NaN and Inf arithmetic is the point here: NumPy's and the simulator's warnings are expected
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
 N, D, B = 24, 16, 8
 TILES = dict(block_rows=B, block_cols=B)
 

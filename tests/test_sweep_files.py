@@ -241,3 +241,21 @@ def test_oserror_during_a_command_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(f6, "save", fail, raising=False)
     assert cli(["figure", "fig6", "--out", str(tmp_path)]) == 2
     _one_error_line(capsys, "Permission denied", "fig6.png")
+
+
+def test_two_concurrent_reports_leave_one_row_per_point(tmp_path):
+    """The issue's example: two `flashsim report --no-kernels --out DIR` at once."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [sys.executable, "-m", "analysis.cli", "report", "--no-kernels", "--out", str(tmp_path)]
+    procs = [subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for _ in range(2)]
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out.decode()[-2000:]
+    with open(tmp_path / "sweep_model.jsonl") as f:
+        keys = [json.loads(line)["key"] for line in f]
+    assert len(keys) == len(set(keys)) == 360
+    assert "all checks passed" in (tmp_path / "REPORT.md").read_text()
+    assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
