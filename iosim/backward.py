@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .closed_form import _mask_sums, _max, _ints, int_dtype, tile_sums
+from .closed_form import _mask_sums, _max, _ints, exact_ints, int_dtype, tile_sums
 from .ledger import CountingMemory, Ledger
 from .problem import STAT_DTYPE, ConfigError, Problem
 from .reference import _masked_matmul, element_mask, reference_probs
@@ -303,7 +303,9 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
 # ---------------------------------------------------------------------------------------
 def backward_counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA):
     """Per-instance backward element counts ({tensor: reads}, {tensor: writes}), without the
-    grouped-head reduction; arrays broadcast. See the module docstring."""
+    grouped-head reduction; arrays broadcast. See the module docstring. Exact at any size
+    (object arrays where int64 could overflow)."""
+    N, d, nA, RA, CA, RCA = exact_ints(N, d, nA, RA, CA, RCA, factor=2)
     Nd = N * d
     if algorithm == "standard":
         reads = {"P": 2 * RCA, "dP": RCA, "dS": 2 * RCA, "dO": 2 * RA * d, "V": CA * d,

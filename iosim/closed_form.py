@@ -128,8 +128,22 @@ def _mask_sums(problem: Problem, tiling: Tiling):
     return int(A.sum()), int(rows @ A.sum(axis=1)), int(A.sum(axis=0) @ cols), int(rows @ A @ cols)
 
 
+def exact_ints(N, d, nA, RA, CA, RCA, factor: int = 1):
+    """The arguments of a counts_from_sums, as object arrays of Python ints where a count
+    (at most `factor` (RCA + (N + RA + CA) d)) could overflow int64; unchanged otherwise."""
+    args = (N, d, nA, RA, CA, RCA)
+    if all(isinstance(x, int) for x in args):
+        return args                                  # Python ints: exact already
+    bound = factor * (_max(RCA) + (_max(N) + _max(RA) + _max(CA)) * max(_max(d), 1.0))
+    if int_dtype(4.0 * bound, *args) is np.int64:
+        return args
+    return _ints(object, *args)
+
+
 def counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA):
-    """Per-instance element counts: ({tensor: reads}, {tensor: writes}); arrays broadcast."""
+    """Per-instance element counts: ({tensor: reads}, {tensor: writes}); arrays broadcast.
+    Exact at any size (object arrays where int64 could overflow)."""
+    N, d, nA, RA, CA, RCA = exact_ints(N, d, nA, RA, CA, RCA)
     if algorithm == "standard":
         reads = {"Q": RA * d, "K": CA * d, "V": CA * d, "S": RCA, "P": RCA}
         writes = {"S": RCA, "P": RCA, "O": N * d}

@@ -118,6 +118,18 @@ def test_floor_sum_exact_with_huge_terms():
     assert floor_sum(np.arange(10), 3, 2, 1).dtype == np.int64
 
 
+def test_counts_from_sums_exact_for_int64_sums():
+    """Sums handed over as int64 arrays whose counts overflow int64 still give exact counts."""
+    from iosim.backward import backward_counts_from_sums
+    from iosim.closed_form import counts_from_sums
+    N = 4 * 10**9
+    sums = [np.array([x], dtype=np.int64) for x in (10**12, 2**60, 2**60, N * N // 2)]
+    reads, writes = counts_from_sums("standard", np.array([N]), np.array([64]), *sums)
+    assert int(reads["S"][0]) == N * N // 2 and int(reads["Q"][0]) == 2**60 * 64
+    reads, _ = backward_counts_from_sums("standard", np.array([N]), 64, *sums)
+    assert int(reads["P"][0]) == N * N
+
+
 def test_small_configurations_stay_int64():
     rng = np.random.default_rng(0)
     N = rng.integers(128, 16385, 1000)
