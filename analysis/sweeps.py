@@ -5,7 +5,8 @@ Process:  `run_sweep(points, path, evaluate)` evaluates each point and appends o
           object per line, flushed at once. A killed sweep resumes where it stopped: points
           whose key is already in the file with the current `model_version` are skipped
           (rows of another version, and error rows unless retry_errors=False, are
-          evaluated again; the new row supersedes the old). A point that raises is
+          evaluated again; the new row supersedes the old, and the file is compacted to
+          one row per key). A point that raises is
           recorded with status "error" and its message, and the sweep goes on. Only a
           sweep file (or an empty or absent one) is appended to; concurrent runs on one
           file lock it (fcntl.flock) and never write a point twice; `read_rows` keeps one
@@ -29,6 +30,7 @@ Row results (model): hbm_bytes / hbm_read_bytes / hbm_write_bytes (problem total
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import itertools
@@ -264,36 +266,96 @@ def _repair(f, path: str) -> None:
         _parse_line(tail, path, f"line {len(lines) + 1}")
 
 
-class _Lock:
-    """An exclusive flock on an open file (no-op where fcntl is missing)."""
+class _SweepFile:
+    """An open sweep file shared with concurrent runs.
 
-    def __init__(self, f):
-        self.f = f
+    `locked()` holds an exclusive flock on it (fcntl; none where that is missing) and
+    first reads what other runs appended since (`rows`: the last row per key). A file
+    may be replaced by its compacted copy (os.replace) while others have it open: after
+    taking the lock, a run checks that the path still names the file it locked, and
+    otherwise opens the new one and reads it from the start, so nothing is ever appended
+    to a replaced file.
+    """
 
-    def __enter__(self):
+    def __init__(self, path: str):
+        self.path, self.f = path, None
+
+    def _open(self):
+        self.f = open(self.path, "a+b")
+        self.pos, self.lines, self.rows = 0, 0, {}
+
+    def close(self):
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+
+    def _flock(self, op):
         if fcntl is not None:
-            fcntl.flock(self.f.fileno(), fcntl.LOCK_EX)
-        return self
+            fcntl.flock(self.f.fileno(), op)
 
-    def __exit__(self, *exc):
-        if fcntl is not None:
-            fcntl.flock(self.f.fileno(), fcntl.LOCK_UN)
+    @contextlib.contextmanager
+    def locked(self):
+        while True:
+            if self.f is None:
+                self._open()
+            self._flock(fcntl.LOCK_EX if fcntl else 0)
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                st = None
+            mine = os.fstat(self.f.fileno())
+            if st is not None and (st.st_ino, st.st_dev) == (mine.st_ino, mine.st_dev):
+                break
+            self._flock(fcntl.LOCK_UN if fcntl else 0)   # replaced or removed: reopen
+            self.close()
+        try:
+            yield self
+        finally:
+            if self.f is not None:
+                self._flock(fcntl.LOCK_UN if fcntl else 0)
 
-
-class _Tail:
-    """Rows by key of an open sweep file, kept current by reading what others appended."""
-
-    def __init__(self, f, path):
-        self.f, self.path, self.pos, self.rows = f, path, 0, {}
+    def repair(self):
+        """Check the file is a sweep file and repair its tail (see `_repair`); lock held."""
+        _repair(self.f, self.path)
+        self.pos, self.lines, self.rows = 0, 0, {}
 
     def update(self):
+        """Read the complete lines appended since the last call (lock held)."""
         self.f.seek(self.pos)
         data = self.f.read()
-        end = data.rfind(b"\n") + 1         # complete lines only
+        end = data.rfind(b"\n") + 1
         for line in data[:end].split(b"\n")[:-1]:
             row = _parse_line(line, self.path, f"a row at byte {self.pos}")
             self.rows[row["key"]] = row
+            self.lines += 1
         self.pos += end
+
+    def append(self, row: dict):
+        """Append one row (lock held, after `update`)."""
+        self.f.seek(0, os.SEEK_END)
+        self.f.write((json.dumps(row, default=_jsonable) + "\n").encode())
+        self.f.flush()
+        self.pos = self.f.tell()
+        self.lines += 1
+        self.rows[row["key"]] = row
+
+    def compact(self):
+        """Where a key has more than one row (a superseded stale or error row), replace
+        the file by one holding the last row of each key, in first-appearance order
+        (lock held; the file is then closed, the next `locked()` opens the new one)."""
+        if self.lines <= len(self.rows):
+            return
+        tmp = f"{self.path}.{os.getpid()}.compact"
+        try:
+            with open(tmp, "wb") as out:
+                for row in self.rows.values():
+                    out.write((json.dumps(row, default=_jsonable) + "\n").encode())
+            os.replace(tmp, self.path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        self._flock(fcntl.LOCK_UN if fcntl else 0)
+        self.close()
 
 
 def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
@@ -306,9 +368,10 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
     last line is repaired. A row is reused only if its model_version equals `version`
     (default `model_version('kernel')` for evaluate_kernel, else `model_version('model')`)
     and it is ok, or an error row with retry_errors=False; otherwise the point is
-    evaluated again and its new row supersedes the old one (readers take the last).
-    Concurrent runs on one file are safe: each reads the rows the others appended and
-    appends under an exclusive lock (fcntl.flock), so a point is written once.
+    evaluated again and its new row supersedes the old one: at the end the file is
+    compacted to one row per key. Concurrent runs on one file are safe: each reads the
+    rows the others appended and appends under an exclusive lock (fcntl.flock), so a
+    point is written once.
 
     Returns {"done": newly written, "skipped": reused, "errors": new error rows}.
     An exception from `evaluate` becomes a row with status "error" and its message; a
@@ -325,15 +388,18 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
         return (row is not None and row.get("model_version") == version
                 and (row["status"] == "ok" or (row["status"] == "error" and not retry_errors)))
 
-    with open(path, "a+b") as f:
-        with _Lock(f):
-            _repair(f, path)
-        tail = _Tail(f, path)
+    sf = _SweepFile(path)
+    try:
+        with sf.locked():
+            sf.repair()
+            sf.update()
+            sf.compact()
         for full in pts:
             key = point_key(full)
-            with _Lock(f):
-                tail.update()
-            if reusable(tail.rows.get(key)):
+            with sf.locked():
+                sf.update()
+                row = sf.rows.get(key)
+            if reusable(row):
                 skipped += 1
                 continue
             t0 = time.perf_counter()
@@ -346,21 +412,21 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
                 row = {**full, "key": key, "model_version": version, "status": "error",
                        "error": f"{type(exc).__name__}: {exc}"}
             row["eval_seconds"] = round(time.perf_counter() - t0, 6)
-            line = (json.dumps(row, default=_jsonable) + "\n").encode()
-            with _Lock(f):
-                tail.update()
-                if reusable(tail.rows.get(key)):    # another run wrote it meanwhile
+            with sf.locked():
+                sf.update()
+                if reusable(sf.rows.get(key)):      # another run wrote it meanwhile
                     skipped += 1
                     continue
-                f.seek(0, os.SEEK_END)
-                f.write(line)
-                f.flush()
-                tail.pos = f.tell()
-                tail.rows[key] = row
+                sf.append(row)
             errors += row["status"] == "error"
             done += 1
             if progress:
                 progress(f"{row['status']:5s} {key}")
+        with sf.locked():
+            sf.update()
+            sf.compact()
+    finally:
+        sf.close()
     return {"done": done, "skipped": skipped, "errors": errors}
 
 

@@ -95,6 +95,31 @@ def test_concurrent_runs_write_each_point_once(tmp_path):
     assert len(keys) == len(pts) == len(set(keys))
 
 
+def test_concurrent_runs_over_stale_duplicated_rows(tmp_path):
+    """Both runs compact (os.replace) a file the other has open, and recompute stale rows:
+    still one line per point, every row current."""
+    ctx = multiprocessing.get_context("fork")
+    path = str(tmp_path / "d.jsonl")
+    pts = grid(algorithm=["standard", "fa1", "fa2"], N=[256, 512, 1024, 2048],
+               d=[64, 128], sram_bytes=[16384, 65536])
+    run_sweep(pts, path, evaluate_model, version="old")
+    with open(path) as f:
+        old = f.read()
+    with open(path, "w") as f:
+        f.write(old + old)                           # duplicated stale rows
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_sweep_in_child, args=(path, barrier, pts)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    with open(path) as f:
+        rows = [json.loads(line) for line in f]
+    assert len(rows) == len(pts) == len({r["key"] for r in rows})
+    assert {r["model_version"] for r in rows} == {sweeps.model_version("model")}
+
+
 def test_readers_deduplicate_a_polluted_file(tmp_path):
     path = tmp_path / "p.jsonl"
     run_sweep(POINTS, path, evaluate_model)
@@ -107,6 +132,8 @@ def test_readers_deduplicate_a_polluted_file(tmp_path):
     assert len(rows) == len(POINTS)
     assert rows[0]["hbm_bytes"] > 0                  # the last row of the key wins
     assert run_sweep(POINTS, path, evaluate_model)["done"] == 0
+    # a writer compacts it: one line per point, the surviving rows unchanged
+    assert path.read_text().splitlines() == lines
 
 
 # ---------------------------------------------------------------------------------------
@@ -121,6 +148,7 @@ def test_model_change_invalidates_cached_rows(tmp_path, monkeypatch):
     assert st["done"] == len(POINTS) and st["skipped"] == 0
     rows = read_rows(path)
     assert len(rows) == len(POINTS)                  # superseded, not duplicated
+    assert len(path.read_text().splitlines()) == len(POINTS)     # in the file too
     assert {r["model_version"] for r in rows} == {"another-model"}
     assert run_sweep(POINTS, path, evaluate_model)["done"] == 0
 
