@@ -56,8 +56,8 @@ from .closed_form import _mask_sums, _max, _ints, exact_ints, int_dtype, tile_su
 from .ledger import CountingMemory, Ledger
 from .problem import STAT_DTYPE, ConfigError, Problem
 from .reference import _masked_matmul, element_mask, reference_probs
-from .schedules import (FORWARD, active_tiles, block_bounds, random_inputs, read_row_active,
-                        rowblock_product, write_row_active)
+from .schedules import (FORWARD, active_tiles, block_bounds, check_scale, random_inputs,
+                        read_row_active, rowblock_product, write_row_active)
 from .tiling import ALGORITHMS, Tiling
 
 F32 = np.float32
@@ -261,7 +261,7 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
             raise ConfigError(f"{name} has shape {np.shape(x)}; the problem needs {(B, h, N, d)}")
     q, k, v, do = (np.asarray(x, dtype=dt) for x in (q, k, v, do))
     active_tiles(problem, tiling)
-    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    scale = check_scale(1.0 / np.sqrt(d) if scale is None else scale)
     O = np.empty((B, H, N, d), dtype=dt)
     dq = np.empty((B, H, N, d), dtype=dt)
     dk_h = np.empty((B, H, N, d), dtype=dt)   # per query head, before the group sum

@@ -264,6 +264,16 @@ def random_inputs(problem: Problem, seed: int = 0, scale: float = 1.0):
     return q, k, v
 
 
+def check_scale(scale) -> float:
+    """The softmax scale as a float; ConfigError unless it is finite in float32, the
+    schedules' (and the kernels') compute dtype (1e40 would become Inf there)."""
+    scale = float(scale)
+    if not np.isfinite(scale) or abs(scale) > float(np.finfo(F32).max):
+        raise ConfigError(f"scale={scale!r} is not allowed; allowed: numbers finite in "
+                          f"float32 (|scale| <= {float(np.finfo(F32).max):.8g})")
+    return scale
+
+
 def _check_inputs(problem: Problem, q, k, v):
     B, H, G, N, d = problem.batch, problem.heads, problem.kv_heads, problem.N, problem.d
     for name, x, h in (("q", q, H), ("k", k, G), ("v", v, G)):
@@ -300,7 +310,7 @@ def execute(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=
     dt = problem.np_dtype
     q, k, v = (np.asarray(x, dtype=dt) for x in (q, k, v))
     active_tiles(problem, tiling)  # validate the mask shape before any work
-    scale = 1.0 / np.sqrt(problem.d) if scale is None else float(scale)
+    scale = check_scale(1.0 / np.sqrt(problem.d) if scale is None else scale)
     pairs = [(0, 0)] if instances == "one" else [(b, h) for b in range(problem.batch)
                                                  for h in range(problem.heads)]
     O = np.empty((len({b for b, _ in pairs}), len({h for _, h in pairs}), problem.N, problem.d), dtype=dt)

@@ -212,6 +212,11 @@ def test_scale_not_finite_in_float32_is_refused(scale):
     import gpu
     from gpu.backward import attention_backward
     q, k, v = _inputs()
+    prob = iosim.Problem(N=N, d=D, dtype="fp32")
+    with pytest.raises(ValueError, match="scale="):
+        iosim.execute("fa2", prob, iosim.Tiling(B, B), q, k, v, scale=scale)
+    with pytest.raises(ValueError, match="scale="):
+        execute_backward("fa2", prob, iosim.Tiling(B, B), q, k, v, q, scale=scale)
     with pytest.raises(ValueError, match="scale="):
         gpu.attention(q, k, v, algorithm="fa2", scale=scale, **TILES)
     with pytest.raises(ValueError, match="scale="):
