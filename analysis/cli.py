@@ -1,8 +1,9 @@
 """`flashsim`: a thin command line over iosim, gpu and analysis.
 
 Each subcommand lives in analysis/commands/<name>.py and defines `register(subparsers)`,
-which adds its parser and sets `func(args) -> exit status`. Bad input exits with status 2
-and a one-line message naming the parameter, never a traceback.
+which adds its parser and sets `func(args) -> exit status`. Bad input and file-system
+errors (ValueError, OSError) exit with status 2 and one line on stderr naming the
+parameter or path, never a traceback.
 """
 from __future__ import annotations
 
@@ -35,9 +36,13 @@ def main(argv=None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except ValueError as e:  # ConfigError and the kernels' input errors: exit 2, one line
-        print(f"flashsim {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    except ValueError as e:  # ConfigError, bad paths, the kernels' input errors: exit 2
+        msg = str(e)
+    except OSError as e:     # a file-system error met while working: exit 2, naming the path
+        where = f" {e.filename!r}" if e.filename else ""
+        msg = f"{e.strerror or type(e).__name__}:{where}" if e.strerror else f"{type(e).__name__}: {e}"
+    print(f"flashsim {args.command}: error: {' '.join(msg.split())}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ import os
 import time
 
 from . import theory
-from .sweeps import ensure_cuda_env, evaluate_kernel, evaluate_model, grid, read_rows, run_sweep
+from .paths import check_out_dir
+from .sweeps import (ensure_cuda_env, evaluate_kernel, evaluate_model, grid, model_version,
+                     read_rows, run_sweep)
 
 #: The model sweep the report writes (bytes for M: 16 KiB .. the H100's 227 KiB).
 MODEL_GRID = dict(algorithm=["standard", "fa1", "fa2"], N=[512, 1024, 2048, 4096, 8192, 16384],
@@ -35,7 +37,7 @@ def _md_check(c: theory.Check) -> str:
 def run_report(out_dir="figures", *, kernel_validation=True) -> int:
     """Run everything into `out_dir`; return 0 if all checks pass, else 1."""
     log = _Progress()
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = check_out_dir(out_dir)
     gpu_present = ensure_cuda_env()
     log(f"flashsim report -> {out_dir}/ ({'GPU' if gpu_present else 'no GPU: CUDA simulator'})")
     lines = ["# flashsim report", ""]
@@ -77,16 +79,28 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
     log(f"optimal tiling: {10 - len(below)}/10 optima at or above the lower bound")
 
     # 3. model sweep -------------------------------------------------------------------
+    # regenerated on every run (instant), never trusted from an earlier or committed file:
+    # written to a file of this process, then moved into place (atomic; concurrent
+    # reports each leave a whole file)
     sweep_path = os.path.join(out_dir, "sweep_model.jsonl")
+    tmp_path = f"{sweep_path}.{os.getpid()}.tmp"
+    if os.path.exists(tmp_path):
+        os.remove(tmp_path)
     pts = grid(**MODEL_GRID)
-    st = run_sweep(pts, sweep_path, evaluate_model)
+    try:
+        st = run_sweep(pts, tmp_path, evaluate_model)
+        os.replace(tmp_path, sweep_path)
+    finally:
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
     rows = read_rows(sweep_path)
     n_err = sum(r["status"] == "error" for r in rows)
     lines += ["## Model sweep", "",
               f"`{os.path.basename(sweep_path)}`: {len(rows)} rows (algorithm x N x d x causal x "
               f"M bytes; paper's tiling), {n_err} recorded errors (tilings the rule cannot make, "
-              f"e.g. M < 4d); {st['done']} evaluated now, {st['skipped']} resumed from the file.", ""]
-    log(f"model sweep: {len(rows)} rows ({st['done']} new, {st['skipped']} resumed, {n_err} errors)")
+              f"e.g. M < 4d); all {st['done']} evaluated now by model version "
+              f"{model_version('model')}.", ""]
+    log(f"model sweep: {len(rows)} rows ({st['done']} evaluated, {n_err} errors)")
 
     # 4. kernel validation ---------------------------------------------------------------
     from .figures import fig7_validation
@@ -166,8 +180,10 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
             lines.append(f"- [{name}]({name}) ([svg]({name[:-4]}.svg))")
     lines += ["", f"Wall time: {time.perf_counter() - log.t0:.1f} s. "
               f"Result: {'all checks passed' if not failed else 'FAILED: ' + ', '.join(failed)}.", ""]
-    with open(os.path.join(out_dir, "REPORT.md"), "w") as f:
+    report_path = os.path.join(out_dir, "REPORT.md")
+    with open(f"{report_path}.{os.getpid()}.tmp", "w") as f:    # then moved into place
         f.write("\n".join(lines))
+    os.replace(f"{report_path}.{os.getpid()}.tmp", report_path)
     log(f"wrote {os.path.join(out_dir, 'REPORT.md')}: "
         f"{'all checks passed' if not failed else 'FAILED: ' + ', '.join(failed)}")
     return 0 if not failed else 1

@@ -3,8 +3,14 @@
 Generate: `grid(**axes)` gives the cartesian product of parameter lists as dicts.
 Process:  `run_sweep(points, path, evaluate)` evaluates each point and appends one JSON
           object per line, flushed at once. A killed sweep resumes where it stopped: points
-          whose key is already in the file are skipped. A point that raises is recorded
-          with status "error" and its message, and the sweep goes on.
+          whose key is already in the file with the current `model_version` are skipped
+          (rows of another version, and error rows unless retry_errors=False, are
+          evaluated again; the new row supersedes the old, and the file is compacted to
+          one row per key). A point that raises is
+          recorded with status "error" and its message, and the sweep goes on. Only a
+          sweep file (or an empty or absent one) is appended to; concurrent runs on one
+          file lock it (fcntl.flock) and never write a point twice; `read_rows` keeps one
+          row per key (the last).
 Evaluate: `evaluate_model` (closed forms: instant) or `evaluate_kernel` (the gpu kernels:
           runtime and instrumented counts; needs `gpu`, a real GPU for timings).
 
@@ -24,7 +30,9 @@ Row results (model): hbm_bytes / hbm_read_bytes / hbm_write_bytes (problem total
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import hashlib
 import itertools
 import json
 import os
@@ -33,8 +41,16 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no locking
+    fcntl = None
+
 from iosim import (ALGORITHMS, ConfigError, Problem, Tiling, closed_form, resolve_tiling,
                    sram_footprint_bytes, sram_to_elements)
+from iosim.problem import check_dtype
+
+from .paths import check_out_file
 
 DEFAULTS = {"algorithm": "fa1", "N": 1024, "d": 64, "batch": 1, "heads": 1, "dtype": "fp16",
             "causal": False, "sram_bytes": None, "block_rows": None, "block_cols": None,
@@ -100,81 +116,317 @@ def grid(**axes) -> list[dict]:
     return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
 
 
+def normalise(params: dict) -> dict:
+    """A point with DEFAULTS filled in and every value in canonical form (dtype aliases
+    `half`, `float16` -> `fp16`; NumPy integers -> int; sparsity -> float), so that equal
+    points get equal keys. ConfigError naming the parameter for a value not allowed."""
+    unknown = set(params) - set(DEFAULTS)
+    if unknown:
+        raise ConfigError(f"sweep parameter(s) {sorted(unknown)} not known; allowed: "
+                          f"{', '.join(DEFAULTS)}")
+    p = {**DEFAULTS, **params}
+    if p["algorithm"] not in ALGORITHMS:
+        raise ConfigError(f"algorithm={p['algorithm']!r} is not known; allowed: {', '.join(ALGORITHMS)}")
+
+    def integer(name, value, *, optional=False, positive=True):
+        if value is None and optional:
+            return None
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+                or (positive and value <= 0):
+            allowed = "positive integers" if positive else "integers"
+            raise ConfigError(f"{name}={value!r} is not allowed; allowed: {allowed}"
+                              + (" or None" if optional else ""))
+        return int(value)
+
+    for name in ("N", "d", "batch", "heads"):
+        p[name] = integer(name, p[name])
+    for name in ("sram_bytes", "block_rows", "block_cols"):
+        p[name] = integer(name, p[name], optional=True)
+    p["seed"] = integer("seed", p["seed"], positive=False)
+    p["dtype"] = check_dtype(p["dtype"])
+    if not isinstance(p["causal"], (bool, np.bool_)):
+        raise ConfigError(f"causal={p['causal']!r} is not allowed; allowed: True, False")
+    p["causal"] = bool(p["causal"])
+    sp = p["sparsity"]
+    if isinstance(sp, (bool, np.bool_)) or not isinstance(sp, (int, float, np.integer, np.floating)) \
+            or not 0 < sp <= 1:
+        raise ConfigError(f"sparsity={sp!r} is not allowed; allowed: numbers in (0, 1]")
+    p["sparsity"] = float(sp)
+    if (p["block_rows"] is None) != (p["block_cols"] is None):
+        raise ConfigError(f"block_rows={p['block_rows']!r} and block_cols={p['block_cols']!r}: "
+                          f"give both or neither")
+    return p
+
+
 def point_key(params: dict) -> str:
-    """Canonical identity of a point: its parameters (DEFAULTS filled in) as sorted JSON."""
-    full = {**DEFAULTS, **params}
+    """Canonical identity of a point: its normalised parameters as sorted JSON."""
+    full = normalise(params)
     return json.dumps({k: full[k] for k in sorted(DEFAULTS)}, sort_keys=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Model version: a row is reused only if the code that made it is unchanged
+# ---------------------------------------------------------------------------------------
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Source files whose content makes a row, per backend (globs relative to the project).
+VERSION_SOURCES = {"model": ("iosim/*.py", "analysis/sweeps.py"),
+                   "kernel": ("iosim/*.py", "analysis/sweeps.py", "gpu/*.py", "gpu/*.cu")}
+_version_cache: dict = {}
+
+
+def model_version(backend: str = "model") -> str:
+    """sha256 (16 hex digits) over the source files of the model that produces `backend`'s
+    rows (VERSION_SOURCES): any edit there makes earlier rows stale."""
+    if backend not in VERSION_SOURCES:
+        raise ConfigError(f"backend={backend!r} is not known; allowed: {', '.join(VERSION_SOURCES)}")
+    if backend not in _version_cache:
+        import glob
+        h = hashlib.sha256()
+        for pattern in VERSION_SOURCES[backend]:
+            for f in sorted(glob.glob(os.path.join(_ROOT, pattern))):
+                h.update(os.path.relpath(f, _ROOT).encode() + b"\0")
+                with open(f, "rb") as fh:
+                    h.update(fh.read() + b"\0")
+        _version_cache[backend] = h.hexdigest()[:16]
+    return _version_cache[backend]
 
 
 # ---------------------------------------------------------------------------------------
 # Process
 # ---------------------------------------------------------------------------------------
+#: Keys every sweep row has (a file of such rows, one per line, is a sweep file).
+ROW_KEYS = frozenset(DEFAULTS) | {"key", "status"}
+
+
+class SweepFileError(ValueError):
+    """--out names a file that is not a sweep file (one line, naming the path)."""
+
+
+def is_sweep_row(row) -> bool:
+    return isinstance(row, dict) and ROW_KEYS <= row.keys()
+
+
 def read_rows(path) -> list[dict]:
-    """All complete rows of a JSON-lines file (a torn last line is ignored)."""
-    rows = []
+    """The rows of a sweep file, one per point: where a key occurs more than once (a
+    recomputed stale or error row, or a file written by concurrent runs before they were
+    locked) the last valid row wins, at the place of the first. Lines that are not sweep
+    rows and a torn last line are ignored."""
+    rows: dict = {}
     if not os.path.exists(path):
-        return rows
-    with open(path) as f:
+        return []
+    with open(path, "rb") as f:
         for line in f:
-            if not line.endswith("\n"):
+            if not line.endswith(b"\n"):
                 break  # torn write of a killed run
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+                row = json.loads(line)
+            except ValueError:
                 continue
-    return rows
+            if is_sweep_row(row):
+                rows[row["key"]] = row
+    return list(rows.values())
 
 
-def _drop_torn_tail(path) -> None:
-    """Truncate a last line left without its newline by a killed writer."""
-    if not os.path.exists(path) or os.path.getsize(path) == 0:
+def _parse_line(line: bytes, path: str, where: str) -> dict:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        row = None
+    if not is_sweep_row(row):
+        raise SweepFileError(f"--out {path!r} is not a sweep file ({where} is not a JSON row with "
+                             f"the sweep keys); give a new file or an earlier sweep's file")
+    return row
+
+
+def _repair(f, path: str) -> None:
+    """Check that the open file is a sweep file and repair its tail (caller holds the lock):
+    a last line without its newline is a torn write of a killed run and is dropped, unless
+    it is a whole row, which gets its newline. Anything else: SweepFileError."""
+    f.seek(0)
+    data = f.read()
+    if not data:
         return
-    with open(path, "rb+") as f:
-        data = f.read()
-        if data.endswith(b"\n"):
+    lines = data.split(b"\n")
+    tail = lines.pop()                       # b"" when the file ends with a newline
+    for n, line in enumerate(lines, 1):
+        _parse_line(line, path, f"line {n}")
+    if not tail:
+        return
+    try:
+        whole = json.loads(tail)
+    except ValueError:
+        whole = None
+    if is_sweep_row(whole):
+        f.seek(0, os.SEEK_END)
+        f.write(b"\n")
+        f.flush()
+    elif tail.lstrip().startswith(b"{") and whole is None:
+        f.truncate(len(data) - len(tail))    # torn: a row cut short
+    else:
+        _parse_line(tail, path, f"line {len(lines) + 1}")
+
+
+class _SweepFile:
+    """An open sweep file shared with concurrent runs.
+
+    `locked()` holds an exclusive flock on it (fcntl; none where that is missing) and
+    first reads what other runs appended since (`rows`: the last row per key). A file
+    may be replaced by its compacted copy (os.replace) while others have it open: after
+    taking the lock, a run checks that the path still names the file it locked, and
+    otherwise opens the new one and reads it from the start, so nothing is ever appended
+    to a replaced file.
+    """
+
+    def __init__(self, path: str):
+        self.path, self.f = path, None
+
+    def _open(self):
+        self.f = open(self.path, "a+b")
+        self.pos, self.lines, self.rows = 0, 0, {}
+
+    def close(self):
+        if self.f is not None:
+            self.f.close()
+            self.f = None
+
+    def _flock(self, op):
+        if fcntl is not None:
+            fcntl.flock(self.f.fileno(), op)
+
+    @contextlib.contextmanager
+    def locked(self):
+        while True:
+            if self.f is None:
+                self._open()
+            self._flock(fcntl.LOCK_EX if fcntl else 0)
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                st = None
+            mine = os.fstat(self.f.fileno())
+            if st is not None and (st.st_ino, st.st_dev) == (mine.st_ino, mine.st_dev):
+                break
+            self._flock(fcntl.LOCK_UN if fcntl else 0)   # replaced or removed: reopen
+            self.close()
+        try:
+            yield self
+        finally:
+            if self.f is not None:
+                self._flock(fcntl.LOCK_UN if fcntl else 0)
+
+    def repair(self):
+        """Check the file is a sweep file and repair its tail (see `_repair`); lock held."""
+        _repair(self.f, self.path)
+        self.pos, self.lines, self.rows = 0, 0, {}
+
+    def update(self):
+        """Read the complete lines appended since the last call (lock held)."""
+        self.f.seek(self.pos)
+        data = self.f.read()
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].split(b"\n")[:-1]:
+            row = _parse_line(line, self.path, f"a row at byte {self.pos}")
+            self.rows[row["key"]] = row
+            self.lines += 1
+        self.pos += end
+
+    def append(self, row: dict):
+        """Append one row (lock held, after `update`)."""
+        self.f.seek(0, os.SEEK_END)
+        self.f.write((json.dumps(row, default=_jsonable) + "\n").encode())
+        self.f.flush()
+        self.pos = self.f.tell()
+        self.lines += 1
+        self.rows[row["key"]] = row
+
+    def compact(self):
+        """Where a key has more than one row (a superseded stale or error row), replace
+        the file by one holding the last row of each key, in first-appearance order
+        (lock held; the file is then closed, the next `locked()` opens the new one)."""
+        if self.lines <= len(self.rows):
             return
-        cut = data.rfind(b"\n") + 1
-        f.truncate(cut)
+        tmp = f"{self.path}.{os.getpid()}.compact"
+        try:
+            with open(tmp, "wb") as out:
+                for row in self.rows.values():
+                    out.write((json.dumps(row, default=_jsonable) + "\n").encode())
+            os.replace(tmp, self.path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        self._flock(fcntl.LOCK_UN if fcntl else 0)
+        self.close()
 
 
 def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
-              progress: Callable[[str], None] | None = None) -> dict:
-    """Evaluate every point not yet in `path`, appending one JSON row each (flushed).
+              progress: Callable[[str], None] | None = None, retry_errors: bool = True,
+              version: str | None = None) -> dict:
+    """Evaluate every point without a current row in `path`, appending one JSON row each.
 
-    Returns {"done": newly evaluated, "skipped": already present, "errors": new error rows}.
+    Every point is normalised and checked first (ConfigError before any work). `path`
+    must be absent, empty or a sweep file (else SweepFileError, nothing written); a torn
+    last line is repaired. A row is reused only if its model_version equals `version`
+    (default `model_version('kernel')` for evaluate_kernel, else `model_version('model')`)
+    and it is ok, or an error row with retry_errors=False; otherwise the point is
+    evaluated again and its new row supersedes the old one: at the end the file is
+    compacted to one row per key. Concurrent runs on one file are safe: each reads the
+    rows the others appended and appends under an exclusive lock (fcntl.flock), so a
+    point is written once.
+
+    Returns {"done": newly written, "skipped": reused, "errors": new error rows}.
     An exception from `evaluate` becomes a row with status "error" and its message; a
-    KeyboardInterrupt/SystemExit stops the sweep (rows so far are kept, so a re-run
-    resumes).
+    KeyboardInterrupt/SystemExit stops the sweep (rows so far are kept: a re-run resumes).
     """
-    path = os.fspath(path)
+    pts = [normalise(p) for p in points]
+    path = check_out_file(path)
+    if version is None:
+        version = model_version("kernel" if evaluate is evaluate_kernel else "model")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    _drop_torn_tail(path)
-    seen = {r.get("key") for r in read_rows(path)}
     done = skipped = errors = 0
-    with open(path, "a") as f:
-        for params in points:
-            full = {**DEFAULTS, **params}
+
+    def reusable(row):
+        return (row is not None and row.get("model_version") == version
+                and (row["status"] == "ok" or (row["status"] == "error" and not retry_errors)))
+
+    sf = _SweepFile(path)
+    try:
+        with sf.locked():
+            sf.repair()
+            sf.update()
+            sf.compact()
+        for full in pts:
             key = point_key(full)
-            if key in seen:
+            with sf.locked():
+                sf.update()
+                row = sf.rows.get(key)
+            if reusable(row):
                 skipped += 1
                 continue
             t0 = time.perf_counter()
             try:
                 result = evaluate(full)
-                row = {**full, "key": key, "status": "ok", **result}
+                row = {**full, "key": key, "model_version": version, "status": "ok", **result}
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as exc:
-                row = {**full, "key": key, "status": "error",
+                row = {**full, "key": key, "model_version": version, "status": "error",
                        "error": f"{type(exc).__name__}: {exc}"}
-                errors += 1
             row["eval_seconds"] = round(time.perf_counter() - t0, 6)
-            f.write(json.dumps(row, default=_jsonable) + "\n")
-            f.flush()
-            seen.add(key)
+            with sf.locked():
+                sf.update()
+                if reusable(sf.rows.get(key)):      # another run wrote it meanwhile
+                    skipped += 1
+                    continue
+                sf.append(row)
+            errors += row["status"] == "error"
             done += 1
             if progress:
                 progress(f"{row['status']:5s} {key}")
+        with sf.locked():
+            sf.update()
+            sf.compact()
+    finally:
+        sf.close()
     return {"done": done, "skipped": skipped, "errors": errors}
 
 
@@ -305,6 +557,7 @@ def evaluate_kernel(params: dict, *, repeats: int = 3) -> dict:
 
 EVALUATORS = {"model": evaluate_model, "kernel": evaluate_kernel}
 
-__all__ = ["DEFAULTS", "EVALUATORS", "build", "ensure_cuda_env", "evaluate_kernel",
-           "evaluate_model", "grid", "has_cuda_gpu", "import_gpu", "model_row", "point_key",
+__all__ = ["DEFAULTS", "EVALUATORS", "ROW_KEYS", "SweepFileError", "build", "ensure_cuda_env",
+           "evaluate_kernel", "evaluate_model", "grid", "has_cuda_gpu", "import_gpu",
+           "is_sweep_row", "model_row", "model_version", "normalise", "point_key",
            "random_block_mask", "read_rows", "run_kernel", "run_sweep"]

@@ -63,6 +63,7 @@ DEFAULT_SMEM_BYTES = 48 * 1024
 NEG_INF = np.float32(-math.inf)
 ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
+NAN = np.float32(math.nan)
 
 
 def default_threads() -> int:
@@ -387,7 +388,7 @@ def counters_to_ledger(counters, algorithm, problem, tiling) -> Ledger:
 
 
 __all__ = ["SIM", "TENSORS", "T", "READ", "WRITE", "NB_DTYPE", "NP_DTYPE", "NEG_INF", "ZERO",
-           "ONE", "DEFAULT_SMEM_BYTES", "default_threads", "dtype_name", "kernel_name",
+           "ONE", "NAN", "sees_key", "DEFAULT_SMEM_BYTES", "default_threads", "dtype_name", "kernel_name",
            "specialisation", "device_smem_limit", "check_fits", "launch", "filled",
            "new_counters", "dummy_mask", "counters_to_dicts", "counters_to_ledger"]
 
@@ -397,3 +398,19 @@ def add_count(counters, tensor, direction, n):
     """Flush one per-thread element count into counters[tensor, direction] (one atomic)."""
     if n > 0:
         cuda.atomic.add(counters, (tensor, direction), n)
+
+
+@cuda.jit(device=True, inline=True)
+def sees_key(mask, i, row, T_c, B_c, causal, has_mask):
+    """Whether query `row` (of query block i) may attend at least one key: True unless a
+    block mask hides every tile that holds a key column <= row (causal) or every tile of
+    block i. This is the structural test of "the row sees no key" (O = 0, L = -inf); it
+    must not be read off the running sum l, which is NaN, not 0, when an input is NaN."""
+    if not has_mask:
+        return True                                 # causal: key 0 <= row is visible
+    for j in range(T_c):
+        if causal and j * B_c > row:
+            return False
+        if mask[i, j] != 0:
+            return True
+    return False

@@ -282,7 +282,9 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     array in (numba, or any __cuda_array_interface__ object such as a torch tensor; not
     in the simulator) -> the same kind out, without copying the inputs.
 
-    algorithm: 'standard' | 'fa1' | 'fa2'. scale: default 1/sqrt(d).
+    algorithm: 'standard' | 'fa1' | 'fa2'. scale: default 1/sqrt(d); must be finite in
+    float32. NaN or Inf in q, k, v gives NaN wherever iosim.reference_attention has NaN
+    (README: Non-finite inputs); only a row that sees no key gets O = 0, L = -inf.
     Tiling: block_rows=B_r and block_cols=B_c, or sram_bytes=M (bytes; the paper's
     rule B_c = ceil(M/4d), B_r = min(B_c, d) in elements of the dtype), or neither
     (`default_tiling`). A tiling whose shared-memory footprint exceeds the device's
@@ -325,8 +327,10 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
                          "not 'standard'")
     dname = "fp32" if dt == np.float32 else "fp16"
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
-    if not np.isfinite(scale):
-        raise ValueError(f"scale={scale!r} must be a finite number")
+    if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
+        raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32 "
+                         f"(|scale| <= {float(np.finfo(np.float32).max):.8g}), the kernels' "
+                         f"compute dtype")
     if fast not in (None, True, False):
         raise ValueError(f"fast={fast!r} is not allowed; allowed: None, True, False")
     if fast and algorithm != "fa2":
@@ -426,8 +430,8 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
         fa1.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters, **common)
         if return_stats:
             lh, mh = l2.copy_to_host(), m2.copy_to_host()
-            with np.errstate(divide="ignore"):
-                Lh = np.where(lh > 0, mh + np.log(np.where(lh > 0, lh, 1)), -np.inf)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                Lh = mh + np.log(lh)   # no key: -inf + log 0 = -inf; NaN l or m: NaN
             L = cuda.to_device(Lh.astype(np.float32))
     else:
         _s, s3 = _output((B * H, N, N), npdt, kind, q)   # S, P: HBM scratch (kept alive

@@ -36,6 +36,9 @@ Per active tile (i, j) three phases over all threads of the block:
           dS = P (dO_i[r].V_j[c] - D[r])
     B/C   per (c, x): dV += sum_r P dO, dK += scale sum_r dS Q;
           per (r, x): dQ_i[r, x] += scale sum_c dS K_j (atomic into dQacc / fa1: RMW of dQ).
+Non-finite inputs: a row that saw no key in the forward (L = -inf; fa1: l = 0) has P = 0;
+a NaN statistic (the forward met a NaN or Inf) or a NaN score keeps P NaN, so NaN or Inf
+in q, k, v, o, dO reach the gradients as NaN wherever the float64 reference has NaN.
 """
 from __future__ import annotations
 
@@ -246,11 +249,13 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads):
                     if causal and c0 + c > r0 + r:
                         visible = False
                     st = Sts[r]
-                    if st == NEG_INF:                   # row sees no key: P = 0
-                        visible = False
+                    # a row that saw no key in the forward: fa2 L = -inf, fa1 l = 0 (then
+                    # P = 0); a NaN statistic (a NaN or Inf input) keeps P NaN
                     if FA1:
-                        if ls[r] <= ZERO:
+                        if ls[r] == ZERO:
                             visible = False
+                    elif st == NEG_INF:
+                        visible = False
                     if visible:
                         s = ZERO                        # line 12: S = scale Q_i K_j^T
                         for x in range(d):
@@ -463,8 +468,10 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"head dimension d={d} is not supported; allowed: {HEAD_DIMS}")
     dname = "fp32" if dt == np.float32 else "fp16"
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
-    if not np.isfinite(scale):
-        raise ValueError(f"scale={scale!r} must be a finite number")
+    if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
+        raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32 "
+                         f"(|scale| <= {float(np.finfo(np.float32).max):.8g}), the kernels' "
+                         f"compute dtype")
     if block_rows is None and block_cols is None:
         tiling = default_backward_tiling(d, dname, algorithm)
     else:

@@ -4,7 +4,9 @@ Schedule (iosim.schedules.fa2_forward is the same, on the host):
     read Q_i once; for each active key block j: read K_j, V_j, update the running
     row max m, row sum l and the unnormalised O_i accumulator (all float32, on chip);
     finally write O_i = acc / l and L_i = m + log(l) once.
-A row that sees no key at all (possible under a block mask) gets O = 0, L = -inf.
+A row that sees no key at all (possible under a block mask) gets O = 0, L = -inf; a row
+that sees a key and meets a NaN or Inf (in q, k, v) gets NaN, never a finite number:
+"sees no key" is decided from the mask (`sees_key`), not from l, which is then NaN.
 
 Shared memory (one dynamic buffer, `iosim.sram_footprint_bytes('fa2', ...)` bytes):
     float32:      O_i acc (B_r*d) | S/P tile (B_r*B_c) | m_i (B_r) | l_i (B_r)
@@ -24,8 +26,8 @@ from numba import cuda, float32, int64
 
 from iosim.tiling import sram_footprint_bytes
 
-from ._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, specialisation)
+from ._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
+                      dummy_mask, kernel_name, sees_key, specialisation)
 
 
 @specialisation
@@ -108,20 +110,19 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
                 m_new = m_old
                 for c in range(cols):
                     m_new = max(m_new, S[r * B_c + c])
-                if m_new > NEG_INF:                     # else nothing visible yet
-                    alpha = math.exp(m_old - m_new)     # exp(-inf) = 0 on the first tile
-                    rowsum = ZERO
-                    for c in range(cols):
-                        p = math.exp(S[r * B_c + c] - m_new)
-                        S[r * B_c + c] = p
-                        rowsum += p
-                    l[r] = alpha * l[r] + rowsum
-                    m[r] = m_new
-                    for x in range(d):
-                        acc[r * d + x] *= alpha
-                else:
-                    for c in range(cols):
-                        S[r * B_c + c] = ZERO
+                # m_safe: exp(S - m_safe) is 0 for masked entries (-inf) while nothing was
+                # visible, and stays NaN for a NaN score (max() may skip a NaN)
+                m_safe = m_new if m_new > NEG_INF else ZERO
+                alpha = math.exp(m_old - m_safe)        # exp(-inf) = 0 on the first tile
+                rowsum = ZERO
+                for c in range(cols):
+                    p = math.exp(S[r * B_c + c] - m_safe)
+                    S[r * B_c + c] = p
+                    rowsum += p
+                l[r] = alpha * l[r] + rowsum
+                m[r] = m_new
+                for x in range(d):
+                    acc[r * d + x] *= alpha
             cuda.syncthreads()
             # C: acc += P V_j
             for e in range(t, rows * d, threads):
@@ -132,14 +133,28 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
                     pv += S[r * B_c + c] * float32(Vs[c * d + x])
                 acc[e] += pv
         cuda.syncthreads()
-        for e in range(t, rows * d, threads):           # write O_i = acc / l
+        # write O_i = acc / l and L_i = m + log l; l > 0 fails for l = NaN (a NaN or Inf
+        # input) as well as for l = 0, so a row that sees a key gets NaN there, and only a
+        # row that sees no key gets O = 0, L = -inf
+        for e in range(t, rows * d, threads):
             li = l[e // d]
-            val = acc[e] / li if li > ZERO else ZERO
+            if li > ZERO:
+                val = acc[e] / li
+            elif sees_key(mask, i, r0 + e // d, T_c, B_c, causal, has_mask):
+                val = NAN
+            else:
+                val = ZERO
             o[z, r0 + e // d, e % d] = val
             nO += 1
-        for r in range(t, rows, threads):               # write L_i = m + log l
+        for r in range(t, rows, threads):
             li = l[r]
-            L[z, r0 + r] = m[r] + math.log(li) if li > ZERO else NEG_INF
+            if li > ZERO:
+                Lr = m[r] + math.log(li)
+            elif sees_key(mask, i, r0 + r, T_c, B_c, causal, has_mask):
+                Lr = NAN
+            else:
+                Lr = NEG_INF
+            L[z, r0 + r] = Lr
             nL += 1
         if count:
             add_count(counters, IQ, READ, nQ)

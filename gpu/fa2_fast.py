@@ -86,8 +86,8 @@ import math
 import numpy as np
 from numba import cuda, float32, int64
 
-from ._launch import (NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, specialisation)
+from ._launch import (NAN, NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count,
+                      dummy_mask, kernel_name, sees_key, specialisation)
 
 #: Largest register tile side we generate (S is RM x RN, O is RM x DN registers).
 MAX_R = 8
@@ -440,12 +440,22 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
         cuda.syncthreads()                              # all threads past their last Qs / Ps read
         for a in range(RM):
             ls = l_r[a]
-            inv = ONE / ls if ls > ZERO else ZERO
+            # l > 0 fails for l = NaN (a NaN or Inf input) as well as for l = 0: only a row
+            # that sees no key gets O = 0, L = -inf; one that sees a key gets NaN
+            if ls > ZERO:
+                inv = ONE / ls
+                Lr = m_r[a] + math.log(ls)
+            elif sees_key(mask, i, r0 + ty + TR * a, T_c, B_c, causal, has_mask):
+                inv = NAN
+                Lr = NAN
+            else:
+                inv = ZERO
+                Lr = NEG_INF
             for g in range(DG):
                 for w in range(W):
                     sm[qbase + a * TR * QS + col4 + g * W * TC + w] = o_acc[a, g * W + w] * inv
             if tx == 0:
-                sm[PO + ty + TR * a] = m_r[a] + math.log(ls) if ls > ZERO else NEG_INF
+                sm[PO + ty + TR * a] = Lr
         cuda.syncthreads()
         # O_i and L_i leave row by row: consecutive threads store consecutive elements
         # (full 32-byte sectors, so what Nsight counts matches the ledger)

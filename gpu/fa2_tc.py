@@ -65,8 +65,8 @@ import os
 import numpy as np
 from numba import cuda, float32, int64, uint32
 
-from ._launch import (NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
-                      kernel_name, specialisation)
+from ._launch import (NAN, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
+                      kernel_name, sees_key, specialisation)
 
 #: CUDA C++ source of the tile products (instantiated per (d, B_c) by `_source`).
 CU_PATH = os.path.join(os.path.dirname(__file__), "fa2_tc.cu")
@@ -312,21 +312,30 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
                 oa[mt * NOF + 4 * nt + 2 * hh + 1] *= alpha
 
     @cuda.jit(device=True, inline=True)
-    def finish_mtile(oa, m2, l2, smf, mt, lbase, g, qd):
+    def finish_mtile(oa, m2, l2, smf, mt, lbase, g, qd, mask, i, rw, T_c):
         """Rows g, g + 8 of m-tile mt: l = sum of the 4 lanes' parts; O = O / l;
-        L = m ln 2 + log l (-inf and O = 0 where no key was visible) -> Ls."""
+        L = m ln 2 + log l -> Ls. Where l > 0 fails: O = 0 and L = -inf for a row that
+        sees no key (`sees_key`, from the mask), NaN for one that does (l is NaN after a
+        NaN or Inf input)."""
         for hh in range(2):
             h = 2 * mt + hh
             ls = l2[h]
             ls += cuda.shfl_xor_sync(FULL, ls, 1)
             ls += cuda.shfl_xor_sync(FULL, ls, 2)
-            inv = ONE / ls if ls > ZERO else ZERO
+            if ls > ZERO:
+                inv = ONE / ls
+                Lr = m2[h] * LN2_ + math.log(ls)
+            elif sees_key(mask, i, rw + 16 * mt + g + 8 * hh, T_c, B_c, causal, has_mask):
+                inv = NAN
+                Lr = NAN
+            else:
+                inv = ZERO
+                Lr = NEG_INF
             for nt in range(NTO):
                 oa[mt * NOF + 4 * nt + 2 * hh] *= inv
                 oa[mt * NOF + 4 * nt + 2 * hh + 1] *= inv
             if qd == 0:
-                smf[lbase + 16 * mt + g + 8 * hh] = (m2[h] * LN2_ + math.log(ls) if ls > ZERO
-                                                     else NEG_INF)
+                smf[lbase + 16 * mt + g + 8 * hh] = Lr
 
     def kernel(q, k, v, o, L, scale2, N, H, G, mask, counters):
         if causal:   # heaviest query blocks (most key tiles) first
@@ -416,9 +425,9 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
             j = jn
         cp_wait0()                                      # nothing left in flight
         # ---- l: add the 4 lanes' partial sums; O_i = O / l, L_i = m ln 2 + log l ----
-        finish_mtile(oa, m2, l2, smf, 0, LO + RW * w, g, qd)
+        finish_mtile(oa, m2, l2, smf, 0, LO + RW * w, g, qd, mask, i, rw, T_c)
         if MT > 1:
-            finish_mtile(oa, m2, l2, smf, 1, LO + RW * w, g, qd)
+            finish_mtile(oa, m2, l2, smf, 1, LO + RW * w, g, qd, mask, i, rw, T_c)
         # each warp overwrites only its own rows of Qs, which only it read (load_q); other
         # lanes of the warp read them (ldmatrix), so order those reads first: in a block
         # that saw no key tile no barrier came between (compute-sanitizer racecheck)

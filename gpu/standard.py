@@ -26,8 +26,8 @@ from numba import cuda, float32, int64
 
 from iosim.tiling import sram_footprint_bytes
 
-from ._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, launch, specialisation)
+from ._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
+                      dummy_mask, kernel_name, launch, sees_key, specialisation)
 
 
 @specialisation
@@ -131,6 +131,7 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads):
         for u in range(threads):
             mx = max(mx, red[u])
         cuda.syncthreads()                       # everyone has read red
+        m_safe = mx if mx > NEG_INF else ZERO    # max() may skip NaN entries
         total = ZERO
         for j in range(T_c):                     # each thread revisits its own entries
             c0 = j * B_c
@@ -139,7 +140,7 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads):
             if has_mask and mask[i, j] == 0:
                 continue
             for c in range(c0 + t, min(c0 + B_c, N), threads):
-                ex = math.exp(row[c] - mx) if mx > NEG_INF else ZERO
+                ex = math.exp(row[c] - m_safe)   # masked (-inf): 0; NaN stays NaN
                 row[c] = ex
                 total += ex
         red[t] = total
@@ -147,7 +148,14 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads):
         total = ZERO
         for u in range(threads):
             total += red[u]
-        inv = ONE / total if total > ZERO else ZERO
+        # total > 0 fails for NaN (a NaN or Inf input) as well as for 0: only a row that
+        # sees no key gets P = 0 (so O = 0); one that sees a key gets NaN
+        if total > ZERO:
+            inv = ONE / total
+        elif sees_key(mask, i, r, T_c, B_c, causal, has_mask):
+            inv = NAN
+        else:
+            inv = ZERO
         for j in range(T_c):
             c0 = j * B_c
             if causal and c0 > last:

@@ -52,12 +52,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .closed_form import _mask_sums, tile_sums
+from .closed_form import _mask_sums, _max, _ints, exact_ints, int_dtype, tile_sums
 from .ledger import CountingMemory, Ledger
 from .problem import STAT_DTYPE, ConfigError, Problem
-from .reference import element_mask
-from .schedules import (FORWARD, active_tiles, block_bounds, random_inputs, read_row_active,
-                        rowblock_product, write_row_active)
+from .reference import _masked_matmul, element_mask, reference_probs
+from .schedules import (FORWARD, active_tiles, block_bounds, check_scale, random_inputs,
+                        read_row_active, rowblock_product, write_row_active)
 from .tiling import ALGORITHMS, Tiling
 
 F32 = np.float32
@@ -85,14 +85,18 @@ def _check_algorithm(algorithm):
 
 
 def _probs(S, l=None, m=None, L=None):
-    """P = exp(S - L) (or diag(l)^-1 exp(S - m)) in float32; rows that see no key give 0."""
-    if L is None:
-        ok = (l > 0)[:, None]
-        m_safe = np.where(np.isneginf(m), F32(0), m)[:, None]
-        P = np.exp(S - m_safe) / np.where(ok, l[:, None], F32(1))
-    else:
-        ok = np.isfinite(L)[:, None]
-        P = np.exp(S - np.where(ok, L[:, None], F32(0)))
+    """P = exp(S - L) (or diag(l)^-1 exp(S - m)) in float32. Rows that saw no key in the
+    forward (L = -inf; fa1: l = 0) give 0; a NaN statistic (the forward met a NaN or Inf)
+    gives NaN, never 0."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        if L is None:
+            ok = (l != 0)[:, None]
+            m_safe = np.where(np.isneginf(m), F32(0), m)[:, None]
+            P = np.exp(S - m_safe) / np.where(ok, l[:, None], F32(1))
+        else:
+            ok = ~np.isneginf(L)[:, None]
+            P = np.exp(S - np.where(ok, L[:, None], F32(0)))
+        P = np.where(np.isneginf(S), F32(0), P)          # masked entries: 0, as the kernels
     return np.where(ok, P, F32(0)).astype(F32)
 
 
@@ -257,7 +261,7 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
             raise ConfigError(f"{name} has shape {np.shape(x)}; the problem needs {(B, h, N, d)}")
     q, k, v, do = (np.asarray(x, dtype=dt) for x in (q, k, v, do))
     active_tiles(problem, tiling)
-    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    scale = check_scale(1.0 / np.sqrt(d) if scale is None else scale)
     O = np.empty((B, H, N, d), dtype=dt)
     dq = np.empty((B, H, N, d), dtype=dt)
     dk_h = np.empty((B, H, N, d), dtype=dt)   # per query head, before the group sum
@@ -299,7 +303,9 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
 # ---------------------------------------------------------------------------------------
 def backward_counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA):
     """Per-instance backward element counts ({tensor: reads}, {tensor: writes}), without the
-    grouped-head reduction; arrays broadcast. See the module docstring."""
+    grouped-head reduction; arrays broadcast. See the module docstring. Exact at any size
+    (object arrays where int64 could overflow)."""
+    N, d, nA, RA, CA, RCA = exact_ints(N, d, nA, RA, CA, RCA, factor=2)
     Nd = N * d
     if algorithm == "standard":
         reads = {"P": 2 * RCA, "dP": RCA, "dS": 2 * RCA, "dO": 2 * RA * d, "V": CA * d,
@@ -320,8 +326,11 @@ def backward_counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA):
 
 def _add_group_reduction(reads, writes, N, d, batch, heads, kv_heads):
     """Totals (not per instance): add the dK/dV group-sum pass when kv_heads < heads."""
-    extra_r = np.where(kv_heads < heads, batch * heads * N * d, 0)
-    extra_w = np.where(kv_heads < heads, batch * kv_heads * N * d, 0)
+    dt = object if any(np.asarray(x).dtype == object for x in (N, d, batch, heads)) else np.int64
+    grouped = np.asarray(kv_heads < heads, dtype=bool)
+    zero = np.asarray(0, dtype=dt)
+    extra_r = np.where(grouped, np.asarray(batch * heads * N * d, dtype=dt), zero)
+    extra_w = np.where(grouped, np.asarray(batch * kv_heads * N * d, dtype=dt), zero)
     for t in ("dK", "dV"):
         reads[t] = reads.get(t, 0) + extra_r
         writes[t] = writes.get(t, 0) + extra_w
@@ -338,8 +347,9 @@ def backward_closed_form(algorithm: str, problem: Problem, tiling: Tiling) -> Ba
     k = problem.instances
     reads = {t: int(c) * k for t, c in reads.items()}
     writes = {t: int(c) * k for t, c in writes.items()}
-    _add_group_reduction(reads, writes, problem.N, problem.d, problem.batch, problem.heads,
-                         problem.kv_heads)
+    obj = lambda x: np.asarray(x, dtype=object)      # Python ints: exact at any size
+    _add_group_reduction(reads, writes, obj(problem.N), obj(problem.d), obj(problem.batch),
+                         obj(problem.heads), obj(problem.kv_heads))
     return BackwardLedger(f"{algorithm}-backward", problem, tiling,
                           {t: int(c) for t, c in reads.items()},
                           {t: int(c) for t, c in writes.items()})
@@ -351,12 +361,16 @@ def backward_closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False,
 
     Arguments broadcast. itemsize: bytes of the problem dtype (2 fp16, 4 fp32); l, m, L,
     D and dQacc are 4 bytes. Returns problem totals: reads / writes {tensor: elements},
-    read_bytes, write_bytes, hbm_bytes (bytes).
+    read_bytes, write_bytes, hbm_bytes (bytes); int64 arrays where int64 holds them
+    exactly, else object arrays of Python ints (iosim.closed_form.int_dtype).
     """
     _check_algorithm(algorithm)
     kv_heads = heads if kv_heads is None else kv_heads
-    N, d, B_r, B_c, itemsize, batch, heads, kv_heads = (
-        np.asarray(x, dtype=np.int64) for x in (N, d, B_r, B_c, itemsize, batch, heads, kv_heads))
+    # counts are at most about 16 (N + B_r + B_c)^2 d batch heads elements, times 8 bytes
+    bound = (128.0 * (_max(N) + _max(B_r) + _max(B_c) + 2.0) ** 2 * max(_max(d), 1.0)
+             * max(_max(batch), 1.0) * max(_max(heads), 1.0) * max(_max(itemsize), 4.0))
+    args = (N, d, B_r, B_c, itemsize, batch, heads, kv_heads)
+    N, d, B_r, B_c, itemsize, batch, heads, kv_heads = _ints(int_dtype(bound, *args), *args)
     if (N <= 0).any() or (d <= 0).any() or (B_r <= 0).any() or (B_c <= 0).any():
         raise ConfigError("N, d, B_r and B_c must all be positive")
     reads, writes = backward_counts_from_sums(algorithm, N, d, *tile_sums(N, B_r, B_c, causal))
@@ -378,7 +392,10 @@ def reference_attention_backward(q, k, v, do, *, causal: bool = False, scale: fl
     """(dq, dk, dv) of O = softmax(scale Q K^T + mask) V in float64, analytically:
     dV = P^T dO, dP = dO V^T, D = rowsum(P o dP), dS = P o (dP - D), dQ = scale dS K,
     dK = scale dS^T Q. Shapes (..., heads, N, d); K, V may have fewer (grouped) heads, in
-    which case dk, dv are summed over each group. Rows that see no key have P = 0."""
+    which case dk, dv are summed over each group. Rows that see no key have P = 0.
+    Every sum runs over the visible (row, key) pairs only, so a NaN or Inf input gives NaN
+    where it reaches, never a finite number, and nothing where it is masked (as
+    iosim.reference_attention)."""
     q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
     H, G = q.shape[-3], k.shape[-3]
     if H % G:
@@ -387,16 +404,14 @@ def reference_attention_backward(q, k, v, do, *, causal: bool = False, scale: fl
     N, d = q.shape[-2], q.shape[-1]
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
     allowed = element_mask(N, causal, block_mask, B_r, B_c)
-    s = np.where(allowed, scale * (q @ np.swapaxes(kr, -1, -2)), -np.inf)
-    m = s.max(axis=-1, keepdims=True)
-    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-    l = p.sum(axis=-1, keepdims=True)
-    p = np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0)
-    dv = np.swapaxes(p, -1, -2) @ do
-    dp = do @ np.swapaxes(vr, -1, -2)
-    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
-    dq = scale * ds @ kr
-    dk = scale * np.swapaxes(ds, -1, -2) @ q
+    p, _, _ = reference_probs(q, kr, allowed, scale)
+    with np.errstate(invalid="ignore", over="ignore"):
+        dv = _masked_matmul(np.swapaxes(p, -1, -2), allowed.T, do)
+        dp = do @ np.swapaxes(vr, -1, -2)
+        D = np.where(allowed, p * dp, 0.0).sum(axis=-1, keepdims=True)
+        ds = np.where(allowed, p * (dp - D), 0.0)
+        dq = scale * _masked_matmul(ds, allowed, kr)
+        dk = scale * _masked_matmul(np.swapaxes(ds, -1, -2), allowed.T, q)
     if H != G:
         shape = dk.shape[:-3] + (G, H // G) + dk.shape[-2:]
         dk, dv = dk.reshape(shape).sum(axis=-3), dv.reshape(shape).sum(axis=-3)

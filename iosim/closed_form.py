@@ -17,6 +17,11 @@ min((i+1) B_r, N) - 1. Summing a_i over the T_r - 1 full query blocks is a floor
     F = sum_{t=0}^{T_r-2} floor((B_r t + B_r - 1) / B_c),
 evaluated exactly in O(log) steps (`floor_sum`), vectorised over configurations.
 A block-sparse mask has no formula; its sums are taken over the (T_r, T_c) mask itself.
+
+Exact at every size: counts are int64 NumPy arrays (fast) where a cheap bound on the
+inputs shows int64 holds every intermediate and result, and object arrays of Python
+integers (exact, slower) otherwise (`int_dtype`), e.g. N = 4e9 for standard, whose
+N^2 entries of S overflow int64. Scalars (`closed_form`) are Python ints.
 """
 from __future__ import annotations
 
@@ -30,12 +35,48 @@ from .tiling import ALGORITHMS, Tiling
 STAT = ("l", "m", "L")
 
 
+#: int64 is used only while a bound on every intermediate stays below this
+INT64_SAFE = 2.0 ** 62
+
+
+def _max(x) -> float:
+    """The largest |value| of an integer array or scalar, as a float (no overflow)."""
+    x = np.asarray(x)
+    if x.size == 0:
+        return 0.0
+    return float(max(abs(int(x.max())), abs(int(x.min()))))
+
+
+def int_dtype(bound: float, *arrays):
+    """np.int64 when `bound` (a float estimate of the largest intermediate) is safely
+    inside int64 and no argument is already an object array; else object (Python ints)."""
+    if bound < INT64_SAFE and not any(np.asarray(x).dtype == object for x in arrays):
+        return np.int64
+    return object
+
+
+def _ints(dtype, *arrays):
+    """The arrays as `dtype` integers (object: Python ints, exact at any size)."""
+    if dtype is object:
+        return tuple(np.array(np.asarray(x).astype(object).tolist() if np.ndim(x) else int(x),
+                              dtype=object) for x in arrays)
+    return tuple(np.asarray(x, dtype=np.int64) for x in arrays)
+
+
 def floor_sum(n, m, a, b):
-    """sum_{i=0}^{n-1} floor((a i + b) / m) for integer arrays, n >= 0, m >= 1, a, b >= 0."""
-    n, m, a, b = (np.array(x, dtype=np.int64, copy=True) for x in np.broadcast_arrays(n, m, a, b))
-    ans = np.zeros_like(n)
-    live = n > 0
+    """sum_{i=0}^{n-1} floor((a i + b) / m) for integer arrays, n >= 0, m >= 1, a, b >= 0.
+    Exact at any size (object arrays of Python ints where int64 could overflow)."""
+    # every intermediate is at most about (n + 2)^2 max(a, b, m) (see the loop)
+    big = max(_max(a), _max(b), _max(m)) + 1.0
+    dt = int_dtype(4.0 * (_max(n) + 2.0) ** 2 * big, n, m, a, b)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (n, m, a, b)))
+    # at least 1-d: NumPy turns 0-d object arrays into Python scalars mid-expression
+    n, m, a, b = (np.array(np.broadcast_to(x, shape), dtype=dt).reshape(-1)
+                  for x in _ints(dt, n, m, a, b))
+    ans = np.zeros(n.shape, dtype=np.int64).astype(dt)
+    live = np.asarray(n > 0, dtype=bool)
     while live.any():
+        m = np.where(m > 0, m, 1)          # (never for live entries; Python ints raise)
         q = np.where(live & (a >= m), a // m, 0)
         ans += np.where(live, (n - 1) * n // 2 * q, 0)
         a = np.where(live, a - q * m, a)
@@ -43,17 +84,22 @@ def floor_sum(n, m, a, b):
         ans += np.where(live, n * q, 0)
         b = np.where(live, b - q * m, b)
         y_max = a * n + b
-        live = live & (y_max >= m)
+        live = live & np.asarray(y_max >= m, dtype=bool)
         n = np.where(live, y_max // m, n)
         b = np.where(live, y_max % m, b)
         m, a = np.where(live, a, m), np.where(live, m, a)
-    return ans
+    return ans.reshape(shape)
 
 
 def tile_sums(N, B_r, B_c, causal):
-    """(n_A, RA, CA, RCA) per instance for dense or causal schedules; arrays broadcast."""
-    N, B_r, B_c = (np.asarray(x, dtype=np.int64) for x in (N, B_r, B_c))
-    causal = np.asarray(causal, dtype=bool)
+    """(n_A, RA, CA, RCA) per instance for dense or causal schedules; arrays broadcast.
+    int64 arrays where that is exact (see `int_dtype`), object arrays otherwise."""
+    dt = int_dtype(16.0 * (_max(N) + _max(B_r) + _max(B_c) + 2.0) ** 2, N, B_r, B_c)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (N, B_r, B_c, causal)))
+    # at least 1-d: NumPy turns 0-d object arrays into Python scalars mid-expression
+    N, B_r, B_c = (np.array(np.broadcast_to(x, shape), dtype=dt).reshape(-1)
+                   for x in _ints(dt, N, B_r, B_c))
+    causal = np.broadcast_to(np.asarray(causal, dtype=bool), shape).reshape(-1)
     T_r, T_c = -(-N // B_r), -(-N // B_c)
     # dense
     nA_d, RA_d, CA_d, RCA_d = T_r * T_c, N * T_c, N * T_r, N * N
@@ -69,20 +115,35 @@ def tile_sums(N, B_r, B_c, causal):
     RA_c = B_r * sum_a + rows_last * T_c
     CA_c = cols_full + N
     RCA_c = B_r * cols_full + rows_last * N
-    pick = lambda c, d: np.where(causal, c, d)
+    pick = lambda c, d: np.where(causal, c, d).astype(dt).reshape(shape)
     return pick(nA_c, nA_d), pick(RA_c, RA_d), pick(CA_c, CA_d), pick(RCA_c, RCA_d)
 
 
 def _mask_sums(problem: Problem, tiling: Tiling):
-    A = active_tiles(problem, tiling).astype(np.int64)
     N = problem.N
-    rows = np.minimum(tiling.B_r, N - np.arange(tiling.T_r(N)) * tiling.B_r)
-    cols = np.minimum(tiling.B_c, N - np.arange(tiling.T_c(N)) * tiling.B_c)
+    dt = int_dtype(4.0 * (float(N) + tiling.B_r + tiling.B_c) ** 2)
+    A = active_tiles(problem, tiling).astype(dt)
+    rows, cols = (np.minimum(B, N - np.arange(T) * B).astype(dt) for B, T in
+                  ((tiling.B_r, tiling.T_r(N)), (tiling.B_c, tiling.T_c(N))))
     return int(A.sum()), int(rows @ A.sum(axis=1)), int(A.sum(axis=0) @ cols), int(rows @ A @ cols)
 
 
+def exact_ints(N, d, nA, RA, CA, RCA, factor: int = 1):
+    """The arguments of a counts_from_sums, as object arrays of Python ints where a count
+    (at most `factor` (RCA + (N + RA + CA) d)) could overflow int64; unchanged otherwise."""
+    args = (N, d, nA, RA, CA, RCA)
+    if all(isinstance(x, int) for x in args):
+        return args                                  # Python ints: exact already
+    bound = factor * (_max(RCA) + (_max(N) + _max(RA) + _max(CA)) * max(_max(d), 1.0))
+    if int_dtype(4.0 * bound, *args) is np.int64:
+        return args
+    return _ints(object, *args)
+
+
 def counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA):
-    """Per-instance element counts: ({tensor: reads}, {tensor: writes}); arrays broadcast."""
+    """Per-instance element counts: ({tensor: reads}, {tensor: writes}); arrays broadcast.
+    Exact at any size (object arrays where int64 could overflow)."""
+    N, d, nA, RA, CA, RCA = exact_ints(N, d, nA, RA, CA, RCA)
     if algorithm == "standard":
         reads = {"Q": RA * d, "K": CA * d, "V": CA * d, "S": RCA, "P": RCA}
         writes = {"S": RCA, "P": RCA, "O": N * d}
@@ -118,9 +179,13 @@ def closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False, itemsize
     Q, K, V, O, S, P (2 for fp16, 4 for fp32); statistics are 4 bytes. Returns a dict of
     arrays, problem totals over `instances` = batch * heads:
       reads / writes: {tensor: elements}, read_bytes, write_bytes, hbm_bytes.
+    int64 arrays where int64 holds every count exactly, else object arrays of Python ints.
     """
-    N, d, B_r, B_c, itemsize, instances = (np.asarray(x, dtype=np.int64)
-                                           for x in (N, d, B_r, B_c, itemsize, instances))
+    # counts are at most about 16 (N + B_r + B_c)^2 d instances elements, times 8 bytes
+    bound = (128.0 * (_max(N) + _max(B_r) + _max(B_c) + 2.0) ** 2 * max(_max(d), 1.0)
+             * max(_max(instances), 1.0) * max(_max(itemsize), 4.0))
+    dt = int_dtype(bound, N, d, B_r, B_c, itemsize, instances)
+    N, d, B_r, B_c, itemsize, instances = _ints(dt, N, d, B_r, B_c, itemsize, instances)
     if (N <= 0).any() or (d <= 0).any() or (B_r <= 0).any() or (B_c <= 0).any():
         raise ConfigError("N, d, B_r and B_c must all be positive")
     sums = tile_sums(N, B_r, B_c, causal)

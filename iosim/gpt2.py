@@ -22,7 +22,7 @@ from .backward import backward_closed_form
 from .closed_form import closed_form
 from .hardware import get_hardware
 from .problem import ConfigError, Problem
-from .tiling import paper_tiling, sram_to_elements
+from .tiling import paper_tiling, resolve_tiling, sram_to_elements
 
 GB, GIB = 10 ** 9, 2 ** 30
 #: GPT-2 medium attention as in the paper's Figure 2.
@@ -146,7 +146,8 @@ def _flash(variant: dict, sram_bytes: int, skip_masked_tiles: bool):
     causal = variant["mask"] == "causal" and skip_masked_tiles
     prob = Problem(N=g["N"], d=g["d"], batch=g["batch"], heads=g["heads"], dtype=g["dtype"],
                    causal=causal)
-    tiling = paper_tiling(sram_to_elements(sram_bytes, g["dtype"]), g["d"])
+    # the paper's rule, with the checks `flashsim traffic` makes (M >= 4d, M > 0)
+    tiling = resolve_tiling("fa1", g["d"], g["dtype"], sram_bytes=sram_bytes)
     return flash_passes(prob, tiling, "fa1"), tiling
 
 
@@ -154,6 +155,7 @@ def gpt2_table(sram_bytes: int = PAPER_A100_SRAM_BYTES, broadcast: str = "once")
     """One row per published variant: our standard and FlashAttention totals beside the
     paper's, the passes, and the sensitivity figures named in `assumptions()`."""
     g = GPT2_MEDIUM
+    resolve_tiling("fa1", g["d"], g["dtype"], sram_bytes=sram_bytes)   # bad M: ConfigError now
     itemsize = Problem(N=1, d=1, dtype=g["dtype"]).itemsize
     alt_sram = get_hardware("A100-40GB").sram_bytes
     other_bc = "per_element" if broadcast == "once" else "once"

@@ -20,6 +20,37 @@ def element_mask(N: int, causal: bool, block_mask=None, B_r: int | None = None,
     return allowed
 
 
+def _masked_matmul(w, allowed, x):
+    """sum_c w[..., r, c] x[..., c, :] over the allowed (r, c) only: a key a row may not see
+    contributes nothing, even where x is NaN or Inf there (plain w @ x would give
+    0 * Inf = NaN). Fast path (w @ x) when x is finite."""
+    if np.isfinite(x).all():
+        return w @ x
+    bad = ~np.isfinite(x)
+    out = w @ np.where(bad, 0.0, x)
+    for c in np.nonzero(bad.any(axis=tuple(range(bad.ndim - 2)) + (-1,)))[0]:
+        term = w[..., :, c, None] * np.where(bad, x, 0.0)[..., None, c, :]
+        out = out + np.where(allowed[:, c, None], term, 0.0)
+    return out
+
+
+def reference_probs(q, k, allowed, scale: float):
+    """(P, L, sees): softmax(scale Q K^T) over the allowed keys in float64, its logsumexp
+    and whether each row sees any key. A row that sees no key gets P = 0, L = -inf; any
+    other row follows IEEE arithmetic over its visible scores, so a NaN or Inf there
+    (from q, k or the scale) gives NaN, never a finite number."""
+    sees = allowed.any(axis=-1)                          # (N,)
+    s = np.where(allowed, scale * (q @ np.swapaxes(k, -1, -2)), -np.inf)
+    m = np.where(sees[:, None], s.max(axis=-1, keepdims=True), 0.0)   # NaN propagates
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = np.exp(s - m)                                # max -inf / +inf / NaN: NaN
+        l = p.sum(axis=-1, keepdims=True)
+        p = np.where(sees[:, None], p / np.where(sees[:, None], l, 1.0), 0.0)
+        with np.errstate(divide="ignore"):
+            lse = np.where(sees, m[..., 0] + np.log(l[..., 0]), -np.inf)
+    return p, lse, sees
+
+
 def reference_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
                         block_mask=None, B_r: int | None = None, B_c: int | None = None,
                         return_lse: bool = False):
@@ -28,6 +59,11 @@ def reference_attention(q, k, v, *, causal: bool = False, scale: float | None = 
     K and V may have fewer heads than Q (grouped): query head h uses K/V head
     h // (heads // kv_heads). A row that may attend no key at all returns O = 0 and
     logsumexp L = -inf (the convention of every flashsim kernel).
+
+    Non-finite inputs: the sums run over the keys a row may see only (a masked key adds
+    nothing, whatever its k or v); within them IEEE arithmetic decides, so NaN or Inf in
+    q, k, v or the scale gives NaN (or Inf) wherever it reaches a row, never a finite
+    number. Every kernel and schedule returns NaN wherever this reference has NaN.
     """
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
@@ -38,16 +74,10 @@ def reference_attention(q, k, v, *, causal: bool = False, scale: float | None = 
         v = np.repeat(v, H // G, axis=-3)
     N, d = q.shape[-2], q.shape[-1]
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
-    s = scale * (q @ np.swapaxes(k, -1, -2))
     allowed = element_mask(N, causal, block_mask, B_r, B_c)
-    s = np.where(allowed, s, -np.inf)
-    m = s.max(axis=-1, keepdims=True)
-    m_safe = np.where(np.isfinite(m), m, 0.0)
-    p = np.exp(s - m_safe)
-    l = p.sum(axis=-1, keepdims=True)
-    o = np.where(l > 0, (p @ v) / np.where(l > 0, l, 1.0), 0.0)
+    p, lse, _ = reference_probs(q, k, allowed, scale)
+    with np.errstate(invalid="ignore", over="ignore"):
+        o = _masked_matmul(p, allowed, v)
     if not return_lse:
         return o
-    with np.errstate(divide="ignore"):
-        lse = np.where(l[..., 0] > 0, m_safe[..., 0] + np.log(l[..., 0]), -np.inf)
     return o, lse

@@ -28,6 +28,9 @@ What each schedule reads and writes, per (batch, query head) instance:
   fa2       (FlashAttention-2 forward; one thread block per query block and instance)
             read Q_i; for each active j read K_j, V_j; write O_i and L_i = m_i + log l_i.
 A row with no visible key (possible under a block mask) gets O = 0 and L = -inf.
+Non-finite inputs: a row that sees a key and meets a NaN or Inf (in q, k, v or the scale)
+gets NaN, never a finite number: "sees no key" is decided from the masks (`sees_key`),
+not from the running sum l, which is then NaN.
 """
 from __future__ import annotations
 
@@ -75,6 +78,23 @@ def _scores(Qi, Kj, scale, r0, c0, causal):
         c = np.arange(c0, c0 + Kj.shape[0])[None, :]
         S = np.where(c <= r, S, NEG_INF)
     return S
+
+
+def sees_key(problem: Problem, tiling: Tiling, active, r0: int, r1: int) -> np.ndarray:
+    """Boolean (r1 - r0,): whether each query row r0..r1-1 may attend at least one key
+    (an active tile holding a key column the causal mask lets it see)."""
+    i = r0 // tiling.B_r
+    rows = np.arange(r0, r1)[:, None]
+    first_col = np.arange(active.shape[1])[None, :] * tiling.B_c
+    ok = active[i][None, :] & ((first_col <= rows) if problem.causal else True)
+    return ok.any(axis=1)
+
+
+def _visible(r0: int, r1: int, c0: int, causal: bool) -> np.ndarray:
+    """Boolean (r1 - r0,): rows that see at least one key of an active tile starting at c0."""
+    if not causal:
+        return np.ones(r1 - r0, dtype=bool)
+    return np.arange(r0, r1) >= c0
 
 
 def _safe(m):
@@ -137,10 +157,13 @@ def standard_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scal
         if not js:
             continue
         S = read_row_active(mem, "S", r0, r1, cols, js)
-        m = _safe(S.max(axis=1, keepdims=True))
-        E = np.exp(S - m)
-        l = E.sum(axis=1, keepdims=True)
-        P = np.where(l > 0, E / np.where(l > 0, l, F32(1)), F32(0)).astype(dt)
+        m = _safe(S.max(axis=1, keepdims=True))          # NaN propagates
+        with np.errstate(invalid="ignore", over="ignore"):
+            E = np.exp(S - m)
+            l = E.sum(axis=1, keepdims=True)
+            seen = sees_key(problem, tiling, active, r0, r1)[:, None]
+            P = np.where(l > 0, E / np.where(l > 0, l, F32(1)),
+                         np.where(seen, F32(np.nan), F32(0))).astype(dt)
         write_row_active(mem, "P", P, r0, r1, cols, js)
     # Kernel 3: O_i = sum_j P_ij V_j, one thread block per query block.
     rowblock_product(mem, "P", "V", "O", rows, cols, active, d, dt)
@@ -169,16 +192,19 @@ def fa1_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: fl
             li = mem.read("l", slice(r0, r1))
             mi = mem.read("m", slice(r0, r1))
             S = _scores(Qi, Kj, scale, r0, c0, problem.causal)        # step 9
-            m_t = S.max(axis=1)                                        # step 10: m~_ij
-            P_t = np.exp(S - _safe(m_t)[:, None])                      #          P~_ij
-            l_t = P_t.sum(axis=1, dtype=F32)                           #          l~_ij
-            m_new = np.maximum(mi, m_t)                                # step 11
-            alpha = np.where(np.isneginf(mi), F32(0), np.exp(mi - _safe(m_new)))
-            beta = np.where(np.isneginf(m_t), F32(0), np.exp(m_t - _safe(m_new)))
-            l_new = (alpha * li + beta * l_t).astype(F32)
-            num = (li * alpha)[:, None] * Oi + beta[:, None] * (P_t @ Vj)
-            Oi = np.where(l_new[:, None] > 0, num / np.where(l_new > 0, l_new, F32(1))[:, None],
-                          F32(0))
+            # rows that see a key of this tile update (decided from the causal mask, so
+            # that a NaN or Inf score gives NaN); the others keep O_i, l_i, m_i
+            vis = _visible(r0, r1, c0, problem.causal)
+            with np.errstate(invalid="ignore", over="ignore"):
+                m_t = S.max(axis=1)                                    # step 10: m~_ij
+                P_t = np.exp(S - np.where(vis, m_t, F32(0))[:, None])  #          P~_ij
+                l_t = P_t.sum(axis=1, dtype=F32)                       #          l~_ij
+                m_new = np.where(vis, np.maximum(mi, m_t), mi)         # step 11
+                alpha = np.where(vis, np.exp(mi - m_new), F32(1))
+                beta = np.where(vis, np.exp(m_t - m_new), F32(0))
+                l_new = np.where(vis, alpha * li + beta * l_t, li).astype(F32)
+                num = (li * alpha)[:, None] * Oi + beta[:, None] * (P_t @ Vj)
+                Oi = np.where(vis[:, None], num / np.where(vis, l_new, F32(1))[:, None], Oi)
             mem.write("O", Oi.astype(dt), slice(r0, r1))               # step 12
             mem.write("l", l_new, slice(r0, r1))                       # step 13
             mem.write("m", m_new.astype(F32), slice(r0, r1))
@@ -202,16 +228,21 @@ def fa2_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: fl
             Kj = mem.read("K", slice(c0, c1))
             Vj = mem.read("V", slice(c0, c1)).astype(F32)
             S = _scores(Qi, Kj, scale, r0, c0, problem.causal)
-            m_new = np.maximum(m, S.max(axis=1))
-            P = np.exp(S - _safe(m_new)[:, None])
-            alpha = np.where(np.isneginf(m), F32(0), np.exp(m - _safe(m_new)))
-            l = (alpha * l + P.sum(axis=1, dtype=F32)).astype(F32)
-            acc = alpha[:, None] * acc + P @ Vj
+            with np.errstate(invalid="ignore", over="ignore"):
+                m_new = np.maximum(m, S.max(axis=1))             # NaN propagates
+                P = np.exp(S - _safe(m_new)[:, None])            # masked: 0; NaN: NaN
+                alpha = np.where(np.isneginf(m), F32(0), np.exp(m - _safe(m_new)))
+                l = (alpha * l + P.sum(axis=1, dtype=F32)).astype(F32)
+                acc = alpha[:, None] * acc + P @ Vj
             m = m_new.astype(F32)
-        seen = l > 0
-        O = np.where(seen[:, None], acc / np.where(seen, l, F32(1))[:, None], F32(0))
-        with np.errstate(divide="ignore"):
-            L = np.where(seen, m + np.log(np.where(seen, l, F32(1))), NEG_INF).astype(F32)
+        # l > 0 fails for l = NaN (a NaN or Inf input) as well as for l = 0: a row that
+        # sees no key gets O = 0, L = -inf; one that sees a key gets NaN there
+        pos = l > 0
+        nan_or_0 = np.where(sees_key(problem, tiling, active, r0, r1), F32(np.nan), F32(0))
+        with np.errstate(invalid="ignore", over="ignore"):
+            O = np.where(pos[:, None], acc / np.where(pos, l, F32(1))[:, None], nan_or_0[:, None])
+            L = np.where(pos, m + np.log(np.where(pos, l, F32(1))),
+                         np.where(np.isnan(nan_or_0), F32(np.nan), NEG_INF)).astype(F32)
         mem.write("O", O.astype(dt), slice(r0, r1))
         mem.write("L", L, slice(r0, r1))
     return {"L": mem.arrays["L"].copy()}
@@ -231,6 +262,16 @@ def random_inputs(problem: Problem, seed: int = 0, scale: float = 1.0):
     k = (scale * rng.standard_normal((problem.batch, problem.kv_heads, problem.N, problem.d))).astype(dt)
     v = rng.standard_normal((problem.batch, problem.kv_heads, problem.N, problem.d)).astype(dt)
     return q, k, v
+
+
+def check_scale(scale) -> float:
+    """The softmax scale as a float; ConfigError unless it is finite in float32, the
+    schedules' (and the kernels') compute dtype (1e40 would become Inf there)."""
+    scale = float(scale)
+    if not np.isfinite(scale) or abs(scale) > float(np.finfo(F32).max):
+        raise ConfigError(f"scale={scale!r} is not allowed; allowed: numbers finite in "
+                          f"float32 (|scale| <= {float(np.finfo(F32).max):.8g})")
+    return scale
 
 
 def _check_inputs(problem: Problem, q, k, v):
@@ -269,7 +310,7 @@ def execute(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=
     dt = problem.np_dtype
     q, k, v = (np.asarray(x, dtype=dt) for x in (q, k, v))
     active_tiles(problem, tiling)  # validate the mask shape before any work
-    scale = 1.0 / np.sqrt(problem.d) if scale is None else float(scale)
+    scale = check_scale(1.0 / np.sqrt(problem.d) if scale is None else scale)
     pairs = [(0, 0)] if instances == "one" else [(b, h) for b in range(problem.batch)
                                                  for h in range(problem.heads)]
     O = np.empty((len({b for b, _ in pairs}), len({h for _, h in pairs}), problem.N, problem.d), dtype=dt)

@@ -94,7 +94,9 @@ def test_sweep_writes_resumes_and_records_failures(tmp_path):
         f.write('{"partial": ')
     st = run_sweep(pts, path, evaluate_model)
     rows = read_rows(path)
-    assert st["skipped"] == 3 and st["done"] == 5
+    # the two ok rows are reused; the error row is evaluated again (issue 19) and its new
+    # row supersedes the old one
+    assert st["skipped"] == 2 and st["done"] == 6
     assert len(rows) == 8 and len({r["key"] for r in rows}) == 8
     errors = [r for r in rows if r["status"] == "error"]
     assert len(errors) == 4 and all(r["sram_bytes"] == 100 for r in errors)
@@ -104,8 +106,10 @@ def test_sweep_writes_resumes_and_records_failures(tmp_path):
         t = paper_tiling(r["sram_bytes"] // 2, r["d"])
         led = closed_form(r["algorithm"], Problem(N=r["N"], d=r["d"], dtype="fp16"), t)
         assert r["hbm_bytes"] == led.hbm_bytes and (r["B_r"], r["B_c"]) == (t.B_r, t.B_c)
-    # a third run does nothing
-    assert run_sweep(pts, path, evaluate_model)["done"] == 0
+    # a third run only retries the error rows, or does nothing with retry_errors=False
+    assert run_sweep(pts, path, evaluate_model)["done"] == 4
+    assert run_sweep(pts, path, evaluate_model, retry_errors=False)["done"] == 0
+    assert len(read_rows(path)) == 8
 
 
 def test_point_key_fills_defaults():

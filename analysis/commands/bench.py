@@ -48,6 +48,9 @@ def options_from_args(args) -> dict:
 
 def main(args) -> int:
     try:
+        if args.out is not None:
+            from analysis.paths import check_out_file
+            check_out_file(args.out)
         kwargs = options_from_args(args)
         if isinstance(kwargs["batch_heads"], bool) or kwargs["batch_heads"] <= 0:
             raise ValueError(f"batch_heads={kwargs['batch_heads']!r} is not allowed; "

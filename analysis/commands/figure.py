@@ -18,6 +18,7 @@ def register(sub):
 
 
 def main(args) -> int:
+    from analysis.paths import check_out_dir
     from analysis.sweeps import ensure_cuda_env
     ensure_cuda_env()  # before any numba.cuda import (fig7)
     from analysis.figures import get
@@ -25,6 +26,7 @@ def main(args) -> int:
         mod = get(args.name)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    check_out_dir(args.out)
     for path in mod.make(args.out):
         print(path)
     return 0

@@ -20,8 +20,12 @@ def register(sub):
     p = sub.add_parser("sweep", help="sweep configurations into a JSON-lines file (resumable)",
                        description="Evaluate the cartesian product of the given lists (comma-"
                                    "separated) and append one JSON row per point to --out, flushed "
-                                   "as it is made. Points already in the file are skipped, so a "
-                                   "killed sweep resumes; a failing point is recorded with its error.")
+                                   "as it is made. Points already in the file (made by the same "
+                                   "model version) are skipped, so a killed sweep resumes; a "
+                                   "failing point is recorded with its error and evaluated again "
+                                   "on the next run unless --no-retry. --out must be a new file, "
+                                   "an empty one or a sweep file; concurrent runs on one file "
+                                   "are safe.")
     p.add_argument("--out", required=True, metavar="FILE.jsonl", help="output file (appended to)")
     p.add_argument("--backend", choices=("model", "kernel"), default="model",
                    help="model: closed forms (instant); kernel: gpu kernels, instrumented counts "
@@ -41,11 +45,15 @@ def register(sub):
     p.add_argument("--sparsity", default="1.0",
                    help="fractions s in (0, 1] of nonzero blocks of a random block mask")
     p.add_argument("--seed", type=int, default=0, help="seed of the random block masks")
+    p.add_argument("--no-retry", action="store_true",
+                   help="keep the error rows of an earlier run (default: evaluate them again)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    from analysis.sweeps import EVALUATORS, ensure_cuda_env, grid, run_sweep
+    from analysis.paths import check_out_file
+    from analysis.sweeps import EVALUATORS, ensure_cuda_env, grid, normalise, run_sweep
+    check_out_file(args.out)
     algs = [a for a in args.algorithm.split(",") if a]
     for a in algs:
         if a not in ALGORITHMS:
@@ -73,8 +81,9 @@ def main(args) -> int:
         axes["block_cols"] = _ints("block_cols")(args.block_cols)
     if not args.sram_bytes and not args.block_rows:
         raise ConfigError("give --sram-bytes, or --block-rows and --block-cols")
+    points = [normalise(p) for p in grid(**axes)]   # every value checked before any work
     if args.backend == "kernel":
         ensure_cuda_env()
-    st = run_sweep(grid(**axes), args.out, EVALUATORS[args.backend])
+    st = run_sweep(points, args.out, EVALUATORS[args.backend], retry_errors=not args.no_retry)
     print(f"{args.out}: {st['done']} new rows ({st['errors']} errors), {st['skipped']} already present")
     return 0

@@ -30,8 +30,17 @@ def save(fig, out_dir, name: str, config: dict) -> list[str]:
     png, svg = os.path.join(out_dir, name + ".png"), os.path.join(out_dir, name + ".svg")
     meta = {"Title": name, "Software": "flashsim",
             "Description": json.dumps(config, sort_keys=True, default=str)}
-    fig.savefig(png, dpi=130, metadata=meta)
-    fig.savefig(svg, metadata={"Title": name, "Description": meta["Description"]})
+    # each file is written under a name of this process, then moved into place, so that
+    # concurrent runs on one directory never leave a half-written figure
+    for path, kw in ((png, dict(dpi=130, metadata=meta)),
+                     (svg, dict(metadata={"Title": name, "Description": meta["Description"]}))):
+        tmp = f"{path}.{os.getpid()}.tmp{os.path.splitext(path)[1]}"
+        try:
+            fig.savefig(tmp, **kw)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
     plt.close(fig)
     return [png, svg]
 
