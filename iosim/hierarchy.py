@@ -81,13 +81,15 @@ class Stream:
 
     t: start time step; blk: tile id (equal ids = the same bytes); nbytes: bytes of the
     tile; rd / wr: the access reads / writes it; w: how many real accesses this one
-    stands for (sampling; 1 otherwise)."""
+    stands for (sampling; 1 otherwise); wb: bytes written back if the tile is evicted
+    dirty (the written part of a tile read and written together; default nbytes)."""
     t: list = field(default_factory=list)
     blk: list = field(default_factory=list)
     nbytes: list = field(default_factory=list)
     rd: list = field(default_factory=list)
     wr: list = field(default_factory=list)
     w: list = field(default_factory=list)
+    wb: list = field(default_factory=list)
     next_id: int = 0
 
     def ids(self, n: int) -> np.ndarray:
@@ -96,17 +98,20 @@ class Stream:
         self.next_id += n
         return out
 
-    def add(self, t, blk, nbytes, rd, wr, w=1.0):
+    def add(self, t, blk, nbytes, rd, wr, w=1.0, wb=None):
         n = np.broadcast(t, blk, nbytes).size
+        wb = nbytes if wb is None else wb
         for lst, v, dt in ((self.t, t, np.float64), (self.blk, blk, np.int64),
                            (self.nbytes, nbytes, np.float64), (self.rd, rd, bool),
-                           (self.wr, wr, bool), (self.w, w, np.float64)):
+                           (self.wr, wr, bool), (self.w, w, np.float64),
+                           (self.wb, wb, np.float64)):
             lst.append(np.broadcast_to(np.asarray(v, dtype=dt), (n,)).ravel())
 
     def arrays(self):
         cat = lambda L, dt: np.concatenate(L) if L else np.zeros(0, dt)
         return (cat(self.t, np.float64), cat(self.blk, np.int64), cat(self.nbytes, np.float64),
-                cat(self.rd, bool), cat(self.wr, bool), cat(self.w, np.float64))
+                cat(self.rd, bool), cat(self.wr, bool), cat(self.w, np.float64),
+                cat(self.wb, np.float64))
 
 
 # ---------------------------------------------------------------------------------------
@@ -216,11 +221,11 @@ class KernelTraffic:
 
 def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     """(DRAM read bytes, DRAM write bytes, accesses) of a stream."""
-    t, blk, nb, rd, wr, w = stream.arrays()
+    t, blk, nb, rd, wr, w, wb = stream.arrays()
     if t.size == 0:
         return 0.0, 0.0, 0
     order = np.argsort(t, kind="stable")
-    t, blk, nb, rd, wr, w = t[order], blk[order], nb[order], rd[order], wr[order], w[order]
+    t, blk, nb, rd, wr, w, wb = (x[order] for x in (t, blk, nb, rd, wr, w, wb))
     # dense tile ids for the Fenwick pass
     _, dense = np.unique(blk, return_inverse=True)
     d_prev, d_next = _distances(dense.astype(np.int64), nb)
@@ -229,7 +234,7 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     # d_next = -1 never happens (the last access counts to the end); 0 means nothing after
     evict = 1.0 - hit_probability(np.maximum(d_next, 0.0), capacity, A)
     reads = float(np.sum(w * nb * miss_prev * rd))
-    writes = float(np.sum(w * nb * evict * wr))
+    writes = float(np.sum(w * wb * evict * wr))
     return reads, writes, int(t.size)
 
 
@@ -241,14 +246,14 @@ def _coarse(total_steps: int, budget: int) -> int:
 
 
 def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, step_wr=False,
-                 step_read_bytes=None, step_private_bytes=0.0, pre_bytes=0.0,
+                 step_write_bytes=None, step_private_bytes=0.0, pre_bytes=0.0,
                  pre_shared=None, pre_shared_bytes=0.0, post_bytes=0.0, slots: int,
                  budget: int, n_seq: int):
     """CTAs (arrays over CTAs, in launch order) that each sweep tiles lo..hi-1 of their
     group's shared sequence (n_seq tiles per group), one per time step.
 
-    step_bytes: bytes of one shared tile (resident size); step_read_bytes: bytes read on a
-    miss (default step_bytes); step_wr: the sweep writes it back (atomics, RMW).
+    step_bytes: bytes of one shared tile (read on a miss); step_wr: the sweep also writes
+    it (atomics, read-modify-write), step_write_bytes of it (default all).
     step_private_bytes: bytes of a per-step tile only this CTA touches (read).
     pre_bytes / post_bytes: private bytes read at the start / written at the end.
     pre_shared: optional shared tile id per CTA read at the start (pre_shared_bytes).
@@ -287,11 +292,9 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
     cnt = (b - a).astype(np.float64)
     tmid = s0[cta] + (a + b) / 2.0 - l[cta] + 0.5
     ncoarse = -(-n_seq // q)
-    rb = step_bytes if step_read_bytes is None else step_read_bytes
-    stream.add(tmid, g[cta] * ncoarse + cidx + (1 << 40), cnt * step_bytes * (1.0 if step_rd else 0.0)
-               + (0 if step_rd else cnt * step_bytes), step_rd, step_wr)
-    if step_read_bytes is not None and step_read_bytes != step_bytes:
-        pass  # the resident size is what matters for distances; reads counted by caller
+    wbytes = step_bytes if step_write_bytes is None else step_write_bytes
+    stream.add(tmid, g[cta] * ncoarse + cidx + (1 << 40), cnt * step_bytes, step_rd, step_wr,
+               wb=cnt * wbytes)
     if step_private_bytes:
         stream.add(tmid, stream.ids(cidx.size), cnt * mult[cta] * step_private_bytes, True, False)
     return m + cidx.size

@@ -1,0 +1,526 @@
+"""What a kernel pass requests, what reaches L2 and what reaches DRAM: the kernels' launch
+plans, their access streams for `iosim.hierarchy`, and the validation against Nsight
+Compute.
+
+`kernel_plan(...)` answers "which kernel and tiling does `gpu.attention` (or the backward)
+run for these arguments on this GPU" without a GPU: the same rules as `gpu.api` and
+`gpu.backward`, evaluated for a `Hardware` preset (its shared memory per block). Each
+kernel launch of the pass gets its grid, threads, dynamic shared memory, registers per
+thread (`REGISTERS`: ptxas's allocation as Nsight Compute reported it on the H100) and so
+its CTAs per SM.
+
+`levels(...)` then returns, for the whole pass (all its kernels, each with a cold L2 as
+Nsight Compute measures them):
+  requested_read_bytes / requested_write_bytes: the ledger (iosim.closed_form)
+  l2_read_bytes / l2_write_bytes: what the SMs ask of L2 in 32-byte sectors: the
+      ledger, except that fp32 atomics (the fa2 backward's dQ accumulator) are L2
+      reductions (`l2_atomic_bytes`), and fa2_tc's cp.async copies cost 1.5 sectors per
+      requested sector (TC_CPASYNC_SECTOR_FACTOR);
+  dram_read_bytes / dram_write_bytes: iosim.hierarchy's L2 model over the kernels'
+      access streams.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+import iosim
+from iosim import Problem, Tiling, get_hardware
+from iosim.hierarchy import (L2Model, Stream, dram_from_stream, row_kernel, sweep_kernel,
+                             tile_kernel)
+
+#: L2 sectors per requested sector for gpu.fa2_tc's global loads. Its cp.async copies
+#: land in shared rows padded to d + 8 halves (conflict-free ldmatrix); a warp's 512
+#: contiguous bytes then reach L2 as 2.6x the requests and 1.5x the sectors. Measured:
+#: fa2_tc's loads 1.48-1.50x its own exact counts (Nsight Compute, H100 and H200), and
+#: the probe scripts/l2_sector_probe.py: 16-byte cp.async into contiguous shared memory
+#: 1.00x, into 144-byte rows 1.50x (3,145,728 sectors for 64 MiB).
+TC_CPASYNC_SECTOR_FACTOR = 1.5
+
+#: Registers per thread of each kernel (ptxas, as Nsight Compute's
+#: launch__registers_per_thread reported them on the H100, 2026-11-25): kernel prefix ->
+#: {(B_r, B_c, d, causal): registers}, with None as the key of the family's default.
+REGISTERS = {
+    "fa2_tc": {(128, 64, 64, False): 128, (64, 64, 64, True): 136, (64, 64, 128, False): 226,
+               (64, 64, 128, True): 234, (64, 64, 64, False): 129, (128, 64, 64, True): 132,
+               (128, 128, 64, False): 102, None: 128},
+    "fa2_fast": {(64, 32, 128, False): 249, None: 128},
+    "fa2_fwd": {None: 80}, "fa1_fwd": {None: 56}, "std_S": {None: 32}, "std_softmax": {None: 32},
+    "std_PV": {None: 78}, "fa2_bwd_pre": {None: 37}, "fa2_bwd_main": {None: 90},
+    "bwd_convert": {None: 28}, "bwd_group_sum": {None: 40}, "std_bwd_dV": {None: 69},
+    "std_bwd_dP": {None: 32}, "std_bwd_dS": {None: 32}, "std_bwd_dQ": {None: 78},
+    "std_bwd_dK": {None: 69},
+}
+#: Kernels known to spill registers to local memory (ptxas -v, bytes per thread): their
+#: local-memory traffic is not in the ledger, and the model flags them.
+SPILLS = {("fa2_tc", 128, 128): 1000, ("fa2_fast", 256, 32, 64): 88,
+          ("fa2_fast", 256, 32, 128): 500}
+
+SM_REGISTERS = 65536
+SM_MAX_WARPS = 64
+SM_MAX_BLOCKS = 32
+SMEM_RESERVED = 1024          # per block, by the driver (sm_80 and later)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of a pass: name, grid size (CTAs), threads, dynamic shared memory
+    (bytes), registers per thread, CTAs resident per SM."""
+    name: str
+    ctas: int
+    threads: int
+    smem_bytes: int
+    registers: int
+    ctas_per_sm: int
+    spill_bytes: int = 0
+
+
+def occupancy(hw, threads: int, smem_bytes: int, registers: int) -> int:
+    """CTAs resident per SM: the tightest of registers (allocated per warp in units of
+    256), shared memory (+1 KB reserved per block), warps (64) and blocks (32)."""
+    warps = -(-threads // 32)
+    per_warp = -(-registers * 32 // 256) * 256
+    by_regs = SM_REGISTERS // max(1, per_warp * warps)
+    by_smem = hw.smem_per_sm_bytes // (smem_bytes + SMEM_RESERVED)
+    by_warps = SM_MAX_WARPS // warps
+    return max(1, min(by_regs, by_smem, by_warps, SM_MAX_BLOCKS))
+
+
+def _regs(prefix, B_r, B_c, d, causal):
+    table = REGISTERS[prefix]
+    return table.get((B_r, B_c, d, causal), table.get((B_r, B_c, d, False), table[None]))
+
+
+# ---------------------------------------------------------------------------------------
+# Which kernels a pass runs (the rules of gpu.api / gpu.backward, for a preset)
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    """The kernel a pass runs and its tiling: kernel in 'tc' | 'fast' | 'plain' for the
+    fa2 forward, 'default' otherwise; threads and shared bytes of the main kernel."""
+    algorithm: str
+    pass_: str
+    kernel: str
+    tiling: Tiling
+    threads: int
+    smem_bytes: int
+    extra: dict = field(default_factory=dict)
+
+
+def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
+                kernel: str = "auto", tiling: Tiling | None = None) -> Plan:
+    """The plan `gpu.attention` (pass_='fwd') or `gpu.backward.attention_backward`
+    ('bwd') follows for these arguments on `hw`, without a GPU. kernel: 'auto' (the
+    default choice) or 'tc' | 'fast' | 'plain' to pin the fa2 forward kernel."""
+    from analysis.sweeps import ensure_cuda_env
+    ensure_cuda_env()
+    from gpu import api, fa2_fast, fa2_tc
+    from gpu.backward import default_backward_tiling
+    d, dt, causal = problem.d, problem.dtype, problem.causal
+    limit = hw.smem_per_block_bytes
+    if pass_ == "bwd":
+        t = tiling or default_backward_tiling(d, dt, algorithm)
+        from gpu.backward import backward_shared_bytes
+        return Plan(algorithm, "bwd", "default", t, 128,
+                    backward_shared_bytes(algorithm, t.B_r, t.B_c, d, dt))
+    if algorithm != "fa2":
+        t = tiling or api.default_tiling(algorithm, d, dt, causal)
+        return Plan(algorithm, "fwd", "default", t, 128,
+                    iosim.sram_footprint_bytes(algorithm, t.B_r, t.B_c, d, dt))
+    choice = kernel
+    if kernel in ("auto", "tc") and dt == "fp16" and tiling is None:
+        tuned = (api.FA2_TC_TILES_CAUSAL if causal else api.FA2_TC_TILES).get(d)
+        for B_r, B_c in ((tuned,) if tuned else ()) + api.FA2_TC_FALLBACK:
+            mt = api.fa2_tc_mt(B_r, B_c, d)
+            if fa2_tc.plan_error(B_r, B_c, d, dt, mt) is None and \
+                    fa2_tc.layout(B_r, B_c, d)["bytes"] <= limit:
+                tiling, choice = Tiling(B_r, B_c), "tc"
+                break
+    if choice in ("auto", "tc") and dt == "fp16" and tiling is not None:
+        mt = api.fa2_tc_mt(tiling.B_r, tiling.B_c, d)
+        if fa2_tc.plan_error(tiling.B_r, tiling.B_c, d, dt, mt) is None:
+            return Plan("fa2", "fwd", "tc", tiling, fa2_tc.threads_per_block(tiling.B_r, mt),
+                        fa2_tc.layout(tiling.B_r, tiling.B_c, d)["bytes"], {"MT": mt})
+        if choice == "tc":
+            raise ValueError(f"kernel='tc' cannot run B_r={tiling.B_r}, B_c={tiling.B_c}, d={d}")
+    if choice in ("auto", "fast"):
+        cands = ((api.FA2_FAST_TILES[d],) if d in api.FA2_FAST_TILES else ()) + api.FA2_FAST_FALLBACK
+        if tiling is not None:
+            cands = [(tiling.B_r, tiling.B_c, t) for (br, bc, t) in
+                     list(api.FA2_FAST_TILES.values()) + list(api.FA2_FAST_FALLBACK)
+                     if (br, bc) == (tiling.B_r, tiling.B_c)] + \
+                    [(tiling.B_r, tiling.B_c, t) for t in api.FA2_FAST_THREADS]
+        for B_r, B_c, threads in cands:
+            if fa2_fast.plan(B_r, B_c, d, threads) is None:
+                continue
+            opts = dict(api.FA2_FAST_TUNED.get((B_r, B_c, threads), {}))
+            if "TC" in opts and fa2_fast.plan(B_r, B_c, d, threads, opts["TC"]) is None:
+                del opts["TC"]
+            sm = fa2_fast.smem_bytes(B_r, B_c, d, threads, opts.get("TC"), shfl=True,
+                                     stage=opts.get("stage", 0))
+            if sm <= limit:
+                return Plan("fa2", "fwd", "fast", Tiling(B_r, B_c), threads, sm, opts)
+        if choice == "fast":
+            raise ValueError(f"kernel='fast' cannot run {tiling} at d={d}")
+    t = tiling or api.default_tiling("fa2", d, dt, causal)
+    return Plan("fa2", "fwd", "plain", t, 128,
+                iosim.sram_footprint_bytes("fa2", t.B_r, t.B_c, d, dt))
+
+
+# ---------------------------------------------------------------------------------------
+# Access streams of each pass
+# ---------------------------------------------------------------------------------------
+def _blocks(N, B):
+    T = -(-N // B)
+    sizes = np.minimum(B, N - np.arange(T) * B)
+    return T, sizes
+
+
+def _active_prefix(N, B_r, B_c, causal):
+    """Key blocks each query block sees: a prefix 0..a_i - 1 (all T_c if not causal)."""
+    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    if not causal:
+        return np.full(T_r, T_c, dtype=np.int64)
+    last = np.minimum((np.arange(T_r) + 1) * B_r, N) - 1
+    return np.minimum(last // B_c + 1, T_c)
+
+
+def _first_query_block(N, B_r, B_c, causal):
+    """First query block that sees key block j (causal): floor(j B_c / B_r); 0 otherwise."""
+    T_c = -(-N // B_c)
+    if not causal:
+        return np.zeros(T_c, dtype=np.int64)
+    return (np.arange(T_c) * B_c) // B_r
+
+
+def _instances(p: Problem):
+    z = np.arange(p.instances)
+    zk = (z // p.heads) * p.kv_heads + (z % p.heads) // p.group
+    return z, zk
+
+
+def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
+    """[(Launch, Stream builder)] of the pass, in launch order."""
+    N, d, s = p.N, p.d, p.itemsize
+    B_r, B_c = plan.tiling.B_r, plan.tiling.B_c
+    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    I = p.instances
+    z, zk = _instances(p)
+    budget = model.max_accesses
+    out = []
+
+    def L(name, ctas, threads, smem, regs_prefix):
+        regs = _regs(regs_prefix, B_r, B_c, d, p.causal)
+        return Launch(name, int(ctas), threads, int(smem), regs,
+                      occupancy(hw, threads, int(smem), regs),
+                      SPILLS.get((regs_prefix, B_r, B_c, d), SPILLS.get((regs_prefix, B_r, B_c), 0)))
+
+    if plan.pass_ == "fwd" and plan.algorithm == "fa2":
+        prefix = {"tc": "fa2_tc", "fast": "fa2_fast", "plain": "fa2_fwd"}[plan.kernel]
+        lau = L(prefix, T_r * I, plan.threads, plan.smem_bytes, prefix)
+        a = _active_prefix(N, B_r, B_c, p.causal)
+        order = np.arange(T_r)
+        if p.causal and plan.kernel in ("tc", "fast"):
+            order = order[::-1]                    # heaviest query blocks first
+        _, rows = _blocks(N, B_r)
+
+        def build(st, slots):
+            i = np.tile(order, I)
+            zz = np.repeat(z, T_r)
+            return sweep_kernel(st, group=zk[zz], lo=np.zeros(i.size), hi=a[i],
+                                step_bytes=2 * B_c * d * s, pre_bytes=rows[i].mean() * d * s,
+                                post_bytes=rows[i].mean() * (d * s + 4), slots=slots,
+                                budget=budget, n_seq=T_c)
+        out.append((lau, build))
+    elif plan.pass_ == "fwd" and plan.algorithm == "fa1":
+        lau = L("fa1_fwd", I, plan.threads, plan.smem_bytes, "fa1_fwd")
+        out.append((lau, lambda st, slots: _fa1_stream(st, p, B_r, B_c, slots, budget)))
+    elif plan.pass_ == "fwd":                      # standard: S, softmax, PV
+        out += _standard_forward(p, B_r, B_c, L, plan, budget)
+    elif plan.algorithm == "fa2":
+        out += _fa2_backward(p, B_r, B_c, L, plan, budget)
+    else:
+        out += _standard_backward(p, B_r, B_c, L, plan, budget)
+    if plan.pass_ == "bwd" and p.group > 1:
+        n = p.instances * N * d
+        lau = L("bwd_group_sum", -(-n // 256), 256, 0, "bwd_group_sum")
+        nk = p.batch * p.kv_heads * N * d
+        out.append((lau, lambda st, slots: row_kernel(
+            st, read_bytes=np.full(64, 2 * n * s / 64), write_bytes=2 * nk * s / 64, slots=slots)))
+    return out
+
+
+def _active_tiles(p, B_r, B_c):
+    a = _active_prefix(p.N, B_r, B_c, p.causal)
+    ii = np.repeat(np.arange(a.size), a)
+    jj = np.arange(a.sum()) - np.repeat(np.cumsum(a) - a, a)
+    return ii, jj
+
+
+def _tile_pass(st, p, B_r, B_c, slots, budget, a_of, b_of, a_bytes, b_bytes, out_bytes):
+    """Tile kernels (S = QK^T, dP = dO V^T): CTA per active tile per instance, launch
+    order instance-major, tiles row-major; coarsened by merging key tiles if too many."""
+    ii, jj = _active_tiles(p, B_r, B_c)
+    I = p.instances
+    z, zk = _instances(p)
+    q = _coarse(ii.size * I * 3, budget)
+    if q > 1:                                   # merge q consecutive key tiles of a row
+        keep = (jj % q) == 0
+        ii, jj = ii[keep], jj[keep] // q
+    zz = np.repeat(z, ii.size)
+    i = np.tile(ii, I)
+    j = np.tile(jj, I)
+    big = 1 << 30
+    return tile_kernel(st, a_blk=a_of(zz, zk[zz], i) * big + i, a_bytes=a_bytes,
+                       b_blk=b_of(zz, zk[zz], j) * big + j, b_bytes=b_bytes * q,
+                       out_bytes=out_bytes * q, slots=max(1, slots // q))
+
+
+def _coarse(total, budget):
+    return max(1, -(-int(total) // max(1, budget)))
+
+
+def _row_pass(st, p, B_r, B_c, slots, read_per_elem, write_per_elem):
+    """Row kernels (softmax, dS): per query block the active row entries are read and
+    written once (read_per_elem / write_per_elem bytes per N x N entry)."""
+    a = _active_prefix(p.N, B_r, B_c, p.causal)
+    _, rows = _blocks(p.N, B_r)
+    cols = np.minimum(a * B_c, p.N)
+    ent = np.tile(rows * cols, p.instances).astype(np.float64)
+    return row_kernel(st, read_bytes=ent * read_per_elem, write_bytes=ent * write_per_elem,
+                      slots=max(1, slots // B_r))
+
+
+def _standard_forward(p, B_r, B_c, L, plan, budget):
+    N, d, s, I = p.N, p.d, p.itemsize, p.instances
+    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    ii, _ = _active_tiles(p, B_r, B_c)
+    z, zk = _instances(p)
+    a = _active_prefix(N, B_r, B_c, p.causal)
+    out = [(L("std_S", ii.size * I, plan.threads, plan.smem_bytes, "std_S"),
+            lambda st, slots: _tile_pass(st, p, B_r, B_c, slots, budget,
+                                         lambda z_, zk_, i: z_, lambda z_, zk_, j: zk_ + (1 << 20),
+                                         B_r * d * s, B_c * d * s, B_r * B_c * s)),
+           (L("std_softmax", N * I, min(128, 1 << (N - 1).bit_length()), 4 * N, "std_softmax"),
+            lambda st, slots: _row_pass(st, p, B_r, B_c, slots, s, s))]
+
+    def pv(st, slots):
+        i = np.tile(np.arange(T_r), I)
+        zz = np.repeat(z, T_r)
+        return sweep_kernel(st, group=zk[zz], lo=np.zeros(i.size), hi=a[i],
+                            step_bytes=B_c * d * s, step_private_bytes=B_r * B_c * s,
+                            post_bytes=B_r * d * s, slots=slots, budget=budget, n_seq=T_c)
+    out.append((L("std_PV", T_r * I, plan.threads, plan.smem_bytes, "std_PV"), pv))
+    return out
+
+
+def _fa1_stream(st: Stream, p, B_r, B_c, slots, budget):
+    """Algorithm 1: one CTA per instance; O, l, m initialised; for each key block j, K_j
+    and V_j read once, then every active query block's Q_i, O_i, l_i, m_i read and O_i,
+    l_i, m_i written. Query blocks are grouped (at most 64 groups) and key blocks sampled
+    (weights), both to keep the stream within the budget."""
+    N, d, s, I = p.N, p.d, p.itemsize, p.instances
+    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    gq = max(1, -(-T_r // 64))                 # query blocks per group
+    G = -(-T_r // gq)
+    first = _first_query_block(N, B_r, B_c, p.causal)       # per key block j
+    n_js = max(1, min(T_c, budget // max(1, I * (G + 2))))
+    js = np.unique(np.linspace(0, T_c - 1, n_js).round().astype(np.int64))
+    w = T_c / js.size
+    per_row_rd = (2 * d * s + 8)               # Q_i, O_i, l_i, m_i per row
+    per_row_wr = (d * s + 8)
+    grp_rows = gq * B_r
+    # all instances run concurrently in waves of `slots` CTAs of equal length
+    n_acc = 0
+    wave = np.arange(I) // max(1, slots)
+    steps_per_j = np.array([G - first[j] // gq + 1 for j in js])
+    cta_len = steps_per_j.sum() + 1
+    for zi in range(I):
+        t0 = wave[zi] * cta_len
+        base = st.ids(G)
+        st.add(t0, base, grp_rows * per_row_wr, False, True)       # step 2: O, l, m = 0, -inf
+        t = t0 + 1
+        for jn, j in enumerate(js):
+            st.add(t, st.ids(1), 2 * B_c * d * s, True, False, w)   # K_j, V_j
+            g0 = first[j] // gq
+            gs = np.arange(g0, G)
+            tt = t + 1 + np.arange(gs.size)
+            st.add(tt, base[gs], grp_rows * per_row_rd, True, True, w, grp_rows * per_row_wr)
+            t += gs.size + 1
+            n_acc += gs.size + 1
+    # the resident size is the read footprint; writes back only O, l, m
+    return n_acc
+
+
+def _fa2_backward(p, B_r, B_c, L, plan, budget):
+    N, d, s, I = p.N, p.d, p.itemsize, p.instances
+    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    z, zk = _instances(p)
+    _, rows = _blocks(N, B_r)
+    out = [(L("fa2_bwd_pre", T_r * I, plan.threads, 0, "fa2_bwd_pre"),
+            lambda st, slots: row_kernel(st, read_bytes=np.full(T_r * I, 2.0 * B_r * d * s),
+                                         write_bytes=B_r * (4 + 4 * d), slots=slots))]
+    first = _first_query_block(N, B_r, B_c, p.causal)
+
+    def main(st, slots):
+        j = np.tile(np.arange(T_c), I)
+        zz = np.repeat(z, T_c)
+        kv = (zk[zz] * T_c + j) + (5 << 40)
+        # per query block: Q_i, dO_i (dtype), L_i, D_i (fp32) read; dQacc_i (fp32) RMW
+        return sweep_kernel(st, group=zz, lo=first[j], hi=np.full(j.size, T_r),
+                            step_bytes=B_r * (2 * d * s + 8 + 4 * d), step_wr=True,
+                            step_write_bytes=B_r * 4 * d,
+                            pre_shared=kv, pre_shared_bytes=2 * B_c * d * s,
+                            post_bytes=2 * B_c * d * s, slots=slots, budget=budget, n_seq=T_r)
+    out.append((L("fa2_bwd_main", T_c * I, plan.threads, plan.smem_bytes, "fa2_bwd_main"), main))
+    n = I * N * d
+    out.append((L("bwd_convert", -(-n // 256), 256, 0, "bwd_convert"),
+                lambda st, slots: row_kernel(st, read_bytes=np.full(64, 4.0 * n / 64),
+                                             write_bytes=s * n / 64, slots=slots)))
+    return out
+
+
+def _standard_backward(p, B_r, B_c, L, plan, budget):
+    N, d, s, I = p.N, p.d, p.itemsize, p.instances
+    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    z, zk = _instances(p)
+    a = _active_prefix(N, B_r, B_c, p.causal)
+    first = _first_query_block(N, B_r, B_c, p.causal)
+    shm = plan.smem_bytes
+
+    def colsweep(st, slots, shared_of_z):      # dV_j = sum_i P_ij^T dO_i ; dK_j likewise
+        j = np.tile(np.arange(T_c), I)
+        zz = np.repeat(z, T_c)
+        return sweep_kernel(st, group=shared_of_z(zz), lo=first[j], hi=np.full(j.size, T_r),
+                            step_bytes=B_r * d * s, step_private_bytes=B_r * B_c * s,
+                            post_bytes=B_c * d * s, slots=slots, budget=budget, n_seq=T_r)
+
+    def rowsweep(st, slots):                    # dQ_i = sum_j dS_ij K_j
+        i = np.tile(np.arange(T_r), I)
+        zz = np.repeat(z, T_r)
+        return sweep_kernel(st, group=zk[zz] + (1 << 20), lo=np.zeros(i.size), hi=a[i],
+                            step_bytes=B_c * d * s, step_private_bytes=B_r * B_c * s,
+                            post_bytes=B_r * d * s, slots=slots, budget=budget, n_seq=T_c)
+    ii, _ = _active_tiles(p, B_r, B_c)
+    return [
+        (L("std_bwd_dV", T_c * I, plan.threads, shm, "std_bwd_dV"),
+         lambda st, slots: colsweep(st, slots, lambda zz: zz)),
+        (L("std_bwd_dP", ii.size * I, plan.threads, shm, "std_bwd_dP"),
+         lambda st, slots: _tile_pass(st, p, B_r, B_c, slots, budget,
+                                      lambda z_, zk_, i: z_, lambda z_, zk_, j: zk_ + (1 << 20),
+                                      B_r * d * s, B_c * d * s, B_r * B_c * s)),
+        (L("std_bwd_dS", N * I, 128, 2 * N * s, "std_bwd_dS"),
+         lambda st, slots: _row_pass(st, p, B_r, B_c, slots, 2 * s, s)),
+        (L("std_bwd_dQ", T_r * I, plan.threads, shm, "std_bwd_dQ"), rowsweep),
+        (L("std_bwd_dK", T_c * I, plan.threads, shm, "std_bwd_dK"),
+         lambda st, slots: colsweep(st, slots, lambda zz: zz)),
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# The levels of one pass
+# ---------------------------------------------------------------------------------------
+#: The fitted L2 model (analysis/levels.py `fit`, on the "fit" half of the H100
+#: levels_validation rows; see benchmarks/results). Kept here, printed with every result.
+FITTED = L2Model(capacity_fraction=0.5, associativity=16)
+
+
+def requested(p: Problem, plan: Plan):
+    """The pass's ledger (iosim closed form): (read bytes, write bytes, atomic bytes)."""
+    if plan.pass_ == "fwd":
+        led = iosim.closed_form(plan.algorithm, p, plan.tiling)
+        return led.hbm_read_bytes, led.hbm_write_bytes, 0
+    led = iosim.backward_closed_form(plan.algorithm, p, plan.tiling)
+    atom = 0
+    if plan.algorithm == "fa2":
+        _, RA, _, _ = (int(x) for x in iosim.tile_sums(p.N, plan.tiling.B_r, plan.tiling.B_c,
+                                                       p.causal))
+        atom = RA * p.d * 4 * p.instances       # one fp32 read-modify-write per element
+    return led.hbm_read_bytes, led.hbm_write_bytes, atom
+
+
+def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fwd",
+           kernel: str = "auto", tiling: Tiling | None = None,
+           model: L2Model | None = None) -> dict:
+    """Requested, L2 and DRAM bytes of one pass (whole problem; cold L2 at each kernel),
+    with the plan, each kernel's launch and prediction, and the model's constants."""
+    hw = get_hardware(gpu) if isinstance(gpu, str) else gpu
+    model = model or FITTED
+    if problem.block_mask is not None:
+        raise ValueError("block_mask: the hierarchy model covers dense and causal problems; "
+                         "block-sparse masks are not modelled")
+    plan = kernel_plan(algorithm, problem, hw, pass_=pass_, kernel=kernel, tiling=tiling)
+    rd, wr, atom = requested(problem, plan)
+    factor = TC_CPASYNC_SECTOR_FACTOR if plan.kernel == "tc" else 1.0
+    cap = model.capacity_fraction * hw.l2_bytes
+    kernels, dr, dw = [], 0.0, 0.0
+    warnings = []
+    for lau, build in _launches_and_streams(problem, plan, hw, model):
+        st = Stream()
+        slots = hw.sm_count * lau.ctas_per_sm
+        build(st, slots)
+        r, w, n = dram_from_stream(st, cap, model)
+        dr, dw = dr + r, dw + w
+        kernels.append({"name": lau.name, "ctas": lau.ctas, "threads": lau.threads,
+                        "smem_bytes": lau.smem_bytes, "registers": lau.registers,
+                        "ctas_per_sm": lau.ctas_per_sm, "dram_read_bytes": r,
+                        "dram_write_bytes": w, "simulated_accesses": n})
+        if lau.spill_bytes:
+            warnings.append(f"{lau.name} spills about {lau.spill_bytes} bytes of registers per "
+                            f"thread to local memory (ptxas): that traffic is not in the ledger "
+                            f"nor in these predictions")
+    return {"gpu": hw.name, "algorithm": algorithm, "pass": pass_, "kernel": plan.kernel,
+            "block_rows": plan.tiling.B_r, "block_cols": plan.tiling.B_c,
+            "requested_read_bytes": rd, "requested_write_bytes": wr,
+            "l2_read_bytes": (rd - atom) * factor, "l2_write_bytes": wr - atom,
+            "l2_atomic_bytes": atom,
+            "dram_read_bytes": dr, "dram_write_bytes": dw, "kernels": kernels,
+            "l2_model": {"capacity_fraction": model.capacity_fraction,
+                         "associativity": model.associativity,
+                         "capacity_bytes": cap}, "warnings": warnings}
+
+
+# ---------------------------------------------------------------------------------------
+# Validation against measured rows
+# ---------------------------------------------------------------------------------------
+def problem_of(c: dict) -> Problem:
+    return Problem(N=c["N"], d=c["d"], batch=c["batch"], heads=c["heads"],
+                   kv_heads=c["kv_heads"], dtype=c["dtype"], causal=c["causal"])
+
+
+def predict_row(c: dict, gpu: str, model: L2Model | None = None) -> dict:
+    tiling = None if c.get("block_rows") is None else Tiling(c["block_rows"], c["block_cols"])
+    kernel = c["kernel"] if c["kernel"] != "default" else "auto"
+    return levels(c["algorithm"], problem_of(c), gpu, pass_=c["pass"], kernel=kernel,
+                  tiling=tiling, model=model)
+
+
+def within(pred: float, meas: float, rel: float = 0.15, floor: float = 16e6) -> bool:
+    """The issue's bound: within 15 % or 16 MB, whichever is larger."""
+    return abs(pred - meas) <= max(rel * abs(meas), floor)
+
+
+GPU_OF_DEVICE = {"NVIDIA H100 80GB HBM3": "H100-SXM", "NVIDIA H200": "H200"}
+
+
+def compare(rows, model: L2Model | None = None):
+    """[(row, prediction, errors)] for measured levels rows (status ok)."""
+    out = []
+    for r in rows:
+        if r.get("status") != "ok":
+            continue
+        gpu = GPU_OF_DEVICE.get(r["device"], "H100-SXM")
+        pred = predict_row(r["config"], gpu, model)
+        m = r["measured"]
+        err = {k: (pred[k] - m[k]) / m[k] if m[k] else None
+               for k in ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes", "l2_write_bytes")}
+        ok = {k: within(pred[k], m[k]) for k in ("dram_read_bytes", "dram_write_bytes")}
+        out.append((r, pred, err, ok))
+    return out
+
+
+__all__ = ["Launch", "Plan", "kernel_plan", "levels", "occupancy", "compare", "predict_row",
+           "within", "FITTED", "TC_CPASYNC_SECTOR_FACTOR", "REGISTERS"]
