@@ -652,6 +652,50 @@ class TorchBackend:
 
 
 # ---------------------------------------------------------------------------------------
+# Compact table (printed after a sweep)
+# ---------------------------------------------------------------------------------------
+def fmt_cell(row) -> str:
+    if row is None:
+        return "-"
+    if row.get("ms_median") is None:
+        return "skip"
+    return f"{row['ms_median']:.3g}/{row['tflops']:.3g}"
+
+
+def compact_table(rows: list[dict]) -> str:
+    """ms/TFLOP/s per (dtype, d, causal) block, N by impl; then skips and errors."""
+    impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
+    by = {}
+    for r in rows:
+        by[(r["dtype"], r["d"], r["causal"], r["N"], r["impl"])] = r
+    blocks = sorted({(r["dtype"], r["d"], r["causal"]) for r in rows},
+                    key=lambda k: (k[1], k[2], k[0] != "fp32"))
+    short = {"torch_math": "t_math", "torch_efficient": "t_eff", "torch_flash": "t_flash"}
+    out = ["cells: ms_median/TFLOP/s ('skip': see JSON 'skipped')"]
+    for (dt, d, c) in blocks:
+        Ns = sorted({r["N"] for r in rows if (r["dtype"], r["d"], r["causal"]) == (dt, d, c)})
+        out.append(f"-- {dt} d={d} {'causal' if c else 'non-causal'}")
+        out.append(f"{'N':>6} " + "".join(f"{short.get(i, i):>14}" for i in impls))
+        for N in Ns:
+            out.append(f"{N:>6} " + "".join(f"{fmt_cell(by.get((dt, d, c, N, i))):>14}" for i in impls))
+    reasons = {}
+    for r in rows:
+        if r.get("skipped"):
+            key = re.sub(r"[\d.]+", "#", r["skipped"])[:90]
+            reasons[key] = reasons.get(key, 0) + 1
+    if reasons:
+        out.append("skipped rows by reason:")
+        out += [f"  {n:>4} x {k}" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    errs = {}
+    for r in rows:
+        if r.get("rel_err") is not None:
+            errs[(r["impl"], r["dtype"])] = max(errs.get((r["impl"], r["dtype"]), 0.0), r["rel_err"])
+    if errs:
+        out.append("max rel_err: " + ", ".join(f"{i}/{dt} {e:.1e}" for (i, dt), e in sorted(errs.items())))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------
 # Entry point used by the command and the H100 script
 # ---------------------------------------------------------------------------------------
 def run_bench(*, seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal="both",

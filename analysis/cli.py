@@ -11,7 +11,7 @@ import importlib
 import sys
 
 
-COMMANDS = ["traffic", "reproduce", "bench", "report", "sweep", "figure"]
+COMMANDS = ["traffic", "reproduce", "bench", "check", "report", "sweep", "figure", "results"]
 
 
 class _Parser(argparse.ArgumentParser):

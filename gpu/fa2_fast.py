@@ -8,7 +8,7 @@ L_i = m + log(l) once (a row with no visible key: O = 0, L = -inf). Ragged N: on
 valid rows are loaded / stored (and counted); the rest of a tile is zero-filled on chip.
 
 Versions (llm.c style; timings: H100, fp32, d = 64, batch x heads = 16, N = 4096, kernel
-alone, non-causal, benchmarks/results/):
+alone, non-causal; results data set, kind `fast_variants`):
   v1  scalar shared loads: Q and K stored transposed (x-major), one 4-byte LDS per
       operand; RM + RN loads per RM x RN FMAs (8 + 8 per 64). 5.47 ms, 12.6 TFLOP/s.
   v2  (this file) 16-byte shared loads (LDS.128): Q, K, V, P stay row-major and the
