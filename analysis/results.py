@@ -147,10 +147,7 @@ def append(rows: Iterable[dict], data=None) -> tuple[int, int]:
 
 def make_row(kind: str, *, run_id: str, device: str, date: str, commit: str | None,
              versions: dict, **payload) -> dict:
-    """A row with the required keys first, then the payload (which may not override them)."""
-    clash = [k for k in payload if k in REQUIRED]
-    if clash:
-        raise ValueError(f"payload keys {clash} clash with the required keys")
+    """A row with the required keys first, then the payload."""
     row = {"kind": kind, "run_id": run_id, "device": device, "date": date, "commit": commit,
            "versions": dict(versions or {})}
     row.update(payload)
