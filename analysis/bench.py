@@ -323,8 +323,9 @@ def predict_single_ms(point: Point, measured: dict) -> tuple[float, int] | None:
 
 
 def run_sweep(points, backend, results: ResultFile, opts: Options, *, run_id: str, meta: dict,
-              clock=time.monotonic, log=print) -> list[dict]:
-    """Measure every point not already done in `results`; return the rows made now."""
+              clock=time.monotonic, log=print, on_point=None) -> list[dict]:
+    """Measure every point not already done in `results`; return the rows made now.
+    on_point(row), if given, is called after each row is recorded (progress)."""
     start = clock()
     done = results.done_keys()
     measured: dict = {}   # series -> {N: single-call ms} (for predictions)
@@ -345,6 +346,8 @@ def run_sweep(points, backend, results: ResultFile, opts: Options, *, run_id: st
         else:
             log(f"{point.impl:>16} {point.dtype} N={point.N:<6} d={point.d:<4} "
                 f"causal={int(point.causal)} skipped: {row['skipped']}")
+        if on_point:
+            on_point(row)
         return row
 
     for point in points:
@@ -700,8 +703,9 @@ def compact_table(rows: list[dict]) -> str:
 # ---------------------------------------------------------------------------------------
 def run_bench(*, seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal="both",
               impls=IMPLS, batch_heads=16, opts: Options | None = None, out=None,
-              backend=None, log=print) -> tuple[Path, list[dict]]:
-    """Run the sweep on the real GPU (or the given backend); returns (path, rows made)."""
+              backend=None, log=print, progress: bool | None = None) -> tuple[Path, list[dict]]:
+    """Run the sweep on the real GPU (or the given backend); returns (path, rows made).
+    progress: a status line on stderr (analysis.progress; None: only on a terminal)."""
     if isinstance(batch_heads, bool) or not isinstance(batch_heads, int) or batch_heads <= 0:
         raise ValueError(f"batch_heads={batch_heads!r} is not allowed; allowed: positive integers")
     opts = opts or Options()
@@ -714,5 +718,11 @@ def run_bench(*, seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal="
             "versions": versions() if isinstance(backend, TorchBackend) else {}}
     run_id = new_run_id()
     log(f"flashsim bench: {len(points)} points on {device}, results -> {path} (run {run_id})")
-    made = run_sweep(points, backend, results, opts, run_id=run_id, meta=meta, log=log)
+    from analysis.progress import Progress
+    todo = sum(1 for p in points if p.key() not in results.done_keys())
+    with Progress(todo, "bench", show=progress) as bar:
+        made = run_sweep(points, backend, results, opts, run_id=run_id, meta=meta,
+                         log=bar.write if log is print else log,
+                         on_point=lambda row: bar.update(
+                             note=f"{row['impl']} {row['dtype']} N={row['N']} d={row['d']}"))
     return path, made

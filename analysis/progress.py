@@ -55,6 +55,15 @@ def status_line(label: str, done: int, total: int | None, elapsed: float, note: 
     return text
 
 
+def pending(points, path) -> int:
+    """How many of a sweep's `points` are not yet in its JSON-lines file `path` (what
+    analysis.sweeps.run_sweep will evaluate: it skips a point whose key is there)."""
+    import os
+    from analysis.sweeps import DEFAULTS, point_key, read_rows
+    seen = {r.get("key") for r in read_rows(path)} if os.path.exists(path) else set()
+    return sum(1 for p in points if point_key({**DEFAULTS, **p}) not in seen)
+
+
 class Progress:
     """A status line for `total` points (module docstring); a no-op when not enabled."""
 

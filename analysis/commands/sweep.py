@@ -17,7 +17,14 @@ def _ints(name):
 
 
 def register(sub):
+    import argparse
     p = sub.add_parser("sweep", help="sweep configurations into a JSON-lines file (resumable)",
+                       epilog="examples:\n"
+                              "  flashsim sweep --out out/m.jsonl --algorithm fa1,fa2 --seq-len 1024,4096 "
+                              "--sram-bytes 65536,131072\n"
+                              "  flashsim sweep --out out/k.jsonl --backend kernel --algorithm fa2 "
+                              "--seq-len 256 --block-rows 32 --block-cols 32",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Evaluate the cartesian product of the given lists (comma-"
                                    "separated) and append one JSON row per point to --out, flushed "
                                    "as it is made. Points already in the file are skipped, so a "
@@ -75,6 +82,10 @@ def main(args) -> int:
         raise ConfigError("give --sram-bytes, or --block-rows and --block-cols")
     if args.backend == "kernel":
         ensure_cuda_env()
-    st = run_sweep(grid(**axes), args.out, EVALUATORS[args.backend])
+    from analysis.progress import Progress, pending
+    points = grid(**axes)
+    with Progress(pending(points, args.out), "sweep") as bar:
+        st = run_sweep(points, args.out, EVALUATORS[args.backend],
+                       progress=lambda msg: bar.update(note=msg.split(" ", 1)[0]))
     print(f"{args.out}: {st['done']} new rows ({st['errors']} errors), {st['skipped']} already present")
     return 0
