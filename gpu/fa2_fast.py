@@ -54,8 +54,8 @@ integers; that select hides from NVVM that 4 neighbouring loads are contiguous, 
 LDS.128 comes out. `& IMASK` (a no-op on our non-negative indices) proves the base index
 non-negative, and the unrolled offsets keep it so; with the buffer declared 16-byte
 aligned and every base a multiple of 4, NVVM's load/store vectoriser emits
-ld.shared.v4.f32 (`scripts/gpu_check.py --ptx` requires it; tests/test_gpu_counts.py
-runs that check without a GPU).
+ld.shared.v4.f32 (`flashsim check --ptx` requires it; tests/test_check.py runs that
+check without a GPU).
 
 Per key tile: sync; K_j, V_j -> shared (row-major copies); sync; [stage >= 1: issue the
 loads of the next active tile into registers]; S = Q_i K_j^T in registers

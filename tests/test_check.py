@@ -123,3 +123,20 @@ def test_quick_checks_on_gpu(suite):
     result = C.run_checks("quick", [suite], repeats=1)
     failed = [(r["name"], r["failures"]) for r in result["rows"] if not r["ok"]]
     assert not failed and result["rows"], failed
+
+
+def test_record_appends_rows_once(tmp_path, monkeypatch, capsys):
+    """`flashsim check --record`: the result's rows go to the data set (kind check) with
+    device, date, commit, versions; the same rows recorded again are not added twice."""
+    from analysis import results as R
+    from analysis.commands import check as cmd
+    monkeypatch.setenv("FLASHSIM_RESULTS", str(tmp_path))
+    result = {"device": "Fake GPU", "date": "2026-11-25T08:00:00+00:00", "commit": "abc",
+              "versions": {"numba": "0"}, "mode": "quick", "reference": "NumPy float64",
+              "rows": [{"suite": "forward", "name": "fa2 N=80", "ok": True, "failures": []}]}
+    cmd._record(result)
+    cmd._record(result)
+    assert "1 rows" in capsys.readouterr().out
+    rows = R.load("check")
+    assert len(rows) == 1 and rows[0]["run_id"].startswith("check-")
+    assert rows[0]["suite"] == "forward" and rows[0]["commit"] == "abc"
