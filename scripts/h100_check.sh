@@ -9,7 +9,8 @@
 #     bash scripts/h100_check.sh            (stages: check sanitize backward)
 #     STAGES="pytest tc ncu" bash scripts/h100_check.sh
 # Stages: check (flashsim check: every suite, full sizes), quick (flashsim check --quick),
-# tc / backward (one suite), sanitize (memcheck and racecheck over the quick checks),
+# tc / backward (one suite), sanitize (memcheck and racecheck over the quick checks;
+# memcheck / racecheck: one tool, a longer limit),
 # ncu (flashsim check --ncu), ncu_tc (scripts/ncu_tc_metrics.sh), pytest (the tests
 # marked gpu), fast (scripts/fa2_fast_variants.py), bench (the fa2 / torch SDPA sweep).
 # Everything lands in $OUT (default ./out); each stage has its own time limit so one hang
@@ -29,9 +30,11 @@ for s in $STAGES; do
     tc)       timeout ${T_TC:-300} $FS check --suite tc --json "$OUT/check_tc.json" > /tmp/$s.log 2>&1 ;;
     backward) timeout ${T_BWD:-200} $FS check --suite backward --json "$OUT/check_backward.json" > /tmp/$s.log 2>&1 ;;
     sanitize) { for tool in memcheck racecheck; do
-                  timeout ${T_SAN:-240} $FS check --sanitizer $tool --json "$OUT/sanitize_$tool.json"
+                  timeout ${T_SAN:-280} $FS check --sanitizer $tool --json "$OUT/sanitize_$tool.json"
                   echo "exit status $?"
                 done; } > /tmp/$s.log 2>&1 ;;
+    memcheck|racecheck)
+              timeout ${T_SAN:-540} $FS check --sanitizer $s --json "$OUT/sanitize_$s.json" > /tmp/$s.log 2>&1 ;;
     ncu)      timeout ${T_NCU:-300} $FS check --ncu --json "$OUT/ncu/ncu.json" > /tmp/$s.log 2>&1 ;;
     ncu_tc)   timeout ${T_NCU:-240} bash scripts/ncu_tc_metrics.sh > /tmp/$s.log 2>&1 ;;
     pytest)   timeout ${T_PYTEST:-300} python3 -m pytest -q -m gpu -p no:cacheprovider tests > /tmp/$s.log 2>&1 ;;

@@ -140,3 +140,31 @@ def test_record_appends_rows_once(tmp_path, monkeypatch, capsys):
     rows = R.load("check")
     assert len(rows) == 1 and rows[0]["run_id"].startswith("check-")
     assert rows[0]["suite"] == "forward" and rows[0]["commit"] == "abc"
+
+
+def test_sanitizer_run_reads_the_summary(tmp_path, monkeypatch, capsys):
+    """--sanitizer runs the quick checks in a child under the tool and decides on its
+    summary line and the child's verdict (a stand-in tool here: no GPU needed)."""
+    from analysis.commands import check as cmd
+    import analysis.sweeps as sweeps
+    tool = tmp_path / "fake-sanitizer"
+    tool.write_text(f"""#!{sys.executable}
+import json, sys
+args = sys.argv[1:]
+out = args[args.index("--json") + 1]
+json.dump({{"ok": True, "n_rows": 3}}, open(out, "w"))
+print("========= " + ("RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)"
+                     if "racecheck" in args else "ERROR SUMMARY: 0 errors"))
+""")
+    tool.chmod(0o755)
+    monkeypatch.setattr(cmd, "find_tool", lambda name: str(tool))
+    monkeypatch.setattr(sweeps, "ensure_cuda_env", lambda: True)
+    out = tmp_path / "san.json"
+    assert cli(["check", "--sanitizer", "memcheck", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["ok"] and res["reported"] == 0 and res["n_checks"] == 3
+    assert "--quick" in res["command"] and "--no-torch" in res["command"]
+    assert cli(["check", "--sanitizer", "racecheck", "--json", str(out)]) == 1
+    res = json.loads(out.read_text())
+    assert not res["ok"] and res["reported"] == 2
+    assert "2 hazards reported" in capsys.readouterr().out
