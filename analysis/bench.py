@@ -27,6 +27,9 @@ Points whose predicted memory exceeds free memory, or whose predicted single-cal
 skipped with the reason. Rows go to the JSON file as soon as made (atomic rewrite), so an
 interrupted run keeps them and a rerun on the same file skips points already done.
 
+`record_rows(rows)` appends a run's rows to the results data set (kind `bench`;
+`flashsim bench --record`), where the README's tables and `flashsim figure fig8` read them.
+
 The pure parts (sweep order, formulas, skip rules, rows, resume) take a `backend` object,
 so tests run them with a fake one; `TorchBackend` is the real GPU one.
 """
@@ -219,7 +222,7 @@ def device_slug(name: str) -> str:
     return s or "unknown-device"
 
 
-def default_results_path(device_name: str, date: str | None = None, root="benchmarks/results") -> Path:
+def default_results_path(device_name: str, date: str | None = None, root="out") -> Path:
     date = date or _dt.date.today().isoformat()
     return Path(root) / f"{date}-{device_slug(device_name)}.json"
 
@@ -652,6 +655,22 @@ class TorchBackend:
             t = self.gpu.default_tiling(point.impl, point.d, point.dtype, point.causal)
             return {"block_rows": t.B_r, "block_cols": t.B_c}
         return {}
+
+
+def record_rows(rows: list[dict], commit: str | None = None, data=None) -> tuple[int, int]:
+    """Append bench rows to the results data set (analysis.results, kind `bench`): run_id
+    'bench-<the bench run id>', the bench run id kept as bench_run_id, commit (default:
+    the checkout's HEAD). Returns (added, already there)."""
+    from analysis import results as R
+    commit = R.current_commit() if commit is None else commit
+    out = []
+    for r in rows:
+        p = {k: v for k, v in r.items() if k not in ("run_id", "date", "device", "versions")}
+        p["bench_run_id"] = r.get("run_id")
+        out.append(R.make_row("bench", run_id=f"bench-{r.get('run_id')}", device=r.get("device"),
+                              date=r.get("date"), commit=commit,
+                              versions=r.get("versions") or {}, **p))
+    return R.append(out, data=data)
 
 
 # ---------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ EXAMPLES = {
     "bench": ["flashsim bench                      # every point, on a CUDA GPU with torch",
               "flashsim bench --seq-lens 1024,4096 --head-dims 64 --dtypes fp16 "
               "--impls fa2,torch_flash --out out/bench.json",
-              "flashsim results add out/bench.json --kind bench --run-id my-gpu-bench"],
+              "flashsim bench --record              # and append the rows to the results data set"],
     "report": ["flashsim report                     # figures/ and figures/REPORT.md",
                "flashsim report --out out/report --no-kernels"],
 }

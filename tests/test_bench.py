@@ -286,7 +286,18 @@ def test_result_file_rejects_non_list(tmp_path):
 
 def test_default_path():
     p = B.default_results_path("NVIDIA H100 80GB HBM3", "2026-11-22")
-    assert p.as_posix() == "benchmarks/results/2026-11-22-nvidia-h100-80gb-hbm3.json"
+    assert p.as_posix() == "out/2026-11-22-nvidia-h100-80gb-hbm3.json"
+
+
+def test_record_rows_into_the_data_set(tmp_path):
+    from analysis import results as R
+    rows = _fake_rows(tmp_path)
+    data = tmp_path / "data"
+    assert B.record_rows(rows, commit="abc", data=data) == (len(rows), 0)
+    assert B.record_rows(rows, commit="abc", data=data) == (0, len(rows))
+    got = R.load("bench", data=data)
+    assert got[0]["run_id"] == "bench-" + rows[0]["run_id"]
+    assert got[0]["bench_run_id"] == rows[0]["run_id"] and got[0]["commit"] == "abc"
 
 
 # ---------------------------------------------------------------------------------------
