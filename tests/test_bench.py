@@ -466,3 +466,36 @@ def test_ncu_verdict_known_tc_loads():
     assert not ok and "+12.5%" in notes[0]
     ok, notes = ncu.verdict("fa2-tc", ncu.compare({ncu.LD: rd, ncu.ST: wr * 1.1}, rd, wr))
     assert not ok and notes == ["st bytes +10.0% off the ledger"]
+
+
+def test_run_ncu_plumbing_with_a_stand_in_ncu(tmp_path, monkeypatch):
+    """run_ncu: command, CSV log, comparison with the ledger and verdict, with a stand-in
+    ncu that writes the ledger's own byte counts (loads x 9/8 for the tc kernel)."""
+    import iosim
+    fake = tmp_path / "ncu"
+    fake.write_text(f"""#!{sys.executable}
+import sys
+a = sys.argv[1:]
+log = a[a.index("--log-file") + 1]
+variant, N, d, bh, dt, br, bc = a[a.index("--child") + 1:][:7]
+sys.path.insert(0, {str(ROOT)!r})
+import iosim
+led = iosim.closed_form("fa1" if variant == "fa1" else "fa2",
+                        iosim.Problem(N=int(N), d=int(d), heads=int(bh), dtype=dt),
+                        iosim.Tiling(int(br), int(bc)))
+ld = led.hbm_read_bytes * (9 / 8 if variant == "fa2-tc" else 1)
+head = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+rows = [(m, v) for m, v in (("l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", ld),
+        ("l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum", led.hbm_write_bytes))]
+open(log, "w").write(head + "\\n" + "\\n".join(
+    f'"0","k_{{variant}}","{{m}}","byte","{{v:.0f}}"' for m, v in rows) + "\\n")
+""")
+    fake.chmod(0o755)
+    monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake))
+    monkeypatch.setattr(ncu, "kernel_counts", lambda *a: {"read_bytes": 0, "write_bytes": 0})
+    rows = ncu.run_ncu(tmp_path / "out", N=64, d=16, bh=2)
+    by = {r["algorithm"]: r for r in rows}
+    assert set(by) == set(ncu.VARIANTS)
+    assert all(r["ok"] for r in rows), [r.get("notes") for r in rows]
+    assert by["fa2-tc"]["compare"]["ld_rel_diff"] == pytest.approx(0.125)
+    assert "expected" in by["fa2-tc"]["notes"][0] and by["fa1"]["notes"] == []

@@ -168,3 +168,26 @@ print("========= " + ("RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warni
     res = json.loads(out.read_text())
     assert not res["ok"] and res["reported"] == 2
     assert "2 hazards reported" in capsys.readouterr().out
+
+
+def test_tc_check_code_path_in_simulator(monkeypatch):
+    """check_tc's own logic (masked rows, L, bounds, repeat launch) with NumPy inputs, in
+    the simulator: the tensor-core kernel cannot run here, so kernel='tc' is redirected
+    to the plain fa2 kernel (same schedule, same ledger)."""
+    from gpu._launch import SIM
+    if not SIM:
+        pytest.skip("runs the simulator path")
+    import gpu
+    real = gpu.attention
+
+    def stand_in(*a, **kw):
+        kw["kernel"] = "plain"
+        return real(*a, **kw)
+    monkeypatch.setattr(gpu, "attention", stand_in)
+    cfg = dict(N=40, d=16, bh=2, G=2, causal=True, tiles=(16, 16), mask="sparse",
+               logit=1.0, MT=1)
+    row = C.check_tc(cfg)
+    assert row["ok"], row["failures"]
+    assert row["masked_rows"] == 16 and row["masked_rows_ok"] and row["identical_repeat"]
+    assert row["sdpa_err"] is None and row["bound"] == 2 * row["e_model"]
+    assert C.tc_name(cfg) == "fa2-tc N=40 d=16 16x16 MT=1 causal mask G=2"
