@@ -179,7 +179,8 @@ def _sanitizer(args, tool_path, suites) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     child_json = out_dir / f"check_{args.sanitizer}_child.json"
     log = out_dir / f"check_{args.sanitizer}.log"
-    cmd = [tool_path, "--tool", args.sanitizer, "--print-limit", "20", sys.executable, "-m",
+    cmd = [tool_path, "--tool", args.sanitizer, "--print-limit", "20", "--error-exitcode", "1",
+           sys.executable, "-m",
            "analysis.cli", "check", "--quick", "--no-torch", "--repeats", "1",
            "--suite", ",".join(suites), "--json", str(child_json)]
     print(f"flashsim check: {' '.join(cmd)}", flush=True)
@@ -190,22 +191,31 @@ def _sanitizer(args, tool_path, suites) -> int:
     m = re.search(r"ERROR SUMMARY: (\d+) error", text)
     h = re.search(r"RACECHECK SUMMARY: (\d+) hazard", text)
     found = int(h.group(1)) if h else (int(m.group(1)) if m else None)
+    # some versions print no racecheck summary when nothing was found: then count the
+    # reports themselves ("========= Error: ..." / "========= Warning: ...")
+    reports = len(re.findall(r"^=+ (?:Error|Warning|Invalid|Race|Program hit)", text, re.M))
+    note = None
+    if found is None:
+        found = reports
+        note = f"no summary line printed; {reports} report lines counted"
     child = json.loads(child_json.read_text()) if child_json.exists() else None
     checks_ok = bool(child and child.get("ok"))
     result = {"kind": "sanitizer", "tool": args.sanitizer, "command": " ".join(cmd),
               "exit_status": p.returncode, "reported": found,
               "summary": [ln.strip("= ") for ln in text.splitlines() if "SUMMARY" in ln],
               "checks_ok": checks_ok, "n_checks": child["n_rows"] if child else None,
-              "log": str(log), "child": child,
-              "ok": found == 0 and checks_ok}
+              "log": str(log), "child": child, "note": note,
+              "ok": found == 0 and checks_ok and p.returncode == 0}
     for ln in result["summary"]:
         print(ln)
     print(f"flashsim check --sanitizer {args.sanitizer}: "
           f"{'no' if found == 0 else found} {'hazards' if args.sanitizer == 'racecheck' else 'errors'}"
           f" reported; checks {'passed' if checks_ok else 'FAILED'}"
           f" ({result['n_checks']} configurations); log: {log}")
-    if found is None:
-        print("  no sanitizer summary found: see the log")
+    if note:
+        print(f"  {note} (see the log)")
+    if p.returncode != 0 and found == 0 and checks_ok:
+        print(f"  exit status {p.returncode}: see the log")
     _write_json(args.json, result)
     return 0 if result["ok"] else 1
 
