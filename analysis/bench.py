@@ -27,6 +27,9 @@ Points whose predicted memory exceeds free memory, or whose predicted single-cal
 skipped with the reason. Rows go to the JSON file as soon as made (atomic rewrite), so an
 interrupted run keeps them and a rerun on the same file skips points already done.
 
+`record_rows(rows)` appends a run's rows to the results data set (kind `bench`;
+`flashsim bench --record`), where the README's tables and `flashsim figure fig8` read them.
+
 The pure parts (sweep order, formulas, skip rules, rows, resume) take a `backend` object,
 so tests run them with a fake one; `TorchBackend` is the real GPU one.
 """
@@ -219,7 +222,7 @@ def device_slug(name: str) -> str:
     return s or "unknown-device"
 
 
-def default_results_path(device_name: str, date: str | None = None, root="benchmarks/results") -> Path:
+def default_results_path(device_name: str, date: str | None = None, root="out") -> Path:
     date = date or _dt.date.today().isoformat()
     return Path(root) / f"{date}-{device_slug(device_name)}.json"
 
@@ -323,8 +326,9 @@ def predict_single_ms(point: Point, measured: dict) -> tuple[float, int] | None:
 
 
 def run_sweep(points, backend, results: ResultFile, opts: Options, *, run_id: str, meta: dict,
-              clock=time.monotonic, log=print) -> list[dict]:
-    """Measure every point not already done in `results`; return the rows made now."""
+              clock=time.monotonic, log=print, on_point=None) -> list[dict]:
+    """Measure every point not already done in `results`; return the rows made now.
+    on_point(row), if given, is called after each row is recorded (progress)."""
     start = clock()
     done = results.done_keys()
     measured: dict = {}   # series -> {N: single-call ms} (for predictions)
@@ -345,6 +349,8 @@ def run_sweep(points, backend, results: ResultFile, opts: Options, *, run_id: st
         else:
             log(f"{point.impl:>16} {point.dtype} N={point.N:<6} d={point.d:<4} "
                 f"causal={int(point.causal)} skipped: {row['skipped']}")
+        if on_point:
+            on_point(row)
         return row
 
     for point in points:
@@ -651,13 +657,74 @@ class TorchBackend:
         return {}
 
 
+def record_rows(rows: list[dict], commit: str | None = None, data=None) -> tuple[int, int]:
+    """Append bench rows to the results data set (analysis.results, kind `bench`): run_id
+    'bench-<the bench run id>', the bench run id kept as bench_run_id, commit (default:
+    the checkout's HEAD). Returns (added, already there)."""
+    from analysis import results as R
+    commit = R.current_commit() if commit is None else commit
+    out = []
+    for r in rows:
+        p = {k: v for k, v in r.items() if k not in ("run_id", "date", "device", "versions")}
+        p["bench_run_id"] = r.get("run_id")
+        out.append(R.make_row("bench", run_id=f"bench-{r.get('run_id')}", device=r.get("device"),
+                              date=r.get("date"), commit=commit,
+                              versions=r.get("versions") or {}, **p))
+    return R.append(out, data=data)
+
+
+# ---------------------------------------------------------------------------------------
+# Compact table (printed after a sweep)
+# ---------------------------------------------------------------------------------------
+def fmt_cell(row) -> str:
+    if row is None:
+        return "-"
+    if row.get("ms_median") is None:
+        return "skip"
+    return f"{row['ms_median']:.3g}/{row['tflops']:.3g}"
+
+
+def compact_table(rows: list[dict]) -> str:
+    """ms/TFLOP/s per (dtype, d, causal) block, N by impl; then skips and errors."""
+    impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
+    by = {}
+    for r in rows:
+        by[(r["dtype"], r["d"], r["causal"], r["N"], r["impl"])] = r
+    blocks = sorted({(r["dtype"], r["d"], r["causal"]) for r in rows},
+                    key=lambda k: (k[1], k[2], k[0] != "fp32"))
+    short = {"torch_math": "t_math", "torch_efficient": "t_eff", "torch_flash": "t_flash"}
+    out = ["cells: ms_median/TFLOP/s ('skip': see JSON 'skipped')"]
+    for (dt, d, c) in blocks:
+        Ns = sorted({r["N"] for r in rows if (r["dtype"], r["d"], r["causal"]) == (dt, d, c)})
+        out.append(f"-- {dt} d={d} {'causal' if c else 'non-causal'}")
+        out.append(f"{'N':>6} " + "".join(f"{short.get(i, i):>14}" for i in impls))
+        for N in Ns:
+            out.append(f"{N:>6} " + "".join(f"{fmt_cell(by.get((dt, d, c, N, i))):>14}" for i in impls))
+    reasons = {}
+    for r in rows:
+        if r.get("skipped"):
+            key = re.sub(r"[\d.]+", "#", r["skipped"])[:90]
+            reasons[key] = reasons.get(key, 0) + 1
+    if reasons:
+        out.append("skipped rows by reason:")
+        out += [f"  {n:>4} x {k}" for k, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    errs = {}
+    for r in rows:
+        if r.get("rel_err") is not None:
+            errs[(r["impl"], r["dtype"])] = max(errs.get((r["impl"], r["dtype"]), 0.0), r["rel_err"])
+    if errs:
+        out.append("max rel_err: " + ", ".join(f"{i}/{dt} {e:.1e}" for (i, dt), e in sorted(errs.items())))
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------------------------------
 # Entry point used by the command and the H100 script
 # ---------------------------------------------------------------------------------------
 def run_bench(*, seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal="both",
               impls=IMPLS, batch_heads=16, opts: Options | None = None, out=None,
-              backend=None, log=print) -> tuple[Path, list[dict]]:
-    """Run the sweep on the real GPU (or the given backend); returns (path, rows made)."""
+              backend=None, log=print, progress: bool | None = None) -> tuple[Path, list[dict]]:
+    """Run the sweep on the real GPU (or the given backend); returns (path, rows made).
+    progress: a status line on stderr (analysis.progress; None: only on a terminal)."""
     if isinstance(batch_heads, bool) or not isinstance(batch_heads, int) or batch_heads <= 0:
         raise ValueError(f"batch_heads={batch_heads!r} is not allowed; allowed: positive integers")
     opts = opts or Options()
@@ -670,5 +737,11 @@ def run_bench(*, seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal="
             "versions": versions() if isinstance(backend, TorchBackend) else {}}
     run_id = new_run_id()
     log(f"flashsim bench: {len(points)} points on {device}, results -> {path} (run {run_id})")
-    made = run_sweep(points, backend, results, opts, run_id=run_id, meta=meta, log=log)
+    from analysis.progress import Progress
+    todo = sum(1 for p in points if p.key() not in results.done_keys())
+    with Progress(todo, "bench", show=progress) as bar:
+        made = run_sweep(points, backend, results, opts, run_id=run_id, meta=meta,
+                         log=bar.write if log is print else log,
+                         on_point=lambda row: bar.update(
+                             note=f"{row['impl']} {row['dtype']} N={row['N']} d={row['d']}"))
     return path, made

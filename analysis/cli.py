@@ -12,7 +12,22 @@ import importlib
 import sys
 
 
-COMMANDS = ["traffic", "reproduce", "bench", "report", "sweep", "figure"]
+COMMANDS = ["traffic", "reproduce", "bench", "check", "report", "sweep", "figure", "results"]
+
+#: Examples shown under a command's --help where its module gives no epilog of its own.
+EXAMPLES = {
+    "traffic": ["flashsim traffic --algorithm fa1 --seq-len 1024 --head-dim 64 --gpu A100-40GB",
+                "flashsim traffic --algorithm fa2 --seq-len 4096 --head-dim 64 "
+                "--block-rows 128 --block-cols 64 --json"],
+    "reproduce": ["flashsim reproduce gpt2-table",
+                  "flashsim reproduce gpt2-table --sram-bytes 98304 --json"],
+    "bench": ["flashsim bench                      # every point, on a CUDA GPU with torch",
+              "flashsim bench --seq-lens 1024,4096 --head-dims 64 --dtypes fp16 "
+              "--impls fa2,torch_flash --out out/bench.json",
+              "flashsim bench --record              # and append the rows to the results data set"],
+    "report": ["flashsim report                     # figures/ and figures/REPORT.md",
+               "flashsim report --out out/report --no-kernels"],
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,6 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"analysis.commands.{name}").register(sub)
+        cmd = sub.choices[name]
+        if not cmd.epilog and name in EXAMPLES:
+            cmd.epilog = "examples:\n" + "\n".join("  " + e for e in EXAMPLES[name])
+            cmd.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = ("examples:\n  flashsim report\n  flashsim check --quick\n"
+                     "  flashsim traffic --algorithm fa2 --seq-len 4096 --head-dim 64 "
+                     "--sram-bytes 100000\n\nflashsim COMMAND --help: each command's options "
+                     "and examples")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 

@@ -21,7 +21,7 @@ backward kernels. The pieces:
   in to more than 48 KB of dynamic shared memory where needed (real GPU only; the
   simulator ignores shared-memory limits). numba-cuda 0.30.4 has no public API for the
   opt-in (issue 94): we set CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES on the
-  compiled kernel's CUfunction through the driver (../shared/PLATFORM.md). On a GPU a
+  compiled kernel's CUfunction through the driver (cuFuncSetAttribute). On a GPU a
   launch that repeats an earlier one (same kernel, device, dimensions, argument types)
   skips Numba's dispatcher and passes the flattened arguments to cuda.core directly
   (`FAST_LAUNCH`; FLASHSIM_FAST_LAUNCH=0 turns it off).
@@ -297,8 +297,7 @@ def launch(kernel, grid, block, shmem_bytes: int, *args) -> None:
     types (numba device arrays and NumPy scalars only) skips Numba's dispatcher, which
     types every argument in Python on every call, and hands the flattened arguments
     straight to cuda.core's `launch`, the call Numba's own `_Kernel.launch` ends in. This
-    cut the host time of a `gpu.attention` call (benchmarks/results/README.md has the
-    measurement); tests/test_gpu_launch.py checks both paths give identical results."""
+    cut the host time of a `gpu.attention` call (results data set, kind `host_time`); tests/test_gpu_launch.py checks both paths give identical results."""
     if SIM:
         kernel[grid, block, 0, shmem_bytes](*args)
         return

@@ -4,11 +4,12 @@ Three fa2 kernels run the same schedule (hence the same traffic and the same led
 `gpu.fa2` (the plain one: one thread per tile element, S and O tiles in shared memory,
 easy to hold next to the paper), `gpu.fa2_fast` (register-tiled S = Q K^T and P V
 micro-products on the CUDA cores, fp32 math) and `gpu.fa2_tc` (fp16 only: the tile
-products on the tensor cores through linked CUDA C++). `attention(..., algorithm='fa2')`
-takes the tensor-core kernel for fp16 where it runs (`tensor_cores=None`), else the fast
-kernel whenever it supports the tiling and thread count (`fast=None`); `fast=False` forces
-the plain one, `fast=True` demands the CUDA-core fast one (ValueError if it cannot run the
-tiling), `tensor_cores=True` the tensor-core one.
+products on the tensor cores through linked CUDA C++). One parameter picks among them,
+`kernel=`: "auto" (default: the tensor-core kernel for fp16 where it runs, else the fast
+kernel where it supports the tiling and thread count, else the plain one), "plain",
+"fast" or "tc" (ValueError naming kernel, dtype, tiling and the reason where the choice
+cannot run). The older `fast=` and `tensor_cores=` still work for one release, with a
+DeprecationWarning, mapped onto `kernel=`.
 
 Default tiling (no block_rows/block_cols/sram_bytes given):
 * fa2 with fp16 on a GPU: `FA2_TC_TILES[d]` (`FA2_TC_TILES_CAUSAL[d]` when causal)
@@ -16,8 +17,8 @@ Default tiling (no block_rows/block_cols/sram_bytes given):
   from `FA2_TC_MT`), when it runs there (d a multiple of 16): d=64 128 x 64 (causal
   64 x 64), d=128 64 x 64;
 * fa2 otherwise on a GPU: `FA2_FAST_TILES[d]` (B_r, B_c, threads), the fastest fp32 variant of
-  the fast kernel measured on the H100 at N=4096 (benchmarks/results/2026-11-23-h100-
-  v2-round5/ and -round6/, scripts/fa2_fast_variants.py): 256 x 32 tiles, 512 threads,
+  the fast kernel measured on the H100 at N=4096 (tuning notes: docs/measurements.md):
+  256 x 32 tiles, 512 threads,
   8 threads per query row, registers capped at 128, the next K/V tile's loads issued
   into registers before this tile's arithmetic (`fa2_fast_options`), for d = 64 and 128;
 * otherwise (fa1, standard, the simulator): the largest square tile B_r = B_c = B in
@@ -27,6 +28,7 @@ Default tiling (no block_rows/block_cols/sram_bytes given):
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -271,9 +273,53 @@ def _return_like(dev, kind, like):
     return dev
 
 
+#: the values of `attention`'s kernel= parameter
+KERNELS = ("auto", "plain", "fast", "tc")
+
+
+def _pick_kernel(kernel, fast, tensor_cores, algorithm, dname):
+    """(kernel, allow_tc) from `attention`'s kernel= and the deprecated fast= and
+    tensor_cores=; ValueError for a choice that cannot run whatever the tiling."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel={kernel!r} is not allowed; allowed: "
+                         f"{', '.join(repr(x) for x in KERNELS)}")
+    if fast not in (None, True, False):
+        raise ValueError(f"fast={fast!r} is not allowed; allowed: None, True, False "
+                         f"(deprecated: use kernel='fast' or kernel='plain')")
+    if tensor_cores not in (None, True, False):
+        raise ValueError(f"tensor_cores={tensor_cores!r} is not allowed; allowed: None, True, "
+                         f"False (deprecated: use kernel='tc')")
+    allow_tc = True
+    if fast is not None or tensor_cores is not None:
+        given = ", ".join(f"{n}={x!r}" for n, x in (("fast", fast), ("tensor_cores", tensor_cores))
+                          if x is not None)
+        if kernel != "auto":
+            raise ValueError(f"kernel={kernel!r} and the deprecated {given} were both given; "
+                             f"give kernel= only")
+        if fast is not None and tensor_cores:
+            raise ValueError(f"{given}: contradictory (deprecated) choices; give kernel= only: "
+                             f"'plain', 'fast' or 'tc'")
+        if tensor_cores:
+            kernel = "tc"
+        elif fast is not None:
+            kernel = "fast" if fast else "plain"
+        allow_tc = tensor_cores is not False
+        warnings.warn(f"gpu.attention: {given} is deprecated and will be removed in the next "
+                      f"release; use kernel={kernel!r}"
+                      + (" (tensor_cores=False: kernel='fast' or 'plain')"
+                         if kernel == "auto" else ""), DeprecationWarning, stacklevel=3)
+    if kernel in ("fast", "tc") and algorithm != "fa2":
+        raise ValueError(f"kernel={kernel!r} is only for algorithm='fa2'; {algorithm!r} has one "
+                         f"kernel (kernel='auto' or 'plain')")
+    if kernel == "tc" and dname != "fp16":
+        raise ValueError(f"kernel='tc' needs float16 inputs: the tensor-core fa2 kernel "
+                         f"multiplies fp16 tiles (got {dname}); use kernel='auto' or 'fast'")
+    return kernel, allow_tc
+
+
 def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=None,
               block_cols=None, sram_bytes=None, block_mask=None, count_traffic=False,
-              return_stats=False, threads=None, fast=None, tensor_cores=None):
+              return_stats=False, threads=None, kernel="auto", fast=None, tensor_cores=None):
     """Exact attention O = softmax(scale Q K^T [+ causal/block mask]) V on the GPU.
 
     q: (batch, heads, N, d); k, v: (batch, kv_heads, N, d) with kv_heads dividing heads
@@ -296,13 +342,16 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     threads: threads per block (default `_launch.default_threads()`: 128 on a GPU,
     16 in the simulator; the fast fa2 kernel: its tiling's own, see FA2_FAST_TILES);
     the plain kernels stride over their work, so any 1..1024 works.
-    fast: fa2 only. None: the register-tiled `gpu.fa2_fast` kernel where it supports
-    the tiling, else the plain `gpu.fa2`; True: fast kernel or ValueError; False: plain.
-    tensor_cores: fa2 with fp16 only. None: the tensor-core kernel `gpu.fa2_tc` where it
-    runs the tiling (a GPU, d a multiple of 16, B_r = 16 x warps, 16-byte aligned
-    inputs) and `fast` is None, else as `fast` says; True: `gpu.fa2_tc` or ValueError;
-    False: never. All of them run the same schedule: same ledger, outputs equal to
-    rounding (fa2_tc rounds P to fp16 before P V, as FlashAttention-2 does).
+    kernel: which fa2 kernel runs the schedule (module docstring). "auto": `gpu.fa2_tc`
+    (tensor cores) for fp16 where it runs the tiling (a GPU, d a multiple of 16, B_r = 16
+    x warps, 16-byte aligned inputs), else `gpu.fa2_fast` where it supports the tiling,
+    else the plain `gpu.fa2`; "plain" / "fast" / "tc": that kernel or a ValueError
+    saying why it cannot run (fa1 and standard have one kernel each: "auto" or "plain").
+    All of them run the same schedule: same ledger, outputs equal to rounding (fa2_tc
+    rounds P to fp16 before P V, as FlashAttention-2 does).
+    fast, tensor_cores: deprecated (DeprecationWarning; removed in the next release);
+    fast=True -> kernel="fast", fast=False -> "plain", tensor_cores=True -> "tc",
+    tensor_cores=False -> "auto" without the tensor-core kernel.
     Returns O; (O, ledger) with count_traffic; (O, L) with return_stats; (O, L, ledger)
     with both.
     """
@@ -331,16 +380,7 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
         raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32 "
                          f"(|scale| <= {float(np.finfo(np.float32).max):.8g}), the kernels' "
                          f"compute dtype")
-    if fast not in (None, True, False):
-        raise ValueError(f"fast={fast!r} is not allowed; allowed: None, True, False")
-    if fast and algorithm != "fa2":
-        raise ValueError(f"fast=True is only for algorithm='fa2' (got {algorithm!r})")
-    if tensor_cores not in (None, True, False):
-        raise ValueError(f"tensor_cores={tensor_cores!r} is not allowed; allowed: None, True, "
-                         f"False")
-    if tensor_cores and (algorithm != "fa2" or dt != np.float16 or fast is not None):
-        raise ValueError(f"tensor_cores=True needs algorithm='fa2', float16 inputs and "
-                         f"fast=None (got algorithm={algorithm!r}, dtype={dt}, fast={fast!r})")
+    kernel, allow_tc = _pick_kernel(kernel, fast, tensor_cores, algorithm, dname)
     if threads is not None and not 1 <= int(threads) <= 1024:
         raise ValueError(f"threads={threads} must be in 1..1024")
     if block_rows is None and block_cols is None and sram_bytes is None:
@@ -350,8 +390,9 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
                                 block_cols=block_cols, sram_bytes=sram_bytes)
     B_r, B_c = tiling.B_r, tiling.B_c
     what = f"algorithm={algorithm!r} with B_r={B_r}, B_c={B_c}, d={d}, {dname}"
+    tiles = f"B_r={B_r}, B_c={B_c}, d={d}"
     use_tc = False
-    if algorithm == "fa2" and dname == "fp16" and fast is None and tensor_cores is not False:
+    if algorithm == "fa2" and kernel in ("auto", "tc") and allow_tc:
         mt = fa2_tc_mt(B_r, B_c, d)
         why = fa2_tc.plan_error(B_r, B_c, d, dname, mt)
         if why is None and SIM:
@@ -367,17 +408,18 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
             fp = fa2_tc.layout(B_r, B_c, d)["bytes"]
             if fp > device_smem_limit():
                 why = f"it needs {fp} bytes of shared memory, more than this device allows"
-        if why is not None and tensor_cores:
-            raise ValueError(f"tensor_cores=True: the tensor-core fa2 kernel cannot run "
-                             f"B_r={B_r}, B_c={B_c}, d={d}: {why}")
+        if why is not None and kernel == "tc":
+            raise ValueError(f"kernel='tc': the tensor-core fa2 kernel cannot run {dname} "
+                             f"with {tiles}: {why}")
         use_tc = why is None
     use_fast = False
-    if algorithm == "fa2" and fast is not False and not use_tc:
+    if algorithm == "fa2" and kernel in ("auto", "fast") and not use_tc:
         t_fast = fa2_fast_threads(B_r, B_c, d, None if threads is None else int(threads))
-        if t_fast is None and fast:
-            raise ValueError(f"fast=True: the fast fa2 kernel cannot run B_r={B_r}, B_c={B_c}, "
-                             f"d={d} with threads={threads} on this device (see "
-                             f"gpu.fa2_fast.plan and smem_bytes); use fast=None or other tiles")
+        if t_fast is None and kernel == "fast":
+            raise ValueError(f"kernel='fast': the fast fa2 kernel cannot run {dname} with "
+                             f"{tiles}, threads={threads} on this device (see "
+                             f"gpu.fa2_fast.plan and smem_bytes); use kernel='auto' or other "
+                             f"tiles")
         if t_fast is not None:
             use_fast, threads = True, t_fast
     fast_opts = {}

@@ -8,7 +8,7 @@ L_i = m + log(l) once (a row with no visible key: O = 0, L = -inf). Ragged N: on
 valid rows are loaded / stored (and counted); the rest of a tile is zero-filled on chip.
 
 Versions (llm.c style; timings: H100, fp32, d = 64, batch x heads = 16, N = 4096, kernel
-alone, non-causal, benchmarks/results/):
+alone, non-causal; results data set, kind `fast_variants`):
   v1  scalar shared loads: Q and K stored transposed (x-major), one 4-byte LDS per
       operand; RM + RN loads per RM x RN FMAs (8 + 8 per 64). 5.47 ms, 12.6 TFLOP/s.
   v2  (this file) 16-byte shared loads (LDS.128): Q, K, V, P stay row-major and the
@@ -54,8 +54,8 @@ integers; that select hides from NVVM that 4 neighbouring loads are contiguous, 
 LDS.128 comes out. `& IMASK` (a no-op on our non-negative indices) proves the base index
 non-negative, and the unrolled offsets keep it so; with the buffer declared 16-byte
 aligned and every base a multiple of 4, NVVM's load/store vectoriser emits
-ld.shared.v4.f32 (`scripts/gpu_check.py --ptx` requires it; tests/test_gpu_counts.py
-runs that check without a GPU).
+ld.shared.v4.f32 (`flashsim check --ptx` requires it; tests/test_check.py runs that
+check without a GPU).
 
 Per key tile: sync; K_j, V_j -> shared (row-major copies); sync; [stage >= 1: issue the
 loads of the next active tile into registers]; S = Q_i K_j^T in registers

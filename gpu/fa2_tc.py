@@ -7,18 +7,18 @@ block i; block_mask[i, j] False: skip) read K_j and V_j once; online softmax wit
 running max m and sum l; write O_i and L_i = m + log(l) once (a row that sees no key:
 O = 0, L = -inf). Ragged N: only valid rows are loaded / stored (and counted).
 
-What runs where. Numba has no API for the tensor cores (../shared/PLATFORM.md), so the
+What runs where. Numba has no API for the tensor cores (numba-cuda 0.30.4), so the
 tile products S_ij = Q_i K_j^T and P~_ij V_j are CUDA C++ device functions with inline
 PTX `mma.sync.m16n8k16` and `ldmatrix` (`gpu/fa2_tc.cu`), declared with
 `cuda.declare_device` and linked into this Numba kernel. With link-time optimisation
 (nvJitLink, Numba's default when it is installed) they are inlined, so the fragment
-arrays passed to them by pointer stay in registers (`scripts/gpu_check.py --ptx` /
-tests/test_gpu_tc.py check the linked SASS: HMMA present, no local memory). Everything
+arrays passed to them by pointer stay in registers (tests/test_gpu_tc.py checks the
+linked PTX: mma.sync present, no local memory, no calls). Everything
 else, the part to hold beside the paper, is Python here: which tiles run, the global
 loads and stores (and their counting), the masking and the online softmax.
 
 Versions (H100, fp16, d = 64, batch x heads = 16, N = 4096, non-causal, kernel alone;
-benchmarks/results/2026-11-23-h100-tc-*):
+results data set, kinds `check` and `tc_tilings`):
   v1  (this file) B_r = 16 x warps, one warp per 16 query rows; S and O in mma
       accumulator fragments; P stays in registers between the two products (two
       neighbouring S fragments are the A fragment of one 16-wide k step); Q_i's

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Where does a `gpu.attention` call spend its time beyond the kernel? (H100 diagnosis)
 
+ONE-OFF diagnosis (kept for the record; results: data set kind `host_time`).
+
 For fa2, d=64, 16 instances, fp32, N in {512, 4096}: (1) the fast kernel launched
 directly on preallocated buffers, back to back (kernel time); (2) gpu.attention on torch
 tensors and (3) on numba device arrays, one call between CUDA events, synchronised after

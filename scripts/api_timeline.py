@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """GPU timeline of gpu.attention calls (torch.profiler / CUPTI sees Numba's kernels too):
 which device operations one fa2 call makes, and how long each takes. H100 diagnosis
-companion of scripts/api_overhead.py. Prints the tables; writes $OUT/api_timeline.txt."""
+companion of scripts/api_overhead.py. Prints the tables; writes $OUT/api_timeline.txt.
+
+ONE-OFF diagnosis (kept for the record).
+"""
 import os
 import sys
 

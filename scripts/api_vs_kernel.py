@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """fa2 through `gpu.attention` against its kernel launched directly (H100 diagnosis).
 
+ONE-OFF diagnosis (kept for the record; results: data set kind `host_time`).
+
 For d in {64, 128}, N=4096, batch x heads=16, fp32, non-causal, the default tiling of
 `gpu.attention` (gpu.api.FA2_FAST_TILES and fa2_fast_options): median ms of 20 calls
 between CUDA events, enqueued back to back, inputs rotated over 3 torch sets, for

@@ -1,4 +1,7 @@
-"""Probe the lent GPU: versions, a Numba kernel, >48 KB dynamic shared memory opt-in."""
+"""Probe the lent GPU: versions, a Numba kernel, >48 KB dynamic shared memory opt-in.
+
+ONE-OFF probe of the lent H100 (kept for the record; result: data set kind `device_probe`).
+"""
 import json, os, subprocess, sys, time
 import numpy as np
 assert tuple(int(x) for x in np.__version__.split(".")[:2]) < (2, 5), np.__version__

@@ -1,5 +1,7 @@
 """Build, check and time variants of gpu.fa2_fast on a real GPU (the H100).
 
+ONE-OFF tuning script (kept for the record; results: data set kind `fast_variants`; they chose gpu.api's FA2_FAST_TILES / FA2_FAST_TUNED).
+
 Run from the repository root:
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
     PYTHONPATH=/tmp/site python3 scripts/fa2_fast_variants.py
@@ -60,15 +62,15 @@ SMOKE = os.environ.get("FA2FAST_SMOKE") == "1"   # tiny run for the simulator (n
 # RM = B_r/TR (query rows), RN = B_c/TC (key columns), DN = d/TC (head columns)
 VARIANTS = {
     # v1 (scalar LDS; 2026-11-23 rounds 1-2, N=4096 dense fp32): r128x64_t128_tc8_shfl
-    # 5.54 ms best; the v1 table is in benchmarks/results/2026-11-23-h100-check3/.
+    # 5.54 ms best; the v1 table: data set kind fast_variants, run 2026-11-23-h100-check3.
     # v2 (LDS.128; d % 4 TC == 0, B_c % 4 == 0), round 3 (N=4096 dense / causal ms):
     # r128x64_t128 3.45/2.72, r128x32_t128 3.29/2.54, r64x64_t64 7.32/4.72,
     # r64x32_t64 4.98/4.07, r128x64_t256 4.01/2.57, r64x64_t128 3.89/2.47,
     # r256x64_t256 3.17/2.65, r128x128_t256_tc16 3.87/2.46, r128x32_t128_tc4 3.46/2.65
-    # (benchmarks/results/2026-11-23-h100-v2-round3/). Round 4 (_rNNN: register cap):
+    # (run 2026-11-23-h100-v2-round3). Round 4 (_rNNN: register cap):
     # r128x32_t128_r168 4.11/2.40, r256x32_t256 3.15/2.58, r192x32_t192 4.99/3.33,
     # r64x64_t128_r128 4.45/2.79, r128x64_t256_r128 2.98/2.20 (best; N=8192 11.32/7.01)
-    # (.../2026-11-23-h100-v2-round4/). Round 5 (.../v2-round5/): r128x64_t256_r128
+    # (run 2026-11-23-h100-v2-round4). Round 5 (run 2026-11-23-h100-v2-round5): r128x64_t256_r128
     # 2.98/2.19, r256x64_t512_r128 2.91/2.55, r128x32_t256_r80 3.71/2.25,
     # r256x32_t512_r128 2.76/2.34 (default since), r128x64_t256_tc16_r128 2.92/2.11,
     # r128x64_t256_r96 3.08/2.30. Round 6: K/V load staging (7th field: stage 1 = next

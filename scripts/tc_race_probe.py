@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Run gpu.fa2_tc on a few small configurations, one launch each, for compute-sanitizer.
 
+ONE-OFF investigation of a racecheck hazard, fixed (kept for the record; the routine check is `flashsim check --sanitizer racecheck`).
+
     compute-sanitizer --tool racecheck python3 scripts/tc_race_probe.py [names...]
 
 Each configuration is launched alone, so a sanitizer's report names the kernel (its
@@ -51,9 +53,9 @@ def main(names):
         bm = block_mask(-(-N // B_r), -(-N // B_c)) if sparse else None
         api.FA2_TC_MT[(B_r, B_c, d)] = MT
         kw = dict(causal=causal, block_rows=B_r, block_cols=B_c, block_mask=bm)
-        out = gpu.attention(q, k, v, tensor_cores=True, count_traffic=count, **kw)
+        out = gpu.attention(q, k, v, kernel="tc", count_traffic=count, **kw)
         O = (out[0] if count else out).copy_to_host().astype(np.float64)
-        ref = gpu.attention(q, k, v, fast=False, **kw).copy_to_host().astype(np.float64)
+        ref = gpu.attention(q, k, v, kernel="plain", **kw).copy_to_host().astype(np.float64)
         print(f"{name}: finite={np.isfinite(O).all()} max|O - plain fa2|="
               f"{np.nanmax(np.abs(O - ref)):.3e}", flush=True)
 

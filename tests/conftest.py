@@ -2,8 +2,8 @@
 
 A CUDA GPU is detected by asking the driver directly (ctypes, libcuda), so that importing
 numba.cuda happens only after NUMBA_ENABLE_CUDASIM is settled. Tests marked `gpu` need
-real hardware and are skipped without it (the same checks run on the H100 through
-scripts/gpu_check.py).
+real hardware and are skipped without it (the same checks run on a GPU through
+`flashsim check`).
 """
 import os
 
@@ -24,7 +24,7 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     if HAS_GPU:
         return
-    skip = pytest.mark.skip(reason="needs a real CUDA GPU (run scripts/gpu_check.py on the device)")
+    skip = pytest.mark.skip(reason="needs a real CUDA GPU (run `flashsim check` on a GPU)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

@@ -14,15 +14,7 @@ from analysis.cli import main as cli_main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ncu = _load_script("ncu_counts")
-h100 = _load_script("bench_h100")
+from analysis import ncu  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------
@@ -294,7 +286,18 @@ def test_result_file_rejects_non_list(tmp_path):
 
 def test_default_path():
     p = B.default_results_path("NVIDIA H100 80GB HBM3", "2026-11-22")
-    assert p.as_posix() == "benchmarks/results/2026-11-22-nvidia-h100-80gb-hbm3.json"
+    assert p.as_posix() == "out/2026-11-22-nvidia-h100-80gb-hbm3.json"
+
+
+def test_record_rows_into_the_data_set(tmp_path):
+    from analysis import results as R
+    rows = _fake_rows(tmp_path)
+    data = tmp_path / "data"
+    assert B.record_rows(rows, commit="abc", data=data) == (len(rows), 0)
+    assert B.record_rows(rows, commit="abc", data=data) == (0, len(rows))
+    got = R.load("bench", data=data)
+    assert got[0]["run_id"] == "bench-" + rows[0]["run_id"]
+    assert got[0]["bench_run_id"] == rows[0]["run_id"] and got[0]["commit"] == "abc"
 
 
 # ---------------------------------------------------------------------------------------
@@ -314,8 +317,6 @@ def test_numpy_problem(monkeypatch):
     assert B.numpy_problem() is None
     monkeypatch.setattr(numpy, "__version__", "2.10.0")
     assert B.numpy_problem() is not None
-    monkeypatch.setattr(numpy, "__version__", "2.5.2")
-    assert "numpy 2.5.2" in h100.check_numpy()
 
 
 def test_cli_without_gpu_one_line_status_0(monkeypatch, capsys):
@@ -392,7 +393,7 @@ def test_ncu_compare_with_iosim_ledger():
     c = ncu.compare(tot, rd, wr)
     assert c["agree"] and c["ld_rel_diff"] == pytest.approx(0.015)
     assert c["dram_read_bytes"] == 5.2e7 and c["gpu_time_ms"] == pytest.approx(22.3)
-    tot[ncu.LD] = rd * 1.055          # PLATFORM.md's uncoalesced-Q case: 5.5% over
+    tot[ncu.LD] = rd * 1.055          # an uncoalesced Q load: 5.5% over
     c = ncu.compare(tot, rd, wr)
     assert not c["agree"] and not c["ld_agree"] and c["st_agree"]
     c = ncu.compare({}, rd, wr)
@@ -404,11 +405,11 @@ def test_ncu_compare_with_iosim_ledger():
 
 
 def test_ncu_command_has_the_metrics_and_filter():
-    cmd = ncu.ncu_command("ncu", "fa1", "/tmp/x.log", ["--algorithm", "fa1"])
+    cmd = ncu.ncu_command("ncu", "fa1", "/tmp/x.log", ["fa1", "1024", "64", "4", "fp32", "32", "32"])
     assert cmd[:3] == ["ncu", "--clock-control", "none"]
     assert cmd[cmd.index("--metrics") + 1] == ",".join(ncu.METRICS)
     assert cmd[cmd.index("-k") + 1] == "regex:^fa1_fwd" and "--csv" in cmd
-    assert cmd[-3:] == ["--child", "--algorithm", "fa1"]
+    assert cmd[-10:] == ["-m", "analysis.ncu", "--child", "fa1", "1024", "64", "4", "fp32", "32", "32"]
     # each regex matches its own kernel's name and not the others' (names as ncu shows them)
     import re
     from gpu._launch import kernel_name
@@ -445,10 +446,56 @@ def test_plot_writes_png(tmp_path):
 
 def test_compact_table(tmp_path):
     rows = _fake_rows(tmp_path)
-    t = h100.compact_table(rows)
+    t = B.compact_table(rows)
     assert "-- fp32 d=64 non-causal" in t and "-- fp16 d=64 causal" in t
     assert "skip" in t and "torch FLASH backend supports fp" in t
     fa2 = next(r for r in rows if r["impl"] == "fa2" and r["N"] == 1024 and r["dtype"] == "fp32"
                and not r["causal"])
     assert f"{fa2['ms_median']:.3g}/{fa2['tflops']:.3g}" in t
     assert len(t) < 12_000
+
+
+def test_ncu_verdict_known_tc_loads():
+    """The tensor-core kernel's cp.async loads read 9/8 in ncu: expected, not a failure;
+    its stores, and every other kernel's loads, must agree."""
+    rd, wr = 545_259_520, 8_650_752
+    c = ncu.compare({ncu.LD: rd * 9 / 8, ncu.ST: wr}, rd, wr)
+    ok, notes = ncu.verdict("fa2-tc", c)
+    assert ok and "+12.5%" in notes[0] and "expected" in notes[0]
+    ok, notes = ncu.verdict("fa2", c)
+    assert not ok and "+12.5%" in notes[0]
+    ok, notes = ncu.verdict("fa2-tc", ncu.compare({ncu.LD: rd, ncu.ST: wr * 1.1}, rd, wr))
+    assert not ok and notes == ["st bytes +10.0% off the ledger"]
+
+
+def test_run_ncu_plumbing_with_a_stand_in_ncu(tmp_path, monkeypatch):
+    """run_ncu: command, CSV log, comparison with the ledger and verdict, with a stand-in
+    ncu that writes the ledger's own byte counts (loads x 9/8 for the tc kernel)."""
+    import iosim
+    fake = tmp_path / "ncu"
+    fake.write_text(f"""#!{sys.executable}
+import sys
+a = sys.argv[1:]
+log = a[a.index("--log-file") + 1]
+variant, N, d, bh, dt, br, bc = a[a.index("--child") + 1:][:7]
+sys.path.insert(0, {str(ROOT)!r})
+import iosim
+led = iosim.closed_form("fa1" if variant == "fa1" else "fa2",
+                        iosim.Problem(N=int(N), d=int(d), heads=int(bh), dtype=dt),
+                        iosim.Tiling(int(br), int(bc)))
+ld = led.hbm_read_bytes * (9 / 8 if variant == "fa2-tc" else 1)
+head = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+rows = [(m, v) for m, v in (("l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", ld),
+        ("l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum", led.hbm_write_bytes))]
+open(log, "w").write(head + "\\n" + "\\n".join(
+    f'"0","k_{{variant}}","{{m}}","byte","{{v:.0f}}"' for m, v in rows) + "\\n")
+""")
+    fake.chmod(0o755)
+    monkeypatch.setattr(ncu, "find_ncu", lambda: str(fake))
+    monkeypatch.setattr(ncu, "kernel_counts", lambda *a: {"read_bytes": 0, "write_bytes": 0})
+    rows = ncu.run_ncu(tmp_path / "out", N=64, d=16, bh=2)
+    by = {r["algorithm"]: r for r in rows}
+    assert set(by) == set(ncu.VARIANTS)
+    assert all(r["ok"] for r in rows), [r.get("notes") for r in rows]
+    assert by["fa2-tc"]["compare"]["ld_rel_diff"] == pytest.approx(0.125)
+    assert "expected" in by["fa2-tc"]["notes"][0] and by["fa1"]["notes"] == []

@@ -227,7 +227,7 @@ def test_sram_bytes_uses_paper_rule():
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 def test_fa2_plain_and_fast_kernels_agree(dtype):
     """algorithm='fa2' runs gpu.fa2_fast where it supports the tiling (here 16x16, d=16,
-    16 threads: 4 threads per query row) and gpu.fa2 with fast=False: the same schedule,
+    16 threads: 4 threads per query row) and gpu.fa2 with kernel='plain': the same schedule,
     so identical ledgers; both within the accuracy criterion of the reference."""
     q, k, v = inputs(37, 16, heads=2, kv_heads=1, dtype=dtype, seed=3)
     mask = np.array([[True, False, True], [False, False, False], [True, True, True]])
@@ -235,7 +235,8 @@ def test_fa2_plain_and_fast_kernels_agree(dtype):
     outs = {}
     for fast in (True, False):
         O, L, led = gpu.attention(q, k, v, algorithm="fa2", causal=True, block_mask=mask,
-                                  count_traffic=True, return_stats=True, fast=fast, **T16)
+                                  count_traffic=True, return_stats=True,
+                                  kernel="fast" if fast else "plain", **T16)
         assert np.isfinite(O).all()
         assert led.counts() == iosim.closed_form("fa2", led.problem, led.tiling).counts()
         assert np.all(O[:, :, 16:32] == 0) and np.all(np.isneginf(L[:, :, 16:32]))
@@ -267,10 +268,13 @@ def test_fa2_fast_options():
 
 def test_fast_flag_errors():
     q, k, v = inputs(20, 16)
-    with pytest.raises(ValueError, match="fast=True is only for algorithm='fa2'"):
-        gpu.attention(q, k, v, algorithm="fa1", fast=True)
-    with pytest.raises(ValueError, match="fast fa2 kernel cannot run"):
-        gpu.attention(q, k, v, algorithm="fa2", fast=True, block_rows=16, block_cols=16,
+    with pytest.raises(ValueError, match="kernel='fast' is only for algorithm='fa2'"):
+        gpu.attention(q, k, v, algorithm="fa1", kernel="fast")
+    with pytest.raises(ValueError, match="kernel='fast': the fast fa2 kernel cannot run fp32 "
+                                         "with B_r=16, B_c=16, d=16, threads=7"):
+        gpu.attention(q, k, v, algorithm="fa2", kernel="fast", block_rows=16, block_cols=16,
                       threads=7)
     with pytest.raises(ValueError, match="fast='yes'"):
         gpu.attention(q, k, v, fast="yes")
+    O = gpu.attention(q, k, v, algorithm="fa1", kernel="plain")   # its one kernel
+    assert np.isfinite(O).all()

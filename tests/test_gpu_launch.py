@@ -13,7 +13,7 @@ import pytest
 
 CASES = [  # (algorithm, dtype, extra kwargs)
     ("fa2", np.float32, {}),                         # register-tiled fa2_fast
-    ("fa2", np.float32, {"fast": False}),            # plain fa2
+    ("fa2", np.float32, {"kernel": "plain"}),        # plain fa2
     ("fa1", np.float32, {}),
     ("standard", np.float32, {}),
     ("fa2", np.float16, {}),                         # tensor-core fa2_tc

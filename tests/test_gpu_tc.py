@@ -2,11 +2,11 @@
 
 The simulator cannot run linked device functions, so without a GPU this file checks what
 can be checked: the argument rules, the shared-memory layout, that `gpu.attention` falls
-back (or refuses, with tensor_cores=True) where the kernel cannot run, and that every
+back (or refuses, with kernel='tc') where the kernel cannot run, and that every
 specialisation builds and links (NVVM + NVRTC + nvJitLink, no GPU) into code with the
 tensor-core instructions in it, the C++ inlined and nothing in local memory. Tests marked
 `gpu` run the kernel (counts equal to iosim's closed form, accuracy against float64); the
-full check against PyTorch runs on the H100 through scripts/fa2_tc_check.py.
+full check against PyTorch runs on a GPU through `flashsim check --suite tc`.
 """
 import json
 import os
@@ -61,34 +61,57 @@ def test_layout_regions_are_16_byte_aligned_and_disjoint(B_r, B_c, d):
     assert ((2 * lay["SH"]) % 128) // 16 % 2 == 1
 
 
-def test_attention_tensor_cores_argument_rules():
+def test_attention_kernel_argument_rules():
     import gpu
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 1, 32, 16)).astype(np.float16) for _ in range(3))
+    with pytest.raises(ValueError, match="kernel='yes' is not allowed; allowed: 'auto'"):
+        gpu.attention(q, k, v, kernel="yes")
+    with pytest.raises(ValueError, match="kernel='tc' needs float16 inputs.*got fp32"):
+        gpu.attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+                      kernel="tc")
+    with pytest.raises(ValueError, match="kernel='tc' is only for algorithm='fa2'; 'fa1'"):
+        gpu.attention(q, k, v, algorithm="fa1", kernel="tc")
+    with pytest.raises(ValueError, match="kernel='fast' is only for algorithm='fa2'"):
+        gpu.attention(q, k, v, algorithm="standard", kernel="fast")
+
+
+def test_deprecated_fast_and_tensor_cores_map_onto_kernel():
+    """fast= and tensor_cores= still work for one release, with a DeprecationWarning
+    naming the kernel= to use; contradictory or doubled choices are errors."""
+    import gpu
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, 32, 16)).astype(np.float16) for _ in range(3))
+    with pytest.warns(DeprecationWarning, match="fast=False is deprecated.*kernel='plain'"):
+        O = gpu.attention(q, k, v, fast=False, block_rows=16, block_cols=16)
+    np.testing.assert_array_equal(O, gpu.attention(q, k, v, kernel="plain", block_rows=16,
+                                                   block_cols=16))
+    with pytest.warns(DeprecationWarning, match="tensor_cores=False"):
+        gpu.attention(q, k, v, tensor_cores=False, block_rows=16, block_cols=16)
     with pytest.raises(ValueError, match="tensor_cores='yes' is not allowed"):
         gpu.attention(q, k, v, tensor_cores="yes")
-    with pytest.raises(ValueError, match="tensor_cores=True needs algorithm='fa2', float16"):
+    with pytest.raises(ValueError, match="contradictory"):
+        gpu.attention(q, k, v, tensor_cores=True, fast=True)
+    with pytest.raises(ValueError, match="give kernel= only"):
+        gpu.attention(q, k, v, kernel="plain", fast=False)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="kernel='tc'"):
         gpu.attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
                       tensor_cores=True)
-    with pytest.raises(ValueError, match="tensor_cores=True needs"):
-        gpu.attention(q, k, v, algorithm="fa1", tensor_cores=True)
-    with pytest.raises(ValueError, match="tensor_cores=True needs"):
-        gpu.attention(q, k, v, tensor_cores=True, fast=True)
 
 
 def test_tensor_cores_unavailable_is_refused_or_falls_back():
     """Where the kernel cannot run (here: the simulator; an unsupported tiling anywhere),
-    tensor_cores=True is a ValueError saying why, and tensor_cores=None runs another fa2
-    kernel on the same schedule: same ledger as iosim."""
+    kernel='tc' is a ValueError naming kernel, dtype, tiling and why, and kernel='auto'
+    runs another fa2 kernel on the same schedule: same ledger as iosim."""
     import gpu
     from gpu._launch import SIM
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((1, 2, 40, 16)).astype(np.float16) for _ in range(3))
-    with pytest.raises(ValueError, match="B_r=24"):
-        gpu.attention(q, k, v, block_rows=24, block_cols=16, tensor_cores=True)
+    with pytest.raises(ValueError, match="kernel='tc'.*fp16 with B_r=24, B_c=16, d=16: .*B_r=24"):
+        gpu.attention(q, k, v, block_rows=24, block_cols=16, kernel="tc")
     if SIM:
         with pytest.raises(ValueError, match="simulator"):
-            gpu.attention(q, k, v, block_rows=16, block_cols=16, tensor_cores=True)
+            gpu.attention(q, k, v, block_rows=16, block_cols=16, kernel="tc")
     O, led = gpu.attention(q, k, v, block_rows=16, block_cols=16, count_traffic=True)
     want = iosim.closed_form("fa2", iosim.Problem(N=40, d=16, heads=2, dtype="fp16"),
                              iosim.Tiling(16, 16))
@@ -170,33 +193,15 @@ def test_linked_build_uses_tensor_cores_and_registers_only(tmp_path):
 # ---------------------------------------------------------------------------------------
 # On a GPU
 # ---------------------------------------------------------------------------------------
-def _reference(q, k, v, causal):
-    """float64 attention of the fp16 inputs (batch, heads, N, d), NumPy."""
-    q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
-    s = q64 @ np.swapaxes(k64, -1, -2) / np.sqrt(q.shape[-1])
-    if causal:
-        N = q.shape[2]
-        s = np.where(np.tril(np.ones((N, N), bool)), s, -np.inf)
-    s -= s.max(-1, keepdims=True)
-    p = np.exp(s)
-    return (p @ v64) / p.sum(-1, keepdims=True)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("N,d,causal,tiles", [(1000, 64, False, (128, 64)),
                                               (333, 128, True, (64, 64)),
                                               (77, 48, True, (32, 16))])
 def test_fa2_tc_counts_and_accuracy_on_gpu(N, d, causal, tiles):
-    import gpu
-    rng = np.random.default_rng(N)
-    q, k, v = (rng.standard_normal((1, 2, N, d)).astype(np.float16) for _ in range(3))
-    O, led = gpu.attention(q, k, v, causal=causal, block_rows=tiles[0], block_cols=tiles[1],
-                           tensor_cores=True, count_traffic=True)
-    prob = iosim.Problem(N=N, d=d, heads=2, dtype="fp16", causal=causal)
-    assert led.counts() == iosim.closed_form("fa2", prob, iosim.Tiling(*tiles)).counts()
-    assert np.isfinite(O).all()
-    ref = _reference(q, k, v, causal)
-    err = np.linalg.norm(O.astype(np.float64) - ref) / np.linalg.norm(ref)
-    # fp16 storage of O alone costs ~2.8e-4 (PyTorch's own fp16 SDPA: 2.5-2.8e-4 on these
-    # shapes, scripts/fa2_tc_check.py); twice that is the project's bound
-    assert err < 6e-4, err
+    """analysis.check.check_tc (what `flashsim check` runs): counts exact, error within
+    2x PyTorch's own fp16 SDPA error (or 2x the fp16 rounding of O without torch), L,
+    masked rows, plain = counted."""
+    from analysis.check import check_tc
+    row = check_tc(dict(N=N, d=d, bh=2, G=1, causal=causal, tiles=tiles, mask="none",
+                        logit=1.0, MT=1))
+    assert row["ok"], row["failures"]

@@ -30,7 +30,11 @@ def register(sub):
     p.add_argument("--budget-s", type=float, default=None,
                    help="whole-sweep time budget; later points are recorded as skipped")
     p.add_argument("--out", default=None,
-                   help="results JSON (default: benchmarks/results/<date>-<device>.json)")
+                   help="results JSON (default: out/<date>-<device>.json); a rerun on the same "
+                        "file resumes")
+    p.add_argument("--record", action="store_true",
+                   help="also append the rows measured now to the results data set "
+                        "(benchmarks/results/data/bench.jsonl)")
     p.set_defaults(func=main)
 
 
@@ -65,4 +69,9 @@ def main(args) -> int:
     path, made = B.run_bench(**kwargs)
     done = sum(r["ms_median"] is not None for r in made)
     print(f"flashsim bench: {done} points measured, {len(made) - done} skipped; rows in {path}")
+    if made:
+        print(B.compact_table(made))
+    if args.record:
+        added, dup = B.record_rows(made)
+        print(f"flashsim bench: {added} rows recorded in the results data set ({dup} already there)")
     return 0

@@ -3,15 +3,17 @@ from __future__ import annotations
 
 from iosim import ConfigError
 
-NAMES = ("fig1_traffic_vs_M", "fig2_traffic_vs_N", "fig3_block_size", "fig4_tiling_heatmap",
-         "fig5_roofline", "fig6_memory_footprint", "fig7_validation")
+from analysis.figures import NAMES
 
 
 def register(sub):
     p = sub.add_parser("figure", help="draw one figure",
                        description="Draw one figure as PNG and SVG (configuration in the title "
                                    "and the PNG metadata). Figures: " + ", ".join(NAMES) +
-                                   " (short names fig1..fig7 work too).")
+                                   " (short names fig1..fig8 work too). fig8_bench reads the results data set "
+                                   "(benchmarks/results/data/bench.jsonl).",
+                       epilog="examples:\n  flashsim figure fig1\n  flashsim figure fig8 --out figures",
+                       formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     p.add_argument("name", metavar="NAME", help="figure name, e.g. fig1 or fig1_traffic_vs_M")
     p.add_argument("--out", default="figures", metavar="DIR", help="output directory (default: figures)")
     p.set_defaults(func=main)

@@ -17,7 +17,14 @@ def _ints(name):
 
 
 def register(sub):
+    import argparse
     p = sub.add_parser("sweep", help="sweep configurations into a JSON-lines file (resumable)",
+                       epilog="examples:\n"
+                              "  flashsim sweep --out out/m.jsonl --algorithm fa1,fa2 --seq-len 1024,4096 "
+                              "--sram-bytes 65536,131072\n"
+                              "  flashsim sweep --out out/k.jsonl --backend kernel --algorithm fa2 "
+                              "--seq-len 256 --block-rows 32 --block-cols 32",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Evaluate the cartesian product of the given lists (comma-"
                                    "separated) and append one JSON row per point to --out, flushed "
                                    "as it is made. Points already in the file (made by the same "
@@ -84,6 +91,9 @@ def main(args) -> int:
     points = [normalise(p) for p in grid(**axes)]   # every value checked before any work
     if args.backend == "kernel":
         ensure_cuda_env()
-    st = run_sweep(points, args.out, EVALUATORS[args.backend], retry_errors=not args.no_retry)
+    from analysis.progress import Progress, pending
+    with Progress(pending(points, args.out), "sweep") as bar:
+        st = run_sweep(points, args.out, EVALUATORS[args.backend], retry_errors=not args.no_retry,
+                       progress=lambda msg: bar.update(note=msg.split(" ", 1)[0]))
     print(f"{args.out}: {st['done']} new rows ({st['errors']} errors), {st['skipped']} already present")
     return 0

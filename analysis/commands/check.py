@@ -1,0 +1,252 @@
+"""`flashsim check`: the kernels' own counts against the model, their errors against
+float64 and PyTorch, on any CUDA GPU (or in the CUDA simulator without one)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+EPILOG = """examples:
+  flashsim check                       # every suite; full sizes on a GPU, simulator without
+  flashsim check --quick --json out/check.json
+  flashsim check --suite tc --quick    # the tensor-core kernel only
+  flashsim check --sanitizer racecheck # the quick checks under compute-sanitizer
+  flashsim check --ncu                 # Nsight Compute's load/store bytes against the ledger
+  flashsim check --ptx                 # no GPU needed: compile PTX, no float64, atomics only when counting
+
+Exit status: 0 all checks passed, 1 a check failed, 2 bad input or a missing tool."""
+
+
+def register(sub):
+    import argparse
+    p = sub.add_parser(
+        "check", help="check every kernel: exact counts against the model, errors against "
+                      "float64 and PyTorch",
+        description="Run every kernel (forward: standard, fa1, fa2 plain / fast / tensor "
+                    "cores; backward: standard, fa1, fa2) and check: the instrumented "
+                    "build's traffic counts equal iosim's closed form exactly; outputs are "
+                    "finite and the counting build equals the plain one; errors against "
+                    "float64 attention within bounds (fp16: 2x PyTorch SDPA's own error when "
+                    "torch is installed). On a CUDA GPU at full sizes (--quick: tiny); "
+                    "without one in Numba's CUDA simulator at tiny sizes, where the "
+                    "tensor-core suite is skipped (it needs a GPU) and says so.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes (seconds); what --sanitizer re-runs")
+    p.add_argument("--suite", default="forward,tc,backward", metavar="S,...",
+                   help="comma-separated suites from forward, tc, backward (default: all)")
+    p.add_argument("--json", default=None, metavar="PATH", help="write the result as JSON")
+    p.add_argument("--no-torch", action="store_true",
+                   help="NumPy float64 reference and no PyTorch kernels, even if torch is there")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="timed calls per configuration, informational (default: 3; 0: none)")
+    tools = p.add_mutually_exclusive_group()
+    tools.add_argument("--sanitizer", choices=("memcheck", "racecheck"), default=None,
+                       help="re-run the quick checks under compute-sanitizer --tool TOOL "
+                            "(needs a GPU and compute-sanitizer on PATH)")
+    tools.add_argument("--ncu", action="store_true",
+                       help="Nsight Compute: global load/store bytes of one launch of each "
+                            "forward kernel against iosim's ledger (N=4096, d=64, 16 heads; "
+                            "--quick: N=1024, 4 heads; needs ncu on PATH)")
+    tools.add_argument("--ptx", action="store_true",
+                       help="no GPU needed: compile the CUDA-core kernels to PTX for cc 9.0 "
+                            "and check them (no .f64, atomics only in counting builds)")
+    p.add_argument("--record", action="store_true",
+                   help="append the result rows to the results data set "
+                        "(benchmarks/results/data/check.jsonl)")
+    p.set_defaults(func=main)
+
+
+def find_tool(name: str) -> str | None:
+    """`name` on PATH, else under /usr/local/cuda*/bin."""
+    p = shutil.which(name)
+    if p:
+        return p
+    import glob
+    cands = sorted(glob.glob(f"/usr/local/cuda*/bin/{name}"))
+    return cands[-1] if cands else None
+
+
+def _suites(text: str) -> list[str]:
+    from iosim import ConfigError
+    from analysis.check import SUITES
+    out = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in out if s not in SUITES]
+    if bad or not out:
+        raise ConfigError(f"suite={text!r} is not allowed; allowed: comma-separated from "
+                          f"{', '.join(SUITES)}")
+    return out
+
+
+def _write_json(path, result) -> None:
+    if not path:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+
+
+def _err(msg: str) -> int:
+    print(f"flashsim check: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def main(args) -> int:
+    from iosim import ConfigError
+    suites = _suites(args.suite)
+    if args.repeats < 0:
+        raise ConfigError(f"repeats={args.repeats} must be >= 0")
+    if args.ptx:
+        return _ptx(args)
+    from analysis.sweeps import ensure_cuda_env
+    has_gpu = ensure_cuda_env()
+    from analysis.bench import numpy_problem
+    msg = numpy_problem()
+    if msg:
+        return _err(msg)
+    if args.sanitizer or args.ncu:
+        tool = "compute-sanitizer" if args.sanitizer else "ncu"
+        path = find_tool(tool)
+        if not has_gpu:
+            return _err(f"--{'sanitizer' if args.sanitizer else 'ncu'} needs a CUDA GPU; none "
+                        f"found")
+        if path is None:
+            return _err(f"--{'sanitizer' if args.sanitizer else 'ncu'} needs {tool} (CUDA "
+                        f"toolkit) on PATH; not found")
+        return _sanitizer(args, path, suites) if args.sanitizer else _ncu(args)
+    return _checks(args, suites, has_gpu)
+
+
+def _checks(args, suites, has_gpu) -> int:
+    from analysis import check as C
+    from analysis.progress import Progress
+    mode = "sim" if not has_gpu else ("quick" if args.quick else "full")
+    if mode == "sim":
+        print("flashsim check: no CUDA GPU: running in Numba's CUDA simulator at tiny sizes")
+    cases = C.plan(mode, suites)
+    total = len(cases)
+    bar = Progress(total, "check")
+    lines = []
+
+    def on_row(row):
+        line = (f"{'PASS' if row['ok'] else 'FAIL'} {row['suite']:<8} {row['name']:<46} "
+                f"{C.summary(row)}")
+        lines.append(line)
+        bar.write(line)
+
+    print(f"flashsim check ({mode}): {total} configurations of {', '.join(suites)}")
+    with bar:
+        result = C.run_checks(mode, suites, use_torch=False if args.no_torch else None,
+                              repeats=args.repeats, on_row=on_row,
+                              on_case=lambda done, tot, name: bar.set(done, name))
+    for s in result["skipped"]:
+        print(f"SKIP {s['suite']}: {s['reason']}")
+    failed = [r for r in result["rows"] if not r["ok"]]
+    print(f"{result['n_rows']} checks on {result['device']} ({result['reference']} "
+          f"reference): {result['n_rows'] - len(failed)} passed, {len(failed)} failed"
+          + (f", suite {', '.join(s['suite'] for s in result['skipped'])} skipped"
+             if result["skipped"] else "") + f" ({result['total_s']} s)")
+    for r in failed:
+        print(f"  FAIL {r['suite']} {r['name']}: {'; '.join(r['failures'])}")
+    _write_json(args.json, result)
+    if args.json:
+        print(f"JSON: {args.json}")
+    if args.record:
+        _record(result)
+    return 1 if failed else 0
+
+
+def _record(result) -> None:
+    from analysis import results as R
+    run_id = R.new_run_id("check")
+    rows = [R.make_row("check", run_id=run_id, device=result["device"], date=result["date"],
+                       commit=result["commit"], versions=result["versions"],
+                       mode=result["mode"], reference=result["reference"], **row)
+            for row in result["rows"]]
+    added, dup = R.append(rows)
+    print(f"recorded {added} rows in {R.path_of('check')} ({dup} already there)")
+
+
+def _sanitizer(args, tool_path, suites) -> int:
+    """The quick checks (NumPy reference: only our kernels on the GPU, no cuDNN) in a child
+    process under compute-sanitizer; its summary line decides."""
+    import re
+    out_dir = Path(args.json).parent if args.json else Path(tempfile.mkdtemp(prefix="flashsim-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    child_json = out_dir / f"check_{args.sanitizer}_child.json"
+    log = out_dir / f"check_{args.sanitizer}.log"
+    cmd = [tool_path, "--tool", args.sanitizer, "--print-limit", "20", "--error-exitcode", "1",
+           sys.executable, "-m",
+           "analysis.cli", "check", "--quick", "--no-torch", "--repeats", "1",
+           "--suite", ",".join(suites), "--json", str(child_json)]
+    print(f"flashsim check: {' '.join(cmd)}", flush=True)
+    env = dict(os.environ, FLASHSIM_PROGRESS="0")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    text = p.stdout + "\n--- stderr ---\n" + p.stderr
+    log.write_text(text)
+    m = re.search(r"ERROR SUMMARY: (\d+) error", text)
+    h = re.search(r"RACECHECK SUMMARY: (\d+) hazard", text)
+    found = int(h.group(1)) if h else (int(m.group(1)) if m else None)
+    # some versions print no racecheck summary when nothing was found: then count the
+    # reports themselves ("========= Error: ..." / "========= Warning: ...")
+    reports = len(re.findall(r"^=+ (?:Error|Warning|Invalid|Race|Program hit)", text, re.M))
+    note = None
+    if found is None:
+        found = reports
+        note = f"no summary line printed; {reports} report lines counted"
+    child = json.loads(child_json.read_text()) if child_json.exists() else None
+    checks_ok = bool(child and child.get("ok"))
+    result = {"kind": "sanitizer", "tool": args.sanitizer, "command": " ".join(cmd),
+              "exit_status": p.returncode, "reported": found,
+              "summary": [ln.strip("= ") for ln in text.splitlines() if "SUMMARY" in ln],
+              "checks_ok": checks_ok, "n_checks": child["n_rows"] if child else None,
+              "log": str(log), "child": child, "note": note,
+              "ok": found == 0 and checks_ok and p.returncode == 0}
+    for ln in result["summary"]:
+        print(ln)
+    print(f"flashsim check --sanitizer {args.sanitizer}: "
+          f"{'no' if found == 0 else found} {'hazards' if args.sanitizer == 'racecheck' else 'errors'}"
+          f" reported; checks {'passed' if checks_ok else 'FAILED'}"
+          f" ({result['n_checks']} configurations); log: {log}")
+    if note:
+        print(f"  {note} (see the log)")
+    if p.returncode != 0 and found == 0 and checks_ok:
+        print(f"  exit status {p.returncode}: see the log")
+    _write_json(args.json, result)
+    return 0 if result["ok"] else 1
+
+
+def _ncu(args) -> int:
+    from analysis import ncu
+    from analysis.progress import Progress
+    out_dir = Path(args.json).parent if args.json else Path(tempfile.mkdtemp(prefix="flashsim-"))
+    N, bh = (1024, 4) if args.quick else (4096, 16)
+    print(f"flashsim check --ncu: N={N}, d=64, {bh} heads; logs in {out_dir}", flush=True)
+    with Progress(len(ncu.VARIANTS), "ncu") as bar:
+        rows = ncu.run_ncu(out_dir, N=N, d=64, bh=bh,
+                           on_row=lambda r: bar.update(note=r["algorithm"]))
+    print(ncu.format_table(rows))
+    for r in rows:
+        for note in r.get("notes", []):
+            print(f"  {r['algorithm']}: {note}")
+    result = {"kind": "ncu", "N": N, "d": 64, "batch_heads": bh, "rows": rows,
+              "ok": all(r["ok"] for r in rows)}
+    _write_json(args.json, result)
+    return 0 if result["ok"] else 1
+
+
+def _ptx(args) -> int:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+    from gpu import _launch
+    if _launch.SIM:
+        return _err("--ptx needs NUMBA_ENABLE_CUDASIM unset before numba.cuda is imported "
+                    "(run it in a fresh process)")
+    from analysis.check import ptx_check
+    failures = ptx_check(quick=args.quick)
+    print("PTX:", "all ok" if not failures else f"FAILED: {failures}")
+    _write_json(args.json, {"kind": "ptx", "failures": failures, "ok": not failures})
+    return 1 if failures else 0

@@ -1,0 +1,137 @@
+"""`flashsim results`: the results data set (benchmarks/results/data/<kind>.jsonl):
+list it, show rows, add rows, regenerate the README's result tables."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EPILOG = """examples:
+  flashsim results list                          # kinds, rows, runs, devices
+  flashsim results show bench --device H100 --where impl=fa2 --where N=4096
+  flashsim results add out/bench.json --kind bench --run-id 2026-12-01-a100-bench
+  flashsim results tables                        # regenerate README.md's marked tables
+  flashsim results tables --check                # exit 1 if README.md is out of date
+
+A table goes where README.md has <!-- results:NAME --> ... <!-- /results:NAME -->;
+NAME is a key of analysis.tables.TABLES."""
+
+
+def register(sub):
+    p = sub.add_parser("results", help="the results data set: list, show, add rows, "
+                                       "regenerate the README's tables",
+                       description=__doc__.replace("\n", " "), epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=None, metavar="DIR",
+                   help="data set folder (default: benchmarks/results/data, or $FLASHSIM_RESULTS)")
+    s = p.add_subparsers(dest="action", metavar="ACTION")
+    s.add_parser("list", help="kinds with their rows, runs and devices")
+    sh = s.add_parser("show", help="print rows of one kind as JSON lines")
+    sh.add_argument("kind")
+    sh.add_argument("--device", default=None, help="keep rows whose device contains this")
+    sh.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
+                    help="keep rows with row[KEY] == VALUE (VALUE parsed as JSON if it can be)")
+    ad = s.add_parser("add", help="append rows from a JSON list or JSON-lines file "
+                                  "(rows already there are skipped)")
+    ad.add_argument("file")
+    ad.add_argument("--kind", default=None, help="kind for rows that lack one")
+    ad.add_argument("--run-id", default=None, help="run_id for rows that lack one "
+                                                   "(a row's own run_id is kept as source_run_id)")
+    ad.add_argument("--commit", default=None, help="commit for rows that lack one")
+    t = s.add_parser("tables", help="regenerate the marked tables in README.md")
+    t.add_argument("--readme", default=None, metavar="FILE", help="default: README.md of the "
+                                                                  "repository")
+    t.add_argument("--check", action="store_true",
+                   help="change nothing; exit 1 if a table is out of date")
+    p.set_defaults(func=main)
+
+
+def _value(text):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def main(args) -> int:
+    from iosim import ConfigError
+    from analysis import results as R
+    if args.action is None:
+        raise ConfigError("give an action: list, show, add or tables (flashsim results --help)")
+    if args.action == "list":
+        ks = R.kinds(args.data)
+        if not ks:
+            print(f"no data set at {R.data_dir(args.data)}")
+            return 0
+        print(f"{R.data_dir(args.data)}:")
+        for k in ks:
+            rows = R.load(k, data=args.data)
+            devs = sorted({r.get("device") for r in rows})
+            print(f"  {k:<20} {len(rows):>5} rows, {len({r['run_id'] for r in rows}):>3} runs; "
+                  f"{', '.join(map(str, devs))}")
+        return 0
+    if args.action == "show":
+        where = {}
+        for w in args.where:
+            if "=" not in w:
+                raise ConfigError(f"where={w!r} must be KEY=VALUE")
+            k, v = w.split("=", 1)
+            where[k] = _value(v)
+        for r in R.load(args.kind, device=args.device, data=args.data, **where):
+            print(json.dumps(r))
+        return 0
+    if args.action == "add":
+        return _add(args, R)
+    return _tables(args)
+
+
+def _add(args, R) -> int:
+    from iosim import ConfigError
+    path = Path(args.file)
+    if not path.exists():
+        raise ConfigError(f"file={args.file!r} does not exist")
+    text = path.read_text()
+    try:
+        data = json.loads(text)
+        rows = data if isinstance(data, list) else data.get("rows", [data])
+    except json.JSONDecodeError:
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    made = []
+    for r in rows:
+        r = dict(r)
+        if args.run_id:
+            if "run_id" in r and r["run_id"] != args.run_id:
+                r["source_run_id"] = r["run_id"]
+            r["run_id"] = args.run_id
+        if args.kind and "kind" not in r:
+            r["kind"] = args.kind
+        r.setdefault("commit", args.commit)
+        r.setdefault("versions", {})
+        made.append(r)
+    added, skipped = R.append(made, data=args.data)
+    print(f"flashsim results: {added} rows added, {skipped} already there")
+    return 0
+
+
+def _tables(args) -> int:
+    from analysis import results as R
+    from analysis.tables import render
+    readme = Path(args.readme) if args.readme else R.ROOT / "README.md"
+    old = readme.read_text()
+    new, names = render(old, data=args.data)
+    if not names:
+        print(f"{readme}: no <!-- results:NAME --> markers")
+        return 0
+    if args.check:
+        if new != old:
+            print(f"{readme}: tables out of date ({', '.join(names)}); run "
+                  f"`flashsim results tables`", file=sys.stderr)
+            return 1
+        print(f"{readme}: {len(names)} tables up to date")
+        return 0
+    if new != old:
+        readme.write_text(new)
+    print(f"{readme}: {len(names)} tables regenerated ({', '.join(names)})"
+          + ("" if new != old else "; unchanged"))
+    return 0
