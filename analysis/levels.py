@@ -228,8 +228,7 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
         _, rows = _blocks(N, B_r)
 
         def build(st, slots):
-            i = np.tile(order, I)
-            zz = np.repeat(z, T_r)
+            i, zz = _grid_order(order, z, plan.extra.get("grid_order", "query-major"))
             return sweep_kernel(st, group=zk[zz], lo=np.zeros(i.size), hi=a[i],
                                 step_bytes=2 * B_c * d * s, pre_bytes=rows[i].mean() * d * s,
                                 post_bytes=rows[i].mean() * (d * s + 4), slots=slots,
@@ -251,6 +250,33 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
         out.append((lau, lambda st, slots: row_kernel(
             st, read_bytes=np.full(64, 2 * n * s / 64), write_bytes=2 * nk * s / 64, slots=slots)))
     return out
+
+
+GRID_ORDERS = ("query-major", "head-major", "swizzle-8")
+
+
+def _grid_order(order, z, grid_order):
+    """(query block, instance) of each CTA in dispatch order for the fa2 forward grid.
+
+    query-major: blockIdx.x = query block (what the kernels do): all query blocks of an
+        instance, then the next instance; head-major: blockIdx.x = instance, so
+        consecutive CTAs take the same query block of different heads; swizzle-8: groups
+        of 8 instances, query-major inside a group (fewer K/V streams live at once than
+        head-major, more query blocks of each than query-major)."""
+    T_r, I = order.size, z.size
+    if grid_order == "query-major":
+        return np.tile(order, I), np.repeat(z, T_r)
+    if grid_order == "head-major":
+        return np.repeat(order, I), np.tile(z, T_r)
+    if grid_order == "swizzle-8":
+        g = 8
+        ii, zz = [], []
+        for z0 in range(0, I, g):
+            zs = z[z0:z0 + g]
+            ii.append(np.repeat(order, zs.size))
+            zz.append(np.tile(zs, T_r))
+        return np.concatenate(ii), np.concatenate(zz)
+    raise ValueError(f"grid_order={grid_order!r} is not known; allowed: {', '.join(GRID_ORDERS)}")
 
 
 def _active_tiles(p, B_r, B_c):
@@ -444,15 +470,23 @@ def requested(p: Problem, plan: Plan):
 
 def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fwd",
            kernel: str = "auto", tiling: Tiling | None = None,
-           model: L2Model | None = None) -> dict:
+           model: L2Model | None = None, grid_order: str = "query-major") -> dict:
     """Requested, L2 and DRAM bytes of one pass (whole problem; cold L2 at each kernel),
-    with the plan, each kernel's launch and prediction, and the model's constants."""
+    with the plan, each kernel's launch and prediction, and the model's constants.
+    grid_order (fa2 forward only): the order CTAs are dispatched in, "query-major" (what
+    the kernels do) or a what-if: "head-major", "swizzle-8" (see `_grid_order`)."""
     hw = get_hardware(gpu) if isinstance(gpu, str) else gpu
     model = model or FITTED
     if problem.block_mask is not None:
         raise ValueError("block_mask: the hierarchy model covers dense and causal problems; "
                          "block-sparse masks are not modelled")
     plan = kernel_plan(algorithm, problem, hw, pass_=pass_, kernel=kernel, tiling=tiling)
+    if grid_order != "query-major":
+        if not (algorithm == "fa2" and pass_ == "fwd"):
+            raise ValueError(f"grid_order={grid_order!r} is modelled for the fa2 forward only")
+        if grid_order not in GRID_ORDERS:
+            raise ValueError(f"grid_order={grid_order!r} is not known; allowed: {', '.join(GRID_ORDERS)}")
+        plan = replace(plan, extra={**plan.extra, "grid_order": grid_order})
     rd, wr, atom = requested(problem, plan)
     factor = TC_CPASYNC_SECTOR_FACTOR if plan.kernel == "tc" else 1.0
     cap = model.capacity_fraction * hw.l2_bytes
@@ -473,6 +507,7 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
                             f"thread to local memory (ptxas): that traffic is not in the ledger "
                             f"nor in these predictions")
     return {"gpu": hw.name, "algorithm": algorithm, "pass": pass_, "kernel": plan.kernel,
+            "grid_order": grid_order,
             "block_rows": plan.tiling.B_r, "block_cols": plan.tiling.B_c,
             "requested_read_bytes": rd, "requested_write_bytes": wr,
             "l2_read_bytes": (rd - atom) * factor, "l2_write_bytes": wr - atom,

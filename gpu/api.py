@@ -61,7 +61,7 @@ FA2_FAST_THREADS = (256, 128, 64)
 #: fp16 fa2's default on a GPU: head dim -> (B_r, B_c) of gpu.fa2_tc (tensor cores),
 #: the fastest tiling without register spills measured on the H100 at N=4096 and 8192
 #: (16 heads), without causal masking (FA2_TC_TILES) and with it (FA2_TC_TILES_CAUSAL):
-#: benchmarks/results/2026-11-25-h100-tc-mt/ (run1 and run6, kernel ms at N=4096: d=64
+#: the data set's tc_tilings rows (`flashsim results show tc_tilings`; kernel ms at N=4096: d=64
 #: 128 x 64 0.284-0.287, causal 64 x 64 0.272-0.279; d=128 64 x 64 0.523-0.527, causal
 #: 0.382-0.387). Other head dims take the first of FA2_TC_FALLBACK that fits (not
 #: tuned). At d=128, 128 x 32 with MT=2 ran 5% faster (0.499 ms; 1.951 against 2.066

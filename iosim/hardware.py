@@ -56,7 +56,8 @@ PRESETS: dict[str, Hardware] = {
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5) and Hopper tuning guide: 132 SMs,
     # 228 KB shared per SM, 227 KB (232,448 B) per block with opt-in, 50 MB L2,
     # 3.35 TB/s HBM3, 67 TFLOP/s FP32, 989.4 TFLOP/s dense FP16 tensor.
-    # (Measured on the lent H100: 132 SMs, 50 MB L2, 232,448 B per block; ../shared/PLATFORM.md.)
+    # (Measured on an H100 80GB HBM3 through the CUDA driver: 132 SMs, 50 MB L2, 232,448 B
+    # per block after opting in.)
     "H100-SXM": Hardware("H100-SXM", 132, 228 * KB, 232_448, 50 * MB, 80 * GB,
                          3.35e12, 67e12, 989.4e12),
     # NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e at 4.8 TB/s, compute as
