@@ -12,7 +12,8 @@ import importlib
 import sys
 
 
-COMMANDS = ["traffic", "reproduce", "bench", "check", "report", "sweep", "figure", "results"]
+COMMANDS = ["traffic", "reproduce", "bench", "check", "report", "sweep", "figure", "results",
+            "validate"]
 
 #: Examples shown under a command's --help where its module gives no epilog of its own.
 EXAMPLES = {

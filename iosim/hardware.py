@@ -24,6 +24,10 @@ class Hardware:
     hbm_bandwidth: float            # bytes/s, read + write counted together
     fp32_flops: float               # FLOP/s on CUDA cores (non-tensor)
     fp16_tensor_flops: float        # FLOP/s dense fp16 on tensor cores
+    #: bytes/s the SMs can pull from L2 together: an estimate, not a datasheet figure: one
+    #: 64-byte L2 -> L1 transfer per SM per clock at the boost clock (the time model fits
+    #: the fraction of it achieved; 0: unknown)
+    l2_bandwidth: float = 0.0
 
     def __post_init__(self):
         for f in ("sm_count", "smem_per_sm_bytes", "smem_per_block_bytes", "l2_bytes", "hbm_bytes"):
@@ -49,23 +53,23 @@ PRESETS: dict[str, Hardware] = {
     # per block with opt-in (CUDA C Programming Guide, compute capability 8.0), 40 MB L2,
     # 1555 GB/s HBM2, 19.5 TFLOP/s FP32, 312 TFLOP/s dense FP16 tensor.
     "A100-40GB": Hardware("A100-40GB", 108, 164 * KB, 166_912, 40 * MB, 40 * GB,
-                          1555e9, 19.5e12, 312e12),
+                          1555e9, 19.5e12, 312e12, l2_bandwidth=108 * 64 * 1.41e9),
     # A100 80GB SXM datasheet (2021): HBM2e at 2039 GB/s; otherwise as A100-40GB.
     "A100-80GB": Hardware("A100-80GB", 108, 164 * KB, 166_912, 40 * MB, 80 * GB,
-                          2039e9, 19.5e12, 312e12),
+                          2039e9, 19.5e12, 312e12, l2_bandwidth=108 * 64 * 1.41e9),
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5) and Hopper tuning guide: 132 SMs,
     # 228 KB shared per SM, 227 KB (232,448 B) per block with opt-in, 50 MB L2,
     # 3.35 TB/s HBM3, 67 TFLOP/s FP32, 989.4 TFLOP/s dense FP16 tensor.
     # (Measured on an H100 80GB HBM3 through the CUDA driver: 132 SMs, 50 MB L2, 232,448 B
     # per block after opting in.)
     "H100-SXM": Hardware("H100-SXM", 132, 228 * KB, 232_448, 50 * MB, 80 * GB,
-                         3.35e12, 67e12, 989.4e12),
+                         3.35e12, 67e12, 989.4e12, l2_bandwidth=132 * 64 * 1.98e9),
     # NVIDIA H200 Tensor Core GPU datasheet (SXM): 141 GB HBM3e at 4.8 TB/s, compute as
     # H100 SXM. L2: 60 MB, as the device reports it (cudaDevAttrL2CacheSize through
     # PyTorch's device properties on an H200, 2026-10-28: 60 MB against the H100's 50 MB);
     # its fa2 fp16 DRAM reads at N=65536 fell from 0.68 (H100) to 0.48 GB accordingly.
     "H200": Hardware("H200", 132, 228 * KB, 232_448, 60 * MB, 141 * GB,
-                     4.8e12, 67e12, 989.4e12),
+                     4.8e12, 67e12, 989.4e12, l2_bandwidth=132 * 64 * 1.98e9),
 }
 
 

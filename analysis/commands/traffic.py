@@ -26,12 +26,34 @@ def register(sub):
     p.add_argument("--kv-heads", type=int, default=None, help="K/V heads (default: heads)")
     p.add_argument("--causal", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    lv = p.add_argument_group(
+        "below the ledger (--levels)",
+        "Model what reaches L2 and DRAM and what the pass costs in time on --gpu (default "
+        "H100-SXM), for the kernel and tiling gpu.attention (or the backward) runs by "
+        "default there, or at --block-rows/--block-cols. Cold L2 per kernel, as Nsight "
+        "Compute measures; times are the kernels' own, warm clocks.")
+    lv.add_argument("--levels", action="store_true",
+                    help="add l2_read_bytes, l2_write_bytes, dram_read_bytes, dram_write_bytes "
+                         "and predicted_ms (with each kernel's breakdown)")
+    lv.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="fwd",
+                    help="forward (default) or backward pass (--levels)")
+    lv.add_argument("--kernel", choices=("auto", "tc", "fast", "plain"), default="auto",
+                    help="fa2 forward kernel to model (--levels; default: what gpu.attention picks)")
+    lv.add_argument("--grid-order", choices=("query-major", "head-major", "swizzle-8"),
+                    default="query-major",
+                    help="CTA dispatch order to model (--levels, fa2 forward; default: the kernels' own)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     problem = Problem(N=args.seq_len, d=args.head_dim, batch=args.batch, heads=args.heads,
                       kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal)
+    if args.levels:
+        return levels_main(args, problem)
+    for flag, val, default in (("--pass", args.pass_, "fwd"), ("--kernel", args.kernel, "auto"),
+                               ("--grid-order", args.grid_order, "query-major")):
+        if val != default:
+            raise ConfigError(f"{flag}={val} needs --levels")
     sram = args.sram_bytes
     if args.gpu is not None:
         sram = get_hardware(args.gpu).sram_bytes
@@ -59,4 +81,47 @@ def main(args) -> int:
     print(f"HBM traffic: {ledger.hbm_bytes:,} bytes total "
           f"({ledger.hbm_read_bytes:,} read, {ledger.hbm_write_bytes:,} written); "
           f"{ledger.hbm_bytes_per_head:,.0f} bytes per head")
+    return 0
+
+
+def levels_main(args, problem) -> int:
+    """`--levels`: the pass's requested, L2 and DRAM bytes and its predicted time."""
+    from iosim import Tiling
+    from analysis.levels import levels
+    from analysis.runtime import predict
+    if args.sram_bytes is not None:
+        raise ConfigError(f"--sram-bytes={args.sram_bytes} does not go with --levels: the "
+                          f"hierarchy and time models take a GPU (--gpu PRESET)")
+    if (args.block_rows is None) != (args.block_cols is None):
+        raise ConfigError("block_rows and block_cols must be given together "
+                          f"(got block_rows={args.block_rows}, block_cols={args.block_cols})")
+    gpu = get_hardware(args.gpu or "H100-SXM")
+    tiling = None if args.block_rows is None else Tiling(args.block_rows, args.block_cols)
+    lv = levels(args.algorithm, problem, gpu, pass_=args.pass_, kernel=args.kernel,
+                tiling=tiling, grid_order=args.grid_order)
+    t = predict(args.algorithm, problem, gpu, levels_result=lv)
+    out = dict(lv, predicted_ms=t["predicted_ms"], time=t)
+    if args.json:
+        print(json.dumps(out, indent=2, default=float))
+        return 0
+    p = problem
+    print(f"{args.algorithm} {args.pass_} on {gpu.name}: N={p.N} d={p.d} {p.dtype} batch={p.batch} "
+          f"heads={p.heads} kv_heads={p.kv_heads} causal={p.causal}")
+    print(f"kernel {lv['kernel']}, tiling B_r={lv['block_rows']} B_c={lv['block_cols']}; "
+          f"L2 model: C = {lv['l2_model']['capacity_fraction']} x L2 = "
+          f"{lv['l2_model']['capacity_bytes'] / 1e6:.1f} MB, associativity "
+          f"{lv['l2_model']['associativity']}")
+    gb = lambda x: f"{x / 1e9:12.4f}"
+    print(f"{'level (GB, whole problem)':<28}{'read':>12}{'write':>12}")
+    print(f"{'requested (the ledger)':<28}{gb(lv['requested_read_bytes'])}{gb(lv['requested_write_bytes'])}")
+    print(f"{'L2 (from the SMs)':<28}{gb(lv['l2_read_bytes'])}{gb(lv['l2_write_bytes'])}"
+          + (f"   + atomics {lv['l2_atomic_bytes'] / 1e9:.4f}" if lv["l2_atomic_bytes"] else ""))
+    print(f"{'DRAM (cold L2)':<28}{gb(lv['dram_read_bytes'])}{gb(lv['dram_write_bytes'])}")
+    print(f"predicted time: {t['predicted_ms']:.4f} ms")
+    for k in t["launches"]:
+        share = ", ".join(f"{n} {v:.0%}" for n, v in k["share"].items() if v >= 0.01)
+        print(f"  {k['name'].split('[')[0]:<16}{k['predicted_ms']:10.4f} ms  binds: {k['binds']} "
+              f"({share}); imbalance {k['imbalance']:.2f}")
+    for w in lv["warnings"]:
+        print(f"warning: {w}")
     return 0

@@ -1,0 +1,55 @@
+"""`flashsim validate`: the L2/DRAM and time models against the measured rows."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub):
+    p = sub.add_parser(
+        "validate", help="check the L2/DRAM and time models against the measurements",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Predict every measured configuration of the results data set and "
+                    "compare: 'levels' against Nsight Compute's L2 and DRAM bytes, 'runtime' "
+                    "against CUPTI kernel times. Writes the validation rows (measured and "
+                    "predicted side by side) to benchmarks/results/data/ (replacing the "
+                    "previous ones) and prints median and worst errors per kernel family, "
+                    "fit and held-out halves apart. No GPU needed.",
+        epilog="examples:\n  flashsim validate levels\n  flashsim validate runtime --refit")
+    p.add_argument("what", choices=("levels", "runtime"))
+    p.add_argument("--refit", action="store_true",
+                   help="refit the model's constants on the fit half first (levels: the L2 "
+                        "model grid; runtime: analysis/runtime_constants.json)")
+    p.add_argument("--no-write", action="store_true", help="print only; leave the data set alone")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from analysis import validate as V
+    if args.what == "levels":
+        from analysis import levels
+        model = None
+        if args.refit:
+            from analysis import results
+            rows = [r for r in results.load("levels_measurement") if r.get("status") == "ok"
+                    and "H100" in r["device"] and V.levels_split(r["config"]) == "fit"]
+            model = levels.fit_l2(rows)
+            print(f"fitted L2 model: {model}  (analysis.levels.FITTED holds the committed one)")
+        rows = V.levels_rows(model)
+        summary = V.levels_summary(rows)
+        print(V.format_summary(summary, "levels"))
+        if not args.no_write:
+            print(f"wrote {len(rows)} rows to {V._write('levels_validation', rows)}")
+        return 0
+    from analysis import runtime
+    model = None
+    if args.refit:
+        model = V.runtime_fit()
+        if not args.no_write:
+            model.save()
+    model = model or runtime.RuntimeModel.load()
+    print(model.table())
+    rows = V.runtime_rows(model)
+    print(V.format_summary(V.runtime_summary(rows), "runtime"))
+    if not args.no_write:
+        print(f"wrote {len(rows)} rows to {V._write('runtime_validation', rows)}")
+    return 0

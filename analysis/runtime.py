@@ -1,0 +1,344 @@
+"""What a kernel pass costs in time: a model from work, traffic, parallelism and a few
+fitted constants.
+
+For each kernel launch of a pass (the launches of `analysis.levels`):
+
+    T = t_launch + imbalance x ( (W / (R e_k))^p + (B_L2 / (R_L2 e_L2))^p
+                                 + (B_DRAM / (R_DRAM e_DRAM))^p )^(1/p)
+
+* W is the kernel's work on the unit that does it: FLOPs on the tensor cores (fa2_tc)
+  or the CUDA cores (every other compute kernel: 4 d per active score entry in the
+  forward, 10 d in the fa2 backward, 2 d per tile product), or, for the kernels that only
+  move data (softmax, dS, the backward's pre/convert/group-sum passes), its requested
+  bytes; R is that unit's peak (`Hardware.fp16_tensor_flops`, `fp32_flops`, or the HBM
+  bandwidth) and e_k the kernel family's achieved fraction of it (fitted).
+* B_L2, B_DRAM: the bytes the pass's kernel moves at L2 (requested sectors) and DRAM
+  (`iosim.hierarchy`'s prediction), over the preset's L2 and HBM bandwidths times the
+  fitted fractions e_L2, e_DRAM (shared by all kernels).
+* p = 4 blends the three terms (a smooth maximum: the binding resource dominates, the
+  others add a little where they are close).
+* imbalance: the makespan of the kernel's CTAs over the perfectly balanced time, with
+  each SM a machine that shares its throughput among its resident CTAs: CTAs go to the
+  SM that frees first (list scheduling, a CTA's work proportional to its tiles), so the
+  tail (ceil(CTAs / SMs) against CTAs / SMs) and causal imbalance both show. A grid
+  smaller than the SM count leaves SMs idle (fa1 with few heads).
+* w_sat: warps an SM needs to reach its throughput: a CTA of w warps progresses at no
+  more than min(1, w / w_sat) of its SM's rate, so a lone CTA (a small grid, or the
+  longest CTAs of a causal grid) is latency-bound (fitted, shared by all kernels).
+* kappa: CUDA-core operations per score entry of the online softmax / gradient (scale,
+  max, exp, sum; P and dS in the backward), charged at the fp32 rate beside the tile
+  products: the part of the work that does not grow with d (fitted, shared).
+* t_launch: a fixed cost per launch (fitted). A CTA's prologue and epilogue (Q_i in,
+  O_i out) count as one tile of work in its duration.
+* Register spills and local arrays (`analysis.levels.SPILLS`): local-memory traffic
+  (loads and stores of the spilled bytes per thread and tile), where the resident CTAs'
+  spills overflow the L1 (256 KB per SM less the shared memory in use), is a fourth term,
+  B_local / (R_L2 e_local).
+
+Every prediction reports each term's time and share, so the model says which resource
+binds. The constants are fitted (`fit`) on the "fit" half of the H100 runtime
+measurements (analysis.validation_configs.RUNTIME, split fixed before fitting) and
+validated on the "heldout" half; for another preset only its published peaks and L2 size
+change. Times are milliseconds, the kernels' own (CUPTI), warm clocks.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+import iosim
+from iosim import Problem, Tiling, get_hardware
+from iosim.hierarchy import _schedule
+
+P_NORM = 4.0
+#: kernels that only move data: their work W is their requested bytes, R the HBM peak
+MEMORY_KERNELS = ("std_softmax", "std_bwd_dS", "fa2_bwd_pre", "bwd_convert", "bwd_group_sum")
+CONSTANTS_PATH = os.path.join(os.path.dirname(__file__), "runtime_constants.json")
+
+
+def family_key(name: str) -> str:
+    """The constant a kernel launch uses: its name's prefix (fa2_tc, std_S, ...)."""
+    for k in ("fa2_tc", "fa2_fast", "fa2_fwd", "fa1_fwd", "std_softmax", "std_S", "std_PV",
+              "fa2_bwd_pre", "fa2_bwd_main", "bwd_convert", "bwd_group_sum", "std_bwd_dV",
+              "std_bwd_dP", "std_bwd_dS", "std_bwd_dQ", "std_bwd_dK"):
+        if k in name:
+            return k
+    raise ValueError(f"kernel {name!r} has no time-model family")
+
+
+@dataclass(frozen=True)
+class RuntimeModel:
+    """The fitted constants: e (family -> achieved fraction of its unit's peak), e_l2,
+    e_dram, t_launch_ms. `source`: what they were fitted on."""
+    e: dict
+    e_l2: float
+    e_dram: float
+    t_launch_ms: float
+    w_sat: float = 8.0
+    e_local: float = 0.2
+    kappa: float = 0.0
+    source: str = ""
+
+    @classmethod
+    def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
+        with open(path) as f:
+            d = json.load(f)
+        return cls(d["e"], d["e_l2"], d["e_dram"], d["t_launch_ms"], d.get("w_sat", 8.0),
+                   d.get("e_local", 0.2), d.get("kappa", 0.0), d.get("source", ""))
+
+    def save(self, path: str = CONSTANTS_PATH):
+        with open(path, "w") as f:
+            json.dump({"e": self.e, "e_l2": self.e_l2, "e_dram": self.e_dram,
+                       "t_launch_ms": self.t_launch_ms, "w_sat": self.w_sat,
+                       "kappa": self.kappa, "e_local": self.e_local,
+                       "source": self.source}, f, indent=1,
+                      sort_keys=True)
+            f.write("\n")
+
+    def table(self) -> str:
+        rows = [f"  e[{k}] = {v:.4f}" for k, v in sorted(self.e.items())]
+        return "\n".join([f"time-model constants ({self.source}):"] + rows +
+                         [f"  e_l2 = {self.e_l2:.4f}", f"  e_dram = {self.e_dram:.4f}",
+                          f"  t_launch = {self.t_launch_ms * 1e3:.2f} us",
+                          f"  w_sat = {self.w_sat:.2f} warps", f"  e_local = {self.e_local:.4f}",
+                          f"  kappa = {self.kappa:.1f} FLOP-equivalents per score entry",
+                          f"  p = {P_NORM}"])
+
+
+# ---------------------------------------------------------------------------------------
+# Work and traffic of each launch
+# ---------------------------------------------------------------------------------------
+def _sums(p: Problem, t: Tiling):
+    nA, RA, CA, RCA = (int(x) for x in iosim.tile_sums(p.N, t.B_r, t.B_c, p.causal))
+    return nA, RA, CA, RCA
+
+
+def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
+    """Per launch of the pass: W (work), R (its unit's peak), B_L2, B_DRAM and the CTA
+    work vector for the imbalance. `lv` is `analysis.levels.levels(...)`'s result."""
+    from analysis.levels import _active_prefix, _first_query_block
+    t = Tiling(lv["block_rows"], lv["block_cols"])
+    N, d, s, I = p.N, p.d, p.itemsize, p.instances
+    nA, RA, CA, RCA = _sums(p, t)
+    T_r, T_c = -(-N // t.B_r), -(-N // t.B_c)
+    a = _active_prefix(N, t.B_r, t.B_c, p.causal)                 # key blocks per query block
+    first = _first_query_block(N, t.B_r, t.B_c, p.causal)
+    qb_per_kb = T_r - first                                        # query blocks per key block
+    ones = lambda n: np.ones(int(n))
+    tc = lv["kernel"] == "tc"
+    out = []
+    for k in lv["kernels"]:
+        name = k["name"]
+        fam = family_key(name)
+        mem = fam in MEMORY_KERNELS
+        if fam in ("fa2_tc", "fa2_fast", "fa2_fwd"):
+            W, work, B2 = 4.0 * RCA * d * I, np.tile(a + 1, I), lv["l2_read_bytes"] + lv["l2_write_bytes"]
+        elif fam == "fa1_fwd":
+            W, work = 4.0 * RCA * d * I, ones(I) * (nA + T_c)
+            B2 = lv["l2_read_bytes"] + lv["l2_write_bytes"]
+        elif fam == "std_S":
+            W, work, B2 = 2.0 * RCA * d * I, ones(nA * I), ((RA + CA) * d + RCA) * s * I
+        elif fam == "std_softmax":
+            W = 2.0 * RCA * s * I
+            work, B2 = np.tile(np.repeat(np.minimum(a * t.B_c, N), t.B_r)[:N], I), W
+        elif fam == "std_PV":
+            W, work, B2 = 2.0 * RCA * d * I, np.tile(a + 1, I), (RCA + CA * d + N * d) * s * I
+        elif fam == "fa2_bwd_pre":
+            W = (2 * N * d * s + N * 4 + N * d * 4) * I
+            work, B2 = ones(T_r * I), W
+        elif fam == "fa2_bwd_main":
+            W, work = 10.0 * RCA * d * I, np.tile(qb_per_kb + 1, I)
+            B2 = ((2 * RA * d + 2 * N * d) * s + 2 * RA * 4 + 2 * RA * d * 4 + 2 * N * d * s) * I
+        elif fam == "bwd_convert":
+            W = N * d * (4 + s) * I
+            work, B2 = ones(k["ctas"]), W
+        elif fam == "bwd_group_sum":
+            W = (2 * I + 2 * p.batch * p.kv_heads) * N * d * s
+            work, B2 = ones(k["ctas"]), W
+        elif fam in ("std_bwd_dV", "std_bwd_dK"):
+            W, work, B2 = 2.0 * RCA * d * I, np.tile(qb_per_kb + 1, I), (RCA + RA * d + N * d) * s * I
+        elif fam == "std_bwd_dP":
+            W, work, B2 = 2.0 * RCA * d * I, ones(nA * I), ((RA + CA) * d + RCA) * s * I
+        elif fam == "std_bwd_dS":
+            W = 3.0 * RCA * s * I
+            work, B2 = np.tile(np.repeat(np.minimum(a * t.B_c, N), t.B_r)[:N], I), W
+        elif fam == "std_bwd_dQ":
+            W, work, B2 = 2.0 * RCA * d * I, np.tile(a + 1, I), (RCA + CA * d + N * d) * s * I
+        else:
+            raise ValueError(f"kernel {name!r}: no work model")
+        if mem:
+            R = hw.hbm_bandwidth
+        elif fam == "fa2_tc" and tc:
+            R = hw.fp16_tensor_flops
+        else:
+            R = hw.fp32_flops
+        if fam == "fa2_tc":
+            B2 = lv["l2_read_bytes"] + lv["l2_write_bytes"]
+        work = np.asarray(work, dtype=np.float64)
+        spill = k.get("spill_bytes", 0)
+        local = 0.0
+        if spill:
+            l1_free = 256 * 1024 - k["ctas_per_sm"] * k["smem_bytes"]
+            if spill * k["threads"] * k["ctas_per_sm"] > l1_free:   # loads and stores
+                local = float(2 * spill * k["threads"] * (work - 1).clip(0).sum())
+        entries = {"fa2_tc": 1, "fa2_fast": 1, "fa2_fwd": 1, "fa1_fwd": 1, "std_S": 0,
+                   "std_PV": 0, "fa2_bwd_main": 2, "std_bwd_dP": 0, "std_bwd_dQ": 0,
+                   "std_bwd_dK": 0, "std_bwd_dV": 0}.get(fam, 0) * float(RCA) * I
+        # fp16 and fp32 builds of a CUDA-core kernel are different specialisations (the
+        # fp16 ones convert every load): one constant each
+        key = fam if (mem or fam == "fa2_tc") else f"{fam}_{p.dtype}"
+        out.append({"name": name, "family": key, "kernel": fam, "W": float(W), "R": float(R),
+                    "entries": entries,
+                    "B_l2": float(B2), "B_local": local,
+                    "B_dram": float(k["dram_read_bytes"] + k["dram_write_bytes"]),
+                    **makespans(work, hw, k["ctas_per_sm"]),
+                    "warps": -(-k["threads"] // 32),
+                    "ctas": k["ctas"], "ctas_per_sm": k["ctas_per_sm"]})
+    return out
+
+
+def _makespan(work, machines):
+    n = work.size
+    if np.all(work == work[0]):
+        return -(-n // machines) * float(work[0])
+    return float((_schedule(work, machines) + work).max())
+
+
+def makespans(work, hw, ctas_per_sm: int) -> dict:
+    """The two schedules of a launch's CTAs, in units of work at one SM's full rate:
+    mk_sm, SMs as machines sharing their throughput among resident CTAs; mk_slots, each
+    of the SMs x CTAs-per-SM slots a machine running one CTA at a time at full rate (the
+    latency-bound view: divided by the share of an SM one CTA can use, see `imbalance`)."""
+    if work.size == 0 or work.sum() == 0:
+        return {"mk_sm": 0.0, "mk_slots": 0.0, "balanced": 1.0}
+    return {"mk_sm": _makespan(work, hw.sm_count),
+            "mk_slots": _makespan(work, hw.sm_count * ctas_per_sm),
+            "balanced": float(work.sum() / hw.sm_count)}
+
+
+def imbalance(f: dict, w_sat: float) -> float:
+    """Makespan over the balanced time. One CTA of w warps can use at most
+    min(1, w / w_sat) of its SM's throughput (latency hiding needs w_sat warps), so the
+    makespan is the larger of the SM-throughput schedule and the slot schedule at that
+    per-CTA rate."""
+    share = min(1.0, f["warps"] / w_sat)
+    return max(f["mk_sm"], f["mk_slots"] / share) / f["balanced"]
+
+
+# ---------------------------------------------------------------------------------------
+# Prediction
+# ---------------------------------------------------------------------------------------
+def terms(f: dict, m: RuntimeModel, hw) -> dict:
+    """Each resource's time (ms) for one launch, before imbalance and launch cost."""
+    e = m.e.get(f["family"])
+    if e is None:
+        raise ValueError(f"no fitted constant for kernel family {f['family']!r}")
+    out = {"work": (f["W"] / f["R"] + m.kappa * f.get("entries", 0.0) / hw.fp32_flops) / e * 1e3,
+           "l2": f["B_l2"] / (hw.l2_bandwidth * m.e_l2) * 1e3,
+           "dram": f["B_dram"] / (hw.hbm_bandwidth * m.e_dram) * 1e3}
+    if f.get("B_local"):
+        out["local"] = f["B_local"] / (hw.l2_bandwidth * m.e_local) * 1e3
+    return out
+
+
+def predict_launch(f: dict, m: RuntimeModel, hw) -> dict:
+    tt = terms(f, m, hw)
+    blend = sum(v ** P_NORM for v in tt.values()) ** (1 / P_NORM)
+    imb = imbalance(f, m.w_sat)
+    ms = m.t_launch_ms + imb * blend
+    share = {k: v ** P_NORM / max(1e-300, sum(x ** P_NORM for x in tt.values()))
+             for k, v in tt.items()}
+    return {"name": f["name"], "family": f["family"], "predicted_ms": ms, "terms_ms": tt,
+            "share": share, "binds": max(tt, key=tt.get), "imbalance": imb}
+
+
+def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fwd",
+            kernel: str = "auto", tiling: Tiling | None = None, model: RuntimeModel | None = None,
+            levels_result: dict | None = None) -> dict:
+    """Predicted kernel time (ms) of one pass with the per-launch breakdown."""
+    from analysis.levels import levels
+    hw = get_hardware(gpu) if isinstance(gpu, str) else gpu
+    m = model or RuntimeModel.load()
+    lv = levels_result or levels(algorithm, problem, hw, pass_=pass_, kernel=kernel, tiling=tiling)
+    launches = [predict_launch(f, m, hw) for f in launch_features(problem, lv, hw)]
+    return {"predicted_ms": sum(x["predicted_ms"] for x in launches), "launches": launches,
+            "constants": {"e": m.e, "e_l2": m.e_l2, "e_dram": m.e_dram,
+                          "t_launch_ms": m.t_launch_ms, "p": P_NORM, "source": m.source}}
+
+
+# ---------------------------------------------------------------------------------------
+# Fitting and validation on measured rows
+# ---------------------------------------------------------------------------------------
+def row_features(row: dict, gpu: str) -> tuple[list[dict], list[float]]:
+    """(launch features, measured ms per launch in the same order) of a runtime row."""
+    from analysis.levels import predict_row, problem_of
+    c = row["config"]
+    lv = predict_row(c, gpu)
+    feats = launch_features(problem_of(c), lv, get_hardware(gpu))
+    meas = row["measured"]["kernels"]
+    ms = []
+    for f in feats:
+        hit = [k["ms"] for k in meas if family_key(k["name"]) == f["kernel"]]
+        if len(hit) != 1:
+            raise ValueError(f"{c['id']}: measured kernels {[k['name'][:30] for k in meas]} do not "
+                             f"match the model's launch {f['name']}")
+        ms.append(hit[0])
+    return feats, ms
+
+
+def fit(rows: list[dict], gpu: str = "H100-SXM", source: str = "") -> RuntimeModel:
+    """Least squares on log(predicted / measured) per launch, over `rows`."""
+    from scipy.optimize import least_squares
+    hw = get_hardware(gpu)
+    data = []
+    for r in rows:
+        feats, ms = row_features(r, gpu)
+        data += list(zip(feats, ms))
+    fams = sorted({f["family"] for f, _ in data})
+
+    def unpack(x):
+        e = {k: math.exp(v) for k, v in zip(fams, x[:len(fams)])}
+        return RuntimeModel(e, math.exp(x[-6]), math.exp(x[-5]), math.exp(x[-4]),
+                            math.exp(x[-3]), math.exp(x[-2]), math.exp(x[-1]), source)
+
+    def resid(x):
+        m = unpack(x)
+        return [math.log(predict_launch(f, m, hw)["predicted_ms"] / ms) for f, ms in data]
+    x0 = [math.log(0.3)] * len(fams) + [math.log(0.5), math.log(0.7), math.log(0.004),
+                                         math.log(8.0), math.log(0.2), math.log(20.0)]
+    lo = [math.log(1e-5)] * len(fams) + [math.log(0.05), math.log(0.05), math.log(1e-4),
+                                         math.log(1.0), math.log(0.005), math.log(0.1)]
+    hi = [math.log(1.0)] * len(fams) + [math.log(1.0), math.log(1.0), math.log(0.05),
+                                        math.log(64.0), math.log(1.0), math.log(1000.0)]
+    sol = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05)
+    return unpack(sol.x)
+
+
+def validate(rows: list[dict], model: RuntimeModel, gpu: str) -> list[dict]:
+    """One runtime_validation row per measured row: measured and predicted pass time."""
+    out = []
+    for r in rows:
+        feats, ms = row_features(r, gpu)
+        hw = get_hardware(gpu)
+        launches = [predict_launch(f, model, hw) for f in feats]
+        pred = sum(x["predicted_ms"] for x in launches)
+        c = r["config"]
+        out.append({"kind": "runtime_validation", "run_id": r["run_id"], "device": r["device"],
+                    "date": r["date"], "commit": r["commit"], "versions": r["versions"],
+                    "algorithm": c["algorithm"], "kernel": c.get("family"), "split": c.get("split"),
+                    "config": c, "tiling": r.get("tiling"),
+                    "measured_ms": r["measured"]["measured_ms"], "predicted_ms": pred,
+                    "rel_error": pred / r["measured"]["measured_ms"] - 1,
+                    "launches": [{"name": x["family"], "measured_ms": m, "predicted_ms": x["predicted_ms"],
+                                  "binds": x["binds"], "share": x["share"]}
+                                 for x, m in zip(launches, ms)],
+                    "constants_source": model.source})
+    return out
+
+
+__all__ = ["RuntimeModel", "predict", "fit", "validate", "launch_features", "imbalance",
+           "family_key", "P_NORM"]
