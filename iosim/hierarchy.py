@@ -65,12 +65,15 @@ class L2Model:
     capacity_fraction: float = 0.5
     associativity: int = 16
     max_accesses: int = 400_000
+    policy: str = "lru"
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
             raise ValueError(f"capacity_fraction={self.capacity_fraction!r} must be in (0, 2]")
         if int(self.associativity) != self.associativity or self.associativity < 1:
             raise ValueError(f"associativity={self.associativity!r} must be a positive integer")
+        if self.policy not in ("lru", "random"):
+            raise ValueError(f"policy={self.policy!r} is not known; allowed: lru, random")
         if self.max_accesses < 1000:
             raise ValueError(f"max_accesses={self.max_accesses!r} must be >= 1000")
 
@@ -229,13 +232,47 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     # dense tile ids for the Fenwick pass
     _, dense = np.unique(blk, return_inverse=True)
     d_prev, d_next = _distances(dense.astype(np.int64), nb)
-    A = int(model.associativity)
-    miss_prev = 1.0 - hit_probability(d_prev, capacity, A)
-    # d_next = -1 never happens (the last access counts to the end); 0 means nothing after
-    evict = 1.0 - hit_probability(np.maximum(d_next, 0.0), capacity, A)
+    if model.policy == "random":
+        miss_prev, evict = _random_replacement(dense, nb * w, d_prev, d_next, capacity)
+    else:
+        A = int(model.associativity)
+        miss_prev = 1.0 - hit_probability(d_prev, capacity, A)
+        # d_next = -1 never happens (the last access counts to the end); 0: nothing after
+        evict = 1.0 - hit_probability(np.maximum(d_next, 0.0), capacity, A)
     reads = float(np.sum(w * nb * miss_prev * rd))
     writes = float(np.sum(w * wb * evict * wr))
     return reads, writes, int(t.size)
+
+
+def _random_replacement(blk, nb, d_prev, d_next, capacity, iterations=30):
+    """(miss, evict) probabilities under random replacement: a resident line survives
+    each insertion with probability 1 - line/C, so a tile survives a window in which M
+    bytes were inserted (missed) with probability exp(-M / C). M is taken as the window's
+    bytes accessed (with repeats) times the stream's mean miss fraction mu, solved as a
+    fixed point (mu = the byte-weighted mean of the misses it implies)."""
+    n = blk.size
+    csum = np.concatenate([[0.0], np.cumsum(nb)])
+    # previous / next access position of the same tile
+    order = np.lexsort((np.arange(n), blk))
+    same = np.r_[False, blk[order][1:] == blk[order][:-1]]
+    before = order[np.flatnonzero(same) - 1]      # the access just before, same tile
+    prev = np.full(n, -1)
+    prev[order[same]] = before
+    nxt = np.full(n, n)
+    nxt[before] = order[same]
+    k = np.arange(n)
+    A_prev = np.where(prev >= 0, csum[k] - csum[np.maximum(prev, 0) + 1], -1.0)
+    A_next = csum[np.minimum(nxt, n)] - csum[k + 1]
+    mu = 0.5
+    for _ in range(iterations):
+        miss = np.where(A_prev < 0, 1.0, 1.0 - np.exp(-mu * np.maximum(A_prev, 0) / capacity))
+        new = float(np.sum(nb * miss) / max(np.sum(nb), 1e-300))
+        if abs(new - mu) < 1e-6:
+            mu = new
+            break
+        mu = new
+    evict = 1.0 - np.exp(-mu * A_next / capacity)
+    return miss, evict
 
 
 # ---------------------------------------------------------------------------------------

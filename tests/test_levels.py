@@ -1,0 +1,252 @@
+"""The models below the ledger: the hierarchy engine (stack distances, the cache model),
+the kernel plans, the L2 / DRAM levels of each pass, the time model and the CLI."""
+import json
+
+import numpy as np
+import pytest
+
+from iosim import Problem, Tiling, closed_form, get_hardware
+from iosim.hierarchy import (L2Model, Stream, _distances, _schedule, dram_from_stream,
+                             hit_probability)
+
+
+# ---------------------------------------------------------------------------------------
+# The engine
+# ---------------------------------------------------------------------------------------
+def _brute_distances(blk, nbytes):
+    """Distinct bytes between consecutive accesses of a tile, by direct counting."""
+    n = len(blk)
+    d_prev = np.full(n, -1.0)
+    d_next = np.full(n, -1.0)
+    for k in range(n):
+        prev = [p for p in range(k) if blk[p] == blk[k]]
+        if prev:
+            p = prev[-1]
+            seen = {}
+            for q in range(p + 1, k):
+                seen[blk[q]] = nbytes[q]          # a tile's latest size counts
+            d_prev[k] = sum(seen.values())
+            d_next[p] = d_prev[k]
+    for k in range(n):                            # last accesses: distinct bytes after them
+        if not any(blk[q] == blk[k] for q in range(k + 1, n)):
+            seen = {}
+            for q in range(k + 1, n):
+                seen[blk[q]] = nbytes[q]
+            d_next[k] = sum(seen.values())
+    return d_prev, d_next
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_stack_distances_equal_direct_count(seed):
+    rng = np.random.default_rng(seed)
+    n = 60
+    blk = rng.integers(0, 12, n).astype(np.int64)
+    size = rng.integers(1, 100, 12).astype(np.float64)
+    nbytes = size[blk]                            # one size per tile
+    d_prev, d_next = _distances(blk, nbytes)
+    b_prev, b_next = _brute_distances(blk, nbytes)
+    np.testing.assert_allclose(d_prev, b_prev)
+    np.testing.assert_allclose(d_next, b_next)
+
+
+def test_hit_probability_limits():
+    C = 1e6
+    assert hit_probability(-1.0, C, 16) == 0.0            # first access: a miss
+    assert hit_probability(0.0, C, 16) == pytest.approx(1.0)
+    D = np.linspace(0, 3e6, 50)
+    p = hit_probability(D, C, 16)
+    assert np.all(np.diff(p) <= 1e-12)                    # farther -> less likely resident
+    assert p[D < 0.5 * C].min() > 0.99 and p[D > 2 * C].max() < 0.01
+    # many ways: the LRU edge at C
+    big = hit_probability(np.array([0.9e6, 1.1e6]), C, 4096)
+    assert big[0] > 0.99 and big[1] < 0.01
+
+
+def test_schedule_is_list_scheduling():
+    start = _schedule(np.array([3.0, 1.0, 1.0, 2.0]), 2)
+    np.testing.assert_allclose(start, [0, 0, 1, 2])
+
+
+def test_stream_reuse_within_and_beyond_capacity():
+    """A tile read twice with less than C between is read once from DRAM; with far more
+    than C in between, twice. Dirty tiles reach DRAM only if evicted before the end."""
+    model = L2Model(1.0, 4096)
+    C = 1000.0
+    st = Stream()
+    st.add(np.arange(3.0), np.array([1, 2, 1]), 100.0, True, False)
+    r, w, _ = dram_from_stream(st, C, model)
+    assert r == pytest.approx(200.0) and w == 0.0
+    st = Stream()
+    st.add(np.arange(3.0), np.array([1, 2, 1]), np.array([100.0, 5000.0, 100.0]), True, False)
+    assert dram_from_stream(st, C, model)[0] == pytest.approx(5200.0)
+    st = Stream()                                 # a write, then much traffic: written back
+    st.add([0.0, 1.0], [7, 8], [100.0, 5000.0], [False, True], [True, False])
+    assert dram_from_stream(st, C, model)[1] == pytest.approx(100.0)
+    st = Stream()                                 # a write at the end: still in L2
+    st.add([0.0, 1.0], [8, 7], [500.0, 100.0], [True, False], [False, True])
+    assert dram_from_stream(st, C, model)[1] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_l2model_rejects_bad_constants():
+    with pytest.raises(ValueError, match="capacity_fraction"):
+        L2Model(0.0, 16)
+    with pytest.raises(ValueError, match="associativity"):
+        L2Model(0.5, 0)
+
+
+# ---------------------------------------------------------------------------------------
+# Plans and levels
+# ---------------------------------------------------------------------------------------
+from analysis import levels as L  # noqa: E402  (imports gpu in the simulator)
+
+
+@pytest.mark.parametrize("args, want", [
+    (("fa2", "fp16", 64, False), ("tc", 128, 64)),
+    (("fa2", "fp16", 64, True), ("tc", 64, 64)),
+    (("fa2", "fp16", 128, False), ("tc", 64, 64)),
+    (("fa2", "fp32", 64, False), ("fast", 256, 32)),
+    (("fa2", "fp32", 128, False), ("fast", 64, 32)),
+    (("fa1", "fp32", 64, False), ("default", 32, 32)),
+    (("standard", "fp16", 64, False), ("default", 64, 64)),
+])
+def test_kernel_plan_is_what_the_gpu_runs(args, want):
+    """The plans the H100 measurements ran (benchmarks/results: levels_measurement's tiling
+    column) are what kernel_plan gives for the H100 preset, without a GPU."""
+    alg, dt, d, causal = args
+    plan = L.kernel_plan(alg, Problem(N=4096, d=d, heads=16, dtype=dt, causal=causal),
+                         get_hardware("H100-SXM"))
+    assert (plan.kernel, plan.tiling.B_r, plan.tiling.B_c) == want
+
+
+def test_occupancy_limits():
+    hw = get_hardware("H100-SXM")
+    assert L.occupancy(hw, 256, 55_000, 128) == 2          # registers: 128 x 256 = 32 K
+    assert L.occupancy(hw, 128, 100_000, 32) == 2          # shared memory
+    assert L.occupancy(hw, 1024, 0, 32) == 2               # warps: 64 per SM
+
+
+def test_levels_compulsory_when_everything_fits():
+    """fa2 at N = 4096, 16 heads (25 MB of Q, K, V): DRAM reads are Q + K + V once, though
+    the kernel requests K and V 32 times; L2 sees the requests (x1.5 for fa2_tc)."""
+    p = Problem(N=4096, d=64, heads=16, dtype="fp16")
+    r = L.levels("fa2", p, "H100-SXM")
+    qkv = 3 * 16 * 4096 * 64 * 2
+    led = closed_form("fa2", p, Tiling(128, 64))
+    assert r["requested_read_bytes"] == led.hbm_read_bytes
+    assert r["l2_read_bytes"] == pytest.approx(1.5 * led.hbm_read_bytes)
+    assert r["dram_read_bytes"] == pytest.approx(qkv, rel=0.02)
+    assert 0 <= r["dram_write_bytes"] <= r["requested_write_bytes"]
+
+
+def test_levels_rereads_when_kv_does_not_fit_and_l2_size_matters():
+    p = Problem(N=131072, d=64, heads=1, dtype="fp16")     # K + V = 33.5 MB per head
+    h100 = L.levels("fa2", p, "H100-SXM")
+    a100 = L.levels("fa2", p, "A100-40GB")
+    qkv = 3 * 131072 * 64 * 2
+    assert h100["dram_read_bytes"] > 1.5 * qkv
+    assert a100["dram_read_bytes"] >= h100["dram_read_bytes"]
+
+
+def test_levels_bounded_by_requests_for_every_pass():
+    for alg, pass_, dt in (("fa1", "fwd", "fp32"), ("standard", "fwd", "fp16"),
+                           ("fa2", "bwd", "fp16"), ("standard", "bwd", "fp32")):
+        p = Problem(N=1024, d=64, heads=4, dtype=dt, causal=True)
+        r = L.levels(alg, p, "H100-SXM", pass_=pass_)
+        assert 0 < r["dram_read_bytes"] <= 1.01 * r["requested_read_bytes"], (alg, pass_)
+        assert 0 <= r["dram_write_bytes"] <= 1.01 * r["requested_write_bytes"], (alg, pass_)
+
+
+def test_levels_rejects_what_it_does_not_model():
+    m = np.ones((4, 4), dtype=bool)
+    with pytest.raises(ValueError, match="block_mask"):
+        L.levels("fa2", Problem(N=256, d=64, block_mask=m), "H100-SXM")
+    with pytest.raises(ValueError, match="grid_order"):
+        L.levels("fa1", Problem(N=256, d=64), "H100-SXM", grid_order="head-major")
+    with pytest.raises(ValueError, match="grid_order"):
+        L.levels("fa2", Problem(N=256, d=64), "H100-SXM", grid_order="diagonal")
+
+
+# ---------------------------------------------------------------------------------------
+# The time model
+# ---------------------------------------------------------------------------------------
+def test_runtime_prediction_has_a_breakdown():
+    from analysis.runtime import predict
+    t = predict("standard", Problem(N=2048, d=64, heads=16, dtype="fp16"), "H100-SXM")
+    assert [x["family"].split("_fp")[0] for x in t["launches"]] == ["std_S", "std_softmax", "std_PV"]
+    assert t["predicted_ms"] == pytest.approx(sum(x["predicted_ms"] for x in t["launches"]))
+    for x in t["launches"]:
+        assert sum(x["share"].values()) == pytest.approx(1.0)
+        assert x["binds"] in x["terms_ms"]
+
+
+def test_imbalance_waves_and_causal():
+    from analysis.runtime import imbalance, makespans
+    hw = get_hardware("H100-SXM")
+    f = dict(makespans(np.ones(264), hw, 2), warps=8)
+    assert imbalance(f, 8.0) == pytest.approx(1.0)
+    f = dict(makespans(np.ones(133), hw, 2), warps=8)          # one CTA too many: 2 waves
+    assert imbalance(f, 8.0) == pytest.approx(2 * 132 / 133)
+    f = dict(makespans(np.ones(16), hw, 2), warps=4)           # 16 CTAs, half an SM each
+    assert imbalance(f, 8.0) == pytest.approx(2 * 132 / 16)
+
+
+def test_committed_validation_rows_are_current():
+    """The data set's validation rows were made by this model: recomputing a few gives the
+    same predictions (a stale row would not)."""
+    from analysis import results
+    from analysis.runtime import RuntimeModel, validate
+    rows = results.load("runtime_validation")
+    meas = {(r["run_id"], r["config"]["id"]): r for r in results.load("runtime_measurement")}
+    m = RuntimeModel.load()
+    for v in rows[::97]:
+        r = meas[(v["run_id"], v["config"]["id"])]
+        again = validate([r], m, v["gpu_preset"])[0]
+        assert again["predicted_ms"] == pytest.approx(v["predicted_ms"], rel=1e-9)
+    lrows = results.load("levels_validation")
+    lmeas = {(r["run_id"], r["config"]["id"]): r for r in results.load("levels_measurement")}
+    for v in lrows[::23]:
+        p = L.predict_row(v["config"], v["gpu_preset"])
+        assert p["dram_read_bytes"] == pytest.approx(v["predicted"]["dram_read_bytes"], rel=1e-9)
+        assert (v["run_id"], v["config"]["id"]) in lmeas
+
+
+# ---------------------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------------------
+def test_traffic_levels_json(capsys):
+    from analysis.cli import main
+    rc = main(["traffic", "--algorithm", "fa2", "--seq-len", "4096", "--head-dim", "64",
+               "--heads", "16", "--gpu", "H200", "--levels", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    for k in ("l2_read_bytes", "l2_write_bytes", "dram_read_bytes", "dram_write_bytes",
+              "predicted_ms"):
+        assert out[k] > 0
+    assert out["block_rows"] == 128 and out["kernel"] == "tc"
+
+
+@pytest.mark.parametrize("argv, word", [
+    (["--kernel", "tc"], "--levels"),
+    (["--levels", "--sram-bytes", "98304"], "sram"),
+    (["--levels", "--block-rows", "64"], "block_cols"),
+    (["--levels", "--kernel", "tc", "--dtype", "fp32"], "tc"),
+])
+def test_traffic_levels_bad_input_one_line(argv, word, capsys):
+    from analysis.cli import main
+    rc = main(["traffic", "--algorithm", "fa2", "--seq-len", "1024", "--head-dim", "64"] + argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and word in err[0]
+
+
+def test_random_replacement_keeps_part_of_an_overflowing_cycle():
+    """Under LRU a cyclic sweep just larger than C misses every time; under random
+    replacement part of it survives (the alternative policy of iosim.hierarchy)."""
+    C = 1000.0
+    st = Stream()
+    blk = np.tile(np.arange(12), 20)                      # 12 x 100 bytes, cycled 20 times
+    st.add(np.arange(blk.size, dtype=float), blk, 100.0, True, False)
+    lru = dram_from_stream(st, C, L2Model(1.0, 4096))[0]
+    rnd = dram_from_stream(st, C, L2Model(1.0, 16, policy="random"))[0]
+    total = 100.0 * blk.size
+    assert lru == pytest.approx(total, rel=1e-6)
+    assert 1200.0 < rnd < 0.8 * total
