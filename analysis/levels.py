@@ -136,6 +136,10 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
         t = tiling or api.default_tiling(algorithm, d, dt, causal)
         return Plan(algorithm, "fwd", "default", t, 128,
                     iosim.sram_footprint_bytes(algorithm, t.B_r, t.B_c, d, dt))
+    if kernel not in ("auto", "tc", "fast", "plain"):
+        raise ValueError(f"kernel={kernel!r} is not known; allowed: auto, tc, fast, plain")
+    if kernel == "tc" and dt != "fp16":
+        raise ValueError(f"kernel='tc' runs fp16 only; got dtype={dt}")
     choice = kernel
     if kernel in ("auto", "tc") and dt == "fp16" and tiling is None:
         tuned = (api.FA2_TC_TILES_CAUSAL if causal else api.FA2_TC_TILES).get(d)

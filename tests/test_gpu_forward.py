@@ -261,7 +261,7 @@ def test_fa2_fast_options():
     # every default tiling fits the H100's 232,448 bytes as attention() launches it (tuned
     # TC, warp shuffles: no RED region); without those, d=128 would not (233,984 bytes)
     for d, (B_r, B_c, threads) in api.FA2_FAST_TILES.items():
-        TC = api.FA2_FAST_TUNED[(B_r, B_c, threads)]["TC"]
+        TC = api.fa2_fast_options(B_r, B_c, d, threads).get("TC")
         assert fa2_fast.smem_bytes(B_r, B_c, d, threads, TC, shfl=True) <= 232448
     assert fa2_fast.smem_bytes(256, 32, 128, 512, shfl=False) == 233984 > 232448
 
