@@ -235,7 +235,7 @@ def test_cli_sweep_and_bad_input(tmp_path, capsys):
     assert cli(["sweep", "--out", str(out), "--seq-len", "x"]) == 2
     assert "seq_len" in capsys.readouterr().err
     assert cli(["sweep", "--out", str(out), "--algorithm", "fa3", "--sram-bytes", "1"]) == 2
-    assert cli(["figure", "fig9", "--out", str(tmp_path)]) == 2
+    assert cli(["figure", "fig99", "--out", str(tmp_path)]) == 2
 
 
 def test_cli_figure(tmp_path, capsys):
