@@ -28,3 +28,26 @@ def test_fig9_levels_small_grid(tmp_path):
     assert [m["x"] for m in data["panels"]["bh|H100-SXM"]["measured"]] == [16]
     paths = f.save(f.plot(data), str(tmp_path), "f9", data["config"])
     assert os.path.getsize(paths[0]) > 5000
+
+
+def test_fig10_grid_order_small_grid(tmp_path):
+    from analysis.figures import fig10_grid_order as f
+    data = f.generate(Ns=[4096, 16384], bhs=[1, 16])
+    assert data["calls"] == 2 * 2 * len(f.ORDERS)
+    for sweep, pan in data["panels"].items():
+        for i in range(len(pan["x"])):
+            for o in f.ORDERS:
+                dr = pan["dram"][o][i]
+                assert 0.99 * pan["floor"][i] <= dr <= pan["l2"][i]
+                assert dr <= pan["requested"][i] * 1.001
+            # query-major (what the kernels do) keeps K/V of one or two instances live
+            # at once: it reads least; head-major keeps every instance's live: most
+            assert pan["dram"]["query-major"][i] <= pan["dram"]["swizzle-8"][i] * 1.001
+            assert pan["dram"]["swizzle-8"][i] <= pan["dram"]["head-major"][i] * 1.001
+    # one instance: the order changes nothing
+    b = data["panels"]["bh"]
+    assert len({b["dram"][o][0] for o in f.ORDERS}) == 1
+    # at N = 16K, 16 instances: head-major reads several times the floor
+    assert data["panels"]["N"]["dram"]["head-major"][1] > 3 * data["panels"]["N"]["floor"][1]
+    paths = f.save(f.plot(data), str(tmp_path), "f10", data["config"])
+    assert os.path.getsize(paths[0]) > 5000
