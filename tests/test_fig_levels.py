@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
-
 def test_fig9_levels_small_grid(tmp_path):
     from analysis.figures import fig9_levels as f
     data = f.generate(gpus=("H100-SXM",), Ns=[1024, 4096, 16384, 65536], bhs=[1, 16])
@@ -29,7 +26,6 @@ def test_fig9_levels_small_grid(tmp_path):
     paths = f.save(f.plot(data), str(tmp_path), "f9", data["config"])
     assert os.path.getsize(paths[0]) > 5000
 
-
 def test_fig10_grid_order_small_grid(tmp_path):
     from analysis.figures import fig10_grid_order as f
     data = f.generate(Ns=[4096, 16384], bhs=[1, 16])
@@ -50,4 +46,29 @@ def test_fig10_grid_order_small_grid(tmp_path):
     # at N = 16K, 16 instances: head-major reads several times the floor
     assert data["panels"]["N"]["dram"]["head-major"][1] > 3 * data["panels"]["N"]["floor"][1]
     paths = f.save(f.plot(data), str(tmp_path), "f10", data["config"])
+    assert os.path.getsize(paths[0]) > 5000
+
+def test_fig11_levels_validation_subset(tmp_path):
+    from analysis import results as R
+    from analysis.figures import fig11_levels_validation as f
+    from analysis.levels import predict_row
+    rows = R.load("levels_measurement")
+
+    def small(r):
+        c = r["config"]
+        return c["N"] <= 16384 and c["batch"] * c["heads"] <= 16 and c["algorithm"] != "fa1"
+    data = f.generate(rows=rows, select=small)
+    want = [r for r in rows if r["status"] == "ok" and small(r)]
+    assert len(data["points"]) == len(want) >= 8
+    assert {p["gpu"] for p in data["points"]} == {"H100-SXM", "H200"}
+    p0, r0 = data["points"][0], want[0]
+    assert p0["dram_read_bytes"]["measured"] == r0["measured"]["dram_read_bytes"]
+    assert p0["dram_read_bytes"]["predicted"] == predict_row(r0["config"], p0["gpu"])["dram_read_bytes"]
+    # the default fp16 kernel (tensor cores, no spills) at these sizes: within the bound
+    for p in data["points"]:
+        if p["family"] == "fa2_tc" and not p["spill_bytes"]:
+            assert p["dram_read_bytes"]["within"] and p["dram_write_bytes"]["within"], p["id"]
+    s = f.summary(data)
+    assert sum(n for _, n in s.values()) == 2 * len(want)
+    paths = f.save(f.plot(data), str(tmp_path), "f11", data["config"])
     assert os.path.getsize(paths[0]) > 5000

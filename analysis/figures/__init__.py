@@ -6,7 +6,7 @@ import importlib
 
 NAMES = ("fig1_traffic_vs_M", "fig2_traffic_vs_N", "fig3_block_size", "fig4_tiling_heatmap",
          "fig5_roofline", "fig6_memory_footprint", "fig7_validation", "fig8_bench",
-         "fig9_levels", "fig10_grid_order")
+         "fig9_levels", "fig10_grid_order", "fig11_levels_validation")
 
 
 def get(name: str):
