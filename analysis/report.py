@@ -34,6 +34,39 @@ def _md_check(c: theory.Check) -> str:
     return f"| {'PASS' if c.passed else '**FAIL**'} | {c.name}{kind} | {c.summary} |"
 
 
+def _levels_section(d9, d10, d11) -> list[str]:
+    """REPORT.md lines for figures 9-11 (numbers only; no pass/fail: the model's
+    validation criteria live in analysis.levels)."""
+    from .figures.fig11_levels_validation import METRICS, summary
+    out = ["## Below the ledger: L2 and DRAM (model, cold L2)", "",
+           f"fa2 forward, {d9['config']['dtype']}, d={d9['config']['d']}, default kernel: where "
+           f"predicted DRAM reads first exceed Q + K + V read once by "
+           f"{100 * (d9['config']['threshold'] - 1):.0f} % (fig9):", "",
+           "| preset | against N (batch x heads = 16) | against batch x heads (N = 16K) |",
+           "|---|---|---|"]
+
+    def cell(pan):
+        cr = pan["crossing"]
+        if cr is None:
+            return f"never (at most {pan['max_ratio']:.3f} x)"
+        return f"{cr['x']:,} ({cr['ratio']:.3f} x)"
+    for gpu in d9["config"]["gpus"]:
+        out.append(f"| {gpu} | N = {cell(d9['panels'][f'N|{gpu}'])} | "
+                   f"{cell(d9['panels'][f'bh|{gpu}'])} |")
+    pan = d10["panels"]["N"]
+    out += ["", f"Grid order (fig10, {d10['config']['gpu']}, N = {pan['x'][-1]:,}, batch x "
+            f"heads = {d10['config']['bh_fixed']}): predicted DRAM reads / floor " +
+            ", ".join(f"{o} {pan['dram'][o][-1] / pan['floor'][-1]:.1f} x"
+                      for o in d10["config"]["orders"]) + ".", ""]
+    s = summary(d11)
+    out += [f"Predicted vs measured DRAM bytes (fig11, {len(d11['points'])} levels_measurement "
+            "rows): within 15 % or 16 MB:", "", "| preset | reads | writes |", "|---|---|---|"]
+    for gpu in sorted({g for g, _ in s}):
+        out.append(f"| {gpu} | " + " | ".join(f"{s[(gpu, k)][0]}/{s[(gpu, k)][1]}"
+                                              for k, _ in METRICS) + " |")
+    return out + [""]
+
+
 def run_report(out_dir="figures", *, kernel_validation=True) -> int:
     """Run everything into `out_dir`; return 0 if all checks pass, else 1."""
     log = _Progress()
@@ -175,6 +208,22 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
     if val is not None:
         figures += save(fig7_validation.plot(val), out_dir, fig7_validation.NAME, val["config"])
         log(f"figure {fig7_validation.NAME}")
+    # the L2 / DRAM model (analysis.levels): figures 9-11, their numbers in the report
+    from .figures import fig9_levels, fig10_grid_order, fig11_levels_validation
+    d9 = fig9_levels.generate()
+    figures += save(fig9_levels.plot(d9), out_dir, fig9_levels.NAME,
+                    {**d9["config"], "calls": d9["calls"]})
+    log(f"figure {fig9_levels.NAME} ({d9['calls']} model calls)")
+    d10 = fig10_grid_order.generate()
+    figures += save(fig10_grid_order.plot(d10), out_dir, fig10_grid_order.NAME,
+                    {**d10["config"], "calls": d10["calls"]})
+    log(f"figure {fig10_grid_order.NAME} ({d10['calls']} model calls)")
+    d11 = fig11_levels_validation.generate()
+    figures += save(fig11_levels_validation.plot(d11), out_dir, fig11_levels_validation.NAME,
+                    d11["config"])
+    log(f"figure {fig11_levels_validation.NAME} ({len(d11['points'])} measured rows)")
+    lines += _levels_section(d9, d10, d11)
+
     lines += ["## Figures", ""]
     for p in figures:
         if p.endswith(".png"):

@@ -10,8 +10,11 @@ def register(sub):
     p = sub.add_parser("figure", help="draw one figure",
                        description="Draw one figure as PNG and SVG (configuration in the title "
                                    "and the PNG metadata). Figures: " + ", ".join(NAMES) +
-                                   " (short names fig1..fig8 work too). fig8_bench reads the results data set "
-                                   "(benchmarks/results/data/bench.jsonl).",
+                                   " (short names fig1, fig2, ... work too). fig8_bench reads the results data set "
+                                   "(benchmarks/results/data/bench.jsonl); fig9_levels, "
+                                   "fig10_grid_order and fig11_levels_validation run the L2 / "
+                                   "DRAM model (analysis.levels); fig9 and fig11 read the "
+                                   "levels_measurement rows of the data set.",
                        epilog="examples:\n  flashsim figure fig1\n  flashsim figure fig8 --out figures",
                        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     p.add_argument("name", metavar="NAME", help="figure name, e.g. fig1 or fig1_traffic_vs_M")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 
 NAMES = ("fig1_traffic_vs_M", "fig2_traffic_vs_N", "fig3_block_size", "fig4_tiling_heatmap",
-         "fig5_roofline", "fig6_memory_footprint", "fig7_validation", "fig8_bench")
+         "fig5_roofline", "fig6_memory_footprint", "fig7_validation", "fig8_bench",
+         "fig9_levels", "fig10_grid_order", "fig11_levels_validation")
 
 
 def get(name: str):
@@ -14,4 +15,4 @@ def get(name: str):
         if name == full or name == full.split("_")[0]:
             return importlib.import_module(f"analysis.figures.{full}")
     raise ValueError(f"figure={name!r} is not known; allowed: {', '.join(NAMES)} "
-                     f"(or fig1..fig8)")
+                     f"(or the short names {', '.join(n.split('_')[0] for n in NAMES)})")
