@@ -165,6 +165,51 @@ def table_sanitizer(data=None) -> str:
     return "\n".join(lines) + "\n" + _source("sanitizer", used)
 
 
+def _pct(x) -> str:
+    return "–" if x is None else f"{100 * x:.1f} %"
+
+
+def table_levels_validation(data=None) -> str:
+    """The L2 / DRAM model against Nsight Compute, per kernel family: rows inside the bound
+    (15 % or 16 MB, reads and writes), median and worst |relative error| of DRAM reads and
+    writes, on the H100 (fit and held-out rows) and the H200 (all held out)."""
+    from analysis.validate import levels_summary
+    rows = R.load("levels_validation", data=data)
+    summ = {(("H200" if "H200" in s["device"] else "H100"), s["family"]): s
+            for s in levels_summary(rows) if s["split"] == "all"}
+    fams = sorted({f for _, f in summ}, key=lambda f: (f == "all", f))
+    cell = lambda s: (f"{s['inside_bound']}/{s['rows']} | {_pct(s['dram_read']['median'])}, "
+                      f"{_pct(s['dram_read']['worst'])} | {_pct(s['dram_write']['median'])}, "
+                      f"{_pct(s['dram_write']['worst'])}") if s else "– | – | –"
+    lines = ["| family | H100: in bound | DRAM read med, worst | DRAM write med, worst "
+             "| H200: in bound | DRAM read med, worst | DRAM write med, worst |",
+             "|---|---|---|---|---|---|---|"]
+    for f in fams:
+        lines.append(f"| {f} | {cell(summ.get(('H100', f)))} | {cell(summ.get(('H200', f)))} |")
+    m = rows[0]["l2_model"] if rows else {}
+    note = (f"L2 model: C = {m.get('capacity_fraction')} x L2, {m.get('associativity')} ways; "
+            if rows else "")
+    return "\n".join(lines) + "\n" + _source("levels_validation", rows, note)
+
+
+def table_runtime_validation(data=None) -> str:
+    """The time model against CUPTI kernel times, held-out rows, per kernel family:
+    median and worst |relative error| on the H100 and on the H200."""
+    from analysis.validate import runtime_summary
+    rows = R.load("runtime_validation", data=data)
+    summ = {(("H200" if "H200" in s["device"] else "H100"), s["family"]): s
+            for s in runtime_summary(rows) if s["split"] == "heldout"}
+    fams = sorted({f for _, f in summ}, key=lambda f: (f == "all", f))
+    cell = lambda s: (f"{s['n']} | {_pct(s['median'])} | {_pct(s['worst'])}") if s else "– | – | –"
+    lines = ["| family | H100 held-out rows | median | worst | H200 rows | median | worst |",
+             "|---|---|---|---|---|---|---|"]
+    for f in fams:
+        lines.append(f"| {f} | {cell(summ.get(('H100', f)))} | {cell(summ.get(('H200', f)))} |")
+    src = rows[0]["constants_source"] if rows else ""
+    return "\n".join(lines) + "\n" + _source("runtime_validation", rows,
+                                               f"constants fitted on {src}; ")
+
+
 #: table name -> function(data) -> Markdown; the README's markers name these
 TABLES: dict[str, Callable] = {
     "forward_fp32": table_forward_fp32,
@@ -172,6 +217,8 @@ TABLES: dict[str, Callable] = {
     "checks": table_checks,
     "ncu": table_ncu,
     "sanitizer": table_sanitizer,
+    "levels_validation": table_levels_validation,
+    "runtime_validation": table_runtime_validation,
 }
 
 MARKER = re.compile(r"(<!-- results:(?P<name>[A-Za-z0-9_]+) -->\n)(?P<body>.*?)"

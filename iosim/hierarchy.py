@@ -61,11 +61,20 @@ class L2Model:
     associativity: ways of the hashed set-associative cache the stack distance is
         compared with (softness of the capacity edge).
     max_accesses: budget of simulated accesses per kernel (coarsening beyond it).
+    policy: "lru" (the hashed set-associative LRU above) or "random" (random replacement,
+        `_random_replacement`).
+    replicate: count each tile's footprint as the two-partition L2 holds it: a line is
+        cached in its home partition and, when an SM of the other partition reads it, in
+        that SM's partition too. A tile shared by CTAs on both partitions occupies twice
+        its bytes; a tile only one CTA touches, 1.5 times (half its lines are homed in the
+        other partition). Distances are then these footprints, and C the whole L2
+        (capacity_fraction near 1).
     """
     capacity_fraction: float = 0.5
     associativity: int = 16
     max_accesses: int = 400_000
     policy: str = "lru"
+    replicate: bool = False
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
@@ -93,6 +102,7 @@ class Stream:
     wr: list = field(default_factory=list)
     w: list = field(default_factory=list)
     wb: list = field(default_factory=list)
+    shared: list = field(default_factory=list)
     next_id: int = 0
 
     def ids(self, n: int) -> np.ndarray:
@@ -101,20 +111,21 @@ class Stream:
         self.next_id += n
         return out
 
-    def add(self, t, blk, nbytes, rd, wr, w=1.0, wb=None):
+    def add(self, t, blk, nbytes, rd, wr, w=1.0, wb=None, shared=False):
+        """Accesses; shared: the tiles are touched by many CTAs (on both L2 partitions)."""
         n = np.broadcast(t, blk, nbytes).size
         wb = nbytes if wb is None else wb
         for lst, v, dt in ((self.t, t, np.float64), (self.blk, blk, np.int64),
                            (self.nbytes, nbytes, np.float64), (self.rd, rd, bool),
                            (self.wr, wr, bool), (self.w, w, np.float64),
-                           (self.wb, wb, np.float64)):
+                           (self.wb, wb, np.float64), (self.shared, shared, bool)):
             lst.append(np.broadcast_to(np.asarray(v, dtype=dt), (n,)).ravel())
 
     def arrays(self):
         cat = lambda L, dt: np.concatenate(L) if L else np.zeros(0, dt)
         return (cat(self.t, np.float64), cat(self.blk, np.int64), cat(self.nbytes, np.float64),
                 cat(self.rd, bool), cat(self.wr, bool), cat(self.w, np.float64),
-                cat(self.wb, np.float64))
+                cat(self.wb, np.float64), cat(self.shared, bool))
 
 
 # ---------------------------------------------------------------------------------------
@@ -224,16 +235,17 @@ class KernelTraffic:
 
 def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     """(DRAM read bytes, DRAM write bytes, accesses) of a stream."""
-    t, blk, nb, rd, wr, w, wb = stream.arrays()
+    t, blk, nb, rd, wr, w, wb, sh = stream.arrays()
     if t.size == 0:
         return 0.0, 0.0, 0
     order = np.argsort(t, kind="stable")
-    t, blk, nb, rd, wr, w, wb = (x[order] for x in (t, blk, nb, rd, wr, w, wb))
+    t, blk, nb, rd, wr, w, wb, sh = (x[order] for x in (t, blk, nb, rd, wr, w, wb, sh))
     # dense tile ids for the Fenwick pass
     _, dense = np.unique(blk, return_inverse=True)
-    d_prev, d_next = _distances(dense.astype(np.int64), nb)
+    foot = nb * np.where(sh, 2.0, 1.5) if model.replicate else nb   # bytes held in L2
+    d_prev, d_next = _distances(dense.astype(np.int64), foot)
     if model.policy == "random":
-        miss_prev, evict = _random_replacement(dense, nb * w, d_prev, d_next, capacity)
+        miss_prev, evict = _random_replacement(dense, foot * w, d_prev, d_next, capacity)
     else:
         A = int(model.associativity)
         miss_prev = 1.0 - hit_probability(d_prev, capacity, A)
@@ -314,7 +326,7 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
     stream.add(s0, stream.ids(m), mult * pre_bytes, True, False)
     if pre_shared is not None:
         ps = np.asarray(pre_shared, dtype=np.int64)[first]
-        stream.add(s0, ps, pre_shared_bytes, True, False)
+        stream.add(s0, ps, pre_shared_bytes, True, False, shared=True)
     stream.add(s0 + st + 1, stream.ids(m), mult * post_bytes, False, True)
     # the sweep, in groups of q consecutive tiles
     c_lo, c_hi = l // q, np.where(st > 0, (h - 1) // q + 1, l // q)
@@ -331,7 +343,7 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
     ncoarse = -(-n_seq // q)
     wbytes = step_bytes if step_write_bytes is None else step_write_bytes
     stream.add(tmid, g[cta] * ncoarse + cidx + (1 << 40), cnt * step_bytes, step_rd, step_wr,
-               wb=cnt * wbytes)
+               wb=cnt * wbytes, shared=True)
     if step_private_bytes:
         stream.add(tmid, stream.ids(cidx.size), cnt * mult[cta] * step_private_bytes, True, False)
     return m + cidx.size
@@ -342,8 +354,8 @@ def tile_kernel(stream: Stream, *, a_blk, a_bytes, b_blk, b_bytes, out_bytes, sl
     tile. Durations are equal, so CTAs run in waves of `slots`."""
     n = len(a_blk)
     start = (np.arange(n) // max(1, slots)).astype(np.float64)
-    stream.add(start, np.asarray(a_blk) + (2 << 40), a_bytes, True, False)
-    stream.add(start, np.asarray(b_blk) + (3 << 40), b_bytes, True, False)
+    stream.add(start, np.asarray(a_blk) + (2 << 40), a_bytes, True, False, shared=True)
+    stream.add(start, np.asarray(b_blk) + (3 << 40), b_bytes, True, False, shared=True)
     stream.add(start + 1, stream.ids(n), out_bytes, False, True)
     return 3 * n
 
