@@ -65,16 +65,17 @@ class L2Model:
         `_random_replacement`).
     replicate: count each tile's footprint as the two-partition L2 holds it: a line is
         cached in its home partition and, when an SM of the other partition reads it, in
-        that SM's partition too. A tile shared by CTAs on both partitions occupies twice
-        its bytes; a tile only one CTA touches, 1.5 times (half its lines are homed in the
-        other partition). Distances are then these footprints, and C the whole L2
-        (capacity_fraction near 1).
+        that SM's partition too, so a tile shared by CTAs on both partitions occupies twice
+        its bytes. private_footprint: the same factor for a tile only one CTA touches
+        (1.5 if half its lines gained a near copy; the fit preferred 1.0). Distances are
+        then these footprints.
     """
     capacity_fraction: float = 0.5
     associativity: int = 16
     max_accesses: int = 400_000
     policy: str = "lru"
     replicate: bool = False
+    private_footprint: float = 1.5
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
@@ -242,7 +243,7 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     t, blk, nb, rd, wr, w, wb, sh = (x[order] for x in (t, blk, nb, rd, wr, w, wb, sh))
     # dense tile ids for the Fenwick pass
     _, dense = np.unique(blk, return_inverse=True)
-    foot = nb * np.where(sh, 2.0, 1.5) if model.replicate else nb   # bytes held in L2
+    foot = nb * np.where(sh, 2.0, model.private_footprint) if model.replicate else nb
     d_prev, d_next = _distances(dense.astype(np.int64), foot)
     if model.policy == "random":
         miss_prev, evict = _random_replacement(dense, foot * w, d_prev, d_next, capacity)
