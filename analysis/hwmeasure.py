@@ -337,8 +337,9 @@ def _input_bytes(c):
     return per * n
 
 
-def time_config(c: dict, reps: int = 15, rotate_bytes: float = 200e6) -> dict:
-    """Median device time of the pass's kernels (sum per pass), and per kernel."""
+def time_config(c: dict, reps: int = 15, rotate_bytes: float = 200e6, min_reps: int = 5) -> dict:
+    """Median device time of the pass's kernels (sum per pass), and per kernel: up to
+    `reps` repetitions (fewer for slow passes, about 0.4 s in all), at least `min_reps`."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     n_sets = int(max(1, min(8, rotate_bytes // max(1, _input_bytes(c)))))
@@ -351,7 +352,7 @@ def time_config(c: dict, reps: int = 15, rotate_bytes: float = 200e6) -> dict:
     run_pass(c, sets[0])
     torch.cuda.synchronize()
     one = time.perf_counter() - t
-    reps = int(max(5, min(reps, 0.4 / max(one, 1e-6))))
+    reps = int(max(min_reps, min(reps, 0.4 / max(one, 1e-6))))
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for r in range(reps):
             marker()

@@ -67,6 +67,31 @@ def _levels_section(d9, d10, d11) -> list[str]:
     return out + [""]
 
 
+def _runtime_section(d12, d13) -> list[str]:
+    """REPORT.md lines for figures 12 and 13 (numbers only)."""
+    from .figures.fig12_runtime_validation import family_roof_summary
+    out = ["## Time model (analysis.runtime)", "",
+           f"Predicted vs measured kernel time of a pass (fig12, {len(d12['points'])} "
+           "runtime_validation rows): |predicted / measured - 1|:", "",
+           "| device | split | rows | median | worst | within 10 % |", "|---|---|---|---|---|---|"]
+    for (gpu, split), s in sorted(d12["stats"].items()):
+        out.append(f"| {gpu} | {split} | {s['n']} | {100 * s['median_abs']:.1f} % | "
+                   f"{100 * s['worst_abs']:.0f} % ({s['worst_id']}) | {s['within_band']} |")
+    fam = family_roof_summary(d12)
+    out += ["", f"Measured forward passes on the {d12['roofline']['gpu']} roofline (fig12, "
+            f"{len(d12['roofline']['points'])} passes): median achieved TFLOP/s " +
+            ", ".join(f"{f} {v['median_tflops']:.3g}" for f, v in sorted(fam.items())) + ".", ""]
+    c = d13["config"]
+    tot = {(b["impl"], b["source"], b.get("dropout_p")): b["total"] for b in d13["bars"]}
+    parts = [f"{impl} {src}{'' if p is None else f' p={p:g}'} {ms:.3g} ms"
+             for (impl, src, p), ms in tot.items()]
+    out += [f"Time by operation (fig13, batch {c['batch']}, {c['heads']} heads, N = {c['N']}, "
+            f"d = {c['d']}, {c['dtype']}{', causal' if c['causal'] else ''}; "
+            + (f"measured on {c['device']}" if d13["measured"] else
+               "no op_breakdown rows yet: modelled only") + "): " + "; ".join(parts) + ".", ""]
+    return out
+
+
 def run_report(out_dir="figures", *, kernel_validation=True) -> int:
     """Run everything into `out_dir`; return 0 if all checks pass, else 1."""
     log = _Progress()
@@ -223,6 +248,19 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
                     d11["config"])
     log(f"figure {fig11_levels_validation.NAME} ({len(d11['points'])} measured rows)")
     lines += _levels_section(d9, d10, d11)
+    # the time model (analysis.runtime): figure 12 (against the measured times, roofline)
+    # and figure 13 (time by operation; measured where op_breakdown rows exist)
+    from .figures import fig12_runtime_validation, fig13_time_breakdown
+    d12 = fig12_runtime_validation.generate()
+    figures += save(fig12_runtime_validation.plot(d12), out_dir, fig12_runtime_validation.NAME,
+                    {**d12["config"], "calls": d12["calls"]})
+    log(f"figure {fig12_runtime_validation.NAME} ({len(d12['points'])} measured rows, "
+        f"{d12['calls']} model calls)")
+    d13 = fig13_time_breakdown.generate()
+    figures += save(fig13_time_breakdown.plot(d13), out_dir, fig13_time_breakdown.NAME,
+                    {**d13["config"], "measured": d13["measured"]})
+    log(f"figure {fig13_time_breakdown.NAME} ({'measured' if d13['measured'] else 'modelled only'})")
+    lines += _runtime_section(d12, d13)
 
     lines += ["## Figures", ""]
     for p in figures:

@@ -247,7 +247,8 @@ def test_cli_report_without_kernels(tmp_path):
     assert cli(["report", "--out", str(tmp_path), "--no-kernels"]) == 0
     text = (tmp_path / "REPORT.md").read_text()
     assert "**FAIL**" not in text and "Skipped" in text
-    for n in (1, 2, 3, 4, 5, 6, 9, 10, 11):
+    for n in (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13):
         assert f"fig{n}_" in text
     assert "Below the ledger: L2 and DRAM" in text
+    assert "Time model (analysis.runtime)" in text
     assert len(read_rows(tmp_path / "sweep_model.jsonl")) == 360

@@ -14,8 +14,13 @@ def register(sub):
                                    "(benchmarks/results/data/bench.jsonl); fig9_levels, "
                                    "fig10_grid_order and fig11_levels_validation run the L2 / "
                                    "DRAM model (analysis.levels); fig9 and fig11 read the "
-                                   "levels_measurement rows of the data set.",
-                       epilog="examples:\n  flashsim figure fig1\n  flashsim figure fig8 --out figures",
+                                   "levels_measurement rows of the data set; fig12_runtime_validation "
+                                   "reads the runtime_validation rows and runs the L2 / DRAM "
+                                   "model for its roofline; fig13_time_breakdown reads the "
+                                   "op_breakdown rows (python3 -m analysis.opbreakdown on a "
+                                   "GPU) and runs the time model (analysis.runtime).",
+                       epilog="examples:\n  flashsim figure fig1\n  flashsim figure fig8 --out figures\n"
+                              "  flashsim figure fig12",
                        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     p.add_argument("name", metavar="NAME", help="figure name, e.g. fig1 or fig1_traffic_vs_M")
     p.add_argument("--out", default="figures", metavar="DIR", help="output directory (default: figures)")
