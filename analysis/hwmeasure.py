@@ -429,6 +429,24 @@ def _done_ids(path):
     return ids
 
 
+
+def ingest(path: str, kind: str, run_id: str, data=None) -> tuple[int, int]:
+    """Add a measurement file's rows to the results data set (analysis.results) under
+    `kind` ("levels_measurement" or "runtime_measurement") and `run_id`; rows already
+    stored are skipped. Returns (added, skipped)."""
+    from analysis import results
+    rows = []
+    with open(path) as f:
+        for ln in f:
+            r = json.loads(ln)
+            r.pop("kind", None)
+            rows.append(results.make_row(kind, run_id=run_id, device=r.pop("device"),
+                                         date=r.pop("date"), commit=r.pop("commit"),
+                                         versions=dict(r.pop("versions"), driver=r.pop("driver", None)),
+                                         **r))
+    return results.append(rows, data)
+
+
 def main(argv=None) -> int:
     from .validation_configs import SETS
     ap = argparse.ArgumentParser(prog="python3 -m analysis.hwmeasure", description=__doc__.split("\n\n")[0])
@@ -458,19 +476,3 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-def ingest(path: str, kind: str, run_id: str, data=None) -> tuple[int, int]:
-    """Add a measurement file's rows to the results data set (analysis.results) under
-    `kind` ("levels_measurement" or "runtime_measurement") and `run_id`; rows already
-    stored are skipped. Returns (added, skipped)."""
-    from analysis import results
-    rows = []
-    with open(path) as f:
-        for ln in f:
-            r = json.loads(ln)
-            r.pop("kind", None)
-            rows.append(results.make_row(kind, run_id=run_id, device=r.pop("device"),
-                                         date=r.pop("date"), commit=r.pop("commit"),
-                                         versions=dict(r.pop("versions"), driver=r.pop("driver", None)),
-                                         **r))
-    return results.append(rows, data)

@@ -29,8 +29,8 @@ import numpy as np
 
 import iosim
 from iosim import Problem, Tiling, get_hardware
-from iosim.hierarchy import (L2Model, Stream, dram_from_stream, row_kernel, sweep_kernel,
-                             tile_kernel)
+from iosim.hierarchy import (L2Model, Stream, _coarse, dram_from_stream, row_kernel,
+                             sweep_kernel, tile_kernel)
 
 #: L2 sectors per requested sector for gpu.fa2_tc's global loads. Its cp.async copies
 #: land in shared rows padded to d + 8 halves (conflict-free ldmatrix); a warp's 512
@@ -320,10 +320,6 @@ def _tile_pass(st, p, B_r, B_c, slots, budget, a_of, b_of, a_bytes, b_bytes, out
                        out_bytes=out_bytes * q, slots=max(1, slots // q))
 
 
-def _coarse(total, budget):
-    return max(1, -(-int(total) // max(1, budget)))
-
-
 def _row_pass(st, p, B_r, B_c, slots, read_per_elem, write_per_elem):
     """Row kernels (softmax, dS): per query block the active row entries are read and
     written once (read_per_elem / write_per_elem bytes per N x N entry)."""
@@ -565,13 +561,12 @@ def fit_l2(rows, grid=FIT_GRID) -> L2Model:
     with the smallest median |log(pred / meas)| of DRAM bytes over `rows`."""
     best = None
     for f, a, rep, pf in grid:
-        if True:
-            m = L2Model(f, a, replicate=rep, private_footprint=pf)
-            errs = [abs(math.log(max(p[k], 1e6) / max(r["measured"][k], 1e6)))
-                    for r, p, _, _ in compare(rows, m) for k in ("dram_read_bytes", "dram_write_bytes")]
-            score = float(np.median(errs))
-            if best is None or score < best[0]:
-                best = (score, m)
+        m = L2Model(f, a, replicate=rep, private_footprint=pf)
+        errs = [abs(math.log(max(p[k], 1e6) / max(r["measured"][k], 1e6)))
+                for r, p, _, _ in compare(rows, m) for k in ("dram_read_bytes", "dram_write_bytes")]
+        score = float(np.median(errs))
+        if best is None or score < best[0]:
+            best = (score, m)
     return best[1]
 
 

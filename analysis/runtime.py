@@ -140,12 +140,12 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
         elif fam == "fa1_fwd":
             W, work = 4.0 * RCA * d * I, ones(I) * (nA + T_c)
             B2 = lv["l2_read_bytes"] + lv["l2_write_bytes"]
-        elif fam == "std_S":
+        elif fam in ("std_S", "std_bwd_dP"):          # tile products S = QK^T, dP = dO V^T
             W, work, B2 = 2.0 * RCA * d * I, ones(nA * I), ((RA + CA) * d + RCA) * s * I
-        elif fam == "std_softmax":
-            W = 2.0 * RCA * s * I
+        elif fam in ("std_softmax", "std_bwd_dS"):    # row passes: S -> P; P, dP -> dS
+            W = (2.0 if fam == "std_softmax" else 3.0) * RCA * s * I
             work, B2 = np.tile(np.repeat(np.minimum(a * t.B_c, N), t.B_r)[:N], I), W
-        elif fam == "std_PV":
+        elif fam in ("std_PV", "std_bwd_dQ"):         # row-block products O = PV, dQ = dS K
             W, work, B2 = 2.0 * RCA * d * I, np.tile(a + 1, I), (RCA + CA * d + N * d) * s * I
         elif fam == "fa2_bwd_pre":
             W = (2 * N * d * s + N * 4 + N * d * 4) * I
@@ -161,13 +161,6 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             work, B2 = ones(k["ctas"]), W
         elif fam in ("std_bwd_dV", "std_bwd_dK"):
             W, work, B2 = 2.0 * RCA * d * I, np.tile(qb_per_kb + 1, I), (RCA + RA * d + N * d) * s * I
-        elif fam == "std_bwd_dP":
-            W, work, B2 = 2.0 * RCA * d * I, ones(nA * I), ((RA + CA) * d + RCA) * s * I
-        elif fam == "std_bwd_dS":
-            W = 3.0 * RCA * s * I
-            work, B2 = np.tile(np.repeat(np.minimum(a * t.B_c, N), t.B_r)[:N], I), W
-        elif fam == "std_bwd_dQ":
-            W, work, B2 = 2.0 * RCA * d * I, np.tile(a + 1, I), (RCA + CA * d + N * d) * s * I
         else:
             raise ValueError(f"kernel {name!r}: no work model")
         if mem:

@@ -21,11 +21,11 @@ Remake: `flashsim figure fig10` (about 1-2 s after numba's first compile).
 """
 from __future__ import annotations
 
-import math
 import textwrap
 import time
 
 from ._style import save
+from .fig9_levels import _N_grid, _bh_grid
 
 NAME = "fig10_grid_order"
 
@@ -35,15 +35,6 @@ ORDER_STYLE = {"query-major": ("#2ca02c", "o", "query-major (the kernels)"),
                "swizzle-8": ("#ff7f0e", "^", "swizzle-8 (what-if)")}
 
 
-def _N_grid(lo=4096, hi=131072, per_octave=2):
-    k = int(round(math.log2(hi / lo) * per_octave))
-    return sorted({int(round(lo * 2 ** (i / per_octave) / 64)) * 64 for i in range(k + 1)})
-
-
-def _bh_grid(lo=1, hi=256):
-    return [2 ** i for i in range(int(math.log2(lo)), int(math.log2(hi)) + 1)]
-
-
 def generate(gpu="H100-SXM", Ns=None, bhs=None, N_fixed=16384, bh_fixed=16, d=64,
              dtype="fp16", orders=ORDERS, second_panel=True):
     """{"panels": {"N" | "bh": {"x", "requested", "floor", "dram": {order: [...]}}},
@@ -51,7 +42,7 @@ def generate(gpu="H100-SXM", Ns=None, bhs=None, N_fixed=16384, bh_fixed=16, d=64
     from analysis.levels import levels
     from iosim import Problem
     t0 = time.perf_counter()
-    Ns = list(Ns) if Ns is not None else _N_grid()
+    Ns = list(Ns) if Ns is not None else _N_grid(lo=4096)
     bhs = list(bhs) if bhs is not None else _bh_grid()
     item = 2 if dtype == "fp16" else 4
     sweeps = [("N", Ns)] + ([("bh", bhs)] if second_panel else [])
