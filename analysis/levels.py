@@ -21,7 +21,6 @@ Nsight Compute measures them):
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 

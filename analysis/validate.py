@@ -58,7 +58,7 @@ def _stats(errs):
 
 # ---------------------------------------------------------------------------------------
 def levels_rows(model=None, data=None) -> list[dict]:
-    from analysis.levels import FITTED, GPU_OF_DEVICE, compare, within
+    from analysis.levels import FITTED, GPU_OF_DEVICE, compare
     model = model or FITTED
     meas = [r for r in results.load("levels_measurement", data=data) if r.get("status") == "ok"]
     version = model_version()
@@ -86,7 +86,6 @@ def levels_summary(rows) -> list[dict]:
     """Per device, split and family: median and worst |relative error| of DRAM reads and
     writes, and how many rows are inside the bound (15 % or 16 MB)."""
     out = []
-    keys = sorted({(r["device"], r["split"], r["family"]) for r in rows})
     for dev in sorted({r["device"] for r in rows}):
         for split in ("fit", "heldout", "all"):
             sel = [r for r in rows if r["device"] == dev and (split == "all" or r["split"] == split)]

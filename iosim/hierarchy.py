@@ -315,9 +315,7 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
     # CTAs that start together on the same tiles touch each tile at the same step: merge
     key = np.stack([start.view(np.int64), group, lo, hi,
                     (np.zeros(n, np.int64) if pre_shared is None else np.asarray(pre_shared))], 1)
-    _, first, inv, counts = np.unique(key, axis=0, return_index=True, return_inverse=True,
-                                      return_counts=True)
-    inv = inv.ravel()
+    _, first, counts = np.unique(key, axis=0, return_index=True, return_counts=True)
     mult = counts.astype(np.float64)            # CTAs per cohort (private bytes add up)
     g, l, h, s0 = group[first], lo[first], hi[first], start[first]
     st = np.maximum(h - l, 0)

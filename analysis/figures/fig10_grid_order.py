@@ -25,7 +25,7 @@ import textwrap
 import time
 
 from ._style import save
-from .fig9_levels import _N_grid, _bh_grid
+from .fig9_levels import _N_grid, _bh_grid, _fmt_N
 
 NAME = "fig10_grid_order"
 
@@ -66,10 +66,6 @@ def generate(gpu="H100-SXM", Ns=None, bhs=None, N_fixed=16384, bh_fixed=16, d=64
                        "N_fixed": N_fixed, "bh_fixed": bh_fixed, "orders": list(orders),
                        "kernels": sorted(kernels)},
             "panels": panels, "calls": calls, "seconds": time.perf_counter() - t0}
-
-
-def _fmt_N(n):
-    return f"{n / 1024:.0f}K" if n % 1024 == 0 else f"{n / 1024:.1f}K"
 
 
 def plot(data):
