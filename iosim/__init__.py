@@ -6,6 +6,10 @@ same ledger by formula. See README.md for the counting conventions.
 """
 from .backward import (BACKWARD, BackwardExecution, BackwardLedger, backward_closed_form,
                        backward_closed_form_arrays, execute_backward, reference_attention_backward)
+from .decode import (DECODE, KV_READS, DecodeExecution, DecodeLedger, DecodeProblem, SplitChoice,
+                     choose_num_splits, combine_partials, decode_closed_form, execute_decode,
+                     pages_touched, paged_cache, random_decode_inputs, reference_decode,
+                     split_bounds)
 from .closed_form import closed_form, closed_form_arrays, floor_sum, tile_sums
 from .hardware import PRESETS, Hardware, get_hardware
 from .ledger import CountingMemory, Ledger
@@ -19,6 +23,9 @@ from .tiling import (ALGORITHMS, Tiling, paper_tiling, resolve_tiling, sram_foot
 __all__ = [
     "BACKWARD", "BackwardExecution", "BackwardLedger", "backward_closed_form",
     "backward_closed_form_arrays", "execute_backward", "reference_attention_backward",
+    "DECODE", "KV_READS", "DecodeExecution", "DecodeLedger", "DecodeProblem", "SplitChoice",
+    "choose_num_splits", "combine_partials", "decode_closed_form", "execute_decode",
+    "pages_touched", "paged_cache", "random_decode_inputs", "reference_decode", "split_bounds",
     "flash_passes", "gpt2_table", "standard_passes",
     "ALGORITHMS", "DTYPES", "PRESETS", "ConfigError", "CountingMemory", "Execution", "FORWARD",
     "Hardware", "Ledger", "Problem", "Tiling", "active_tiles", "block_bounds", "check_dtype",

@@ -1,0 +1,641 @@
+"""KV-cache decoding: N_q new query rows per sequence against a cache of N_kv rows.
+
+The host-side model of decoding (issue 20, the model part): the schedules run for real
+with NumPy numerics through a `CountingMemory`, and `decode_closed_form` gives the same
+ledger by formula. No GPU kernel here.
+
+Problem. batch sequences x heads query heads, each
+    O = softmax(scale * Q K^T + mask) V,   Q, O in R^{N_q x d};  K, V in R^{N_kv x d},
+K/V heads grouped as in the forward (query head h reads K/V head h // (heads // kv_heads)).
+Mask: bottom-right causal alignment. The N_q new rows are the last N_q positions of the
+sequence, so query row r (0-based among the new rows) sees cache rows c <= N_kv - N_q + r.
+For N_q = 1 that is the whole cache; row N_q - 1 always sees the whole cache, so no K/V
+block is ever skipped and the traffic does not depend on the K/V block size.
+
+Cache layout. page_size = None: K and V contiguous, (batch, kv_heads, N_kv, d).
+page_size = P: the cache lives in pages of P rows holding every K/V head (flash-attn's
+(num_pages, P, kv_heads, d)); logical page p of sequence b is physical page
+block_table[b, p] (int32), the pages scattered (a random permutation of the pool). The
+last page of a sequence is ragged when P does not divide N_kv.
+
+Schedules (one thread block = one "reader"; readers per split R = batch x heads for
+kv_reads="per_query_head", batch x kv_heads for "per_group"):
+  fa2_decode  one block per reader: read Q (its N_q rows, for each query head it
+              serves), every K/V block of the cache once, write O (N_q x d, problem
+              dtype) and L (N_q, float32) for each of its query heads.
+  split_kv    num_splits = S blocks per reader: split s takes the contiguous chunk of
+              rows [s C, min((s+1) C, N_kv)), C = ceil(N_kv / S) (the last ragged); it
+              reads Q and its chunk of K/V and writes Opart[s] (N_q x d) and Lpart[s]
+              (N_q), both float32. A combine step per (batch, query head) reads all S
+              Opart and Lpart and writes O (problem dtype) and L:
+                  M = max_s Lpart_s,  w_s = exp(Lpart_s - M),
+                  O = sum_s w_s Opart_s / sum_s w_s,  L = M + log sum_s w_s.
+              A row that sees no key of a chunk gets Opart = 0, Lpart = -inf (weight 0).
+  paged       either schedule on a paged problem: a block walks the pages its rows
+              touch; per page it reads one block-table entry ("block_table", int32)
+              and then the page's K/V rows that lie in its chunk.
+Grouped heads, kv_reads:
+  "per_query_head"  each query head's block reads its group's K/V itself (as the forward
+                    kernels do): K/V read heads times.
+  "per_group"       one block per K/V head serves all g = heads // kv_heads query heads of
+                    the group: reads K/V once, and Q, O (or Opart, Lpart) of all g.
+
+Counts are element totals for the whole problem (see iosim.ledger and README,
+"Decoding (model)"); bytes use itemsize 4 for L, Opart, Lpart and block_table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from .closed_form import floor_sum
+from .ledger import TENSOR_ORDER, CountingMemory
+from .problem import DTYPES, ConfigError, check_dtype
+from .schedules import check_scale
+
+F32 = np.float32
+NEG_INF = F32(-np.inf)
+
+#: decode schedules and grouped-head conventions
+DECODE = ("fa2_decode", "split_kv")
+KV_READS = ("per_query_head", "per_group")
+#: new query rows per sequence a DecodeProblem allows
+MAX_N_Q = 16
+#: tensors held in 4-byte types whatever the problem dtype
+DECODE_4BYTE = frozenset({"L", "Opart", "Lpart", "block_table"})
+DECODE_ORDER = TENSOR_ORDER + ("Opart", "Lpart", "block_table")
+
+
+def _positive_int(name: str, value, what: str = "a positive integer") -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ConfigError(f"{name}={value!r} is not allowed; allowed: {what}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class DecodeProblem:
+    """One decoding step (see the module docstring for the mask and the layouts).
+
+    N_kv: cache length in rows (keys = values). d: head dimension.
+    batch: sequences. heads: query heads; kv_heads: K/V heads (divides heads; default
+        heads). N_q: new query rows per sequence, 1..16 and at most N_kv; query row r
+        sees cache rows c <= N_kv - N_q + r (bottom-right causal alignment).
+    dtype: storage dtype of Q, K, V, O ("fp16" or "fp32"); L, Opart, Lpart are float32.
+    page_size: None for a contiguous cache, else P rows per page reached through an
+        int32 block table (pages scattered).
+    """
+
+    N_kv: int
+    d: int
+    batch: int = 1
+    heads: int = 1
+    kv_heads: int | None = None
+    N_q: int = 1
+    dtype: str = "fp16"
+    page_size: int | None = None
+
+    def __post_init__(self):
+        for name in ("N_kv", "d", "batch", "heads"):
+            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        kv = self.heads if self.kv_heads is None else _positive_int("kv_heads", self.kv_heads)
+        if self.heads % kv:
+            raise ConfigError(f"kv_heads={kv} is not allowed for heads={self.heads}; "
+                              f"allowed: a divisor of heads")
+        object.__setattr__(self, "kv_heads", kv)
+        hi = min(MAX_N_Q, self.N_kv)
+        n_q = self.N_q
+        if isinstance(n_q, bool) or not isinstance(n_q, (int, np.integer)) or not 1 <= n_q <= hi:
+            raise ConfigError(f"N_q={n_q!r} is not allowed for N_kv={self.N_kv}; allowed: "
+                              f"integers 1..{hi} (1..{MAX_N_Q} and at most N_kv)")
+        object.__setattr__(self, "N_q", int(n_q))
+        object.__setattr__(self, "dtype", check_dtype(self.dtype))
+        if self.page_size is not None:
+            object.__setattr__(self, "page_size", _positive_int(
+                "page_size", self.page_size,
+                "None (contiguous cache) or a positive integer (rows per page)"))
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element of Q, K, V, O."""
+        return DTYPES[self.dtype].itemsize
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def group(self) -> int:
+        """Query heads per K/V head, g."""
+        return self.heads // self.kv_heads
+
+    @property
+    def instances(self) -> int:
+        """(batch, query head) pairs."""
+        return self.batch * self.heads
+
+    @property
+    def paged(self) -> bool:
+        return self.page_size is not None
+
+    @property
+    def pages(self) -> int:
+        """Pages per sequence, ceil(N_kv / P) (0 for a contiguous cache)."""
+        return -(-self.N_kv // self.page_size) if self.paged else 0
+
+    def itemsize_of(self, tensor: str) -> int:
+        """Bytes per element of a named tensor in HBM."""
+        return 4 if tensor in DECODE_4BYTE else self.itemsize
+
+    def readers(self, kv_reads: str) -> int:
+        """Thread blocks per split: batch x heads (per_query_head) or batch x kv_heads."""
+        check_kv_reads(kv_reads)
+        return self.batch * (self.heads if kv_reads == "per_query_head" else self.kv_heads)
+
+
+def check_kv_reads(kv_reads) -> str:
+    if kv_reads not in KV_READS:
+        raise ConfigError(f"kv_reads={kv_reads!r} is not known; allowed: {', '.join(KV_READS)}")
+    return kv_reads
+
+
+def check_schedule(schedule) -> str:
+    if schedule not in DECODE:
+        raise ConfigError(f"schedule={schedule!r} is not known; allowed: {', '.join(DECODE)}")
+    return schedule
+
+
+def split_rows(N_kv: int, num_splits: int) -> int:
+    """C = ceil(N_kv / S): rows per split (the last split holds the rest)."""
+    return -(-N_kv // num_splits)
+
+
+def check_num_splits(N_kv: int, num_splits) -> int:
+    """num_splits as an int; ConfigError unless every split gets at least one row, i.e.
+    1 <= S and (S - 1) ceil(N_kv / S) < N_kv (S = 1..N_kv with a few gaps, e.g. N_kv = 10
+    refuses S = 6..9)."""
+    S = _positive_int("num_splits", num_splits, "a positive integer")
+    C = split_rows(N_kv, S)
+    if (S - 1) * C >= N_kv:
+        raise ConfigError(
+            f"num_splits={S} is not allowed for N_kv={N_kv}: chunks of ceil(N_kv/num_splits)"
+            f"={C} rows leave split {S - 1} empty; allowed: num_splits with "
+            f"(num_splits - 1) * ceil(N_kv / num_splits) < N_kv")
+    return S
+
+
+def split_bounds(N_kv: int, num_splits: int) -> list[tuple[int, int]]:
+    """[(start, stop)] of the S chunks: [s C, min((s+1) C, N_kv)), C = ceil(N_kv / S)."""
+    S = check_num_splits(N_kv, num_splits)
+    C = split_rows(N_kv, S)
+    return [(s * C, min((s + 1) * C, N_kv)) for s in range(S)]
+
+
+# ---------------------------------------------------------------------------------------
+# The ledger
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DecodeLedger:
+    """HBM traffic of one decode schedule on one DecodeProblem; element counts are
+    problem totals, bytes = elements x itemsize (problem dtype for Q, K, V, O; 4 for
+    L, Opart, Lpart, block_table). Same conventions as iosim.Ledger."""
+
+    algorithm: str
+    problem: DecodeProblem
+    num_splits: int = 1
+    kv_reads: str = "per_query_head"
+    reads: dict = field(default_factory=dict)    # tensor -> elements read (total)
+    writes: dict = field(default_factory=dict)   # tensor -> elements written (total)
+
+    def tensors(self) -> list[str]:
+        names = set(self.reads) | set(self.writes)
+        order = [t for t in DECODE_ORDER if t in names]
+        return order + sorted(names - set(order))
+
+    def counts(self) -> dict:
+        """{tensor: (read elements, write elements)} with zero entries dropped: for equality."""
+        out = {}
+        for t in self.tensors():
+            r, w = int(self.reads.get(t, 0)), int(self.writes.get(t, 0))
+            if r or w:
+                out[t] = (r, w)
+        return out
+
+    @property
+    def read_elements(self) -> int:
+        return int(sum(self.reads.values()))
+
+    @property
+    def write_elements(self) -> int:
+        return int(sum(self.writes.values()))
+
+    def itemsize_of(self, tensor: str) -> int:
+        return self.problem.itemsize_of(tensor)
+
+    def read_bytes_of(self, tensor: str) -> int:
+        return int(self.reads.get(tensor, 0)) * self.itemsize_of(tensor)
+
+    def write_bytes_of(self, tensor: str) -> int:
+        return int(self.writes.get(tensor, 0)) * self.itemsize_of(tensor)
+
+    @property
+    def hbm_read_bytes(self) -> int:
+        return sum(self.read_bytes_of(t) for t in self.tensors())
+
+    @property
+    def hbm_write_bytes(self) -> int:
+        return sum(self.write_bytes_of(t) for t in self.tensors())
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.hbm_read_bytes + self.hbm_write_bytes
+
+    @property
+    def hbm_bytes_per_head(self) -> float:
+        """Per (batch, query head) pair."""
+        return self.hbm_bytes / self.problem.instances
+
+    def per_tensor(self) -> dict:
+        """{tensor: {read_elements, write_elements, read_bytes, write_bytes}} (totals)."""
+        return {t: {"read_elements": int(self.reads.get(t, 0)),
+                    "write_elements": int(self.writes.get(t, 0)),
+                    "read_bytes": self.read_bytes_of(t),
+                    "write_bytes": self.write_bytes_of(t)} for t in self.tensors()}
+
+    def to_dict(self) -> dict:
+        p = self.problem
+        return {
+            "algorithm": self.algorithm, "num_splits": self.num_splits,
+            "kv_reads": self.kv_reads,
+            "batch": p.batch, "heads": p.heads, "kv_heads": p.kv_heads,
+            "seq_len_q": p.N_q, "seq_len_kv": p.N_kv, "head_dim": p.d, "dtype": p.dtype,
+            "paged": p.page_size,
+            "hbm_read_bytes": self.hbm_read_bytes,
+            "hbm_write_bytes": self.hbm_write_bytes,
+            "hbm_bytes": self.hbm_bytes,
+            "hbm_bytes_per_head": self.hbm_bytes_per_head,
+            "per_tensor": self.per_tensor(),
+        }
+
+    def table(self) -> str:
+        """A readable per-tensor table (bytes are problem totals)."""
+        rows = [f"{'tensor':<12}{'read elems':>16}{'write elems':>16}{'read bytes':>18}{'write bytes':>18}"]
+        for name, c in self.per_tensor().items():
+            rows.append(f"{name:<12}{c['read_elements']:>16,}{c['write_elements']:>16,}"
+                        f"{c['read_bytes']:>18,}{c['write_bytes']:>18,}")
+        rows.append(f"{'total':<12}{self.read_elements:>16,}{self.write_elements:>16,}"
+                    f"{self.hbm_read_bytes:>18,}{self.hbm_write_bytes:>18,}")
+        return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------------------
+# Numerics
+# ---------------------------------------------------------------------------------------
+def _safe(m):
+    return np.where(np.isneginf(m), F32(0), m).astype(F32)
+
+
+def combine_partials(Opart, Lpart):
+    """The split-KV combine in the partials' own float dtype: Opart (S, ..., N_q, d),
+    Lpart (S, ..., N_q) -> (O, L) with M = max_s Lpart_s, w_s = exp(Lpart_s - M),
+    O = sum_s w_s Opart_s / sum_s w_s, L = M + log sum_s w_s. A split with
+    Lpart = -inf weighs 0; a row with every Lpart = -inf gets O = 0, L = -inf; NaN
+    propagates. Exact up to the dtype's rounding (float64 partials give float64 O)."""
+    Opart, Lpart = np.asarray(Opart), np.asarray(Lpart)
+    ft = np.result_type(Opart.dtype, Lpart.dtype, np.float32)
+    Opart, Lpart = Opart.astype(ft), Lpart.astype(ft)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        M = Lpart.max(axis=0)
+        none = np.isneginf(M)
+        Ms = np.where(none, ft.type(0), M)
+        w = np.exp(Lpart - Ms)
+        sw = w.sum(axis=0)
+        O = (w[..., None] * Opart).sum(axis=0) / np.where(none, ft.type(1), sw)[..., None]
+        O = np.where(none[..., None], ft.type(0), O)
+        L = np.where(none, ft.type(-np.inf), Ms + np.log(np.where(none, ft.type(1), sw)))
+    return O.astype(ft), L.astype(ft)
+
+
+def decode_mask(N_q: int, N_kv: int, c0: int = 0, c1: int | None = None) -> np.ndarray:
+    """Boolean (N_q, c1 - c0): query row r sees cache row c iff c <= N_kv - N_q + r."""
+    c1 = N_kv if c1 is None else c1
+    return np.arange(c0, c1)[None, :] <= (N_kv - N_q + np.arange(N_q))[:, None]
+
+
+def reference_decode(q, k, v, *, scale: float | None = None, return_lse: bool = False):
+    """Dense float64 decoding attention: q (..., heads, N_q, d), k, v (..., kv_heads,
+    N_kv, d), bottom-right causal mask; (O[, L])."""
+    from .reference import reference_probs
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    H, G = q.shape[-3], k.shape[-3]
+    if H != G:
+        k, v = np.repeat(k, H // G, axis=-3), np.repeat(v, H // G, axis=-3)
+    N_q, N_kv, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    allowed = decode_mask(N_q, N_kv)
+    p, lse, _ = reference_probs(q, k, allowed, scale)
+    with np.errstate(invalid="ignore", over="ignore"):
+        o = np.where(allowed, p, 0.0) @ v
+    return (o, lse) if return_lse else o
+
+
+def random_decode_inputs(problem: DecodeProblem, seed: int = 0, scale: float = 1.0):
+    """Standard-normal q (batch, heads, N_q, d) and k, v (batch, kv_heads, N_kv, d),
+    logical (unpaged) layout, in the problem dtype."""
+    rng = np.random.default_rng(seed)
+    p, dt = problem, problem.np_dtype
+    q = (scale * rng.standard_normal((p.batch, p.heads, p.N_q, p.d))).astype(dt)
+    k = (scale * rng.standard_normal((p.batch, p.kv_heads, p.N_kv, p.d))).astype(dt)
+    v = rng.standard_normal((p.batch, p.kv_heads, p.N_kv, p.d)).astype(dt)
+    return q, k, v
+
+
+def paged_cache(problem: DecodeProblem, k, v, seed: int = 0):
+    """(k_pages, v_pages, block_table): the logical cache scattered into a pool of
+    batch x pages physical pages (num_pages, P, kv_heads, d) in a random permutation;
+    block_table (batch, pages) int32 maps logical page p of sequence b to its physical
+    page. Rows past N_kv in a ragged last page are NaN (never read)."""
+    p = problem
+    P, n = p.page_size, p.pages
+    perm = np.random.default_rng(seed).permutation(p.batch * n).astype(np.int32)
+    table = perm.reshape(p.batch, n)
+    pools = []
+    for x in (k, v):
+        pool = np.full((p.batch * n, P, p.kv_heads, p.d), np.nan, dtype=p.np_dtype)
+        for b in range(p.batch):
+            for j in range(n):
+                r0, r1 = j * P, min((j + 1) * P, p.N_kv)
+                pool[table[b, j], :r1 - r0] = np.swapaxes(x[b, :, r0:r1], 0, 1)
+        pools.append(pool)
+    return pools[0], pools[1], table
+
+
+# ---------------------------------------------------------------------------------------
+# One thread block: a reader's chunk of the cache
+# ---------------------------------------------------------------------------------------
+def _kv_pieces(mem: CountingMemory, problem: DecodeProblem, b: int, g: int, a: int, e: int,
+               block_kv: int):
+    """Yield (c0, K, V) over rows [a, e) of sequence b, K/V head g, as the block reads
+    them: contiguous in blocks of block_kv rows; paged page by page (one block-table
+    entry per page touched), each page's rows in pieces of at most block_kv."""
+    if not problem.paged:
+        for c0 in range(a, e, block_kv):
+            c1 = min(c0 + block_kv, e)
+            yield c0, mem.read("K", b, g, slice(c0, c1)), mem.read("V", b, g, slice(c0, c1))
+        return
+    P = problem.page_size
+    for j in range(a // P, (e - 1) // P + 1):
+        phys = int(mem.read("block_table", b, slice(j, j + 1))[0])
+        lo, hi = max(a, j * P), min(e, (j + 1) * P)
+        for c0 in range(lo, hi, block_kv):
+            c1 = min(c0 + block_kv, hi)
+            rows = slice(c0 - j * P, c1 - j * P)
+            yield c0, mem.read("K", phys, rows, g), mem.read("V", phys, rows, g)
+
+
+def _block(mem, problem: DecodeProblem, b: int, hs, g: int, a: int, e: int, scale: float,
+           block_kv: int):
+    """One thread block: query heads hs (sharing K/V head g) over cache rows [a, e).
+    Returns (O, L) float32, shaped (len(hs), N_q, d) and (len(hs), N_q); a row that sees
+    no key of the chunk gets O = 0, L = -inf (NaN if it sees one and meets a NaN)."""
+    N_q, N_kv, d = problem.N_q, problem.N_kv, problem.d
+    Q = np.concatenate([mem.read("Q", b, h) for h in hs], axis=0).astype(F32)  # (n, d)
+    r = np.tile(np.arange(N_q), len(hs))                    # each row's index among N_q
+    last = N_kv - N_q + r                                   # last cache row it sees
+    n = Q.shape[0]
+    acc = np.zeros((n, d), dtype=F32)
+    m = np.full(n, NEG_INF, dtype=F32)
+    l = np.zeros(n, dtype=F32)
+    for c0, K, V in _kv_pieces(mem, problem, b, g, a, e, block_kv):
+        c = np.arange(c0, c0 + K.shape[0])
+        S = (F32(scale) * (Q @ K.astype(F32).T)).astype(F32)
+        S = np.where(c[None, :] <= last[:, None], S, NEG_INF)
+        with np.errstate(invalid="ignore", over="ignore"):
+            m_new = np.maximum(m, S.max(axis=1))
+            Pt = np.exp(S - _safe(m_new)[:, None])
+            alpha = np.where(np.isneginf(m), F32(0), np.exp(m - _safe(m_new)))
+            l = (alpha * l + Pt.sum(axis=1, dtype=F32)).astype(F32)
+            acc = (alpha[:, None] * acc + Pt @ V.astype(F32)).astype(F32)
+        m = m_new.astype(F32)
+    pos = l > 0
+    sees = a <= last
+    nan_or_0 = np.where(sees, F32(np.nan), F32(0))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        O = np.where(pos[:, None], acc / np.where(pos, l, F32(1))[:, None], nan_or_0[:, None])
+        L = np.where(pos, m + np.log(np.where(pos, l, F32(1))),
+                     np.where(sees, F32(np.nan), NEG_INF))
+    return O.astype(F32).reshape(len(hs), N_q, d), L.astype(F32).reshape(len(hs), N_q)
+
+
+# ---------------------------------------------------------------------------------------
+# Whole problems
+# ---------------------------------------------------------------------------------------
+class DecodeExecution:
+    """Result of `execute_decode`: O (batch, heads, N_q, d) in the problem dtype, the
+    ledger, and stats (L (batch, heads, N_q) float32; block_table when paged)."""
+
+    def __init__(self, O, ledger: DecodeLedger, stats: dict):
+        self.O, self.ledger, self.stats = O, ledger, stats
+
+    def __iter__(self):  # allow `O, ledger = execute_decode(...)`
+        return iter((self.O, self.ledger))
+
+
+def _check_inputs(problem: DecodeProblem, q, k, v):
+    p = problem
+    for name, x, shape in (("q", q, (p.batch, p.heads, p.N_q, p.d)),
+                           ("k", k, (p.batch, p.kv_heads, p.N_kv, p.d)),
+                           ("v", v, (p.batch, p.kv_heads, p.N_kv, p.d))):
+        if np.shape(x) != shape:
+            raise ConfigError(f"{name} has shape {np.shape(x)}; the problem needs {shape}")
+
+
+def execute_decode(schedule: str, problem: DecodeProblem, q=None, k=None, v=None, *,
+                   num_splits: int = 1, kv_reads: str = "per_query_head", block_kv: int = 128,
+                   scale: float | None = None, seed: int = 0,
+                   page_seed: int = 0) -> DecodeExecution:
+    """Run a decode schedule on (q, k, v) (random if omitted; k, v in the logical layout,
+    scattered into pages by `paged_cache(page_seed)` when the problem is paged) and count
+    every access. schedule: "fa2_decode" (num_splits must be 1) or "split_kv".
+    block_kv: K/V rows a block loads at a time (numerics only; no count depends on it).
+    Ledger counts are problem totals in elements."""
+    check_schedule(schedule)
+    check_kv_reads(kv_reads)
+    S = check_num_splits(problem.N_kv, num_splits)
+    if schedule == "fa2_decode" and S != 1:
+        raise ConfigError(f"num_splits={S} is not allowed for schedule='fa2_decode'; "
+                          f"allowed: 1 (use schedule='split_kv')")
+    block_kv = _positive_int("block_kv", block_kv)
+    p, dt = problem, problem.np_dtype
+    if q is None:
+        q, k, v = random_decode_inputs(p, seed)
+    _check_inputs(p, q, k, v)
+    q, k, v = (np.asarray(x, dtype=dt) for x in (q, k, v))
+    scale = check_scale(1.0 / np.sqrt(p.d) if scale is None else scale)
+    mem = CountingMemory(Q=q)
+    stats: dict = {}
+    if p.paged:
+        kp, vp, table = paged_cache(p, k, v, page_seed)
+        mem.alloc("K", kp); mem.alloc("V", vp); mem.alloc("block_table", table)
+        stats["block_table"] = table
+    else:
+        mem.alloc("K", k); mem.alloc("V", v)
+    mem.alloc("O", np.full(q.shape, np.nan, dtype=dt))
+    mem.alloc("L", np.full(q.shape[:3], np.nan, dtype=F32))
+    split = schedule == "split_kv"
+    if split:
+        mem.alloc("Opart", np.full((p.batch, p.heads, S, p.N_q, p.d), np.nan, dtype=F32))
+        mem.alloc("Lpart", np.full((p.batch, p.heads, S, p.N_q), np.nan, dtype=F32))
+    G = p.group
+    groups = ([[h] for h in range(p.heads)] if kv_reads == "per_query_head"
+              else [list(range(g * G, (g + 1) * G)) for g in range(p.kv_heads)])
+    chunks = split_bounds(p.N_kv, S)
+    for b in range(p.batch):                       # the grid: batch x readers x splits
+        for hs in groups:
+            g = hs[0] // G
+            for s, (a, e) in enumerate(chunks):
+                O, L = _block(mem, p, b, hs, g, a, e, scale, block_kv)
+                for i, h in enumerate(hs):
+                    if split:
+                        mem.write("Opart", O[i], b, h, s)
+                        mem.write("Lpart", L[i], b, h, s)
+                    else:
+                        mem.write("O", O[i].astype(dt), b, h)
+                        mem.write("L", L[i], b, h)
+    if split:                                      # combine: one block per (batch, head)
+        for b in range(p.batch):
+            for h in range(p.heads):
+                O, L = combine_partials(mem.read("Opart", b, h), mem.read("Lpart", b, h))
+                mem.write("O", O.astype(dt), b, h)
+                mem.write("L", L.astype(F32), b, h)
+    stats["L"] = mem.arrays["L"].copy()
+    ledger = DecodeLedger(schedule, p, S, kv_reads, dict(mem.reads), dict(mem.writes))
+    return DecodeExecution(mem.arrays["O"].copy(), ledger, stats)
+
+
+# ---------------------------------------------------------------------------------------
+# Closed forms
+# ---------------------------------------------------------------------------------------
+def pages_touched(N_kv: int, num_splits: int, page_size: int) -> int:
+    """sum over the S chunks [a_s, e_s) of the pages each touches,
+    floor((e_s - 1) / P) - floor(a_s / P) + 1, as floor sums (C = ceil(N_kv / S)):
+        S + floor((N_kv - 1) / P) + F(S - 1, P, C, C - 1) - F(S, P, C, 0),
+    F(n, m, a, b) = sum_{t<n} floor((a t + b) / m) (`floor_sum`). S = 1: ceil(N_kv / P)."""
+    S = check_num_splits(N_kv, num_splits)
+    C, P = split_rows(N_kv, S), int(page_size)
+    return int(S + (N_kv - 1) // P + int(floor_sum(S - 1, P, C, C - 1))
+               - int(floor_sum(S, P, C, 0)))
+
+
+def decode_closed_form(schedule: str, problem: DecodeProblem, *, num_splits: int = 1,
+                       kv_reads: str = "per_query_head") -> DecodeLedger:
+    """The ledger of `execute_decode(schedule, problem, num_splits=, kv_reads=)` by
+    formula. With BH = batch x heads, R = readers (batch x heads or batch x kv_heads),
+    S = num_splits, T = pages_touched(N_kv, S, P) (= ceil(N_kv / P) for S = 1):
+      fa2_decode  Q: BH N_q d read    K, V: R N_kv d read each    O: BH N_q d written
+                  L: BH N_q written   block_table: R T read (paged)
+      split_kv    Q: S BH N_q d read  K, V: R N_kv d read each
+                  Opart: S BH N_q d written and read   Lpart: S BH N_q written and read
+                  O: BH N_q d written  L: BH N_q written  block_table: R T read (paged)
+    """
+    check_schedule(schedule)
+    p = problem
+    S = check_num_splits(p.N_kv, num_splits)
+    if schedule == "fa2_decode" and S != 1:
+        raise ConfigError(f"num_splits={S} is not allowed for schedule='fa2_decode'; "
+                          f"allowed: 1 (use schedule='split_kv')")
+    R = p.readers(kv_reads)
+    BH, N_q, d = p.instances, p.N_q, p.d
+    reads = {"Q": S * BH * N_q * d, "K": R * p.N_kv * d, "V": R * p.N_kv * d}
+    writes = {"O": BH * N_q * d, "L": BH * N_q}
+    if schedule == "split_kv":
+        reads.update(Opart=S * BH * N_q * d, Lpart=S * BH * N_q)
+        writes.update(Opart=S * BH * N_q * d, Lpart=S * BH * N_q)
+    if p.paged:
+        reads["block_table"] = R * pages_touched(p.N_kv, S, p.page_size)
+    return DecodeLedger(schedule, p, S, kv_reads, reads, writes)
+
+
+# ---------------------------------------------------------------------------------------
+# Choosing num_splits
+# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SplitChoice:
+    """choose_num_splits' answer and its reasoning numbers.
+
+    num_splits: the choice. blocks_per_split: readers (batch x heads or x kv_heads).
+    target_blocks: sm_count x ctas_per_sm. s_fill: smallest S with
+    blocks_per_split x S >= target_blocks. s_cap_blocks: largest S keeping one K/V unit
+    (block_kv rows, or a page) per split, floor(N_kv / unit), at least 1. s_cap_traffic:
+    largest S whose partial traffic stays within max_partial_fraction of the K/V bytes.
+    partial_bytes, kv_bytes: problem totals at num_splits (Opart + Lpart written and read
+    back; K + V read). binding: which of "fill", "blocks", "traffic", "nonempty" set it.
+    """
+
+    num_splits: int
+    blocks_per_split: int
+    target_blocks: int
+    s_fill: int
+    s_cap_blocks: int
+    s_cap_traffic: int
+    partial_bytes: int
+    kv_bytes: int
+    binding: str
+
+    @property
+    def partial_fraction(self) -> float:
+        return self.partial_bytes / self.kv_bytes
+
+    def to_dict(self) -> dict:
+        return {**self.__dict__, "partial_fraction": self.partial_fraction}
+
+
+def choose_num_splits(problem: DecodeProblem, sm_count: int, ctas_per_sm: int = 1, *,
+                      kv_reads: str = "per_query_head", block_kv: int = 128,
+                      max_partial_fraction: float = 0.05) -> SplitChoice:
+    """The split-KV rule: fill the SMs, but not at the cost of more partial-output
+    traffic than max_partial_fraction of the K/V bytes, and not below one K/V unit per
+    split.
+
+      blocks = batch x (heads | kv_heads)         (kv_reads)
+      s_fill = ceil(sm_count x ctas_per_sm / blocks)
+      s_cap_blocks = max(1, floor(N_kv / U)),  U = page_size if paged else block_kv
+      s_cap_traffic = max(1, largest S with  S x BH x 2 x (N_q d + N_q) x 4
+                                           <= max_partial_fraction x (K + V read bytes))
+      num_splits = min(s_fill, s_cap_blocks, s_cap_traffic), then lowered while a split
+                   would be empty ((S - 1) ceil(N_kv / S) >= N_kv).
+    The partial traffic is Opart and Lpart (float32) written by the splits and read back
+    by the combine, per (batch, query head); the K + V bytes are what the schedule reads
+    (R N_kv d x 2 x itemsize, R = blocks). Batch 64 x 32 heads on 132 SMs gives 1;
+    batch 1 x 32 heads with N_kv = 32K gives 5.
+    """
+    p = problem
+    sm_count = _positive_int("sm_count", sm_count)
+    ctas_per_sm = _positive_int("ctas_per_sm", ctas_per_sm)
+    U = p.page_size if p.paged else _positive_int("block_kv", block_kv)
+    frac = float(max_partial_fraction)
+    if not (np.isfinite(frac) and frac > 0):
+        raise ConfigError(f"max_partial_fraction={max_partial_fraction!r} is not allowed; "
+                          f"allowed: a finite number > 0")
+    R = p.readers(kv_reads)
+    target = sm_count * ctas_per_sm
+    s_fill = -(-target // R)
+    s_cap_blocks = max(1, p.N_kv // U)
+    kv_bytes = 2 * R * p.N_kv * p.d * p.itemsize
+    per_split = p.instances * 2 * (p.N_q * p.d + p.N_q) * 4
+    s_cap_traffic = max(1, int(Fraction(repr(frac)) * kv_bytes // per_split))
+    S = min(s_fill, s_cap_blocks, s_cap_traffic)
+    binding = ("fill" if S == s_fill else "blocks" if S == s_cap_blocks else "traffic")
+    while S > 1 and (S - 1) * split_rows(p.N_kv, S) >= p.N_kv:
+        S, binding = S - 1, "nonempty"
+    return SplitChoice(S, R, target, s_fill, s_cap_blocks, s_cap_traffic,
+                       S * per_split, kv_bytes, binding)
+
+
+__all__ = [
+    "DECODE", "KV_READS", "MAX_N_Q", "DecodeExecution", "DecodeLedger", "DecodeProblem",
+    "SplitChoice", "check_num_splits", "choose_num_splits", "combine_partials",
+    "decode_closed_form", "decode_mask", "execute_decode", "pages_touched", "paged_cache",
+    "random_decode_inputs", "reference_decode", "split_bounds",
+]
