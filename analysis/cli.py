@@ -19,7 +19,11 @@ COMMANDS = ["traffic", "reproduce", "bench", "check", "report", "sweep", "figure
 EXAMPLES = {
     "traffic": ["flashsim traffic --algorithm fa1 --seq-len 1024 --head-dim 64 --gpu A100-40GB",
                 "flashsim traffic --algorithm fa2 --seq-len 4096 --head-dim 64 "
-                "--block-rows 128 --block-cols 64 --json"],
+                "--block-rows 128 --block-cols 64 --json",
+                "flashsim traffic --algorithm fa2 --seq-len 65536 --head-dim 64 --heads 16 "
+                "--gpu H100-SXM --levels        # L2, DRAM, predicted time",
+                "flashsim traffic --algorithm fa2 --seq-len 1 --seq-len-kv 32768 --head-dim 128 "
+                "--heads 32 --gpu H100-SXM     # decoding"],
     "reproduce": ["flashsim reproduce gpt2-table",
                   "flashsim reproduce gpt2-table --sram-bytes 98304 --json"],
     "bench": ["flashsim bench                      # every point, on a CUDA GPU with torch",

@@ -42,10 +42,27 @@ def register(sub):
     lv.add_argument("--grid-order", choices=("query-major", "head-major", "swizzle-8"),
                     default="query-major",
                     help="CTA dispatch order to model (--levels, fa2 forward; default: the kernels' own)")
+    dec = p.add_argument_group(
+        "decoding (--seq-len-kv)",
+        "Model KV-cache decoding (iosim.decode): --seq-len new query rows (1..16) against a "
+        "cache of --seq-len-kv rows, with the fa2 schedule (one block per head) or split-KV "
+        "(--num-splits; default: the iosim.choose_num_splits rule for --gpu, or 1 without "
+        "one), contiguous or paged (--page-size).")
+    dec.add_argument("--seq-len-kv", type=int, metavar="N_kv", help="cache length (decoding)")
+    dec.add_argument("--num-splits", type=int, metavar="S", help="split-KV splits (decoding)")
+    dec.add_argument("--page-size", type=int, metavar="P", help="paged cache: rows per page")
+    dec.add_argument("--kv-reads", choices=("per_query_head", "per_group"), default="per_query_head",
+                     help="grouped heads: each query head reads its group's K/V (default), "
+                          "or one block per K/V head reads it once")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
+    if args.seq_len_kv is not None:
+        return decode_main(args)
+    for flag, val in (("--num-splits", args.num_splits), ("--page-size", args.page_size)):
+        if val is not None:
+            raise ConfigError(f"{flag}={val} needs --seq-len-kv (decoding)")
     problem = Problem(N=args.seq_len, d=args.head_dim, batch=args.batch, heads=args.heads,
                       kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal)
     if args.levels:
@@ -124,4 +141,45 @@ def levels_main(args, problem) -> int:
               f"({share}); imbalance {k['imbalance']:.2f}")
     for w in lv["warnings"]:
         print(f"warning: {w}")
+    return 0
+
+
+def decode_main(args) -> int:
+    """`--seq-len-kv`: the decode ledger (iosim.decode closed form)."""
+    from iosim import DecodeProblem, choose_num_splits, decode_closed_form
+    if args.algorithm != "fa2":
+        raise ConfigError(f"--algorithm={args.algorithm} with --seq-len-kv: decoding is modelled "
+                          f"for fa2 (its schedules fa2_decode and split-KV)")
+    for flag, val in (("--levels", args.levels), ("--causal", args.causal),
+                      ("--block-rows", args.block_rows), ("--sram-bytes", args.sram_bytes)):
+        if val:
+            raise ConfigError(f"{flag} does not go with --seq-len-kv: the decode model counts "
+                              f"requested traffic (causal alignment of the new rows is built in)")
+    prob = DecodeProblem(N_kv=args.seq_len_kv, d=args.head_dim, batch=args.batch,
+                         heads=args.heads, kv_heads=args.kv_heads, N_q=args.seq_len,
+                         dtype=args.dtype, page_size=args.page_size)
+    choice = None
+    S = args.num_splits
+    if S is None and args.gpu is not None:
+        choice = choose_num_splits(prob, get_hardware(args.gpu).sm_count, kv_reads=args.kv_reads)
+        S = choice.num_splits
+    S = 1 if S is None else S
+    schedule = "fa2_decode" if S == 1 else "split_kv"
+    led = decode_closed_form(schedule, prob, num_splits=S, kv_reads=args.kv_reads)
+    if args.json:
+        out = led.to_dict()
+        out["schedule"] = schedule
+        if choice is not None:
+            out["num_splits_choice"] = choice.to_dict()
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"decode {schedule}: N_q={prob.N_q} N_kv={prob.N_kv} d={prob.d} {prob.dtype} "
+          f"batch={prob.batch} heads={prob.heads} kv_heads={prob.kv_heads} "
+          f"num_splits={S} kv_reads={args.kv_reads} paged={prob.page_size}")
+    if choice is not None:
+        print(f"num_splits from the rule on {args.gpu}: {choice.num_splits} (binding: {choice.binding}; "
+              f"fill {choice.s_fill}, block cap {choice.s_cap_blocks}, traffic cap {choice.s_cap_traffic})")
+    print(led.table())
+    print(f"HBM traffic: {led.hbm_bytes:,} bytes total ({led.hbm_read_bytes:,} read, "
+          f"{led.hbm_write_bytes:,} written)")
     return 0

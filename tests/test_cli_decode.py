@@ -1,0 +1,40 @@
+"""`flashsim traffic --seq-len-kv`: the decode model on the command line."""
+import json
+
+import pytest
+
+import iosim
+from analysis.cli import main
+
+
+def test_decode_json_equals_the_closed_form(capsys):
+    rc = main(["traffic", "--algorithm", "fa2", "--seq-len", "2", "--seq-len-kv", "4096",
+               "--head-dim", "64", "--heads", "8", "--kv-heads", "2", "--num-splits", "4",
+               "--page-size", "256", "--kv-reads", "per_group", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    led = iosim.decode_closed_form("split_kv", iosim.DecodeProblem(
+        N_kv=4096, d=64, heads=8, kv_heads=2, N_q=2, page_size=256), num_splits=4,
+        kv_reads="per_group")
+    assert rc == 0 and out["schedule"] == "split_kv"
+    assert out["hbm_bytes"] == led.hbm_bytes and out["hbm_read_bytes"] == led.hbm_read_bytes
+
+
+def test_decode_num_splits_from_the_rule(capsys):
+    rc = main(["traffic", "--algorithm", "fa2", "--seq-len", "1", "--seq-len-kv", "32768",
+               "--head-dim", "128", "--heads", "32", "--gpu", "H100-SXM", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    want = iosim.choose_num_splits(iosim.DecodeProblem(N_kv=32768, d=128, heads=32), 132)
+    assert rc == 0 and out["num_splits"] == want.num_splits > 1
+    assert out["num_splits_choice"]["binding"] == want.binding
+
+
+@pytest.mark.parametrize("argv, word", [
+    (["--seq-len", "64", "--seq-len-kv", "4096"], "N_q=64"),
+    (["--seq-len", "1024", "--num-splits", "2"], "--seq-len-kv"),
+    (["--seq-len", "1", "--seq-len-kv", "4096", "--levels"], "--levels"),
+    (["--seq-len", "1", "--seq-len-kv", "100", "--num-splits", "0"], "num_splits"),
+])
+def test_decode_bad_input_one_line(argv, word, capsys):
+    rc = main(["traffic", "--algorithm", "fa2", "--head-dim", "64"] + argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and word in err[0]
