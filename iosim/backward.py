@@ -69,14 +69,8 @@ F32_TENSORS = frozenset({"l", "m", "L", "D", "dQacc"})
 class BackwardLedger(Ledger):
     """A Ledger whose float32 tensors include the fa2 accumulator dQacc (4 bytes/element)."""
 
-    def _size(self, tensor: str) -> int:
+    def itemsize_of(self, tensor: str) -> int:
         return STAT_DTYPE.itemsize if tensor in F32_TENSORS else self.problem.itemsize
-
-    def read_bytes_of(self, tensor: str) -> int:
-        return int(self.reads.get(tensor, 0)) * self._size(tensor)
-
-    def write_bytes_of(self, tensor: str) -> int:
-        return int(self.writes.get(tensor, 0)) * self._size(tensor)
 
 
 def _check_algorithm(algorithm):

@@ -51,8 +51,8 @@ from fractions import Fraction
 import numpy as np
 
 from .closed_form import floor_sum
-from .ledger import TENSOR_ORDER, CountingMemory
-from .problem import DTYPES, ConfigError, check_dtype
+from .ledger import TENSOR_ORDER, CountingMemory, TrafficCounts
+from .problem import DTYPES, ConfigError, HeadsAndDtype, check_dtype
 from .schedules import check_scale
 
 F32 = np.float32
@@ -75,7 +75,7 @@ def _positive_int(name: str, value, what: str = "a positive integer") -> int:
 
 
 @dataclass(frozen=True)
-class DecodeProblem:
+class DecodeProblem(HeadsAndDtype):
     """One decoding step (see the module docstring for the mask and the layouts).
 
     N_kv: cache length in rows (keys = values). d: head dimension.
@@ -120,20 +120,6 @@ class DecodeProblem:
     def itemsize(self) -> int:
         """Bytes per element of Q, K, V, O."""
         return DTYPES[self.dtype].itemsize
-
-    @property
-    def np_dtype(self) -> np.dtype:
-        return DTYPES[self.dtype]
-
-    @property
-    def group(self) -> int:
-        """Query heads per K/V head, g."""
-        return self.heads // self.kv_heads
-
-    @property
-    def instances(self) -> int:
-        """(batch, query head) pairs."""
-        return self.batch * self.heads
 
     @property
     def paged(self) -> bool:
@@ -196,7 +182,7 @@ def split_bounds(N_kv: int, num_splits: int) -> list[tuple[int, int]]:
 # The ledger
 # ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class DecodeLedger:
+class DecodeLedger(TrafficCounts):
     """HBM traffic of one decode schedule on one DecodeProblem; element counts are
     problem totals, bytes = elements x itemsize (problem dtype for Q, K, V, O; 4 for
     L, Opart, Lpart, block_table). Same conventions as iosim.Ledger."""
@@ -208,60 +194,8 @@ class DecodeLedger:
     reads: dict = field(default_factory=dict)    # tensor -> elements read (total)
     writes: dict = field(default_factory=dict)   # tensor -> elements written (total)
 
-    def tensors(self) -> list[str]:
-        names = set(self.reads) | set(self.writes)
-        order = [t for t in DECODE_ORDER if t in names]
-        return order + sorted(names - set(order))
-
-    def counts(self) -> dict:
-        """{tensor: (read elements, write elements)} with zero entries dropped: for equality."""
-        out = {}
-        for t in self.tensors():
-            r, w = int(self.reads.get(t, 0)), int(self.writes.get(t, 0))
-            if r or w:
-                out[t] = (r, w)
-        return out
-
-    @property
-    def read_elements(self) -> int:
-        return int(sum(self.reads.values()))
-
-    @property
-    def write_elements(self) -> int:
-        return int(sum(self.writes.values()))
-
-    def itemsize_of(self, tensor: str) -> int:
-        return self.problem.itemsize_of(tensor)
-
-    def read_bytes_of(self, tensor: str) -> int:
-        return int(self.reads.get(tensor, 0)) * self.itemsize_of(tensor)
-
-    def write_bytes_of(self, tensor: str) -> int:
-        return int(self.writes.get(tensor, 0)) * self.itemsize_of(tensor)
-
-    @property
-    def hbm_read_bytes(self) -> int:
-        return sum(self.read_bytes_of(t) for t in self.tensors())
-
-    @property
-    def hbm_write_bytes(self) -> int:
-        return sum(self.write_bytes_of(t) for t in self.tensors())
-
-    @property
-    def hbm_bytes(self) -> int:
-        return self.hbm_read_bytes + self.hbm_write_bytes
-
-    @property
-    def hbm_bytes_per_head(self) -> float:
-        """Per (batch, query head) pair."""
-        return self.hbm_bytes / self.problem.instances
-
-    def per_tensor(self) -> dict:
-        """{tensor: {read_elements, write_elements, read_bytes, write_bytes}} (totals)."""
-        return {t: {"read_elements": int(self.reads.get(t, 0)),
-                    "write_elements": int(self.writes.get(t, 0)),
-                    "read_bytes": self.read_bytes_of(t),
-                    "write_bytes": self.write_bytes_of(t)} for t in self.tensors()}
+    ORDER = DECODE_ORDER
+    NAME_WIDTH = 12
 
     def to_dict(self) -> dict:
         p = self.problem
@@ -277,16 +211,6 @@ class DecodeLedger:
             "hbm_bytes_per_head": self.hbm_bytes_per_head,
             "per_tensor": self.per_tensor(),
         }
-
-    def table(self) -> str:
-        """A readable per-tensor table (bytes are problem totals)."""
-        rows = [f"{'tensor':<12}{'read elems':>16}{'write elems':>16}{'read bytes':>18}{'write bytes':>18}"]
-        for name, c in self.per_tensor().items():
-            rows.append(f"{name:<12}{c['read_elements']:>16,}{c['write_elements']:>16,}"
-                        f"{c['read_bytes']:>18,}{c['write_bytes']:>18,}")
-        rows.append(f"{'total':<12}{self.read_elements:>16,}{self.write_elements:>16,}"
-                    f"{self.hbm_read_bytes:>18,}{self.hbm_write_bytes:>18,}")
-        return "\n".join(rows)
 
 
 # ---------------------------------------------------------------------------------------

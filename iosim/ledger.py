@@ -24,20 +24,19 @@ TENSOR_ORDER = ("Q", "K", "V", "O", "S", "P", "l", "m", "L",
                 "dO", "D", "dS", "dP", "dQ", "dK", "dV")
 
 
-@dataclass(frozen=True)
-class Ledger:
-    """HBM traffic of one schedule on one problem. Element counts are problem totals."""
+class TrafficCounts:
+    """Reads and writes per tensor (elements, problem totals) and their bytes: the
+    accounting shared by every ledger (Ledger, BackwardLedger, iosim.decode.DecodeLedger).
+    A ledger has `reads`, `writes` ({tensor: elements}) and `problem` (with `instances`
+    and `itemsize_of`); ORDER is the order of tensors in tables, NAME_WIDTH the width of
+    their column."""
 
-    algorithm: str
-    problem: Problem
-    tiling: Tiling
-    reads: dict = field(default_factory=dict)    # tensor -> elements read (total)
-    writes: dict = field(default_factory=dict)   # tensor -> elements written (total)
+    ORDER: tuple = TENSOR_ORDER
+    NAME_WIDTH: int = 7
 
-    # ---- elements -------------------------------------------------------------------
     def tensors(self) -> list[str]:
         names = set(self.reads) | set(self.writes)
-        order = [t for t in TENSOR_ORDER if t in names]
+        order = [t for t in self.ORDER if t in names]
         return order + sorted(names - set(order))
 
     def counts(self) -> dict:
@@ -57,12 +56,15 @@ class Ledger:
     def write_elements(self) -> int:
         return int(sum(self.writes.values()))
 
-    # ---- bytes (whole problem) ----------------------------------------------------
+    def itemsize_of(self, tensor: str) -> int:
+        """Bytes per element of a tensor in HBM."""
+        return self.problem.itemsize_of(tensor)
+
     def read_bytes_of(self, tensor: str) -> int:
-        return int(self.reads.get(tensor, 0)) * self.problem.itemsize_of(tensor)
+        return int(self.reads.get(tensor, 0)) * self.itemsize_of(tensor)
 
     def write_bytes_of(self, tensor: str) -> int:
-        return int(self.writes.get(tensor, 0)) * self.problem.itemsize_of(tensor)
+        return int(self.writes.get(tensor, 0)) * self.itemsize_of(tensor)
 
     @property
     def hbm_read_bytes(self) -> int:
@@ -78,6 +80,7 @@ class Ledger:
 
     @property
     def hbm_bytes_per_head(self) -> float:
+        """Per (batch, query head) pair."""
         return self.hbm_bytes / self.problem.instances
 
     def per_tensor(self) -> dict:
@@ -86,6 +89,28 @@ class Ledger:
                     "write_elements": int(self.writes.get(t, 0)),
                     "read_bytes": self.read_bytes_of(t),
                     "write_bytes": self.write_bytes_of(t)} for t in self.tensors()}
+
+    def table(self) -> str:
+        """A readable per-tensor table (bytes are problem totals)."""
+        w = self.NAME_WIDTH
+        rows = [f"{'tensor':<{w}}{'read elems':>16}{'write elems':>16}{'read bytes':>18}{'write bytes':>18}"]
+        for name, c in self.per_tensor().items():
+            rows.append(f"{name:<{w}}{c['read_elements']:>16,}{c['write_elements']:>16,}"
+                        f"{c['read_bytes']:>18,}{c['write_bytes']:>18,}")
+        rows.append(f"{'total':<{w}}{self.read_elements:>16,}{self.write_elements:>16,}"
+                    f"{self.hbm_read_bytes:>18,}{self.hbm_write_bytes:>18,}")
+        return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class Ledger(TrafficCounts):
+    """HBM traffic of one schedule on one problem. Element counts are problem totals."""
+
+    algorithm: str
+    problem: Problem
+    tiling: Tiling
+    reads: dict = field(default_factory=dict)    # tensor -> elements read (total)
+    writes: dict = field(default_factory=dict)   # tensor -> elements written (total)
 
     def to_dict(self) -> dict:
         from .tiling import sram_footprint_bytes
@@ -105,16 +130,6 @@ class Ledger:
         if self.algorithm in ("standard", "fa1", "fa2"):
             out["sram_footprint_bytes"] = sram_footprint_bytes(self.algorithm, t.B_r, t.B_c, p.d, p.dtype)
         return out
-
-    def table(self) -> str:
-        """A readable per-tensor table (bytes are problem totals)."""
-        rows = [f"{'tensor':<7}{'read elems':>16}{'write elems':>16}{'read bytes':>18}{'write bytes':>18}"]
-        for name, c in self.per_tensor().items():
-            rows.append(f"{name:<7}{c['read_elements']:>16,}{c['write_elements']:>16,}"
-                        f"{c['read_bytes']:>18,}{c['write_bytes']:>18,}")
-        rows.append(f"{'total':<7}{self.read_elements:>16,}{self.write_elements:>16,}"
-                    f"{self.hbm_read_bytes:>18,}{self.hbm_write_bytes:>18,}")
-        return "\n".join(rows)
 
 
 class CountingMemory:

@@ -43,8 +43,27 @@ def _positive_int(name: str, value) -> int:
     return int(value)
 
 
+class HeadsAndDtype:
+    """What every attention problem derives from batch, heads, kv_heads and dtype
+    (Problem here, iosim.decode.DecodeProblem)."""
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def instances(self) -> int:
+        """Number of independent (batch, query head) attention instances."""
+        return self.batch * self.heads
+
+    @property
+    def group(self) -> int:
+        """Query heads per K/V head."""
+        return self.heads // self.kv_heads
+
+
 @dataclass(frozen=True)
-class Problem:
+class Problem(HeadsAndDtype):
     """One attention problem.
 
     N: sequence length (queries = keys). d: head dimension.
@@ -86,20 +105,6 @@ class Problem:
     def itemsize(self) -> int:
         """Bytes per element of Q, K, V, O, S, P."""
         return DTYPES[self.dtype].itemsize
-
-    @property
-    def np_dtype(self) -> np.dtype:
-        return DTYPES[self.dtype]
-
-    @property
-    def instances(self) -> int:
-        """Number of independent (batch, query head) attention instances."""
-        return self.batch * self.heads
-
-    @property
-    def group(self) -> int:
-        """Query heads per K/V head."""
-        return self.heads // self.kv_heads
 
     def itemsize_of(self, tensor: str) -> int:
         """Bytes per element of a named tensor in HBM."""
