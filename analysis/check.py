@@ -65,7 +65,7 @@ DQ_RTOL = {"fp32": 1e-5, "fp16": 2.0 ** -10}
 DQ_ATOL = 1e-6
 TC_NEEDS_GPU = ("needs a CUDA GPU: the CUDA simulator cannot run the tensor-core kernel's "
                 "linked C++ tile functions (its PTX builds without a GPU: "
-                "gpu.fa2_tc.linked_ptx)")
+                "gpu.forward.fa2_tc.linked_ptx)")
 
 _T = None   # torch when the reference runs in torch on the GPU, else None (NumPy)
 
@@ -98,7 +98,7 @@ def forward_configs(mode: str) -> list[dict]:
                                     kernel=None))
     N = Ns[0]
     extra = dict(N=N, d=64, batch=1, heads=heads, mask=False, kernel=None)
-    # the plain fa2 kernel; the rows above run gpu.fa2_fast / gpu.fa2_tc where they apply
+    # the plain fa2 kernel; the rows above run gpu.forward.fa2_fast / gpu.forward.fa2_tc where they apply
     for dtype in ("fp32", "fp16"):
         out.append(dict(extra, alg="fa2", dtype=dtype, causal=True, kv_heads=heads,
                         tiles=tiles or (32, 32), kernel="plain"))
@@ -569,7 +569,7 @@ def _bwd_forward(alg, q, k, v, causal, tiling):
     (O, (1, L)); standard the S / softmax / PV kernels keeping P, with the backward's
     tiling (the backward reads P over its active tiles)."""
     from gpu.api import attention
-    from gpu.backward_standard import standard_forward
+    from gpu.backward.standard import standard_forward
     if alg == "fa2":
         return attention(q, k, v, algorithm="fa2", causal=causal, return_stats=True)
     if alg == "fa1":
@@ -948,7 +948,8 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
     import re
     from numba import cuda
     from numba.cuda import types as T
-    from gpu import _launch, fa1, fa2, fa2_fast, standard
+    from gpu import _launch
+    from gpu.forward import fa1, fa2, fa2_fast, standard
     A = lambda dt, nd: T.Array(dt, nd, "C")
     U8, I64, F32 = A(T.uint8, 2), A(T.int64, 2), A(T.float32, 2)
     failures = []

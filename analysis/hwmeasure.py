@@ -138,7 +138,7 @@ def make_inputs(c: dict, seed: int = 0):
             x["o"], x["stats"] = o, L
         else:
             from gpu.backward import default_backward_tiling
-            from gpu.backward_standard import standard_forward
+            from gpu.backward.standard import standard_forward
             t = (default_backward_tiling(d, c["dtype"], "standard") if c["block_rows"] is None
                  else None)
             br, bc = (t.B_r, t.B_c) if t else (c["block_rows"], c["block_cols"])

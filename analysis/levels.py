@@ -31,7 +31,7 @@ from iosim import Problem, Tiling, get_hardware
 from iosim.hierarchy import (L2Model, Stream, _coarse, dram_from_stream, row_kernel,
                              sweep_kernel, tile_kernel)
 
-#: L2 sectors per requested sector for gpu.fa2_tc's global loads. Its cp.async copies
+#: L2 sectors per requested sector for gpu.forward.fa2_tc's global loads. Its cp.async copies
 #: land in shared rows padded to d + 8 halves (conflict-free ldmatrix); a warp's 512
 #: contiguous bytes then reach L2 as 2.6x the requests and 1.5x the sectors. Measured:
 #: fa2_tc's loads 1.48-1.50x its own exact counts (Nsight Compute, H100 and H200), and
@@ -122,7 +122,8 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
     default choice) or 'tc' | 'fast' | 'plain' to pin the fa2 forward kernel."""
     from analysis.sweeps import ensure_cuda_env
     ensure_cuda_env()
-    from gpu import api, fa2_fast, fa2_tc
+    from gpu import api
+    from gpu.forward import fa2_fast, fa2_tc
     from gpu.backward import default_backward_tiling
     d, dt, causal = problem.d, problem.dtype, problem.causal
     limit = hw.smem_per_block_bytes

@@ -38,7 +38,7 @@ METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum",
            "lts__t_bytes.sum", "gpu__time_duration.sum")
 LD, ST = METRICS[2], METRICS[3]
 #: Global loads issued as cp.async (LDGSTS: global -> shared without registers, what
-#: gpu.fa2_tc uses) may not count under LD; name the metric that counts their bytes in
+#: gpu.forward.fa2_tc uses) may not count under LD; name the metric that counts their bytes in
 #: FLASHSIM_NCU_LD_EXTRA (e.g. l1tex__t_bytes_pipe_lsu_mem_global_op_ldgsts.sum, as
 #: `ncu --query-metrics` lists it on the chip) and it is profiled and added to LD.
 LD_EXTRA = os.environ.get("FLASHSIM_NCU_LD_EXTRA") or None
@@ -46,9 +46,9 @@ if LD_EXTRA:
     METRICS = METRICS + (LD_EXTRA,)
 TOLERANCE = 0.02
 #: What to profile: name -> (gpu.attention algorithm, kernel=, ncu kernel-name regex).
-#: 'fa2' is what users get (the register-tiled gpu.fa2_fast kernel), 'fa2-plain' the
-#: one-thread-per-element gpu.fa2 kernel; both run the same schedule.
-#: 'fa2-tc' is fp16 fa2 on the tensor cores (gpu.fa2_tc; run it with --dtype fp16).
+#: 'fa2' is what users get (the register-tiled gpu.forward.fa2_fast kernel), 'fa2-plain' the
+#: one-thread-per-element gpu.forward.fa2 kernel; both run the same schedule.
+#: 'fa2-tc' is fp16 fa2 on the tensor cores (gpu.forward.fa2_tc; run it with --dtype fp16).
 VARIANTS = {"fa1": ("fa1", "auto", "^fa1_fwd"), "fa2": ("fa2", "fast", "^fa2_fast"),
             "fa2-plain": ("fa2", "plain", "^fa2_fwd"), "fa2-tc": ("fa2", "tc", "^fa2_tc")}
 #: dtype each variant is profiled in by `flashsim check --ncu`

@@ -1,9 +1,9 @@
 """`gpu.attention`: run one of the forward kernels on (batch, heads, N, d) arrays.
 
 Three fa2 kernels run the same schedule (hence the same traffic and the same ledger):
-`gpu.fa2` (the plain one: one thread per tile element, S and O tiles in shared memory,
-easy to hold next to the paper), `gpu.fa2_fast` (register-tiled S = Q K^T and P V
-micro-products on the CUDA cores, fp32 math) and `gpu.fa2_tc` (fp16 only: the tile
+`gpu.forward.fa2` (the plain one: one thread per tile element, S and O tiles in shared memory,
+easy to hold next to the paper), `gpu.forward.fa2_fast` (register-tiled S = Q K^T and P V
+micro-products on the CUDA cores, fp32 math) and `gpu.forward.fa2_tc` (fp16 only: the tile
 products on the tensor cores through linked CUDA C++). One parameter picks among them,
 `kernel=`: "auto" (default: the tensor-core kernel for fp16 where it runs, else the fast
 kernel where it supports the tiling and thread count, else the plain one), "plain",
@@ -13,7 +13,7 @@ DeprecationWarning, mapped onto `kernel=`.
 
 Default tiling (no block_rows/block_cols/sram_bytes given):
 * fa2 with fp16 on a GPU: `FA2_TC_TILES[d]` (`FA2_TC_TILES_CAUSAL[d]` when causal)
-  (B_r, B_c) of the tensor-core kernel `gpu.fa2_tc` (one warp per 16 MT query rows, MT
+  (B_r, B_c) of the tensor-core kernel `gpu.forward.fa2_tc` (one warp per 16 MT query rows, MT
   from `FA2_TC_MT`), when it runs there (d a multiple of 16): d=64 128 x 64 (causal
   64 x 64), d=128 64 x 64;
 * fa2 otherwise on a GPU: `FA2_FAST_TILES[d]` (B_r, B_c, threads), the fastest fp32 variant of
@@ -37,13 +37,13 @@ from numba import cuda
 import iosim
 from iosim.tiling import ALGORITHMS, Tiling, resolve_tiling, sram_footprint_bytes
 
-from . import fa1, fa2, fa2_fast, fa2_tc, standard
+from .forward import fa1, fa2, fa2_fast, fa2_tc, standard
 from ._launch import (DEFAULT_SMEM_BYTES, NP_DTYPE, SIM, check_fits, counters_to_ledger,
                       default_threads, device_smem_limit, filled, new_counters)
 
 HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128)
 DEFAULT_TILES = (64, 32, 16)
-#: fa2's default on a GPU: head dim -> (B_r, B_c, threads) of gpu.fa2_fast, fastest fp32
+#: fa2's default on a GPU: head dim -> (B_r, B_c, threads) of gpu.forward.fa2_fast, fastest fp32
 #: variant measured on the H100 at N=4096 (see the module docstring); head dims not
 #: listed take the first of FA2_FAST_FALLBACK that the fast kernel supports. d=128 runs
 #: 64 x 32 with 256 threads (TC = 16): ptxas -v reports 255 registers and no spills,
@@ -58,7 +58,7 @@ FA2_FAST_TUNED = {(256, 32, 512): dict(TC=8, maxreg=128, stage=1),
                   (128, 64, 256): dict(TC=8, maxreg=128)}
 #: thread counts tried, in order, for the fast kernel when the caller gives a tiling
 FA2_FAST_THREADS = (256, 128, 64)
-#: fp16 fa2's default on a GPU: head dim -> (B_r, B_c) of gpu.fa2_tc (tensor cores),
+#: fp16 fa2's default on a GPU: head dim -> (B_r, B_c) of gpu.forward.fa2_tc (tensor cores),
 #: the fastest tiling without register spills measured on the H100 at N=4096 and 8192
 #: (16 heads), without causal masking (FA2_TC_TILES) and with it (FA2_TC_TILES_CAUSAL):
 #: the data set's tc_tilings rows (`flashsim results show tc_tilings`; kernel ms at N=4096: d=64
@@ -70,7 +70,7 @@ FA2_FAST_THREADS = (256, 128, 64)
 FA2_TC_TILES = {64: (128, 64), 128: (64, 64)}
 FA2_TC_TILES_CAUSAL = {64: (64, 64), 128: (64, 64)}
 FA2_TC_FALLBACK = ((128, 64), (64, 64), (64, 32))
-#: m-tiles of 16 query rows per warp (MT) of gpu.fa2_tc for (B_r, B_c, d); tilings not
+#: m-tiles of 16 query rows per warp (MT) of gpu.forward.fa2_tc for (B_r, B_c, d); tilings not
 #: listed run MT=1. Each K/V fragment then feeds MT products, registers grow with MT and
 #: threads = 2 B_r / MT. Listed: large-B_r tilings whose MT=2 build was the one timed
 #: (same run: 128 x 32 at d=128 above; 256 x 64 at d=64, 0.290 ms).
@@ -139,7 +139,7 @@ def _fast_fits(B_r: int, B_c: int, d: int, threads: int, limit: int) -> bool:
 
 
 def fa2_fast_options(B_r: int, B_c: int, d: int, threads: int) -> dict:
-    """Tuning keywords (TC, maxreg, stage) for gpu.fa2_fast.run: the measured ones of
+    """Tuning keywords (TC, maxreg, stage) for gpu.forward.fa2_fast.run: the measured ones of
     FA2_FAST_TUNED where the kernel can use them at this d; otherwise TC from
     `fa2_fast.plan` and a register cap only above 256 threads, the one that lets a block
     be resident (65,536 registers per SM: 128 at 512 threads). The simulator takes no
@@ -342,10 +342,10 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     threads: threads per block (default `_launch.default_threads()`: 128 on a GPU,
     16 in the simulator; the fast fa2 kernel: its tiling's own, see FA2_FAST_TILES);
     the plain kernels stride over their work, so any 1..1024 works.
-    kernel: which fa2 kernel runs the schedule (module docstring). "auto": `gpu.fa2_tc`
+    kernel: which fa2 kernel runs the schedule (module docstring). "auto": `gpu.forward.fa2_tc`
     (tensor cores) for fp16 where it runs the tiling (a GPU, d a multiple of 16, B_r = 16
-    x warps, 16-byte aligned inputs), else `gpu.fa2_fast` where it supports the tiling,
-    else the plain `gpu.fa2`; "plain" / "fast" / "tc": that kernel or a ValueError
+    x warps, 16-byte aligned inputs), else `gpu.forward.fa2_fast` where it supports the tiling,
+    else the plain `gpu.forward.fa2`; "plain" / "fast" / "tc": that kernel or a ValueError
     saying why it cannot run (fa1 and standard have one kernel each: "auto" or "plain").
     All of them run the same schedule: same ledger, outputs equal to rounding (fa2_tc
     rounds P to fp16 before P V, as FlashAttention-2 does).
@@ -418,7 +418,7 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
         if t_fast is None and kernel == "fast":
             raise ValueError(f"kernel='fast': the fast fa2 kernel cannot run {dname} with "
                              f"{tiles}, threads={threads} on this device (see "
-                             f"gpu.fa2_fast.plan and smem_bytes); use kernel='auto' or other "
+                             f"gpu.forward.fa2_fast.plan and smem_bytes); use kernel='auto' or other "
                              f"tiles")
         if t_fast is not None:
             use_fast, threads = True, t_fast

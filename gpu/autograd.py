@@ -9,7 +9,7 @@ algorithm (forward -> what it saves -> backward, `gpu.backward.attention_backwar
   'fa2' (default)  gpu.attention(fa2, return_stats) -> O, L        -> fa2 backward kernels
   'fa1'            gpu.attention(fa1, return_stats) -> O, L        -> fa1 backward (Algorithm 4)
                    with (l, m) = (1, L), which gives the same P
-  'standard'       gpu.backward_standard.standard_forward -> O, P  -> Algorithm 3's five
+  'standard'       gpu.backward.standard.standard_forward -> O, P  -> Algorithm 3's five
                    kernels; P is N x N per head, kept between forward and backward.
 Tensors must be CUDA, C-contiguous, float32 or float16 (the simulator takes no torch
 tensors). block_rows/block_cols pass to both forward and backward; without them each
@@ -24,7 +24,7 @@ import torch
 
 from .api import attention
 from .backward import BACKWARD_ALGORITHMS, attention_backward, default_backward_tiling
-from .backward_standard import standard_forward
+from .backward.standard import standard_forward
 
 
 class FlashAttentionFunction(torch.autograd.Function):

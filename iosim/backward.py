@@ -110,7 +110,7 @@ def _scores(Qi, Kj, scale, r0, c0, causal):
 def _colblock_product(mem: CountingMemory, a: str, b: str, out: str, rows, cols, active,
                       d: int, dt, scale=None):
     """Out_j = [scale] sum_i A_ij^T B_i over the active tiles, one pass per key block,
-    accumulated in float32 (gpu.backward_standard.tposed_kernel): dV = P^T dO and
+    accumulated in float32 (gpu.backward.standard.tposed_kernel): dV = P^T dO and
     dK = scale dS^T Q."""
     for j, (c0, c1) in enumerate(cols):
         acc = np.zeros((c1 - c0, d), dtype=F32)

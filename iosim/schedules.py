@@ -121,7 +121,7 @@ def write_row_active(mem: CountingMemory, name: str, X, r0: int, r1: int, cols, 
 def rowblock_product(mem: CountingMemory, a: str, b: str, out: str, rows, cols, active,
                      d: int, dt, scale=None):
     """Out_i = [scale] sum_j A_ij B_j over the active tiles, one pass per query block,
-    accumulated in float32 (gpu.standard.rowblock_product_kernel): the forward's O = P V
+    accumulated in float32 (gpu.forward.standard.rowblock_product_kernel): the forward's O = P V
     and the standard backward's dQ = scale dS K."""
     for i, (r0, r1) in enumerate(rows):
         acc = np.zeros((r1 - r0, d), dtype=F32)

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import gpu  # noqa: E402
-from gpu import fa2_fast  # noqa: E402
+from gpu.forward import fa2_fast  # noqa: E402
 from gpu._launch import new_counters  # noqa: E402
 
 OUT = os.environ.get("OUT", "out")

@@ -15,7 +15,7 @@ from numba import cuda  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import gpu  # noqa: E402
-from gpu import fa2_fast  # noqa: E402
+from gpu.forward import fa2_fast  # noqa: E402
 from gpu._launch import new_counters  # noqa: E402
 
 OUT = os.environ.get("OUT", "out")

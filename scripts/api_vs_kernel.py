@@ -6,7 +6,7 @@ ONE-OFF diagnosis (kept for the record; results: data set kind `host_time`).
 For d in {64, 128}, N=4096, batch x heads=16, fp32, non-causal, the default tiling of
 `gpu.attention` (gpu.api.FA2_FAST_TILES and fa2_fast_options): median ms of 20 calls
 between CUDA events, enqueued back to back, inputs rotated over 3 torch sets, for
-  kernel    gpu.fa2_fast.run on preallocated outputs (what fa2_fast_variants.py times),
+  kernel    gpu.forward.fa2_fast.run on preallocated outputs (what fa2_fast_variants.py times),
   kernel_tc the same with the other threads-per-row choice (TC 16 <-> 8) where it runs,
   api       gpu.attention(q, k, v) on the torch tensors (what analysis.bench times),
   host      wall-clock ms of one gpu.attention call's Python work (GPU idle before it).
@@ -24,7 +24,8 @@ import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import gpu  # noqa: E402
-from gpu import api, fa2_fast  # noqa: E402
+from gpu import api  # noqa: E402
+from gpu.forward import fa2_fast  # noqa: E402
 from gpu._launch import new_counters  # noqa: E402
 
 OUT = os.environ.get("OUT", "out")

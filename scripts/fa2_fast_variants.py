@@ -1,4 +1,4 @@
-"""Build, check and time variants of gpu.fa2_fast on a real GPU (the H100).
+"""Build, check and time variants of gpu.forward.fa2_fast on a real GPU (the H100).
 
 ONE-OFF tuning script (kept for the record; results: data set kind `fast_variants`; they chose gpu.api's FA2_FAST_TILES / FA2_FAST_TUNED).
 
@@ -14,7 +14,7 @@ and L against a float64 torch reference (rel err = max|O - ref| / max|ref| <= 1e
 poison must be overwritten) at batch*heads = 16, N in {1024, 4096, 8192}; time with CUDA
 events (3 warm-up launches, then 20 timed launches back to back, inputs rotated over 3
 sets, median). Also: instrumented counts vs iosim.closed_form at N = 1000 (ragged) dense
-and causal, a d = 128 check, and for comparison gpu.fa2 (reference kernel) and PyTorch
+and causal, a d = 128 check, and for comparison gpu.forward.fa2 (reference kernel) and PyTorch
 SDPA (MATH / EFFICIENT, TF32 off). Writes $OUT/fa2_fast_variants.json (after every
 step) and prints a short table last.
 """
@@ -42,7 +42,7 @@ if tuple(int(x) for x in np.__version__.split(".")[:2]) >= (2, 5):
 from numba import cuda  # noqa: E402
 
 import iosim  # noqa: E402
-from gpu import fa2_fast  # noqa: E402
+from gpu.forward import fa2_fast  # noqa: E402
 from gpu._launch import counters_to_ledger, dummy_mask, new_counters  # noqa: E402
 
 OUT = os.environ.get("OUT", os.path.join(ROOT, "out"))
@@ -331,7 +331,7 @@ def main():
                 print(key, {k: (float('%.4g' % v) if isinstance(v, float) else v) for k, v in rec.items()},
                       flush=True)
                 save()
-            # baselines: PyTorch SDPA and the reference gpu.fa2 kernel
+            # baselines: PyTorch SDPA and the reference gpu.forward.fa2 kernel
             if torch is not None:
                 from torch.nn.attention import SDPBackend, sdpa_kernel
                 tq = [tuple(torch.as_tensor(x, device="cuda").view(1, BH, N, D) for x in s[:3])
@@ -363,7 +363,7 @@ def main():
                     save()
             if N <= 4096 and not SMOKE:
                 try:
-                    from gpu import fa2 as fa2_ref
+                    from gpu.forward import fa2 as fa2_ref
                     ctr = new_counters(False)
 
                     def ref_launch(s):
@@ -371,10 +371,10 @@ def main():
                                     ctr, B_r=32, B_c=32, dt="fp32", causal=causal, count=False,
                                     threads=128)
                     ms, _ = time_launches(ref_launch, sets)
-                    rec = dict(impl="gpu.fa2 32x32 t128", N=N, causal=causal, ms=ms,
+                    rec = dict(impl="gpu.forward.fa2 32x32 t128", N=N, causal=causal, ms=ms,
                                tflops=flops / ms / 1e9)
                 except Exception as exc:
-                    rec = dict(impl="gpu.fa2 32x32 t128", N=N, causal=causal, error=repr(exc))
+                    rec = dict(impl="gpu.forward.fa2 32x32 t128", N=N, causal=causal, error=repr(exc))
                 results["baselines"].append(rec)
                 print("baseline", rec, flush=True)
                 save()

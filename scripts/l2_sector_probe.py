@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One-off probe: how many L2 sectors do 16-byte global loads cost, by instruction form?
 
-Why: gpu.fa2_tc's L2 read sectors (Nsight Compute, lts__t_sectors_srcunit_tex_op_read)
+Why: gpu.forward.fa2_tc's L2 read sectors (Nsight Compute, lts__t_sectors_srcunit_tex_op_read)
 were about 1.5x its exact request count, and its L1 view showed 18 sectors per 512-byte
 warp request where 16 were expected. This probe isolates the instruction: each kernel
 copies the same 64 MiB from global to shared memory, 16 bytes per thread, a warp covering

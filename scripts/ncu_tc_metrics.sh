@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ONE-OFF investigation (kept for the record): Nsight Compute metrics of one gpu.fa2_tc
+# ONE-OFF investigation (kept for the record): Nsight Compute metrics of one gpu.forward.fa2_tc
 # launch (fp16, N=4096, d=64, 16 heads), one ncu run per metric so that a name this ncu
 # does not know costs only its own line. It established that ncu counts the kernel's
 # cp.async (LDGSTS) loads as 9/8 of the ledger (data set kind `ncu`). The routine check

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run gpu.fa2_tc on a few small configurations, one launch each, for compute-sanitizer.
+"""Run gpu.forward.fa2_tc on a few small configurations, one launch each, for compute-sanitizer.
 
 ONE-OFF investigation of a racecheck hazard, fixed (kept for the record; the routine check is `flashsim check --sanitizer racecheck`).
 

@@ -42,7 +42,7 @@ import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import gpu  # noqa: E402
-from gpu import fa2_tc  # noqa: E402
+from gpu.forward import fa2_tc  # noqa: E402
 from gpu._launch import dummy_mask, new_counters  # noqa: E402
 
 OUT = os.environ.get("OUT", os.path.join(ROOT, "out"))

@@ -4,8 +4,8 @@ gradients and iosim's backward ledger.
 Runs in Numba's CUDA simulator without a GPU (tests/conftest.py): N <= 40, d = 16,
 16 x 16 tiles (ragged: N = 40 leaves a 8-row last block; N = 24 with 8 x 16 tiles), 16
 threads per block. The standard backward's P comes from iosim's standard forward (the
-same schedule as gpu.standard, computed on the host to save simulator time), except in
-the test of `gpu.backward_standard.standard_forward`, which runs the gpu forward.
+same schedule as gpu.forward.standard, computed on the host to save simulator time), except in
+the test of `gpu.backward.standard.standard_forward`, which runs the gpu forward.
 
 Accuracy (rel err = ||g - ref||_F / ||ref||_F, ref = iosim.reference_attention_backward
 in float64 of the very (q, k, v, dO) the kernel saw):
@@ -27,7 +27,7 @@ import pytest
 import iosim
 from gpu.api import attention   # not `gpu.attention`: works however `gpu` was installed
 from gpu.backward import BACKWARD_ALGORITHMS, attention_backward, default_backward_tiling
-from gpu.backward_standard import standard_forward
+from gpu.backward.standard import standard_forward
 
 T16 = dict(block_rows=16, block_cols=16)
 TILING = iosim.Tiling(16, 16)
@@ -38,7 +38,7 @@ def rel_err(g, ref):
 
 
 def host_standard_forward(p, tiling, q, k, v):
-    """(O, P) of iosim's standard forward (the schedule gpu.standard runs), every instance;
+    """(O, P) of iosim's standard forward (the schedule gpu.forward.standard runs), every instance;
     P entries outside the active tiles are NaN, as the gpu forward leaves them."""
     B, H, N, d = q.shape
     O = np.empty_like(q)

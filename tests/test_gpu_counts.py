@@ -59,7 +59,7 @@ def test_counts_rectangular_tiles(alg):
 
 def test_counts_off_leaves_counters_untouched():
     """count_traffic=False returns O only; the counting build is a separate kernel."""
-    from gpu import fa2
+    from gpu.forward import fa2
     p = iosim.Problem(N=16, d=16)
     q, k, v = iosim.random_inputs(p, seed=10)
     O = gpu.attention(q, k, v, block_rows=16, block_cols=16)

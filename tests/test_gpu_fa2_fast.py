@@ -1,4 +1,4 @@
-"""gpu.fa2_fast (register-tiled FA2 forward) in Numba's CUDA simulator (or on a GPU).
+"""gpu.forward.fa2_fast (register-tiled FA2 forward) in Numba's CUDA simulator (or on a GPU).
 
 Checks: fp32 output and L against the float64 dense reference (rel err <= 1e-5), ragged
 N, causal, grouped K/V, a block mask with rows that see no key, huge logits, every
@@ -13,7 +13,7 @@ from iosim import Problem, Tiling
 
 cuda = pytest.importorskip("numba.cuda")
 
-from gpu import fa2_fast  # noqa: E402
+from gpu.forward import fa2_fast  # noqa: E402
 from gpu._launch import counters_to_ledger, filled, new_counters  # noqa: E402
 
 

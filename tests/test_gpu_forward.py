@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 import iosim
 import gpu
-from gpu import _launch, fa2 as gpu_fa2
+from gpu import _launch
+from gpu.forward import fa2 as gpu_fa2
 
 ALGS = ("standard", "fa1", "fa2")
 T16 = dict(block_rows=16, block_cols=16)
@@ -226,8 +227,8 @@ def test_sram_bytes_uses_paper_rule():
 
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 def test_fa2_plain_and_fast_kernels_agree(dtype):
-    """algorithm='fa2' runs gpu.fa2_fast where it supports the tiling (here 16x16, d=16,
-    16 threads: 4 threads per query row) and gpu.fa2 with kernel='plain': the same schedule,
+    """algorithm='fa2' runs gpu.forward.fa2_fast where it supports the tiling (here 16x16, d=16,
+    16 threads: 4 threads per query row) and gpu.forward.fa2 with kernel='plain': the same schedule,
     so identical ledgers; both within the accuracy criterion of the reference."""
     q, k, v = inputs(37, 16, heads=2, kv_heads=1, dtype=dtype, seed=3)
     mask = np.array([[True, False, True], [False, False, False], [True, True, True]])
@@ -250,7 +251,8 @@ def test_fa2_plain_and_fast_kernels_agree(dtype):
 def test_fa2_fast_options():
     """The measured tuning (TC, register cap) is used only where the kernel can run it;
     the simulator gets no register cap."""
-    from gpu import api, fa2_fast
+    from gpu import api
+    from gpu.forward import fa2_fast
     from gpu._launch import SIM
     opts = api.fa2_fast_options(256, 32, 64, 512)
     assert opts["TC"] == 8 and fa2_fast.plan(256, 32, 64, 512, opts["TC"]) is not None

@@ -1,4 +1,4 @@
-"""gpu.fa2_tc: fp16 FlashAttention-2 on the tensor cores (linked CUDA C++ tile products).
+"""gpu.forward.fa2_tc: fp16 FlashAttention-2 on the tensor cores (linked CUDA C++ tile products).
 
 The simulator cannot run linked device functions, so without a GPU this file checks what
 can be checked: the argument rules, the shared-memory layout, that `gpu.attention` falls
@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Pure parts (no numba.cuda needed beyond import)
 # ---------------------------------------------------------------------------------------
 def test_plan_error_names_the_parameter():
-    from gpu import fa2_tc
+    from gpu.forward import fa2_tc
     assert fa2_tc.plan_error(128, 64, 64, "fp16") is None
     assert fa2_tc.plan_error(16, 16, 16, "fp16") is None
     assert "fp16" in fa2_tc.plan_error(128, 64, 64, "fp32")
@@ -43,7 +43,7 @@ def test_plan_error_names_the_parameter():
 
 @pytest.mark.parametrize("B_r,B_c,d", [(128, 64, 64), (64, 64, 128), (16, 48, 48)])
 def test_layout_regions_are_16_byte_aligned_and_disjoint(B_r, B_c, d):
-    from gpu import fa2_tc
+    from gpu.forward import fa2_tc
     lay = fa2_tc.layout(B_r, B_c, d)
     SW = (d + 8) // 2
     assert lay["SH"] == d + 8 and lay["SW"] == SW
@@ -125,7 +125,7 @@ def test_tensor_cores_unavailable_is_refused_or_falls_back():
 # ---------------------------------------------------------------------------------------
 BUILD = r"""
 import json, sys
-from gpu import fa2_tc
+from gpu.forward import fa2_tc
 out = []
 for B_r, B_c, d, causal, mask, count, MT in json.loads(sys.argv[1]):
     p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT)

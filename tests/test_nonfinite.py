@@ -160,7 +160,7 @@ def test_kernels_propagate_nan(alg, kw, case):
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[5]], ids=[IDS[0], IDS[2], IDS[5]])
 def test_fast_kernel_propagates_nan(case):
-    """gpu.fa2_fast in the simulator (shfl=False); 16 x 16 tiles, its smallest plan."""
+    """gpu.forward.fa2_fast in the simulator (shfl=False); 16 x 16 tiles, its smallest plan."""
     import gpu
     _, name, r, c, val, causal, _ = case
     q, k, v = _inputs(np.float32, N=32)

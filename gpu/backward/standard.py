@@ -51,9 +51,9 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32, int64
 
-from ._launch import (NB_DTYPE, NP_DTYPE, READ, WRITE, ZERO, T, add_count, kernel_name,
+from .._launch import (NB_DTYPE, NP_DTYPE, READ, WRITE, ZERO, T, add_count, kernel_name,
                       dummy_mask, launch, specialisation)
-from .standard import rowblock_product_kernel, tile_product_kernel
+from ..forward.standard import rowblock_product_kernel, tile_product_kernel
 
 #: Counter rows: the same indices as gpu.backward.BT (BW_TENSORS starts with _launch.T).
 IQ, IK, IV, IP, IdO = T["Q"], T["K"], T["V"], T["P"], T["dO"]
@@ -285,9 +285,9 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     same tiling never reads them). `gpu.attention(algorithm='standard')` runs the same
     kernels but does not return P."""
     import iosim
-    from . import standard
-    from ._launch import default_threads, filled, new_counters
-    from .api import _check, _return_like, _to_device
+    from ..forward import standard
+    from .._launch import default_threads, filled, new_counters
+    from ..api import _check, _return_like, _to_device
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, _, _ = _check("k", k)
     Hk = shape_k[1]

@@ -51,11 +51,11 @@ import iosim
 from iosim.backward import BackwardLedger
 from iosim.tiling import Tiling
 
-from ._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE,
+from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE,
                       ZERO, T, add_count, check_fits, default_threads, filled, kernel_name,
                       dummy_mask, launch, specialisation)
-from .api import HEAD_DIMS, _check, _return_like, _to_device
-from . import backward_standard
+from ..api import HEAD_DIMS, _check, _return_like, _to_device
+from . import standard as backward_standard
 
 #: Counter rows of the backward: the forward's tensors plus the fa2 accumulator.
 BW_TENSORS = tuple(T) + ("dQacc",)

@@ -26,7 +26,7 @@ from numba import cuda, float32, int64
 
 from iosim.tiling import sram_footprint_bytes
 
-from ._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
+from .._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
                       dummy_mask, kernel_name, launch, sees_key, specialisation)
 
 

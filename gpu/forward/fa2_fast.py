@@ -86,7 +86,7 @@ import math
 import numpy as np
 from numba import cuda, float32, int64
 
-from ._launch import (NAN, NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count,
+from .._launch import (NAN, NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count,
                       dummy_mask, kernel_name, sees_key, specialisation)
 
 #: Largest register tile side we generate (S is RM x RN, O is RM x DN registers).
@@ -168,7 +168,7 @@ def supports(B_r, B_c, d, threads, *, TC=None, shfl=False, stage=0, smem_limit=N
     if p is None or (shfl and SIM):
         return False
     if smem_limit is None:
-        from ._launch import device_smem_limit
+        from .._launch import device_smem_limit
         smem_limit = device_smem_limit()
     return smem_bytes(B_r, B_c, d, threads, TC, shfl=shfl, stage=stage) <= smem_limit
 
@@ -499,7 +499,7 @@ def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, cau
     """Launch on 3-D device views (instances, N, d); writes o3 and L2. Same signature
     as gpu.fa2.run; TC (threads per query row), shfl, maxreg and stage are optional
     tuning knobs."""
-    from ._launch import launch
+    from .._launch import launch
     d = q3.shape[2]
     kern = get_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads, TC, shfl,
                       maxreg, stage)

@@ -9,7 +9,7 @@ O = 0, L = -inf). Ragged N: only valid rows are loaded / stored (and counted).
 
 What runs where. Numba has no API for the tensor cores (numba-cuda 0.30.4), so the
 tile products S_ij = Q_i K_j^T and P~_ij V_j are CUDA C++ device functions with inline
-PTX `mma.sync.m16n8k16` and `ldmatrix` (`gpu/fa2_tc.cu`), declared with
+PTX `mma.sync.m16n8k16` and `ldmatrix` (`gpu/mma.cuh`, instantiated by `fa2_tc.cu`), declared with
 `cuda.declare_device` and linked into this Numba kernel. With link-time optimisation
 (nvJitLink, Numba's default when it is installed) they are inlined, so the fragment
 arrays passed to them by pointer stay in registers (tests/test_gpu_tc.py checks the
@@ -37,7 +37,7 @@ results data set, kinds `check` and `tc_tilings`):
 Paper names (Dao et al. 2022, Algorithm 1; FlashAttention-2 Algorithm 1):
     B_r = 16 * warps  query rows per block (block_rows); warp w owns rows 16 w .. 16 w + 15
     B_c               key rows per tile (block_cols), a multiple of 16
-    S_ij, P~_ij       16 x B_c per warp, in registers (s[8 nt' .. ], see fa2_tc.cu)
+    S_ij, P~_ij       16 x B_c per warp, in registers (s[8 nt' .. ], see gpu/mma.cuh)
     m_i, l_i          per thread: rows g and g + 8 of its warp (g = lane // 4); l is the
                       thread's partial sum over its own columns until the end, when the 4
                       lanes of a row add theirs (all rescale by the same alpha)
@@ -65,7 +65,8 @@ import os
 import numpy as np
 from numba import cuda, float32, int64, uint32
 
-from ._launch import (NAN, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
+from .. import _tc
+from .._launch import (NAN, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
                       kernel_name, sees_key, specialisation)
 
 #: CUDA C++ source of the tile products (instantiated per (d, B_c) by `_source`).
@@ -80,7 +81,7 @@ LN2 = math.log(2.0)
 
 def _stride(d: int) -> int:
     """Shared row stride in halves: d + 8 (16 bytes past a multiple of 128 bytes when d is
-    a multiple of 64; in general 2 (d + 8) bytes = 16 mod 32... see fa2_tc.cu)."""
+    a multiple of 64; in general 2 (d + 8) bytes = 16 mod 32... see gpu/mma.cuh)."""
     return d + 8
 
 
@@ -127,7 +128,7 @@ def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", smem_limit=None, MT: 
     if SIM or plan_error(B_r, B_c, d, dt, MT) is not None:
         return False
     if smem_limit is None:
-        from ._launch import device_smem_limit
+        from .._launch import device_smem_limit
         smem_limit = device_smem_limit()
     return layout(B_r, B_c, d)["bytes"] <= smem_limit
 
@@ -135,62 +136,26 @@ def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", smem_limit=None, MT: 
 # ---------------------------------------------------------------------------------------
 # The linked C++ functions
 # ---------------------------------------------------------------------------------------
-def _source(d: int, B_c: int, MT: int) -> str:
-    """fa2_tc.cu with the extern "C" entry points for (d, B_c, MT) appended."""
-    with open(CU_PATH) as f:
-        return f.read() + f"\nFA2TC_INSTANTIATE({d}, {B_c}, {MT})\n"
-
-
 @functools.lru_cache(maxsize=None)
 def externs(d: int, B_c: int, MT: int = 1) -> dict:
     """The C++ functions for (d, B_c, MT), declared to Numba (C ABI, each returns int 0;
     pointers are generic addresses, offsets in 4-byte words, strides in halves):
-    load_q, qk, pv, store_o (tile products, see fa2_tc.cu), cp16 (one 16-byte
+    load_q, qk, pv, store_o (tile products, gpu/mma.cuh), cp16 (one 16-byte
     asynchronous global -> shared copy, zero-filled when not valid), st16 (16 bytes shared
-    -> global), cp_commit,
-    cp_wait1, cp_wait0 (cp.async groups)."""
+    -> global), cp_commit, cp_wait1, cp_wait0 (cp.async groups)."""
     from numba.cuda import types as nb
-    from numba.cuda.cudadrv.linkable_code import CUSource
-    src = CUSource(_source(d, B_c, MT), name=f"fa2_tc_d{d}_bc{B_c}_mt{MT}.cu")
     pu, pf, i32, i64 = nb.CPointer(nb.uint32), nb.CPointer(nb.float32), nb.int32, nb.int64
     sigs = dict(load_q=i32(pu, pu, i32, i32), qk=i32(pf, pu, pu, i32, i32),
                 pv=i32(pf, pf, pu, i32, i32), store_o=i32(pu, i32, i32, pf),
                 cp16=i32(pu, i32, pu, i64, i32), st16=i32(pu, i64, pu, i32),
                 cp_commit=i32(), cp_wait1=i32(),
                 cp_wait0=i32())
-    return {name: cuda.declare_device(f"fa2tc_{name}_d{d}_bc{B_c}_mt{MT}", sig, link=src,
-                                      abi="c")
-            for name, sig in sigs.items()}
+    src = _tc.source(CU_PATH, f"FA2TC_INSTANTIATE({d}, {B_c}, {MT})")
+    return _tc.declare(src, f"fa2_tc_d{d}_bc{B_c}_mt{MT}.cu", "fa2tc_",
+                       f"_d{d}_bc{B_c}_mt{MT}", sigs)
 
 
-def _data_ptr_intrinsics():
-    """`ptr(arr)`: the data pointer of a Numba array (shared, local or global) as a
-    CPointer of its dtype, to hand to the C++ functions (what cffi's ffi.from_buffer does,
-    without needing cffi); `ptr32(arr)`: the same pointer as uint32* (fp16 pairs)."""
-    from llvmlite import ir
-    from numba.cuda import types as nb
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def ptr(typingctx, arr):
-        sig = nb.CPointer(arr.dtype)(arr)
-
-        def codegen(context, builder, signature, args):
-            return context.make_array(signature.args[0])(context, builder, args[0]).data
-        return sig, codegen
-
-    @intrinsic
-    def ptr32(typingctx, arr):
-        sig = nb.CPointer(nb.uint32)(arr)
-
-        def codegen(context, builder, signature, args):
-            data = context.make_array(signature.args[0])(context, builder, args[0]).data
-            return builder.bitcast(data, ir.PointerType(ir.IntType(32)))
-        return sig, codegen
-    return ptr, ptr32
-
-
-ptr, ptr32 = (None, None) if SIM else _data_ptr_intrinsics()
+ptr, ptr32 = _tc.ptr, _tc.ptr32
 
 
 # ---------------------------------------------------------------------------------------
@@ -468,19 +433,11 @@ def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
                          bool(count), int(MT))
 
 
-def _check_aligned(name, arr):
-    """cp.async copies 16 bytes at a time: the array's data must be 16-byte aligned."""
-    addr = arr.__cuda_array_interface__["data"][0]
-    if addr % 16:
-        raise ValueError(f"{name}: the tensor-core kernel needs 16-byte aligned data "
-                         f"(address {addr:#x}); pass a fresh contiguous array")
-
-
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal, count,
         threads=None, MT=1):
     """Launch on 3-D fp16 device views (instances, N, d); writes o3 and L2. Same signature
     as gpu.fa2.run (threads, if given, must be 2 B_r / MT: one warp per 16 MT query rows)."""
-    from ._launch import launch
+    from .._launch import launch
     if dt != "fp16":
         raise ValueError(f"fa2_tc takes fp16 only (got dt={dt!r})")
     d = q3.shape[2]
@@ -489,7 +446,7 @@ def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, cau
         raise ValueError(f"fa2_tc runs one warp per {16 * MT} query rows: threads must be "
                          f"{want} for B_r={B_r}, MT={MT} (got threads={threads})")
     for name, arr in (("q", q3), ("k", k3), ("v", v3), ("o", o3)):
-        _check_aligned(name, arr)
+        _tc.check_aligned("fa2_tc", name, arr)
     kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT)
     T_r = -(-N // B_r)
     mk = mask if mask is not None else dummy_mask()
@@ -506,16 +463,8 @@ def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1,
     in registers (no `.local`), mma.sync and ldmatrix, and no float64 (tests/test_gpu_tc.py
     checks these; ptxas -v on it reports registers and spills). Uses numba-cuda's internal
     compile entry point (numba-cuda 0.30.4); the PTX .version is nvJitLink's."""
-    if SIM:
-        raise RuntimeError("linked_ptx needs NUMBA_ENABLE_CUDASIM unset (no GPU is needed)")
-    from numba.cuda.compiler import _compile_pyfunc_with_fixup
-    kern = get_kernel(B_r, B_c, d, causal, has_mask, count, MT)
-    lib, _ = _compile_pyfunc_with_fixup(
-        kern.py_func, signature(), device=False, cc=cc, lto=False, abi="numba", debug=False,
-        lineinfo=False, fastmath=False, opt=True, abi_info=None, forceinline=False,
-        launch_bounds=None)
-    lib._lto = True     # link the NVVM and NVRTC outputs as LTO-IR, as a launch does
-    return lib.get_lto_ptx(cc=cc).rstrip("\x00")
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT), signature(),
+                          cc)
 
 
 def signature():

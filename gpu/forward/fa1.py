@@ -37,7 +37,7 @@ from numba import cuda, float32, int64
 
 from iosim.tiling import sram_footprint_bytes
 
-from ._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
+from .._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
                       dummy_mask, kernel_name, specialisation)
 
 
@@ -194,7 +194,7 @@ def shared_bytes(B_r, B_c, d, dt) -> int:
 def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
         count, threads):
     """Launch fa1 on 3-D device views (instances, N, d); writes o3, l2, m2."""
-    from ._launch import launch
+    from .._launch import launch
     d = q3.shape[2]
     kern = fa1_forward_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads)
     mk = mask if mask is not None else dummy_mask()

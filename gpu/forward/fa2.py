@@ -26,7 +26,7 @@ from numba import cuda, float32, int64
 
 from iosim.tiling import sram_footprint_bytes
 
-from ._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
+from .._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
                       dummy_mask, kernel_name, sees_key, specialisation)
 
 
@@ -176,7 +176,7 @@ def shared_bytes(B_r, B_c, d, dt) -> int:
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
         count, threads):
     """Launch fa2 on 3-D device views (instances, N, d); writes o3 and L2."""
-    from ._launch import launch
+    from .._launch import launch
     d = q3.shape[2]
     kern = fa2_forward_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads)
     T_r = -(-N // B_r)

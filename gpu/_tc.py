@@ -1,0 +1,103 @@
+"""What every tensor-core kernel shares: its CUDA C++ source, its declaration to Numba, the
+data pointers it hands to C++, and the linked PTX for inspection.
+
+Numba has no API for the tensor cores (numba-cuda 0.30.4), so a tensor-core kernel is a
+Numba kernel that calls CUDA C++ device functions (inline PTX `mma.sync`, `ldmatrix`,
+`cp.async`). The shared warp-level templates are in `gpu/mma.cuh`; each kernel's own .cu
+file (beside its Python module) instantiates the extern "C" entry points it needs, and
+`source(...)` glues the two with the instantiation line. `declare(...)` declares those entry
+points with `cuda.declare_device(..., link=...)`; link-time optimisation inlines them, so
+fragment arrays passed by pointer stay in registers.
+
+The CUDA simulator cannot run linked device functions: under NUMBA_ENABLE_CUDASIM=1 these
+kernels are not run (`ptr`, `ptr32` are None); `linked_ptx` builds their PTX without a GPU.
+"""
+from __future__ import annotations
+
+import os
+
+from numba import cuda
+
+from ._launch import SIM
+
+#: The shared templates (gpu/mma.cuh).
+MMA_PATH = os.path.join(os.path.dirname(__file__), "mma.cuh")
+
+
+def source(cu_path: str, instantiate: str) -> str:
+    """gpu/mma.cuh, then the kernel's .cu (`cu_path`), then the line `instantiate` (e.g.
+    "FA2TC_INSTANTIATE(64, 64, 1)")."""
+    with open(MMA_PATH) as f:
+        common = f.read()
+    with open(cu_path) as f:
+        own = f.read()
+    return f"{common}\n{own}\n{instantiate}\n"
+
+
+def declare(src: str, src_name: str, prefix: str, suffix: str, sigs: dict) -> dict:
+    """Declare the C ABI functions `prefix + name + suffix` (name, signature in `sigs`),
+    all linked from the C++ source `src` (compiled by NVRTC when a kernel using one is
+    first built). Returns {name: device function}."""
+    from numba.cuda.cudadrv.linkable_code import CUSource
+    cus = CUSource(src, name=src_name)
+    return {name: cuda.declare_device(f"{prefix}{name}{suffix}", sig, link=cus, abi="c")
+            for name, sig in sigs.items()}
+
+
+def _data_ptr_intrinsics():
+    """`ptr(arr)`: the data pointer of a Numba array (shared, local or global) as a
+    CPointer of its dtype, to hand to the C++ functions (what cffi's ffi.from_buffer does,
+    without needing cffi); `ptr32(arr)`: the same pointer as uint32* (fp16 pairs)."""
+    from llvmlite import ir
+    from numba.cuda import types as nb
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def ptr(typingctx, arr):
+        sig = nb.CPointer(arr.dtype)(arr)
+
+        def codegen(context, builder, signature, args):
+            return context.make_array(signature.args[0])(context, builder, args[0]).data
+        return sig, codegen
+
+    @intrinsic
+    def ptr32(typingctx, arr):
+        sig = nb.CPointer(nb.uint32)(arr)
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            return builder.bitcast(data, ir.PointerType(ir.IntType(32)))
+        return sig, codegen
+    return ptr, ptr32
+
+
+ptr, ptr32 = (None, None) if SIM else _data_ptr_intrinsics()
+
+
+def check_aligned(kernel: str, name: str, arr) -> None:
+    """cp.async copies 16 bytes at a time: the array's data must be 16-byte aligned."""
+    addr = arr.__cuda_array_interface__["data"][0]
+    if addr % 16:
+        raise ValueError(f"{name}: the tensor-core kernel {kernel} needs 16-byte aligned data "
+                         f"(address {addr:#x}); pass a fresh contiguous array")
+
+
+def linked_ptx(kern, signature, cc=(9, 0)) -> str:
+    """The PTX of the dispatcher `kern` compiled for `signature` after link-time
+    optimisation with its C++ functions, built without a GPU (Numba's NVVM, NVRTC and
+    nvJitLink only): what runs, for inspection. A correct build has the tile functions
+    inlined (no `call`), its fragments in registers (no `.local`), mma.sync and ldmatrix;
+    `ptxas -v` on it reports registers and spills. Uses numba-cuda's internal compile entry
+    point (numba-cuda 0.30.4); the PTX .version is nvJitLink's."""
+    if SIM:
+        raise RuntimeError("linked_ptx needs NUMBA_ENABLE_CUDASIM unset (no GPU is needed)")
+    from numba.cuda.compiler import _compile_pyfunc_with_fixup
+    lib, _ = _compile_pyfunc_with_fixup(
+        kern.py_func, signature, device=False, cc=cc, lto=False, abi="numba", debug=False,
+        lineinfo=False, fastmath=False, opt=True, abi_info=None, forceinline=False,
+        launch_bounds=None)
+    lib._lto = True     # link the NVVM and NVRTC outputs as LTO-IR, as a launch does
+    return lib.get_lto_ptx(cc=cc).rstrip("\x00")
+
+
+__all__ = ["MMA_PATH", "source", "declare", "ptr", "ptr32", "check_aligned", "linked_ptx"]

@@ -1,0 +1,16 @@
+"""Backward kernels: dQ, dK, dV of exact attention, one module per algorithm family.
+
+    flash.py     fa1 (Algorithm 4 as written) and fa2 (FlashAttention-2's backward) on the
+                 CUDA cores, any dtype: the pre-pass (D = rowsum(dO o O), dQacc = 0), the
+                 main kernel, the dQ conversion and the grouped-heads sum; the entry point
+                 `attention_backward` (which picks the kernel for each algorithm).
+    standard.py  Algorithm 3 (standard attention's backward), one kernel per line.
+
+Each has an instrumented build whose own element counts equal iosim.backward's ledger.
+"""
+from .flash import (BACKWARD_ALGORITHMS, BT, BW_TENSORS, attention_backward,
+                    backward_shared_bytes, bwd_shared_bytes, default_backward_tiling)
+from . import standard
+
+__all__ = ["attention_backward", "default_backward_tiling", "bwd_shared_bytes",
+           "backward_shared_bytes", "BACKWARD_ALGORITHMS", "BT", "BW_TENSORS", "standard"]
