@@ -32,7 +32,10 @@
 //     tc_pv_t<D, BC, MT>       c += P B, P = fp32 C fragments (16 MT x BC) rounded to fp16,
 //                              B = BC rows x D in shared (ldmatrix.trans)
 //     tc_store_o_t<D, MT>      C fragments (16 MT x D) -> fp16 rows in shared
+//     tc_qk_smem_t<D, BC, MT>  as tc_qk_t with A read from shared at each k step
+//     tc_dq_t<D, BC, MQ, DN>   c = A B, A stored transposed in shared (the backward's dS K_j)
 //     tc_cp16_t, tc_st16_t     16-byte global <-> shared copies (cp.async; vector store)
+//     tc_red2_t                two float32 atomic adds in one vector reduction (sm_90)
 
 typedef unsigned int u32;
 
@@ -213,3 +216,85 @@ __device__ __forceinline__ void tc_store_o_t(u32* sm, int off, int stride, const
 // links exactly one instantiation. Not `inline`: an inline function that this file does
 // not call would not be emitted at all; link-time optimisation inlines them into the
 // kernel. They return 0 (Numba's C-ABI call wants a value).
+
+// c = A B^T with A read from shared memory at each k step (not held in registers): A = the
+// warp's 16 MT rows x D at word `aoff` (stride `astride` halves), B = BC rows x D at word
+// `boff` (stride `bstride`). Same result and layout as tc_qk_t; for kernels whose resident
+// operand would not fit in registers (the backward's K_j, V_j at d = 128).
+template <int D, int BC, int MT>
+__device__ __forceinline__ void tc_qk_smem_t(float* s, const u32* sm, int aoff, int astride,
+                                             int boff, int bstride) {
+    const u32 lane = tc_lane();
+    const u32 abase = tc_smem(sm + aoff) + 2u * ((lane & 15u) * astride + 8u * (lane >> 4));
+    const u32 bbase = tc_smem(sm + boff) +
+                      2u * (((lane & 7u) + 8u * (lane >> 4)) * bstride + 8u * ((lane >> 3) & 1u));
+#pragma unroll
+    for (int i = 0; i < MT * BC / 2; ++i) s[i] = 0.0f;
+#pragma unroll
+    for (int kt = 0; kt < D / 16; ++kt) {
+        u32 a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            tc_ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3],
+                       abase + 2u * (16u * mt * astride + 16u * kt));
+#pragma unroll
+        for (int np = 0; np < BC / 16; ++np) {
+            u32 b0, b1, b2, b3;
+            tc_ldsm_x4(b0, b1, b2, b3, bbase + 2u * (16u * np * bstride + 16u * kt));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                float* c = s + mt * (BC / 2) + 8 * np;
+                tc_mma(c, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+                tc_mma(c + 4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
+            }
+        }
+    }
+}
+
+// c = A B for columns n0 .. n0 + DN - 1 of B, where A (16 MQ rows x BC) is stored TRANSPOSED
+// in shared memory (A^T: BC rows x >= 16 MQ columns, row stride `astride` halves; the warp's
+// first column at word `aoff`) and B is BC rows x D (stride `bstride`, first row at word
+// `boff`): c[mq * DN/2 + nt * 4 + e] (overwritten). The backward's dQ_i = dS K_j: dS^T is what
+// the warps that own the key rows wrote; ldmatrix.trans reads it back as the A fragments of
+// dS. A's matrix i at k step kt: stored rows (keys) 16 kt + (lane & 7) + 8 ((lane >> 4) & 1),
+// columns (queries) 16 mq + 8 ((lane >> 3) & 1), so a0..a3 = (rows g, keys 2q..), (g + 8,
+// 2q..), (g, 8 + 2q..), (g + 8, 8 + 2q..) as the A layout wants. B as in tc_pv_t.
+template <int D, int BC, int MQ, int DN>
+__device__ __forceinline__ void tc_dq_t(float* c, const u32* sm, int aoff, int astride,
+                                        int boff, int bstride, int n0) {
+    const u32 lane = tc_lane();
+    const u32 abase = tc_smem(sm + aoff) +
+                      2u * (((lane & 7u) + 8u * ((lane >> 4) & 1u)) * astride +
+                            8u * ((lane >> 3) & 1u));
+    const u32 bbase = tc_smem(sm + boff) + 2u * ((lane & 15u) * bstride + 8u * (lane >> 4) + n0);
+#pragma unroll
+    for (int i = 0; i < MQ * DN / 2; ++i) c[i] = 0.0f;
+#pragma unroll
+    for (int kt = 0; kt < BC / 16; ++kt) {
+        u32 a[MQ][4];
+#pragma unroll
+        for (int mq = 0; mq < MQ; ++mq)
+            tc_ldsm_x4_t(a[mq][0], a[mq][1], a[mq][2], a[mq][3],
+                         abase + 2u * (16u * kt * astride + 16u * mq));
+#pragma unroll
+        for (int np = 0; np < DN / 16; ++np) {
+            u32 b0, b1, b2, b3;
+            tc_ldsm_x4_t(b0, b1, b2, b3, bbase + 2u * (16u * kt * bstride + 16u * np));
+#pragma unroll
+            for (int mq = 0; mq < MQ; ++mq) {
+                float* cc = c + mq * (DN / 2) + 8 * np;
+                tc_mma(cc, a[mq][0], a[mq][1], a[mq][2], a[mq][3], b0, b1);
+                tc_mma(cc + 4, a[mq][0], a[mq][1], a[mq][2], a[mq][3], b2, b3);
+            }
+        }
+    }
+}
+
+// g[off] += a, g[off + 1] += b as one vector reduction in global memory (red.global.add.v2.f32,
+// sm_90): half the atomic instructions of two scalar adds. `g + off` must be 8-byte aligned.
+// (The L2 still performs one read-modify-write per float: the ledger counts two of each.)
+__device__ __forceinline__ void tc_red2_t(float* g, long long off, float a, float b) {
+    unsigned long long p;
+    asm("cvta.to.global.u64 %0, %1;" : "=l"(p) : "l"(g + off));
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" :: "l"(p), "f"(a), "f"(b) : "memory");
+}

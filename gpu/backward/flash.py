@@ -53,8 +53,9 @@ from iosim.tiling import Tiling
 
 from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE,
                       ZERO, T, add_count, check_fits, default_threads, filled, kernel_name,
-                      dummy_mask, launch, specialisation)
-from ..api import HEAD_DIMS, _check, _return_like, _to_device
+                      dummy_mask, launch, new_counters, specialisation)
+from ..api import HEAD_DIMS, _check, _return_like, _to_device, _torch_like
+from . import fa2_tc
 from . import standard as backward_standard
 
 #: Counter rows of the backward: the forward's tensors plus the fa2 accumulator.
@@ -63,6 +64,8 @@ BT = {name: i for i, name in enumerate(BW_TENSORS)}
 DEFAULT_TILES = (64, 32, 16)
 #: Algorithms with GPU backward kernels (all of iosim's backward schedules).
 BACKWARD_ALGORITHMS = ("standard", "fa1", "fa2")
+#: Main kernels of the fa2 backward (`attention_backward(kernel=...)`).
+BACKWARD_KERNELS = ("auto", "plain", "tc")
 
 
 def bwd_shared_bytes(B_r: int, B_c: int, d: int, dt: str) -> int:
@@ -91,7 +94,24 @@ def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2") -> Tiling:
 
 
 def _new_counters(count):
-    return cuda.to_device(np.zeros((len(BW_TENSORS), 2) if count else (1, 1), dtype=np.int64))
+    if not count:           # the uncounted kernels never touch it: one cached dummy
+        return new_counters(False)
+    return cuda.to_device(np.zeros((len(BW_TENSORS), 2), dtype=np.int64))
+
+
+def _new(shape, npdt, kind, like, poison):
+    """(torch tensor or None, Numba device view) of a new array: NaN-filled when `poison`
+    (validation: unwritten elements show), else uninitialised. torch callers on the
+    default stream get torch's caching allocator (no cuMemAlloc / deferred cuMemFree per
+    call, which synchronise the device); others a Numba device array."""
+    torch = _torch_like(like) if kind == "cai" else None
+    if torch is not None and torch.cuda.current_stream(like.device) == \
+            torch.cuda.default_stream(like.device):
+        tdt = torch.float16 if np.dtype(npdt) == np.float16 else torch.float32
+        t = (torch.full(shape, float("nan"), device=like.device, dtype=tdt) if poison else
+             torch.empty(shape, device=like.device, dtype=tdt))
+        return t, cuda.as_cuda_array(t, sync=False)
+    return None, (filled(shape, npdt, np.nan) if poison else cuda.device_array(shape, npdt))
 
 
 def _counters_to_ledger(counters, algorithm, problem, tiling) -> BackwardLedger:
@@ -423,7 +443,7 @@ def _check_P(x, shape, dt):
 
 def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, scale=None,
                        block_rows=None, block_cols=None, block_mask=None, count_traffic=False,
-                       threads=None):
+                       threads=None, kernel="auto", tc_options=None, poison=True):
     """Gradients (dq, dk, dv) of O = softmax(scale Q K^T [+ mask]) V given dO, on the GPU.
 
     q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N, d); one dtype (float32 or
@@ -438,6 +458,15 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     the active tiles are read; Algorithm 3 needs no O: `o` is checked but not read).
     causal, scale, block_mask: as in the forward (must match it). Tiling: block_rows=B_r,
     block_cols=B_c, or neither (`default_backward_tiling(d, dtype, algorithm)`).
+    kernel: the fa2 main kernel: 'tc' (fp16 on the tensor cores, `gpu.backward.fa2_tc`;
+    a GPU), 'plain' (this module's, any dtype), or 'auto' (default): 'tc' where it runs the
+    configuration (fp16, fa2, a GPU; its own default tiling `fa2_tc.default_tiling(d)` when
+    no tiling is given), else 'plain'. The schedule, hence the ledger, is the same.
+    poison: fill the gradients and intermediate buffers with NaN before the kernels run
+    (default), so that an element a kernel failed to write shows; poison=False skips those
+    fills (the autograd path: every element is written whenever the counts are exact).
+    tc_options: tuning keywords of `fa2_tc.run` (MT: key m-tiles per warp; kreg: hold
+    K_j, V_j's fragments in registers), for tiling studies.
     Returns (dq, dk, dv) (dk, dv with kv_heads heads), or ((dq, dk, dv), ledger) with
     count_traffic=True: the kernels' own counts as an iosim BackwardLedger (problem totals,
     equal to iosim.backward_closed_form).
@@ -472,6 +501,29 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32 "
                          f"(|scale| <= {float(np.finfo(np.float32).max):.8g}), the kernels' "
                          f"compute dtype")
+    if kernel not in BACKWARD_KERNELS:
+        raise ValueError(f"kernel={kernel!r} is not known; allowed: "
+                         f"{', '.join(BACKWARD_KERNELS)}")
+    use_tc = False
+    if kernel in ("auto", "tc") and algorithm == "fa2":
+        tc_options = dict(tc_options or {})
+        if block_rows is None and block_cols is None:
+            dflt = fa2_tc.default_tiling(d, bool(causal))
+            tr, tcol = dflt.pop("B_r"), dflt.pop("B_c")
+            tc_options = {**dflt, **tc_options}
+        else:
+            tr, tcol = block_rows, block_cols
+        use_tc = (isinstance(tr, (int, np.integer)) and isinstance(tcol, (int, np.integer))
+                  and fa2_tc.supports(tr, tcol, d, dname, MT=int(tc_options.get("MT", 1))))
+        if use_tc and block_rows is None and block_cols is None:
+            block_rows, block_cols = tr, tcol
+    if kernel == "tc" and not use_tc:
+        why = ("it runs algorithm='fa2' only" if algorithm != "fa2" else
+               "no GPU (the CUDA simulator cannot run it)" if SIM else
+               fa2_tc.plan_error(block_rows or 64, block_cols or 64, d, dname)
+               or "its shared memory does not fit this device")
+        raise ValueError(f"kernel='tc' cannot run algorithm={algorithm!r}, dtype {dname}, "
+                         f"d={d}, block_rows={block_rows}, block_cols={block_cols}: {why}")
     if block_rows is None and block_cols is None:
         tiling = default_backward_tiling(d, dname, algorithm)
     else:
@@ -488,7 +540,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                             causal=causal, block_mask=block_mask)
     active = iosim.active_tiles(problem, tiling)   # validates block_mask's shape
     shm = backward_shared_bytes(algorithm, B_r, B_c, d, dname)
-    check_fits(shm, f"the {algorithm} backward with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
+    if not use_tc:
+        check_fits(shm, f"the {algorithm} backward with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
     if algorithm == "standard":
         check_fits(backward_standard.ds_shared_bytes(N, dname),
                    f"the standard backward's dS row of N={N} (P and dP, {dname})")
@@ -513,19 +566,26 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     npdt = NP_DTYPE[dname]
     counters = _new_counters(count_traffic)
     count = bool(count_traffic)
-    dq3 = filled((I, N, d), npdt, np.nan)          # poison: unwritten elements show as NaN
-    dk_h = filled((I, N, d), npdt, np.nan)         # per query head
-    dv_h = filled((I, N, d), npdt, np.nan)
+    like = q
+    tq, dq3 = _new((I, N, d), npdt, kind, like, poison)   # poison: unwritten elements show
+    tk, dk_h = _new((I, N, d), npdt, kind, like, poison)  # per query head
+    tv, dv_h = _new((I, N, d), npdt, kind, like, poison)
     T_r, T_c = -(-N // B_r), -(-N // B_c)
     if algorithm == "fa2":
-        D2 = filled((I, N), np.float32, np.nan)
-        acc = filled((I, N, d), np.float32, np.nan)
+        tD, D2 = _new((I, N), np.float32, kind, like, poison)
+        tA, acc = _new((I, N, d), np.float32, kind, like, poison)
         pre = fa2_pre_kernel(B_r, d, dname, count, threads)
         pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
-        kern = bwd_main_kernel("fa2", B_r, B_c, d, dname, bool(causal), has_mask, count, threads)
-        launch(kern, (T_c, I), threads, shm, q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2, D2,
-               acc, dk_h, dv_h, np.float32(scale), np.int64(N), np.int64(H), np.int64(G),
-               mask_dev, counters)
+        if use_tc:
+            fa2_tc.run(q3, k3, v3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h, scale, N, H,
+                       G, mask_dev if has_mask else None, counters, B_r=B_r, B_c=B_c,
+                       causal=bool(causal), count=count, **(tc_options or {}))
+        else:
+            kern = bwd_main_kernel("fa2", B_r, B_c, d, dname, bool(causal), has_mask, count,
+                                   threads)
+            launch(kern, (T_c, I), threads, shm, q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2,
+                   D2, acc, dk_h, dv_h, np.float32(scale), np.int64(N), np.int64(H),
+                   np.int64(G), mask_dev, counters)
         _flat_launch(convert_kernel(dname, count), I * N * d, acc.reshape(I * N * d),
                      dq3.reshape(I * N * d), counters)
     elif algorithm == "fa1":
@@ -544,14 +604,17 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if G == 1:
         dk3, dv3 = dk_h, dv_h
     else:
-        dk3 = filled((Ik, N, d), npdt, np.nan)
-        dv3 = filled((Ik, N, d), npdt, np.nan)
+        tk, dk3 = _new((Ik, N, d), npdt, kind, like, poison)
+        tv, dv3 = _new((Ik, N, d), npdt, kind, like, poison)
         _flat_launch(group_sum_kernel(dname, count), Ik * N * d, dk_h.reshape(I, N * d),
                      dv_h.reshape(I, N * d), dk3.reshape(Ik, N * d), dv3.reshape(Ik, N * d),
                      np.int64(G), counters)
-    grads = (_return_like(dq3.reshape(B, H, N, d), kind, q),
-             _return_like(dk3.reshape(B, Hk, N, d), kind, q),
-             _return_like(dv3.reshape(B, Hk, N, d), kind, q))
+    if tq is not None:      # torch callers: the torch tensors themselves
+        grads = (tq.view(B, H, N, d), tk.view(B, Hk, N, d), tv.view(B, Hk, N, d))
+    else:
+        grads = (_return_like(dq3.reshape(B, H, N, d), kind, q),
+                 _return_like(dk3.reshape(B, Hk, N, d), kind, q),
+                 _return_like(dv3.reshape(B, Hk, N, d), kind, q))
     if count_traffic:
         return grads, _counters_to_ledger(counters, algorithm, problem, tiling)
     return grads

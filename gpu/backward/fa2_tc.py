@@ -1,0 +1,502 @@
+"""FlashAttention-2 backward for fp16 on the tensor cores: the main kernel.
+
+Same schedule, hence the same HBM traffic and the same iosim ledger, as the plain fa2
+backward (`gpu.backward.flash`, `iosim.backward.fa2_backward`): one thread block per (key
+block j, instance); read K_j, V_j once; for each active query block i (causal: i from the
+block holding row j B_c on; block_mask[i, j] False: skip) read Q_i, dO_i, L_i, D_i; then
+
+    S = Q_i K_j^T,  P = exp(scale S - L_i)            (FA2 backward, Algorithm 2 l. 11-13)
+    dV_j += P^T dO_i                                   (l. 14)
+    dP = dO_i V_j^T,  dS = P o (dP - D_i)              (l. 15-16)
+    dQ_i += scale dS K_j   (float32 atomic adds into dQacc: one read + one write counted)
+    dK_j += scale dS^T Q_i                             (l. 18)
+
+and write dK_j, dV_j once. The pre-pass (D = rowsum(dO o O), dQacc = 0), the dQ
+conversion and the grouped-heads sum are `gpu.backward.flash`'s kernels, unchanged.
+
+What runs where: as in the forward (`gpu.forward.fa2_tc`), the tile products are CUDA C++
+(`gpu/mma.cuh`, instantiated by `fa2_tc.cu`: `mma.sync.m16n8k16`, `ldmatrix`, `cp.async`)
+linked into this Numba kernel; the schedule, the loads and stores and their counting, the
+masks and P, dS are Python here.
+
+Versions (H100; results data set, kind `bench`, pass `bwd`):
+  v1  (this file) keys are the fragments' rows: warp w owns key rows 16 MT w .. of K_j, V_j,
+      so S^T = K_w Q_i^T and dP^T = V_w dO_i^T come out as accumulator fragments whose
+      pairs are exactly the A fragments of dV_w += P^T dO_i and dK_w += dS^T Q_i: P^T and
+      dS^T never leave registers for those two. dQ_i = dS K_j needs all of dS's key
+      columns per query row, so each warp writes its dS^T rows to shared memory (fp16) and
+      after a barrier the warps read it back transposed (ldmatrix.trans), 16 query rows
+      x DN columns of dQ_i at a time, added to dQacc with float32 vector atomics. K_j, V_j's
+      A fragments stay in registers at d <= 64 and are re-read from shared memory at each
+      product above (no room: 255 registers); Q_i, dO_i (and L_i, D_i) double-buffered,
+      filled by cp.async while the previous tile computes; a warp whose keys all lie
+      after the tile's last query row (causal) or past N skips its products (exact: its
+      P is all zero) and writes zeros for its dS^T rows.
+
+Paper names (FlashAttention-2 backward):
+    B_c = 16 * MT * warps  key rows per block (block_cols); warp w owns keys 16 MT w ..
+    B_r                    query rows per tile (block_rows), a multiple of 16; dQ_i is
+                           computed in pieces of 16 rows x DN columns (`dq_cols`) dealt to
+                           the warps in turn
+    S^T, P^T, dP^T, dS^T   16 MT x B_r per warp, fp32 accumulator fragments (registers)
+    dK_j, dV_j             16 MT x d per warp, fp32 accumulators (registers) for the block
+    L_i, D_i               float32 in shared; L is stored base 2 (L log2 e; +inf for a row
+                           that saw no key, or past N, so that P = 0 there)
+
+Shared memory (one dynamic buffer, 16-byte aligned; 4-byte words; rows padded to d + 8
+halves, dS^T rows to B_r + 8, so that no ldmatrix is bank-conflicted):
+    Ks, Vs       B_c x (d + 8) halves each       (then dK_j, dV_j for the 16-byte stores)
+    Qs, dOs      2 buffers x B_r x (d + 8) halves each
+    Ls, Ds       2 buffers x B_r float32 each
+    dSs          B_c x (B_r + 8) halves          (dS^T of the current tile)
+fp16 only; d a multiple of 16 (16..128). The CUDA simulator cannot run linked device
+functions: without a GPU this kernel is built (`linked_ptx`) but not run; tests marked `gpu`
+and `flashsim check --suite backward` run it on a GPU.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import numpy as np
+from numba import cuda, float32, int64, uint32
+
+from .. import _tc
+from .._launch import (NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask, kernel_name,
+                       specialisation)
+
+#: CUDA C++ source of the entry points (instantiated per shape by `externs`).
+CU_PATH = os.path.join(os.path.dirname(__file__), "fa2_tc.cu")
+#: Warps per block we generate (B_c = 16 * MT * warps).
+WARPS = (2, 4, 8)
+#: m-tiles of 16 key rows per warp.
+M_TILES = (1, 2)
+LOG2E = math.log2(math.e)
+INF = np.float32(np.inf)
+
+
+def warps_of(B_c: int, MT: int) -> int:
+    """Warps per block: one per 16 MT key rows of K_j."""
+    return B_c // (16 * MT)
+
+
+def layout(B_r: int, B_c: int, d: int) -> dict:
+    """Offsets (4-byte words) of Ks, Vs, Qs (buffer b at QO + b QB), dOs (DOO + b QB),
+    Ls (LO + b B_r), Ds (DSTO + b B_r), dSs; row strides in halves (SH, DSH) and words
+    (SW, DSW); total bytes."""
+    SH = d + 8
+    SW = SH // 2
+    DSH = B_r + 8
+    DSW = DSH // 2
+    KO = 0
+    VO = B_c * SW
+    QO = 2 * B_c * SW
+    QB = B_r * SW
+    DOO = QO + 2 * QB
+    LO = DOO + 2 * QB
+    DSTO = LO + 2 * B_r
+    DSO = DSTO + 2 * B_r
+    words = DSO + B_c * DSW
+    return dict(SH=SH, SW=SW, DSH=DSH, DSW=DSW, KO=KO, VO=VO, QO=QO, QB=QB, DOO=DOO,
+                LO=LO, DSTO=DSTO, DSO=DSO, words=words, bytes=4 * words)
+
+
+def plan_error(B_r: int, B_c: int, d: int, dt: str, MT: int = 1) -> str | None:
+    """Why this kernel cannot run the configuration, or None if it can (shared memory
+    aside: see `supports`)."""
+    if dt != "fp16":
+        return f"dtype {dt}: the tensor-core backward takes fp16 only"
+    if d % 16 or not 16 <= d <= 128:
+        return f"d={d}: must be a multiple of 16 in 16..128"
+    if MT not in M_TILES:
+        return f"MT={MT}: key m-tiles per warp must be one of {M_TILES}"
+    if B_c % (16 * MT) or warps_of(B_c, MT) not in WARPS:
+        return f"B_c={B_c}: must be 16 x MT x warps (MT={MT}), warps in {WARPS}"
+    if B_r % 16 or not 16 <= B_r <= 128:
+        return f"B_r={B_r}: must be a multiple of 16 in 16..128"
+    return None
+
+
+def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", smem_limit=None, MT: int = 1,
+             kreg=None) -> bool:
+    """True if this kernel runs (B_r, B_c, d, dt) on the current device (a real GPU)."""
+    if SIM or plan_error(B_r, B_c, d, dt, MT) is not None:
+        return False
+    if smem_limit is None:
+        from .._launch import device_smem_limit
+        smem_limit = device_smem_limit()
+    return layout(B_r, B_c, d)["bytes"] <= smem_limit
+
+
+def default_tiling(d: int, causal: bool = False) -> dict:
+    """The tiling and options this kernel runs by default: dict(B_r, B_c, MT, kreg),
+    the fastest spill-free choice in the H100 timings of the main kernel alone (batch x
+    heads = 16, N = 4096; results data set, kind `bench`, what `bwd_main`). d <= 64:
+    64 x 128, 8 warps of 16 key rows (64 x 128 with MT = 2, 4 warps of 32, was ~10%
+    faster but spills 700 bytes a thread); d = 128: 32 x 64 (4 warps; few query rows
+    per tile keep S^T and dP^T in registers beside dK_j, dV_j), causal 32 x 128 (at
+    32 x 64 the masking code spilled 12 bytes)."""
+    if d <= 64:
+        return dict(B_r=64, B_c=128, MT=1, kreg=False)
+    return dict(B_r=32, B_c=128 if causal else 64, MT=1, kreg=False)
+
+
+def holds_kv(d: int, kreg=None) -> bool:
+    """K_w, V_w's A fragments held in registers (default for d <= 64) or re-read from
+    shared memory at each product (d > 64); `kreg` True / False overrides."""
+    return d <= 64 if kreg is None else bool(kreg)
+
+
+# ---------------------------------------------------------------------------------------
+# The linked C++ functions
+# ---------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def externs(d: int, B_c: int, B_r: int, MT: int, MQ: int = 1) -> dict:
+    """The C++ entry points (fa2_tc.cu) for one shape, declared to Numba (C ABI, return 0;
+    generic pointers, offsets in 4-byte words, strides in halves)."""
+    from numba.cuda import types as nb
+    pu, pf, i32, i64 = nb.CPointer(nb.uint32), nb.CPointer(nb.float32), nb.int32, nb.int64
+    sigs = dict(load_a=i32(pu, pu, i32, i32), qk=i32(pf, pu, pu, i32, i32),
+                qk_smem=i32(pf, pu, i32, i32, i32, i32), pv=i32(pf, pf, pu, i32, i32),
+                store_s=i32(pu, i32, i32, pf), store_o=i32(pu, i32, i32, pf),
+                dq=i32(pf, pu, i32, i32, i32, i32, i32),
+                cp16=i32(pu, i32, pu, i64, i32), st16=i32(pu, i64, pu, i32),
+                red2=i32(pf, i64, nb.float32, nb.float32),
+                cp_commit=i32(), cp_wait1=i32(), cp_wait0=i32())
+    suffix = f"_d{d}_bc{B_c}_br{B_r}_mt{MT}_mq{MQ}"
+    src = _tc.source(CU_PATH, f"BWDTC_INSTANTIATE({d}, {B_c}, {B_r}, {MT}, {MQ}, {dq_cols(d)})")
+    return _tc.declare(src, f"bwd_tc{suffix}.cu", "bwdtc_", suffix, sigs)
+
+
+def dq_cols(d: int) -> int:
+    """Head columns of dQ_i computed per work item (DN): d up to 64 at once; at d = 128 in
+    32-wide pieces, so the dQ accumulators (16 x DN per warp) fit in registers beside
+    dK_j's and dV_j's (64-wide ones spilled at 32 x 64, causal)."""
+    return d if d <= 64 else 32
+
+
+# ---------------------------------------------------------------------------------------
+# The kernel
+# ---------------------------------------------------------------------------------------
+@specialisation
+def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None):
+    """Kernel(q, k, v, do, L, Dst, dqacc, dk, dv, scale, scale2, N, H, G, mask, counters).
+
+    q, do: (instances, N, d) fp16; k, v: (kv instances, N, d) fp16; L, Dst: (instances, N)
+    float32 (the forward's L, the pre-pass's D); dqacc: (instances, N, d) float32, zeroed;
+    dk, dv: (instances, N, d) fp16 per query head; scale; scale2 = scale log2 e; N, H, G as
+    the plain backward; mask uint8 (T_r, T_c); counters int64 (gpu.backward.BT rows). Grid
+    (T_c, instances), 32 warps_of(B_c, MT) threads, `layout(...)["bytes"]` shared bytes.
+    The global fp16 arrays must be 16-byte aligned (`run` checks).
+    """
+    err = plan_error(B_r, B_c, d, "fp16", MT)
+    if err:
+        raise ValueError(err)
+    from .flash import BT
+    NW = warps_of(B_c, MT)
+    RK = 16 * MT                      # key rows per warp
+    MQ = 1
+    DN = dq_cols(d)
+    NDN = d // DN
+    # dQ_i's work items: (16 query rows, DN head columns) pieces, dealt to the warps in turn
+    ITEMS = (B_r // 16) * NDN
+    KREG = holds_kv(d, kreg)
+    X = externs(d, B_c, B_r, MT, MQ)
+    load_a, qk, qk_smem, pv = X["load_a"], X["qk"], X["qk_smem"], X["pv"]
+    store_s, store_o, dq = X["store_s"], X["store_o"], X["dq"]
+    cp16, st16, red2 = X["cp16"], X["st16"], X["red2"]
+    cp_commit, cp_wait1, cp_wait0 = X["cp_commit"], X["cp_wait1"], X["cp_wait0"]
+    ptr, ptr32 = _tc.ptr, _tc.ptr32
+    THREADS = 32 * NW
+    lay = layout(B_r, B_c, d)
+    SH, SW, DSH, DSW = lay["SH"], lay["SW"], lay["DSH"], lay["DSW"]
+    KO, VO, QO, QB, DOO = lay["KO"], lay["VO"], lay["QO"], lay["QB"], lay["DOO"]
+    LO, DSTO, DSO = lay["LO"], lay["DSTO"], lay["DSO"]
+    DW = d // 2                       # words per row in global memory
+    CPR = d // 8                      # 16-byte chunks per row
+    QC, KC = B_r * CPR, B_c * CPR
+    LQ, LK = -(-QC // THREADS), -(-KC // THREADS)
+    QDIV, KDIV = QC % THREADS == 0, KC % THREADS == 0
+    LR = -(-B_r // THREADS)           # statistics rows per thread
+    NTB = B_r // 8                    # column tiles (8 queries) of S^T
+    NSB = B_r // 2                    # S^T fragment floats per m-tile
+    NOF = d // 2                      # dK / dV fragment floats per m-tile
+    NAF = d // 4                      # A fragment registers of K_w / V_w per m-tile
+    LSB, LOF, LAF, LQA = MT * NSB, MT * NOF, MT * NAF, DN // 2
+    IQ, IK, IV, IdO = BT["Q"], BT["K"], BT["V"], BT["dO"]
+    IL, ID, IA, IdK, IdV = BT["L"], BT["D"], BT["dQacc"], BT["dK"], BT["dV"]
+    EIGHT = int64(8)
+    L2E = np.float32(LOG2E)
+
+    @cuda.jit(device=True, inline=True)
+    def next_tile(i, T_r, mask, j):
+        """The first active query block >= i for key block j (T_r if none); causal blocks
+        before j's diagonal are never asked for (the loop starts at it)."""
+        while i < T_r:
+            if has_mask and mask[i, j] == 0:
+                i += 1
+                continue
+            return i
+        return T_r
+
+    @cuda.jit(device=True, inline=True)
+    def issue_q(smp, smf, qp, dop, L, Dst, z, i, N, t, buf):
+        """Start the copies of this thread's chunks of Q_i, dO_i into buffer `buf` (rows
+        past N: zeros, not loaded) and store its rows of L_i (base 2; +inf where P must be
+        0) and D_i; returns (elements of Q requested (= of dO), statistics rows read)."""
+        n = int64(0)
+        ns = int64(0)
+        r0 = i * B_r
+        rows = min(B_r, N - r0)
+        qbase = (int64(z) * N + r0) * DW
+        for it in range(LQ):
+            e = t + it * THREADS
+            if QDIV or e < QC:
+                r = e // CPR
+                x = (e % CPR) * 4
+                ok = r < rows
+                cp16(smp, QO + buf * QB + r * SW + x, qp, qbase + r * DW + x, ok)
+                cp16(smp, DOO + buf * QB + r * SW + x, dop, qbase + r * DW + x, ok)
+                if ok:
+                    n += EIGHT
+        for it in range(LR):
+            r = t + it * THREADS
+            if r < B_r:
+                lv = INF
+                dv_ = ZERO
+                if r < rows:
+                    lr = L[z, r0 + r]
+                    # a row that saw no key (L = -inf) has P = 0; NaN stays NaN
+                    lv = INF if lr == NEG_INF else lr * L2E
+                    dv_ = Dst[z, r0 + r]
+                    ns += 1
+                smf[LO + buf * B_r + r] = lv
+                smf[DSTO + buf * B_r + r] = dv_
+        return n, ns
+
+    # P and dS for one m-tile (16 key rows) of the warp, called with a constant mt so the
+    # fragment loops unroll and the arrays stay in registers (as the forward's softmax).
+    @cuda.jit(device=True, inline=True)
+    def p_ds_mtile(st, dp, smf, mt, cw, r0, N, edge, scale2, g, qd, lo, dso):
+        """st: S^T -> P^T = exp2(scale2 S^T - L2) (0 where masked); dp: dP^T -> dS^T =
+        P^T o (dP^T - D), for the warp's key rows cw + 16 mt + g (+ 8)."""
+        for nt in range(NTB):
+            for u in range(2):
+                col = 8 * nt + 2 * qd + u       # query row within the tile
+                lv = smf[lo + col]
+                dd = smf[dso + col]
+                for hh in range(2):
+                    e = mt * NSB + 4 * nt + 2 * hh + u
+                    p = ZERO
+                    if lv != INF:
+                        p = math.exp2(st[e] * scale2 - lv)
+                    if edge:
+                        key = cw + 16 * mt + g + 8 * hh
+                        if key >= N or (causal and key > r0 + col):
+                            p = ZERO
+                    st[e] = p
+                    dp[e] = p * (dp[e] - dd)
+
+    @cuda.jit(device=True, inline=True)
+    def add_dq(qa, dqp, z, rq, N, n0, scale, g, qd):
+        """dQacc[z, rq + row, n0 + col] += scale * dQ fragment (16 rows x DN columns;
+        rows < N), the thread's two neighbouring columns in one vector reduction; returns
+        the elements added."""
+        n = int64(0)
+        for hh in range(2):
+            r = rq + g + 8 * hh
+            if r < N:
+                base = (int64(z) * N + r) * d + n0 + 2 * qd
+                for nt in range(DN // 8):
+                    e = 4 * nt + 2 * hh
+                    red2(dqp, base + 8 * nt, qa[e] * scale, qa[e + 1] * scale)
+                    n += 2
+        return n
+
+    def kernel(q, k, v, do, L, Dst, dqacc, dk, dv, scale, scale2, N, H, G, mask, counters):
+        j = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        lane = t & 31
+        w = t >> 5
+        g = lane >> 2
+        qd = lane & 3
+        zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
+        sm = cuda.shared.array(0, uint32, alignment=16)
+        smf = cuda.shared.array(0, float32, alignment=16)
+        smp = ptr(sm)
+        qp, dop, kp, vp = ptr32(q), ptr32(do), ptr32(k), ptr32(v)
+        dqp = ptr(dqacc)
+        kf = cuda.local.array(LAF, uint32)              # A fragments of K_w (d <= 64)
+        vf = cuda.local.array(LAF, uint32)              # A fragments of V_w
+        st = cuda.local.array(LSB, float32)             # S^T_w, then P^T_w
+        dp = cuda.local.array(LSB, float32)             # dP^T_w, then dS^T_w
+        dka = cuda.local.array(LOF, float32)            # dK_w accumulators
+        dva = cuda.local.array(LOF, float32)            # dV_w accumulators
+        qa = cuda.local.array(LQA, float32)             # dQ_i part of this warp
+        nQ = int64(0)
+        nK = int64(0)
+        nS = int64(0)
+        nA = int64(0)
+        nW = int64(0)
+        c0 = j * B_c
+        cols = min(B_c, N - c0)
+        cw = c0 + RK * w                                # first key row of this warp
+        T_r = (N + B_r - 1) // B_r
+        # ---- copy group 1: K_j, V_j (zeros past N); group 2: the first Q_i, dO_i ----
+        kvbase = int64(zk) * N * DW
+        for it in range(LK):
+            e = t + it * THREADS
+            if KDIV or e < KC:
+                c = e // CPR
+                x = (e % CPR) * 4
+                ok = c < cols
+                goff = kvbase + (c0 + c) * DW + x
+                cp16(smp, KO + c * SW + x, kp, goff, ok)
+                cp16(smp, VO + c * SW + x, vp, goff, ok)
+                if ok:
+                    nK += EIGHT
+        cp_commit()
+        i = next_tile(c0 // B_r if causal else 0, T_r, mask, j)
+        buf = 0
+        if i < T_r:
+            a, b = issue_q(smp, smf, qp, dop, L, Dst, z, i, N, t, buf)
+            nQ += a
+            nS += b
+        cp_commit()
+        cp_wait1()                                      # K_j, V_j have landed (mine)
+        cuda.syncthreads()                              # ... and everyone's
+        if KREG:
+            load_a(ptr(kf), smp, KO + RK * w * SW, SH)
+            load_a(ptr(vf), smp, VO + RK * w * SW, SH)
+        for b in range(LOF):
+            dka[b] = ZERO
+            dva[b] = ZERO
+
+        while i < T_r:
+            r0 = i * B_r
+            rows = min(B_r, N - r0)
+            inext = next_tile(i + 1, T_r, mask, j)
+            if inext < T_r:                             # next tile's copies in flight
+                a, b = issue_q(smp, smf, qp, dop, L, Dst, z, inext, N, t, 1 - buf)
+                nQ += a
+                nS += b
+            cp_commit()
+            cp_wait1()                                  # tile i has landed
+            cuda.syncthreads()
+            qo = QO + buf * QB
+            doo = DOO + buf * QB
+            lo = LO + buf * B_r
+            dso = DSTO + buf * B_r
+            # keys all past N, or all after the tile's last query row (causal): P = 0
+            if cw < N and not (causal and cw > r0 + rows - 1):
+                # ---- S^T = K_w Q_i^T, dP^T = V_w dO_i^T on the tensor cores ----
+                if KREG:
+                    qk(ptr(st), ptr(kf), smp, qo, SH)
+                    qk(ptr(dp), ptr(vf), smp, doo, SH)
+                else:
+                    qk_smem(ptr(st), smp, KO + RK * w * SW, SH, qo, SH)
+                    qk_smem(ptr(dp), smp, VO + RK * w * SW, SH, doo, SH)
+                # ---- P^T = exp(scale S^T - L), dS^T = P^T o (dP^T - D) ----
+                edge = cw + RK > N or (causal and cw + RK - 1 > r0)
+                p_ds_mtile(st, dp, smf, 0, cw, r0, N, edge, scale2, g, qd, lo, dso)
+                if MT > 1:
+                    p_ds_mtile(st, dp, smf, 1, cw, r0, N, edge, scale2, g, qd, lo, dso)
+                # ---- dV_w += P^T dO_i, dK_w += dS^T Q_i (P^T, dS^T rounded to fp16) ----
+                pv(ptr(dva), ptr(st), smp, doo, SH)
+                pv(ptr(dka), ptr(dp), smp, qo, SH)
+                store_s(smp, DSO + RK * w * DSW, DSH, ptr(dp))
+            else:
+                for e in range(lane, RK * DSW, 32):
+                    sm[DSO + RK * w * DSW + e] = uint32(0)
+            cuda.syncthreads()                          # dS^T of the whole block is in
+            # ---- dQ_i += scale dS K_j, in (16 rows, DN columns) items dealt to warps ----
+            for it in range(w, ITEMS, NW):
+                rq = 16 * (it // NDN)
+                n0 = DN * (it % NDN)
+                if rq < rows:
+                    dq(ptr(qa), smp, DSO + rq // 2, DSH, KO, SH, n0)
+                    nA += add_dq(qa, dqp, z, r0 + rq, N, n0, scale, g, qd)
+            cuda.syncthreads()                          # all done with buffer buf and dS^T
+            buf = 1 - buf
+            i = inext
+        cp_wait0()
+        # ---- write dK_j = scale dK, dV_j through shared memory, 16 bytes at a time ----
+        for b in range(LOF):
+            dka[b] *= scale
+        cuda.syncwarp()
+        store_o(smp, KO + RK * w * SW, SH, ptr(dka))
+        store_o(smp, VO + RK * w * SW, SH, ptr(dva))
+        cuda.syncthreads()
+        dkp, dvp = ptr32(dk), ptr32(dv)
+        obase = (int64(z) * N + c0) * DW
+        for e in range(t, cols * CPR, THREADS):
+            c = e // CPR
+            x = (e % CPR) * 4
+            st16(dkp, obase + c * DW + x, smp, KO + c * SW + x)
+            st16(dvp, obase + c * DW + x, smp, VO + c * SW + x)
+            nW += EIGHT
+        if count:
+            add_count(counters, IQ, READ, nQ)
+            add_count(counters, IdO, READ, nQ)
+            add_count(counters, IK, READ, nK)
+            add_count(counters, IV, READ, nK)
+            add_count(counters, IL, READ, nS)
+            add_count(counters, ID, READ, nS)
+            add_count(counters, IA, READ, nA)
+            add_count(counters, IA, WRITE, nA)
+            add_count(counters, IdK, WRITE, nW)
+            add_count(counters, IdV, WRITE, nW)
+
+    name = kernel_name("fa2_bwd_tc", Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal,
+                       mask=has_mask, count=count, mt=MT if MT > 1 else False,
+                       kreg=KREG)
+    return kernel, name
+
+
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None):
+    """The compiled dispatcher for one specialisation."""
+    err = plan_error(B_r, B_c, d, "fp16", MT)
+    if err:
+        raise ValueError(f"fa2_bwd_tc: {err}")
+    return fa2_bwd_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
+                             bool(count), int(MT), holds_kv(d, kreg))
+
+
+def run(q3, k3, v3, do3, L2, D2, acc, dk3, dv3, scale, N, H, G, mask, counters, *, B_r, B_c,
+        causal, count, MT=1, kreg=None):
+    """Launch the main kernel on 3-D fp16 device views (instances, N, d): adds scale dS K
+    into acc (float32, zeroed by the pre-pass), writes dk3, dv3 (per query head)."""
+    from .._launch import launch
+    d = q3.shape[2]
+    for name, arr in (("q", q3), ("k", k3), ("v", v3), ("do", do3), ("dk", dk3), ("dv", dv3)):
+        _tc.check_aligned("fa2_bwd_tc", name, arr)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, kreg)
+    T_c = -(-N // B_c)
+    mk = mask if mask is not None else dummy_mask()
+    launch(kern, (T_c, q3.shape[0]), 32 * warps_of(B_c, MT), layout(B_r, B_c, d)["bytes"],
+           q3, k3, v3, do3, L2, D2, acc, dk3, dv3, np.float32(scale),
+           np.float32(scale * LOG2E), np.int64(N), np.int64(H), np.int64(G), mk, counters)
+
+
+def signature():
+    """Argument types of the kernel (for compiling without a GPU)."""
+    from numba.cuda import types as nb
+    W = nb.Array(nb.float16, 3, "C")
+    F2 = nb.Array(nb.float32, 2, "C")
+    return (W, W, W, W, F2, F2, nb.Array(nb.float32, 3, "C"), W, W, nb.float32, nb.float32,
+            nb.int64, nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"),
+            nb.Array(nb.int64, 2, "C"))
+
+
+def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1, kreg=None,
+               cc=(9, 0)) -> str:
+    """The PTX of one specialisation after link-time optimisation (no GPU needed; see
+    gpu._tc.linked_ptx): tests check mma.sync present, no `.local`, no calls."""
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, kreg),
+                          signature(), cc)
+
+
+__all__ = ["layout", "plan_error", "supports", "default_tiling", "externs",
+           "fa2_bwd_tc_kernel", "get_kernel", "run", "linked_ptx", "signature"]

@@ -1,0 +1,177 @@
+"""gpu.backward.fa2_tc: the fa2 backward's main kernel for fp16 on the tensor cores.
+
+Without a GPU: the argument rules, the shared-memory layout, that attention_backward
+refuses kernel='tc' where it cannot run and falls back with kernel='auto' (same ledger),
+and that the default specialisations link (NVVM + NVRTC + nvJitLink, no GPU) into code
+with mma.sync in it, the C++ inlined, nothing in local memory and no register spills.
+On a GPU (`gpu` marker): gradients against float64 within the fp16 bound of
+tests/test_gpu_backward.py (2x the error of the fp16 storage model, which on the H100 is
+above PyTorch's own fp16 SDPA error for these shapes), every gradient written (NaN
+poison), counts equal to iosim.backward_closed_form.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import iosim
+from test_gpu_backward import check, setup
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_plan_error_names_the_parameter():
+    from gpu.backward import fa2_tc
+    assert fa2_tc.plan_error(64, 128, 64, "fp16", MT=2) is None
+    assert fa2_tc.plan_error(32, 64, 128, "fp16") is None
+    assert "fp16" in fa2_tc.plan_error(64, 64, 64, "fp32")
+    assert "d=40" in fa2_tc.plan_error(64, 64, 40, "fp16")
+    assert "d=256" in fa2_tc.plan_error(64, 64, 256, "fp16")
+    assert "B_c=48" in fa2_tc.plan_error(64, 48, 64, "fp16")      # 3 warps: not generated
+    assert "B_c=16" in fa2_tc.plan_error(64, 16, 64, "fp16")      # 1 warp: not generated
+    assert "B_r=24" in fa2_tc.plan_error(24, 64, 64, "fp16")
+    assert "MT=3" in fa2_tc.plan_error(64, 96, 64, "fp16", MT=3)
+
+
+@pytest.mark.parametrize("B_r,B_c,d", [(64, 128, 64), (32, 64, 128), (16, 32, 16)])
+def test_layout_regions_are_16_byte_aligned_and_disjoint(B_r, B_c, d):
+    from gpu.backward import fa2_tc
+    lay = fa2_tc.layout(B_r, B_c, d)
+    starts = [lay[k] for k in ("KO", "VO", "QO", "DOO", "LO", "DSTO", "DSO")]
+    assert all(s % 4 == 0 for s in starts)                       # 16-byte region starts
+    assert (2 * lay["SH"]) % 16 == 0 and (2 * lay["DSH"]) % 16 == 0
+    sizes = [B_c * lay["SW"], B_c * lay["SW"], 2 * lay["QB"], 2 * lay["QB"], 2 * B_r,
+             2 * B_r, B_c * lay["DSW"]]
+    for a, b, n in zip(starts, starts[1:] + [lay["words"]], sizes):
+        assert b - a == n                                        # back to back, no overlap
+    # ldmatrix phases read 8 rows: a row stride of 16 bytes mod 128 keeps them conflict-free
+    assert (2 * lay["SH"]) % 128 in (16, 48, 80, 112)
+    assert (2 * lay["DSH"]) % 128 in (16, 48, 80, 112)
+
+
+def test_default_tiling_is_supported_by_the_rules():
+    from gpu.backward import fa2_tc
+    for d in (16, 32, 64, 128):
+        for causal in (False, True):
+            t = fa2_tc.default_tiling(d, causal)
+            assert fa2_tc.plan_error(t["B_r"], t["B_c"], d, "fp16", t["MT"]) is None
+
+
+def test_tc_refused_or_auto_falls_back():
+    """kernel='tc' where it cannot run is a ValueError saying why; kernel='auto' then runs
+    the plain kernel on the same schedule (same ledger); a bad kernel name is refused."""
+    from gpu.backward import attention_backward
+    from gpu._launch import SIM
+    p, q, k, v, O, do, L = setup("fa2", N=24, heads=1, kv_heads=1, dtype="fp16")
+    with pytest.raises(ValueError, match="kernel='tc'.*fp32|fp32.*kernel='tc'|fp16 only"):
+        attention_backward(*(x.astype(np.float32) for x in (q, k, v, O, do)), L,
+                           kernel="tc", block_rows=16, block_cols=16)
+    with pytest.raises(ValueError, match="kernel='fastest' is not known"):
+        attention_backward(q, k, v, O, do, L, kernel="fastest")
+    if SIM:
+        with pytest.raises(ValueError, match="simulator"):
+            attention_backward(q, k, v, O, do, L, kernel="tc", block_rows=16, block_cols=32)
+    grads, led = attention_backward(q, k, v, O, do, L, block_rows=16, block_cols=16,
+                                    count_traffic=True)
+    assert led.counts() == iosim.backward_closed_form("fa2", p, iosim.Tiling(16, 16)).counts()
+    assert all(np.isfinite(g).all() for g in grads)
+
+
+BUILD = r"""
+import json, sys
+from gpu.backward import fa2_tc
+out = []
+for B_r, B_c, d, causal, mask, count, MT in json.loads(sys.argv[1]):
+    p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT)
+    out.append(dict(cfg=[B_r, B_c, d, causal, mask, count, MT], mma=p.count("mma.sync"),
+                    local=p.count(".local"), f64=p.count(".f64"), red=p.count("red.global.add.v2"),
+                    call=len([l for l in p.splitlines() if l.strip().startswith("call")])))
+    open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}_{int(causal)}.ptx", "w").write(p)
+print(json.dumps(out))
+"""
+
+CONFIGS = [(64, 128, 64, False, False, False, 1),    # d = 64 default
+           (64, 128, 64, True, True, True, 1),       # causal default, mask, instrumented
+           (32, 64, 128, False, False, False, 1),    # d = 128 default
+           (32, 128, 128, True, False, False, 1)]    # d = 128 causal default
+
+
+def test_linked_build_uses_tensor_cores_and_registers_only(tmp_path):
+    from gpu.backward.fa2_tc import dq_cols as fa2_tc_dq_cols
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    r = subprocess.run([sys.executable, "-c", BUILD, json.dumps(CONFIGS), str(tmp_path)],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    if r.returncode != 0 and ("nvjitlink" in r.stderr.lower() or "nvrtc" in r.stderr.lower()
+                              or "NVVM" in r.stderr):
+        pytest.skip("cannot build linked code here: " + r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, r.stdout + r.stderr
+    for row in json.loads(r.stdout.strip().splitlines()[-1]):
+        B_r, B_c, d, causal, mask, count, MT = row["cfg"]
+        # per warp and tile: S^T, dP^T (2 (B_r/8) (d/16) MT each), dV, dK (the same), and
+        # dQ: (B_r/16)(d/DN) items of (B_c/16)(DN/8) mma (DN = fa2_tc.dq_cols(d)) dealt to warps
+        # (each item's code appears once in the loop body)
+        per_prod = (B_r // 8) * (d // 16) * MT
+        dn = fa2_tc_dq_cols(d)
+        assert row["mma"] == 4 * per_prod + (B_c // 16) * (dn // 8), row
+        assert row["local"] == 0 and row["call"] == 0 and row["f64"] == 0, row
+        assert row["red"] > 0, row
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        return
+    for path in tmp_path.glob("*.ptx"):
+        # ptxas may be older than nvJitLink's PTX ISA: the code needs 8.1 (red.v2.f32)
+        text = re.sub(r"^\.version \d+\.\d+", ".version 8.1", path.read_text(), flags=re.M)
+        path.write_text(text)
+        r = subprocess.run([ptxas, "-arch=sm_90", "-v", str(path), "-o", os.devnull],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            pytest.skip(f"ptxas cannot assemble nvJitLink's PTX here: {r.stderr[-300:]}")
+        spills = re.findall(r"(\d+) bytes spill stores", r.stderr)
+        assert spills and all(int(s) == 0 for s in spills), (path.name, r.stderr)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N,d,heads,kv_heads,causal,tiles,mask", [
+    (200, 64, 4, 2, True, None, False),          # default tiling, GQA, ragged
+    (333, 128, 2, 1, False, None, False),        # d = 128 default
+    (256, 64, 2, 2, False, (64, 64), True),      # block mask with a row that sees nothing
+    (100, 32, 2, 2, True, (32, 32), False),
+    (96, 16, 2, 2, False, (16, 32), False)])
+def test_fa2_tc_backward_counts_and_accuracy_on_gpu(N, d, heads, kv_heads, causal, tiles,
+                                                    mask):
+    from gpu.backward import attention_backward, fa2_tc
+    if tiles is None:
+        t = fa2_tc.default_tiling(d, causal)
+        tiles = (t["B_r"], t["B_c"])
+    B_r, B_c = tiles
+    block_mask = None
+    if mask:
+        rng = np.random.default_rng(3)
+        block_mask = rng.random((-(-N // B_r), -(-N // B_c))) < 0.6
+        block_mask[:, 0] = True
+        block_mask[1, :] = False
+    p, q, k, v, O, do, L = setup("fa2", N=N, d=d, heads=heads, kv_heads=kv_heads,
+                                 dtype="fp16", causal=causal, block_mask=block_mask,
+                                 B_r=B_r, B_c=B_c)
+    grads, led = attention_backward(q, k, v, O, do, L, causal=causal, block_mask=block_mask,
+                                    block_rows=B_r, block_cols=B_c, kernel="tc",
+                                    count_traffic=True)
+    if block_mask is None:
+        check("fa2", p, q, k, v, O, do, grads, led, causal, tiling=iosim.Tiling(B_r, B_c))
+    else:   # the storage model has no block masks: against the plain kernel's error
+        ref = iosim.reference_attention_backward(q, k, v, do, causal=causal,
+                                                 block_mask=block_mask, B_r=B_r, B_c=B_c)
+        assert led.counts() == iosim.backward_closed_form("fa2", p,
+                                                          iosim.Tiling(B_r, B_c)).counts()
+        plain = attention_backward(q, k, v, O, do, L, causal=causal, block_mask=block_mask,
+                                   block_rows=B_r, block_cols=B_c, kernel="plain")
+        for g, gp, r in zip(grads, plain, ref):
+            assert np.isfinite(g).all()
+            e = np.linalg.norm(g.astype(np.float64) - r) / np.linalg.norm(r)
+            ep = np.linalg.norm(gp.astype(np.float64) - r) / np.linalg.norm(r)
+            assert e <= 2 * ep, (e, ep)
