@@ -1,5 +1,5 @@
 // FlashAttention-2 backward on the tensor cores: the extern "C" entry points that
-// gpu/backward/fa2_tc.py links into its Numba kernel, one set per (D, BC, BR, MT, MQ). The tile
+// gpu/backward/fa2_tc.py links into its Numba kernel, one set per (D, BC, BR, MT, DN). The tile
 // products are the shared templates of gpu/mma.cuh (prepended by gpu/_tc.py). Warp w owns the
 // 16 MT key rows 16 MT w .. of the resident K_j, V_j (the transposed view of FA2's backward:
 // with keys as the fragments' rows, P^T and dS^T come out of the products in exactly the A
@@ -10,56 +10,56 @@
 //     pv      : dV_w += P^T_w dO_i, dK_w += dS^T_w Q_i (16 MT x D), P^T, dS^T rounded to fp16
 //     store_s : dS^T_w -> fp16 rows of the block's dS^T tile in shared (BR wide)
 //     store_o : dK_w, dV_w -> fp16 rows in shared (for the 16-byte stores)
-//     dq      : dQ_i rows of warp w (16 MQ x DN, columns n0..) = dS K_j, dS^T read back
+//     dq      : 16 rows x DN columns (n0 ..) of dQ_i = dS K_j, dS^T read back
 //               transposed by ldmatrix.trans
 //     red2    : two float32 atomic adds into dQacc in one red.global.add.v2.f32
-#define BWDTC_INSTANTIATE(D, BC, BR, MT, MQ, DN)                                                 \
-    extern "C" __device__ int bwdtc_load_a_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ(             \
+#define BWDTC_INSTANTIATE(D, BC, BR, MT, DN)                                                     \
+    extern "C" __device__ int bwdtc_load_a_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(             \
         u32* af, const u32* sm, int off, int stride) {                                          \
         tc_load_q_t<D, MT>(af, sm, off, stride); return 0;                                      \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_qk_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ(                 \
+    extern "C" __device__ int bwdtc_qk_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(                 \
         float* s, const u32* af, const u32* sm, int off, int stride) {                          \
         tc_qk_t<D, BR, MT>(s, af, sm, off, stride); return 0;                                   \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_qk_smem_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ(            \
+    extern "C" __device__ int bwdtc_qk_smem_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(            \
         float* s, const u32* sm, int aoff, int astride, int boff, int bstride) {                \
         tc_qk_smem_t<D, BR, MT>(s, sm, aoff, astride, boff, bstride); return 0;                 \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_pv_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ(                 \
+    extern "C" __device__ int bwdtc_pv_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(                 \
         float* o, const float* p, const u32* sm, int off, int stride) {                         \
         tc_pv_t<D, BR, MT>(o, p, sm, off, stride); return 0;                                    \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_store_s_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ(            \
+    extern "C" __device__ int bwdtc_store_s_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(            \
         u32* sm, int off, int stride, const float* s) {                                         \
         tc_store_o_t<BR, MT>(sm, off, stride, s); return 0;                                     \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_store_o_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ(            \
+    extern "C" __device__ int bwdtc_store_o_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(            \
         u32* sm, int off, int stride, const float* o) {                                         \
         tc_store_o_t<D, MT>(sm, off, stride, o); return 0;                                      \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_dq_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ(                 \
+    extern "C" __device__ int bwdtc_dq_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(                 \
         float* c, const u32* sm, int aoff, int astride, int boff, int bstride, int n0) {        \
-        tc_dq_t<D, BC, MQ, DN>(c, sm, aoff, astride, boff, bstride, n0); return 0;              \
+        tc_dq_t<D, BC, 1, DN>(c, sm, aoff, astride, boff, bstride, n0); return 0;              \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_cp16_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ(               \
+    extern "C" __device__ int bwdtc_cp16_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(               \
         u32* sm, int soff, const u32* g, long long goff, int valid) {                           \
         tc_cp16_t(sm, soff, g, goff, valid); return 0;                                          \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_st16_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ(               \
+    extern "C" __device__ int bwdtc_st16_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(               \
         u32* g, long long goff, const u32* sm, int soff) {                                      \
         tc_st16_t(g, goff, sm, soff); return 0;                                                 \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_red2_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ(               \
+    extern "C" __device__ int bwdtc_red2_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(               \
         float* g, long long off, float a, float b) {                                            \
         tc_red2_t(g, off, a, b); return 0;                                                      \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_cp_commit_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ() {       \
+    extern "C" __device__ int bwdtc_cp_commit_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN() {       \
         asm volatile("cp.async.commit_group;\n" ::: "memory"); return 0;                        \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_cp_wait1_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ() {        \
+    extern "C" __device__ int bwdtc_cp_wait1_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN() {        \
         asm volatile("cp.async.wait_group 1;\n" ::: "memory"); return 0;                        \
     }                                                                                           \
-    extern "C" __device__ int bwdtc_cp_wait0_d##D##_bc##BC##_br##BR##_mt##MT##_mq##MQ() {        \
+    extern "C" __device__ int bwdtc_cp_wait0_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN() {        \
         asm volatile("cp.async.wait_group 0;\n" ::: "memory"); return 0;                        \
     }

@@ -152,7 +152,7 @@ def holds_kv(d: int, kreg=None) -> bool:
 # The linked C++ functions
 # ---------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
-def externs(d: int, B_c: int, B_r: int, MT: int, MQ: int = 1) -> dict:
+def externs(d: int, B_c: int, B_r: int, MT: int, DN: int) -> dict:
     """The C++ entry points (fa2_tc.cu) for one shape, declared to Numba (C ABI, return 0;
     generic pointers, offsets in 4-byte words, strides in halves)."""
     from numba.cuda import types as nb
@@ -164,8 +164,8 @@ def externs(d: int, B_c: int, B_r: int, MT: int, MQ: int = 1) -> dict:
                 cp16=i32(pu, i32, pu, i64, i32), st16=i32(pu, i64, pu, i32),
                 red2=i32(pf, i64, nb.float32, nb.float32),
                 cp_commit=i32(), cp_wait1=i32(), cp_wait0=i32())
-    suffix = f"_d{d}_bc{B_c}_br{B_r}_mt{MT}_mq{MQ}"
-    src = _tc.source(CU_PATH, f"BWDTC_INSTANTIATE({d}, {B_c}, {B_r}, {MT}, {MQ}, {dq_cols(d)})")
+    suffix = f"_d{d}_bc{B_c}_br{B_r}_mt{MT}_dn{DN}"
+    src = _tc.source(CU_PATH, f"BWDTC_INSTANTIATE({d}, {B_c}, {B_r}, {MT}, {DN})")
     return _tc.declare(src, f"bwd_tc{suffix}.cu", "bwdtc_", suffix, sigs)
 
 
@@ -180,7 +180,7 @@ def dq_cols(d: int) -> int:
 # The kernel
 # ---------------------------------------------------------------------------------------
 @specialisation
-def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None):
+def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None):
     """Kernel(q, k, v, do, L, Dst, dqacc, dk, dv, scale, scale2, N, H, G, mask, counters).
 
     q, do: (instances, N, d) fp16; k, v: (kv instances, N, d) fp16; L, Dst: (instances, N)
@@ -196,13 +196,12 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None):
     from .flash import BT
     NW = warps_of(B_c, MT)
     RK = 16 * MT                      # key rows per warp
-    MQ = 1
-    DN = dq_cols(d)
+    DN = dq_cols(d) if DN is None else DN
     NDN = d // DN
     # dQ_i's work items: (16 query rows, DN head columns) pieces, dealt to the warps in turn
     ITEMS = (B_r // 16) * NDN
     KREG = holds_kv(d, kreg)
-    X = externs(d, B_c, B_r, MT, MQ)
+    X = externs(d, B_c, B_r, MT, DN)
     load_a, qk, qk_smem, pv = X["load_a"], X["qk"], X["qk_smem"], X["pv"]
     store_s, store_o, dq = X["store_s"], X["store_o"], X["dq"]
     cp16, st16, red2 = X["cp16"], X["st16"], X["red2"]
@@ -451,28 +450,31 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None):
 
     name = kernel_name("fa2_bwd_tc", Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal,
                        mask=has_mask, count=count, mt=MT if MT > 1 else False,
-                       kreg=KREG)
+                       kreg=KREG, dn=DN)
     return kernel, name
 
 
-def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None):
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None):
     """The compiled dispatcher for one specialisation."""
     err = plan_error(B_r, B_c, d, "fp16", MT)
     if err:
         raise ValueError(f"fa2_bwd_tc: {err}")
+    DN = dq_cols(d) if DN is None else int(DN)
+    if DN % 16 or d % DN:
+        raise ValueError(f"fa2_bwd_tc: DN={DN} must be a multiple of 16 dividing d={d}")
     return fa2_bwd_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                             bool(count), int(MT), holds_kv(d, kreg))
+                             bool(count), int(MT), holds_kv(d, kreg), DN)
 
 
 def run(q3, k3, v3, do3, L2, D2, acc, dk3, dv3, scale, N, H, G, mask, counters, *, B_r, B_c,
-        causal, count, MT=1, kreg=None):
+        causal, count, MT=1, kreg=None, DN=None):
     """Launch the main kernel on 3-D fp16 device views (instances, N, d): adds scale dS K
     into acc (float32, zeroed by the pre-pass), writes dk3, dv3 (per query head)."""
     from .._launch import launch
     d = q3.shape[2]
     for name, arr in (("q", q3), ("k", k3), ("v", v3), ("do", do3), ("dk", dk3), ("dv", dv3)):
         _tc.check_aligned("fa2_bwd_tc", name, arr)
-    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, kreg)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, kreg, DN)
     T_c = -(-N // B_c)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_c, q3.shape[0]), 32 * warps_of(B_c, MT), layout(B_r, B_c, d)["bytes"],
@@ -491,10 +493,10 @@ def signature():
 
 
 def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1, kreg=None,
-               cc=(9, 0)) -> str:
+               DN=None, cc=(9, 0)) -> str:
     """The PTX of one specialisation after link-time optimisation (no GPU needed; see
     gpu._tc.linked_ptx): tests check mma.sync present, no `.local`, no calls."""
-    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, kreg),
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, kreg, DN),
                           signature(), cc)
 
 

@@ -414,7 +414,8 @@ def _check_stats(name, x, shape, kind):
             raise ValueError(f"{name} has shape {x.shape}; expected {shape} (batch, heads, N)")
         return cuda.to_device(np.ascontiguousarray(x, dtype=np.float32))
     if hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host"):
-        dev = x if hasattr(x, "copy_to_host") else cuda.as_cuda_array(x)
+        # as gpu.api._to_device: no host-blocking sync for work on the legacy stream
+        dev = x if hasattr(x, "copy_to_host") else _to_device(x, "cai")
         if tuple(dev.shape) != shape or np.dtype(dev.dtype) != np.float32:
             raise ValueError(f"{name} has shape {tuple(dev.shape)} and dtype {dev.dtype}; "
                              f"expected {shape} float32")
