@@ -1,0 +1,249 @@
+"""gpu.forward.standard_tc, gpu.backward.standard_tc: standard attention (Algorithm 0 forward,
+Algorithm 3 backward) for fp16 with the tile products on the tensor cores.
+
+Without a GPU: the argument rules, the shared-memory layouts, and that the kernels link
+(NVVM + NVRTC + nvJitLink, no GPU) into code with mma.sync in it (the number of mma per
+warp the tile sizes imply), the C++ inlined (no call), nothing in local memory, no float64,
+and no register spills (ptxas -v) at the default tiling for d = 64 and d = 128.
+On a GPU (`gpu` marker): outputs against float64 (iosim.reference_attention,
+reference_attention_backward) no worse than the plain standard kernels' own error on the
+same inputs, every output written (NaN poison), counts equal to iosim's closed forms
+(the same schedule as gpu.forward.standard / gpu.backward.standard), NaN where the plain
+kernels have NaN.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import iosim
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_plan_error_names_the_parameter():
+    from gpu.backward import standard_tc as bwd
+    from gpu.forward import standard_tc as fwd
+    assert fwd.plan_error(128, 64, 64, "fp16") is None
+    assert fwd.plan_error(16, 16, 16, "fp16") is None
+    assert fwd.plan_error(64, 48, 128, "fp16") is None            # B_c: any multiple of 16
+    assert "fp16" in fwd.plan_error(128, 64, 64, "fp32")
+    assert "d=40" in fwd.plan_error(128, 64, 40, "fp16")
+    assert "d=256" in fwd.plan_error(128, 64, 256, "fp16")
+    assert "B_r=48" in fwd.plan_error(48, 64, 64, "fp16")          # 3 warps: not generated
+    assert "B_r=256" in fwd.plan_error(256, 64, 64, "fp16")
+    assert "B_c=8" in fwd.plan_error(128, 8, 64, "fp16")
+    assert "B_c=144" in fwd.plan_error(128, 144, 64, "fp16")
+    assert bwd.plan_error(128, 64, 64, "fp16") is None
+    assert "B_c=48" in bwd.plan_error(64, 48, 64, "fp16")          # lines 1, 5: warps of keys
+    assert "B_r=24" in bwd.plan_error(24, 64, 64, "fp16")
+
+
+def test_default_tilings_follow_the_rules():
+    from gpu.backward import standard_tc as bwd
+    from gpu.forward import standard_tc as fwd
+    for d in (16, 32, 64, 128):
+        for causal in (False, True):
+            t = fwd.default_tiling(d, causal)
+            assert fwd.plan_error(t["B_r"], t["B_c"], d, "fp16") is None
+            tb = bwd.default_tiling(d, causal)
+            assert tb == t                                          # P is read as written
+            assert bwd.plan_error(tb["B_r"], tb["B_c"], d, "fp16") is None
+            # fits the H100's 227 KB, and the two tile kernels of d = 64 leave room for
+            # several blocks per SM
+            assert bwd.shared_bytes(t["B_r"], t["B_c"], d) <= 232448
+    assert fwd.shared_bytes(128, 64, 64) <= 64 * 1024
+
+
+@pytest.mark.parametrize("B_r,B_c,d", [(128, 64, 64), (64, 128, 128), (16, 16, 16),
+                                       (32, 48, 80)])
+def test_layouts_are_16_byte_aligned_and_disjoint(B_r, B_c, d):
+    from gpu.backward import standard_tc as bwd
+    from gpu.forward import standard_tc as fwd
+    odd_16 = lambda stride_halves: ((2 * stride_halves) % 128) // 16 % 2 == 1
+    t = fwd.tile_layout(B_r, B_c, d)
+    assert t["BO"] == B_r * t["SW"] and t["words"] >= t["BO"] + B_c * t["SW"]
+    assert t["words"] >= B_r * t["OSW"]                    # the S tile fits over Qs, Ks
+    assert t["BO"] % 4 == 0 and odd_16(t["SH"]) and (2 * t["OSH"]) % 16 == 0
+    r = fwd.rowblock_layout(B_r, B_c, d)
+    assert r["VO"] == 2 * r["PB"] and r["words"] >= r["VO"] + 2 * r["VB"]
+    assert r["words"] >= B_r * r["SW"]                     # O_i staging fits
+    for off in (r["PB"], r["VO"], r["VB"]):
+        assert off % 4 == 0
+    assert odd_16(r["SH"]) and (2 * r["PSH"]) % 16 == 0
+    if bwd.plan_error(B_r, B_c, d, "fp16") is None:
+        c = bwd.colblock_layout(B_r, B_c, d)
+        assert c["YO"] == 2 * c["XB"] and c["words"] >= c["YO"] + 2 * c["YB"]
+        assert c["words"] >= B_c * c["SW"]
+        for off in (c["XB"], c["YO"], c["YB"]):
+            assert off % 4 == 0
+
+
+def test_row_kernels_threads_and_bytes():
+    from gpu.forward import standard_tc as fwd
+    assert fwd.row_threads(4096, True) == 128             # 512 chunks of 8: 4 per thread
+    assert fwd.row_threads(16384, True) == 256
+    assert fwd.row_threads(40, True) == 32
+    assert fwd.row_threads(333, False) == 128
+    for N in (8, 40, 333, 4096):
+        assert fwd.row_threads(N, N % 8 == 0) % 32 == 0
+    assert fwd.row_bytes(4096) == 8192 and fwd.row_bytes(333, 2) == 2 * 2 * 336
+
+
+BUILD = r"""
+import json, re, sys
+from gpu.backward import standard_tc as bwd
+from gpu.forward import standard_tc as fwd
+out = []
+for B_r, B_c, d, causal, mask, count, vec in json.loads(sys.argv[1]):
+    ps = dict(fwd.linked_ptx(B_r, B_c, d, causal, mask, count, vec))
+    ps.update(bwd.linked_ptx(B_r, B_c, d, causal, mask, count, vec))
+    for name, p in ps.items():
+        out.append(dict(cfg=[B_r, B_c, d, causal, mask, count, vec], kernel=name,
+                        mma=p.count("mma.sync"), local=p.count(".local"), f64=p.count(".f64"),
+                        call=len([l for l in p.splitlines() if l.strip().startswith("call")])))
+        open(sys.argv[2] + f"/{name}_{B_r}_{B_c}_{d}_{int(causal)}_{int(vec)}.ptx", "w").write(p)
+print(json.dumps(out))
+"""
+
+# the defaults at d = 64 (16-byte rows) and d = 128 (causal, block mask, instrumented, and
+# N not a multiple of 8: element-wise N x N moves); one subprocess each (they run in parallel)
+CONFIGS = [[(128, 64, 64, False, False, False, True)],
+           [(128, 64, 128, True, True, True, False)]]
+
+
+def _mma_per_warp(kernel, B_r, B_c, d):
+    if kernel in ("S", "dP"):          # 16 x B_c per warp, k = d: (B_c / 8) (d / 16)
+        return (B_c // 8) * (d // 16)
+    if kernel in ("PV", "dQ"):         # 16 x d per warp, k = B_c
+        return (B_c // 16) * (d // 8)
+    if kernel in ("dV", "dK"):         # 16 keys x d per warp, k = B_r
+        return (B_r // 16) * (d // 8)
+    return 0                           # softmax, dS: CUDA cores
+
+
+def test_linked_build_uses_tensor_cores_and_registers_only(tmp_path):
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    procs = [subprocess.Popen([sys.executable, "-c", BUILD, json.dumps(c), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env, cwd=ROOT) for c in CONFIGS]
+    rows = []
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        if p.returncode != 0 and ("nvjitlink" in err.lower() or "nvrtc" in err.lower()
+                                  or "NVVM" in err):
+            pytest.skip("cannot build linked code here: " + err.strip().splitlines()[-1])
+        assert p.returncode == 0, out + err
+        rows += json.loads(out.strip().splitlines()[-1])
+    assert len(rows) == 8 * len(CONFIGS)
+    for row in rows:
+        B_r, B_c, d, causal, mask, count, vec = row["cfg"]
+        assert row["mma"] == _mma_per_warp(row["kernel"], B_r, B_c, d), row
+        assert row["local"] == 0 and row["call"] == 0 and row["f64"] == 0, row
+    ptxas = shutil.which("ptxas")
+    if ptxas is None:
+        return
+    for path in sorted(tmp_path.glob("*.ptx")):
+        # ptxas may be older than nvJitLink's PTX ISA
+        text = re.sub(r"^\.version \d+\.\d+", ".version 8.1", path.read_text(), flags=re.M)
+        path.write_text(text)
+        r = subprocess.run([ptxas, "-arch=sm_90", "-v", str(path), "-o", os.devnull],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            pytest.skip(f"ptxas cannot assemble nvJitLink's PTX here: {r.stderr[-300:]}")
+        spills = re.findall(r"(\d+) bytes spill stores", r.stderr)
+        assert spills and all(int(s) == 0 for s in spills), (path.name, r.stderr)
+
+
+# ---------------------------------------------------------------------------------------
+# On a GPU
+# ---------------------------------------------------------------------------------------
+def _rel(x, ref):
+    x = np.asarray(x, np.float64)
+    return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def _mask(N, B_r, B_c, seed=3):
+    rng = np.random.default_rng(seed)
+    m = rng.random((-(-N // B_r), -(-N // B_c))) < 0.6
+    m[:, 0] = True
+    m[1, :] = False                    # query block 1 sees nothing: O = 0, no P
+    return m
+
+
+GPU_CASES = [
+    (200, 64, 4, 2, True, (128, 64), False),     # default tiling, GQA, ragged (N % 8 == 0)
+    (333, 128, 2, 1, False, (128, 64), False),   # d = 128, N % 8 != 0: element-wise moves
+    (256, 64, 2, 2, False, (64, 64), True),      # block mask with a row that sees nothing
+    (100, 32, 2, 2, True, (32, 32), False),      # causal, N % 8 != 0
+    (96, 16, 2, 2, False, (16, 32), False),      # smallest tiles
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N,d,heads,kv_heads,causal,tiles,mask", GPU_CASES)
+def test_standard_tc_forward_and_backward_on_gpu(N, d, heads, kv_heads, causal, tiles, mask):
+    from gpu.backward import attention_backward
+    from gpu.backward import standard_tc as bwd
+    from gpu.backward.standard import standard_forward
+    from gpu.forward import standard_tc as fwd
+    B_r, B_c = tiles
+    bm = _mask(N, B_r, B_c) if mask else None
+    p = iosim.Problem(N=N, d=d, batch=1, heads=heads, kv_heads=kv_heads, dtype="fp16",
+                      causal=causal, block_mask=bm)
+    tiling = iosim.Tiling(B_r, B_c)
+    q, k, v = iosim.random_inputs(p, 0)
+    do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float16)
+    kw = dict(causal=causal, block_mask=bm, B_r=B_r, B_c=B_c)
+    # forward
+    O, P, led = fwd.forward_arrays(q, k, v, causal=causal, block_rows=B_r, block_cols=B_c,
+                                   block_mask=bm, count_traffic=True)
+    assert led.counts() == iosim.closed_form("standard", p, tiling).counts()
+    assert np.isfinite(O).all()                         # every element written
+    O_plain, P_plain = standard_forward(q, k, v, causal=causal, block_rows=B_r,
+                                        block_cols=B_c, block_mask=bm)
+    np.testing.assert_array_equal(np.isnan(P), np.isnan(P_plain))   # same entries written
+    ok = ~np.isnan(P_plain)
+    assert np.abs(P[ok].astype(np.float64) - P_plain[ok]).max() <= 2e-3
+    ref = iosim.reference_attention(q, k, v, **kw)
+    e, ep = _rel(O, ref), _rel(O_plain, ref)
+    assert e <= 1.5 * ep + 1e-4, (e, ep)
+    # backward, from this forward's P
+    grads, bled = bwd.backward_arrays(q, k, v, do, P, causal=causal, block_rows=B_r,
+                                      block_cols=B_c, block_mask=bm, count_traffic=True)
+    assert bled.counts() == iosim.backward_closed_form("standard", p, tiling).counts()
+    plain = attention_backward(q, k, v, O, do, P, algorithm="standard", causal=causal,
+                               block_rows=B_r, block_cols=B_c, block_mask=bm)
+    rg = iosim.reference_attention_backward(q, k, v, do, **kw)
+    for name, g, gp, r in zip(("dq", "dk", "dv"), grads, plain, rg):
+        assert np.isfinite(g).all(), name
+        e, ep = _rel(g, r), _rel(gp, r)
+        assert e <= 1.5 * ep + 1e-4, (name, e, ep)
+
+
+@pytest.mark.gpu
+def test_standard_tc_nan_where_the_plain_kernels_have_nan():
+    from gpu.backward import attention_backward
+    from gpu.backward import standard_tc as bwd
+    from gpu.backward.standard import standard_forward
+    from gpu.forward import standard_tc as fwd
+    N, d = 136, 32
+    p = iosim.Problem(N=N, d=d, batch=1, heads=2, kv_heads=1, dtype="fp16", causal=True)
+    q, k, v = iosim.random_inputs(p, 1)
+    q[0, 1, 70, 3] = np.nan
+    k[0, 0, 20, 5] = np.inf
+    do = np.random.default_rng(8).standard_normal(q.shape).astype(np.float16)
+    O, P, _ = fwd.forward_arrays(q, k, v, causal=True, block_rows=32, block_cols=32)
+    O_plain, P_plain = standard_forward(q, k, v, causal=True, block_rows=32, block_cols=32)
+    np.testing.assert_array_equal(np.isnan(O), np.isnan(O_plain))
+    np.testing.assert_array_equal(np.isnan(P), np.isnan(P_plain))
+    grads, _ = bwd.backward_arrays(q, k, v, do, P, causal=True, block_rows=32, block_cols=32)
+    plain = attention_backward(q, k, v, O, do, P, algorithm="standard", causal=True,
+                               block_rows=32, block_cols=32)
+    for g, gp in zip(grads, plain):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(gp))
