@@ -44,7 +44,7 @@ from .. import _tc
 from .._launch import (READ, SIM, WRITE, ZERO, T, add_count, dummy_mask, kernel_name, launch,
                        specialisation)
 from ..forward import standard_tc as fwd
-from ..forward.standard_tc import EIGHT, F16
+from ..forward.standard_tc import ALIGN, EIGHT, F16
 
 CU_PATH = os.path.join(os.path.dirname(__file__), "standard_tc.cu")
 WARPS = fwd.WARPS
@@ -206,8 +206,8 @@ def colblock_kernel(which, B_r, B_c, d, causal, has_mask, vec, count):
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
         w = t >> 5
-        sm = cuda.shared.array(0, uint32, alignment=16)
-        sh = cuda.shared.array(0, F16, alignment=16)
+        sm = cuda.shared.array(0, uint32, alignment=ALIGN)
+        sh = cuda.shared.array(0, F16, alignment=ALIGN)
         smp = ptr(sm)
         xp = ptr32(x)
         yp = ptr32(y)
@@ -297,7 +297,7 @@ def ds_kernel(B_r, B_c, causal, has_mask, vec, count, threads):
     cp16, st16, cp_commit, cp_wait0 = X["cp16"], X["st16"], X["cp_commit"], X["cp_wait0"]
     ptr, ptr32 = _tc.ptr, _tc.ptr32
     W = 8 if vec else 1
-    NW = threads // 32
+    RED = fwd.red_size(threads)
     chunk_range, chunk_on, _bmax, block_sum = fwd.row_helpers(B_r, B_c, causal, has_mask,
                                                               vec, threads)
 
@@ -307,9 +307,9 @@ def ds_kernel(B_r, B_c, causal, has_mask, vec, count, threads):
         t = cuda.threadIdx.x
         lane = t & 31
         w = t >> 5
-        sm = cuda.shared.array(0, uint32, alignment=16)
-        sh = cuda.shared.array(0, F16, alignment=16)
-        reds = cuda.shared.array(NW, float32)
+        sm = cuda.shared.array(0, uint32, alignment=ALIGN)
+        sh = cuda.shared.array(0, F16, alignment=ALIGN)
+        reds = cuda.shared.array(RED, float32)
         smp = ptr(sm)
         NP = (N + 7) // 8 * 8                       # dP's row starts here (halves)
         nR = int64(0)
@@ -385,10 +385,10 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
     launch(dv_kernel(B_r, B_c, d, causal, has_mask, vec, count), (T_c, inst), tc_, cb,
            p3, do3, dv3, np.float32(1.0), mk, n, counters)
     # line 2: dP = dO V^T, active tiles only
-    tiles = np.argwhere(active).astype(np.int32)
-    if len(tiles):
-        launch(dp_kernel(B_r, B_c, d, vec, count), (len(tiles), inst), tr_,
-               fwd.tile_layout(B_r, B_c, d)["bytes"], do3, v3, dp3, cuda.to_device(tiles),
+    n_act, tiles = fwd.active_list(np.asarray(active, dtype=bool))
+    if n_act:
+        launch(dp_kernel(B_r, B_c, d, vec, count), (n_act, inst), tr_,
+               fwd.tile_layout(B_r, B_c, d)["bytes"], do3, v3, dp3, tiles,
                np.float32(1.0), n, h, g, counters)
     # line 3: dS = P o (dP - rowsum(P o dP))
     ts = fwd.row_threads(N, vec)

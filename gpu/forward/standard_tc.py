@@ -65,6 +65,9 @@ CU_PATH = os.path.join(os.path.dirname(__file__), "standard_tc.cu")
 WARPS = (1, 2, 4, 8)
 F16 = _nbt.float16
 FULL = 0xFFFFFFFF
+#: alignment of the dynamic shared buffer (16 bytes: cp.async, ldmatrix, vector stores;
+#: the simulator takes no alignment argument)
+ALIGN = None if SIM else 16
 EIGHT = int64(8)
 
 
@@ -217,8 +220,8 @@ def tile_kernel(B_r, B_c, d, causal, vec, count, prefix, idx):
         zk = (z // H) * (H // G) + (z % H) // G     # this head's K/V instance
         i = tiles[tix, 0]
         j = tiles[tix, 1]
-        sm = cuda.shared.array(0, uint32, alignment=16)
-        sh = cuda.shared.array(0, F16, alignment=16)
+        sm = cuda.shared.array(0, uint32, alignment=ALIGN)
+        sh = cuda.shared.array(0, F16, alignment=ALIGN)
         smp = ptr(sm)
         s = cuda.local.array(NSF, float32)
         nA = int64(0)
@@ -392,8 +395,8 @@ def rowblock_kernel(B_r, B_c, d, causal, has_mask, vec, count, prefix, idx):
         t = cuda.threadIdx.x
         w = t >> 5
         zk = (z // H) * (H // G) + (z % H) // G
-        sm = cuda.shared.array(0, uint32, alignment=16)
-        sh = cuda.shared.array(0, F16, alignment=16)
+        sm = cuda.shared.array(0, uint32, alignment=ALIGN)
+        sh = cuda.shared.array(0, F16, alignment=ALIGN)
         smp = ptr(sm)
         ap = ptr32(a)
         bp = ptr32(b)
@@ -458,9 +461,15 @@ def pv_kernel(B_r, B_c, d, causal, has_mask, vec, count):
 # ---------------------------------------------------------------------------------------
 # Row kernels' shared pieces: which chunks of a row are active, block reductions
 # ---------------------------------------------------------------------------------------
+def red_size(threads: int) -> int:
+    """Entries of a row kernel's reduction array: one per warp (one per thread in the
+    simulator, which has no warp shuffles)."""
+    return threads if SIM else threads // 32
+
+
 def row_helpers(B_r, B_c, causal, has_mask, vec, threads):
     """(chunk_range, chunk_on, block_max, block_sum) device functions of a row kernel with
-    `threads` threads: the row's chunks (W = 8 elements when vec, else 1) run from 0 to
+    `threads` threads (the reductions take a float32 shared array of `red_size(threads)`): the row's chunks (W = 8 elements when vec, else 1) run from 0 to
     `chunk_range(r, N)` (causal: up to the end of the last tile that query block r // B_r
     reaches); chunk e is active iff `chunk_on(mask, i, e)`."""
     W = 8 if vec else 1
@@ -480,6 +489,26 @@ def row_helpers(B_r, B_c, causal, has_mask, vec, threads):
         if has_mask:
             return mask[i, (e * W) // B_c] != 0
         return True
+
+    if SIM:     # the simulator has no warp shuffles: red has `threads` entries there
+        @cuda.jit(device=True)
+        def block_max(v, red, lane, w):
+            red[cuda.threadIdx.x] = v
+            cuda.syncthreads()
+            v = red[0]
+            for u in range(1, threads):
+                v = max(v, red[u])
+            return v
+
+        @cuda.jit(device=True)
+        def block_sum(v, red, lane, w):
+            red[cuda.threadIdx.x] = v
+            cuda.syncthreads()
+            v = red[0]
+            for u in range(1, threads):
+                v += red[u]
+            return v
+        return chunk_range, chunk_on, block_max, block_sum
 
     @cuda.jit(device=True, inline=True)
     def block_max(v, red, lane, w):
@@ -524,7 +553,7 @@ def softmax_kernel(B_r, B_c, causal, has_mask, vec, count, threads):
     cp16, st16, cp_commit, cp_wait0 = X["cp16"], X["st16"], X["cp_commit"], X["cp_wait0"]
     ptr, ptr32 = _tc.ptr, _tc.ptr32
     W = 8 if vec else 1
-    NW = threads // 32
+    RED = red_size(threads)
     chunk_range, chunk_on, block_max, block_sum = row_helpers(B_r, B_c, causal, has_mask,
                                                               vec, threads)
     IS, IP = T["S"], T["P"]
@@ -535,10 +564,10 @@ def softmax_kernel(B_r, B_c, causal, has_mask, vec, count, threads):
         t = cuda.threadIdx.x
         lane = t & 31
         w = t >> 5
-        sm = cuda.shared.array(0, uint32, alignment=16)
-        sh = cuda.shared.array(0, F16, alignment=16)
-        redm = cuda.shared.array(NW, float32)
-        reds = cuda.shared.array(NW, float32)
+        sm = cuda.shared.array(0, uint32, alignment=ALIGN)
+        sh = cuda.shared.array(0, F16, alignment=ALIGN)
+        redm = cuda.shared.array(RED, float32)
+        reds = cuda.shared.array(RED, float32)
         smp = ptr(sm)
         nS = int64(0)
         i = r // B_r
@@ -604,6 +633,22 @@ def _check(q3, arrays):
         _tc.check_aligned("standard_tc", name, arr)
 
 
+_TILES: dict = {}
+
+
+def active_list(active):
+    """The active tiles as an int32 (n_active, 2) device array of (i, j), cached per
+    pattern and device (no host-to-device copy on repeated calls)."""
+    key = (cuda.get_current_device().id if not SIM else 0, active.shape,
+           np.packbits(active).tobytes())
+    if key not in _TILES:
+        if len(_TILES) > 64:
+            _TILES.clear()
+        tiles = np.argwhere(active).astype(np.int32)
+        _TILES[key] = (len(tiles), cuda.to_device(tiles) if len(tiles) else None)
+    return _TILES[key]
+
+
 def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, B_c, dt,
         causal, count, threads=None):
     """Launch the three kernels on 3-D fp16 device views; writes s3, p3, o3. The arguments
@@ -620,11 +665,11 @@ def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, 
     has_mask = mask is not None
     mk = mask if has_mask else dummy_mask()
     n, h, g = np.int64(N), np.int64(H), np.int64(G)
-    tiles = np.argwhere(active).astype(np.int32)
+    n_act, tiles = active_list(np.asarray(active, dtype=bool))
     nthr = 32 * (B_r // 16)
-    if len(tiles):
-        launch(s_kernel(B_r, B_c, d, causal, vec, count), (len(tiles), inst), nthr,
-               tile_layout(B_r, B_c, d)["bytes"], q3, k3, s3, cuda.to_device(tiles),
+    if n_act:
+        launch(s_kernel(B_r, B_c, d, causal, vec, count), (n_act, inst), nthr,
+               tile_layout(B_r, B_c, d)["bytes"], q3, k3, s3, tiles,
                np.float32(scale), n, h, g, counters)
     ts = row_threads(N, vec)
     launch(softmax_kernel(int(B_r), int(B_c), bool(causal), has_mask, vec, bool(count), ts),
@@ -697,4 +742,4 @@ def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, vec=True,
 __all__ = ["plan_error", "supports", "default_tiling", "tile_layout", "rowblock_layout",
            "row_threads", "row_bytes", "shared_bytes", "externs", "tile_kernel",
            "s_kernel", "rowblock_kernel", "pv_kernel", "softmax_kernel", "row_helpers",
-           "run", "forward_arrays", "signatures", "linked_ptx"]
+           "active_list", "run", "forward_arrays", "signatures", "linked_ptx"]
