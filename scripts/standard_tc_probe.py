@@ -3,11 +3,12 @@ on a GPU: correctness, exact counts, timings next to torch MATH and flashsim's f
 
 One call on the lent H100 (torch needed; about 3-4 minutes, most of it compiling):
     python3 scripts/standard_tc_probe.py --out DIR [--skip-check] [--skip-time]
-        [--no-sweep] [--budget SECONDS]
+        [--more-checks] [--no-sweep] [--reps N] [--budget SECONDS]
 writes DIR/standard_tc_probe.jsonl, one JSON object per line as each is measured (a
 failing point is recorded with its error and the script goes on):
-  * kind "check": fp16 at small sizes (causal, GQA, ragged N with N % 8 == 0 and not, a
-    block mask with a query block that sees nothing, the tilings the kernels take): the
+  * kind "check": fp16 at small sizes (the default tiling; causal, GQA, ragged N with
+    N % 8 == 0 and not (d = 128); a block mask with a query block that sees nothing;
+    --more-checks: causal with N % 8 != 0 at d = 32, the smallest tiles at d = 16): the
     instrumented tensor-core kernels' counts against iosim.closed_form /
     backward_closed_form ('exact_fwd', 'exact_bwd'); outputs poisoned with NaN first
     ('finite': every element written); rel. Frobenius error of O and of dq, dk, dv against
@@ -23,6 +24,8 @@ failing point is recorded with its error and the script goes on):
     `--reps` (>= 10) runs, preallocated arrays. 'ms' is the device time of the work alone
     (a torch.cuda._sleep ahead of the first event keeps host launch gaps out); 'ms_wall'
     (whole passes and calls) is the same without the sleep, host gaps included.
+  * kind "time", what "accuracy_vs_torch_fp32": the timed outputs (O, dq, dk, dv at
+    N = 4096) against torch's float32 MATH forward / backward, beside torch's fp16 MATH.
   * kind "sweep": the forward's and backward's kernels at other tilings (d = 64,
     non-causal), while `--budget` lasts.
 """
@@ -44,6 +47,9 @@ CHECKS = [
     dict(B=2, H=4, Hk=2, N=200, d=64, causal=True, t=(128, 64)),      # GQA, ragged, vec
     dict(B=1, H=2, Hk=1, N=333, d=128, causal=False, t=(128, 64)),    # N % 8 != 0
     dict(B=1, H=2, Hk=2, N=256, d=64, causal=False, t=(64, 64), mask="row"),
+]
+#: with --more-checks (each check compiles about 16 kernels: ~25 s)
+MORE_CHECKS = [
     dict(B=1, H=2, Hk=2, N=100, d=32, causal=True, t=(32, 32)),       # causal, N % 8 != 0
     dict(B=1, H=2, Hk=2, N=96, d=16, causal=False, t=(16, 32)),       # smallest tiles
 ]
@@ -58,6 +64,7 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="folder for standard_tc_probe.jsonl")
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--skip-time", action="store_true")
+    ap.add_argument("--more-checks", action="store_true", help="two more check sizes")
     ap.add_argument("--no-sweep", action="store_true", help="no tiling sweep")
     ap.add_argument("--reps", type=int, default=15, help="timed runs per point (>= 10)")
     ap.add_argument("--budget", type=float, default=225.0,
@@ -89,7 +96,7 @@ def main(argv=None):
         return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30))
 
     # ---------------- correctness and counts ----------------
-    for c in ([] if args.skip_check else CHECKS):
+    for c in ([] if args.skip_check else CHECKS + (MORE_CHECKS if args.more_checks else [])):
         t0 = time.time()
         desc = {k: (list(v) if isinstance(v, tuple) else v) for k, v in c.items()}
         try:
@@ -262,6 +269,30 @@ def main(argv=None):
                     emit(row)
                 except Exception as e:
                     emit(dict(base, what=what, error=repr(e)[:800]))
+            # the timed outputs against torch's float32 MATH (and its fp16 MATH's error)
+            try:
+                fwd_pass()
+                bwd_pass()
+                torch.cuda.synchronize()
+                ours = [tens[4], tens[5], tens[6], tens[7]]            # o, dq, dk, dv
+
+                def grads(dtype):
+                    xs = [x.detach().to(dtype).requires_grad_(True) for x in (q, k, v)]
+                    with sdpa_kernel(SDPBackend.MATH):
+                        out = torch.nn.functional.scaled_dot_product_attention(
+                            *xs, is_causal=causal)
+                    out.backward(do.to(dtype))
+                    return [out.detach()] + [x.grad for x in xs]
+                ref = grads(torch.float32)
+                half = grads(torch.float16)
+                err = lambda a, r: float((a.float() - r).norm() / r.norm())
+                emit(dict(base, what="accuracy_vs_torch_fp32",
+                          err_tc=[err(a, r) for a, r in zip(ours, ref)],
+                          err_torch_math_fp16=[err(a, r) for a, r in zip(half, ref)],
+                          finite=bool(all(torch.isfinite(a).all() for a in ours))))
+                del ref, half
+            except Exception as e:
+                emit(dict(base, what="accuracy_vs_torch_fp32", error=repr(e)[:800]))
         except Exception as e:
             emit(dict(kind="time", **sh, what="std_tc", error=repr(e)[:800]))
             tens = None
