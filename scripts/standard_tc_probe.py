@@ -26,8 +26,8 @@ failing point is recorded with its error and the script goes on):
     (whole passes and calls) is the same without the sleep, host gaps included.
   * kind "time", what "accuracy_vs_torch_fp32": the timed outputs (O, dq, dk, dv at
     N = 4096) against torch's float32 MATH forward / backward, beside torch's fp16 MATH.
-  * kind "sweep": the forward's and backward's kernels at other tilings (d = 64,
-    non-causal), while `--budget` lasts.
+  * kind "sweep": the forward's and backward's kernels at other tilings (SWEEP: d = 64
+    and 128, non-causal), while `--budget` lasts.
 """
 from __future__ import annotations
 
@@ -56,7 +56,9 @@ MORE_CHECKS = [
 SHAPES = [dict(B=1, H=16, N=4096, d=64, causal=False),
           dict(B=1, H=16, N=4096, d=64, causal=True),
           dict(B=1, H=16, N=4096, d=128, causal=False)]
-SWEEP = [(64, 64), (128, 128), (64, 128), (32, 64)]
+#: (d, B_r, B_c) of the tiling sweep (non-causal, N = 4096, 16 heads), in this order
+SWEEP = [(64, 64, 64), (128, 64, 64), (64, 128, 128), (64, 64, 128), (128, 64, 128),
+         (64, 32, 64)]
 
 
 def main(argv=None):
@@ -348,23 +350,23 @@ def main(argv=None):
     # ---------------- tiling sweep (optional, while the budget lasts) ----------------
     if args.no_sweep:
         return
-    B, H, N, d = 1, 16, 4096, 64
-    try:
-        tens, views = views_of(B, H, N, d)
-    except Exception as e:
-        emit(dict(kind="sweep", error=repr(e)[:800]))
-        return
-    for B_r, B_c in SWEEP:
+    B, H, N = 1, 16, 4096
+    have = {}
+    for d, B_r, B_c in SWEEP:
         if time.time() - t_start > args.budget:
-            emit(dict(kind="sweep", B_r=B_r, B_c=B_c, skipped="budget"))
+            emit(dict(kind="sweep", d=d, B_r=B_r, B_c=B_c, skipped="budget"))
             continue
         try:
-            ks, _ = kernels_of(B_r, B_c, d, False, N, H, views)
+            if d not in have:
+                have.clear()
+                torch.cuda.empty_cache()
+                have[d] = views_of(B, H, N, d)     # (torch tensors, their views)
+            ks, _ = kernels_of(B_r, B_c, d, False, N, H, have[d][1])
             for name, f in ks.items():
                 emit(dict(kind="sweep", N=N, d=d, H=H, causal=False, B_r=B_r, B_c=B_c,
                           kernel=name, ms=timed(f)))
         except Exception as e:
-            emit(dict(kind="sweep", B_r=B_r, B_c=B_c, error=repr(e)[:800]))
+            emit(dict(kind="sweep", d=d, B_r=B_r, B_c=B_c, error=repr(e)[:800]))
 
 
 if __name__ == "__main__":
