@@ -26,6 +26,10 @@ Grouped K/V heads: as the plain kernels (each query head writes its own dK_h, dV
 caller sums groups). Non-finite inputs: every kernel multiplies every entry of every active
 tile (no product is skipped), so NaN spreads exactly as in the plain kernels.
 
+Registers (ptxas -v, sm_90, no spills), default tiling 128 x 64: d = 64: dV / dK 158,
+dP 48, dS 32, dQ 94; d = 128: dV / dK 170, dP 50, dS 32, dQ 166. Not yet timed on a GPU
+(scripts/standard_tc_probe.py).
+
 Shared memory of the column-block kernel (4-byte words; rows padded by 8 halves): 2 x X_ij
 B_r x (B_c + 8) | 2 x Y_i B_r x (d + 8) halves; then dV_j / dK_j B_c x (d + 8).
 fp16 only; d a multiple of 16 up to 128; B_r and B_c each 16 x warps (warps 1, 2, 4, 8):

@@ -40,6 +40,11 @@ d a multiple of 16 up to 128; B_r = 16 x warps (warps 1, 2, 4, 8), B_c a multipl
 16..128. The CUDA simulator cannot run linked device functions: without a GPU these kernels
 are built (`linked_ptx`) but not run.
 
+Registers (ptxas -v, sm_90, no spills; tests/test_gpu_standard_tc.py checks the
+defaults), default tiling 128 x 64: d = 64: S 48 (causal 60), softmax 32, PV 94 (causal
+96); d = 128: S 50, softmax 32, PV 166 (256 threads: one PV block per SM by registers;
+capping at 128 spilled 8 bytes). Not yet timed on a GPU: scripts/standard_tc_probe.py.
+
 Shared memory (one dynamic buffer per kernel, 4-byte words, rows padded by 8 halves so that
 no ldmatrix is bank-conflicted):
     S kernel:  Qs B_r x (d + 8) | Ks B_c x (d + 8) halves; then S_ij B_r x (B_c + 8)
