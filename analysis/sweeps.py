@@ -499,7 +499,8 @@ def run_kernel(gpu, algorithm: str, problem: Problem, tiling: Tiling, q, k, v, *
     """
     out = gpu.attention(q, k, v, algorithm=algorithm, block_rows=tiling.B_r,
                         block_cols=tiling.B_c, causal=problem.causal,
-                        block_mask=problem.block_mask, count_traffic=count_traffic)
+                        block_mask=problem.block_mask, count_traffic=count_traffic,
+                        poison=True)   # validation: an unwritten element shows as NaN
     ledger = None
     if isinstance(out, tuple):
         O = out[0]
