@@ -348,7 +348,7 @@ def core_stream(handle: int):
     s = _core_streams.get(handle)
     if s is None:
         from numba.cuda.cudadrv import driver as drv
-        s = drv._to_core_stream(numba_stream(handle) if handle else 0)
+        s = drv.ExperimentalStream.from_handle(int(handle)) if handle else drv._to_core_stream(0)
         _core_streams[handle] = s
     return s
 

@@ -309,3 +309,116 @@ def test_gpu_thin_path_on_a_torch_side_stream():
     for o in outs:
         assert torch.equal(o, ref)
     assert all(torch.isfinite(x) for x in sums)
+
+
+def test_thin_launch_writes_pointers_where_numba_puts_them(monkeypatch):
+    """The GPU branch of _launch.ThinLaunch without a GPU: parameters flattened once as
+    `launch`'s fast path does (_pack_array per array), then each call's data pointers
+    written over the recorded ones, constants (scalars, other arrays) unchanged."""
+    import ctypes
+
+    from gpu import _launch
+
+    class Ptr:
+        def __init__(self, v):
+            self.value = v
+
+    class Arr:        # what _pack_array reads from a Numba device array
+        def __init__(self, ptr, shape=(4, 8, 16), dt=np.float16):
+            self.shape, self.dtype = shape, np.dtype(dt)
+            self.size = int(np.prod(shape))
+            self.strides = tuple(int(np.prod(shape[i + 1:])) * self.dtype.itemsize
+                                 for i in range(len(shape)))
+            self.device_ctypes_pointer = Ptr(ptr)
+
+    class Prepared:
+        config, kernel = "config", "kernel"
+
+        def __init__(self):
+            self.launched = []
+            self.core_launch = lambda stream, config, kernel, *flat: self.launched.append(
+                (stream, config, kernel, flat))
+
+    from numba.core import types
+    p = Prepared()
+    p.packers = [_launch._pack_array, _launch._pack_array, _launch._packer(types.float32),
+                 _launch._pack_array]
+    monkeypatch.setattr(_launch, "SIM", False)
+    monkeypatch.setattr(_launch, "_prepare", lambda *a: p)
+    q, o, mask = Arr(0x1000), Arr(0x2000), Arr(0x3000, (2, 2), np.uint8)
+    args = (q, o, np.float32(0.5), mask)
+    t = _launch.thin_launch("kern", (2, 4), 128, 4096, args, ["q", "o", None, None])
+    assert t.args[:2] == (None, None) and t.args[3] is mask     # the call's arrays not kept
+    t.go("stream", {}, {"q": 0x5000, "o": 0x6000})
+    stream, config, kernel, flat = p.launched[-1]
+    assert (stream, config, kernel) == ("stream", "config", "kernel")
+    want = (*_launch._pack_array(Arr(0x5000)), *_launch._pack_array(Arr(0x6000)), None,
+            *_launch._pack_array(mask))
+    assert len(flat) == len(want)
+    for i, (g, w) in enumerate(zip(flat, want)):
+        if w is None:
+            assert isinstance(g, ctypes.c_float) and g.value == 0.5
+        else:
+            assert g == w, i
+    # the next call writes its own pointers; the template is not changed by a call
+    t.go("stream", {}, {"q": 0x7000, "o": 0x8000})
+    assert p.launched[-1][3][_launch._PTR_AT] == 0x7000
+    assert t.flat[_launch._PTR_AT] == 0x1000
+
+
+def test_plan_torch_branch_with_a_stand_in_torch(api, monkeypatch):
+    """_Plan's torch branch without torch: outputs from torch.empty (torch.full with NaN
+    when poisoning) in the caller's shapes on q's device, their pointers and the inputs'
+    handed to every launch, on torch's current stream."""
+    from gpu import _launch
+    q, k, v = _qkv()
+    kw = dict(algorithm="fa2", return_stats=True, **TILES)
+    api.attention(q, k, v, **kw)
+    (plan,) = [p for p in api._PLANS.values() if p is not api._NO_PLAN]
+    made, seen = [], []
+
+    class T:                      # a torch tensor as the plan uses it
+        def __init__(self, shape, dtype, device, fill=None):
+            self.shape, self.dtype, self.device, self.fill = shape, dtype, device, fill
+            self.ptr = 0x10000 * (len(made) + 1)
+            made.append(self)
+
+        def data_ptr(self):
+            return self.ptr
+
+    class FakeC:
+        @staticmethod
+        def _cuda_getCurrentRawStream(index):
+            return 77 + index
+
+    class FakeTorch:
+        float16, float32, _C = "f16", "f32", FakeC
+
+        @staticmethod
+        def empty(shape, dtype, device):
+            return T(shape, dtype, device)
+
+        @staticmethod
+        def full(shape, value, dtype, device):
+            return T(shape, dtype, device, fill=value)
+
+    class Dev:
+        index = 1
+
+    class Launch:
+        def go(self, stream, arrays, ptrs):
+            seen.append((stream, dict(ptrs)))
+    monkeypatch.setattr(_launch, "core_stream", lambda h: f"stream{h}")
+    plan.torch, plan.tdt = FakeTorch, {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
+    plan.launches = (Launch(),)
+    tq = type("Q", (), {"device": Dev()})()
+    for poison in (False, True):
+        plan.poison = poison
+        made.clear()
+        O, L = plan(tq, None, None, {"q": 1, "k": 2, "v": 3})
+        assert (O.shape, O.dtype, L.shape, L.dtype) == ((1, H, N, D), "f32", (1, H, N), "f32")
+        assert O.device is tq.device and L.device is tq.device
+        assert all(np.isnan(t.fill) for t in (O, L)) if poison else O.fill is None
+        stream, ptrs = seen[-1]
+        assert stream == "stream78"
+        assert ptrs == {"q": 1, "k": 2, "v": 3, "o": O.ptr, "L": L.ptr}
