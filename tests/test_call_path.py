@@ -38,6 +38,16 @@ def api():
     api.clear_plans()
 
 
+def _opts(**kw):
+    """attention's options in the order _plan_key takes them (defaults filled in)."""
+    from gpu import api
+    o = dict(algorithm="fa2", causal=False, scale=None, block_rows=None, block_cols=None,
+             sram_bytes=None, block_mask=None, return_stats=False, threads=None,
+             kernel="auto", poison=api.POISON)
+    o.update(kw)
+    return tuple(o.values())
+
+
 def _full(api, q, k, v, **kw):
     with api.thin_path(False):
         return api.attention(q, k, v, **kw)
@@ -69,6 +79,13 @@ def test_thin_path_matches_full_path(api, alg, kw):
             np.testing.assert_array_equal(_host(g), _host(w))
     assert not np.isnan(_host(as_tuple(again)[0])).any()
     assert as_tuple(again)[0] is not as_tuple(first)[0]          # a new output per call
+    # the plan launches what the full path launches: same kernels, grids, blocks, bytes
+    from gpu import _launch
+    with _launch.recording() as rec:
+        _full(api, q, k, v, **kw)
+    plan = api._PLANS[api._plan_key(q, k, v, *_opts(**kw))[0]]
+    assert [(t.kernel, t.grid, t.block, t.shmem) for t in plan.launches] == \
+        [r[:4] for r in rec] and rec
     res = api.attention(q, k, v, count_traffic=True, **kw)
     O, led = res[0], res[-1]
     assert api.thin_calls == n0 + 2
