@@ -445,16 +445,18 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     kernels. torch tensors in: the kernels run on torch's current stream and the outputs
     come from torch's caching allocator on it (module docstring: Call path).
     """
+    # every option by name, in signature order (first statement: only the parameters are
+    # local yet): a parameter added to `attention` joins the plan key by itself
+    opts = dict(locals())
+    del opts["q"], opts["k"], opts["v"]
     global thin_calls
-    poison = POISON if poison is None else bool(poison)
+    opts["poison"] = POISON if poison is None else bool(poison)
     key = ptrs = None
     if (THIN and not count_traffic and fast is None and tensor_cores is None
             and (SIM or _launch.FAST_LAUNCH)
             and (algorithm in ("fa2", "standard") or (algorithm == "fa1" and not return_stats))):
         try:
-            key, ptrs = _plan_key(q, k, v, algorithm, causal, scale, block_rows, block_cols,
-                                  sram_bytes, block_mask, return_stats, threads, kernel,
-                                  poison)
+            key, ptrs = _plan_key(q, k, v, opts)
             plan = None if key is None else _PLANS.get(key)
         except Exception:       # odd input or an unhashable option: the full path (its
             key = plan = None   # checks raise the error that input deserves), no plan
@@ -475,12 +477,10 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
                     thin_calls += 1
                     return out
             key = None
-    return _attention_full(q, k, v, algorithm, causal, scale, block_rows, block_cols,
-                           sram_bytes, block_mask, count_traffic, return_stats, threads,
-                           kernel, fast, tensor_cores, poison, key)
+    return _attention_full(q, k, v, plan_key=key, **opts)
 
 
-def _attention_full(q, k, v, algorithm, causal, scale, block_rows, block_cols, sram_bytes,
+def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols, sram_bytes,
                     block_mask, count_traffic, return_stats, threads, kernel, fast,
                     tensor_cores, poison, plan_key):
     """`attention` with every check, recording its launches into a plan for `plan_key`
@@ -737,29 +737,36 @@ def _describer(t):
     return f
 
 
-#: where block_mask sits in `_plan_key`'s options (attention passes them in its order:
-#: algorithm, causal, scale, block_rows, block_cols, sram_bytes, block_mask, ...)
-_MASK_AT = 6
+def _call_options(**kwargs) -> dict:
+    """`attention`'s options as it builds them for `_plan_key` (every parameter but q, k,
+    v, by name, defaults filled in, poison resolved); TypeError for an unknown one."""
+    import inspect
+    bound = inspect.signature(attention).bind(None, None, None, **kwargs)
+    bound.apply_defaults()
+    opts = dict(bound.arguments)
+    del opts["q"], opts["k"], opts["v"]
+    opts["poison"] = POISON if opts["poison"] is None else bool(opts["poison"])
+    return opts
 
 
-def _plan_key(q, k, v, *opts):
+def _plan_key(q, k, v, opts: dict):
     """(key, {'q': ptr, 'k': ptr, 'v': ptr}) of a call, or (None, None) where it always
     takes the full path. The key holds what every check and choice of the full path
     depends on: each input's type, shape, dtype, strides (hence contiguity), device
     (torch) and requires_grad (torch); whether all three data pointers are 16-byte
-    aligned (the tensor-core kernel needs it); every option (a block mask by its shape,
-    dtype and bytes). A call whose key has no plan takes the full path, so bad input
-    always meets the full checks and their errors."""
+    aligned (the tensor-core kernel needs it); every option of `attention` by name (a
+    block mask by its shape, dtype and bytes). A call whose key has no plan takes the
+    full path, so bad input always meets the full checks and their errors."""
     fq, fk, fv = _describer(type(q)), _describer(type(k)), _describer(type(v))
     if fq is None or fk is None or fv is None:
         return None, None
     (dq, pq), (dk, pk), (dv, pv) = fq(q), fk(k), fv(v)
-    mask = opts[_MASK_AT]
-    if mask is not None:
-        m = np.asarray(mask)
-        opts = (opts[:_MASK_AT] + ((m.shape, m.dtype.str, m.tobytes()),)
-                + opts[_MASK_AT + 1:])
-    key = (type(q), dq, type(k), dk, type(v), dv, (pq | pk | pv) & 15 == 0, opts)
+    items = tuple(opts.items())
+    if opts.get("block_mask") is not None:
+        m = np.asarray(opts["block_mask"])
+        items = tuple((n, (m.shape, m.dtype.str, m.tobytes()) if n == "block_mask" else x)
+                      for n, x in items)
+    key = (type(q), dq, type(k), dk, type(v), dv, (pq | pk | pv) & 15 == 0, items)
     return key, {"q": pq, "k": pk, "v": pv}
 
 
@@ -838,22 +845,10 @@ def kernel_launcher(q, k, v, **kwargs):
     array on every launch). No checks, no allocation, no plan look-up: what `flashsim
     bench` times as `fa2_kernel`. Device inputs only; ValueError where `attention` has no
     thin path for these arguments (NumPy inputs, count_traffic, fa1 with return_stats)."""
-    kwargs = dict(kwargs)
-    poison = kwargs.pop("poison", None)
-    poison = POISON if poison is None else bool(poison)
+    opts = _call_options(**kwargs)
     with thin_path(True):
-        attention(q, k, v, poison=poison, **kwargs)     # the full path builds the plan
-    order = ("algorithm", "causal", "scale", "block_rows", "block_cols", "sram_bytes",
-             "block_mask", "return_stats", "threads", "kernel")
-    defaults = dict(algorithm="fa2", causal=False, scale=None, block_rows=None,
-                    block_cols=None, sram_bytes=None, block_mask=None, return_stats=False,
-                    threads=None, kernel="auto")
-    unknown = set(kwargs) - set(order)
-    if unknown:
-        raise ValueError(f"kernel_launcher: {', '.join(sorted(unknown))} not supported; "
-                         f"allowed: {', '.join(order)}, poison")
-    opts = tuple(kwargs.get(n, defaults[n]) for n in order) + (poison,)
-    key, _ptrs = _plan_key(q, k, v, *opts)
+        attention(q, k, v, **opts)           # builds the plan (the full path) if none yet
+    key, _ptrs = _plan_key(q, k, v, opts)
     plan = _PLANS.get(key) if key is not None else None
     if plan is None or plan is _NO_PLAN:
         raise ValueError("kernel_launcher: these arguments take attention's full path on "

@@ -38,16 +38,6 @@ def api():
     api.clear_plans()
 
 
-def _opts(**kw):
-    """attention's options in the order _plan_key takes them (defaults filled in)."""
-    from gpu import api
-    o = dict(algorithm="fa2", causal=False, scale=None, block_rows=None, block_cols=None,
-             sram_bytes=None, block_mask=None, return_stats=False, threads=None,
-             kernel="auto", poison=api.POISON)
-    o.update(kw)
-    return tuple(o.values())
-
-
 def _full(api, q, k, v, **kw):
     with api.thin_path(False):
         return api.attention(q, k, v, **kw)
@@ -83,7 +73,7 @@ def test_thin_path_matches_full_path(api, alg, kw):
     from gpu import _launch
     with _launch.recording() as rec:
         _full(api, q, k, v, **kw)
-    plan = api._PLANS[api._plan_key(q, k, v, *_opts(**kw))[0]]
+    plan = api._PLANS[api._plan_key(q, k, v, api._call_options(**kw))[0]]
     assert [(t.kernel, t.grid, t.block, t.shmem) for t in plan.launches] == \
         [r[:4] for r in rec] and rec
     res = api.attention(q, k, v, count_traffic=True, **kw)
@@ -120,7 +110,10 @@ def test_plan_key_separates_what_it_must(api):
 
     def key(q=q, k=k, v=v, **kw):
         o = dict(base, **kw)
-        return api._plan_key(q, k, v, *o.values())[0]
+        return api._plan_key(q, k, v, api._call_options(**o))[0]
+    import inspect
+    # every parameter of attention is in the key, by name (a new one joins by itself)
+    assert list(api._call_options()) == list(inspect.signature(api.attention).parameters)[3:]
     k0 = key()
     assert k0 == key(*_qkv(seed=5)) and hash(k0) == hash(key(*_qkv(seed=5)))
     m1 = np.ones((2, 2), bool)
@@ -137,7 +130,8 @@ def test_plan_key_separates_what_it_must(api):
     t = _dev(1, H, D, N).transpose((0, 1, 3, 2))
     assert t.shape == q.shape and key(q=t) != k0
     # NumPy inputs always take the full path (they are copied anyway)
-    assert api._plan_key(*(x.copy_to_host() for x in (q, k, v)), *base.values()) == (None, None)
+    assert api._plan_key(*(x.copy_to_host() for x in (q, k, v)),
+                         api._call_options(**base)) == (None, None)
 
     class FakeTorch:       # what _describe_torch reads from a torch tensor
         def __init__(self, device, ptr=4096):
@@ -161,12 +155,12 @@ def test_alignment_is_in_the_key(api):
     base = np.zeros((1, H, N + 1, D), np.float32)
     a = cuda.to_device(base)
     q, k, v = _qkv()
-    opts = ("fa2", False, None, 16, 16, None, None, False, None, "auto", False)
-    key, ptrs = api._plan_key(q, k, v, *opts)
+    opts = api._call_options(algorithm="fa2", block_rows=16, block_cols=16)
+    key, ptrs = api._plan_key(q, k, v, opts)
     assert key[6] is True and set(ptrs) == {"q", "k", "v"}
     if not api.SIM:     # the simulator has no device pointers (all 0)
         mis = a.reshape(-1)[4:4 + H * N * D].reshape(1, H, N, D)   # 16 bytes off
-        assert api._plan_key(mis, k, v, *opts)[0][6] is False
+        assert api._plan_key(mis, k, v, opts)[0][6] is False
 
 
 def test_poison_mode_shows_unwritten_elements(api, monkeypatch):
