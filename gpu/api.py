@@ -770,6 +770,21 @@ def _plan_key(q, k, v, opts: dict):
     return key, {"q": pq, "k": pk, "v": pv}
 
 
+def _span(a):
+    """[start, end) of a device array's bytes; None for anything else (scalars)."""
+    if SIM:
+        ary = getattr(a, "_ary", None)       # the simulator's arrays wrap a NumPy array
+        if not isinstance(ary, np.ndarray):
+            return None
+        start = ary.__array_interface__["data"][0]
+        return start, start + ary.nbytes
+    ptr = getattr(a, "device_ctypes_pointer", None)
+    if ptr is None:
+        return None
+    start = ptr.value or 0
+    return start, start + a.size * a.dtype.itemsize
+
+
 class _Plan:
     """What a repeat call needs: the recorded launches (`_launch.ThinLaunch`) and the
     outputs to allocate: (slot, shape the caller gets, 3-D shape the kernels see,
@@ -784,10 +799,19 @@ class _Plan:
         views, outputs, scratch) becomes a slot, by identity; every other argument is a
         constant of the plan (scalars, dummy or block-mask arrays)."""
         slot_of = {id(a): name for name, a in views.items()}
+        spans = [_span(a) for a in views.values()]
         thin = []
         for kern, grid, block, shmem, args in launches:
-            t = _launch.thin_launch(kern, grid, block, shmem, args,
-                                    [slot_of.get(id(a)) for a in args])
+            slots = [slot_of.get(id(a)) for a in args]
+            for a, slot in zip(args, slots):
+                # a constant must not alias the call's own memory: a view of q or o made
+                # inside a `run` (not the object itself) would be replayed with the first
+                # call's pointer. No plan then: such calls always take the full path.
+                sp = None if slot is not None else _span(a)
+                if sp is not None and any(v is not None and sp[0] < v[1] and v[0] < sp[1]
+                                          for v in spans):
+                    return None
+            t = _launch.thin_launch(kern, grid, block, shmem, args, slots)
             if t is None:
                 return None
             thin.append(t)

@@ -433,3 +433,25 @@ def test_plan_torch_branch_with_a_stand_in_torch(api, monkeypatch):
         stream, ptrs = seen[-1]
         assert stream == "stream78"
         assert ptrs == {"q": 1, "k": 2, "v": 3, "o": O.ptr, "L": L.ptr}
+
+
+def test_no_plan_when_a_run_passes_its_own_view_of_the_call_arrays(api, monkeypatch):
+    """A kernel family whose `run` hands the kernel its own view of q (not the object
+    gpu.api made) would be replayed with the first call's pointer: the plan is refused
+    (the memory overlaps the call's arrays) and repeat calls take the full path."""
+    from gpu.forward import fa2
+    real = fa2.run
+
+    def run(q3, *a, **kw):
+        return real(q3.reshape(q3.shape), *a, **kw)
+    monkeypatch.setattr(fa2, "run", run)
+    q, k, v = _qkv()
+    q2, k2, v2 = _qkv(seed=10)
+    kw = dict(algorithm="fa2", kernel="plain", **TILES)
+    api.attention(q, k, v, **kw)
+    assert list(api._PLANS.values()) == [api._NO_PLAN]
+    n0 = api.thin_calls
+    got = _host(api.attention(q2, k2, v2, **kw))
+    assert api.thin_calls == n0
+    monkeypatch.setattr(fa2, "run", real)
+    np.testing.assert_array_equal(got, _host(_full(api, q2, k2, v2, **kw)))
