@@ -1,8 +1,12 @@
 """`flashsim bench`: forward-attention timings on a CUDA GPU, one JSON row per point.
 
 Implementations: the project's Numba kernels through `gpu.attention` on torch tensors
-(`fa2`, `fa1`, `standard`) and PyTorch's `scaled_dot_product_attention` with one backend
-forced (`torch_math`, `torch_efficient`, `torch_flash`; FLASH is fp16 only). TF32 is off.
+(`fa2`, `fa1`, `standard`: the whole call, host work included), the fa2 kernel alone
+(`fa2_kernel`: the compiled kernels `gpu.attention` runs, launched on preallocated
+outputs by `gpu.api.kernel_launcher`, no checks or allocation; next to `fa2` it shows
+what the call adds) and PyTorch's `scaled_dot_product_attention` with one backend forced
+(`torch_math`, `torch_efficient`, `torch_flash`; FLASH is fp16 only), all in the same
+run. TF32 is off.
 
 Method, per point (impl, dtype, N, d, causal, batch_heads):
   * inputs: `n_sets` independent (q, k, v) sets on the device, enough that together they
@@ -51,8 +55,11 @@ SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
 DTYPES = ("fp32", "fp16")
 CAUSAL_MODES = ("off", "on", "both")
-IMPLS = ("fa2", "fa1", "standard", "torch_math", "torch_efficient", "torch_flash")
+IMPLS = ("fa2", "fa2_kernel", "fa1", "standard", "torch_math", "torch_efficient",
+         "torch_flash")
 GPU_IMPLS = ("fa2", "fa1", "standard")
+#: the Numba kernels alone, launched on preallocated outputs: impl -> the algorithm
+KERNEL_IMPLS = {"fa2_kernel": "fa2"}
 ITEMSIZE = {"fp32": 4, "fp16": 2}
 L2_BYTES = 50 * 10**6
 MIN_REPS = 10
@@ -531,6 +538,7 @@ class TorchBackend:
         self.seed = seed
         self.sets = []
         self.set_key = None
+        self.launcher = self.launcher_key = None
         self.device_name = torch.cuda.get_device_name()
 
     # -- inputs ----------------------------------------------------------------------
@@ -540,6 +548,7 @@ class TorchBackend:
             return
         self.sets = []
         self.set_key = None
+        self.launcher = self.launcher_key = None
         self.cleanup()
         torch = self.torch
         dt = {"fp32": torch.float32, "fp16": torch.float16}[point.dtype]
@@ -583,6 +592,14 @@ class TorchBackend:
         q, k, v = self.sets[s]
         if point.impl in GPU_IMPLS:
             return self.gpu.attention(q, k, v, algorithm=point.impl, causal=point.causal)
+        if point.impl in KERNEL_IMPLS:
+            key = (point.key(), self.set_key)
+            if self.launcher_key != key:   # outputs allocated once per point
+                self.launcher = None
+                self.launcher = self.gpu.api.kernel_launcher(
+                    q, k, v, algorithm=KERNEL_IMPLS[point.impl], causal=point.causal)
+                self.launcher_key = key
+            return self.launcher(q, k, v)
         F = self.torch.nn.functional
         with self.sdpa_kernel(self.backends[point.impl]):
             return F.scaled_dot_product_attention(q, k, v, is_causal=point.causal)
@@ -645,14 +662,16 @@ class TorchBackend:
         driver = 0
         if point.impl in GPU_IMPLS:   # numba's own allocations (not torch's caching allocator)
             driver = max(0, (free0 - free1) - (reserved1 - reserved0))
-        out_bytes = out.numel() * out.element_size()
+        # the kernel alone writes outputs allocated before (kernel_launcher): none here
+        out_bytes = 0 if point.impl in KERNEL_IMPLS else out.numel() * out.element_size()
         del out
         self.cleanup()
         return int(torch_peak + driver - out_bytes)
 
     def row_extra(self, point: Point) -> dict:
-        if point.impl in GPU_IMPLS:
-            t = self.gpu.default_tiling(point.impl, point.d, point.dtype, point.causal)
+        if point.impl in GPU_IMPLS or point.impl in KERNEL_IMPLS:
+            alg = KERNEL_IMPLS.get(point.impl, point.impl)
+            t = self.gpu.default_tiling(alg, point.d, point.dtype, point.causal)
             return {"block_rows": t.B_r, "block_cols": t.B_c}
         return {}
 
@@ -692,7 +711,8 @@ def compact_table(rows: list[dict]) -> str:
         by[(r["dtype"], r["d"], r["causal"], r["N"], r["impl"])] = r
     blocks = sorted({(r["dtype"], r["d"], r["causal"]) for r in rows},
                     key=lambda k: (k[1], k[2], k[0] != "fp32"))
-    short = {"torch_math": "t_math", "torch_efficient": "t_eff", "torch_flash": "t_flash"}
+    short = {"torch_math": "t_math", "torch_efficient": "t_eff", "torch_flash": "t_flash",
+             "fa2_kernel": "fa2_kern"}
     out = ["cells: ms_median/TFLOP/s ('skip': see JSON 'skipped')"]
     for (dt, d, c) in blocks:
         Ns = sorted({r["N"] for r in rows if (r["dtype"], r["d"], r["causal"]) == (dt, d, c)})

@@ -8,7 +8,8 @@ forward   every forward kernel (standard, fa1, fa2 with its default kernel and t
           block mask with an empty query block):
           * counts: the instrumented build's ledger equals iosim.closed_form exactly
             (every tensor, reads and writes, in elements);
-          * O has no NaN (outputs are poisoned with NaN before each launch) and the
+          * O has no NaN (outputs are poisoned with NaN before each launch: the
+            check runs gpu.attention in its poison mode) and the
             counting and plain builds give bit-identical O;
           * accuracy: rel err = ||O - ref||_F / ||ref||_F against float64 attention of the
             same inputs. fp32: <= 1e-5. fp16: <= 2 err_sdpa (PyTorch's own fp16
@@ -875,6 +876,8 @@ def run_checks(mode: str, suites=SUITES, *, use_torch: bool | None = None, repea
     total = len(cases)
     rows = []
     t_start = time.perf_counter()
+    from gpu import api as _api
+    poison_before = _api.set_poison(True)   # validation: unwritten elements show as NaN
 
     def add(row):
         rows.append(row)
@@ -921,6 +924,7 @@ def run_checks(mode: str, suites=SUITES, *, use_torch: bool | None = None, repea
                 on_case(i + 1, total, name)
     finally:
         _T = None
+        _api.set_poison(poison_before)
     failed = [r for r in rows if not r["ok"]]
     return {"kind": "check", "mode": mode, "device": device_name(), "versions": versions(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -25,6 +25,10 @@ backward kernels. The pieces:
   launch that repeats an earlier one (same kernel, device, dimensions, argument types)
   skips Numba's dispatcher and passes the flattened arguments to cuda.core directly
   (`FAST_LAUNCH`; FLASHSIM_FAST_LAUNCH=0 turns it off).
+* Streams and recording (gpu.api's thin call path): `on_stream(handle)` makes `launch`
+  enqueue on a raw CUstream (torch's current stream); `recording()` collects the
+  launches of a block; `thin_launch(...)` turns one recorded launch into a `ThinLaunch`
+  whose flattened parameters are computed once, data pointers left as named slots.
 * Traffic counters (the instrumented build): an int64 device array of shape
   (len(TENSORS), 2), indexed [tensor, READ|WRITE], in ELEMENTS. A kernel compiled with
   count=True keeps per-thread element counts in registers and adds each nonzero one
@@ -38,6 +42,7 @@ import contextlib
 import functools
 import math
 import os
+import threading
 
 import numpy as np
 from numba import config, cuda, float32  # noqa: F401  (float32 re-exported for kernels)
@@ -228,6 +233,10 @@ def _pack_array(a):
             *a.shape, *a.strides)
 
 
+#: where `_pack_array` puts the data pointer
+_PTR_AT = 4
+
+
 def _packer(ty):
     """A function value -> tuple of launch parameters for Numba type `ty`, or None when
     the fast path does not know the type (then every launch takes Numba's path)."""
@@ -298,9 +307,13 @@ def launch(kernel, grid, block, shmem_bytes: int, *args) -> None:
     types every argument in Python on every call, and hands the flattened arguments
     straight to cuda.core's `launch`, the call Numba's own `_Kernel.launch` ends in. This
     cut the host time of a `gpu.attention` call (results data set, kind `host_time`); tests/test_gpu_launch.py checks both paths give identical results."""
+    record = getattr(_tls, "record", None)
+    if record is not None:     # a gpu.attention call is building its launch plan
+        record.append((kernel, grid, block, shmem_bytes, args))
     if SIM:
         kernel[grid, block, 0, shmem_bytes](*args)
         return
+    handle = getattr(_tls, "stream", 0)
     key = _fast_key(kernel, grid, block, shmem_bytes, args) if FAST_LAUNCH else None
     p = _prepared.get(key, _UNSEEN) if key is not None else None
     if p is not None and p is not _UNSEEN:
@@ -309,13 +322,121 @@ def launch(kernel, grid, block, shmem_bytes: int, *args) -> None:
         flat = []
         for pack, a in zip(p.packers, args):
             flat.extend(pack(a))
-        p.core_launch(p.stream, p.config, p.kernel, *flat)
+        p.core_launch(core_stream(handle) if handle else p.stream, p.config, p.kernel, *flat)
         return
     if shmem_bytes > DEFAULT_SMEM_BYTES:
         _opt_in(kernel, args, shmem_bytes)
-    kernel[grid, block, 0, shmem_bytes](*args)
+    kernel[grid, block, numba_stream(handle) if handle else 0, shmem_bytes](*args)
     if p is _UNSEEN:   # None is stored too: a launch the fast path cannot repeat
         _prepared[key] = _prepare(kernel, grid, block, shmem_bytes, args)
+
+
+# ---------------------------------------------------------------------------------------
+# Streams, launch recording and prepared (thin) launches: what gpu.api's thin call path
+# is built from
+# ---------------------------------------------------------------------------------------
+#: per thread: the stream `launch` enqueues on (`on_stream`) and the list a launch is
+#: recorded into (`recording`)
+_tls = threading.local()
+_core_streams: dict = {}
+_numba_streams: dict = {}
+
+
+def core_stream(handle: int):
+    """The cuda.core Stream for a raw CUstream handle (0: the legacy default stream);
+    one wrapper per handle, cached (it does not own the stream)."""
+    s = _core_streams.get(handle)
+    if s is None:
+        from numba.cuda.cudadrv import driver as drv
+        s = drv.ExperimentalStream.from_handle(int(handle)) if handle else drv._to_core_stream(0)
+        _core_streams[handle] = s
+    return s
+
+
+def numba_stream(handle: int):
+    """A Numba Stream for a raw CUstream handle made outside Numba (e.g. torch's current
+    stream); cached per handle."""
+    s = _numba_streams.get(handle)
+    if s is None:
+        s = cuda.external_stream(int(handle))
+        _numba_streams[handle] = s
+    return s
+
+
+@contextlib.contextmanager
+def on_stream(handle: int):
+    """`with on_stream(h):` every `launch` in this thread enqueues on the raw CUstream
+    `h` (0, the default: the legacy default stream, Numba's own); restored after."""
+    saved = getattr(_tls, "stream", 0)
+    _tls.stream = int(handle or 0)
+    try:
+        yield
+    finally:
+        _tls.stream = saved
+
+
+@contextlib.contextmanager
+def recording():
+    """`with recording() as rec:` each `launch` in this thread also appends (kernel, grid,
+    block, shmem_bytes, args) to the list `rec` (the launches still run)."""
+    saved = getattr(_tls, "record", None)
+    rec: list = []
+    _tls.record = rec
+    try:
+        yield rec
+    finally:
+        _tls.record = saved
+
+
+class ThinLaunch:
+    """One recorded launch, ready to repeat with other data pointers.
+
+    slots[i] names the per-call array argument i stands for ('q', 'o', ...; None: a
+    constant kept from the recorded launch, e.g. a scalar, the dummy mask or counters).
+    On a GPU the flattened kernel parameters (the layout Numba's dispatcher builds, as
+    in `launch`'s fast path) are computed once; a call copies that list, writes each
+    slot's data pointer into it and hands it to cuda.core's `launch`. Shapes and
+    strides are the recorded ones: the caller's plan key guarantees they repeat. In the
+    simulator the launch goes through Numba with the slots' arrays substituted."""
+    __slots__ = ("kernel", "grid", "block", "shmem", "args", "slots", "prepared", "flat",
+                 "subs")
+
+    def go(self, stream, arrays: dict, ptrs: dict) -> None:
+        if self.prepared is None:            # the simulator: Numba's launch
+            args = [a if s is None else arrays[s] for a, s in zip(self.args, self.slots)]
+            self.kernel[self.grid, self.block, 0, self.shmem](*args)
+            return
+        flat = list(self.flat)
+        for pos, slot in self.subs:
+            flat[pos] = ptrs[slot]
+        p = self.prepared
+        p.core_launch(stream, p.config, p.kernel, *flat)
+
+
+def thin_launch(kernel, grid, block, shmem_bytes, args, slots):
+    """A ThinLaunch for a recorded launch, or None where it cannot be repeated this way
+    (an argument type the fast path does not know, a debug or cooperative kernel)."""
+    t = ThinLaunch()
+    t.kernel, t.grid, t.block, t.shmem = kernel, grid, block, shmem_bytes
+    # keep the constants only: the recorded call's own arrays must not stay alive
+    t.args = tuple(None if s is not None else a for a, s in zip(args, slots))
+    t.slots = tuple(slots)
+    t.prepared, t.flat, t.subs = None, None, ()
+    if SIM:
+        return t
+    p = _prepare(kernel, grid, block, shmem_bytes, args)
+    if p is None:
+        return None
+    flat, subs = [], []
+    for pack, a, slot in zip(p.packers, args, slots):
+        part = pack(a)
+        if slot is not None:
+            if pack is not _pack_array:
+                return None
+            subs.append((len(flat) + _PTR_AT, slot))
+        flat.extend(part)
+    t.prepared, t.flat, t.subs = p, tuple(flat), tuple(subs)
+    return t
 
 
 # ---------------------------------------------------------------------------------------
@@ -389,6 +510,7 @@ def counters_to_ledger(counters, algorithm, problem, tiling) -> Ledger:
 __all__ = ["SIM", "TENSORS", "T", "READ", "WRITE", "NB_DTYPE", "NP_DTYPE", "NEG_INF", "ZERO",
            "ONE", "NAN", "sees_key", "DEFAULT_SMEM_BYTES", "default_threads", "dtype_name", "kernel_name",
            "specialisation", "device_smem_limit", "check_fits", "launch", "filled",
+           "on_stream", "recording", "thin_launch", "core_stream", "numba_stream",
            "new_counters", "dummy_mask", "counters_to_dicts", "counters_to_ledger"]
 
 

@@ -25,9 +25,43 @@ Default tiling (no block_rows/block_cols/sram_bytes given):
   (64, 32, 16) whose shared-memory footprint (`iosim.sram_footprint_bytes`) fits the
   48 KB every CUDA device allows without opt-in. For example fa2/fa1: fp32 d=64 -> 32,
   fp16 d=64 -> 32, fp32 d=128 -> 16, d=16 -> 64; standard: fp32 d=64 -> 64.
+
+Call path. The full path checks the inputs (type, ndim, dtype, layout, shapes, head dim,
+options), chooses kernel and tiling (device limits, alignment), builds the iosim
+Problem, allocates and launches. It runs on the first call of each kind, records its
+launches (`_launch.recording`) and keeps them as a plan (`_Plan`: per launch the
+kernel, its launch configuration and its flattened parameters with the data pointers
+left as slots) under a plan key (`_plan_key`: each input's type, shape, dtype, strides,
+torch device and requires_grad; whether the data pointers are 16-byte aligned; every
+option, a block mask by its bytes). A repeat call with a key that has a plan, on device
+arrays (torch, Numba, other __cuda_array_interface__ objects; not NumPy), without
+count_traffic or the deprecated fast= / tensor_cores=, and for fa2, standard or fa1
+without return_stats, takes the thin path: read the three data pointers, allocate the
+outputs, write the pointers into the recorded parameters, launch through cuda.core
+(what `_launch.launch`'s fast path calls). Every check depends only on what the key
+holds, so a repeat call of a planned kind passes them all again, and any other call
+(bad input included) takes the full path and its errors. Outputs are new on every
+call. Changing a tuning dict (FA2_TC_MT, FA2_TC_TILES, ...) drops the plans.
+FLASHSIM_THIN=0 or `thin_path(False)` turns the thin path off.
+
+Streams: with torch tensors the kernels run on torch's current stream of q's device
+(`torch.cuda.current_stream()`; the legacy default stream when that is the default) and
+the outputs come from torch's caching allocator on it, as for a torch operator: no host
+synchronisation, ordered after the inputs' producers on that stream and before their
+consumers. Other device arrays: the legacy default stream (after a synchronisation
+with a producer's stream that __cuda_array_interface__ names), outputs from Numba.
+
+Poison (validation mode): `poison=True` (default `POISON`: FLASHSIM_POISON=1,
+`set_poison`, `poison_outputs`) NaN-fills every output before the kernels run, so an
+element no kernel writes shows as NaN. Off by default: the fill is one more launch and
+write of every output per call. `flashsim check`, the kernel sweeps and the test suite
+run with it on.
 """
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import warnings
 from dataclasses import dataclass
 
@@ -37,9 +71,39 @@ from numba import cuda
 import iosim
 from iosim.tiling import ALGORITHMS, Tiling, resolve_tiling, sram_footprint_bytes
 
+from . import _launch
 from .forward import fa1, fa2, fa2_fast, fa2_tc, standard
 from ._launch import (DEFAULT_SMEM_BYTES, NP_DTYPE, SIM, check_fits, counters_to_ledger,
                       default_threads, device_smem_limit, filled, new_counters)
+
+
+def clear_plans() -> None:
+    """Forget every cached launch plan of the thin call path (the next call of each kind
+    takes the full path again and rebuilds its plan)."""
+    _PLANS.clear()
+
+
+class _Tunable(dict):
+    """A dict of tuning constants (tilings, MT, ...). Any change clears the thin path's
+    launch plans, which were built under the old values (analysis.check sets FA2_TC_MT
+    per configuration, for one)."""
+
+
+def _clearing(name):
+    base = getattr(dict, name)
+
+    def method(self, *a, **kw):
+        out = base(self, *a, **kw)
+        clear_plans()
+        return out
+    method.__name__ = name
+    return method
+
+
+for _name in ("__setitem__", "__delitem__", "clear", "update", "pop", "popitem", "setdefault",
+              "__ior__"):
+    setattr(_Tunable, _name, _clearing(_name))
+del _name
 
 HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128)
 DEFAULT_TILES = (64, 32, 16)
@@ -49,13 +113,13 @@ DEFAULT_TILES = (64, 32, 16)
 #: 64 x 32 with 256 threads (TC = 16): ptxas -v reports 255 registers and no spills,
 #: where 256 x 32 at d=128 (512 threads, 128 registers) spilled 500 bytes a thread
 #: into local memory, which multiplied its L2 traffic (Nsight Compute: 6.7x its ledger).
-FA2_FAST_TILES = {64: (256, 32, 512), 128: (64, 32, 256)}
+FA2_FAST_TILES = _Tunable({64: (256, 32, 512), 128: (64, 32, 256)})
 FA2_FAST_FALLBACK = ((256, 32, 512), (128, 64, 256), (128, 64, 128), (64, 64, 256),
                      (64, 64, 128), (32, 32, 128))
 #: tuning measured best on the H100 for (B_r, B_c, threads): TC (threads per query row)
 #: and maxreg (register cap per thread); see `fa2_fast_options` for the rest
-FA2_FAST_TUNED = {(256, 32, 512): dict(TC=8, maxreg=128, stage=1),
-                  (128, 64, 256): dict(TC=8, maxreg=128)}
+FA2_FAST_TUNED = _Tunable({(256, 32, 512): dict(TC=8, maxreg=128, stage=1),
+                           (128, 64, 256): dict(TC=8, maxreg=128)})
 #: thread counts tried, in order, for the fast kernel when the caller gives a tiling
 FA2_FAST_THREADS = (256, 128, 64)
 #: fp16 fa2's default on a GPU: head dim -> (B_r, B_c) of gpu.forward.fa2_tc (tensor cores),
@@ -67,14 +131,14 @@ FA2_FAST_THREADS = (256, 128, 64)
 #: tuned). At d=128, 128 x 32 with MT=2 ran 5% faster (0.499 ms; 1.951 against 2.066
 #: at N=8192) but needs 255 registers and spills 72 bytes a thread (104 causal; ptxas
 #: -v): not the default; block_rows=128, block_cols=32 selects it.
-FA2_TC_TILES = {64: (128, 64), 128: (64, 64)}
-FA2_TC_TILES_CAUSAL = {64: (64, 64), 128: (64, 64)}
+FA2_TC_TILES = _Tunable({64: (128, 64), 128: (64, 64)})
+FA2_TC_TILES_CAUSAL = _Tunable({64: (64, 64), 128: (64, 64)})
 FA2_TC_FALLBACK = ((128, 64), (64, 64), (64, 32))
 #: m-tiles of 16 query rows per warp (MT) of gpu.forward.fa2_tc for (B_r, B_c, d); tilings not
 #: listed run MT=1. Each K/V fragment then feeds MT products, registers grow with MT and
 #: threads = 2 B_r / MT. Listed: large-B_r tilings whose MT=2 build was the one timed
 #: (same run: 128 x 32 at d=128 above; 256 x 64 at d=64, 0.290 ms).
-FA2_TC_MT: dict = {(128, 32, 128): 2, (256, 64, 64): 2}
+FA2_TC_MT: dict = _Tunable({(128, 32, 128): 2, (256, 64, 64): 2})
 
 
 def fa2_tc_mt(B_r: int, B_c: int, d: int) -> int:
@@ -224,6 +288,10 @@ def _to_device(x, kind):
         return cuda.to_device(x)
     if kind == "numba":
         return x
+    if _torch_like(x) is not None:
+        # our kernels run on torch's current stream (`_torch_stream`), the stream torch
+        # reports as the producer's: ordered after it without a host-blocking sync
+        return cuda.as_cuda_array(x, sync=False)
     # Numba synchronises on the producer's stream before using a foreign array. Our
     # kernels run on the legacy default stream, which is already ordered after work on
     # that same stream (stream 1, or None = unspecified/legacy): skip the host-blocking
@@ -240,20 +308,30 @@ def _torch_like(like):
     return torch
 
 
-def _output(shape, npdt, kind, like):
-    """(caller-kind object or None, numba device view) of a new output filled with NaN.
+def _torch_stream(torch, device):
+    """Raw handle of torch's current stream on `device` (0: the legacy default stream)."""
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if get is not None:
+        return int(get(device.index if device.index is not None else torch.cuda.current_device()))
+    return int(torch.cuda.current_stream(device).cuda_stream)
 
-    torch callers get a torch tensor from torch's caching allocator (no cuMemAlloc /
-    cuMemFree per call: Numba's deferred frees synchronise the device, which put a host
-    round trip inside every timed call); others a Numba device array (`filled`)."""
+
+def _output(shape, npdt, kind, like, poison=True):
+    """(caller-kind object or None, numba device view) of a new output; filled with NaN
+    when `poison` (so elements no kernel writes show), else left uninitialised.
+
+    torch callers get a torch tensor from torch's caching allocator on the current stream
+    (the one the kernels run on; no cuMemAlloc / cuMemFree per call: Numba's deferred
+    frees synchronise the device, which put a host round trip inside every timed call);
+    others a Numba device array."""
     torch = _torch_like(like) if kind == "cai" else None
-    if torch is None or torch.cuda.current_stream(like.device) != \
-            torch.cuda.default_stream(like.device):
-        # not torch, or torch on a side stream that our legacy-stream kernels would not be
-        # ordered after: Numba allocates and fills on the legacy stream
-        return None, filled(shape, npdt, np.nan)
-    t = torch.full(shape, float("nan"), device=like.device,
-                   dtype=torch.float16 if npdt == np.float16 else torch.float32)
+    if torch is None:
+        if poison:
+            return None, filled(shape, npdt, np.nan)
+        return None, cuda.device_array(shape, dtype=npdt)
+    tdt = torch.float16 if npdt == np.float16 else torch.float32
+    t = (torch.full(shape, float("nan"), device=like.device, dtype=tdt) if poison
+         else torch.empty(shape, device=like.device, dtype=tdt))
     return t, cuda.as_cuda_array(t, sync=False)
 
 
@@ -307,7 +385,7 @@ def _pick_kernel(kernel, fast, tensor_cores, algorithm, dname):
         warnings.warn(f"gpu.attention: {given} is deprecated and will be removed in the next "
                       f"release; use kernel={kernel!r}"
                       + (" (tensor_cores=False: kernel='fast' or 'plain')"
-                         if kernel == "auto" else ""), DeprecationWarning, stacklevel=3)
+                         if kernel == "auto" else ""), DeprecationWarning, stacklevel=4)
     if kernel in ("fast", "tc") and algorithm != "fa2":
         raise ValueError(f"kernel={kernel!r} is only for algorithm='fa2'; {algorithm!r} has one "
                          f"kernel (kernel='auto' or 'plain')")
@@ -319,7 +397,8 @@ def _pick_kernel(kernel, fast, tensor_cores, algorithm, dname):
 
 def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=None,
               block_cols=None, sram_bytes=None, block_mask=None, count_traffic=False,
-              return_stats=False, threads=None, kernel="auto", fast=None, tensor_cores=None):
+              return_stats=False, threads=None, kernel="auto", fast=None, tensor_cores=None,
+              poison=None):
     """Exact attention O = softmax(scale Q K^T [+ causal/block mask]) V on the GPU.
 
     q: (batch, heads, N, d); k, v: (batch, kv_heads, N, d) with kv_heads dividing heads
@@ -352,9 +431,60 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     fast, tensor_cores: deprecated (DeprecationWarning; removed in the next release);
     fast=True -> kernel="fast", fast=False -> "plain", tensor_cores=True -> "tc",
     tensor_cores=False -> "auto" without the tensor-core kernel.
+    poison: fill every output with NaN before the kernels run, so an element no kernel
+    writes shows as NaN (validation; costs one fill launch per output). None (default):
+    `POISON` (off unless FLASHSIM_POISON=1; `flashsim check` and the test suite turn it
+    on; `poison_outputs(True)` for a block of code).
     Returns O; (O, ledger) with count_traffic; (O, L) with return_stats; (O, L, ledger)
-    with both.
+    with both. Outputs are new arrays on every call.
+
+    Call path: the first call of a kind checks everything and records its launches into
+    a plan; a repeat with the same plan key (see `_plan_key`: shapes, dtype, strides,
+    device, alignment and every option) on device arrays, without count_traffic, takes
+    the thin path: read the data pointers, allocate the outputs, launch the recorded
+    kernels. torch tensors in: the kernels run on torch's current stream and the outputs
+    come from torch's caching allocator on it (module docstring: Call path).
     """
+    # every option by name, in signature order (first statement: only the parameters are
+    # local yet): a parameter added to `attention` joins the plan key by itself
+    opts = dict(locals())
+    del opts["q"], opts["k"], opts["v"]
+    global thin_calls
+    opts["poison"] = POISON if poison is None else bool(poison)
+    key = ptrs = None
+    if (THIN and not count_traffic and fast is None and tensor_cores is None
+            and (SIM or _launch.FAST_LAUNCH)
+            and (algorithm in ("fa2", "standard") or (algorithm == "fa1" and not return_stats))):
+        try:
+            key, ptrs = _plan_key(q, k, v, opts)
+            plan = None if key is None else _PLANS.get(key)
+        except Exception:       # odd input or an unhashable option: the full path (its
+            key = plan = None   # checks raise the error that input deserves), no plan
+        if plan is not None:
+            if plan is not _NO_PLAN:
+                try:
+                    out = plan(q, k, v, ptrs)
+                except Exception as exc:
+                    if plan.calls:
+                        raise
+                    _PLANS[key] = _NO_PLAN   # never worked: the full path from now on
+                    warnings.warn(f"gpu.attention: the thin call path failed on its first "
+                                  f"use ({type(exc).__name__}: {exc}); this kind of call "
+                                  f"takes the full path from now on", RuntimeWarning,
+                                  stacklevel=2)
+                else:
+                    plan.calls += 1
+                    thin_calls += 1
+                    return out
+            key = None
+    return _attention_full(q, k, v, plan_key=key, **opts)
+
+
+def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols, sram_bytes,
+                    block_mask, count_traffic, return_stats, threads, kernel, fast,
+                    tensor_cores, poison, plan_key):
+    """`attention` with every check, recording its launches into a plan for `plan_key`
+    (None: no plan)."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(ALGORITHMS)}")
     (B, H, N, d), dt, kind = _check("q", q)
@@ -450,36 +580,47 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     v3 = vd.reshape(B * Hk, N, d)
     G = H // Hk
     npdt = NP_DTYPE[dname]
-    # poison: unwritten elements show as NaN
-    o_obj, o3 = _output((B * H, N, d), npdt, kind, q)
+    torch = _torch_like(q) if kind == "cai" else None
+    # torch: run on its current stream (0 when that is the default stream)
+    handle = _torch_stream(torch, q.device) if torch is not None else 0
+    o_obj, o3 = _output((B * H, N, d), npdt, kind, q, poison)
     counters = new_counters(count_traffic)
     common = dict(B_r=B_r, B_c=B_c, dt=dname, causal=bool(causal), count=bool(count_traffic),
                   threads=threads)
     L = None
-    if algorithm == "fa2":
-        L_obj, L2 = _output((B * H, N), np.dtype(np.float32), kind, q)
-        if use_tc:
-            fa2_tc.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, MT=mt, **common)
-        elif use_fast:
-            fa2_fast.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common,
-                         **fast_opts)
+    views = {"q": q3, "k": k3, "v": v3, "o": o3}
+    record = _launch.recording() if plan_key is not None else contextlib.nullcontext()
+    with _launch.on_stream(handle), record as launches:
+        if algorithm == "fa2":
+            L_obj, L2 = _output((B * H, N), np.dtype(np.float32), kind, q, poison)
+            views["L"] = L2
+            if use_tc:
+                fa2_tc.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, MT=mt,
+                           **common)
+            elif use_fast:
+                fa2_fast.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common,
+                             **fast_opts)
+            else:
+                fa2.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common)
+            L = L2 if L_obj is None else L_obj
+        elif algorithm == "fa1":
+            _l, l2 = _output((B * H, N), np.dtype(np.float32), kind, q, poison)
+            _m, m2 = _output((B * H, N), np.dtype(np.float32), kind, q, poison)
+            views.update(l=l2, m=m2)
+            fa1.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters, **common)
+            if return_stats:
+                if handle:
+                    torch.cuda.current_stream(q.device).synchronize()
+                lh, mh = l2.copy_to_host(), m2.copy_to_host()
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    Lh = mh + np.log(lh)   # no key: -inf + log 0 = -inf; NaN l or m: NaN
+                L = cuda.to_device(Lh.astype(np.float32))
         else:
-            fa2.run(q3, k3, v3, o3, L2, scale, N, H, G, mask_dev, counters, **common)
-        L = L2 if L_obj is None else L_obj
-    elif algorithm == "fa1":
-        _l, l2 = _output((B * H, N), np.dtype(np.float32), kind, q)
-        _m, m2 = _output((B * H, N), np.dtype(np.float32), kind, q)
-        fa1.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters, **common)
-        if return_stats:
-            lh, mh = l2.copy_to_host(), m2.copy_to_host()
-            with np.errstate(divide="ignore", invalid="ignore"):
-                Lh = mh + np.log(lh)   # no key: -inf + log 0 = -inf; NaN l or m: NaN
-            L = cuda.to_device(Lh.astype(np.float32))
-    else:
-        _s, s3 = _output((B * H, N, N), npdt, kind, q)   # S, P: HBM scratch (kept alive
-        _p, p3 = _output((B * H, N, N), npdt, kind, q)   # by _s, _p until we return)
-        standard.run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask_dev, active, counters,
-                     **common)
+            _s, s3 = _output((B * H, N, N), npdt, kind, q, poison)  # S, P: HBM scratch (kept
+            _p, p3 = _output((B * H, N, N), npdt, kind, q, poison)  # alive by _s, _p)
+            views.update(s=s3, p=p3)
+            standard.run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask_dev, active, counters,
+                         **common)
     O = (o_obj.reshape(B, H, N, d) if o_obj is not None
          else _return_like(o3.reshape(B, H, N, d), kind, q))
     out = [O]
@@ -487,8 +628,282 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
         out.append(L.reshape(B, H, N) if _torch_like(L) is not None
                    else _return_like(L.reshape(B, H, N), kind, q))
     if count_traffic:
+        if handle:
+            torch.cuda.current_stream(q.device).synchronize()
         out.append(counters_to_ledger(counters, algorithm, problem, tiling))
+    if plan_key is not None:
+        try:
+            plan = _Plan.build(launches, views, kind, torch, poison, return_stats,
+                               (B, H, N, d))
+        except Exception:       # a plan is an optimisation: never fail a call over it
+            plan = None
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[plan_key] = _NO_PLAN if plan is None else plan
     return out[0] if len(out) == 1 else tuple(out)
+
+
+# ---------------------------------------------------------------------------------------
+# The thin call path: plan keys and plans
+# ---------------------------------------------------------------------------------------
+_PLANS: dict = {}
+_NO_PLAN = object()     # a key whose calls always take the full path
+#: plans kept at most (all are dropped when full: rebuilt on the next call of each kind)
+MAX_PLANS = 256
+#: calls that took the thin path in this process (tests check it is taken)
+thin_calls = 0
+
+
+def _poison_default() -> bool:
+    return os.environ.get("FLASHSIM_POISON", "0").strip().lower() not in ("", "0", "false",
+                                                                           "no", "off")
+
+
+#: Outputs NaN-filled before the kernels run (validation), unless `poison=` says
+#: otherwise. Off by default; FLASHSIM_POISON=1 (read at import), `set_poison`,
+#: `poison_outputs` turn it on; `flashsim check` and the tests run with it on.
+POISON = _poison_default()
+#: The thin path on repeat calls (FLASHSIM_THIN=0 turns it off: every call takes the
+#: full path; `thin_path(False)` for a block). On a GPU it also needs _launch.FAST_LAUNCH.
+THIN = os.environ.get("FLASHSIM_THIN", "1") != "0"
+
+
+def set_poison(enabled: bool) -> bool:
+    """Set `POISON` (the default of attention's poison=); returns the previous value."""
+    global POISON
+    prev, POISON = POISON, bool(enabled)
+    return prev
+
+
+@contextlib.contextmanager
+def poison_outputs(enabled: bool = True):
+    """`with poison_outputs():` calls without poison= NaN-fill their outputs; restored
+    after (also when the block raises)."""
+    prev = set_poison(enabled)
+    try:
+        yield
+    finally:
+        set_poison(prev)
+
+
+@contextlib.contextmanager
+def thin_path(enabled: bool):
+    """`with thin_path(False):` every call takes the full path (True: repeat calls take
+    the thin one); THIN is restored after."""
+    global THIN
+    saved, THIN = THIN, bool(enabled)
+    try:
+        yield
+    finally:
+        THIN = saved
+
+
+def _describe_torch(x):
+    return (x.shape, x.dtype, x.stride(), x.device, x.requires_grad), x.data_ptr()
+
+
+def _describe_numba(x):
+    return ((x.shape, x.dtype, x.strides),
+            0 if SIM else (x.device_ctypes_pointer.value or 0))
+
+
+def _describe_cai(x):
+    c = x.__cuda_array_interface__
+    if c.get("stream") not in (None, 1):
+        # the full path synchronises with that producer stream on every call: no plan
+        raise LookupError("producer stream")
+    st = c.get("strides")
+    return ((tuple(c["shape"]), c["typestr"], None if st is None else tuple(st)),
+            c["data"][0])
+
+
+_DESCRIBERS: dict = {}
+
+
+def _describer(t):
+    """How to describe an input of type t for the plan key: (hashable description,
+    data pointer); None for types that always take the full path (NumPy arrays...)."""
+    f = _DESCRIBERS.get(t, _NO_PLAN)
+    if f is _NO_PLAN:
+        if t.__module__.split(".")[0] == "torch" and hasattr(t, "data_ptr"):
+            f = _describe_torch
+        elif hasattr(t, "copy_to_host") and hasattr(t, "is_c_contiguous"):
+            f = _describe_numba
+        elif hasattr(t, "__cuda_array_interface__") and not SIM:
+            f = _describe_cai
+        else:
+            f = None
+        _DESCRIBERS[t] = f
+    return f
+
+
+def _call_options(**kwargs) -> dict:
+    """`attention`'s options as it builds them for `_plan_key` (every parameter but q, k,
+    v, by name, defaults filled in, poison resolved); TypeError for an unknown one."""
+    import inspect
+    bound = inspect.signature(attention).bind(None, None, None, **kwargs)
+    bound.apply_defaults()
+    opts = dict(bound.arguments)
+    del opts["q"], opts["k"], opts["v"]
+    opts["poison"] = POISON if opts["poison"] is None else bool(opts["poison"])
+    return opts
+
+
+def _plan_key(q, k, v, opts: dict):
+    """(key, {'q': ptr, 'k': ptr, 'v': ptr}) of a call, or (None, None) where it always
+    takes the full path. The key holds what every check and choice of the full path
+    depends on: each input's type, shape, dtype, strides (hence contiguity), device
+    (torch) and requires_grad (torch); whether all three data pointers are 16-byte
+    aligned (the tensor-core kernel needs it); every option of `attention` by name (a
+    block mask by its shape, dtype and bytes). A call whose key has no plan takes the
+    full path, so bad input always meets the full checks and their errors."""
+    fq, fk, fv = _describer(type(q)), _describer(type(k)), _describer(type(v))
+    if fq is None or fk is None or fv is None:
+        return None, None
+    (dq, pq), (dk, pk), (dv, pv) = fq(q), fk(k), fv(v)
+    items = tuple(opts.items())
+    if opts.get("block_mask") is not None:
+        m = np.asarray(opts["block_mask"])
+        items = tuple((n, (m.shape, m.dtype.str, m.tobytes()) if n == "block_mask" else x)
+                      for n, x in items)
+    key = (type(q), dq, type(k), dk, type(v), dv, (pq | pk | pv) & 15 == 0, items)
+    return key, {"q": pq, "k": pk, "v": pv}
+
+
+def _span(a):
+    """[start, end) of a device array's bytes; None for anything else (scalars)."""
+    if SIM:
+        ary = getattr(a, "_ary", None)       # the simulator's arrays wrap a NumPy array
+        if not isinstance(ary, np.ndarray):
+            return None
+        start = ary.__array_interface__["data"][0]
+        return start, start + ary.nbytes
+    ptr = getattr(a, "device_ctypes_pointer", None)
+    if ptr is None:
+        return None
+    start = ptr.value or 0
+    return start, start + a.size * a.dtype.itemsize
+
+
+class _Plan:
+    """What a repeat call needs: the recorded launches (`_launch.ThinLaunch`) and the
+    outputs to allocate: (slot, shape the caller gets, 3-D shape the kernels see,
+    NumPy dtype)."""
+    __slots__ = ("launches", "outs", "kind", "torch", "poison", "stats", "shape", "calls",
+                 "tdt")
+
+    @classmethod
+    def build(cls, launches, views, kind, torch, poison, stats, shape):
+        """A plan from a full call's recorded launches, or None where one cannot be made.
+        Each array argument that is one of the call's own arrays (`views`: q, k, v
+        views, outputs, scratch) becomes a slot, by identity; every other argument is a
+        constant of the plan (scalars, dummy or block-mask arrays)."""
+        slot_of = {id(a): name for name, a in views.items()}
+        spans = [_span(a) for a in views.values()]
+        thin = []
+        for kern, grid, block, shmem, args in launches:
+            slots = [slot_of.get(id(a)) for a in args]
+            for a, slot in zip(args, slots):
+                # a constant must not alias the call's own memory: a view of q or o made
+                # inside a `run` (not the object itself) would be replayed with the first
+                # call's pointer. No plan then: such calls always take the full path.
+                sp = None if slot is not None else _span(a)
+                if sp is not None and any(v is not None and sp[0] < v[1] and v[0] < sp[1]
+                                          for v in spans):
+                    return None
+            t = _launch.thin_launch(kern, grid, block, shmem, args, slots)
+            if t is None:
+                return None
+            thin.append(t)
+        if not thin:
+            return None
+        B, H, N, d = shape
+        p = cls()
+        p.launches, p.kind, p.torch, p.poison, p.stats = tuple(thin), kind, torch, poison, stats
+        p.shape, p.calls = shape, 0
+        user = {"o": (B, H, N, d), "L": (B, H, N)}
+        p.outs = tuple((name, user.get(name, tuple(a.shape)), tuple(a.shape), np.dtype(a.dtype))
+                       for name, a in views.items() if name not in ("q", "k", "v"))
+        if torch is not None:
+            p.tdt = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
+        return p
+
+    def __call__(self, q, k, v, ptrs):
+        if self.torch is not None:
+            torch, dev = self.torch, q.device
+            arrays = {}
+            for name, shape, _shape3, npdt in self.outs:
+                t = (torch.full(shape, math.nan, dtype=self.tdt[npdt], device=dev)
+                     if self.poison else torch.empty(shape, dtype=self.tdt[npdt], device=dev))
+                arrays[name] = t
+                ptrs[name] = t.data_ptr()
+            stream = _launch.core_stream(_torch_stream(torch, dev))
+            for t in self.launches:
+                t.go(stream, arrays, ptrs)
+            return (arrays["o"], arrays["L"]) if self.stats else arrays["o"]
+        B, H, N, d = self.shape
+        arrays = {}
+        if SIM:     # the simulator launches through Numba: it needs the input views
+            arrays["q"] = q.reshape(B * H, N, d)
+            arrays["k"] = k.reshape(k.shape[0] * k.shape[1], N, d)
+            arrays["v"] = v.reshape(v.shape[0] * v.shape[1], N, d)
+        for name, _shape, shape3, npdt in self.outs:
+            a = filled(shape3, npdt, np.nan) if self.poison else cuda.device_array(shape3, npdt)
+            arrays[name] = a
+            if not SIM:
+                ptrs[name] = a.device_ctypes_pointer.value or 0
+        stream = None if SIM else _launch.core_stream(0)
+        for t in self.launches:
+            t.go(stream, arrays, ptrs)
+        O = _return_like(arrays["o"].reshape(B, H, N, d), self.kind, q)
+        if not self.stats:
+            return O
+        return O, _return_like(arrays["L"].reshape(B, H, N), self.kind, q)
+
+
+def kernel_launcher(q, k, v, **kwargs):
+    """The kernels of `attention(q, k, v, **kwargs)` alone, for timing them without the
+    call: returns `launch(q, k, v)`, which enqueues the same compiled kernels with the same
+    launch configuration on inputs like these (same plan key: shape, dtype, strides,
+    device, alignment) and writes outputs allocated once, here (O is returned; the same
+    array on every launch). No checks, no allocation, no plan look-up: what `flashsim
+    bench` times as `fa2_kernel`. Device inputs only; ValueError where `attention` has no
+    thin path for these arguments (NumPy inputs, count_traffic, fa1 with return_stats)."""
+    opts = _call_options(**kwargs)
+    with thin_path(True):
+        attention(q, k, v, **opts)           # builds the plan (the full path) if none yet
+    key, _ptrs = _plan_key(q, k, v, opts)
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is None or plan is _NO_PLAN:
+        raise ValueError("kernel_launcher: these arguments take attention's full path on "
+                         "every call (device inputs only; no count_traffic; fa1 without "
+                         "return_stats)")
+    arrays, fixed = {}, {}
+    B, H, N, d = plan.shape
+    for name, shape, shape3, npdt in plan.outs:
+        if plan.torch is not None:
+            t = plan.torch.empty(shape, dtype=plan.tdt[npdt], device=q.device)
+            arrays[name], fixed[name] = t, t.data_ptr()
+        else:
+            a = cuda.device_array(shape3, npdt)
+            arrays[name] = a
+            fixed[name] = 0 if SIM else (a.device_ctypes_pointer.value or 0)
+    o_ret = arrays["o"] if plan.torch is not None else arrays["o"].reshape(B, H, N, d)
+    launches = plan.launches
+    describe = (_describer(type(q)), _describer(type(k)), _describer(type(v)))
+    torch = plan.torch
+
+    def launch(q, k, v):
+        ptrs = dict(fixed, q=describe[0](q)[1], k=describe[1](k)[1], v=describe[2](v)[1])
+        if SIM:
+            arrays.update(q=q.reshape(B * H, N, d), k=k.reshape(-1, N, d),
+                          v=v.reshape(-1, N, d))
+        stream = (None if SIM else _launch.core_stream(
+            _torch_stream(torch, q.device) if torch is not None else 0))
+        for t in launches:
+            t.go(stream, arrays, ptrs)
+        return o_ret
+    return launch
 
 
 def attention_result(q, k, v, **kwargs) -> AttentionResult:

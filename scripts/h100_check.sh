@@ -12,7 +12,9 @@
 # tc / backward (one suite), sanitize (memcheck and racecheck over the quick checks;
 # memcheck / racecheck: one tool, a longer limit),
 # ncu (flashsim check --ncu), ncu_tc (scripts/ncu_tc_metrics.sh), pytest (the tests
-# marked gpu), fast (scripts/fa2_fast_variants.py), bench (the fa2 / torch SDPA sweep).
+# marked gpu), fast (scripts/fa2_fast_variants.py), bench (the sweep: fa2 call and kernel
+# alone, fa1, standard, torch SDPA; BENCH_IMPLS narrows it), call (scripts/call_overhead.py:
+# gpu.attention's per-call host time against its kernel and torch SDPA).
 # Everything lands in $OUT (default ./out); each stage has its own time limit so one hang
 # cannot eat the call.
 set -u
@@ -39,8 +41,9 @@ for s in $STAGES; do
     ncu_tc)   timeout ${T_NCU:-240} bash scripts/ncu_tc_metrics.sh > /tmp/$s.log 2>&1 ;;
     pytest)   timeout ${T_PYTEST:-300} python3 -m pytest -q -m gpu -p no:cacheprovider tests > /tmp/$s.log 2>&1 ;;
     fast)     timeout ${T_FAST:-200} python3 scripts/fa2_fast_variants.py > /tmp/$s.log 2>&1 ;;
-    bench)    timeout ${T_BENCH:-420} $FS bench --impls fa2,torch_math,torch_efficient,torch_flash \
+    bench)    timeout ${T_BENCH:-420} $FS bench --impls ${BENCH_IMPLS:-fa2,fa2_kernel,fa1,standard,torch_math,torch_efficient,torch_flash} \
                   --budget-s ${BENCH_BUDGET:-380} --out "$OUT/bench.json" > /tmp/$s.log 2>&1 ;;
+    call)     timeout ${T_CALL:-240} python3 scripts/call_overhead.py --out "$OUT/call_overhead.jsonl" > /tmp/$s.log 2>&1 ;;
   esac
   rc=$?
   { echo "===== stage $s: rc=$rc $(( $(date +%s) - t0 )) s"; cat /tmp/$s.log; } >> "$OUT/logs.txt"

@@ -52,7 +52,8 @@ def main(names):
                    for _ in range(3))
         bm = block_mask(-(-N // B_r), -(-N // B_c)) if sparse else None
         api.FA2_TC_MT[(B_r, B_c, d)] = MT
-        kw = dict(causal=causal, block_rows=B_r, block_cols=B_c, block_mask=bm)
+        kw = dict(causal=causal, block_rows=B_r, block_cols=B_c, block_mask=bm,
+                  poison=True)   # an element no kernel writes shows as NaN
         out = gpu.attention(q, k, v, kernel="tc", count_traffic=count, **kw)
         O = (out[0] if count else out).copy_to_host().astype(np.float64)
         ref = gpu.attention(q, k, v, kernel="plain", **kw).copy_to_host().astype(np.float64)

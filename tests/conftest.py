@@ -15,6 +15,9 @@ from analysis.sweeps import has_cuda_gpu
 HAS_GPU = has_cuda_gpu()
 if not HAS_GPU:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+# gpu.attention NaN-fills its outputs only in validation mode: the tests check that no
+# element is left unwritten, so they run in it (gpu.api.POISON, read at import)
+os.environ.setdefault("FLASHSIM_POISON", "1")
 
 
 def pytest_report_header(config):

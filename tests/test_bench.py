@@ -53,7 +53,7 @@ def test_parse_lists_name_parameter_value_allowed():
         B.parse_int_list("seq_lens", "512,x")
     with pytest.raises(ValueError, match=r"seq_lens=-4.*allowed"):
         B.parse_int_list("seq_lens", "-4")
-    with pytest.raises(ValueError, match=r"impls='fa3'.*allowed: fa2, fa1"):
+    with pytest.raises(ValueError, match=r"impls='fa3'.*allowed: fa2, fa2_kernel, fa1"):
         B.parse_name_list("impls", "fa2,fa3", B.IMPLS)
     with pytest.raises(ValueError, match=r"causal='maybe'.*allowed: off, on, both"):
         B.parse_causal("maybe")
@@ -66,11 +66,13 @@ def test_parse_lists_name_parameter_value_allowed():
 # ---------------------------------------------------------------------------------------
 def test_sweep_priority_first_then_rest_with_N_ascending():
     pts = B.sweep()
-    assert len(pts) == 6 * 2 * 2 * 2 * 6 == len({p.key() for p in pts})
-    first = pts[:4 * 6]
-    assert [(p.d, p.N, p.dtype, p.causal) for p in first[::6]] == B.PRIORITY
-    assert {p.impl for p in first[:6]} == set(B.IMPLS)
-    rest = pts[24:]
+    n = len(B.IMPLS)
+    assert n == 7 and B.IMPLS[:2] == ("fa2", "fa2_kernel")   # the kernel alone next to the call
+    assert len(pts) == 6 * 2 * 2 * 2 * n == len({p.key() for p in pts})
+    first = pts[:4 * n]
+    assert [(p.d, p.N, p.dtype, p.causal) for p in first[::n]] == B.PRIORITY
+    assert {p.impl for p in first[:n]} == set(B.IMPLS)
+    rest = pts[4 * n:]
     # within a series (impl, dtype, d, causal) the rest runs N ascending
     seen = {}
     for p in rest:
@@ -148,11 +150,16 @@ def _run(tmp_path, points, backend, opts=None, clock=None, name="r.json"):
     return res, made
 
 
+def by_impl(rows):
+    return {r["impl"]: r for r in rows}
+
+
 def test_rows_measured_and_fields(tmp_path):
     pts = B.sweep(seq_lens=[1024], head_dims=[64], dtypes=["fp32"], causal=[False])
     be = FakeBackend()
     res, made = _run(tmp_path, pts, be)
-    assert len(made) == 6
+    assert len(made) == len(B.IMPLS)
+    assert by_impl(made)["fa2_kernel"]["ms_median"] is not None
     by = {r["impl"]: r for r in made}
     assert by["torch_flash"]["skipped"].startswith("torch FLASH backend supports fp16")
     assert by["torch_flash"]["ms_median"] is None and by["torch_flash"]["tflops"] is None
