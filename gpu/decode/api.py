@@ -1,0 +1,249 @@
+"""`gpu.decode`: decoding attention against a KV cache on the GPU (or in Numba's simulator).
+
+Layout (flashsim's, as iosim.decode and gpu.attention; not flash-attn's
+(batch, seqlen, heads, d)):
+    q          (batch, heads, N_q, d)           N_q = 1..16 new query rows per sequence
+    contiguous k_cache, v_cache (batch, kv_heads, N_alloc, d); rows [0, N_kv) are the cache
+    paged      k_cache, v_cache (num_pages, page_size, kv_heads, d) (flash-attn's paged
+               layout) and block_table (batch, pages) int32: logical page p of sequence
+               b is physical page block_table[b, p]
+O (batch, heads, N_q, d) in q's dtype; L (batch, heads, N_q) float32 (log-sum-exp).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+import iosim
+from iosim.decode import (KV_READS, DecodeLedger, DecodeProblem, MAX_N_Q, check_num_splits,
+                          choose_num_splits)
+from iosim.problem import ConfigError
+
+from .._launch import NP_DTYPE, READ, SIM, WRITE, check_fits, filled, launch
+from ..api import _output, _return_like, _to_device, _torch_like
+from . import split_kv as K
+
+#: GPU preset whose SM count the "auto" rule uses where no GPU is present (the simulator)
+SIM_PRESET = "H100-SXM"
+_DUMMIES: dict = {}
+
+
+def _kind_of(name, x):
+    """(shape, numpy dtype, kind, c-contiguous) of an input, or ValueError."""
+    if isinstance(x, np.ndarray):
+        return x.shape, x.dtype, "numpy", x.flags.c_contiguous
+    if hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"):
+        return x.shape, np.dtype(x.dtype), "numba", x.is_c_contiguous()
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch" and str(getattr(x, "dtype", "")) == "torch.bfloat16":
+        raise ValueError(f"{name} has dtype torch.bfloat16; allowed: float16, float32. "
+                         f"bfloat16 is refused: NumPy has no bfloat16 to hand results back "
+                         f"in, and iosim.decode (whose counts the kernels must equal) models "
+                         f"fp16 and fp32 only")
+    if hasattr(x, "__cuda_array_interface__"):
+        cai = x.__cuda_array_interface__
+        shape, dt = tuple(cai["shape"]), np.dtype(cai["typestr"])
+        strides = cai.get("strides")
+        contig = strides is None or tuple(strides) == tuple(
+            int(np.prod(shape[i + 1:])) * dt.itemsize for i in range(len(shape)))
+        return shape, dt, "cai", contig
+    raise ValueError(f"{name} must be a NumPy array or a CUDA device array "
+                     f"(__cuda_array_interface__); got {type(x).__name__}")
+
+
+def _check_float(name, x, ndim, dims):
+    shape, dt, kind, contig = _kind_of(name, x)
+    if len(shape) != ndim:
+        raise ValueError(f"{name} has shape {tuple(shape)} (ndim={len(shape)}); expected "
+                         f"{ndim} dimensions {dims}")
+    if dt not in (np.dtype(np.float32), np.dtype(np.float16)):
+        raise ValueError(f"{name} has dtype {dt}; allowed: float16, float32 (bfloat16 is "
+                         f"refused: iosim.decode models fp16 and fp32 only)")
+    if not contig:
+        raise ValueError(f"{name} must be C-contiguous (row-major); make a contiguous copy")
+    return tuple(int(s) for s in shape), dt, kind
+
+
+def _aligned16(x, kind) -> bool:
+    if kind == "numpy":
+        return True
+    return x.__cuda_array_interface__["data"][0] % 16 == 0
+
+
+def _dummy(shape, dtype):
+    key = (0 if SIM else cuda.get_current_device().id, shape, np.dtype(dtype).str)
+    if key not in _DUMMIES:
+        _DUMMIES[key] = cuda.to_device(np.zeros(shape, dtype=dtype))
+    return _DUMMIES[key]
+
+
+def _seqlen(cache_seqlens, batch, capacity, what) -> int:
+    """N_kv from cache_seqlens (None: the capacity)."""
+    if cache_seqlens is None:
+        return capacity
+    vals = np.asarray(cache_seqlens)
+    if vals.ndim > 1 or vals.size == 0 or not np.issubdtype(vals.dtype, np.integer):
+        raise ValueError(f"cache_seqlens={cache_seqlens!r} is not allowed; allowed: None, an "
+                         f"int, or {batch} equal ints (one cache length for every sequence)")
+    if vals.ndim == 1 and (vals.size != batch or np.any(vals != vals.flat[0])):
+        raise ValueError(f"cache_seqlens={cache_seqlens!r} is not allowed; allowed: one cache "
+                         f"length for every sequence (iosim.decode models one N_kv), given as "
+                         f"an int or {batch} equal ints")
+    n = int(vals.flat[0])
+    if not 1 <= n <= capacity:
+        raise ValueError(f"cache_seqlens={n} is not allowed; allowed: 1..{capacity} ({what})")
+    return n
+
+
+def auto_num_splits(problem: DecodeProblem, kv_reads: str):
+    """iosim.choose_num_splits for this GPU's SM count (the SIM_PRESET's in the simulator)."""
+    if SIM:
+        sms = iosim.get_hardware(SIM_PRESET).sm_count
+    else:
+        sms = int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    return choose_num_splits(problem, sms, kv_reads=kv_reads)
+
+
+def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, num_splits="auto",
+           kv_reads="per_query_head", scale=None, causal=True, count_traffic=False,
+           return_stats=False):
+    """Decoding attention O = softmax(scale Q K^T + mask) V against a KV cache.
+
+    q: (batch, heads, N_q, d), N_q in 1..16. k_cache, v_cache: (batch, kv_heads, N_alloc,
+    d), or with block_table (batch, pages) int32: (num_pages, page_size, kv_heads, d)
+    pages. kv_heads divides heads (query head h reads K/V head h // (heads // kv_heads)).
+    float16 or float32, all the same, C-contiguous; d / (16 / itemsize) a power of two
+    on a GPU (16, 32, 64, 128, 256). NumPy in -> NumPy out; device arrays (numba, or
+    __cuda_array_interface__ such as torch; not in the simulator) -> the same kind out.
+    cache_seqlens: N_kv, the cache length of every sequence (an int, or batch equal
+        ints; default: N_alloc, or pages x page_size when paged). Per-sequence lengths
+        are refused: iosim.decode models one N_kv.
+    num_splits: S, "auto" / None (iosim.choose_num_splits for this GPU's SM count), or an
+        int with every split non-empty. S = 1 runs the fa2_decode schedule (one kernel,
+        writes O and L); S > 1 the split_kv schedule (main kernel writes Opart, Lpart in
+        float32, then the combine kernel).
+    kv_reads: "per_query_head" (a block per query head, each reading its group's K/V) or
+        "per_group" (a block per K/V head serving its G query heads, K/V read once).
+    scale: default 1 / sqrt(d), finite in float32. causal: True (default) masks
+        bottom-right (new row r sees cache rows c <= N_kv - N_q + r); False: every new row
+        sees the whole cache. Counts do not depend on it (no K/V block is skipped).
+    count_traffic: run the instrumented build and return its own counts as an
+        iosim.decode.DecodeLedger (equal to decode_closed_form(schedule, problem,
+        num_splits=S, kv_reads=...)).
+    Returns O; (O, L) with return_stats; (O, ledger) with count_traffic; (O, L, ledger).
+    """
+    (B, H, N_q, d), dt, kind = _check_float("q", q, 4, "(batch, heads, N_q, d)")
+    paged = block_table is not None
+    dims = "(num_pages, page_size, kv_heads, d)" if paged else "(batch, kv_heads, N_alloc, d)"
+    ks, dtk, kindk = _check_float("k_cache", k_cache, 4, dims)
+    vs, dtv, kindv = _check_float("v_cache", v_cache, 4, dims)
+    if vs != ks:
+        raise ValueError(f"v_cache has shape {vs}; it must equal k_cache's {ks}")
+    if dtk != dt or dtv != dt:
+        raise ValueError(f"q, k_cache, v_cache dtypes are {dt}, {dtk}, {dtv}; they must be "
+                         f"the same")
+    if len({kind == "numpy", kindk == "numpy", kindv == "numpy"}) != 1:
+        raise ValueError("q, k_cache, v_cache must all be NumPy arrays or all device arrays")
+    if paged:
+        n_pages, P, Hk, dk = ks
+        tshape, tdt, tkind, tcontig = _kind_of("block_table", block_table)
+        if len(tshape) != 2 or tshape[0] != B or tdt != np.dtype(np.int32) or not tcontig:
+            raise ValueError(f"block_table has shape {tuple(tshape)} and dtype {tdt}; allowed: "
+                             f"a C-contiguous int32 array (batch={B}, pages)")
+        if (tkind == "numpy") != (kind == "numpy"):
+            raise ValueError("block_table must be a NumPy array when q is, a device array "
+                             "when q is")
+        capacity = int(tshape[1]) * P
+        N_kv = _seqlen(cache_seqlens, B, capacity, f"block_table's {tshape[1]} pages x "
+                                                   f"page_size {P}")
+        if tkind == "numpy":
+            used = np.asarray(block_table)[:, :-(-N_kv // P)]
+            if used.size and (used.min() < 0 or used.max() >= n_pages):
+                raise ValueError(f"block_table holds page {int(used.min()) if used.min() < 0 else int(used.max())}; "
+                                 f"allowed: 0..{n_pages - 1} (k_cache has {n_pages} pages)")
+    else:
+        Bk, Hk, N_alloc, dk = ks
+        if Bk != B:
+            raise ValueError(f"k_cache has batch {Bk}; it must equal q's batch {B}")
+        N_kv = _seqlen(cache_seqlens, B, N_alloc, f"k_cache holds {N_alloc} rows")
+        P = None
+    if dk != d:
+        raise ValueError(f"k_cache has head dim {dk}; it must equal q's d={d}")
+    if H % Hk:
+        raise ValueError(f"k_cache has kv_heads={Hk}, which must divide q's heads={H}")
+    if kv_reads not in KV_READS:
+        raise ValueError(f"kv_reads={kv_reads!r} is not known; allowed: {', '.join(KV_READS)}")
+    if causal not in (True, False):
+        raise ValueError(f"causal={causal!r} is not allowed; allowed: True, False")
+    dname = "fp32" if dt == np.float32 else "fp16"
+    try:
+        problem = DecodeProblem(N_kv=N_kv, d=d, batch=B, heads=H, kv_heads=Hk, N_q=N_q,
+                                dtype=dname, page_size=P)
+    except ConfigError as e:
+        raise ValueError(f"q has N_q={N_q} new rows: {e}") from None
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    try:
+        scale = float(scale)
+    except (TypeError, ValueError):
+        raise ValueError(f"scale={scale!r} is not allowed; allowed: a number") from None
+    if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
+        raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32")
+    if num_splits is None or (isinstance(num_splits, str) and num_splits == "auto"):
+        S = auto_num_splits(problem, kv_reads).num_splits
+    else:
+        S = check_num_splits(N_kv, num_splits)
+    split = S > 1
+    NG = 1 if kv_reads == "per_query_head" else H // Hk
+    NR = NG * N_q
+    vec_ok = all(_aligned16(x, kd) for x, kd in ((k_cache, kindk), (v_cache, kindv)))
+    lay = K.plan(d, dname, NR, vec_ok=vec_ok)
+    check_fits(lay["smem_bytes"], f"gpu.decode with d={d}, {NR} query rows a block")
+    if split:
+        check_fits(K.combine_smem_bytes(S, N_q), f"the combine of num_splits={S} x N_q={N_q}")
+
+    qd, kd, vd = (_to_device(x, kind) for x in (q, k_cache, v_cache))
+    if paged:
+        td = cuda.to_device(np.ascontiguousarray(block_table)) if kind == "numpy" else \
+            _to_device(block_table, "numba" if hasattr(block_table, "copy_to_host") else "cai")
+    else:
+        td = _dummy((1, 1), np.int32)
+    npdt = NP_DTYPE[dname]
+    o_obj, o4 = _output((B, H, N_q, d), npdt, kind, q)
+    L_obj, L3 = _output((B, H, N_q), np.dtype(np.float32), kind, q)
+    if split:   # poisoned too: a partial the main kernel did not write shows in O
+        opart = filled((B, H, S, N_q, d), np.float32, np.nan)
+        lpart = filled((B, H, S, N_q), np.float32, np.nan)
+    else:
+        opart, lpart = _dummy((1, 1, 1, 1, 1), np.float32), _dummy((1, 1, 1, 1), np.float32)
+    counters = (cuda.to_device(np.zeros((len(K.COUNTED), 2), dtype=np.int64))
+                if count_traffic else _dummy((1, 1), np.int64))
+    kern = K.decode_kernel(d, dname, N_q, NG, split, paged, bool(causal), bool(count_traffic),
+                           lay["NT"], lay["VW"], lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"])
+    Cr = -(-N_kv // S)
+    launch(kern, (S, B * H // NG), lay["NT"], lay["smem_bytes"], qd, kd, vd, td, o4, L3,
+           opart, lpart, np.float32(scale), np.int64(N_kv), np.int64(Cr), np.int64(H),
+           np.int64(H // Hk), np.int64(P or 1), counters)
+    if split:
+        nt = 32 if SIM else 128
+        ck = K.combine_kernel(d, dname, N_q, bool(count_traffic), nt)
+        launch(ck, B * H, nt, K.combine_smem_bytes(S, N_q), opart, lpart, o4, L3,
+               np.int64(S), np.int64(H), counters)
+    O = o_obj if o_obj is not None else _return_like(o4, kind, q)
+    out = [O]
+    if return_stats:
+        out.append(L_obj if L_obj is not None else _return_like(L3, kind, q))
+    if count_traffic:
+        out.append(counters_to_decode_ledger(counters, "split_kv" if split else "fa2_decode",
+                                             problem, S, kv_reads))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def counters_to_decode_ledger(counters, schedule, problem, num_splits, kv_reads) -> DecodeLedger:
+    """The kernels' own counts (problem totals, elements) as an iosim.decode.DecodeLedger."""
+    host = counters.copy_to_host() if hasattr(counters, "copy_to_host") else np.asarray(counters)
+    reads = {t: int(host[i, READ]) for t, i in K.C.items() if host[i, READ]}
+    writes = {t: int(host[i, WRITE]) for t, i in K.C.items() if host[i, WRITE]}
+    return DecodeLedger(schedule, problem, num_splits, kv_reads, reads, writes)
+
+
+__all__ = ["decode", "auto_num_splits", "counters_to_decode_ledger", "MAX_N_Q"]
