@@ -171,6 +171,7 @@ def _inputs(**kw):
     (lambda q, k, v, g: g.decode(q[0], k, v), r"q has shape \(2, 1, 16\) \(ndim=3\)"),
     (lambda q, k, v, g: g.decode(q, np.ascontiguousarray(k[..., :8]), np.ascontiguousarray(v[..., :8])), r"head dim 8.*d=16"),
     (lambda q, k, v, g: g.decode(q, k, v, num_splits=0), r"num_splits=0"),
+    (lambda q, k, v, g: g.decode(q, k, v, num_splits="max"), r"num_splits=.max.*allowed: .auto."),
     (lambda q, k, v, g: g.decode(q, k, v, num_splits=15), r"num_splits=15 .*N_kv=20.*empty"),
     (lambda q, k, v, g: g.decode(q, k, v, kv_reads="per_head"), r"kv_reads='per_head'.*per_query_head, per_group"),
     (lambda q, k, v, g: g.decode(q, k, v, scale=float("inf")), r"scale=inf"),

@@ -190,44 +190,27 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, num_spl
         raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32")
     if num_splits is None or (isinstance(num_splits, str) and num_splits == "auto"):
         S = auto_num_splits(problem, kv_reads).num_splits
+    elif isinstance(num_splits, str):
+        raise ValueError(f"num_splits={num_splits!r} is not allowed; allowed: 'auto', None, "
+                         f"or a positive integer leaving no split empty")
     else:
         S = check_num_splits(N_kv, num_splits)
-    split = S > 1
-    NG = 1 if kv_reads == "per_query_head" else H // Hk
-    NR = NG * N_q
     vec_ok = all(_aligned16(x, kd) for x, kd in ((k_cache, kindk), (v_cache, kindv)))
-    lay = K.plan(d, dname, NR, vec_ok=vec_ok)
-    check_fits(lay["smem_bytes"], f"gpu.decode with d={d}, {NR} query rows a block")
-    if split:
-        check_fits(K.combine_smem_bytes(S, N_q), f"the combine of num_splits={S} x N_q={N_q}")
-
+    run = DecodeLauncher(problem, S, kv_reads=kv_reads, causal=causal,
+                         count=bool(count_traffic), vec=vec_ok)
     qd, kd, vd = (_to_device(x, kind) for x in (q, k_cache, v_cache))
     if paged:
         td = cuda.to_device(np.ascontiguousarray(block_table)) if kind == "numpy" else \
             _to_device(block_table, "numba" if hasattr(block_table, "copy_to_host") else "cai")
     else:
-        td = _dummy((1, 1), np.int32)
+        td = None
     npdt = NP_DTYPE[dname]
     o_obj, o4 = _output((B, H, N_q, d), npdt, kind, q)
     L_obj, L3 = _output((B, H, N_q), np.dtype(np.float32), kind, q)
-    if split:   # poisoned too: a partial the main kernel did not write shows in O
-        opart = filled((B, H, S, N_q, d), np.float32, np.nan)
-        lpart = filled((B, H, S, N_q), np.float32, np.nan)
-    else:
-        opart, lpart = _dummy((1, 1, 1, 1, 1), np.float32), _dummy((1, 1, 1, 1), np.float32)
-    counters = (cuda.to_device(np.zeros((len(K.COUNTED), 2), dtype=np.int64))
-                if count_traffic else _dummy((1, 1), np.int64))
-    kern = K.decode_kernel(d, dname, N_q, NG, split, paged, bool(causal), bool(count_traffic),
-                           lay["NT"], lay["VW"], lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"])
-    Cr = -(-N_kv // S)
-    launch(kern, (S, B * H // NG), lay["NT"], lay["smem_bytes"], qd, kd, vd, td, o4, L3,
-           opart, lpart, np.float32(scale), np.int64(N_kv), np.int64(Cr), np.int64(H),
-           np.int64(H // Hk), np.int64(P or 1), counters)
-    if split:
-        nt = 32 if SIM else 128
-        ck = K.combine_kernel(d, dname, N_q, bool(count_traffic), nt)
-        launch(ck, B * H, nt, K.combine_smem_bytes(S, N_q), opart, lpart, o4, L3,
-               np.int64(S), np.int64(H), counters)
+    opart, lpart = run.partials()     # NaN-poisoned: an unwritten partial shows in O
+    counters = run.new_counters()
+    run(qd, kd, vd, td, o4, L3, opart, lpart, counters, scale)
+    split = S > 1
     O = o_obj if o_obj is not None else _return_like(o4, kind, q)
     out = [O]
     if return_stats:
@@ -238,6 +221,76 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, num_spl
     return out[0] if len(out) == 1 else tuple(out)
 
 
+class DecodeLauncher:
+    """The launches of one decode configuration, checked once, repeatable on preallocated
+    arrays (what `decode` runs; benchmarks time `__call__` alone).
+
+    problem: iosim.decode.DecodeProblem; num_splits: S (1: fa2_decode, one kernel; > 1:
+    split_kv, main kernel + combine); kv_reads, causal as in `decode`; count: the
+    instrumented build; vec: 16-byte K/V loads (the caches must be 16-byte aligned).
+    Attributes: plan (split_kv.plan's layout), schedule, grid, kernel, combine.
+    """
+
+    def __init__(self, problem: DecodeProblem, num_splits: int, *, kv_reads="per_query_head",
+                 causal=True, count=False, vec=True):
+        p = self.problem = problem
+        self.S = check_num_splits(p.N_kv, num_splits)
+        if kv_reads not in KV_READS:
+            raise ValueError(f"kv_reads={kv_reads!r} is not known; allowed: "
+                             f"{', '.join(KV_READS)}")
+        self.kv_reads, self.causal, self.count = kv_reads, bool(causal), bool(count)
+        self.split = self.S > 1
+        self.schedule = "split_kv" if self.split else "fa2_decode"
+        self.NG = 1 if kv_reads == "per_query_head" else p.group
+        NR = self.NG * p.N_q
+        lay = self.plan = K.plan(p.d, p.dtype, NR, vec_ok=vec)
+        check_fits(lay["smem_bytes"], f"gpu.decode with d={p.d}, {NR} query rows a block")
+        if self.split:
+            check_fits(K.combine_smem_bytes(self.S, p.N_q),
+                       f"the combine of num_splits={self.S} x N_q={p.N_q}")
+        self.kernel = K.decode_kernel(p.d, p.dtype, p.N_q, self.NG, self.split, p.paged,
+                                      self.causal, self.count, lay["NT"], lay["VW"],
+                                      lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"])
+        self.grid = (self.S, p.batch * p.heads // self.NG)
+        self.combine_threads = 32 if SIM else 128
+        self.combine = (K.combine_kernel(p.d, p.dtype, p.N_q, self.count, self.combine_threads)
+                        if self.split else None)
+        self.C = -(-p.N_kv // self.S)
+
+    def partials(self):
+        """(Opart, Lpart): NaN-filled float32 device arrays (batch, heads, S, N_q[, d]), or
+        1-element dummies when S = 1."""
+        p = self.problem
+        if not self.split:
+            return _dummy((1, 1, 1, 1, 1), np.float32), _dummy((1, 1, 1, 1), np.float32)
+        return (filled((p.batch, p.heads, self.S, p.N_q, p.d), np.float32, np.nan),
+                filled((p.batch, p.heads, self.S, p.N_q), np.float32, np.nan))
+
+    def new_counters(self):
+        """Zeroed int64 counters (len(split_kv.COUNTED), 2) when counting, else a dummy."""
+        if self.count:
+            return cuda.to_device(np.zeros((len(K.COUNTED), 2), dtype=np.int64))
+        return _dummy((1, 1), np.int64)
+
+    def __call__(self, q, k, v, block_table, o, L, opart, lpart, counters, scale):
+        """Launch on device arrays: q, o (batch, heads, N_q, d); k, v the cache (contiguous
+        or pages); block_table int32 (None when contiguous); L (batch, heads, N_q)."""
+        p = self.problem
+        td = block_table if block_table is not None else _dummy((1, 1), np.int32)
+        launch(self.kernel, self.grid, self.plan["NT"], self.plan["smem_bytes"], q, k, v, td,
+               o, L, opart, lpart, np.float32(scale), np.int64(p.N_kv), np.int64(self.C),
+               np.int64(p.heads), np.int64(p.group), np.int64(p.page_size or 1), counters)
+        if self.split:
+            launch(self.combine, p.batch * p.heads, self.combine_threads,
+                   K.combine_smem_bytes(self.S, p.N_q), opart, lpart, o, L,
+                   np.int64(self.S), np.int64(p.heads), counters)
+
+    def ledger(self, counters) -> DecodeLedger:
+        """The counts the instrumented launches made, as a DecodeLedger."""
+        return counters_to_decode_ledger(counters, self.schedule, self.problem, self.S,
+                                         self.kv_reads)
+
+
 def counters_to_decode_ledger(counters, schedule, problem, num_splits, kv_reads) -> DecodeLedger:
     """The kernels' own counts (problem totals, elements) as an iosim.decode.DecodeLedger."""
     host = counters.copy_to_host() if hasattr(counters, "copy_to_host") else np.asarray(counters)
@@ -246,4 +299,4 @@ def counters_to_decode_ledger(counters, schedule, problem, num_splits, kv_reads)
     return DecodeLedger(schedule, problem, num_splits, kv_reads, reads, writes)
 
 
-__all__ = ["decode", "auto_num_splits", "counters_to_decode_ledger", "MAX_N_Q"]
+__all__ = ["decode", "DecodeLauncher", "auto_num_splits", "counters_to_decode_ledger", "MAX_N_Q"]
