@@ -25,11 +25,12 @@ Both run on the CUDA cores, not the tensor cores: at N_q <= 16 rows the products
 matrix-vector shaped and decoding is bound by streaming K and V from HBM (see
 split_kv's docstring). `api.decode` checks inputs, chooses num_splits
 (iosim.choose_num_splits for the GPU's SM count) and returns the kernels' own counts as
-an iosim.decode.DecodeLedger (count_traffic=True).
+an iosim.decode.DecodeLedger (count_traffic=True); `api.DecodeLauncher` holds one
+configuration's launches for repeated calls on preallocated arrays (benchmarks).
 
 Note: `gpu.decode` (the attribute of the gpu package) is the function `api.decode`; the
 modules are reached as `from gpu.decode import split_kv` or `import gpu.decode.split_kv`.
 """
-from .api import auto_num_splits, counters_to_decode_ledger, decode
+from .api import DecodeLauncher, auto_num_splits, counters_to_decode_ledger, decode
 
-__all__ = ["decode", "auto_num_splits", "counters_to_decode_ledger"]
+__all__ = ["decode", "DecodeLauncher", "auto_num_splits", "counters_to_decode_ledger"]
