@@ -219,3 +219,35 @@ def test_hardware_layout(dtype, page, S, kv_reads, N_q):
         np.testing.assert_allclose(L, lse, rtol=0, atol=1e-4 * (1 + np.abs(lse).max()))
         cf = decode_closed_form(led.algorithm, p, num_splits=led.num_splits, kv_reads=kv_reads)
         assert led.counts() == cf.counts()
+
+
+@pytest.mark.parametrize("lpr, dtype, page, S, kv_reads", [
+    (4, "fp32", None, 2, "per_group"), (16, "fp16", 8, 3, "per_query_head")])
+def test_gpu_lane_layout_in_the_simulator(lpr, dtype, page, S, kv_reads):
+    # the GPU build's layout (LPR lanes a key row, VW = d / LPR elements a lane, KPG rows a
+    # group), its group sums through shared memory where the GPU uses warp shuffles
+    from numba import cuda
+    from gpu._launch import filled
+    from gpu.decode import DecodeLauncher
+    p = DecodeProblem(N_kv=37, d=16, heads=4, kv_heads=2, N_q=3, dtype=dtype, page_size=page)
+    q, k, v = random_decode_inputs(p, seed=lpr)
+    run = DecodeLauncher(p, S, kv_reads=kv_reads, count=True, lanes_per_row=lpr)
+    assert run.plan["LPR"] == lpr and run.plan["VW"] == 16 // lpr and run.plan["red"]
+    tab = None
+    if page:
+        kp, vp, table = paged_cache(p, k, v, seed=2)
+        k, v, tab = kp, vp, cuda.to_device(table)
+    o = filled(q.shape, q.dtype, np.nan)
+    L = filled(q.shape[:3], np.float32, np.nan)
+    opart, lpart = run.partials()
+    ctr = run.new_counters()
+    run(cuda.to_device(q), cuda.to_device(k), cuda.to_device(v), tab, o, L, opart, lpart, ctr,
+        1 / 4)
+    qq, kk, vv = random_decode_inputs(p, seed=lpr)
+    ref, lse = reference_decode(qq, kk, vv, return_lse=True)
+    O = o.copy_to_host()
+    assert not np.isnan(O).any()
+    assert rel_err(O, ref) <= (1e-5 if dtype == "fp32" else 2.0 ** -11)
+    np.testing.assert_allclose(L.copy_to_host(), lse, rtol=0, atol=1e-5 * (1 + np.abs(lse).max()))
+    assert run.ledger(ctr).counts() == decode_closed_form(run.schedule, p, num_splits=S,
+                                                          kv_reads=kv_reads).counts()

@@ -28,9 +28,26 @@ split_kv's docstring). `api.decode` checks inputs, chooses num_splits
 an iosim.decode.DecodeLedger (count_traffic=True); `api.DecodeLauncher` holds one
 configuration's launches for repeated calls on preallocated arrays (benchmarks).
 
-Note: `gpu.decode` (the attribute of the gpu package) is the function `api.decode`; the
-modules are reached as `from gpu.decode import split_kv` or `import gpu.decode.split_kv`.
+`gpu.decode` is this package and is callable: `gpu.decode(q, k_cache, v_cache, ...)` is
+`gpu.decode.api.decode(...)` (same signature and docstring via `gpu.decode.decode`), so
+the function and its modules (`gpu.decode.split_kv`, `gpu.decode.api`) share one name
+without one shadowing the other.
 """
+import inspect as _inspect
+import sys as _sys
+import types as _types
+
 from .api import DecodeLauncher, auto_num_splits, counters_to_decode_ledger, decode
 
 __all__ = ["decode", "DecodeLauncher", "auto_num_splits", "counters_to_decode_ledger"]
+
+
+class _CallablePackage(_types.ModuleType):
+    """This package's type: calling the package calls api.decode."""
+
+    def __call__(self, *args, **kwargs):
+        return decode(*args, **kwargs)
+
+
+__signature__ = _inspect.signature(decode)
+_sys.modules[__name__].__class__ = _CallablePackage

@@ -227,12 +227,13 @@ class DecodeLauncher:
 
     problem: iosim.decode.DecodeProblem; num_splits: S (1: fa2_decode, one kernel; > 1:
     split_kv, main kernel + combine); kv_reads, causal as in `decode`; count: the
-    instrumented build; vec: 16-byte K/V loads (the caches must be 16-byte aligned).
+    instrumented build; vec: 16-byte K/V loads (the caches must be 16-byte aligned);
+    lanes_per_row: the simulator only, split_kv.plan's test of the GPU lane layout.
     Attributes: plan (split_kv.plan's layout), schedule, grid, kernel, combine.
     """
 
     def __init__(self, problem: DecodeProblem, num_splits: int, *, kv_reads="per_query_head",
-                 causal=True, count=False, vec=True):
+                 causal=True, count=False, vec=True, lanes_per_row=None):
         p = self.problem = problem
         self.S = check_num_splits(p.N_kv, num_splits)
         if kv_reads not in KV_READS:
@@ -243,14 +244,15 @@ class DecodeLauncher:
         self.schedule = "split_kv" if self.split else "fa2_decode"
         self.NG = 1 if kv_reads == "per_query_head" else p.group
         NR = self.NG * p.N_q
-        lay = self.plan = K.plan(p.d, p.dtype, NR, vec_ok=vec)
+        lay = self.plan = K.plan(p.d, p.dtype, NR, vec_ok=vec, lanes_per_row=lanes_per_row)
         check_fits(lay["smem_bytes"], f"gpu.decode with d={p.d}, {NR} query rows a block")
         if self.split:
             check_fits(K.combine_smem_bytes(self.S, p.N_q),
                        f"the combine of num_splits={self.S} x N_q={p.N_q}")
         self.kernel = K.decode_kernel(p.d, p.dtype, p.N_q, self.NG, self.split, p.paged,
                                       self.causal, self.count, lay["NT"], lay["VW"],
-                                      lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"])
+                                      lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"],
+                                      lay["red"])
         self.grid = (self.S, p.batch * p.heads // self.NG)
         self.combine_threads = 32 if SIM else 128
         self.combine = (K.combine_kernel(p.d, p.dtype, p.N_q, self.count, self.combine_threads)

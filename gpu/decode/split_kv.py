@@ -121,14 +121,26 @@ _LD16 = {} if SIM else {4: _make_ld16(4), 8: _make_ld16(8)}
 # ---------------------------------------------------------------------------------------
 # Plan
 # ---------------------------------------------------------------------------------------
-def plan(d: int, dt: str, NR: int, vec_ok: bool = True, sim: bool = SIM) -> dict:
+def plan(d: int, dt: str, NR: int, vec_ok: bool = True, sim: bool = SIM,
+         lanes_per_row: int | None = None) -> dict:
     """Compile-time layout for head dim d, dtype dt and NR query rows per block:
     NT threads, VW elements a lane, LPR lanes a key row, NGRP groups, KPG rows a group
     per tile, TB rows a tile, A accumulator entries a thread, shfl, vec (16-byte loads),
-    smem_bytes. ValueError when no layout fits."""
+    red (a shared scratch for the group sums when there are no shuffles), smem_bytes.
+    lanes_per_row (simulator only, a power of two dividing d and 16): run the lane-group
+    layout of the GPU build in the simulator, its group sums through shared memory
+    instead of warp shuffles (tests). ValueError when no layout fits."""
     itemsize = NP_DTYPE[dt].itemsize
+    if lanes_per_row is not None and not sim:
+        raise ValueError("lanes_per_row is for the simulator only (on a GPU LPR follows d)")
     if sim:
         NT, LPR, VW, shfl, vec = 16, 1, d, False, False
+        if lanes_per_row is not None:
+            LPR = int(lanes_per_row)
+            if LPR < 1 or LPR & (LPR - 1) or d % LPR or NT % LPR:
+                raise ValueError(f"lanes_per_row={lanes_per_row!r} is not allowed for d={d}; "
+                                 f"allowed: a power of two dividing d and {NT}")
+            VW = d // LPR
     else:
         NT, shfl = 128, True
         VW = 16 // itemsize
@@ -153,13 +165,15 @@ def plan(d: int, dt: str, NR: int, vec_ok: bool = True, sim: bool = SIM) -> dict
     NGRP = NT // LPR
     KPG = 2 if sim else max(1, min(64 // NGRP, 32 // VW))
     TB = NGRP * KPG
-    f32 = NR * d + TB * d + NR * TB + 3 * NR
+    red = LPR > 1 and not shfl
+    f32 = NR * d + TB * d + NR * TB + 3 * NR + (NT if red else 0)
     return dict(NT=NT, VW=VW, LPR=LPR, NGRP=NGRP, KPG=KPG, TB=TB, A=A, shfl=shfl, vec=vec,
-                smem_bytes=4 * f32)
+                red=red, smem_bytes=4 * f32)
 
 
 @specialisation
-def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, shfl, vec):
+def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, shfl, vec,
+                  red=False):
     """Kernel(q, k, v, block_table, o, L, opart, lpart, scale, N_kv, C, H, G, P, counters).
 
     q, o: (batch, heads, N_q, d); k, v: (batch, kv_heads, N_alloc, d) contiguous, or
@@ -168,6 +182,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
     S, N_q) float32 (split only; 1-element dummies otherwise). scale float32; N_kv cache
     rows; C rows per split; H query heads; G query heads per K/V head; P page rows.
     Grid (S, batch x heads / NG), NT threads, plan()['smem_bytes'] dynamic shared bytes.
+    red: group sums through shared memory (plan()['red']: the simulator's lane-group build).
     """
     NR = NG * N_q
     NGRP = NT // LPR
@@ -179,6 +194,9 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
     SO = VO + TB * d
     MO = SO + NR * TB
     LO, AO = MO + NR, MO + 2 * NR
+    RO = MO + 3 * NR                    # group-sum scratch (NT floats) without shuffles
+    RED = bool(red)
+    assert not (RED and shfl) and (RED or shfl or LPR == 1)
     IQ, IK, IV, IO, IL = C["Q"], C["K"], C["V"], C["O"], C["L"]
     IOP, ILP, IBT = C["Opart"], C["Lpart"], C["block_table"]
     ld16 = _LD16.get(VW) if vec else None
@@ -195,8 +213,17 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
     OF4 = OFFS[4] if NOFF > 4 else 1
 
     @cuda.jit(device=True, inline=True)
-    def group_sum(x):
-        """Sum of x over the LPR lanes of a row group (all of them get it)."""
+    def group_sum(x, sm, t):
+        """Sum of x over the LPR lanes of a row group (all of them get it): warp shuffles,
+        or (RED: the simulator's lane-group test build) shared memory and two barriers."""
+        if RED:
+            sm[RO + t] = x
+            cuda.syncthreads()
+            tot = ZERO
+            for u in range(LPR):
+                tot += sm[RO + (t // LPR) * LPR + u]
+            cuda.syncthreads()
+            return tot
         if NOFF > 0:
             x += cuda.shfl_xor_sync(FULL, x, OF0)
         if NOFF > 1:
@@ -293,7 +320,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
                         if c < cols:
                             for w in range(VW):
                                 part += sm[QO + r * d + x0 + w] * kreg[kk, w]
-                        part = group_sum(part)
+                        part = group_sum(part, sm, t)
                         if li == 0 and c < cols:
                             sv = part * scale
                             if causal and c0 + c > N_kv - N_q + r % N_q:
@@ -402,7 +429,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
 
     name = kernel_name("decode_splitkv" if split else "decode_fa2", d=d, dt=dt, nq=N_q,
                        ng=NG, paged=paged, causal=causal, count=count, t=NT, lpr=LPR,
-                       kpg=KPG, vec=vec)
+                       kpg=KPG, vec=vec, red=red)
     return kernel, name
 
 
