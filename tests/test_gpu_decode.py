@@ -65,6 +65,7 @@ CASES = [
     ("fp32", 100, 3, 2, 1, None, 5, "per_query_head", True),    # GQA, each head reads K/V
     ("fp32", 37, 3, 4, 2, 16, 5, "per_group", True),            # 3 ragged pages < 5 splits
     ("fp32", 37, 3, 2, 2, 8, 1, "per_query_head", True),        # paged fa2_decode
+    ("fp32", 100, 2, 2, 2, 40, 2, "per_query_head", True),      # pages of 2 tiles, odd first page
     ("fp16", 100, 1, 2, 2, 32, 5, "per_query_head", True),      # fp16 paged, 4 pages < 5
     ("fp16", 37, 3, 4, 1, None, 1, "per_group", True),          # fp16 MQA, one block
     ("fp32", 37, 3, 2, 2, None, 2, "per_query_head", False),    # not causal
@@ -251,3 +252,33 @@ def test_gpu_lane_layout_in_the_simulator(lpr, dtype, page, S, kv_reads):
     np.testing.assert_allclose(L.copy_to_host(), lse, rtol=0, atol=1e-5 * (1 + np.abs(lse).max()))
     assert run.ledger(ctr).counts() == decode_closed_form(run.schedule, p, num_splits=S,
                                                           kv_reads=kv_reads).counts()
+
+
+def test_decode_bench_script_without_a_gpu(tmp_path, monkeypatch):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    script = root / "scripts" / "decode_bench.py"
+    r = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "--out" in r.stdout and "--budget-s" in r.stdout
+    sys.path.insert(0, str(script.parent))
+    try:
+        import decode_bench as D
+    finally:
+        sys.path.remove(str(script.parent))
+    # K and V once + Q + O (fp16) + L (float32) + the block table
+    assert D.dram_bytes(2, 32, 8, 1, 1000, 128, 2, 256) == (2 * 2 * 8 * 1000 * 128 * 2
+                                                           + 2 * 2 * 32 * 128 * 2 + 4 * 2 * 32
+                                                           + 4 * 2 * 4)
+    # part (a) in the simulator at a tiny size: rows written as they are made, counts exact
+    monkeypatch.setattr(D, "CHECKS", (("fp16", 1, 4, 2, 37, 16, 2, 8, "auto", "per_group"),))
+    out = tmp_path / "rows.jsonl"
+    w = D.Writer(str(out), dict(run_id="t", device="sim", date="2026-11-25", commit=None,
+                                versions={}))
+    assert D.run_checks(w, quick=False)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["kind"] == "decode_check" and rows[0]["counts_exact"]
+    assert rows[0]["status"] == "ok"

@@ -247,6 +247,24 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
             for w in range(VW):
                 dst[kk, w] = float32(arr[i0, i1, i2, x0 + w])
 
+    @cuda.jit(device=True, inline=True)
+    def load_tile(k, v, b, g, phys, r0, cols, gi, x0, kreg, vreg):
+        """This lane's slices of the tile's K and V rows c = gi + NGRP kk < cols (row r0 + c
+        of page phys when paged, of sequence b's cache otherwise) -> registers; returns
+        the K elements loaded (= V elements)."""
+        n = 0
+        for kk in range(KPG):
+            c = gi + NGRP * kk
+            if c < cols:
+                if paged:
+                    load_row(k, phys, r0 + c, g, x0, kreg, kk)
+                    load_row(v, phys, r0 + c, g, x0, vreg, kk)
+                else:
+                    load_row(k, b, g, r0 + c, x0, kreg, kk)
+                    load_row(v, b, g, r0 + c, x0, vreg, kk)
+                n += VW
+        return n
+
     def kernel(q, k, v, block_table, o, L, opart, lpart, scale, N_kv, Cr, H, G, P, counters):
         s = cuda.blockIdx.x
         y = cuda.blockIdx.y
@@ -259,7 +277,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
         h0 = (y % rpb) * NG                 # first query head served
         g = h0 // G                         # their K/V head
         sm = cuda.shared.array(0, float32)
-        phys_s = cuda.shared.array(1, int32)
+        phys_s = cuda.shared.array(2, int32)
         kreg = cuda.local.array((KPG, VW), float32)
         vreg = cuda.local.array((KPG, VW), float32)
         acc = cuda.local.array(A, float32)
@@ -282,106 +300,126 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
             sm[LO + r] = ZERO
         for i in range(A):
             acc[i] = ZERO
-        phys = 0
-        j0 = a // P if paged else 0
-        j1 = (e - 1) // P + 1 if paged else 1
-        for j in range(j0, j1):             # segments: pages (paged) or the whole chunk
-            if paged:
-                lo = max(a, j * P)
-                hi = min(e, (j + 1) * P)
-                if t == 0:
-                    phys_s[0] = block_table[b, j]
+        # ---- the tiles of the chunk, one after another (paged: tiles never cross a page);
+        # tile (j, c0): rows c0 .. c0 + cols - 1 of segment j (page j, or the chunk) ----
+        if paged:
+            j = a // P
+            hi = min(e, (j + 1) * P)
+            if t == 0:                      # page j's entry lives in phys_s[j % 2]
+                phys_s[j % 2] = block_table[b, j]
+                if count:
+                    nBT += 1
+        else:
+            j = 0
+            hi = e
+        c0 = a
+        cuda.syncthreads()                  # Q and the first page's entry visible
+        phys = phys_s[j % 2] if paged else 0
+        # the first tile's K, V rows -> registers
+        if count:
+            nK += load_tile(k, v, b, g, phys, c0 - j * P, min(TB, hi - c0), gi, x0, kreg, vreg)
+        else:
+            load_tile(k, v, b, g, phys, c0 - j * P, min(TB, hi - c0), gi, x0, kreg, vreg)
+        while c0 < hi:
+            cols = min(TB, hi - c0)
+            # the next tile: the rest of this segment, else the next page's part of the chunk
+            nj = j
+            nc0 = c0 + TB
+            nhi = hi
+            if nc0 >= hi and paged:
+                nj = j + 1
+                nc0 = nj * P
+                nhi = min(e, (nj + 1) * P)
+                if nc0 < e and t == 0:      # its block-table entry, read once
+                    phys_s[nj % 2] = block_table[b, nj]
                     if count:
                         nBT += 1
-            else:
-                lo = a
-                hi = e
-            for c0 in range(lo, hi, TB):
-                cols = min(TB, hi - c0)
-                cuda.syncthreads()          # previous tile done with S, V; phys visible
-                if paged:
-                    phys = phys_s[0]
-                # ---- A: K, V rows -> registers (all loads first), S = scale Q K^T ----
-                for kk in range(KPG):
-                    c = gi + NGRP * kk
-                    if c < cols:
-                        if paged:
-                            load_row(k, phys, c0 + c - j * P, g, x0, kreg, kk)
-                            load_row(v, phys, c0 + c - j * P, g, x0, vreg, kk)
-                        else:
-                            load_row(k, b, g, c0 + c, x0, kreg, kk)
-                            load_row(v, b, g, c0 + c, x0, vreg, kk)
-                        if count:
-                            nK += VW
-                for kk in range(KPG):
-                    c = gi + NGRP * kk
-                    for r in range(NR):
-                        part = ZERO
-                        if c < cols:
-                            for w in range(VW):
-                                part += sm[QO + r * d + x0 + w] * kreg[kk, w]
-                        part = group_sum(part, sm, t)
-                        if li == 0 and c < cols:
-                            sv = part * scale
-                            if causal and c0 + c > N_kv - N_q + r % N_q:
-                                sv = NEG_INF
-                            sm[SO + r * TB + c] = sv
+            cuda.syncthreads()              # previous tile done with S, V; next entry visible
+            nphys = phys
+            if paged and nj != j and nc0 < e:
+                nphys = phys_s[nj % 2]
+            # ---- A: S = scale Q K^T from the registers; V -> shared ----
+            for kk in range(KPG):
+                c = gi + NGRP * kk
+                for r in range(NR):
+                    part = ZERO
                     if c < cols:
                         for w in range(VW):
-                            sm[VO + c * d + x0 + w] = vreg[kk, w]
-                cuda.syncthreads()
-                # ---- B: online softmax statistics per row ----
-                if shfl:
-                    wi = t // 32
-                    lane = t % 32
-                    for r in range(wi, NR, NW):
-                        mx = NEG_INF
-                        for c in range(lane, cols, 32):
-                            mx = max(mx, sm[SO + r * TB + c])
-                        for o2 in (16, 8, 4, 2, 1):
-                            mx = max(mx, cuda.shfl_xor_sync(FULL, mx, o2))
-                        m_old = sm[MO + r]
-                        m_new = max(m_old, mx)
-                        m_safe = m_new if m_new > NEG_INF else ZERO
-                        ps = ZERO
-                        for c in range(lane, cols, 32):
-                            p = math.exp(sm[SO + r * TB + c] - m_safe)
-                            sm[SO + r * TB + c] = p
-                            ps += p
-                        for o2 in (16, 8, 4, 2, 1):
-                            ps += cuda.shfl_xor_sync(FULL, ps, o2)
-                        if lane == 0:
-                            alpha = math.exp(m_old - m_safe)
-                            sm[LO + r] = alpha * sm[LO + r] + ps
-                            sm[MO + r] = m_new
-                            sm[AO + r] = alpha
+                            part += sm[QO + r * d + x0 + w] * kreg[kk, w]
+                    part = group_sum(part, sm, t)
+                    if li == 0 and c < cols:
+                        sv = part * scale
+                        if causal and c0 + c > N_kv - N_q + r % N_q:
+                            sv = NEG_INF
+                        sm[SO + r * TB + c] = sv
+                if c < cols:
+                    for w in range(VW):
+                        sm[VO + c * d + x0 + w] = vreg[kk, w]
+            # the next tile's K, V rows -> the freed registers: in flight during B and C
+            if nc0 < nhi:
+                if count:
+                    nK += load_tile(k, v, b, g, nphys, nc0 - nj * P, min(TB, nhi - nc0), gi,
+                                    x0, kreg, vreg)
                 else:
-                    for r in range(t, NR, NT):
-                        m_old = sm[MO + r]
-                        m_new = m_old
-                        for c in range(cols):
-                            m_new = max(m_new, sm[SO + r * TB + c])
-                        m_safe = m_new if m_new > NEG_INF else ZERO
-                        ps = ZERO
-                        for c in range(cols):
-                            p = math.exp(sm[SO + r * TB + c] - m_safe)
-                            sm[SO + r * TB + c] = p
-                            ps += p
-                        alpha = math.exp(m_old - m_safe)     # 0 while nothing was visible
+                    load_tile(k, v, b, g, nphys, nc0 - nj * P, min(TB, nhi - nc0), gi, x0,
+                              kreg, vreg)
+            cuda.syncthreads()
+            # ---- B: online softmax statistics per row ----
+            if shfl:
+                wi = t // 32
+                lane = t % 32
+                for r in range(wi, NR, NW):
+                    mx = NEG_INF
+                    for c in range(lane, cols, 32):
+                        mx = max(mx, sm[SO + r * TB + c])
+                    for o2 in (16, 8, 4, 2, 1):
+                        mx = max(mx, cuda.shfl_xor_sync(FULL, mx, o2))
+                    m_old = sm[MO + r]
+                    m_new = max(m_old, mx)
+                    m_safe = m_new if m_new > NEG_INF else ZERO
+                    ps = ZERO
+                    for c in range(lane, cols, 32):
+                        p = math.exp(sm[SO + r * TB + c] - m_safe)
+                        sm[SO + r * TB + c] = p
+                        ps += p
+                    for o2 in (16, 8, 4, 2, 1):
+                        ps += cuda.shfl_xor_sync(FULL, ps, o2)
+                    if lane == 0:
+                        alpha = math.exp(m_old - m_safe)
                         sm[LO + r] = alpha * sm[LO + r] + ps
                         sm[MO + r] = m_new
                         sm[AO + r] = alpha
-                cuda.syncthreads()
-                # ---- C: acc = alpha acc + P V ----
-                for i in range(A):
-                    ei = t + NT * i
-                    if ADIV or ei < NR * d:
-                        r = ei // d
-                        x = ei % d
-                        av = acc[i] * sm[AO + r]
-                        for c in range(cols):
-                            av += sm[SO + r * TB + c] * sm[VO + c * d + x]
-                        acc[i] = av
+            else:
+                for r in range(t, NR, NT):
+                    m_old = sm[MO + r]
+                    m_new = m_old
+                    for c in range(cols):
+                        m_new = max(m_new, sm[SO + r * TB + c])
+                    m_safe = m_new if m_new > NEG_INF else ZERO
+                    ps = ZERO
+                    for c in range(cols):
+                        p = math.exp(sm[SO + r * TB + c] - m_safe)
+                        sm[SO + r * TB + c] = p
+                        ps += p
+                    alpha = math.exp(m_old - m_safe)     # 0 while nothing was visible
+                    sm[LO + r] = alpha * sm[LO + r] + ps
+                    sm[MO + r] = m_new
+                    sm[AO + r] = alpha
+            cuda.syncthreads()
+            # ---- C: acc = alpha acc + P V ----
+            for i in range(A):
+                ei = t + NT * i
+                if ADIV or ei < NR * d:
+                    r = ei // d
+                    x = ei % d
+                    av = acc[i] * sm[AO + r]
+                    for c in range(cols):
+                        av += sm[SO + r * TB + c] * sm[VO + c * d + x]
+                    acc[i] = av
+            j = nj
+            c0 = nc0
+            hi = nhi
+            phys = nphys
         # ---- O (or Opart) = acc / l, L (or Lpart) = m + log l ----
         for i in range(A):
             ei = t + NT * i
