@@ -16,11 +16,14 @@ C = ceil(N_kv / S) cache rows (the paper's B_c-row K/V blocks are its tiles):
       page the chunk touches, after reading that page's block-table entry, one int32
       per page per block) and each tile of TB rows of the segment:
         A  every group of LPR consecutive lanes takes key rows c = group + NGRP kk
-           (kk < KPG), loads its K row and V row slices straight into registers (VW
+           (kk < KPG), whose K row and V row slices are already in its registers (VW
            consecutive elements a lane: one 16-byte load where the dtype allows), forms
            S[r, c] = scale Q[r] . K[c] for every row r (each lane's partial dot product,
            summed over the group with warp shuffles), masks c > N_kv - N_q + (r mod N_q)
-           (bottom-right causal), stores S (float32) and its V row to shared memory;
+           (bottom-right causal), stores S (float32) and its V row to shared memory,
+           then issues the NEXT tile's K/V loads into the registers just freed, so they
+           are in flight during B and C (paged: the next page's block-table entry is read
+           one tile ahead by thread 0 into a 2-entry shared buffer);
         B  online softmax per row r: m_new = max(m, rowmax S), P = exp(S - m_new) in
            place, alpha = exp(m - m_new), l = alpha l + rowsum P (a warp per row with
            shuffles; one thread per row in the simulator);
