@@ -239,6 +239,9 @@ class Bench:
         self.sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def free_cap(self) -> int:
+        """80 % of the free device memory, after handing torch's cached blocks back (the
+        previous point's inputs are gone by then; cached, they would look used)."""
+        self.torch.cuda.empty_cache()
         free, _total = self.torch.cuda.mem_get_info()
         return int(0.8 * free)
 
