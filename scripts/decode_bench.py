@@ -248,7 +248,6 @@ class Bench:
     def point(self, batch, attn, d, N_kv, page, *, num_splits="auto", sweep=None,
               impls=("flashsim", "torch_sdpa", "flash_attn"), name=None):
         """Time one configuration for each impl; one row per impl (or one skipped row)."""
-        import numpy as np
         import iosim
         from gpu.decode import DecodeLauncher
         torch, cuda = self.torch, self.cuda
@@ -372,8 +371,7 @@ class Bench:
                            error=f"{type(e).__name__}: {e}"[:400])
                 print(f"  {impl} {base}: ERROR {type(e).__name__}: {e}", flush=True)
                 torch.cuda.empty_cache()
-        del sets
-        torch.cuda.empty_cache()
+        sets.clear()
 
 
 def main(argv=None) -> int:

@@ -15,12 +15,12 @@ import numpy as np
 from numba import cuda
 
 import iosim
-from iosim.decode import (KV_READS, DecodeLedger, DecodeProblem, MAX_N_Q, check_num_splits,
+from iosim.decode import (KV_READS, DecodeLedger, DecodeProblem, check_num_splits,
                           choose_num_splits)
 from iosim.problem import ConfigError
 
 from .._launch import NP_DTYPE, READ, SIM, WRITE, check_fits, filled, launch
-from ..api import _output, _return_like, _to_device, _torch_like
+from ..api import _output, _return_like, _to_device
 from . import split_kv as K
 
 #: GPU preset whose SM count the "auto" rule uses where no GPU is present (the simulator)
@@ -111,7 +111,8 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, num_spl
 
     q: (batch, heads, N_q, d), N_q in 1..16. k_cache, v_cache: (batch, kv_heads, N_alloc,
     d), or with block_table (batch, pages) int32: (num_pages, page_size, kv_heads, d)
-    pages. kv_heads divides heads (query head h reads K/V head h // (heads // kv_heads)).
+    pages (a NumPy block_table is range-checked; a device one is used as given).
+    kv_heads divides heads (query head h reads K/V head h // (heads // kv_heads)).
     float16 or float32, all the same, C-contiguous; d / (16 / itemsize) a power of two
     on a GPU (16, 32, 64, 128, 256). NumPy in -> NumPy out; device arrays (numba, or
     __cuda_array_interface__ such as torch; not in the simulator) -> the same kind out.
@@ -210,14 +211,12 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, num_spl
     opart, lpart = run.partials()     # NaN-poisoned: an unwritten partial shows in O
     counters = run.new_counters()
     run(qd, kd, vd, td, o4, L3, opart, lpart, counters, scale)
-    split = S > 1
     O = o_obj if o_obj is not None else _return_like(o4, kind, q)
     out = [O]
     if return_stats:
         out.append(L_obj if L_obj is not None else _return_like(L3, kind, q))
     if count_traffic:
-        out.append(counters_to_decode_ledger(counters, "split_kv" if split else "fa2_decode",
-                                             problem, S, kv_reads))
+        out.append(run.ledger(counters))
     return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -301,4 +300,4 @@ def counters_to_decode_ledger(counters, schedule, problem, num_splits, kv_reads)
     return DecodeLedger(schedule, problem, num_splits, kv_reads, reads, writes)
 
 
-__all__ = ["decode", "DecodeLauncher", "auto_num_splits", "counters_to_decode_ledger", "MAX_N_Q"]
+__all__ = ["decode", "DecodeLauncher", "auto_num_splits", "counters_to_decode_ledger"]

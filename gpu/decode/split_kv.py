@@ -61,12 +61,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from numba import cuda, float32, int32, int64
 
 from iosim.decode import DECODE_ORDER
 
-from .._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE, ZERO, add_count,
+from .._launch import (NAN, NEG_INF, NP_DTYPE, READ, SIM, WRITE, ZERO, add_count,
                        kernel_name, specialisation)
 
 #: rows of the decode counters array (same names and order as iosim.decode's ledger)
