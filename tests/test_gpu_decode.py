@@ -222,15 +222,16 @@ def test_hardware_layout(dtype, page, S, kv_reads, N_q):
         assert led.counts() == cf.counts()
 
 
-@pytest.mark.parametrize("lpr, dtype, page, S, kv_reads", [
-    (4, "fp32", None, 2, "per_group"), (16, "fp16", 8, 3, "per_query_head")])
-def test_gpu_lane_layout_in_the_simulator(lpr, dtype, page, S, kv_reads):
+@pytest.mark.parametrize("lpr, dtype, N_kv, page, S, kv_reads", [
+    (4, "fp32", 37, None, 2, "per_group"),        # TB = 8 rows a tile
+    (8, "fp16", 24, 8, 3, "per_query_head")])     # TB = 4: two tiles a page; split 1 from page 1
+def test_gpu_lane_layout_in_the_simulator(lpr, dtype, N_kv, page, S, kv_reads):
     # the GPU build's layout (LPR lanes a key row, VW = d / LPR elements a lane, KPG rows a
     # group), its group sums through shared memory where the GPU uses warp shuffles
     from numba import cuda
     from gpu._launch import filled
     from gpu.decode import DecodeLauncher
-    p = DecodeProblem(N_kv=37, d=16, heads=4, kv_heads=2, N_q=3, dtype=dtype, page_size=page)
+    p = DecodeProblem(N_kv=N_kv, d=16, heads=4, kv_heads=2, N_q=3, dtype=dtype, page_size=page)
     q, k, v = random_decode_inputs(p, seed=lpr)
     run = DecodeLauncher(p, S, kv_reads=kv_reads, count=True, lanes_per_row=lpr)
     assert run.plan["LPR"] == lpr and run.plan["VW"] == 16 // lpr and run.plan["red"]
