@@ -10,3 +10,4 @@ from .api import DEFAULT_TILES, HEAD_DIMS, AttentionResult, attention, attention
 
 __all__ = ["attention", "attention_result", "AttentionResult", "default_tiling", "HEAD_DIMS",
            "DEFAULT_TILES"]
+from . import decode  # noqa: E402,F401  (KV-cache decoding: gpu.decode(q, k_cache, v_cache, ...), a callable package)

@@ -18,7 +18,10 @@ def register(sub):
                                    "reads the runtime_validation rows and runs the L2 / DRAM "
                                    "model for its roofline; fig13_time_breakdown reads the "
                                    "op_breakdown rows (python3 -m analysis.opbreakdown on a "
-                                   "GPU) and runs the time model (analysis.runtime).",
+                                   "GPU) and runs the time model (analysis.runtime); "
+                                   "fig14_decode draws the decode traffic model "
+                                   "(iosim.decode) and reads the decode_bench rows "
+                                   "(scripts/decode_bench.py on a GPU).",
                        epilog="examples:\n  flashsim figure fig1\n  flashsim figure fig8 --out figures\n"
                               "  flashsim figure fig12",
                        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)

@@ -1,0 +1,303 @@
+"""`gpu.decode`: decoding attention against a KV cache on the GPU (or in Numba's simulator).
+
+Layout (flashsim's, as iosim.decode and gpu.attention; not flash-attn's
+(batch, seqlen, heads, d)):
+    q          (batch, heads, N_q, d)           N_q = 1..16 new query rows per sequence
+    contiguous k_cache, v_cache (batch, kv_heads, N_alloc, d); rows [0, N_kv) are the cache
+    paged      k_cache, v_cache (num_pages, page_size, kv_heads, d) (flash-attn's paged
+               layout) and block_table (batch, pages) int32: logical page p of sequence
+               b is physical page block_table[b, p]
+O (batch, heads, N_q, d) in q's dtype; L (batch, heads, N_q) float32 (log-sum-exp).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+import iosim
+from iosim.decode import (KV_READS, DecodeLedger, DecodeProblem, check_num_splits,
+                          choose_num_splits)
+from iosim.problem import ConfigError
+
+from .._launch import NP_DTYPE, READ, SIM, WRITE, check_fits, filled, launch
+from ..api import _output, _return_like, _to_device
+from . import split_kv as K
+
+#: GPU preset whose SM count the "auto" rule uses where no GPU is present (the simulator)
+SIM_PRESET = "H100-SXM"
+_DUMMIES: dict = {}
+
+
+def _kind_of(name, x):
+    """(shape, numpy dtype, kind, c-contiguous) of an input, or ValueError."""
+    if isinstance(x, np.ndarray):
+        return x.shape, x.dtype, "numpy", x.flags.c_contiguous
+    if hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"):
+        return x.shape, np.dtype(x.dtype), "numba", x.is_c_contiguous()
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch" and str(getattr(x, "dtype", "")) == "torch.bfloat16":
+        raise ValueError(f"{name} has dtype torch.bfloat16; allowed: float16, float32. "
+                         f"bfloat16 is refused: NumPy has no bfloat16 to hand results back "
+                         f"in, and iosim.decode (whose counts the kernels must equal) models "
+                         f"fp16 and fp32 only")
+    if hasattr(x, "__cuda_array_interface__"):
+        cai = x.__cuda_array_interface__
+        shape, dt = tuple(cai["shape"]), np.dtype(cai["typestr"])
+        strides = cai.get("strides")
+        contig = strides is None or tuple(strides) == tuple(
+            int(np.prod(shape[i + 1:])) * dt.itemsize for i in range(len(shape)))
+        return shape, dt, "cai", contig
+    raise ValueError(f"{name} must be a NumPy array or a CUDA device array "
+                     f"(__cuda_array_interface__); got {type(x).__name__}")
+
+
+def _check_float(name, x, ndim, dims):
+    shape, dt, kind, contig = _kind_of(name, x)
+    if len(shape) != ndim:
+        raise ValueError(f"{name} has shape {tuple(shape)} (ndim={len(shape)}); expected "
+                         f"{ndim} dimensions {dims}")
+    if dt not in (np.dtype(np.float32), np.dtype(np.float16)):
+        raise ValueError(f"{name} has dtype {dt}; allowed: float16, float32 (bfloat16 is "
+                         f"refused: iosim.decode models fp16 and fp32 only)")
+    if not contig:
+        raise ValueError(f"{name} must be C-contiguous (row-major); make a contiguous copy")
+    return tuple(int(s) for s in shape), dt, kind
+
+
+def _aligned16(x, kind) -> bool:
+    if kind == "numpy":
+        return True
+    return x.__cuda_array_interface__["data"][0] % 16 == 0
+
+
+def _dummy(shape, dtype):
+    key = (0 if SIM else cuda.get_current_device().id, shape, np.dtype(dtype).str)
+    if key not in _DUMMIES:
+        _DUMMIES[key] = cuda.to_device(np.zeros(shape, dtype=dtype))
+    return _DUMMIES[key]
+
+
+def _seqlen(cache_seqlens, batch, capacity, what) -> int:
+    """N_kv from cache_seqlens (None: the capacity)."""
+    if cache_seqlens is None:
+        return capacity
+    vals = np.asarray(cache_seqlens)
+    if vals.ndim > 1 or vals.size == 0 or not np.issubdtype(vals.dtype, np.integer):
+        raise ValueError(f"cache_seqlens={cache_seqlens!r} is not allowed; allowed: None, an "
+                         f"int, or {batch} equal ints (one cache length for every sequence)")
+    if vals.ndim == 1 and (vals.size != batch or np.any(vals != vals.flat[0])):
+        raise ValueError(f"cache_seqlens={cache_seqlens!r} is not allowed; allowed: one cache "
+                         f"length for every sequence (iosim.decode models one N_kv), given as "
+                         f"an int or {batch} equal ints")
+    n = int(vals.flat[0])
+    if not 1 <= n <= capacity:
+        raise ValueError(f"cache_seqlens={n} is not allowed; allowed: 1..{capacity} ({what})")
+    return n
+
+
+def auto_num_splits(problem: DecodeProblem, kv_reads: str):
+    """iosim.choose_num_splits for this GPU's SM count (the SIM_PRESET's in the simulator)."""
+    if SIM:
+        sms = iosim.get_hardware(SIM_PRESET).sm_count
+    else:
+        sms = int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    return choose_num_splits(problem, sms, kv_reads=kv_reads)
+
+
+def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, num_splits="auto",
+           kv_reads="per_query_head", scale=None, causal=True, count_traffic=False,
+           return_stats=False):
+    """Decoding attention O = softmax(scale Q K^T + mask) V against a KV cache.
+
+    q: (batch, heads, N_q, d), N_q in 1..16. k_cache, v_cache: (batch, kv_heads, N_alloc,
+    d), or with block_table (batch, pages) int32: (num_pages, page_size, kv_heads, d)
+    pages (a NumPy block_table is range-checked; a device one is used as given).
+    kv_heads divides heads (query head h reads K/V head h // (heads // kv_heads)).
+    float16 or float32, all the same, C-contiguous; d / (16 / itemsize) a power of two
+    on a GPU (16, 32, 64, 128, 256). NumPy in -> NumPy out; device arrays (numba, or
+    __cuda_array_interface__ such as torch; not in the simulator) -> the same kind out.
+    cache_seqlens: N_kv, the cache length of every sequence (an int, or batch equal
+        ints; default: N_alloc, or pages x page_size when paged). Per-sequence lengths
+        are refused: iosim.decode models one N_kv.
+    num_splits: S, "auto" / None (iosim.choose_num_splits for this GPU's SM count), or an
+        int with every split non-empty. S = 1 runs the fa2_decode schedule (one kernel,
+        writes O and L); S > 1 the split_kv schedule (main kernel writes Opart, Lpart in
+        float32, then the combine kernel).
+    kv_reads: "per_query_head" (a block per query head, each reading its group's K/V) or
+        "per_group" (a block per K/V head serving its G query heads, K/V read once).
+    scale: default 1 / sqrt(d), finite in float32. causal: True (default) masks
+        bottom-right (new row r sees cache rows c <= N_kv - N_q + r); False: every new row
+        sees the whole cache. Counts do not depend on it (no K/V block is skipped).
+    count_traffic: run the instrumented build and return its own counts as an
+        iosim.decode.DecodeLedger (equal to decode_closed_form(schedule, problem,
+        num_splits=S, kv_reads=...)).
+    Returns O; (O, L) with return_stats; (O, ledger) with count_traffic; (O, L, ledger).
+    """
+    (B, H, N_q, d), dt, kind = _check_float("q", q, 4, "(batch, heads, N_q, d)")
+    paged = block_table is not None
+    dims = "(num_pages, page_size, kv_heads, d)" if paged else "(batch, kv_heads, N_alloc, d)"
+    ks, dtk, kindk = _check_float("k_cache", k_cache, 4, dims)
+    vs, dtv, kindv = _check_float("v_cache", v_cache, 4, dims)
+    if vs != ks:
+        raise ValueError(f"v_cache has shape {vs}; it must equal k_cache's {ks}")
+    if dtk != dt or dtv != dt:
+        raise ValueError(f"q, k_cache, v_cache dtypes are {dt}, {dtk}, {dtv}; they must be "
+                         f"the same")
+    if len({kind == "numpy", kindk == "numpy", kindv == "numpy"}) != 1:
+        raise ValueError("q, k_cache, v_cache must all be NumPy arrays or all device arrays")
+    if paged:
+        n_pages, P, Hk, dk = ks
+        tshape, tdt, tkind, tcontig = _kind_of("block_table", block_table)
+        if len(tshape) != 2 or tshape[0] != B or tdt != np.dtype(np.int32) or not tcontig:
+            raise ValueError(f"block_table has shape {tuple(tshape)} and dtype {tdt}; allowed: "
+                             f"a C-contiguous int32 array (batch={B}, pages)")
+        if (tkind == "numpy") != (kind == "numpy"):
+            raise ValueError("block_table must be a NumPy array when q is, a device array "
+                             "when q is")
+        capacity = int(tshape[1]) * P
+        N_kv = _seqlen(cache_seqlens, B, capacity, f"block_table's {tshape[1]} pages x "
+                                                   f"page_size {P}")
+        if tkind == "numpy":
+            used = np.asarray(block_table)[:, :-(-N_kv // P)]
+            if used.size and (used.min() < 0 or used.max() >= n_pages):
+                raise ValueError(f"block_table holds page {int(used.min()) if used.min() < 0 else int(used.max())}; "
+                                 f"allowed: 0..{n_pages - 1} (k_cache has {n_pages} pages)")
+    else:
+        Bk, Hk, N_alloc, dk = ks
+        if Bk != B:
+            raise ValueError(f"k_cache has batch {Bk}; it must equal q's batch {B}")
+        N_kv = _seqlen(cache_seqlens, B, N_alloc, f"k_cache holds {N_alloc} rows")
+        P = None
+    if dk != d:
+        raise ValueError(f"k_cache has head dim {dk}; it must equal q's d={d}")
+    if H % Hk:
+        raise ValueError(f"k_cache has kv_heads={Hk}, which must divide q's heads={H}")
+    if kv_reads not in KV_READS:
+        raise ValueError(f"kv_reads={kv_reads!r} is not known; allowed: {', '.join(KV_READS)}")
+    if causal not in (True, False):
+        raise ValueError(f"causal={causal!r} is not allowed; allowed: True, False")
+    dname = "fp32" if dt == np.float32 else "fp16"
+    try:
+        problem = DecodeProblem(N_kv=N_kv, d=d, batch=B, heads=H, kv_heads=Hk, N_q=N_q,
+                                dtype=dname, page_size=P)
+    except ConfigError as e:
+        raise ValueError(f"q has N_q={N_q} new rows: {e}") from None
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    try:
+        scale = float(scale)
+    except (TypeError, ValueError):
+        raise ValueError(f"scale={scale!r} is not allowed; allowed: a number") from None
+    if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
+        raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32")
+    if num_splits is None or (isinstance(num_splits, str) and num_splits == "auto"):
+        S = auto_num_splits(problem, kv_reads).num_splits
+    elif isinstance(num_splits, str):
+        raise ValueError(f"num_splits={num_splits!r} is not allowed; allowed: 'auto', None, "
+                         f"or a positive integer leaving no split empty")
+    else:
+        S = check_num_splits(N_kv, num_splits)
+    vec_ok = all(_aligned16(x, kd) for x, kd in ((k_cache, kindk), (v_cache, kindv)))
+    run = DecodeLauncher(problem, S, kv_reads=kv_reads, causal=causal,
+                         count=bool(count_traffic), vec=vec_ok)
+    qd, kd, vd = (_to_device(x, kind) for x in (q, k_cache, v_cache))
+    if paged:
+        td = cuda.to_device(np.ascontiguousarray(block_table)) if kind == "numpy" else \
+            _to_device(block_table, "numba" if hasattr(block_table, "copy_to_host") else "cai")
+    else:
+        td = None
+    npdt = NP_DTYPE[dname]
+    o_obj, o4 = _output((B, H, N_q, d), npdt, kind, q)
+    L_obj, L3 = _output((B, H, N_q), np.dtype(np.float32), kind, q)
+    opart, lpart = run.partials()     # NaN-poisoned: an unwritten partial shows in O
+    counters = run.new_counters()
+    run(qd, kd, vd, td, o4, L3, opart, lpart, counters, scale)
+    O = o_obj if o_obj is not None else _return_like(o4, kind, q)
+    out = [O]
+    if return_stats:
+        out.append(L_obj if L_obj is not None else _return_like(L3, kind, q))
+    if count_traffic:
+        out.append(run.ledger(counters))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+class DecodeLauncher:
+    """The launches of one decode configuration, checked once, repeatable on preallocated
+    arrays (what `decode` runs; benchmarks time `__call__` alone).
+
+    problem: iosim.decode.DecodeProblem; num_splits: S (1: fa2_decode, one kernel; > 1:
+    split_kv, main kernel + combine); kv_reads, causal as in `decode`; count: the
+    instrumented build; vec: 16-byte K/V loads (the caches must be 16-byte aligned);
+    lanes_per_row: the simulator only, split_kv.plan's test of the GPU lane layout.
+    Attributes: plan (split_kv.plan's layout), schedule, grid, kernel, combine.
+    """
+
+    def __init__(self, problem: DecodeProblem, num_splits: int, *, kv_reads="per_query_head",
+                 causal=True, count=False, vec=True, lanes_per_row=None):
+        p = self.problem = problem
+        self.S = check_num_splits(p.N_kv, num_splits)
+        if kv_reads not in KV_READS:
+            raise ValueError(f"kv_reads={kv_reads!r} is not known; allowed: "
+                             f"{', '.join(KV_READS)}")
+        self.kv_reads, self.causal, self.count = kv_reads, bool(causal), bool(count)
+        self.split = self.S > 1
+        self.schedule = "split_kv" if self.split else "fa2_decode"
+        self.NG = 1 if kv_reads == "per_query_head" else p.group
+        NR = self.NG * p.N_q
+        lay = self.plan = K.plan(p.d, p.dtype, NR, vec_ok=vec, lanes_per_row=lanes_per_row)
+        check_fits(lay["smem_bytes"], f"gpu.decode with d={p.d}, {NR} query rows a block")
+        if self.split:
+            check_fits(K.combine_smem_bytes(self.S, p.N_q),
+                       f"the combine of num_splits={self.S} x N_q={p.N_q}")
+        self.kernel = K.decode_kernel(p.d, p.dtype, p.N_q, self.NG, self.split, p.paged,
+                                      self.causal, self.count, lay["NT"], lay["VW"],
+                                      lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"],
+                                      lay["red"])
+        self.grid = (self.S, p.batch * p.heads // self.NG)
+        self.combine_threads = 32 if SIM else 128
+        self.combine = (K.combine_kernel(p.d, p.dtype, p.N_q, self.count, self.combine_threads)
+                        if self.split else None)
+        self.C = -(-p.N_kv // self.S)
+
+    def partials(self):
+        """(Opart, Lpart): NaN-filled float32 device arrays (batch, heads, S, N_q[, d]), or
+        1-element dummies when S = 1."""
+        p = self.problem
+        if not self.split:
+            return _dummy((1, 1, 1, 1, 1), np.float32), _dummy((1, 1, 1, 1), np.float32)
+        return (filled((p.batch, p.heads, self.S, p.N_q, p.d), np.float32, np.nan),
+                filled((p.batch, p.heads, self.S, p.N_q), np.float32, np.nan))
+
+    def new_counters(self):
+        """Zeroed int64 counters (len(split_kv.COUNTED), 2) when counting, else a dummy."""
+        if self.count:
+            return cuda.to_device(np.zeros((len(K.COUNTED), 2), dtype=np.int64))
+        return _dummy((1, 1), np.int64)
+
+    def __call__(self, q, k, v, block_table, o, L, opart, lpart, counters, scale):
+        """Launch on device arrays: q, o (batch, heads, N_q, d); k, v the cache (contiguous
+        or pages); block_table int32 (None when contiguous); L (batch, heads, N_q)."""
+        p = self.problem
+        td = block_table if block_table is not None else _dummy((1, 1), np.int32)
+        launch(self.kernel, self.grid, self.plan["NT"], self.plan["smem_bytes"], q, k, v, td,
+               o, L, opart, lpart, np.float32(scale), np.int64(p.N_kv), np.int64(self.C),
+               np.int64(p.heads), np.int64(p.group), np.int64(p.page_size or 1), counters)
+        if self.split:
+            launch(self.combine, p.batch * p.heads, self.combine_threads,
+                   K.combine_smem_bytes(self.S, p.N_q), opart, lpart, o, L,
+                   np.int64(self.S), np.int64(p.heads), counters)
+
+    def ledger(self, counters) -> DecodeLedger:
+        """The counts the instrumented launches made, as a DecodeLedger."""
+        return counters_to_decode_ledger(counters, self.schedule, self.problem, self.S,
+                                         self.kv_reads)
+
+
+def counters_to_decode_ledger(counters, schedule, problem, num_splits, kv_reads) -> DecodeLedger:
+    """The kernels' own counts (problem totals, elements) as an iosim.decode.DecodeLedger."""
+    host = counters.copy_to_host() if hasattr(counters, "copy_to_host") else np.asarray(counters)
+    reads = {t: int(host[i, READ]) for t, i in K.C.items() if host[i, READ]}
+    writes = {t: int(host[i, WRITE]) for t, i in K.C.items() if host[i, WRITE]}
+    return DecodeLedger(schedule, problem, num_splits, kv_reads, reads, writes)
+
+
+__all__ = ["decode", "DecodeLauncher", "auto_num_splits", "counters_to_decode_ledger"]
