@@ -54,7 +54,8 @@ from iosim.tiling import Tiling
 from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE,
                       ZERO, T, add_count, check_fits, default_threads, filled, kernel_name,
                       dummy_mask, launch, new_counters, specialisation)
-from ..api import HEAD_DIMS, _check, _return_like, _to_device, _torch_like
+from .. import api as _api
+from ..api import HEAD_DIMS, _check, _output, _return_like, _to_device
 from . import fa2_tc
 from . import standard as backward_standard
 
@@ -97,21 +98,6 @@ def _new_counters(count):
     if not count:           # the uncounted kernels never touch it: one cached dummy
         return new_counters(False)
     return cuda.to_device(np.zeros((len(BW_TENSORS), 2), dtype=np.int64))
-
-
-def _new(shape, npdt, kind, like, poison):
-    """(torch tensor or None, Numba device view) of a new array: NaN-filled when `poison`
-    (validation: unwritten elements show), else uninitialised. torch callers on the
-    default stream get torch's caching allocator (no cuMemAlloc / deferred cuMemFree per
-    call, which synchronise the device); others a Numba device array."""
-    torch = _torch_like(like) if kind == "cai" else None
-    if torch is not None and torch.cuda.current_stream(like.device) == \
-            torch.cuda.default_stream(like.device):
-        tdt = torch.float16 if np.dtype(npdt) == np.float16 else torch.float32
-        t = (torch.full(shape, float("nan"), device=like.device, dtype=tdt) if poison else
-             torch.empty(shape, device=like.device, dtype=tdt))
-        return t, cuda.as_cuda_array(t, sync=False)
-    return None, (filled(shape, npdt, np.nan) if poison else cuda.device_array(shape, npdt))
 
 
 def _counters_to_ledger(counters, algorithm, problem, tiling) -> BackwardLedger:
@@ -444,7 +430,7 @@ def _check_P(x, shape, dt):
 
 def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, scale=None,
                        block_rows=None, block_cols=None, block_mask=None, count_traffic=False,
-                       threads=None, kernel="auto", tc_options=None, poison=True):
+                       threads=None, kernel="auto", tc_options=None, poison=None):
     """Gradients (dq, dk, dv) of O = softmax(scale Q K^T [+ mask]) V given dO, on the GPU.
 
     q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N, d); one dtype (float32 or
@@ -463,9 +449,10 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     a GPU), 'plain' (this module's, any dtype), or 'auto' (default): 'tc' where it runs the
     configuration (fp16, fa2, a GPU; its own default tiling `fa2_tc.default_tiling(d)` when
     no tiling is given), else 'plain'. The schedule, hence the ledger, is the same.
-    poison: fill the gradients and intermediate buffers with NaN before the kernels run
-    (default), so that an element a kernel failed to write shows; poison=False skips those
-    fills (the autograd path: every element is written whenever the counts are exact).
+    poison: fill the gradients and intermediate buffers with NaN before the kernels run,
+    so that an element a kernel failed to write shows (validation); default: the
+    forward's `gpu.api.POISON` (off unless FLASHSIM_POISON=1, `set_poison`,
+    `poison_outputs`; `flashsim check` and the tests turn it on).
     tc_options: tuning keywords of `fa2_tc.run` (MT: key m-tiles per warp; kreg: hold
     K_j, V_j's fragments in registers), for tiling studies.
     Returns (dq, dk, dv) (dk, dv with kv_heads heads), or ((dq, dk, dv), ledger) with
@@ -568,13 +555,14 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     counters = _new_counters(count_traffic)
     count = bool(count_traffic)
     like = q
-    tq, dq3 = _new((I, N, d), npdt, kind, like, poison)   # poison: unwritten elements show
-    tk, dk_h = _new((I, N, d), npdt, kind, like, poison)  # per query head
-    tv, dv_h = _new((I, N, d), npdt, kind, like, poison)
+    poison = _api.POISON if poison is None else bool(poison)
+    tq, dq3 = _output((I, N, d), npdt, kind, like, poison)   # poison: unwritten elements show
+    tk, dk_h = _output((I, N, d), npdt, kind, like, poison)  # per query head
+    tv, dv_h = _output((I, N, d), npdt, kind, like, poison)
     T_r, T_c = -(-N // B_r), -(-N // B_c)
     if algorithm == "fa2":
-        tD, D2 = _new((I, N), np.float32, kind, like, poison)
-        tA, acc = _new((I, N, d), np.float32, kind, like, poison)
+        tD, D2 = _output((I, N), np.float32, kind, like, poison)
+        tA, acc = _output((I, N, d), np.float32, kind, like, poison)
         pre = fa2_pre_kernel(B_r, d, dname, count, threads)
         pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
         if use_tc:
@@ -595,8 +583,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                l_dev.reshape(I, N), m_dev.reshape(I, N), dq3, dk_h, dv_h, np.float32(scale),
                np.int64(N), np.int64(H), np.int64(G), mask_dev, counters)
     else:   # standard: Algorithm 3, five kernels through HBM (gpu.backward_standard)
-        dp3 = filled((I, N, N), npdt, np.nan)
-        ds3 = filled((I, N, N), npdt, np.nan)
+        _dp, dp3 = _output((I, N, N), npdt, kind, like, poison)
+        _ds, ds3 = _output((I, N, N), npdt, kind, like, poison)
         backward_standard.run(q3, k3, v3, do3, P_dev.reshape(I, N, N), dp3, ds3, dq3, dk_h,
                               dv_h, scale, N, H, G, mask_dev if has_mask else None, active,
                               counters, B_r=B_r, B_c=B_c, dt=dname, causal=bool(causal),
@@ -605,8 +593,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if G == 1:
         dk3, dv3 = dk_h, dv_h
     else:
-        tk, dk3 = _new((Ik, N, d), npdt, kind, like, poison)
-        tv, dv3 = _new((Ik, N, d), npdt, kind, like, poison)
+        tk, dk3 = _output((Ik, N, d), npdt, kind, like, poison)
+        tv, dv3 = _output((Ik, N, d), npdt, kind, like, poison)
         _flat_launch(group_sum_kernel(dname, count), Ik * N * d, dk_h.reshape(I, N * d),
                      dv_h.reshape(I, N * d), dk3.reshape(Ik, N * d), dv3.reshape(Ik, N * d),
                      np.int64(G), counters)
