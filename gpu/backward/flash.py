@@ -55,6 +55,7 @@ from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SI
                       ZERO, T, add_count, check_fits, default_threads, filled, kernel_name,
                       dummy_mask, launch, specialisation)
 from ..api import HEAD_DIMS, _check, _return_like, _to_device
+from . import fa2_fast
 from . import standard as backward_standard
 
 #: Counter rows of the backward: the forward's tensors plus the fa2 accumulator.
@@ -63,6 +64,9 @@ BT = {name: i for i, name in enumerate(BW_TENSORS)}
 DEFAULT_TILES = (64, 32, 16)
 #: Algorithms with GPU backward kernels (all of iosim's backward schedules).
 BACKWARD_ALGORITHMS = ("standard", "fa1", "fa2")
+#: attention_backward(kernel=...): "auto" (the fast fa2 kernel where it runs the tiling,
+#: else the plain one), "plain" (this module's kernels), "fast" (gpu.backward.fa2_fast)
+BACKWARD_KERNELS = ("auto", "plain", "fast")
 
 
 def bwd_shared_bytes(B_r: int, B_c: int, d: int, dt: str) -> int:
@@ -80,10 +84,17 @@ def backward_shared_bytes(algorithm: str, B_r: int, B_c: int, d: int, dt: str) -
     return bwd_shared_bytes(B_r, B_c, d, dt)
 
 
-def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2") -> Tiling:
+def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2",
+                            kernel: str = "plain") -> Tiling:
     """Largest square tile in (64, 32, 16) whose backward footprint (bytes,
     `backward_shared_bytes`) fits 48 KB. E.g. d=64: fa1/fa2 fp32 16, fp16 32; standard
-    fp32 and fp16 64."""
+    fp32 and fp16 64. fa2 with kernel "auto" or "fast" on a GPU: the fast kernel's
+    `fa2_fast.default_tiling(d, dt)` where it has one (what attention_backward uses)."""
+    # --- fast-kernel hook (gpu.backward.fa2_fast) ---
+    if algorithm == "fa2" and kernel in ("auto", "fast") and not SIM:
+        fast = fa2_fast.default_tiling(d, dt)
+        if fast is not None:
+            return Tiling(fast[0], fast[1])
     for B in DEFAULT_TILES:
         if backward_shared_bytes(algorithm, B, B, d, dt) <= DEFAULT_SMEM_BYTES:
             return Tiling(B, B)
@@ -423,7 +434,7 @@ def _check_P(x, shape, dt):
 
 def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, scale=None,
                        block_rows=None, block_cols=None, block_mask=None, count_traffic=False,
-                       threads=None):
+                       threads=None, kernel="auto"):
     """Gradients (dq, dk, dv) of O = softmax(scale Q K^T [+ mask]) V given dO, on the GPU.
 
     q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N, d); one dtype (float32 or
@@ -441,10 +452,19 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     Returns (dq, dk, dv) (dk, dv with kv_heads heads), or ((dq, dk, dv), ledger) with
     count_traffic=True: the kernels' own counts as an iosim BackwardLedger (problem totals,
     equal to iosim.backward_closed_form).
+    kernel: "auto" (default: for fa2 the register-tiled `gpu.backward.fa2_fast` where it
+    supports the tiling and thread count, else the plain kernels), "plain", "fast" (fa2
+    only; ValueError saying why where it cannot run). Same schedule, same counts.
     """
     if algorithm not in BACKWARD_ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r} is not supported by the GPU backward; "
                          f"allowed: {', '.join(BACKWARD_ALGORITHMS)}")
+    if kernel not in BACKWARD_KERNELS:
+        raise ValueError(f"kernel={kernel!r} is not allowed; allowed: "
+                         f"{', '.join(map(repr, BACKWARD_KERNELS))}")
+    if kernel == "fast" and algorithm != "fa2":
+        raise ValueError(f"kernel='fast' runs only algorithm='fa2' (got {algorithm!r}); use "
+                         f"kernel='auto' or 'plain'")
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, dtk, kindk = _check("k", k)
     shape_v, dtv, kindv = _check("v", v)
@@ -473,7 +493,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                          f"(|scale| <= {float(np.finfo(np.float32).max):.8g}), the kernels' "
                          f"compute dtype")
     if block_rows is None and block_cols is None:
-        tiling = default_backward_tiling(d, dname, algorithm)
+        tiling = default_backward_tiling(d, dname, algorithm, kernel)
     else:
         for name, val in (("block_rows", block_rows), ("block_cols", block_cols)):
             if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
@@ -481,14 +501,26 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                                  f"block_rows and block_cols, or neither)")
         tiling = Tiling(int(block_rows), int(block_cols))
     B_r, B_c = tiling.B_r, tiling.B_c
-    threads = default_threads() if threads is None else int(threads)
-    if not 1 <= threads <= 1024:
+    if threads is not None and not 1 <= int(threads) <= 1024:
         raise ValueError(f"threads={threads} must be in 1..1024")
+    # --- fast-kernel dispatch (gpu.backward.fa2_fast): thread count, or None = plain ---
+    fast_threads = None
+    if algorithm == "fa2" and kernel in ("auto", "fast"):
+        fast_threads = fa2_fast.pick_threads(B_r, B_c, d, dname,
+                                             None if threads is None else int(threads))
+        if fast_threads is None and kernel == "fast":
+            why = fa2_fast.plan_error(B_r, B_c, d, dname, default_threads() if threads is None
+                                      else int(threads))
+            raise ValueError(f"kernel='fast': the fast fa2 backward cannot run {dname} with "
+                             f"B_r={B_r}, B_c={B_c}, d={d}, threads={threads}: "
+                             f"{why or 'no thread count fits'}; use kernel='auto' or 'plain'")
+    threads = fast_threads or (default_threads() if threads is None else int(threads))
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
                             causal=causal, block_mask=block_mask)
     active = iosim.active_tiles(problem, tiling)   # validates block_mask's shape
     shm = backward_shared_bytes(algorithm, B_r, B_c, d, dname)
-    check_fits(shm, f"the {algorithm} backward with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
+    if fast_threads is None:
+        check_fits(shm, f"the {algorithm} backward with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
     if algorithm == "standard":
         check_fits(backward_standard.ds_shared_bytes(N, dname),
                    f"the standard backward's dS row of N={N} (P and dP, {dname})")
@@ -520,12 +552,20 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if algorithm == "fa2":
         D2 = filled((I, N), np.float32, np.nan)
         acc = filled((I, N, d), np.float32, np.nan)
-        pre = fa2_pre_kernel(B_r, d, dname, count, threads)
-        pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
-        kern = bwd_main_kernel("fa2", B_r, B_c, d, dname, bool(causal), has_mask, count, threads)
-        launch(kern, (T_c, I), threads, shm, q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2, D2,
-               acc, dk_h, dv_h, np.float32(scale), np.int64(N), np.int64(H), np.int64(G),
-               mask_dev, counters)
+        if fast_threads is not None:     # --- fast-kernel hook: pre-pass and main kernel ---
+            fa2_fast.run_pre(o3, do3, D2, acc, N, counters, dt=dname, count=count)
+            fa2_fast.run(q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h,
+                         scale, N, H, G, mask_dev if has_mask else None, counters, B_r=B_r,
+                         B_c=B_c, dt=dname, causal=bool(causal), count=count,
+                         threads=threads)
+        else:
+            pre = fa2_pre_kernel(B_r, d, dname, count, threads)
+            pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
+            kern = bwd_main_kernel("fa2", B_r, B_c, d, dname, bool(causal), has_mask, count,
+                                   threads)
+            launch(kern, (T_c, I), threads, shm, q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2,
+                   D2, acc, dk_h, dv_h, np.float32(scale), np.int64(N), np.int64(H),
+                   np.int64(G), mask_dev, counters)
         _flat_launch(convert_kernel(dname, count), I * N * d, acc.reshape(I * N * d),
                      dq3.reshape(I * N * d), counters)
     elif algorithm == "fa1":
@@ -558,4 +598,4 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
 
 
 __all__ = ["attention_backward", "default_backward_tiling", "bwd_shared_bytes",
-           "backward_shared_bytes", "BACKWARD_ALGORITHMS", "BW_TENSORS"]
+           "backward_shared_bytes", "BACKWARD_ALGORITHMS", "BACKWARD_KERNELS", "BW_TENSORS"]
