@@ -51,12 +51,15 @@ if ROOT not in sys.path:
 VARIANTS = {
     "r64x64_t256": (64, 64, 64, 256, {}),
     "r64x64_t256_r128": (64, 64, 64, 256, {"maxreg": 128}),
+    "r64x64_t256_nostagger": (64, 64, 64, 256, {"stagger": False}),
+    "r64x64_t256_split": (64, 64, 64, 256, {"split": True}),
     "r64x64_t128": (64, 64, 64, 128, {}),
     "r32x64_t128": (64, 32, 64, 128, {}),
     "r128x64_t256": (64, 128, 64, 256, {}),
     "r64x128_t256": (64, 64, 128, 256, {}),
     "r64x32_t128": (64, 64, 32, 128, {}),
     "d128_r64x64_t256": (128, 64, 64, 256, {}),
+    "d128_r64x64_t256_nostagger": (128, 64, 64, 256, {"stagger": False}),
     "d128_r32x64_t128": (128, 32, 64, 128, {}),
     "d128_r64x32_t256": (128, 64, 32, 256, {}),
 }
@@ -158,6 +161,20 @@ def main(argv=None) -> int:
         cuda.synchronize()
         ts = [a.elapsed_time(b) for a, b in ev]
         return dict(ms_median=statistics.median(ts), ms_min=min(ts), ms_max=max(ts), reps=reps)
+
+    def kernel_info(B_r, B_c, d, causal, th, opts):
+        """Registers and local (spill) bytes per thread of a compiled main kernel."""
+        out = {}
+        try:
+            kern = fa2_fast.get_kernel(B_r, B_c, d, "fp32", causal, False, False, th,
+                                       **opts)
+            for key, fn in (("regs", "get_regs_per_thread"),
+                            ("local_bytes", "get_local_mem_per_thread")):
+                x = getattr(kern, fn)()
+                out[key] = list(x.values())[0] if isinstance(x, dict) and len(x) == 1 else x
+        except Exception as exc:
+            out["regs"] = f"unavailable: {type(exc).__name__}"
+        return out
 
     def tflops(rule, N, d, causal, ms):
         f = rule * N * N * d * args.bh / (2 if causal else 1)
@@ -295,7 +312,8 @@ def main(argv=None) -> int:
                 t = time_calls(main_k)
                 emit(impl="ours_fa2_fast_main", **point, **{"pass": "bwd"}, **t,
                      tflops=tflops(10, N, d, causal, t["ms_median"]), rel_err=e_main,
-                     rel_err_of="dk, dv", **tinfo, skipped=None)
+                     rel_err_of="dk, dv", **tinfo, skipped=None,
+                     **kernel_info(B_r, B_c, d, causal, th, {}))
                 t = time_calls(pre)
                 emit(impl="ours_fa2_fast_pre", **point, **{"pass": "bwd"}, **t, tflops=None,
                      rel_err=None, **tinfo, skipped=None)
@@ -393,7 +411,8 @@ def main(argv=None) -> int:
                                  variant=name, **t, B_r=vbr, B_c=vbc, threads=vth,
                                  kernel="fast", options=opts, matches_default=bool(ok),
                                  tflops=tflops(10, N, d, causal, t["ms_median"]),
-                                 rel_err=None, skipped=None)
+                                 rel_err=None, skipped=None,
+                                 **kernel_info(vbr, vbc, vd, causal, vth, opts))
                             if not ok:
                                 failures.append(f"variant {name} differs from the default")
                         except Exception as exc:

@@ -11,9 +11,13 @@ Same schedule, hence the same HBM traffic, as the plain `bwd_main("fa2", ...)` o
         (hardware) or through shared memory (`shfl=False`, the simulator). Counts: O and
         dO read N d, D written N, dQacc written N d per instance (as the plain pre-pass).
   main  `fa2_bwd_fast`: one thread block per (key block j, instance), grid (T_c,
-        instances): K_j, V_j read once into shared memory; dK_j, dV_j accumulate in
-        registers over the active query blocks i (causal: i from c0 // B_r on; block
-        mask: mask[i, j] True); per query block read Q_i, dO_i (B_r x d), L_i, D_i (B_r):
+        instances) (causal: (instances, T_c), so the key blocks with the most query
+        blocks, j = 0, start first on every head): K_j, V_j read once into shared
+        memory; dK_j, dV_j accumulate in registers over the active query blocks i
+        (causal: i from c0 // B_r on; block mask: mask[i, j] True), visited from the
+        (j mod their count)-th on, wrapping around (`stagger`: concurrent key blocks of
+        one head then add into different dQacc rows); per query block read Q_i, dO_i
+        (B_r x d), L_i, D_i (B_r):
           A  S = scale Q_i K_j^T and dP = dO_i V_j^T (register tiles), P = exp(S - L),
              dS = P o (dP - D) -> shared (row-major, B_r x B_c each);
           B  dV_j += P^T dO_i, dK_j += dS^T Q_i (register accumulators; scale at the end);
@@ -30,7 +34,10 @@ Versions (timings: H100, fp32, d = 64, batch x heads = 16, N = 4096; to be measu
 scripts/bwd_fast_bench.py, results data set kind `bench`, "pass": "bwd"):
   v1  (this file) register tiles with 16-byte shared loads (LDS.128) in all three
       phases, P and dS stored once (row-major) and read by phases B and C, warp-shuffle
-      pre-pass; dQ atomics straight from registers.
+      pre-pass; dQ atomics straight from registers; staggered query-block order, causal
+      grid heaviest first. 64 x 64 tiles, 256 threads: ptxas -v (sm_90) 165 registers at
+      d = 64 (phase A fused), 249 at d = 128 (`split`), no spills; 108.5 / 172.5 KB of
+      shared memory: one block (8 warps) per SM either way. Not yet timed.
 
 Thread layouts. `threads` threads, the same ones re-mapped per phase (all index sets are
 compile-time unrolled `cuda.local.array`s):
@@ -352,13 +359,15 @@ def run_pre(o3, do3, D2, dqacc, N, counters, *, dt, count, threads=256, shfl=Non
 # ---------------------------------------------------------------------------------------
 @specialisation
 def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, TXB, TXC,
-                        maxreg=0):
+                        maxreg=0, split=True, stagger=True):
     """Kernel main(q, k, v, do, L, D, dqacc, dk, dv, scale, N, H, G, mask, counters).
 
     q, do: (instances, N, d); k, v: (batch * kv_heads, N, d); L, D: (instances, N)
     float32; dqacc: (instances, N, d) float32; dk, dv: (instances, N, d) per query head.
-    Grid (T_c, instances), `threads` threads, `smem_bytes(...)` dynamic shared bytes.
-    maxreg > 0 caps the registers per thread (hardware only)."""
+    Grid (T_c, instances), causal (instances, T_c) (heaviest key blocks first), `threads`
+    threads, `smem_bytes(...)` dynamic shared bytes. maxreg > 0 caps the registers per
+    thread (hardware only); split: phase A's dP loop after P; stagger: the query-block
+    loop of key block j starts at its (j mod count)-th active block and wraps around."""
     from .flash import BT
     p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
     assert p is not None and (p["TCA"], p["TXB"], p["TXC"]) == (TCA, TXB, TXC)
@@ -373,6 +382,8 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
     dOQ = dOO - QO          # dO's offset from Q
     SP = SO - PO            # dS's offset from P
     THREADS = threads
+    SPLIT = bool(split)
+    STAGGER = bool(stagger)
     XC = d // W             # 4-wide steps of A
     CC = B_c // W           # 4-wide steps of C
     RBG, DBG, DCG = RB // W, DB // W, DC // W
@@ -385,8 +396,12 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
     IL, ID, IdK, IdV, IA = BT["L"], BT["D"], BT["dK"], BT["dV"], BT["dQacc"]
 
     def kernel(q, k, v, do, L, D, dqacc, dk, dv, scale, N, H, G, mask, counters):
-        j = cuda.blockIdx.x
-        z = cuda.blockIdx.y
+        if causal:      # grid (instances, T_c): the heaviest key blocks (j = 0) start first
+            z = cuda.blockIdx.x
+            j = cuda.blockIdx.y
+        else:           # grid (T_c, instances)
+            j = cuda.blockIdx.x
+            z = cuda.blockIdx.y
         t = cuda.threadIdx.x
         zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
         sm = cuda.shared.array(0, float32, alignment=ALIGN)
@@ -453,7 +468,14 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
         i_lo = 0
         if causal:
             i_lo = c0 // B_r                            # earlier query blocks see no key of j
-        for i in range(i_lo, T_r):
+        n_i = T_r - i_lo                                # >= 1 (c0 < N)
+        rot = 0
+        if STAGGER:     # start at a different query block in each key block: the dQacc
+            rot = j % n_i   # atomics of concurrent blocks then hit different rows
+        for ii in range(n_i):
+            i = i_lo + ii + rot
+            if i >= T_r:
+                i -= n_i
             r0 = i * B_r
             rows = min(B_r, N - r0)
             if causal and c0 > r0 + rows - 1:           # inactive tile
@@ -487,41 +509,43 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                 sm[LO + r] = lx
                 sm[DO + r] = dx
             cuda.syncthreads()
-            # ---- A: S = Q_i K_j^T, dP = dO_i V_j^T (x advances 4 at a time) ----
+            # ---- A: S = Q_i K_j^T, dP = dO_i V_j^T (x advances 4 at a time); with
+            # SPLIT the dP loop runs after P = exp(S - L) (fewer live registers) ----
             for a in range(RA):
                 for b in range(CA):
                     s_acc[a, b] = ZERO
                     dp_acc[a, b] = ZERO
             for xc in range(XC):
                 x4 = (xc * W) & IMASK
-                for b in range(CA):                     # K_j, V_j rows ax + TCA b
+                for b in range(CA):                     # K_j (V_j) rows ax + TCA b
                     for w in range(W):
                         kv[b, w] = sm[kbase + b * TCA * KS + x4 + w]
-                        vv[b, w] = sm[kbase + VK + b * TCA * KS + x4 + w]
-                for a in range(RA):                     # Q_i, dO_i rows ay + TRA a
+                        if not SPLIT:
+                            vv[b, w] = sm[kbase + VK + b * TCA * KS + x4 + w]
+                for a in range(RA):                     # Q_i (dO_i) rows ay + TRA a
                     for w in range(W):
                         qv[w] = sm[qbase + a * TRA * KS + x4 + w]
-                        dov[w] = sm[qbase + dOQ + a * TRA * KS + x4 + w]
+                        if not SPLIT:
+                            dov[w] = sm[qbase + dOQ + a * TRA * KS + x4 + w]
                     for b in range(CA):
-                        s = s_acc[a, b]
-                        g = dp_acc[a, b]
+                        sx = s_acc[a, b]
                         for w in range(W):
-                            s += qv[w] * kv[b, w]
-                            g += dov[w] * vv[b, w]
-                        s_acc[a, b] = s
-                        dp_acc[a, b] = g
-            # ---- P = exp(S - L), dS = P (dP - D) -> shared ----
+                            sx += qv[w] * kv[b, w]
+                        s_acc[a, b] = sx
+                        if not SPLIT:
+                            g = dp_acc[a, b]
+                            for w in range(W):
+                                g += dov[w] * vv[b, w]
+                            dp_acc[a, b] = g
+            # ---- P = exp(S - L) (in s_acc) -> shared ----
             diag = causal and c0 + B_c - 1 > r0         # the tile crosses the diagonal
             for a in range(RA):
                 r = ay + TRA * a
                 Lr = sm[LO + r]
-                Dr = sm[DO + r]
-                row_ok = r < rows
                 # a row that saw no key in the forward: L = -inf, P = 0
-                row_vis = row_ok and Lr != NEG_INF
+                row_vis = r < rows and Lr != NEG_INF
                 for b in range(CA):
                     c = ax + TCA * b
-                    ok = row_ok and c < cols
                     vis = row_vis and c < cols
                     if diag:
                         if c0 + c > r0 + r:
@@ -529,10 +553,32 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                     pv = ZERO
                     if vis:
                         pv = math.exp(s_acc[a, b] * scale - Lr)
-                    dsv = ZERO
-                    if ok:
-                        dsv = pv * (dp_acc[a, b] - Dr)
+                    s_acc[a, b] = pv
                     sm[pbase + a * TRA * PS + ax + TCA * b] = pv
+            if SPLIT:
+                for xc in range(XC):
+                    x4 = (xc * W) & IMASK
+                    for b in range(CA):                 # V_j rows ax + TCA b
+                        for w in range(W):
+                            vv[b, w] = sm[kbase + VK + b * TCA * KS + x4 + w]
+                    for a in range(RA):                 # dO_i rows ay + TRA a
+                        for w in range(W):
+                            dov[w] = sm[qbase + dOQ + a * TRA * KS + x4 + w]
+                        for b in range(CA):
+                            g = dp_acc[a, b]
+                            for w in range(W):
+                                g += dov[w] * vv[b, w]
+                            dp_acc[a, b] = g
+            # ---- dS = P (dP - D) -> shared (every valid entry, masked ones included) ----
+            for a in range(RA):
+                r = ay + TRA * a
+                Dr = sm[DO + r]
+                row_ok = r < rows
+                for b in range(CA):
+                    c = ax + TCA * b
+                    dsv = ZERO
+                    if row_ok and c < cols:
+                        dsv = s_acc[a, b] * (dp_acc[a, b] - Dr)
                     sm[pbase + SP + a * TRA * PS + ax + TCA * b] = dsv
             cuda.syncthreads()
             # ---- B: dV_j += P^T dO_i, dK_j += dS^T Q_i (outer products over r) ----
@@ -611,37 +657,51 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
 
     name = kernel_name("fa2_bwd_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                        mask=has_mask, count=count, t=threads, tca=TCA, txb=TXB, txc=TXC,
-                       maxreg=maxreg or False)
+                       maxreg=maxreg or False, fused=not split, nostagger=not stagger)
     return kernel, name, ({"max_registers": maxreg} if maxreg else {})
 
 
+def default_split(d) -> bool:
+    """Phase A's dP loop after P (split, d > 64: 249 registers at d = 128 against 254
+    fused) or fused with the S loop (d <= 64: about 6 registers fewer than split; ptxas
+    -v, sm_90, 64 x 64 tiles, 256 threads, no spills either way)."""
+    return d > 64
+
+
 def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA=None, TXB=None,
-               TXC=None, maxreg=0):
-    """The compiled dispatcher of one specialisation (TCA, TXB, TXC default from `plan`)."""
+               TXC=None, maxreg=0, split=None, stagger=True):
+    """The compiled dispatcher of one specialisation (TCA, TXB, TXC default from `plan`;
+    split default `default_split(d)`)."""
+    split = default_split(d) if split is None else split
     p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
     if p is None:
         raise ValueError(plan_error(B_r, B_c, d, dt, threads, smem_limit=1 << 30, TCA=TCA,
                                     TXB=TXB, TXC=TXC))
     return fa2_bwd_fast_kernel(B_r, B_c, d, dt, bool(causal), bool(has_mask), bool(count),
-                               int(threads), p["TCA"], p["TXB"], p["TXC"], int(maxreg))
+                               int(threads), p["TCA"], p["TXB"], p["TXC"], int(maxreg),
+                               bool(split), bool(stagger))
 
 
 def run(q3, k3, v3, o3, do3, L, D, dqacc, dk_h, dv_h, scale, N, H, G, mask, counters, *,
-        B_r, B_c, dt, causal, count, threads, TCA=None, TXB=None, TXC=None, maxreg=0):
+        B_r, B_c, dt, causal, count, threads, TCA=None, TXB=None, TXC=None, maxreg=0,
+        split=None, stagger=True):
     """Launch the main kernel on the arrays of the plain main-kernel launch in
     `flash.attention_backward` (o3 is not read: D already holds rowsum(dO o O)).
     mask: the uint8 block mask on the device, or None / a dummy with has_mask from None.
-    TCA, TXB, TXC (threads per row of phases A, B, C) and maxreg are tuning knobs."""
+    TCA, TXB, TXC (threads per row of phases A, B, C), maxreg (register cap) and split
+    (phase A's dP loop after P, default `default_split(d)`) and stagger (each key block
+    starts its query-block loop at a different block, j mod the count) are tuning knobs."""
     from .._launch import launch
     d = q3.shape[2]
     has_mask = mask is not None and mask is not dummy_mask()
     kern = get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, TXB, TXC,
-                      maxreg)
+                      maxreg, split, stagger)
     p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
     shmem = layout(B_r, B_c, d, p["TCA"])["bytes"]
     T_c = -(-N // B_c)
     mk = mask if has_mask else dummy_mask()
-    launch(kern, (T_c, q3.shape[0]), threads, shmem,
+    grid = (q3.shape[0], T_c) if causal else (T_c, q3.shape[0])
+    launch(kern, grid, threads, shmem,
            q3, k3, v3, do3, L, D, dqacc, dk_h, dv_h, np.float32(scale), np.int64(N),
            np.int64(H), np.int64(G), mk, counters)
 
