@@ -74,6 +74,42 @@ def test_rect_tiles_causal_matches_plain_and_uncounted():
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("opts", [dict(dq_stage=False, stagger=False, split=True),
+                                  dict(dq_stage=True, stagger=True, split=False)],
+                         ids=["direct_atomics", "staged_atomics"])
+def test_run_options_direct(opts):
+    """fa2_fast.run_pre + fa2_fast.run on device arrays (the launch the lead's benchmark
+    times), with the tuning options of both kinds: same gradients dK, dV and dQacc as
+    the float64 reference, counts of the two kernels as attention_backward's."""
+    from numba import cuda
+    from gpu._launch import dummy_mask
+    from gpu.backward.flash import BW_TENSORS, convert_kernel
+    p, q, k, v, O, do, L = setup("fa2", N=37, heads=2, kv_heads=2, causal=True)
+    I, N, d = 2, 37, 16
+    dev = [cuda.to_device(np.ascontiguousarray(x.reshape(I, N, d))) for x in (q, k, v, O, do)]
+    L2 = cuda.to_device(L.reshape(I, N))
+    D2 = cuda.to_device(np.full((I, N), np.nan, np.float32))
+    acc = cuda.to_device(np.full((I, N, d), np.nan, np.float32))
+    dk, dv = (cuda.to_device(np.full((I, N, d), np.nan, np.float32)) for _ in range(2))
+    counters = cuda.to_device(np.zeros((len(BW_TENSORS), 2), np.int64))
+    fa2_fast.run_pre(dev[3], dev[4], D2, acc, N, counters, dt="fp32", count=True, threads=32)
+    fa2_fast.run(*dev, L2, D2, acc, dk, dv, 1 / np.sqrt(d), N, 2, 1, dummy_mask(), counters,
+                 B_r=16, B_c=16, dt="fp32", causal=True, count=True, threads=16, **opts)
+    ref = iosim.reference_attention_backward(q, k, v, do, causal=True)
+    got = (acc.copy_to_host(), dk.copy_to_host(), dv.copy_to_host())
+    for g, r, name in zip(got, ref, ("dq", "dk", "dv")):
+        assert rel_err(g.reshape(r.shape), r) <= 1e-5, (name, rel_err(g.reshape(r.shape), r))
+    # the same counts as attention_backward, less the conversion's dQacc read / dQ write
+    _, ledger = fast_grads(q, k, v, O, do, L, causal=True)
+    want = {t: list(c) for t, c in ledger.counts().items()}
+    want["dQacc"][0] -= I * N * d
+    del want["dQ"]
+    host = counters.copy_to_host()
+    have = {t: [int(host[i, 0]), int(host[i, 1])] for i, t in enumerate(BW_TENSORS)
+            if host[i].any()}
+    assert have == {t: c for t, c in want.items() if any(c)}
+
+
 def test_block_mask_with_empty_row_and_empty_key_block():
     """Query block 1 sees no key (L = -inf: P = 0, dQ rows exactly 0); key block 1 is seen
     by no query block (its dK, dV rows exactly 0, still written)."""
@@ -171,8 +207,10 @@ def test_plan_supports_default_tiling():
         assert (p["TCA"], p["TXB"], p["TXC"]) == (16, 16, 16)
         assert (p["RA"], p["CA"], p["RB"], p["RC"]) == (4, 4, 4, 4)
         assert p["DB"] == p["DC"] == d // 16
-    assert fa2_fast.smem_bytes(64, 64, 64, 256) == 111104        # 2 blocks fit an H100 SM
-    assert fa2_fast.smem_bytes(64, 64, 128, 256) == 176640
+    # K, V, Q, dO 64 x 68, P, dS 64 x 80, L, D, the dQ staging tile 64 x d (float32)
+    assert fa2_fast.smem_bytes(64, 64, 64, 256) == 127488
+    assert fa2_fast.smem_bytes(64, 64, 128, 256) == 209408
+    assert fa2_fast.smem_bytes(64, 64, 64, 256, dq_stage=False) == 111104
     assert fa2_fast.supports(64, 64, 64, "fp16", 256, smem_limit=H100)
     assert "shared memory" in fa2_fast.plan_error(64, 64, 64, "fp32", 256, smem_limit=48 * 1024)
     assert "multiples of 4" in fa2_fast.plan_error(64, 62, 64, "fp32", 256, smem_limit=H100)

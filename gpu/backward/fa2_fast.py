@@ -23,7 +23,11 @@ Same schedule, hence the same HBM traffic, as the plain `bwd_main("fa2", ...)` o
           B  dV_j += P^T dO_i, dK_j += dS^T Q_i (register accumulators; scale at the end);
           C  dQ_i partial = scale dS K_j (register tile), then one float32
              `cuda.atomic.add` per element into dQacc (each counted as one read and one
-             write of dQacc, as the plain kernel and the ledger);
+             write of dQacc, as the plain kernel and the ledger). `dq_stage` (default):
+             the tile goes to a shared staging tile QA and its atomics are issued after
+             the next tile's first barrier (after the loop for the last one), by
+             consecutive threads on consecutive elements (a warp's 32 atomics cover 4
+             sectors; from the registers they would cover 16, 2 per sector);
         at the end dK_j, dV_j leave through shared memory with coalesced stores (into the
         per-query-head dK_h, dV_h; `flash.group_sum_kernel` sums grouped heads).
   The conversion dQ = dQacc and the group sum stay the plain kernels of flash.py.
@@ -64,6 +68,7 @@ Shared memory (float32 whatever the input dtype; one dynamic buffer of `smem_byt
     Qs, dOs  B_r x KS   Q_i, dO_i
     Ps, dSs  B_r x PS   P, dS, PS >= B_c, PS = TCA (mod 32) when 4 <= TCA < 32
     Ls, Ds   B_r        L_i, D_i
+    QA       B_r x d    dQ_i partial (dq_stage only)
 Bank conflicts: in A, 8 lanes of a quarter warp read 8 rows of K (or V) at one x (row
 stride 4 mod 32: distinct banks) and one row of Q (broadcast); the scalar P / dS stores of
 a warp (32 / TCA rows, TCA consecutive columns) hit distinct banks. In B and C a quarter
@@ -71,8 +76,9 @@ warp reads 8 consecutive 16-byte groups of one row (distinct banks) and one grou
 dS (broadcast). Base indices carry `& IMASK` (a no-op that proves them non-negative, see
 gpu.forward.fa2_fast) so NVVM emits ld.shared.v4.f32.
 
-Per active query tile: sync; Q_i, dO_i, L_i, D_i -> shared; sync; A; sync; B and C; dQ
-atomics. Syncs per tile: 3.
+Per active query tile: sync; [dq_stage: the previous tile's dQ atomics from QA]; Q_i, dO_i,
+L_i, D_i -> shared; sync; A; sync; B and C (-> QA, or atomics from the registers).
+Syncs per tile: 3.
 
 Non-finite values (as the plain kernel, `flash` module docstring): a row whose L is -inf
 (it saw no key in the forward) has P = 0; a NaN L or score keeps P NaN; dS = P (dP - D)
@@ -187,8 +193,9 @@ def plan(B_r, B_c, d, threads, TCA=None, TXB=None, TXC=None):
                 TXC=c[0], TYC=c[1], RC=c[2], DC=c[3])
 
 
-def layout(B_r, B_c, d, TCA) -> dict:
-    """Offsets and strides (float32 elements) of the shared regions, total bytes."""
+def layout(B_r, B_c, d, TCA, dq_stage=True) -> dict:
+    """Offsets and strides (float32 elements) of the shared regions, total bytes
+    (dq_stage: a B_r x d staging tile for dQ, QA)."""
     KS, PS = _stride(d), _pad_ps(B_c, TCA)
     KO = 0
     VO = KO + B_c * KS
@@ -198,20 +205,21 @@ def layout(B_r, B_c, d, TCA) -> dict:
     SO = PO + B_r * PS
     LO = SO + B_r * PS
     DO = LO + B_r
-    total = DO + B_r
+    QA = -(-(DO + B_r) // W) * W
+    total = QA + B_r * d if dq_stage else DO + B_r
     return dict(KS=KS, PS=PS, KO=KO, VO=VO, QO=QO, dOO=dOO, PO=PO, SO=SO, LO=LO, DO=DO,
-                elems=total, bytes=4 * total)
+                QA=QA, elems=total, bytes=4 * total)
 
 
 def smem_bytes(B_r, B_c, d, threads, **opts) -> int:
     p = plan(B_r, B_c, d, threads, opts.get("TCA"), opts.get("TXB"), opts.get("TXC"))
     if p is None:
         raise ValueError(plan_error(B_r, B_c, d, "fp32", threads, **opts))
-    return layout(B_r, B_c, d, p["TCA"])["bytes"]
+    return layout(B_r, B_c, d, p["TCA"], opts.get("dq_stage", True))["bytes"]
 
 
 def plan_error(B_r, B_c, d, dt, threads, *, smem_limit=None, TCA=None, TXB=None, TXC=None,
-               **_ignored) -> str | None:
+               dq_stage=True, **_ignored) -> str | None:
     """Why the fast backward cannot run this configuration, or None if it can."""
     what = f"B_r={B_r}, B_c={B_c}, d={d}, {dt}, threads={threads}"
     if dt not in NB_DTYPE:
@@ -230,7 +238,7 @@ def plan_error(B_r, B_c, d, dt, threads, *, smem_limit=None, TCA=None, TXB=None,
         return (f"{what}: no dQ register tile: need threads = TYC x TXC with 4 TXC | d, "
                 f"TYC | B_r and (B_r / TYC)(d / TXC) <= {MAX_ACC}")
     p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
-    need = layout(B_r, B_c, d, p["TCA"])["bytes"]
+    need = layout(B_r, B_c, d, p["TCA"], dq_stage)["bytes"]
     if smem_limit is None:
         from .._launch import device_smem_limit
         smem_limit = device_smem_limit()
@@ -359,7 +367,7 @@ def run_pre(o3, do3, D2, dqacc, N, counters, *, dt, count, threads=256, shfl=Non
 # ---------------------------------------------------------------------------------------
 @specialisation
 def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, TXB, TXC,
-                        maxreg=0, split=True, stagger=True):
+                        maxreg=0, split=True, stagger=True, dq_stage=True):
     """Kernel main(q, k, v, do, L, D, dqacc, dk, dv, scale, N, H, G, mask, counters).
 
     q, do: (instances, N, d); k, v: (batch * kv_heads, N, d); L, D: (instances, N)
@@ -374,7 +382,9 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
     TRA, RA, CA = p["TRA"], p["RA"], p["CA"]
     TYB, RB, DB = p["TYB"], p["RB"], p["DB"]
     TYC, RC, DC = p["TYC"], p["RC"], p["DC"]
-    lay = layout(B_r, B_c, d, TCA)
+    DQS = bool(dq_stage)
+    lay = layout(B_r, B_c, d, TCA, DQS)
+    QA = lay["QA"]
     KS, PS = lay["KS"], lay["PS"]
     KO, VO, QO, dOO = lay["KO"], lay["VO"], lay["QO"], lay["dOO"]
     PO, SO, LO, DO = lay["PO"], lay["SO"], lay["LO"], lay["DO"]
@@ -469,6 +479,8 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
         if causal:
             i_lo = c0 // B_r                            # earlier query blocks see no key of j
         n_i = T_r - i_lo                                # >= 1 (c0 < N)
+        pr0 = 0                                         # dQ tile staged in QA: its rows
+        prows = 0
         rot = 0
         if STAGGER:     # start at a different query block in each key block: the dQacc
             rot = j % n_i   # atomics of concurrent blocks then hit different rows
@@ -483,6 +495,11 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
             if has_mask and mask[i, j] == 0:
                 continue
             cuda.syncthreads()                          # previous tile done with Qs .. dSs
+            if DQS:     # the previous tile's dQ (staged in QA) -> dQacc, coalesced atomics
+                for e in range(t, prows * d, THREADS):
+                    cuda.atomic.add(dqacc, (z, pr0 + e // d, e % d), sm[QA + e])
+                    if count:
+                        nA += 1
             # ---- Q_i, dO_i, L_i, D_i -> shared ----
             for it in range(LQ):
                 e = t + it * THREADS
@@ -617,17 +634,31 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                         sa = sv[a, u]
                         for b in range(DC):
                             dq_acc[a, b] += sa * kr[b]
-            for a in range(RC):
-                r = cy + TYC * a
-                if r < rows:
+            if DQS:     # -> QA (row-major B_r x d); added after the next barrier
+                for a in range(RC):
+                    qa = (QA + (cy + TYC * a) * d + W * cx) & IMASK
                     for h in range(DCG):
                         for w in range(W):
-                            cuda.atomic.add(dqacc, (z, r0 + r, W * cx + W * TXC * h + w),
-                                            scale * dq_acc[a, h * W + w])
-                    if count:
-                        nA += DC
+                            sm[qa + h * W * TXC + w] = scale * dq_acc[a, h * W + w]
+                pr0 = r0
+                prows = rows
+            else:       # one atomic per element straight from the registers
+                for a in range(RC):
+                    r = cy + TYC * a
+                    if r < rows:
+                        for h in range(DCG):
+                            for w in range(W):
+                                cuda.atomic.add(dqacc, (z, r0 + r, W * cx + W * TXC * h + w),
+                                                scale * dq_acc[a, h * W + w])
+                        if count:
+                            nA += DC
         # ---- dK_j = scale acc, dV_j = acc -> shared (Ks, Vs), then coalesced stores ----
-        cuda.syncthreads()                              # everyone done with Ks, Vs
+        cuda.syncthreads()                              # everyone done with Ks, Vs (and QA)
+        if DQS:         # the last tile's dQ
+            for e in range(t, prows * d, THREADS):
+                cuda.atomic.add(dqacc, (z, pr0 + e // d, e % d), sm[QA + e])
+                if count:
+                    nA += 1
         for a in range(RB):
             c = W * by + W * TYB * (a // W) + a % W
             for h in range(DBG):
@@ -657,7 +688,8 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
 
     name = kernel_name("fa2_bwd_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                        mask=has_mask, count=count, t=threads, tca=TCA, txb=TXB, txc=TXC,
-                       maxreg=maxreg or False, fused=not split, nostagger=not stagger)
+                       maxreg=maxreg or False, fused=not split, nostagger=not stagger,
+                       dqdirect=not dq_stage)
     return kernel, name, ({"max_registers": maxreg} if maxreg else {})
 
 
@@ -669,7 +701,7 @@ def default_split(d) -> bool:
 
 
 def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA=None, TXB=None,
-               TXC=None, maxreg=0, split=None, stagger=True):
+               TXC=None, maxreg=0, split=None, stagger=True, dq_stage=True):
     """The compiled dispatcher of one specialisation (TCA, TXB, TXC default from `plan`;
     split default `default_split(d)`)."""
     split = default_split(d) if split is None else split
@@ -679,12 +711,12 @@ def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA=None, TXB=
                                     TXB=TXB, TXC=TXC))
     return fa2_bwd_fast_kernel(B_r, B_c, d, dt, bool(causal), bool(has_mask), bool(count),
                                int(threads), p["TCA"], p["TXB"], p["TXC"], int(maxreg),
-                               bool(split), bool(stagger))
+                               bool(split), bool(stagger), bool(dq_stage))
 
 
 def run(q3, k3, v3, o3, do3, L, D, dqacc, dk_h, dv_h, scale, N, H, G, mask, counters, *,
         B_r, B_c, dt, causal, count, threads, TCA=None, TXB=None, TXC=None, maxreg=0,
-        split=None, stagger=True):
+        split=None, stagger=True, dq_stage=True):
     """Launch the main kernel on the arrays of the plain main-kernel launch in
     `flash.attention_backward` (o3 is not read: D already holds rowsum(dO o O)).
     mask: the uint8 block mask on the device, or None / a dummy with has_mask from None.
@@ -695,9 +727,9 @@ def run(q3, k3, v3, o3, do3, L, D, dqacc, dk_h, dv_h, scale, N, H, G, mask, coun
     d = q3.shape[2]
     has_mask = mask is not None and mask is not dummy_mask()
     kern = get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, TXB, TXC,
-                      maxreg, split, stagger)
+                      maxreg, split, stagger, dq_stage)
     p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
-    shmem = layout(B_r, B_c, d, p["TCA"])["bytes"]
+    shmem = layout(B_r, B_c, d, p["TCA"], dq_stage)["bytes"]
     T_c = -(-N // B_c)
     mk = mask if has_mask else dummy_mask()
     grid = (q3.shape[0], T_c) if causal else (T_c, q3.shape[0])
