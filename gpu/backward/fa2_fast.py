@@ -39,9 +39,10 @@ scripts/bwd_fast_bench.py, results data set kind `bench`, "pass": "bwd"):
   v1  (this file) register tiles with 16-byte shared loads (LDS.128) in all three
       phases, P and dS stored once (row-major) and read by phases B and C, warp-shuffle
       pre-pass; dQ atomics straight from registers; staggered query-block order, causal
-      grid heaviest first. 64 x 64 tiles, 256 threads: ptxas -v (sm_90) 165 registers at
-      d = 64 (phase A fused), 249 at d = 128 (`split`), no spills; 108.5 / 172.5 KB of
-      shared memory: one block (8 warps) per SM either way. Not yet timed.
+      grid heaviest first; dQ tiles staged in shared memory for coalesced atomics.
+      64 x 64 tiles, 256 threads, ptxas -v (CUDA 13.0, sm_90), no spills: d = 64 152
+      registers (causal 128; phase A fused), d = 128 241 (causal 243; `split`); shared
+      memory 124.5 / 204.5 KB: one block (8 warps) per SM. Not yet timed.
 
 Thread layouts. `threads` threads, the same ones re-mapped per phase (all index sets are
 compile-time unrolled `cuda.local.array`s):
@@ -694,9 +695,10 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
 
 
 def default_split(d) -> bool:
-    """Phase A's dP loop after P (split, d > 64: 249 registers at d = 128 against 254
-    fused) or fused with the S loop (d <= 64: about 6 registers fewer than split; ptxas
-    -v, sm_90, 64 x 64 tiles, 256 threads, no spills either way)."""
+    """Phase A's dP loop after P (split, d > 64) or fused with the S loop (d <= 64).
+    ptxas -v, sm_90, 64 x 64 tiles, 256 threads, no spills either way: d = 64 fused 152
+    registers, split 162; d = 128 split 241, fused 242 (it was 249 / 254 before the dQ
+    staging)."""
     return d > 64
 
 

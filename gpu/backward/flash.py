@@ -17,6 +17,8 @@ fa2 (FlashAttention-2 backward), four launches:
   3. `bwd_convert`: read dQacc, write dQ in the problem dtype (fp32 too).
   4. grouped heads only (kv_heads < heads), `bwd_group_sum`: read every query head's
      dK_h, dV_h, write the kv_heads sums.
+  `attention_backward(kernel="auto")` (default) runs launches 1 and 2 as the register-tiled
+  `gpu.backward.fa2_fast` where it supports the tiling (same schedule, same counts).
 fa1 (Algorithm 4 of arXiv 2205.14135 v2, no dropout): `bwd_main` (fa1 variant), ONE block
   per instance, because line 22's read-modify-write of dQ_i in HBM is not atomic: the
   outer loop over key blocks j (line 7) runs inside the block, in order. Then the group
@@ -85,11 +87,13 @@ def backward_shared_bytes(algorithm: str, B_r: int, B_c: int, d: int, dt: str) -
 
 
 def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2",
-                            kernel: str = "plain") -> Tiling:
-    """Largest square tile in (64, 32, 16) whose backward footprint (bytes,
-    `backward_shared_bytes`) fits 48 KB. E.g. d=64: fa1/fa2 fp32 16, fp16 32; standard
-    fp32 and fp16 64. fa2 with kernel "auto" or "fast" on a GPU: the fast kernel's
-    `fa2_fast.default_tiling(d, dt)` where it has one (what attention_backward uses)."""
+                            kernel: str = "auto") -> Tiling:
+    """The tiling attention_backward(..., kernel=kernel) uses when none is given: fa2 with
+    kernel "auto" or "fast" on a GPU: the fast kernel's `fa2_fast.default_tiling(d, dt)`
+    (64 x 64 at d = 64 and 128) where it has one. Otherwise (kernel="plain", fa1,
+    standard, the simulator) the largest square tile in (64, 32, 16) whose backward
+    footprint (bytes, `backward_shared_bytes`) fits 48 KB. E.g. d=64: fa1/fa2 fp32 16,
+    fp16 32; standard fp32 and fp16 64."""
     # --- fast-kernel hook (gpu.backward.fa2_fast) ---
     if algorithm == "fa2" and kernel in ("auto", "fast") and not SIM:
         fast = fa2_fast.default_tiling(d, dt)
