@@ -43,6 +43,10 @@ scripts/bwd_fast_bench.py, results data set kind `bench`, "pass": "bwd"):
       64 x 64 tiles, 256 threads, ptxas -v (CUDA 13.0, sm_90), no spills: d = 64 152
       registers (causal 128; phase A fused), d = 128 241 (causal 243; `split`); shared
       memory 124.5 / 204.5 KB: one block (8 warps) per SM. Not yet timed.
+  Tried and dropped (ptxas only, no GPU): issuing the next query tile's Q, dO loads into
+  registers during this tile (as gpu.forward.fa2_fast's stage=1): 255 registers and 224
+  bytes of spills a thread at d = 64 (1 KB at d = 128); 1-D (flattened) global indexing:
+  no fewer registers.
 
 Thread layouts. `threads` threads, the same ones re-mapped per phase (all index sets are
 compile-time unrolled `cuda.local.array`s):
