@@ -38,8 +38,9 @@ Versions (timings: H100, fp32, d = 64, batch x heads = 16, N = 4096; to be measu
 scripts/bwd_fast_bench.py, results data set kind `bench`, "pass": "bwd"):
   v1  (this file) register tiles with 16-byte shared loads (LDS.128) in all three
       phases, P and dS stored once (row-major) and read by phases B and C, warp-shuffle
-      pre-pass; dQ atomics straight from registers; staggered query-block order, causal
-      grid heaviest first; dQ tiles staged in shared memory for coalesced atomics.
+      pre-pass; staggered query-block order, causal grid heaviest first; dQ tiles
+      staged in shared memory for coalesced atomics (dq_stage=False: straight from the
+      registers).
       64 x 64 tiles, 256 threads, ptxas -v (CUDA 13.0, sm_90), no spills: d = 64 152
       registers (causal 128; phase A fused), d = 128 241 (causal 243; `split`); shared
       memory 124.5 / 204.5 KB: one block (8 warps) per SM. Not yet timed.
