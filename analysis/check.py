@@ -705,7 +705,7 @@ def check_backward(cfg: dict, repeats: int = 5) -> list[dict]:
     rows = []
     for alg in cfg["algs"]:
         t0 = time.perf_counter()
-        tiling = default_backward_tiling(d, dt, alg)
+        tiling = default_backward_tiling(d, dt, alg, causal=causal)
         row = {"algorithm": alg, "N": N, "d": d, "batch": p.batch, "heads": p.heads,
                "dtype": dt, "causal": causal, "B_r": tiling.B_r, "B_c": tiling.B_c}
         O, stats = _bwd_forward(alg, q, k, v, causal, tiling)

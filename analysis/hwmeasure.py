@@ -164,7 +164,7 @@ def resolved_tiling(c: dict) -> tuple[int, int]:
         return c["block_rows"], c["block_cols"]
     if c["pass"] == "bwd":
         from gpu.backward import default_backward_tiling
-        t = default_backward_tiling(c["d"], c["dtype"], c["algorithm"])
+        t = default_backward_tiling(c["d"], c["dtype"], c["algorithm"], causal=c["causal"])
     else:
         from gpu.api import default_tiling
         t = default_tiling(c["algorithm"], c["d"], c["dtype"], c["causal"])

@@ -122,7 +122,7 @@ def test_standard_is_offered():
     assert set(BACKWARD_ALGORITHMS) == set(iosim.ALGORITHMS)
     # d=64: 64 x 64 tiles fit 48 KB for the standard kernels (48 KB exactly in fp32)
     assert default_backward_tiling(64, "fp32", "standard") == iosim.Tiling(64, 64)
-    assert default_backward_tiling(64, "fp32") == iosim.Tiling(16, 16)
+    assert default_backward_tiling(64, "fp32", kernel="plain") == iosim.Tiling(16, 16)
 
 
 @pytest.mark.parametrize("causal, N", [(False, 24), (True, 40)])

@@ -17,6 +17,8 @@ fa2 (FlashAttention-2 backward), four launches:
   3. `bwd_convert`: read dQacc, write dQ in the problem dtype (fp32 too).
   4. grouped heads only (kv_heads < heads), `bwd_group_sum`: read every query head's
      dK_h, dV_h, write the kv_heads sums.
+  `attention_backward(kernel="auto")` (default) runs launches 1 and 2 as the register-tiled
+  `gpu.backward.fa2_fast` where it supports the tiling (same schedule, same counts).
 fa1 (Algorithm 4 of arXiv 2205.14135 v2, no dropout): `bwd_main` (fa1 variant), ONE block
   per instance, because line 22's read-modify-write of dQ_i in HBM is not atomic: the
   outer loop over key blocks j (line 7) runs inside the block, in order. Then the group
@@ -56,7 +58,7 @@ from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SI
                       dummy_mask, launch, new_counters, specialisation)
 from .. import api as _api
 from ..api import HEAD_DIMS, _check, _output, _return_like, _to_device
-from . import fa2_tc
+from . import fa2_fast, fa2_tc
 from . import standard as backward_standard
 
 #: Counter rows of the backward: the forward's tensors plus the fa2 accumulator.
@@ -65,8 +67,11 @@ BT = {name: i for i, name in enumerate(BW_TENSORS)}
 DEFAULT_TILES = (64, 32, 16)
 #: Algorithms with GPU backward kernels (all of iosim's backward schedules).
 BACKWARD_ALGORITHMS = ("standard", "fa1", "fa2")
-#: Main kernels of the fa2 backward (`attention_backward(kernel=...)`).
-BACKWARD_KERNELS = ("auto", "plain", "tc")
+#: attention_backward(kernel=...), the fa2 main kernel: "auto" (fp16: the tensor-core
+#: kernel where it runs the tiling; otherwise the fast kernel where it does; else the
+#: plain one), "plain" (this module's kernels), "fast" (gpu.backward.fa2_fast, CUDA cores,
+#: fp32 math), "tc" (gpu.backward.fa2_tc, fp16 on the tensor cores)
+BACKWARD_KERNELS = ("auto", "plain", "fast", "tc")
 
 
 def bwd_shared_bytes(B_r: int, B_c: int, d: int, dt: str) -> int:
@@ -84,10 +89,24 @@ def backward_shared_bytes(algorithm: str, B_r: int, B_c: int, d: int, dt: str) -
     return bwd_shared_bytes(B_r, B_c, d, dt)
 
 
-def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2") -> Tiling:
-    """Largest square tile in (64, 32, 16) whose backward footprint (bytes,
-    `backward_shared_bytes`) fits 48 KB. E.g. d=64: fa1/fa2 fp32 16, fp16 32; standard
-    fp32 and fp16 64."""
+def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2",
+                            kernel: str = "auto", causal: bool = False) -> Tiling:
+    """The tiling attention_backward(..., kernel=kernel, causal=causal) uses when none is
+    given, on this machine: fa2 fp16 with kernel "auto" or "tc" on a GPU: the tensor-core
+    kernel's `fa2_tc.default_tiling(d, causal)` where it runs; fa2 with "auto" or "fast"
+    on a GPU: the fast kernel's `fa2_fast.default_tiling(d, dt)` (64 x 64 at d = 64 and 128)
+    where it has one. Otherwise (kernel="plain", fa1, standard, the simulator) the largest
+    square tile in (64, 32, 16) whose backward footprint (bytes, `backward_shared_bytes`)
+    fits 48 KB. E.g. d=64: fa1/fa2 fp32 16, fp16 32; standard fp32 and fp16 64."""
+    if algorithm == "fa2" and kernel in ("auto", "tc") and dt == "fp16" and not SIM:
+        t = fa2_tc.default_tiling(d, bool(causal))
+        if fa2_tc.supports(t["B_r"], t["B_c"], d, dt, MT=t["MT"]):
+            return Tiling(t["B_r"], t["B_c"])
+    # --- fast-kernel hook (gpu.backward.fa2_fast) ---
+    if algorithm == "fa2" and kernel in ("auto", "fast") and not SIM:
+        fast = fa2_fast.default_tiling(d, dt)
+        if fast is not None:
+            return Tiling(fast[0], fast[1])
     for B in DEFAULT_TILES:
         if backward_shared_bytes(algorithm, B, B, d, dt) <= DEFAULT_SMEM_BYTES:
             return Tiling(B, B)
@@ -445,10 +464,13 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     the active tiles are read; Algorithm 3 needs no O: `o` is checked but not read).
     causal, scale, block_mask: as in the forward (must match it). Tiling: block_rows=B_r,
     block_cols=B_c, or neither (`default_backward_tiling(d, dtype, algorithm)`).
-    kernel: the fa2 main kernel: 'tc' (fp16 on the tensor cores, `gpu.backward.fa2_tc`;
-    a GPU), 'plain' (this module's, any dtype), or 'auto' (default): 'tc' where it runs the
-    configuration (fp16, fa2, a GPU; its own default tiling `fa2_tc.default_tiling(d)` when
-    no tiling is given), else 'plain'. The schedule, hence the ledger, is the same.
+    kernel: the fa2 main kernel (fa1 and standard have one each): 'tc' (fp16 on the tensor
+    cores, `gpu.backward.fa2_tc`; a GPU), 'fast' (register-tiled on the CUDA cores,
+    `gpu.backward.fa2_fast`), 'plain' (this module's), or 'auto' (default): for fp16 'tc'
+    where it runs the configuration (its own default tiling `fa2_tc.default_tiling(d,
+    causal)` when none is given), else 'fast' where it supports the tiling and thread
+    count, else 'plain'. An explicit 'tc' or 'fast' that cannot run is a ValueError saying
+    why. The schedule, hence the ledger, is the same for all three.
     poison: fill the gradients and intermediate buffers with NaN before the kernels run,
     so that an element a kernel failed to write shows (validation); default: the
     forward's `gpu.api.POISON` (off unless FLASHSIM_POISON=1, `set_poison`,
@@ -462,6 +484,12 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if algorithm not in BACKWARD_ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r} is not supported by the GPU backward; "
                          f"allowed: {', '.join(BACKWARD_ALGORITHMS)}")
+    if kernel not in BACKWARD_KERNELS:
+        raise ValueError(f"kernel={kernel!r} is not allowed; allowed: "
+                         f"{', '.join(map(repr, BACKWARD_KERNELS))}")
+    if kernel == "fast" and algorithm != "fa2":
+        raise ValueError(f"kernel='fast' runs only algorithm='fa2' (got {algorithm!r}); use "
+                         f"kernel='auto' or 'plain'")
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, dtk, kindk = _check("k", k)
     shape_v, dtv, kindv = _check("v", v)
@@ -489,9 +517,6 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32 "
                          f"(|scale| <= {float(np.finfo(np.float32).max):.8g}), the kernels' "
                          f"compute dtype")
-    if kernel not in BACKWARD_KERNELS:
-        raise ValueError(f"kernel={kernel!r} is not known; allowed: "
-                         f"{', '.join(BACKWARD_KERNELS)}")
     use_tc = False
     if kernel in ("auto", "tc") and algorithm == "fa2":
         tc_options = dict(tc_options or {})
@@ -513,7 +538,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"kernel='tc' cannot run algorithm={algorithm!r}, dtype {dname}, "
                          f"d={d}, block_rows={block_rows}, block_cols={block_cols}: {why}")
     if block_rows is None and block_cols is None:
-        tiling = default_backward_tiling(d, dname, algorithm)
+        tiling = default_backward_tiling(d, dname, algorithm, kernel, bool(causal))
     else:
         for name, val in (("block_rows", block_rows), ("block_cols", block_cols)):
             if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
@@ -521,14 +546,25 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                                  f"block_rows and block_cols, or neither)")
         tiling = Tiling(int(block_rows), int(block_cols))
     B_r, B_c = tiling.B_r, tiling.B_c
-    threads = default_threads() if threads is None else int(threads)
-    if not 1 <= threads <= 1024:
+    if threads is not None and not 1 <= int(threads) <= 1024:
         raise ValueError(f"threads={threads} must be in 1..1024")
+    # --- fast-kernel dispatch (gpu.backward.fa2_fast): thread count, or None = plain ---
+    fast_threads = None
+    if algorithm == "fa2" and kernel in ("auto", "fast") and not use_tc:
+        fast_threads = fa2_fast.pick_threads(B_r, B_c, d, dname,
+                                             None if threads is None else int(threads))
+        if fast_threads is None and kernel == "fast":
+            why = fa2_fast.plan_error(B_r, B_c, d, dname, default_threads() if threads is None
+                                      else int(threads))
+            raise ValueError(f"kernel='fast': the fast fa2 backward cannot run {dname} with "
+                             f"B_r={B_r}, B_c={B_c}, d={d}, threads={threads}: "
+                             f"{why or 'no thread count fits'}; use kernel='auto' or 'plain'")
+    threads = fast_threads or (default_threads() if threads is None else int(threads))
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
                             causal=causal, block_mask=block_mask)
     active = iosim.active_tiles(problem, tiling)   # validates block_mask's shape
     shm = backward_shared_bytes(algorithm, B_r, B_c, d, dname)
-    if not use_tc:
+    if not use_tc and fast_threads is None:
         check_fits(shm, f"the {algorithm} backward with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
     if algorithm == "standard":
         check_fits(backward_standard.ds_shared_bytes(N, dname),
@@ -563,13 +599,20 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if algorithm == "fa2":
         tD, D2 = _output((I, N), np.float32, kind, like, poison)
         tA, acc = _output((I, N, d), np.float32, kind, like, poison)
-        pre = fa2_pre_kernel(B_r, d, dname, count, threads)
-        pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
-        if use_tc:
+        if use_tc:         # the fast pre-pass (warp per row), then the tensor-core kernel
+            fa2_fast.run_pre(o3, do3, D2, acc, N, counters, dt=dname, count=count)
             fa2_tc.run(q3, k3, v3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h, scale, N, H,
                        G, mask_dev if has_mask else None, counters, B_r=B_r, B_c=B_c,
                        causal=bool(causal), count=count, **(tc_options or {}))
+        elif fast_threads is not None:   # the fast pre-pass and main kernel (CUDA cores)
+            fa2_fast.run_pre(o3, do3, D2, acc, N, counters, dt=dname, count=count)
+            fa2_fast.run(q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h,
+                         scale, N, H, G, mask_dev if has_mask else None, counters, B_r=B_r,
+                         B_c=B_c, dt=dname, causal=bool(causal), count=count,
+                         threads=threads)
         else:
+            pre = fa2_pre_kernel(B_r, d, dname, count, threads)
+            pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
             kern = bwd_main_kernel("fa2", B_r, B_c, d, dname, bool(causal), has_mask, count,
                                    threads)
             launch(kern, (T_c, I), threads, shm, q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2,
@@ -610,4 +653,4 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
 
 
 __all__ = ["attention_backward", "default_backward_tiling", "bwd_shared_bytes",
-           "backward_shared_bytes", "BACKWARD_ALGORITHMS", "BW_TENSORS"]
+           "backward_shared_bytes", "BACKWARD_ALGORITHMS", "BACKWARD_KERNELS", "BW_TENSORS"]

@@ -1,0 +1,781 @@
+"""FlashAttention-2 backward, register-tiled on the CUDA cores (fp32 math): the fast path.
+
+Same schedule, hence the same HBM traffic, as the plain `bwd_main("fa2", ...)` of
+`gpu.backward.flash` and `iosim.schedules`' fa2 backward (ledger:
+`iosim.backward_closed_form('fa2', ...)`). It replaces two of the four launches:
+  pre   `fa2_bwd_pre_fast`: D = rowsum(dO o O) (float32, one entry per query row) and
+        dQacc = 0. One warp per query row (RPW rows per warp in turn): lane l reads
+        elements l, l + 32, ... of the row of dO and of O (coalesced 4-byte loads; Numba
+        cannot promise NVVM 16-byte aligned kernel arguments, so no wider global loads),
+        multiplies, and the 32 partial sums are reduced with `cuda.shfl_xor_sync`
+        (hardware) or through shared memory (`shfl=False`, the simulator). Counts: O and
+        dO read N d, D written N, dQacc written N d per instance (as the plain pre-pass).
+  main  `fa2_bwd_fast`: one thread block per (key block j, instance), grid (T_c,
+        instances) (causal: (instances, T_c), so the key blocks with the most query
+        blocks, j = 0, start first on every head): K_j, V_j read once into shared
+        memory; dK_j, dV_j accumulate in registers over the active query blocks i
+        (causal: i from c0 // B_r on; block mask: mask[i, j] True), visited from the
+        (j mod their count)-th on, wrapping around (`stagger`: concurrent key blocks of
+        one head then add into different dQacc rows); per query block read Q_i, dO_i
+        (B_r x d), L_i, D_i (B_r):
+          A  S = scale Q_i K_j^T and dP = dO_i V_j^T (register tiles), P = exp(S - L),
+             dS = P o (dP - D) -> shared (row-major, B_r x B_c each);
+          B  dV_j += P^T dO_i, dK_j += dS^T Q_i (register accumulators; scale at the end);
+          C  dQ_i partial = scale dS K_j (register tile), then one float32
+             `cuda.atomic.add` per element into dQacc (each counted as one read and one
+             write of dQacc, as the plain kernel and the ledger). `dq_stage` (default):
+             the tile goes to a shared staging tile QA and its atomics are issued after
+             the next tile's first barrier (after the loop for the last one), by
+             consecutive threads on consecutive elements (a warp's 32 atomics cover 4
+             sectors; from the registers they would cover 16, 2 per sector);
+        at the end dK_j, dV_j leave through shared memory with coalesced stores (into the
+        per-query-head dK_h, dV_h; `flash.group_sum_kernel` sums grouped heads).
+  The conversion dQ = dQacc and the group sum stay the plain kernels of flash.py.
+Ragged N (N not a multiple of B_r or B_c): only valid rows are loaded / stored / added
+(and counted); the rest of a shared tile is zero, and P = dS = 0 there.
+
+Versions (timings: H100, fp32, d = 64, batch x heads = 16, N = 4096; to be measured with
+scripts/bwd_fast_bench.py, results data set kind `bench`, "pass": "bwd"):
+  v1  (this file) register tiles with 16-byte shared loads (LDS.128) in all three
+      phases, P and dS stored once (row-major) and read by phases B and C, warp-shuffle
+      pre-pass; staggered query-block order, causal grid heaviest first; dQ tiles
+      staged in shared memory for coalesced atomics (dq_stage=False: straight from the
+      registers).
+      64 x 64 tiles, 256 threads, ptxas -v (CUDA 13.0, sm_90), no spills: d = 64 152
+      registers (causal 128; phase A fused), d = 128 241 (causal 243; `split`); shared
+      memory 124.5 / 204.5 KB: one block (8 warps) per SM. Not yet timed.
+  Tried and dropped (ptxas only, no GPU): issuing the next query tile's Q, dO loads into
+  registers during this tile (as gpu.forward.fa2_fast's stage=1): 255 registers and 224
+  bytes of spills a thread at d = 64 (1 KB at d = 128); 1-D (flattened) global indexing:
+  no fewer registers.
+
+Thread layouts. `threads` threads, the same ones re-mapped per phase (all index sets are
+compile-time unrolled `cuda.local.array`s):
+  A  t = (ay, ax) = (t // TCA, t % TCA), TRA = threads / TCA: S and dP entries at rows
+     r = ay + TRA a (a < RA = B_r / TRA), key columns c = ax + TCA b (b < CA = B_c / TCA),
+     RA x CA each; the reduction index x (head dim) advances 4 at a time: per step RA
+     LDS.128 of Q and of dO (one row each), CA of K and of V, 8 RA CA FMAs.
+  B  t = (by, bx) = (t // TXB, t % TXB), TYB = threads / TXB: dK, dV entries at key rows
+     c = 4 by + 4 TYB g + w and head columns x = 4 bx + 4 TXB h + w (groups of 4
+     consecutive), RB x DB each (RB = B_c / TYB, DB = d / TXB); outer products over the
+     query rows r: per r RB / 4 LDS.128 of P[r] and of dS[r], DB / 4 of dO[r] and of Q[r],
+     2 RB DB FMAs.
+  C  t = (cy, cx) = (t // TXC, t % TXC), TYC = threads / TXC: dQ entries at rows
+     r = cy + TYC a and head columns 4 cx + 4 TXC h + w, RC x DC (RC = B_r / TYC,
+     DC = d / TXC); the reduction index c advances 4 at a time: RC LDS.128 of dS (rows),
+     4 DC / 4 of K (rows c .. c + 3), 4 RC DC FMAs.
+The TCA (TXB, TXC) consecutive lanes that share a row are one quarter warp or more where
+the tiling allows (`plan` prefers TC >= 8): their loads of the shared operand are
+broadcasts.
+
+Shared memory (float32 whatever the input dtype; one dynamic buffer of `smem_bytes`,
+16-byte aligned; row strides multiples of 4 floats):
+    Ks, Vs   B_c x KS   K_j, V_j, KS = d + pad = 4 (mod 32)   (at the end: dK_j, dV_j)
+    Qs, dOs  B_r x KS   Q_i, dO_i
+    Ps, dSs  B_r x PS   P, dS, PS >= B_c, PS = TCA (mod 32) when 4 <= TCA < 32
+    Ls, Ds   B_r        L_i, D_i
+    QA       B_r x d    dQ_i partial (dq_stage only)
+Bank conflicts: in A, 8 lanes of a quarter warp read 8 rows of K (or V) at one x (row
+stride 4 mod 32: distinct banks) and one row of Q (broadcast); the scalar P / dS stores of
+a warp (32 / TCA rows, TCA consecutive columns) hit distinct banks. In B and C a quarter
+warp reads 8 consecutive 16-byte groups of one row (distinct banks) and one group of P,
+dS (broadcast). Base indices carry `& IMASK` (a no-op that proves them non-negative, see
+gpu.forward.fa2_fast) so NVVM emits ld.shared.v4.f32.
+
+Per active query tile: sync; [dq_stage: the previous tile's dQ atomics from QA]; Q_i, dO_i,
+L_i, D_i -> shared; sync; A; sync; B and C (-> QA, or atomics from the registers).
+Syncs per tile: 3.
+
+Non-finite values (as the plain kernel, `flash` module docstring): a row whose L is -inf
+(it saw no key in the forward) has P = 0; a NaN L or score keeps P NaN; dS = P (dP - D)
+for every entry of the valid rows and columns (masked ones included, P = 0 there), so NaN
+in dO or V reaches the gradients wherever the plain kernel puts it.
+
+Counting (count=True, compile-time): per-thread element counts in registers, one
+`cuda.atomic.add` per tensor at the end (gpu._launch.add_count), rows of
+`flash.BW_TENSORS`.
+
+Interface: `run(...)` takes the arguments of the plain main-kernel launch in
+`flash.attention_backward`; `run_pre(...)` those of the pre-pass; `supports`,
+`plan_error`, `default_tiling`, `pick_threads` decide whether and how it runs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int64
+
+from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask,
+                       kernel_name, specialisation)
+
+#: Floats per shared-memory vector load (LDS.128).
+W = 4
+#: Index mask: a no-op on every index we form (all < 2**30), proving it non-negative.
+IMASK = 0x3FFFFFFF
+#: Alignment of the dynamic shared buffer (the simulator accepts no alignment argument).
+ALIGN = None if SIM else 16
+#: Largest side of the phase-A register tiles (S and dP are RA x CA each).
+MAX_R = 8
+#: Most accumulators per thread of one phase-B tensor (dK or dV: RB x DB) and of dQ (C).
+MAX_ACC = 64
+#: Threads per row tried for each phase, best first (>= 8: quarter-warp broadcasts).
+TC_CHOICES = (16, 8, 32, 4, 2, 1)
+#: Thread counts tried when none is given (GPU; the simulator tries its default first).
+THREAD_CHOICES = (256, 128, 512, 64)
+#: Default (B_r, B_c, threads) per head dim on a GPU (fp32 and fp16 inputs alike).
+DEFAULT_TILES = {64: (64, 64, 256), 128: (64, 64, 256)}
+#: Fallback tilings for other head dims, in order.
+FALLBACK_TILES = ((64, 64, 256), (64, 32, 256), (32, 32, 128), (16, 16, 64))
+#: Rows per warp of the pre-pass.
+PRE_RPW = 4
+
+
+def _stride(n: int) -> int:
+    """Row stride (floats) of Ks, Vs, Qs, dOs: >= n and = 4 (mod 32)."""
+    s = n
+    while s % 32 != 4:
+        s += 1
+    return s
+
+
+def _pad_ps(B_c: int, TC: int) -> int:
+    """Row stride of P and dS: >= B_c, a multiple of 4, = TC (mod 32) when 4 <= TC < 32."""
+    want = TC % 32 if 4 <= TC < 32 else None
+    ps = B_c
+    while ps % W or (want is not None and ps % 32 != want):
+        ps += 1
+    return ps
+
+
+def _plan_a(B_r, B_c, threads, TCA=None):
+    best = None
+    for tc in ((TCA,) if TCA else TC_CHOICES):
+        if threads % tc or B_c % tc:
+            continue
+        tr = threads // tc
+        if B_r % tr:
+            continue
+        RA, CA = B_r // tr, B_c // tc
+        if RA > MAX_R or CA > MAX_R:
+            continue
+        score = (RA + CA) / (RA * CA) + (0.0 if tc >= 8 or TCA else 0.5)
+        if best is None or score < best[0] - 1e-9:
+            best = (score, tc, tr, RA, CA)
+    return None if best is None else best[1:]
+
+
+def _plan_x(rows, d, threads, TX=None, group_rows=False):
+    """(TX, TY, R, D) for an R x D register tile per thread over rows x d, D = d / TX in
+    groups of 4 columns; group_rows: rows also in groups of 4 (R % 4 == 0)."""
+    best = None
+    for tx in ((TX,) if TX else TC_CHOICES):
+        if threads % tx or d % (W * tx):
+            continue
+        ty = threads // tx
+        if rows % ty:
+            continue
+        R, D = rows // ty, d // tx
+        if group_rows and R % W:
+            continue
+        if R * D > MAX_ACC:
+            continue
+        score = (R + D) / (R * D) + (0.0 if tx >= 8 or TX else 0.5)
+        if best is None or score < best[0] - 1e-9:
+            best = (score, tx, ty, R, D)
+    return None if best is None else best[1:]
+
+
+def plan(B_r, B_c, d, threads, TCA=None, TXB=None, TXC=None):
+    """dict of the three phases' thread layouts (module docstring), or None."""
+    if B_c % W or d % W or B_r < 1:
+        return None
+    a = _plan_a(B_r, B_c, threads, TCA)
+    b = _plan_x(B_c, d, threads, TXB, group_rows=True)
+    c = _plan_x(B_r, d, threads, TXC)
+    if a is None or b is None or c is None:
+        return None
+    return dict(TCA=a[0], TRA=a[1], RA=a[2], CA=a[3], TXB=b[0], TYB=b[1], RB=b[2], DB=b[3],
+                TXC=c[0], TYC=c[1], RC=c[2], DC=c[3])
+
+
+def layout(B_r, B_c, d, TCA, dq_stage=True) -> dict:
+    """Offsets and strides (float32 elements) of the shared regions, total bytes
+    (dq_stage: a B_r x d staging tile for dQ, QA)."""
+    KS, PS = _stride(d), _pad_ps(B_c, TCA)
+    KO = 0
+    VO = KO + B_c * KS
+    QO = VO + B_c * KS
+    dOO = QO + B_r * KS
+    PO = dOO + B_r * KS
+    SO = PO + B_r * PS
+    LO = SO + B_r * PS
+    DO = LO + B_r
+    QA = -(-(DO + B_r) // W) * W
+    total = QA + B_r * d if dq_stage else DO + B_r
+    return dict(KS=KS, PS=PS, KO=KO, VO=VO, QO=QO, dOO=dOO, PO=PO, SO=SO, LO=LO, DO=DO,
+                QA=QA, elems=total, bytes=4 * total)
+
+
+def smem_bytes(B_r, B_c, d, threads, **opts) -> int:
+    p = plan(B_r, B_c, d, threads, opts.get("TCA"), opts.get("TXB"), opts.get("TXC"))
+    if p is None:
+        raise ValueError(plan_error(B_r, B_c, d, "fp32", threads, **opts))
+    return layout(B_r, B_c, d, p["TCA"], opts.get("dq_stage", True))["bytes"]
+
+
+def plan_error(B_r, B_c, d, dt, threads, *, smem_limit=None, TCA=None, TXB=None, TXC=None,
+               dq_stage=True, **_ignored) -> str | None:
+    """Why the fast backward cannot run this configuration, or None if it can."""
+    what = f"B_r={B_r}, B_c={B_c}, d={d}, {dt}, threads={threads}"
+    if dt not in NB_DTYPE:
+        return f"{what}: dtype {dt!r} is not supported (fp32, fp16)"
+    if not 1 <= threads <= 1024:
+        return f"{what}: threads must be in 1..1024"
+    if B_c % W or d % W:
+        return f"{what}: B_c and d must be multiples of 4 (16-byte shared loads)"
+    if _plan_a(B_r, B_c, threads, TCA) is None:
+        return (f"{what}: no S/dP register tile: need threads = TRA x TCA with TCA | B_c, "
+                f"TRA | B_r, B_r / TRA and B_c / TCA <= {MAX_R}")
+    if _plan_x(B_c, d, threads, TXB, group_rows=True) is None:
+        return (f"{what}: no dK/dV register tile: need threads = TYB x TXB with 4 TXB | d, "
+                f"4 TYB | B_c and (B_c / TYB)(d / TXB) <= {MAX_ACC}")
+    if _plan_x(B_r, d, threads, TXC) is None:
+        return (f"{what}: no dQ register tile: need threads = TYC x TXC with 4 TXC | d, "
+                f"TYC | B_r and (B_r / TYC)(d / TXC) <= {MAX_ACC}")
+    p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
+    need = layout(B_r, B_c, d, p["TCA"], dq_stage)["bytes"]
+    if smem_limit is None:
+        from .._launch import device_smem_limit
+        smem_limit = device_smem_limit()
+    if need > smem_limit:
+        return f"{what}: needs {need} bytes of shared memory, this device allows {smem_limit}"
+    return None
+
+
+def supports(B_r, B_c, d, dt, threads, **opts) -> bool:
+    """True if the fast backward runs this configuration (see `plan_error`)."""
+    return plan_error(B_r, B_c, d, dt, threads, **opts) is None
+
+
+def pick_threads(B_r, B_c, d, dt, threads=None, smem_limit=None) -> int | None:
+    """`threads` if the kernel runs it, else (none given) the first of the default tile's
+    own, THREAD_CHOICES (the simulator: its default thread count first) that it runs."""
+    if threads is not None:
+        return threads if supports(B_r, B_c, d, dt, threads, smem_limit=smem_limit) else None
+    from .._launch import default_threads
+    own = [t for (br, bc, t) in list(DEFAULT_TILES.values()) + list(FALLBACK_TILES)
+           if (br, bc) == (B_r, B_c)]
+    cands = ([default_threads()] if SIM else []) + own + list(THREAD_CHOICES)
+    for t in dict.fromkeys(cands):
+        if supports(B_r, B_c, d, dt, t, smem_limit=smem_limit):
+            return t
+    return None
+
+
+def default_tiling(d, dt="fp32", smem_limit=None) -> tuple[int, int, int] | None:
+    """(B_r, B_c, threads) of the fast backward for head dim d on this device, or None."""
+    cands = ((DEFAULT_TILES[d],) if d in DEFAULT_TILES else ()) + FALLBACK_TILES
+    for B_r, B_c, t in cands:
+        if supports(B_r, B_c, d, dt, t, smem_limit=smem_limit):
+            return B_r, B_c, t
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Pre-pass: D = rowsum(dO o O), dQacc = 0
+# ---------------------------------------------------------------------------------------
+def pre_rows_per_block(threads, rpw=PRE_RPW):
+    return (threads // 32) * rpw
+
+
+@specialisation
+def fa2_pre_fast_kernel(d, dt, count, threads, shfl, rpw):
+    """Kernel pre(o, do, D, dqacc, N, counters); grid (ceil(N / rows per block),
+    instances), `threads` threads (a multiple of 32), rows per block (threads / 32) rpw."""
+    from .flash import BT
+    assert threads % 32 == 0
+    IO, IdO, ID, IA = BT["O"], BT["dO"], BT["D"], BT["dQacc"]
+    WARPS = threads // 32
+    RPB = WARPS * rpw
+    XL = -(-d // 32)               # elements of a row per lane
+    XDIV = d % 32 == 0
+    FULL = 0xFFFFFFFF
+
+    def kernel(o, do, D, dqacc, N, counters):
+        z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        lane = t % 32
+        warp = t // 32
+        red = cuda.shared.array(threads, float32)
+        r0 = cuda.blockIdx.x * RPB
+        rows = min(RPB, N - r0)
+        nO = int64(0)
+        nD = int64(0)
+        nA = int64(0)
+        for rr in range(rpw):
+            r = warp * rpw + rr
+            acc = ZERO
+            if r < rows:
+                for u in range(XL):
+                    x = lane + 32 * u
+                    if XDIV or x < d:
+                        acc += float32(do[z, r0 + r, x]) * float32(o[z, r0 + r, x])
+                        if count:
+                            nO += 1
+            if shfl:
+                acc += cuda.shfl_xor_sync(FULL, acc, 16)
+                acc += cuda.shfl_xor_sync(FULL, acc, 8)
+                acc += cuda.shfl_xor_sync(FULL, acc, 4)
+                acc += cuda.shfl_xor_sync(FULL, acc, 2)
+                acc += cuda.shfl_xor_sync(FULL, acc, 1)
+            else:
+                red[t] = acc
+                cuda.syncthreads()
+                if lane == 0:
+                    s = ZERO
+                    for u in range(32):
+                        s += red[warp * 32 + u]
+                    acc = s
+                cuda.syncthreads()
+            if lane == 0 and r < rows:
+                D[z, r0 + r] = acc
+                if count:
+                    nD += 1
+        for e in range(t, rows * d, threads):           # dQacc rows = 0
+            dqacc[z, r0 + e // d, e % d] = ZERO
+            if count:
+                nA += 1
+        if count:
+            add_count(counters, IO, READ, nO)
+            add_count(counters, IdO, READ, nO)
+            add_count(counters, ID, WRITE, nD)
+            add_count(counters, IA, WRITE, nA)
+
+    return kernel, kernel_name("fa2_bwd_pre_fast", d=d, dt=dt, count=count, t=threads,
+                               shfl=shfl, rpw=rpw)
+
+
+def run_pre(o3, do3, D2, dqacc, N, counters, *, dt, count, threads=256, shfl=None,
+            rpw=PRE_RPW):
+    """Launch the pre-pass on (instances, N, d) views: D2 (instances, N) float32,
+    dqacc (instances, N, d) float32. shfl: warp shuffles (default: on a GPU)."""
+    shfl = (not SIM) if shfl is None else bool(shfl)
+    threads = max(32, (int(threads) // 32) * 32)
+    d = o3.shape[2]
+    kern = fa2_pre_fast_kernel(d, dt, bool(count), threads, shfl, int(rpw))
+    grid = (-(-N // pre_rows_per_block(threads, rpw)), o3.shape[0])
+    kern[grid, threads](o3, do3, D2, dqacc, np.int64(N), counters)
+
+
+# ---------------------------------------------------------------------------------------
+# Main kernel
+# ---------------------------------------------------------------------------------------
+@specialisation
+def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, TXB, TXC,
+                        maxreg=0, split=True, stagger=True, dq_stage=True):
+    """Kernel main(q, k, v, do, L, D, dqacc, dk, dv, scale, N, H, G, mask, counters).
+
+    q, do: (instances, N, d); k, v: (batch * kv_heads, N, d); L, D: (instances, N)
+    float32; dqacc: (instances, N, d) float32; dk, dv: (instances, N, d) per query head.
+    Grid (T_c, instances), causal (instances, T_c) (heaviest key blocks first), `threads`
+    threads, `smem_bytes(...)` dynamic shared bytes. maxreg > 0 caps the registers per
+    thread (hardware only); split: phase A's dP loop after P; stagger: the query-block
+    loop of key block j starts at its (j mod count)-th active block and wraps around."""
+    from .flash import BT
+    p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
+    assert p is not None and (p["TCA"], p["TXB"], p["TXC"]) == (TCA, TXB, TXC)
+    TRA, RA, CA = p["TRA"], p["RA"], p["CA"]
+    TYB, RB, DB = p["TYB"], p["RB"], p["DB"]
+    TYC, RC, DC = p["TYC"], p["RC"], p["DC"]
+    DQS = bool(dq_stage)
+    lay = layout(B_r, B_c, d, TCA, DQS)
+    QA = lay["QA"]
+    KS, PS = lay["KS"], lay["PS"]
+    KO, VO, QO, dOO = lay["KO"], lay["VO"], lay["QO"], lay["dOO"]
+    PO, SO, LO, DO = lay["PO"], lay["SO"], lay["LO"], lay["DO"]
+    VK = VO - KO            # V's offset from K (same strides)
+    dOQ = dOO - QO          # dO's offset from Q
+    SP = SO - PO            # dS's offset from P
+    THREADS = threads
+    SPLIT = bool(split)
+    STAGGER = bool(stagger)
+    XC = d // W             # 4-wide steps of A
+    CC = B_c // W           # 4-wide steps of C
+    RBG, DBG, DCG = RB // W, DB // W, DC // W
+    KN, QN = B_c * d, B_r * d
+    LK = -(-KN // THREADS)
+    LQ = -(-QN // THREADS)
+    KDIV = KN % THREADS == 0
+    QDIV = QN % THREADS == 0
+    IQ, IK, IV, IdO = BT["Q"], BT["K"], BT["V"], BT["dO"]
+    IL, ID, IdK, IdV, IA = BT["L"], BT["D"], BT["dK"], BT["dV"], BT["dQacc"]
+
+    def kernel(q, k, v, do, L, D, dqacc, dk, dv, scale, N, H, G, mask, counters):
+        if causal:      # grid (instances, T_c): the heaviest key blocks (j = 0) start first
+            z = cuda.blockIdx.x
+            j = cuda.blockIdx.y
+        else:           # grid (T_c, instances)
+            j = cuda.blockIdx.x
+            z = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
+        sm = cuda.shared.array(0, float32, alignment=ALIGN)
+        # phase A: S, dP tiles and operands
+        s_acc = cuda.local.array((RA, CA), float32)
+        dp_acc = cuda.local.array((RA, CA), float32)
+        kv = cuda.local.array((CA, W), float32)
+        vv = cuda.local.array((CA, W), float32)
+        qv = cuda.local.array(W, float32)
+        dov = cuda.local.array(W, float32)
+        # phase B: dK, dV accumulators (whole kernel) and operands
+        dk_acc = cuda.local.array((RB, DB), float32)
+        dv_acc = cuda.local.array((RB, DB), float32)
+        pr = cuda.local.array(RB, float32)
+        sr = cuda.local.array(RB, float32)
+        qr = cuda.local.array(DB, float32)
+        dor = cuda.local.array(DB, float32)
+        # phase C: dQ tile and operands
+        dq_acc = cuda.local.array((RC, DC), float32)
+        sv = cuda.local.array((RC, W), float32)
+        kr = cuda.local.array(DC, float32)
+        nQ = int64(0)
+        nK = int64(0)
+        nS = int64(0)
+        nA = int64(0)
+        nW = int64(0)
+        ay = t // TCA
+        ax = t % TCA
+        by = t // TXB
+        bx = t % TXB
+        cy = t // TXC
+        cx = t % TXC
+        # this thread's first word of each region (masked: see the module docstring)
+        kbase = (KO + ax * KS) & IMASK                  # A: K row ax
+        qbase = (QO + ay * KS) & IMASK                  # A: Q row ay
+        pbase = (PO + ay * PS) & IMASK                  # A: P row ay (stores)
+        pcol = (PO + W * by) & IMASK                    # B: P columns 4 by ..
+        qcol = (QO + W * bx) & IMASK                    # B: Q / dO columns 4 bx ..
+        srow = (SO + cy * PS) & IMASK                   # C: dS row cy
+        kcol = (KO + W * cx) & IMASK                    # C: K columns 4 cx ..
+
+        c0 = j * B_c
+        cols = min(B_c, N - c0)
+        T_r = (N + B_r - 1) // B_r
+        # ---- K_j, V_j -> shared (zero rows past N) ----
+        for it in range(LK):
+            e = t + it * THREADS
+            if KDIV or e < KN:
+                c = e // d
+                x = e % d
+                kx = ZERO
+                vx = ZERO
+                if c < cols:
+                    kx = float32(k[zk, c0 + c, x])
+                    vx = float32(v[zk, c0 + c, x])
+                    if count:
+                        nK += 1
+                sm[KO + c * KS + x] = kx
+                sm[VO + c * KS + x] = vx
+        for a in range(RB):
+            for b in range(DB):
+                dk_acc[a, b] = ZERO
+                dv_acc[a, b] = ZERO
+        i_lo = 0
+        if causal:
+            i_lo = c0 // B_r                            # earlier query blocks see no key of j
+        n_i = T_r - i_lo                                # >= 1 (c0 < N)
+        pr0 = 0                                         # dQ tile staged in QA: its rows
+        prows = 0
+        rot = 0
+        if STAGGER:     # start at a different query block in each key block: the dQacc
+            rot = j % n_i   # atomics of concurrent blocks then hit different rows
+        for ii in range(n_i):
+            i = i_lo + ii + rot
+            if i >= T_r:
+                i -= n_i
+            r0 = i * B_r
+            rows = min(B_r, N - r0)
+            if causal and c0 > r0 + rows - 1:           # inactive tile
+                continue
+            if has_mask and mask[i, j] == 0:
+                continue
+            cuda.syncthreads()                          # previous tile done with Qs .. dSs
+            if DQS:     # the previous tile's dQ (staged in QA) -> dQacc, coalesced atomics
+                for e in range(t, prows * d, THREADS):
+                    cuda.atomic.add(dqacc, (z, pr0 + e // d, e % d), sm[QA + e])
+                    if count:
+                        nA += 1
+            # ---- Q_i, dO_i, L_i, D_i -> shared ----
+            for it in range(LQ):
+                e = t + it * THREADS
+                if QDIV or e < QN:
+                    r = e // d
+                    x = e % d
+                    qx = ZERO
+                    dx = ZERO
+                    if r < rows:
+                        qx = float32(q[z, r0 + r, x])
+                        dx = float32(do[z, r0 + r, x])
+                        if count:
+                            nQ += 1
+                    sm[QO + r * KS + x] = qx
+                    sm[dOO + r * KS + x] = dx
+            for r in range(t, B_r, THREADS):
+                lx = ZERO
+                dx = ZERO
+                if r < rows:
+                    lx = L[z, r0 + r]
+                    dx = D[z, r0 + r]
+                    if count:
+                        nS += 1
+                sm[LO + r] = lx
+                sm[DO + r] = dx
+            cuda.syncthreads()
+            # ---- A: S = Q_i K_j^T, dP = dO_i V_j^T (x advances 4 at a time); with
+            # SPLIT the dP loop runs after P = exp(S - L) (fewer live registers) ----
+            for a in range(RA):
+                for b in range(CA):
+                    s_acc[a, b] = ZERO
+                    dp_acc[a, b] = ZERO
+            for xc in range(XC):
+                x4 = (xc * W) & IMASK
+                for b in range(CA):                     # K_j (V_j) rows ax + TCA b
+                    for w in range(W):
+                        kv[b, w] = sm[kbase + b * TCA * KS + x4 + w]
+                        if not SPLIT:
+                            vv[b, w] = sm[kbase + VK + b * TCA * KS + x4 + w]
+                for a in range(RA):                     # Q_i (dO_i) rows ay + TRA a
+                    for w in range(W):
+                        qv[w] = sm[qbase + a * TRA * KS + x4 + w]
+                        if not SPLIT:
+                            dov[w] = sm[qbase + dOQ + a * TRA * KS + x4 + w]
+                    for b in range(CA):
+                        sx = s_acc[a, b]
+                        for w in range(W):
+                            sx += qv[w] * kv[b, w]
+                        s_acc[a, b] = sx
+                        if not SPLIT:
+                            g = dp_acc[a, b]
+                            for w in range(W):
+                                g += dov[w] * vv[b, w]
+                            dp_acc[a, b] = g
+            # ---- P = exp(S - L) (in s_acc) -> shared ----
+            diag = causal and c0 + B_c - 1 > r0         # the tile crosses the diagonal
+            for a in range(RA):
+                r = ay + TRA * a
+                Lr = sm[LO + r]
+                # a row that saw no key in the forward: L = -inf, P = 0
+                row_vis = r < rows and Lr != NEG_INF
+                for b in range(CA):
+                    c = ax + TCA * b
+                    vis = row_vis and c < cols
+                    if diag:
+                        if c0 + c > r0 + r:
+                            vis = False
+                    pv = ZERO
+                    if vis:
+                        pv = math.exp(s_acc[a, b] * scale - Lr)
+                    s_acc[a, b] = pv
+                    sm[pbase + a * TRA * PS + ax + TCA * b] = pv
+            if SPLIT:
+                for xc in range(XC):
+                    x4 = (xc * W) & IMASK
+                    for b in range(CA):                 # V_j rows ax + TCA b
+                        for w in range(W):
+                            vv[b, w] = sm[kbase + VK + b * TCA * KS + x4 + w]
+                    for a in range(RA):                 # dO_i rows ay + TRA a
+                        for w in range(W):
+                            dov[w] = sm[qbase + dOQ + a * TRA * KS + x4 + w]
+                        for b in range(CA):
+                            g = dp_acc[a, b]
+                            for w in range(W):
+                                g += dov[w] * vv[b, w]
+                            dp_acc[a, b] = g
+            # ---- dS = P (dP - D) -> shared (every valid entry, masked ones included) ----
+            for a in range(RA):
+                r = ay + TRA * a
+                Dr = sm[DO + r]
+                row_ok = r < rows
+                for b in range(CA):
+                    c = ax + TCA * b
+                    dsv = ZERO
+                    if row_ok and c < cols:
+                        dsv = s_acc[a, b] * (dp_acc[a, b] - Dr)
+                    sm[pbase + SP + a * TRA * PS + ax + TCA * b] = dsv
+            cuda.syncthreads()
+            # ---- B: dV_j += P^T dO_i, dK_j += dS^T Q_i (outer products over r) ----
+            for r in range(B_r):
+                po = (pcol + r * PS) & IMASK
+                qo = (qcol + r * KS) & IMASK
+                for g in range(RBG):
+                    for w in range(W):
+                        pr[g * W + w] = sm[po + g * W * TYB + w]
+                        sr[g * W + w] = sm[po + SP + g * W * TYB + w]
+                for h in range(DBG):
+                    for w in range(W):
+                        qr[h * W + w] = sm[qo + h * W * TXB + w]
+                        dor[h * W + w] = sm[qo + dOQ + h * W * TXB + w]
+                for a in range(RB):
+                    pa = pr[a]
+                    sa = sr[a]
+                    for b in range(DB):
+                        dv_acc[a, b] += pa * dor[b]
+                        dk_acc[a, b] += sa * qr[b]
+            # ---- C: dQ_i partial = dS K_j (c advances 4 at a time), atomics ----
+            for a in range(RC):
+                for b in range(DC):
+                    dq_acc[a, b] = ZERO
+            for cc in range(CC):
+                c4 = (cc * W) & IMASK
+                for a in range(RC):                     # dS rows cy + TYC a, c .. c+3
+                    for w in range(W):
+                        sv[a, w] = sm[srow + a * TYC * PS + c4 + w]
+                for u in range(W):                      # K_j row c + u, own columns
+                    ko = (kcol + (c4 + u) * KS) & IMASK
+                    for h in range(DCG):
+                        for w in range(W):
+                            kr[h * W + w] = sm[ko + h * W * TXC + w]
+                    for a in range(RC):
+                        sa = sv[a, u]
+                        for b in range(DC):
+                            dq_acc[a, b] += sa * kr[b]
+            if DQS:     # -> QA (row-major B_r x d); added after the next barrier
+                for a in range(RC):
+                    qa = (QA + (cy + TYC * a) * d + W * cx) & IMASK
+                    for h in range(DCG):
+                        for w in range(W):
+                            sm[qa + h * W * TXC + w] = scale * dq_acc[a, h * W + w]
+                pr0 = r0
+                prows = rows
+            else:       # one atomic per element straight from the registers
+                for a in range(RC):
+                    r = cy + TYC * a
+                    if r < rows:
+                        for h in range(DCG):
+                            for w in range(W):
+                                cuda.atomic.add(dqacc, (z, r0 + r, W * cx + W * TXC * h + w),
+                                                scale * dq_acc[a, h * W + w])
+                        if count:
+                            nA += DC
+        # ---- dK_j = scale acc, dV_j = acc -> shared (Ks, Vs), then coalesced stores ----
+        cuda.syncthreads()                              # everyone done with Ks, Vs (and QA)
+        if DQS:         # the last tile's dQ
+            for e in range(t, prows * d, THREADS):
+                cuda.atomic.add(dqacc, (z, pr0 + e // d, e % d), sm[QA + e])
+                if count:
+                    nA += 1
+        for a in range(RB):
+            c = W * by + W * TYB * (a // W) + a % W
+            for h in range(DBG):
+                for w in range(W):
+                    x = W * bx + W * TXB * h + w
+                    sm[KO + c * KS + x] = scale * dk_acc[a, h * W + w]
+                    sm[VO + c * KS + x] = dv_acc[a, h * W + w]
+        cuda.syncthreads()
+        for e in range(t, cols * d, THREADS):
+            c = e // d
+            x = e % d
+            dk[z, c0 + c, x] = sm[KO + c * KS + x]
+            dv[z, c0 + c, x] = sm[VO + c * KS + x]
+            if count:
+                nW += 1
+        if count:
+            add_count(counters, IQ, READ, nQ)
+            add_count(counters, IdO, READ, nQ)
+            add_count(counters, IK, READ, nK)
+            add_count(counters, IV, READ, nK)
+            add_count(counters, IL, READ, nS)
+            add_count(counters, ID, READ, nS)
+            add_count(counters, IA, READ, nA)
+            add_count(counters, IA, WRITE, nA)
+            add_count(counters, IdK, WRITE, nW)
+            add_count(counters, IdV, WRITE, nW)
+
+    name = kernel_name("fa2_bwd_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
+                       mask=has_mask, count=count, t=threads, tca=TCA, txb=TXB, txc=TXC,
+                       maxreg=maxreg or False, fused=not split, nostagger=not stagger,
+                       dqdirect=not dq_stage)
+    return kernel, name, ({"max_registers": maxreg} if maxreg else {})
+
+
+def default_split(d) -> bool:
+    """Phase A's dP loop after P (split, d > 64) or fused with the S loop (d <= 64).
+    ptxas -v, sm_90, 64 x 64 tiles, 256 threads, no spills either way: d = 64 fused 152
+    registers, split 162; d = 128 split 241, fused 242 (it was 249 / 254 before the dQ
+    staging)."""
+    return d > 64
+
+
+def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA=None, TXB=None,
+               TXC=None, maxreg=0, split=None, stagger=True, dq_stage=True):
+    """The compiled dispatcher of one specialisation (TCA, TXB, TXC default from `plan`;
+    split default `default_split(d)`)."""
+    split = default_split(d) if split is None else split
+    p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
+    if p is None:
+        raise ValueError(plan_error(B_r, B_c, d, dt, threads, smem_limit=1 << 30, TCA=TCA,
+                                    TXB=TXB, TXC=TXC))
+    return fa2_bwd_fast_kernel(B_r, B_c, d, dt, bool(causal), bool(has_mask), bool(count),
+                               int(threads), p["TCA"], p["TXB"], p["TXC"], int(maxreg),
+                               bool(split), bool(stagger), bool(dq_stage))
+
+
+def run(q3, k3, v3, o3, do3, L, D, dqacc, dk_h, dv_h, scale, N, H, G, mask, counters, *,
+        B_r, B_c, dt, causal, count, threads, TCA=None, TXB=None, TXC=None, maxreg=0,
+        split=None, stagger=True, dq_stage=True):
+    """Launch the main kernel on the arrays of the plain main-kernel launch in
+    `flash.attention_backward` (o3 is not read: D already holds rowsum(dO o O)).
+    mask: the uint8 block mask on the device, or None / a dummy with has_mask from None.
+    TCA, TXB, TXC (threads per row of phases A, B, C), maxreg (register cap) and split
+    (phase A's dP loop after P, default `default_split(d)`) and stagger (each key block
+    starts its query-block loop at a different block, j mod the count) are tuning knobs."""
+    from .._launch import launch
+    d = q3.shape[2]
+    has_mask = mask is not None and mask is not dummy_mask()
+    kern = get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, TXB, TXC,
+                      maxreg, split, stagger, dq_stage)
+    p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
+    shmem = layout(B_r, B_c, d, p["TCA"], dq_stage)["bytes"]
+    T_c = -(-N // B_c)
+    mk = mask if has_mask else dummy_mask()
+    grid = (q3.shape[0], T_c) if causal else (T_c, q3.shape[0])
+    launch(kern, grid, threads, shmem,
+           q3, k3, v3, do3, L, D, dqacc, dk_h, dv_h, np.float32(scale), np.int64(N),
+           np.int64(H), np.int64(G), mk, counters)
+
+
+def signature(dt="fp32"):
+    """Argument types of the main kernel (for cuda.compile_ptx without a GPU)."""
+    from numba.cuda import types as nb
+    X = NB_DTYPE[dt]
+    A3 = nb.Array(X, 3, "C")
+    F2 = nb.Array(nb.float32, 2, "C")
+    return (A3, A3, A3, A3, F2, F2, nb.Array(nb.float32, 3, "C"), A3, A3, nb.float32,
+            nb.int64, nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"),
+            nb.Array(nb.int64, 2, "C"))
+
+
+def pre_signature(dt="fp32"):
+    from numba.cuda import types as nb
+    X = NB_DTYPE[dt]
+    return (nb.Array(X, 3, "C"), nb.Array(X, 3, "C"), nb.Array(nb.float32, 2, "C"),
+            nb.Array(nb.float32, 3, "C"), nb.int64, nb.Array(nb.int64, 2, "C"))
+
+
+def ptx(B_r, B_c, d, dt="fp32", causal=False, has_mask=False, count=False, threads=256,
+        **opts) -> str:
+    """PTX of one main-kernel specialisation, built without a GPU (NUMBA_ENABLE_CUDASIM
+    unset); `.version` lowered to 9.0 so a CUDA 13.0 ptxas accepts it. A register cap is
+    ptxas's business (`ptxas -arch=sm_90 -v --maxrregcount 128 file.ptx`)."""
+    import re
+    if SIM:
+        raise RuntimeError("ptx() needs NUMBA_ENABLE_CUDASIM unset (no GPU is needed)")
+    kern = get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, **opts)
+    text, _ = cuda.compile_ptx(kern.py_func, signature(dt), cc=(9, 0))
+    return re.sub(r"\.version \d+\.\d+", ".version 9.0", text, count=1)
+
+
+__all__ = ["plan", "plan_error", "layout", "smem_bytes", "supports", "pick_threads",
+           "default_tiling", "fa2_pre_fast_kernel", "run_pre", "fa2_bwd_fast_kernel",
+           "get_kernel", "run", "signature", "pre_signature", "ptx"]
