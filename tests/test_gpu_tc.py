@@ -150,8 +150,9 @@ CONFIGS = [(128, 64, 64, False, False, False, 1),  # d = 64 default
            (128, 64, 64, False, False, False, 2),  # two m-tiles of 16 rows per warp
            (64, 32, 48, True, True, True, 2),
            # local window (issue 18; N_k != N_q needs no flag: lo, hi are arguments)
-           (64, 64, 64, True, False, False, 1, True),
-           (128, 32, 128, False, True, True, 2, True)]
+           (64, 64, 128, True, False, False, 1, True),
+           (128, 64, 64, False, False, False, 2, True),
+           (64, 32, 48, True, True, True, 1, True)]
 
 
 def _build(configs, ptx_dir=None):

@@ -83,6 +83,17 @@ def test_element_mask_is_bottom_right_aligned():
             assert np.array_equal(iosim.element_mask(N, True, N_k=Nk), decode_mask(N, Nk))
 
 
+def test_forward_with_few_queries_equals_the_decode_model():
+    """N_q <= B_r new rows against N_k keys, causal: the fa2 forward ledger is the decode
+    model's fa2_decode ledger (iosim.decode, the same bottom-right alignment)."""
+    for nq, nk in [(1, 4096), (4, 1000), (16, 333)]:
+        p = Problem(N=nq, d=64, N_k=nk, heads=8, kv_heads=2, dtype="fp16", causal=True)
+        f = iosim.closed_form("fa2", p, Tiling(64, 64))
+        dl = iosim.decode_closed_form("fa2_decode", iosim.DecodeProblem(
+            N_kv=nk, d=64, heads=8, kv_heads=2, N_q=nq))
+        assert (f.reads, f.writes) == (dl.reads, dl.writes)
+
+
 def test_band_sums_equal_the_active_tile_matrix():
     """The closed form's per-query-block runs (band_sums) = sums over active_tiles, and
     the old floor-sum path agrees with band_sums where both apply (N_k = N)."""
@@ -399,3 +410,12 @@ def test_fa2_tc_variants_on_gpu(N, Nk, causal, w, d, tiles):
     assert (O[..., none[0, 0], :] == 0).all() if none.any() else True
     assert np.array_equal(np.isneginf(L), none)
     np.testing.assert_allclose(L[~none], lse[~none], atol=2e-2)
+
+
+def test_fig14_window(tmp_path):
+    from analysis.figures import fig14_window as f
+    data = f.generate(Ns=(4096,), windows=[16, 512, 1024, 2048])
+    c = data["curves"]["4096"]
+    assert c["model_bytes"] == sorted(c["model_bytes"]) and c["model_bytes"][-1] < c["full_causal_bytes"]
+    paths = f.make(tmp_path, Ns=(2048,))
+    assert all(p.endswith((".png", ".svg")) for p in paths)
