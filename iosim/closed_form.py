@@ -23,8 +23,10 @@ row r_l, and (lo, hi) the bounds on c - r (iosim.problem.band_of):
     j_hi = min(T_c - 1, floor((r_l + hi) / B_c))   (-1, none, when r_l + hi < 0)
     j_lo = max(0, floor((r0 + lo) / B_c))           (none when r0 + lo > N_k - 1)
 so a_i = max(0, j_hi - j_lo + 1) tiles, whose columns sum to min((j_hi+1) B_c, N_k) -
-j_lo B_c. The sums over i are vectorised NumPy over the T_r query blocks (no Python loop
-over tiles; O(T_r) work, T_r = ceil(N_q / B_r)).
+j_lo B_c. Over the full query blocks both j_hi and j_lo are clipped floors of linear
+functions of i, summed with `floor_sum` in O(log) steps, vectorised over configurations
+(`band_tile_sums`; no loop over tiles or query blocks); `band_sums_by_block` sums the
+runs block by block (O(T_r) NumPy), an independent derivation the tests compare.
 A block-sparse mask has no formula; its sums are taken over the (T_r, T_c) mask itself.
 
 Exact at every size: counts are int64 NumPy arrays (fast) where a cheap bound on the
@@ -100,10 +102,10 @@ def floor_sum(n, m, a, b):
     return ans.reshape(shape)
 
 
-def band_sums(N_q: int, N_k: int, B_r: int, B_c: int, band) -> tuple[int, int, int, int]:
-    """(n_A, RA, CA, RCA) per instance, as Python ints, for one problem whose rows see the
-    keys lo <= c - r <= hi (band = (lo, hi), None unbounded; see the module docstring).
-    Exact at any size: int64 where a bound shows it holds, Python ints otherwise."""
+def band_sums_by_block(N_q: int, N_k: int, B_r: int, B_c: int, band) -> tuple[int, int, int, int]:
+    """`band_sums` computed block by block: the run j_lo(i)..j_hi(i) of each of the T_r
+    query blocks, vectorised NumPy (O(T_r) work). A second, independent derivation that
+    the tests hold `band_sums` to."""
     lo, hi = band
     N_q, N_k, B_r, B_c = int(N_q), int(N_k), int(B_r), int(B_c)
     T_r, T_c = -(-N_q // B_r), -(-N_k // B_c)
@@ -130,23 +132,95 @@ def band_sums(N_q: int, N_k: int, B_r: int, B_c: int, band) -> tuple[int, int, i
     return int(a.sum()), int((rows * a).sum()), int(cols.sum()), int((rows * cols).sum())
 
 
+def _cdiv(a, b):
+    """ceil(a / b) for integer arrays, b > 0 (floor division rounds down for negatives)."""
+    return -((-a) // b)
+
+
+def _range_floor_sum(p, q, a, c, m):
+    """sum_{i=p}^{q-1} floor((a i + c) / m) where a i + c >= 0 on the range (0 if q <= p)."""
+    n = np.maximum(q - p, 0)
+    b = np.where(n > 0, a * p + c, 0)
+    return floor_sum(n, m, a, b)
+
+
+def band_tile_sums(N_q, N_k, B_r, B_c, lo, hi):
+    """(n_A, RA, CA, RCA) per instance for rows that see keys lo <= c - r <= hi; every
+    argument an integer array (broadcast), an unbounded side given as a bound no pair
+    reaches (lo <= -(N_q + B_r), hi >= N_k + B_c). O(log) per configuration.
+
+    Full query blocks i = 0..T_r-2 (rows B_r): j_hi(i) = min(floor((B_r i + B_r - 1 + hi)
+    / B_c), T_c - 1), j_lo(i) = max(floor((B_r i + lo) / B_c), 0), on the run of blocks
+    whose last row reaches a key (B_r i + B_r - 1 + hi >= 0) and whose first row is not
+    past the keys (B_r i + lo <= N_k - 1): there j_hi >= j_lo, and both sums split into a
+    clipped part and a floor sum (`floor_sum`). The last (ragged) block is one term."""
+    big = _max(N_q) + _max(N_k) + _max(B_r) + _max(B_c) + _max(lo) + _max(hi) + 2.0
+    dt = int_dtype(16.0 * big * big, N_q, N_k, B_r, B_c, lo, hi)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (N_q, N_k, B_r, B_c, lo, hi)))
+    N_q, N_k, B_r, B_c, lo, hi = (np.array(np.broadcast_to(x, shape), dtype=dt).reshape(-1)
+                                  for x in _ints(dt, N_q, N_k, B_r, B_c, lo, hi))
+    T_r, T_c = _cdiv(N_q, B_r), _cdiv(N_k, B_c)
+    n = T_r - 1                                       # full query blocks
+    ch = B_r - 1 + hi                                 # A(i) = B_r i + ch
+    i_a = np.maximum(_cdiv(-ch, B_r), 0)              # first block with A >= 0
+    i_e = np.minimum((N_k - 1 - lo) // B_r, n - 1)    # last block with B_r i + lo <= N_k - 1
+    i_e1 = np.maximum(i_e + 1, i_a)                   # the run is [i_a, i_e1)
+    cnt = i_e1 - i_a
+    # sum of j_hi: floor part before it reaches T_c - 1, then T_c - 1
+    i_s = np.clip(_cdiv((T_c - 1) * B_c - ch, B_r), i_a, i_e1)
+    full_hi = i_e1 - i_s                              # blocks with j_hi = T_c - 1
+    s_hi = _range_floor_sum(i_a, i_s, B_r, ch, B_c) + full_hi * (T_c - 1)
+    # sum of j_lo: 0 before B_r i + lo >= 0, then the floor
+    i_z = np.clip(_cdiv(-lo, B_r), i_a, i_e1)
+    s_lo = _range_floor_sum(i_z, i_e1, B_r, lo, B_c)
+    nA = s_hi - s_lo + cnt
+    CA = B_c * (s_hi + cnt) - full_hi * (T_c * B_c - N_k) - B_c * s_lo
+    RA, RCA = B_r * nA, B_r * CA
+    # the last query block: rows n B_r .. N_q - 1
+    r0 = n * B_r
+    rows = N_q - r0
+    A, Bv = N_q - 1 + hi, r0 + lo
+    j_hi = np.where(A < 0, -1, np.minimum(A // B_c, T_c - 1))
+    j_lo = np.where(Bv > N_k - 1, T_c, np.maximum(Bv // B_c, 0))
+    a = np.maximum(j_hi - j_lo + 1, 0)
+    cols = np.where(a > 0, np.minimum((j_hi + 1) * B_c, N_k) - j_lo * B_c, 0)
+    out = (nA + a, RA + rows * a, CA + cols, RCA + rows * cols)
+    return tuple(np.asarray(x).astype(dt).reshape(shape) for x in out)
+
+
+def _bounds(N_q, N_k, B_r, B_c, lo, hi):
+    """(lo, hi) with None replaced by bounds no pair reaches (see `band_tile_sums`)."""
+    return (-(N_q + B_r) if lo is None else lo, N_k + B_c if hi is None else hi)
+
+
+def band_sums(N_q: int, N_k: int, B_r: int, B_c: int, band) -> tuple[int, int, int, int]:
+    """(n_A, RA, CA, RCA) per instance, as Python ints, for one problem whose rows see the
+    keys lo <= c - r <= hi (band = (lo, hi), None unbounded; see the module docstring).
+    Exact at any size (`band_tile_sums`: floor sums, int64 where a bound shows it holds,
+    Python ints otherwise)."""
+    N_q, N_k, B_r, B_c = int(N_q), int(N_k), int(B_r), int(B_c)
+    lo, hi = _bounds(N_q, N_k, B_r, B_c, *band)
+    return tuple(int(x[()]) for x in band_tile_sums(N_q, N_k, B_r, B_c, lo, hi))
+
+
 def tile_sums(N, B_r, B_c, causal, *, N_k=None, window=(-1, -1)):
     """(n_A, RA, CA, RCA) per instance for dense or causal schedules; arrays broadcast.
     int64 arrays where that is exact (see `int_dtype`), object arrays otherwise.
     N_k (key rows, broadcasts; default N) and window=(left, right) (one pair for all):
-    configurations with N_k != N or a window take `band_sums`, one call each."""
-    from .problem import band_of, check_window
+    configurations with N_k != N or a window take `band_tile_sums` (floor sums)."""
+    from .problem import check_window
     if N_k is not None or tuple(window) != (-1, -1):
         check_window(window)
-        shape = np.broadcast_shapes(*(np.shape(x) for x in (N, B_r, B_c, causal, N_k)))
-        flat = [np.broadcast_to(np.asarray(x, dtype=object if np.asarray(x).dtype == object
-                                           else None), shape).reshape(-1)
-                for x in (N, B_r, B_c, causal, N if N_k is None else N_k)]
-        out = [band_sums(n, nk, br, bc, band_of(int(n), int(nk), bool(c), window))
-               for n, br, bc, c, nk in zip(*flat)]
-        big = max((max(o) for o in out), default=0)
-        dt = int_dtype(4.0 * float(big) + 1.0)
-        return tuple(np.array([o[t] for o in out], dtype=dt).reshape(shape) for t in range(4))
+        left, right = check_window(window)
+        N_k = N if N_k is None else N_k
+        dt = int_dtype(16.0 * (_max(N) + _max(N_k) + _max(B_r) + _max(B_c) + 2.0) ** 2,
+                       N, N_k, B_r, B_c)
+        N, N_k, B_r, B_c = _ints(dt, N, N_k, B_r, B_c)
+        causal = np.asarray(causal, dtype=bool)
+        o = N_k - N                                   # iosim.problem.band_of, vectorised
+        lo = -(N + B_r) if left < 0 else o - left
+        hi = np.where(causal, o, (N_k + B_c) if right < 0 else o + right)
+        return band_tile_sums(N, N_k, B_r, B_c, lo, hi)
     dt = int_dtype(16.0 * (_max(N) + _max(B_r) + _max(B_c) + 2.0) ** 2, N, B_r, B_c)
     shape = np.broadcast_shapes(*(np.shape(x) for x in (N, B_r, B_c, causal)))
     # at least 1-d: NumPy turns 0-d object arrays into Python scalars mid-expression
