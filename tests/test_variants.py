@@ -375,6 +375,17 @@ def test_flash_attn_shapes_scaled_down(N, Nk, causal, w):
     _check_kernel("fa2", N, Nk, causal, w, False, B_r=16, B_c=16, dtype="fp16", kernel="fast")
 
 
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 24), st.integers(1, 24), st.booleans(), st.integers(-1, 20),
+       st.integers(-1, 20), st.sampled_from([(8, 8), (4, 8), (16, 4)]),
+       st.sampled_from(["fa2", "fa1"]))
+def test_property_kernel_counts_and_outputs(N, Nk, causal, left, right, tiles, alg):
+    """Random shapes and windows through the plain kernels: counts = closed form, O and L
+    = float64."""
+    right = min(right, 0) if causal else right
+    _check_kernel(alg, N, Nk, causal, (left, right), False, *tiles)
+
+
 def test_kernel_refuses_a_bad_window():
     import gpu
     q, k, v = iosim.random_inputs(Problem(N=8, d=16, N_k=12), 0)
