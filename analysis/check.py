@@ -961,7 +961,8 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
         X = A(_launch.NB_DTYPE[dt], 3)
         for count in (False, True):
             for causal in ((True,) if quick else (False, True)):
-                scal = (T.float32, T.int64, T.int64, T.int64)
+                # scale, N, N_k, lo, hi, H, G (gpu.forward._band: the band arguments)
+                scal = (T.float32,) + (T.int64,) * 6
                 ks = [(fa2.fa2_forward_kernel(64, 64, 64, dt, causal, True, count, 128),
                        (X, X, X, X, F32) + scal + (U8, I64)),
                       (fa1.fa1_forward_kernel(64, 64, 64, dt, causal, True, count, 128),
@@ -969,9 +970,9 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
                       (standard.s_kernel(64, 64, 64, dt, causal, count, 128),
                        (X, X, X, A(T.int32, 2)) + scal + (I64,)),
                       (standard.softmax_kernel(64, 64, causal, True, count, 128),
-                       (X, X, U8, T.int64, I64)),
+                       (X, X, U8) + (T.int64,) * 4 + (I64,)),
                       (standard.pv_kernel(64, 64, 64, dt, causal, True, count, 128),
-                       (X, X, X, T.float32, U8, T.int64, T.int64, T.int64, I64)),
+                       (X, X, X, T.float32, U8) + (T.int64,) * 6 + (I64,)),
                       (fa2_fast.fa2_fast_kernel(128, 64, 64, dt, causal, True, count, 128, 8,
                                                 True), fa2_fast.signature(dt))]
                 for kern, sig in ks:

@@ -23,7 +23,9 @@ EXAMPLES = {
                 "flashsim traffic --algorithm fa2 --seq-len 65536 --head-dim 64 --heads 16 "
                 "--gpu H100-SXM --levels        # L2, DRAM, predicted time",
                 "flashsim traffic --algorithm fa2 --seq-len 1 --seq-len-kv 32768 --head-dim 128 "
-                "--heads 32 --gpu H100-SXM     # decoding"],
+                "--heads 32 --gpu H100-SXM --decode     # decoding",
+                "flashsim traffic --algorithm fa2 --seq-len 4096 --seq-len-kv 8192 --head-dim 64 "
+                "--causal --window 1024,0 --gpu H100-SXM   # N_q != N_k, local window"],
     "reproduce": ["flashsim reproduce gpt2-table",
                   "flashsim reproduce gpt2-table --sram-bytes 98304 --json"],
     "bench": ["flashsim bench                      # every point, on a CUDA GPU with torch",
@@ -57,9 +59,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """`--window -1,0` -> `--window=-1,0`: argparse takes a value starting with '-' (and
+    not a plain number) for an option and would report a missing argument."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--window" and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"--window={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -496,6 +496,10 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
     if problem.block_mask is not None:
         raise ValueError("block_mask: the hierarchy model covers dense and causal problems; "
                          "block-sparse masks are not modelled")
+    if problem.N_k != problem.N or problem.window != (-1, -1):
+        raise ValueError(f"N_k={problem.N_k} (N={problem.N}), window={problem.window}: the "
+                         f"hierarchy model covers N_k = N without a window; those variants "
+                         f"are modelled in the ledger (iosim.closed_form) only")
     plan = kernel_plan(algorithm, problem, hw, pass_=pass_, kernel=kernel, tiling=tiling)
     if grid_order != "query-major":
         if not (algorithm == "fa2" and pass_ == "fwd"):

@@ -219,10 +219,10 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
 
     # 6. figures -------------------------------------------------------------------------
     from .figures import (fig1_traffic_vs_M, fig2_traffic_vs_N, fig3_block_size, fig4_tiling_heatmap,
-                          fig5_roofline, fig6_memory_footprint)
+                          fig5_roofline, fig6_memory_footprint, fig15_window)
     from .figures._style import save
     for mod in (fig1_traffic_vs_M, fig2_traffic_vs_N, fig4_tiling_heatmap, fig5_roofline,
-                fig6_memory_footprint):
+                fig6_memory_footprint, fig15_window):
         figures += mod.make(out_dir)
         log(f"figure {mod.NAME}")
     if runtimes and all(v is not None for v in runtimes.values()):

@@ -398,10 +398,10 @@ def _pick_kernel(kernel, fast, tensor_cores, algorithm, dname):
 def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=None,
               block_cols=None, sram_bytes=None, block_mask=None, count_traffic=False,
               return_stats=False, threads=None, kernel="auto", fast=None, tensor_cores=None,
-              poison=None):
+              poison=None, window=(-1, -1)):
     """Exact attention O = softmax(scale Q K^T [+ causal/block mask]) V on the GPU.
 
-    q: (batch, heads, N, d); k, v: (batch, kv_heads, N, d) with kv_heads dividing heads
+    q: (batch, heads, N_q, d); k, v: (batch, kv_heads, N_k, d) with kv_heads dividing heads
     (query head h uses K/V head h // (heads // kv_heads)). float32 or float16, all the
     same dtype, C-contiguous; d in HEAD_DIMS. NumPy in -> NumPy out (copied); a device
     array in (numba, or any __cuda_array_interface__ object such as a torch tensor; not
@@ -414,7 +414,14 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     rule B_c = ceil(M/4d), B_r = min(B_c, d) in elements of the dtype), or neither
     (`default_tiling`). A tiling whose shared-memory footprint exceeds the device's
     per-block maximum raises ValueError.
-    block_mask: bool (T_r, T_c) over (query block, key block); False tiles are skipped.
+    causal: row r sees key c iff c <= r + N_k - N_q (bottom-right aligned, as flash-attn
+    >= 2.1; iosim.Problem). window=(left, right): flash-attn's window_size, row r sees
+    keys r + N_k - N_q - left .. r + N_k - N_q + right, -1 unbounded; with causal, right
+    must be -1 or 0 (ValueError naming both otherwise). A row that sees no key gets
+    O = 0, L = -inf; tiles with no visible pair are skipped (no traffic). Every kernel
+    (standard, fa1, the three fa2) runs every variant.
+    block_mask: bool (T_r, T_c) over (query block, key block), T_r = ceil(N_q / B_r),
+    T_c = ceil(N_k / B_c); False tiles are skipped.
     count_traffic: compile the instrumented kernels and return the ledger of elements
     they loaded/stored (problem totals, comparable with iosim.closed_form).
     return_stats: also return L (fa2, fa1).
@@ -490,9 +497,10 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
     (B, H, N, d), dt, kind = _check("q", q)
     (Bk, Hk, Nk, dk), dtk, kindk = _check("k", k)
     shape_v, dtv, kindv = _check("v", v)
-    if (Bk, Nk, dk) != (B, N, d) or shape_v != (Bk, Hk, Nk, dk):
+    if (Bk, dk) != (B, d) or shape_v != (Bk, Hk, Nk, dk):
         raise ValueError(f"k has shape {(Bk, Hk, Nk, dk)} and v has shape {shape_v}; both "
-                         f"must be (batch={B}, kv_heads, N={N}, d={d}) to match q {(B, H, N, d)}")
+                         f"must be (batch={B}, kv_heads, N_k, d={d}), the same, to match q "
+                         f"{(B, H, N, d)}")
     if H % Hk:
         raise ValueError(f"k/v have kv_heads={Hk}, which must divide q's heads={H}")
     if dtk != dt or dtv != dt:
@@ -565,10 +573,10 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
     else:
         check_fits(sram_footprint_bytes(algorithm, B_r, B_c, d, dname), what)
     if algorithm == "standard":
-        check_fits(4 * N, f"the standard softmax row of N={N} float32")
+        check_fits(4 * Nk, f"the standard softmax row of N_k={Nk} float32")
     threads = default_threads() if threads is None else int(threads)
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
-                            causal=causal, block_mask=block_mask)
+                            causal=causal, block_mask=block_mask, N_k=Nk, window=window)
     active = iosim.active_tiles(problem, tiling)   # validates block_mask's shape
     mask_dev = None
     if block_mask is not None:
@@ -576,8 +584,8 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
 
     qd, kd, vd = (_to_device(x, kind) for x in (q, k, v))
     q3 = qd.reshape(B * H, N, d)
-    k3 = kd.reshape(B * Hk, N, d)
-    v3 = vd.reshape(B * Hk, N, d)
+    k3 = kd.reshape(B * Hk, Nk, d)
+    v3 = vd.reshape(B * Hk, Nk, d)
     G = H // Hk
     npdt = NP_DTYPE[dname]
     torch = _torch_like(q) if kind == "cai" else None
@@ -586,7 +594,7 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
     o_obj, o3 = _output((B * H, N, d), npdt, kind, q, poison)
     counters = new_counters(count_traffic)
     common = dict(B_r=B_r, B_c=B_c, dt=dname, causal=bool(causal), count=bool(count_traffic),
-                  threads=threads)
+                  threads=threads, N_k=Nk, window=problem.window)
     L = None
     views = {"q": q3, "k": k3, "v": v3, "o": o3}
     record = _launch.recording() if plan_key is not None else contextlib.nullcontext()
@@ -616,8 +624,8 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
                     Lh = mh + np.log(lh)   # no key: -inf + log 0 = -inf; NaN l or m: NaN
                 L = cuda.to_device(Lh.astype(np.float32))
         else:
-            _s, s3 = _output((B * H, N, N), npdt, kind, q, poison)  # S, P: HBM scratch (kept
-            _p, p3 = _output((B * H, N, N), npdt, kind, q, poison)  # alive by _s, _p)
+            _s, s3 = _output((B * H, N, Nk), npdt, kind, q, poison)  # S, P: HBM scratch
+            _p, p3 = _output((B * H, N, Nk), npdt, kind, q, poison)  # (kept alive by _s, _p)
             views.update(s=s3, p=p3)
             standard.run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask_dev, active, counters,
                          **common)

@@ -1,10 +1,13 @@
 """Backward schedules: executed tile by tile through a counting HBM, and their closed forms.
 
-Notation and the active-tile rule are the forward's (iosim.schedules): query block i is
-rows [i B_r, min((i+1) B_r, N)), key block j rows [j B_c, min((j+1) B_c, N)); a tile
-(i, j) that is inactive (causal: first key column > last query row; block mask False)
-is skipped and costs nothing. Partly masked tiles are loaded whole and masked on chip.
-Inputs per (batch, query head) instance: Q, K, V, O, dO (N x d, problem dtype) and what
+Notation and the active-tile rule are the forward's (iosim.schedules): N = N_q query
+rows, N_k key rows; query block i is rows [i B_r, min((i+1) B_r, N_q)), key block j rows
+[j B_c, min((j+1) B_c, N_k)); a tile (i, j) that is inactive (no visible pair under the
+causal / window band; block mask False) is skipped and costs nothing. Partly masked
+tiles are loaded whole and masked on chip. Every key block is still visited by fa1 and
+fa2 (they read K_j, V_j and write dK_j, dV_j, zero where no query sees it); the counts
+below write N_k for K, V, dK, dV rows.
+Inputs per (batch, query head) instance: Q, O, dO (N_q x d), K, V (N_k x d) and what
 the matching forward left in HBM (standard: P; fa1: l, m; fa2: L). Gradients:
     dV = P^T dO,  dP = dO V^T,  D = rowsum(dO o O) = rowsum(P o dP),
     dS = P o (dP - D),  dQ = scale dS K,  dK = scale dS^T Q.
@@ -35,24 +38,26 @@ What each schedule reads and writes, per instance (counts are elements):
     convert: read dQacc (float32), write dQ = dQacc in the problem dtype (always, fp32
         included: FlashAttention-2 runs this pass for every dtype).
   grouped heads (kv_heads < heads), every schedule: each query head's kernel writes its own
-    dK_h, dV_h (N x d) as above; a reduction pass then reads all `heads` of them and writes
-    the `kv_heads` sums: + batch*heads*N*d reads and batch*kv_heads*N*d writes for each of
-    dK and dV (counted under dK, dV).
+    dK_h, dV_h (N_k x d) as above; a reduction pass then reads all `heads` of them and
+    writes the `kv_heads` sums: + batch*heads*N_k*d reads and batch*kv_heads*N_k*d writes
+    for each of dK and dV (counted under dK, dV).
 
-Closed form, per instance, with the forward's tile sums (iosim.closed_form.tile_sums):
-  n_A tiles, RA = sum rows_i, CA = sum cols_j, RCA = sum rows_i cols_j over active tiles:
+Closed form, per instance, with the forward's tile sums (iosim.closed_form.problem_sums):
+  n_A tiles, RA = sum rows_i, CA = sum cols_j, RCA = sum rows_i cols_j over active tiles
+  (N = N_q, N_k key rows):
   standard  reads  P 2RCA, dP RCA, dS 2RCA, dO 2RA d, V CA d, K CA d, Q RA d
-            writes dP RCA, dS RCA, dV N d, dQ N d, dK N d
-  fa1       reads  K N d, V N d, Q RA d, O RA d, dO RA d, dQ RA d, l RA, m RA
-            writes dQ (N + RA) d, dK 2N d, dV 2N d
-  fa2       reads  dO (N + RA) d, O N d, K N d, V N d, Q RA d, L RA, D RA, dQacc (RA + N) d
-            writes D N, dQacc (N + RA) d, dK N d, dV N d, dQ N d
+            writes dP RCA, dS RCA, dV N_k d, dQ N d, dK N_k d
+  fa1       reads  K N_k d, V N_k d, Q RA d, O RA d, dO RA d, dQ RA d, l RA, m RA
+            writes dQ (N + RA) d, dK 2 N_k d, dV 2 N_k d
+  fa2       reads  dO (N + RA) d, O N d, K N_k d, V N_k d, Q RA d, L RA, D RA,
+                   dQacc (RA + N) d
+            writes D N, dQacc (N + RA) d, dK N_k d, dV N_k d, dQ N d
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .closed_form import _mask_sums, _max, _ints, exact_ints, int_dtype, tile_sums
+from .closed_form import _max, _ints, exact_ints, int_dtype, problem_sums, tile_sums
 from .ledger import CountingMemory, Ledger
 from .problem import STAT_DTYPE, ConfigError, Problem
 from .reference import _masked_matmul, element_mask, reference_probs
@@ -94,13 +99,7 @@ def _probs(S, l=None, m=None, L=None):
     return np.where(ok, P, F32(0)).astype(F32)
 
 
-def _scores(Qi, Kj, scale, r0, c0, causal):
-    S = (F32(scale) * (Qi.astype(F32) @ Kj.astype(F32).T)).astype(F32)
-    if causal:
-        r = np.arange(r0, r0 + Qi.shape[0])[:, None]
-        c = np.arange(c0, c0 + Kj.shape[0])[None, :]
-        S = np.where(c <= r, S, NEG_INF)
-    return S
+from .schedules import _scores  # noqa: E402  (S_ij with entries outside the band -inf)
 
 
 # ---------------------------------------------------------------------------------------
@@ -123,12 +122,13 @@ def _colblock_product(mem: CountingMemory, a: str, b: str, out: str, rows, cols,
 
 def standard_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
     N, d, dt = problem.N, problem.d, problem.np_dtype
-    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    N_k = problem.N_k
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N_k, tiling.B_c)
     A = active_tiles(problem, tiling)
     for name in ("dP", "dS"):
-        mem.alloc(name, np.full((N, N), np.nan, dtype=dt))
-    for name in ("dQ", "dK", "dV"):
-        mem.alloc(name, np.full((N, d), np.nan, dtype=dt))
+        mem.alloc(name, np.full((N, N_k), np.nan, dtype=dt))
+    for name, n in (("dQ", N), ("dK", N_k), ("dV", N_k)):
+        mem.alloc(name, np.full((n, d), np.nan, dtype=dt))
     # 1. dV_j = sum_i P_ij^T dO_i
     _colblock_product(mem, "P", "dO", "dV", rows, cols, A, d, dt)
     # 2. dP_ij = dO_i V_j^T
@@ -155,11 +155,12 @@ def standard_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, sca
 
 def fa1_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
     N, d, dt = problem.N, problem.d, problem.np_dtype
-    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    N_k = problem.N_k
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N_k, tiling.B_c)
     A = active_tiles(problem, tiling)
-    for name in ("dQ", "dK", "dV"):                                   # line 6
-        mem.alloc(name, np.full((N, d), np.nan, dtype=dt))
-        mem.write(name, np.zeros((N, d), dtype=dt))
+    for name, n in (("dQ", N), ("dK", N_k), ("dV", N_k)):             # line 6
+        mem.alloc(name, np.full((n, d), np.nan, dtype=dt))
+        mem.write(name, np.zeros((n, d), dtype=dt))
     for j, (c0, c1) in enumerate(cols):                               # line 7
         Kj = mem.read("K", slice(c0, c1)).astype(F32)                 # line 8
         Vj = mem.read("V", slice(c0, c1)).astype(F32)
@@ -173,7 +174,7 @@ def fa1_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: f
             dOi = mem.read("dO", slice(r0, r1)).astype(F32)
             dQi = mem.read("dQ", slice(r0, r1)).astype(F32)
             li, mi = mem.read("l", slice(r0, r1)), mem.read("m", slice(r0, r1))
-            S = _scores(Qi, Kj, scale, r0, c0, problem.causal)        # lines 12-13
+            S = _scores(Qi, Kj, scale, r0, c0, problem.band)        # lines 12-13
             P = _probs(S, l=li, m=mi)                                 # line 14
             dV_t += P.T @ dOi                                         # line 17
             dP = dOi @ Vj.T                                           # line 18
@@ -187,12 +188,13 @@ def fa1_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: f
 
 def fa2_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
     N, d, dt = problem.N, problem.d, problem.np_dtype
-    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    N_k = problem.N_k
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N_k, tiling.B_c)
     A = active_tiles(problem, tiling)
     mem.alloc("D", np.full(N, np.nan, dtype=F32))
     mem.alloc("dQacc", np.full((N, d), np.nan, dtype=F32))
-    for name in ("dQ", "dK", "dV"):
-        mem.alloc(name, np.full((N, d), np.nan, dtype=dt))
+    for name, n in (("dQ", N), ("dK", N_k), ("dV", N_k)):
+        mem.alloc(name, np.full((n, d), np.nan, dtype=dt))
     # preprocess: D = rowsum(dO o O); dQacc = 0
     for r0, r1 in rows:
         dOi = mem.read("dO", slice(r0, r1)).astype(F32)
@@ -211,7 +213,7 @@ def fa2_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: f
             Qi = mem.read("Q", slice(r0, r1)).astype(F32)
             dOi = mem.read("dO", slice(r0, r1)).astype(F32)
             Li, Di = mem.read("L", slice(r0, r1)), mem.read("D", slice(r0, r1))
-            P = _probs(_scores(Qi, Kj, scale, r0, c0, problem.causal), L=Li)
+            P = _probs(_scores(Qi, Kj, scale, r0, c0, problem.band), L=Li)
             dV_t += P.T @ dOi
             dS = P * (dOi @ Vj.T - Di[:, None])
             # atomicAdd of rows_i x d float32 values: one read and one write each
@@ -228,8 +230,8 @@ BACKWARD = {"standard": standard_backward, "fa1": fa1_backward, "fa2": fa2_backw
 
 
 class BackwardExecution:
-    """Result of `execute_backward`: dq (batch, heads, N, d), dk and dv (batch, kv_heads,
-    N, d) in the problem dtype, the backward-only ledger, and the forward output O."""
+    """Result of `execute_backward`: dq (batch, heads, N_q, d), dk and dv (batch, kv_heads,
+    N_k, d) in the problem dtype, the backward-only ledger, and the forward output O."""
 
     def __init__(self, dq, dk, dv, ledger, O):
         self.dq, self.dk, self.dv, self.ledger, self.O = dq, dk, dv, ledger, O
@@ -250,16 +252,17 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
         q, k, v = random_inputs(problem, seed)
     if do is None:
         do = np.random.default_rng(seed + 1).standard_normal((B, H, N, d)).astype(dt)
-    for name, x, h in (("q", q, H), ("k", k, G), ("v", v, G), ("do", do, H)):
-        if np.shape(x) != (B, h, N, d):
-            raise ConfigError(f"{name} has shape {np.shape(x)}; the problem needs {(B, h, N, d)}")
+    N_k = problem.N_k
+    for name, x, h, n in (("q", q, H, N), ("k", k, G, N_k), ("v", v, G, N_k), ("do", do, H, N)):
+        if np.shape(x) != (B, h, n, d):
+            raise ConfigError(f"{name} has shape {np.shape(x)}; the problem needs {(B, h, n, d)}")
     q, k, v, do = (np.asarray(x, dtype=dt) for x in (q, k, v, do))
     active_tiles(problem, tiling)
     scale = check_scale(1.0 / np.sqrt(d) if scale is None else scale)
     O = np.empty((B, H, N, d), dtype=dt)
     dq = np.empty((B, H, N, d), dtype=dt)
-    dk_h = np.empty((B, H, N, d), dtype=dt)   # per query head, before the group sum
-    dv_h = np.empty((B, H, N, d), dtype=dt)
+    dk_h = np.empty((B, H, N_k, d), dtype=dt)   # per query head, before the group sum
+    dv_h = np.empty((B, H, N_k, d), dtype=dt)
     counted = CountingMemory()
     for b in range(B):
         for h in range(H):
@@ -275,16 +278,16 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
     if problem.group == 1:
         dk, dv = dk_h, dv_h
     else:  # reduction pass: dK_g = sum over the group's query heads of dK_h (same for dV)
-        dk = np.empty((B, G, N, d), dtype=dt)
-        dv = np.empty((B, G, N, d), dtype=dt)
+        dk = np.empty((B, G, N_k, d), dtype=dt)
+        dv = np.empty((B, G, N_k, d), dtype=dt)
         for out, per_head, name in ((dk, dk_h, "dK"), (dv, dv_h, "dV")):
             for b in range(B):
                 for g in range(G):
-                    acc = np.zeros((N, d), dtype=F32)
+                    acc = np.zeros((N_k, d), dtype=F32)
                     for h in range(g * problem.group, (g + 1) * problem.group):
                         counted.alloc(name, per_head[b, h])
                         acc += counted.read(name).astype(F32)
-                    counted.alloc(name, np.empty((N, d), dtype=dt))
+                    counted.alloc(name, np.empty((N_k, d), dtype=dt))
                     counted.write(name, acc.astype(dt))
                     out[b, g] = counted.arrays[name]
     ledger = BackwardLedger(f"{algorithm}-backward", problem, tiling,
@@ -295,31 +298,35 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
 # ---------------------------------------------------------------------------------------
 # Closed forms
 # ---------------------------------------------------------------------------------------
-def backward_counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA):
+def backward_counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA, N_k=None):
     """Per-instance backward element counts ({tensor: reads}, {tensor: writes}), without the
-    grouped-head reduction; arrays broadcast. See the module docstring. Exact at any size
-    (object arrays where int64 could overflow)."""
-    N, d, nA, RA, CA, RCA = exact_ints(N, d, nA, RA, CA, RCA, factor=2)
-    Nd = N * d
+    grouped-head reduction; arrays broadcast. N: query rows N_q; N_k: key rows (default
+    N). See the module docstring. Exact at any size (object arrays where int64 could
+    overflow)."""
+    N_k = N if N_k is None else N_k
+    (N, d, nA, RA, CA, RCA), N_k = exact_ints(N, d, nA, RA, CA, RCA, factor=2), \
+        exact_ints(N_k, d, nA, RA, CA, RCA, factor=2)[0]
+    Nd, Nkd = N * d, N_k * d
     if algorithm == "standard":
         reads = {"P": 2 * RCA, "dP": RCA, "dS": 2 * RCA, "dO": 2 * RA * d, "V": CA * d,
                  "K": CA * d, "Q": RA * d}
-        writes = {"dP": RCA, "dS": RCA, "dV": Nd, "dQ": Nd, "dK": Nd}
+        writes = {"dP": RCA, "dS": RCA, "dV": Nkd, "dQ": Nd, "dK": Nkd}
     elif algorithm == "fa1":
-        reads = {"K": Nd, "V": Nd, "Q": RA * d, "O": RA * d, "dO": RA * d, "dQ": RA * d,
+        reads = {"K": Nkd, "V": Nkd, "Q": RA * d, "O": RA * d, "dO": RA * d, "dQ": RA * d,
                  "l": RA, "m": RA}
-        writes = {"dQ": Nd + RA * d, "dK": 2 * Nd, "dV": 2 * Nd}
+        writes = {"dQ": Nd + RA * d, "dK": 2 * Nkd, "dV": 2 * Nkd}
     elif algorithm == "fa2":
-        reads = {"dO": Nd + RA * d, "O": Nd, "K": Nd, "V": Nd, "Q": RA * d, "L": RA,
+        reads = {"dO": Nd + RA * d, "O": Nd, "K": Nkd, "V": Nkd, "Q": RA * d, "L": RA,
                  "D": RA, "dQacc": RA * d + Nd}
-        writes = {"D": N, "dQacc": Nd + RA * d, "dK": Nd, "dV": Nd, "dQ": Nd}
+        writes = {"D": N, "dQacc": Nd + RA * d, "dK": Nkd, "dV": Nkd, "dQ": Nd}
     else:
         _check_algorithm(algorithm)
     return reads, writes
 
 
 def _add_group_reduction(reads, writes, N, d, batch, heads, kv_heads):
-    """Totals (not per instance): add the dK/dV group-sum pass when kv_heads < heads."""
+    """Totals (not per instance): add the dK/dV group-sum pass when kv_heads < heads
+    (N: the key rows N_k of dK, dV)."""
     dt = object if any(np.asarray(x).dtype == object for x in (N, d, batch, heads)) else np.int64
     grouped = np.asarray(kv_heads < heads, dtype=bool)
     zero = np.asarray(0, dtype=dt)
@@ -333,16 +340,14 @@ def _add_group_reduction(reads, writes, N, d, batch, heads, kv_heads):
 def backward_closed_form(algorithm: str, problem: Problem, tiling: Tiling) -> BackwardLedger:
     """The ledger of `execute_backward(algorithm, problem, tiling)`, by formula (totals)."""
     _check_algorithm(algorithm)
-    if problem.block_mask is not None:
-        sums = _mask_sums(problem, tiling)
-    else:
-        sums = (int(x) for x in tile_sums(problem.N, tiling.B_r, tiling.B_c, problem.causal))
-    reads, writes = backward_counts_from_sums(algorithm, problem.N, problem.d, *sums)
+    sums = problem_sums(problem, tiling)
+    reads, writes = backward_counts_from_sums(algorithm, problem.N, problem.d, *sums,
+                                              N_k=problem.N_k)
     k = problem.instances
     reads = {t: int(c) * k for t, c in reads.items()}
     writes = {t: int(c) * k for t, c in writes.items()}
     obj = lambda x: np.asarray(x, dtype=object)      # Python ints: exact at any size
-    _add_group_reduction(reads, writes, obj(problem.N), obj(problem.d), obj(problem.batch),
+    _add_group_reduction(reads, writes, obj(problem.N_k), obj(problem.d), obj(problem.batch),
                          obj(problem.heads), obj(problem.kv_heads))
     return BackwardLedger(f"{algorithm}-backward", problem, tiling,
                           {t: int(c) for t, c in reads.items()},
@@ -350,8 +355,10 @@ def backward_closed_form(algorithm: str, problem: Problem, tiling: Tiling) -> Ba
 
 
 def backward_closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False, itemsize=2,
-                                batch=1, heads=1, kv_heads=None) -> dict:
+                                batch=1, heads=1, kv_heads=None, N_k=None,
+                                window=(-1, -1)) -> dict:
     """Vectorised backward ledger for many configurations (dense or causal; no masks).
+    N_k (key rows, broadcasts; default N) and window=(left, right) as iosim.Problem.
 
     Arguments broadcast. itemsize: bytes of the problem dtype (2 fp16, 4 fp32); l, m, L,
     D and dQacc are 4 bytes. Returns problem totals: reads / writes {tensor: elements},
@@ -361,16 +368,21 @@ def backward_closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False,
     _check_algorithm(algorithm)
     kv_heads = heads if kv_heads is None else kv_heads
     # counts are at most about 16 (N + B_r + B_c)^2 d batch heads elements, times 8 bytes
-    bound = (128.0 * (_max(N) + _max(B_r) + _max(B_c) + 2.0) ** 2 * max(_max(d), 1.0)
+    bound = (128.0 * (_max(N) + (0.0 if N_k is None else _max(N_k)) + _max(B_r) + _max(B_c) + 2.0) ** 2 * max(_max(d), 1.0)
              * max(_max(batch), 1.0) * max(_max(heads), 1.0) * max(_max(itemsize), 4.0))
     args = (N, d, B_r, B_c, itemsize, batch, heads, kv_heads)
     N, d, B_r, B_c, itemsize, batch, heads, kv_heads = _ints(int_dtype(bound, *args), *args)
     if (N <= 0).any() or (d <= 0).any() or (B_r <= 0).any() or (B_c <= 0).any():
         raise ConfigError("N, d, B_r and B_c must all be positive")
-    reads, writes = backward_counts_from_sums(algorithm, N, d, *tile_sums(N, B_r, B_c, causal))
+    if N_k is not None:
+        (N_k,) = _ints(int_dtype(bound, N_k), N_k)
+        if (N_k <= 0).any():
+            raise ConfigError(f"N_k={N_k!r} is not allowed; allowed: positive integers")
+    reads, writes = backward_counts_from_sums(
+        algorithm, N, d, *tile_sums(N, B_r, B_c, causal, N_k=N_k, window=window), N_k=N_k)
     reads = {t: c * batch * heads for t, c in reads.items()}
     writes = {t: c * batch * heads for t, c in writes.items()}
-    _add_group_reduction(reads, writes, N, d, batch, heads, kv_heads)
+    _add_group_reduction(reads, writes, N if N_k is None else N_k, d, batch, heads, kv_heads)
     size = lambda t: 4 if t in F32_TENSORS else itemsize
     rb = sum(c * size(t) for t, c in reads.items())
     wb = sum(c * size(t) for t, c in writes.items())
@@ -382,7 +394,8 @@ def backward_closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False,
 # Independent dense reference
 # ---------------------------------------------------------------------------------------
 def reference_attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None = None,
-                                 block_mask=None, B_r: int | None = None, B_c: int | None = None):
+                                 block_mask=None, B_r: int | None = None, B_c: int | None = None,
+                                 window=(-1, -1)):
     """(dq, dk, dv) of O = softmax(scale Q K^T + mask) V in float64, analytically:
     dV = P^T dO, dP = dO V^T, D = rowsum(P o dP), dS = P o (dP - D), dQ = scale dS K,
     dK = scale dS^T Q. Shapes (..., heads, N, d); K, V may have fewer (grouped) heads, in
@@ -397,7 +410,7 @@ def reference_attention_backward(q, k, v, do, *, causal: bool = False, scale: fl
     kr, vr = np.repeat(k, H // G, axis=-3), np.repeat(v, H // G, axis=-3)
     N, d = q.shape[-2], q.shape[-1]
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
-    allowed = element_mask(N, causal, block_mask, B_r, B_c)
+    allowed = element_mask(N, causal, block_mask, B_r, B_c, N_k=k.shape[-2], window=window)
     p, _, _ = reference_probs(q, kr, allowed, scale)
     with np.errstate(invalid="ignore", over="ignore"):
         dv = _masked_matmul(np.swapaxes(p, -1, -2), allowed.T, do)

@@ -3,19 +3,30 @@
 Everything reduces to four sums over the active tiles A of one instance:
     n_A  = |A|                       RA  = sum_{(i,j) in A} rows_i
     CA   = sum_{(i,j) in A} cols_j   RCA = sum_{(i,j) in A} rows_i cols_j
-with rows_i = min(B_r, N - i B_r), cols_j = min(B_c, N - j B_c). Per instance:
+with rows_i = min(B_r, N_q - i B_r), cols_j = min(B_c, N_k - j B_c) (N = N_q query rows,
+N_k key rows; N_k = N unless given). Per instance:
 
   standard  Q: RA d read     K: CA d read      S: RCA written, RCA read
             P: RCA written, RCA read           V: CA d read      O: N d written
-  fa1       Q: RA d read     K, V: N d read each
+  fa1       Q: RA d read     K, V: N_k d read each
             O: RA d read, (N + RA) d written   l, m: RA read, N + RA written each
   fa2       Q: N d read      K, V: CA d read each      O: N d written   L: N written
 
-Dense (no causal, no mask):  RA = N T_c, CA = N T_r, RCA = N^2.
+Dense (no causal, no window, no mask):  RA = N T_c, CA = N_k T_r, RCA = N N_k.
 Causal: query block i sees a_i = floor(last_i / B_c) + 1 key blocks, last_i =
 min((i+1) B_r, N) - 1. Summing a_i over the T_r - 1 full query blocks is a floor sum,
     F = sum_{t=0}^{T_r-2} floor((B_r t + B_r - 1) / B_c),
 evaluated exactly in O(log) steps (`floor_sum`), vectorised over configurations.
+Band (N_k != N, or a window; `band_sums`): the active key blocks of query block i are
+one run j_lo(i)..j_hi(i) (the band is a diagonal strip), with first row r0 = i B_r, last
+row r_l, and (lo, hi) the bounds on c - r (iosim.problem.band_of):
+    j_hi = min(T_c - 1, floor((r_l + hi) / B_c))   (-1, none, when r_l + hi < 0)
+    j_lo = max(0, floor((r0 + lo) / B_c))           (none when r0 + lo > N_k - 1)
+so a_i = max(0, j_hi - j_lo + 1) tiles, whose columns sum to min((j_hi+1) B_c, N_k) -
+j_lo B_c. Over the full query blocks both j_hi and j_lo are clipped floors of linear
+functions of i, summed with `floor_sum` in O(log) steps, vectorised over configurations
+(`band_tile_sums`; no loop over tiles or query blocks); `band_sums_by_block` sums the
+runs block by block (O(T_r) NumPy), an independent derivation the tests compare.
 A block-sparse mask has no formula; its sums are taken over the (T_r, T_c) mask itself.
 
 Exact at every size: counts are int64 NumPy arrays (fast) where a cheap bound on the
@@ -91,9 +102,125 @@ def floor_sum(n, m, a, b):
     return ans.reshape(shape)
 
 
-def tile_sums(N, B_r, B_c, causal):
+def band_sums_by_block(N_q: int, N_k: int, B_r: int, B_c: int, band) -> tuple[int, int, int, int]:
+    """`band_sums` computed block by block: the run j_lo(i)..j_hi(i) of each of the T_r
+    query blocks, vectorised NumPy (O(T_r) work). A second, independent derivation that
+    the tests hold `band_sums` to."""
+    lo, hi = band
+    N_q, N_k, B_r, B_c = int(N_q), int(N_k), int(B_r), int(B_c)
+    T_r, T_c = -(-N_q // B_r), -(-N_k // B_c)
+    big = float(N_q) + N_k + B_r + B_c + abs(lo or 0) + abs(hi or 0) + 2.0
+    # largest intermediate: a product rows * cols, an index times a block size, or a sum
+    # (at most N_q N_k plus index terms)
+    dt = int_dtype(4.0 * (big * (B_r + B_c) + float(N_q) * N_k + big))
+    i = np.arange(T_r, dtype=np.int64).astype(dt)
+    r0 = i * B_r
+    r_last = np.minimum(r0 + B_r, N_q) - 1
+    rows = r_last - r0 + 1
+    if hi is None:
+        j_hi = np.full(T_r, T_c - 1, dtype=np.int64).astype(dt)
+    else:
+        j_hi = np.minimum((r_last + hi) // B_c, T_c - 1)
+        j_hi = np.where(r_last + hi < 0, -1, j_hi)
+    if lo is None:
+        j_lo = np.zeros(T_r, dtype=np.int64).astype(dt)
+    else:
+        x = r0 + lo
+        j_lo = np.where(x > N_k - 1, T_c, np.maximum(x // B_c, 0))
+    a = np.maximum(j_hi - j_lo + 1, 0)
+    cols = np.where(a > 0, np.minimum((j_hi + 1) * B_c, N_k) - j_lo * B_c, 0)
+    return int(a.sum()), int((rows * a).sum()), int(cols.sum()), int((rows * cols).sum())
+
+
+def _cdiv(a, b):
+    """ceil(a / b) for integer arrays, b > 0 (floor division rounds down for negatives)."""
+    return -((-a) // b)
+
+
+def _range_floor_sum(p, q, a, c, m):
+    """sum_{i=p}^{q-1} floor((a i + c) / m) where a i + c >= 0 on the range (0 if q <= p)."""
+    n = np.maximum(q - p, 0)
+    b = np.where(n > 0, a * p + c, 0)
+    return floor_sum(n, m, a, b)
+
+
+def band_tile_sums(N_q, N_k, B_r, B_c, lo, hi):
+    """(n_A, RA, CA, RCA) per instance for rows that see keys lo <= c - r <= hi; every
+    argument an integer array (broadcast), an unbounded side given as a bound no pair
+    reaches (lo <= -(N_q + B_r), hi >= N_k + B_c). O(log) per configuration.
+
+    Full query blocks i = 0..T_r-2 (rows B_r): j_hi(i) = min(floor((B_r i + B_r - 1 + hi)
+    / B_c), T_c - 1), j_lo(i) = max(floor((B_r i + lo) / B_c), 0), on the run of blocks
+    whose last row reaches a key (B_r i + B_r - 1 + hi >= 0) and whose first row is not
+    past the keys (B_r i + lo <= N_k - 1): there j_hi >= j_lo, and both sums split into a
+    clipped part and a floor sum (`floor_sum`). The last (ragged) block is one term."""
+    big = _max(N_q) + _max(N_k) + _max(B_r) + _max(B_c) + _max(lo) + _max(hi) + 2.0
+    dt = int_dtype(16.0 * big * big, N_q, N_k, B_r, B_c, lo, hi)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (N_q, N_k, B_r, B_c, lo, hi)))
+    N_q, N_k, B_r, B_c, lo, hi = (np.array(np.broadcast_to(x, shape), dtype=dt).reshape(-1)
+                                  for x in _ints(dt, N_q, N_k, B_r, B_c, lo, hi))
+    T_r, T_c = _cdiv(N_q, B_r), _cdiv(N_k, B_c)
+    n = T_r - 1                                       # full query blocks
+    ch = B_r - 1 + hi                                 # A(i) = B_r i + ch
+    i_a = np.maximum(_cdiv(-ch, B_r), 0)              # first block with A >= 0
+    i_e = np.minimum((N_k - 1 - lo) // B_r, n - 1)    # last block with B_r i + lo <= N_k - 1
+    i_e1 = np.maximum(i_e + 1, i_a)                   # the run is [i_a, i_e1)
+    cnt = i_e1 - i_a
+    # sum of j_hi: floor part before it reaches T_c - 1, then T_c - 1
+    i_s = np.clip(_cdiv((T_c - 1) * B_c - ch, B_r), i_a, i_e1)
+    full_hi = i_e1 - i_s                              # blocks with j_hi = T_c - 1
+    s_hi = _range_floor_sum(i_a, i_s, B_r, ch, B_c) + full_hi * (T_c - 1)
+    # sum of j_lo: 0 before B_r i + lo >= 0, then the floor
+    i_z = np.clip(_cdiv(-lo, B_r), i_a, i_e1)
+    s_lo = _range_floor_sum(i_z, i_e1, B_r, lo, B_c)
+    nA = s_hi - s_lo + cnt
+    CA = B_c * (s_hi + cnt) - full_hi * (T_c * B_c - N_k) - B_c * s_lo
+    RA, RCA = B_r * nA, B_r * CA
+    # the last query block: rows n B_r .. N_q - 1
+    r0 = n * B_r
+    rows = N_q - r0
+    A, Bv = N_q - 1 + hi, r0 + lo
+    j_hi = np.where(A < 0, -1, np.minimum(A // B_c, T_c - 1))
+    j_lo = np.where(Bv > N_k - 1, T_c, np.maximum(Bv // B_c, 0))
+    a = np.maximum(j_hi - j_lo + 1, 0)
+    cols = np.where(a > 0, np.minimum((j_hi + 1) * B_c, N_k) - j_lo * B_c, 0)
+    out = (nA + a, RA + rows * a, CA + cols, RCA + rows * cols)
+    return tuple(np.asarray(x).astype(dt).reshape(shape) for x in out)
+
+
+def _bounds(N_q, N_k, B_r, B_c, lo, hi):
+    """(lo, hi) with None replaced by bounds no pair reaches (see `band_tile_sums`)."""
+    return (-(N_q + B_r) if lo is None else lo, N_k + B_c if hi is None else hi)
+
+
+def band_sums(N_q: int, N_k: int, B_r: int, B_c: int, band) -> tuple[int, int, int, int]:
+    """(n_A, RA, CA, RCA) per instance, as Python ints, for one problem whose rows see the
+    keys lo <= c - r <= hi (band = (lo, hi), None unbounded; see the module docstring).
+    Exact at any size (`band_tile_sums`: floor sums, int64 where a bound shows it holds,
+    Python ints otherwise)."""
+    N_q, N_k, B_r, B_c = int(N_q), int(N_k), int(B_r), int(B_c)
+    lo, hi = _bounds(N_q, N_k, B_r, B_c, *band)
+    return tuple(int(x[()]) for x in band_tile_sums(N_q, N_k, B_r, B_c, lo, hi))
+
+
+def tile_sums(N, B_r, B_c, causal, *, N_k=None, window=(-1, -1)):
     """(n_A, RA, CA, RCA) per instance for dense or causal schedules; arrays broadcast.
-    int64 arrays where that is exact (see `int_dtype`), object arrays otherwise."""
+    int64 arrays where that is exact (see `int_dtype`), object arrays otherwise.
+    N_k (key rows, broadcasts; default N) and window=(left, right) (one pair for all):
+    configurations with N_k != N or a window take `band_tile_sums` (floor sums)."""
+    from .problem import check_window
+    if N_k is not None or tuple(window) != (-1, -1):
+        check_window(window)
+        left, right = check_window(window)
+        N_k = N if N_k is None else N_k
+        dt = int_dtype(16.0 * (_max(N) + _max(N_k) + _max(B_r) + _max(B_c) + 2.0) ** 2,
+                       N, N_k, B_r, B_c)
+        N, N_k, B_r, B_c = _ints(dt, N, N_k, B_r, B_c)
+        causal = np.asarray(causal, dtype=bool)
+        o = N_k - N                                   # iosim.problem.band_of, vectorised
+        lo = -(N + B_r) if left < 0 else o - left
+        hi = np.where(causal, o, (N_k + B_c) if right < 0 else o + right)
+        return band_tile_sums(N, N_k, B_r, B_c, lo, hi)
     dt = int_dtype(16.0 * (_max(N) + _max(B_r) + _max(B_c) + 2.0) ** 2, N, B_r, B_c)
     shape = np.broadcast_shapes(*(np.shape(x) for x in (N, B_r, B_c, causal)))
     # at least 1-d: NumPy turns 0-d object arrays into Python scalars mid-expression
@@ -120,11 +247,11 @@ def tile_sums(N, B_r, B_c, causal):
 
 
 def _mask_sums(problem: Problem, tiling: Tiling):
-    N = problem.N
-    dt = int_dtype(4.0 * (float(N) + tiling.B_r + tiling.B_c) ** 2)
+    N, N_k = problem.N, problem.N_k
+    dt = int_dtype(4.0 * (float(N) + N_k + tiling.B_r + tiling.B_c) ** 2)
     A = active_tiles(problem, tiling).astype(dt)
-    rows, cols = (np.minimum(B, N - np.arange(T) * B).astype(dt) for B, T in
-                  ((tiling.B_r, tiling.T_r(N)), (tiling.B_c, tiling.T_c(N))))
+    rows, cols = (np.minimum(B, n - np.arange(T) * B).astype(dt) for B, T, n in
+                  ((tiling.B_r, tiling.T_r(N), N), (tiling.B_c, tiling.T_c(N_k), N_k)))
     return int(A.sum()), int(rows @ A.sum(axis=1)), int(A.sum(axis=0) @ cols), int(rows @ A @ cols)
 
 
@@ -140,15 +267,18 @@ def exact_ints(N, d, nA, RA, CA, RCA, factor: int = 1):
     return _ints(object, *args)
 
 
-def counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA):
+def counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA, N_k=None):
     """Per-instance element counts: ({tensor: reads}, {tensor: writes}); arrays broadcast.
-    Exact at any size (object arrays where int64 could overflow)."""
-    N, d, nA, RA, CA, RCA = exact_ints(N, d, nA, RA, CA, RCA)
+    N: query rows N_q; N_k: key rows (default N). Exact at any size (object arrays where
+    int64 could overflow)."""
+    N_k = N if N_k is None else N_k
+    (N, d, nA, RA, CA, RCA), N_k = exact_ints(N, d, nA, RA, CA, RCA), \
+        exact_ints(N_k, d, nA, RA, CA, RCA)[0]
     if algorithm == "standard":
         reads = {"Q": RA * d, "K": CA * d, "V": CA * d, "S": RCA, "P": RCA}
         writes = {"S": RCA, "P": RCA, "O": N * d}
     elif algorithm == "fa1":
-        reads = {"Q": RA * d, "K": N * d, "V": N * d, "O": RA * d, "l": RA, "m": RA}
+        reads = {"Q": RA * d, "K": N_k * d, "V": N_k * d, "O": RA * d, "l": RA, "m": RA}
         writes = {"O": (N + RA) * d, "l": N + RA, "m": N + RA}
     elif algorithm == "fa2":
         reads = {"Q": N * d, "K": CA * d, "V": CA * d}
@@ -158,13 +288,21 @@ def counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA):
     return reads, writes
 
 
+def problem_sums(problem: Problem, tiling: Tiling) -> tuple[int, int, int, int]:
+    """(n_A, RA, CA, RCA) per instance of one problem: over its block mask where it has
+    one, else by formula (floor sums for dense/causal with N_k = N, else `band_sums`)."""
+    if problem.block_mask is not None:
+        return _mask_sums(problem, tiling)
+    if problem.N_k == problem.N and problem.window == (-1, -1):
+        return tuple(int(x) for x in tile_sums(problem.N, tiling.B_r, tiling.B_c, problem.causal))
+    return band_sums(problem.N, problem.N_k, tiling.B_r, tiling.B_c, problem.band)
+
+
 def closed_form(algorithm: str, problem: Problem, tiling: Tiling) -> Ledger:
     """The ledger of `execute(algorithm, problem, tiling)`, computed by formula (totals)."""
-    if problem.block_mask is not None:
-        nA, RA, CA, RCA = _mask_sums(problem, tiling)
-    else:
-        nA, RA, CA, RCA = (int(x) for x in tile_sums(problem.N, tiling.B_r, tiling.B_c, problem.causal))
-    reads, writes = counts_from_sums(algorithm, problem.N, problem.d, nA, RA, CA, RCA)
+    nA, RA, CA, RCA = problem_sums(problem, tiling)
+    reads, writes = counts_from_sums(algorithm, problem.N, problem.d, nA, RA, CA, RCA,
+                                     problem.N_k)
     k = problem.instances
     return Ledger(algorithm, problem, tiling,
                   {t: int(c) * k for t, c in reads.items()},
@@ -172,8 +310,9 @@ def closed_form(algorithm: str, problem: Problem, tiling: Tiling) -> Ledger:
 
 
 def closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False, itemsize=2,
-                       instances=1) -> dict:
+                       instances=1, N_k=None, window=(-1, -1)) -> dict:
     """Vectorised ledger for many configurations at once (dense or causal; no masks).
+    N_k (key rows, broadcasts; default N) and window=(left, right) as iosim.Problem.
 
     All arguments broadcast (NumPy arrays or scalars). `itemsize` is bytes per element of
     Q, K, V, O, S, P (2 for fp16, 4 for fp32); statistics are 4 bytes. Returns a dict of
@@ -182,14 +321,19 @@ def closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False, itemsize
     int64 arrays where int64 holds every count exactly, else object arrays of Python ints.
     """
     # counts are at most about 16 (N + B_r + B_c)^2 d instances elements, times 8 bytes
-    bound = (128.0 * (_max(N) + _max(B_r) + _max(B_c) + 2.0) ** 2 * max(_max(d), 1.0)
+    bound = (128.0 * (_max(N) + (0.0 if N_k is None else _max(N_k)) + _max(B_r) + _max(B_c)
+                      + 2.0) ** 2 * max(_max(d), 1.0)
              * max(_max(instances), 1.0) * max(_max(itemsize), 4.0))
     dt = int_dtype(bound, N, d, B_r, B_c, itemsize, instances)
     N, d, B_r, B_c, itemsize, instances = _ints(dt, N, d, B_r, B_c, itemsize, instances)
     if (N <= 0).any() or (d <= 0).any() or (B_r <= 0).any() or (B_c <= 0).any():
         raise ConfigError("N, d, B_r and B_c must all be positive")
-    sums = tile_sums(N, B_r, B_c, causal)
-    reads, writes = counts_from_sums(algorithm, N, d, *sums)
+    if N_k is not None:
+        (N_k,) = _ints(int_dtype(bound, N_k), N_k)
+        if (N_k <= 0).any():
+            raise ConfigError(f"N_k={N_k!r} is not allowed; allowed: positive integers")
+    sums = tile_sums(N, B_r, B_c, causal, N_k=N_k, window=window)
+    reads, writes = counts_from_sums(algorithm, N, d, *sums, N_k=N_k)
     reads = {t: c * instances for t, c in reads.items()}
     writes = {t: c * instances for t, c in writes.items()}
     nbytes = lambda t, c: c * (4 if t in STAT else itemsize)

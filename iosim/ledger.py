@@ -119,6 +119,7 @@ class Ledger(TrafficCounts):
             "algorithm": self.algorithm,
             "batch": p.batch, "heads": p.heads, "kv_heads": p.kv_heads,
             "seq_len": p.N, "head_dim": p.d, "dtype": p.dtype, "causal": p.causal,
+            "seq_len_kv": p.N_k, "window": list(p.window),   # key rows N_k; (left, right)
             "block_sparse": p.block_mask is not None,
             "block_rows": t.B_r, "block_cols": t.B_c,
             "hbm_read_bytes": self.hbm_read_bytes,

@@ -1,9 +1,17 @@
 """The attention problem: what is computed, independent of hardware and tiling.
 
 A `Problem` is batch x heads independent attention instances, each
-    O = softmax(scale * Q K^T  [+ mask]) V,   Q, K, V, O in R^{N x d}.
+    O = softmax(scale * Q K^T  [+ mask]) V,   Q, O in R^{N_q x d},  K, V in R^{N_k x d},
+with N = N_q (query rows) and N_k (key/value rows; default N_k = N).
 Keys and values may have fewer heads (`kv_heads`, grouped / multi-query
 attention): query head h reads K/V head h // (heads // kv_heads).
+
+Masks are a band on the diagonal offset c - r (`band`), aligned bottom-right as in
+flash-attn >= 2.1 and PyTorch's causal_lower_right: with o = N_k - N_q, query row r
+(0-based) sees key c iff
+    causal:            c <= r + o
+    window=(wl, wr):   r + o - wl <= c <= r + o + wr   (-1: that side unbounded)
+both at once when both are given (causal is the window's right side 0).
 """
 from __future__ import annotations
 
@@ -43,6 +51,40 @@ def _positive_int(name: str, value) -> int:
     return int(value)
 
 
+def check_window(window, causal: bool = False) -> tuple[int, int]:
+    """(left, right) of a local window as flash-attn's window_size: each an integer >= -1,
+    -1 meaning unbounded on that side. With causal=True the right side is 0 by
+    definition: right = -1 or 0 is accepted (and kept as given), right > 0 is a
+    ConfigError naming both values (flash-attn silently overrides it; we refuse rather
+    than compute something the caller did not ask for)."""
+    if window is None:
+        window = (-1, -1)
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise ConfigError(f"window={window!r} is not allowed; allowed: a pair (left, right) "
+                          f"of integers >= -1 (-1: unbounded)") from None
+    for name, x in (("left", left), ("right", right)):
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < -1:
+            raise ConfigError(f"window={tuple(window)!r}: {name}={x!r} is not allowed; "
+                              f"allowed: integers >= -1 (-1: unbounded)")
+    if causal and right > 0:
+        raise ConfigError(f"causal=True and window=({left}, {right}) were both given: causal "
+                          f"fixes the window's right side to 0; allowed with causal: "
+                          f"right = -1 or 0 (or causal=False, window=({left}, {right}))")
+    return int(left), int(right)
+
+
+def band_of(N_q: int, N_k: int, causal: bool, window=(-1, -1)):
+    """(lo, hi): query row r sees key c iff lo <= c - r <= hi, None meaning unbounded.
+    Bottom-right alignment, o = N_k - N_q: lo = o - left, hi = o + right (causal: hi = o)."""
+    left, right = check_window(window, causal)
+    o = N_k - N_q
+    lo = None if left < 0 else o - left
+    hi = o if causal else (None if right < 0 else o + right)
+    return lo, hi
+
+
 class HeadsAndDtype:
     """What every attention problem derives from batch, heads, kv_heads and dtype
     (Problem here, iosim.decode.DecodeProblem)."""
@@ -66,11 +108,19 @@ class HeadsAndDtype:
 class Problem(HeadsAndDtype):
     """One attention problem.
 
-    N: sequence length (queries = keys). d: head dimension.
+    N: query length N_q in rows (also `N_q`). d: head dimension (elements).
+    N_k: key/value length in rows; None (default) means N_k = N.
     dtype: storage dtype of Q, K, V, O (and of S, P for the standard algorithm).
-    causal: query row r sees key column c iff c <= r.
+    causal: query row r sees key column c iff c <= r + N_k - N_q (bottom-right aligned;
+        for N_k = N: c <= r).
+    window: (left, right) in key rows, flash-attn's window_size: row r sees keys
+        r + o - left <= c <= r + o + right, o = N_k - N_q; -1 = unbounded (default
+        (-1, -1): no window). With causal, right must be -1 or 0 (`check_window`).
     block_mask: optional boolean (T_r, T_c) array over (query block, key block) of the
-        tiling it is used with; a False tile is skipped entirely (Proposition 4).
+        tiling it is used with, T_r = ceil(N_q / B_r), T_c = ceil(N_k / B_c); a False tile
+        is skipped entirely (Proposition 4).
+    A query row that sees no key (possible with N_q > N_k under causal, with a window,
+    or under a block mask) gets O = 0 and L = -inf.
     """
 
     N: int
@@ -81,16 +131,21 @@ class Problem(HeadsAndDtype):
     dtype: str = "fp32"
     causal: bool = False
     block_mask: np.ndarray | None = field(default=None, compare=False, repr=False)
+    N_k: int | None = None
+    window: tuple = (-1, -1)
 
     def __post_init__(self):
         for name in ("N", "d", "batch", "heads"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        object.__setattr__(self, "N_k", self.N if self.N_k is None
+                           else _positive_int("N_k", self.N_k))
         kv = self.heads if self.kv_heads is None else _positive_int("kv_heads", self.kv_heads)
         if self.heads % kv:
             raise ConfigError(f"kv_heads={kv} must divide heads={self.heads}")
         object.__setattr__(self, "kv_heads", kv)
         object.__setattr__(self, "dtype", check_dtype(self.dtype))
         object.__setattr__(self, "causal", bool(self.causal))
+        object.__setattr__(self, "window", check_window(self.window, self.causal))
         if self.block_mask is not None:
             m = np.asarray(self.block_mask)
             if m.ndim != 2 or m.dtype != np.bool_:
@@ -100,6 +155,21 @@ class Problem(HeadsAndDtype):
             m = m.copy()
             m.setflags(write=False)
             object.__setattr__(self, "block_mask", m)
+
+    @property
+    def N_q(self) -> int:
+        """Query rows (= N)."""
+        return self.N
+
+    @property
+    def band(self):
+        """(lo, hi): row r sees key c iff lo <= c - r <= hi (None: unbounded); `band_of`."""
+        return band_of(self.N, self.N_k, self.causal, self.window)
+
+    @property
+    def banded(self) -> bool:
+        """Whether any (row, key) pair is masked by causal or the window."""
+        return self.band != (None, None)
 
     @property
     def itemsize(self) -> int:

@@ -3,19 +3,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from .problem import band_of
+
 
 def element_mask(N: int, causal: bool, block_mask=None, B_r: int | None = None,
-                 B_c: int | None = None) -> np.ndarray:
-    """Boolean (N, N): True where query row r may attend key column c."""
-    allowed = np.ones((N, N), dtype=bool)
-    if causal:
-        allowed &= np.tril(np.ones((N, N), dtype=bool))
+                 B_c: int | None = None, *, N_k: int | None = None,
+                 window=(-1, -1)) -> np.ndarray:
+    """Boolean (N_q, N_k), N_q = N (N_k default N): True where query row r may attend key
+    column c. Causal and window align bottom-right (iosim.problem.band_of), o = N_k - N_q:
+    causal c <= r + o; window (left, right) r + o - left <= c <= r + o + right."""
+    N_k = N if N_k is None else int(N_k)
+    lo, hi = band_of(N, N_k, causal, window)
+    dc = np.arange(N_k)[None, :] - np.arange(N)[:, None]
+    allowed = np.ones((N, N_k), dtype=bool)
+    if lo is not None:
+        allowed &= dc >= lo
+    if hi is not None:
+        allowed &= dc <= hi
     if block_mask is not None:
         if B_r is None or B_c is None:
             raise ValueError("block_mask needs B_r and B_c to expand it to elements")
         bm = np.asarray(block_mask, dtype=bool)
         rows = np.arange(N) // B_r
-        cols = np.arange(N) // B_c
+        cols = np.arange(N_k) // B_c
         allowed &= bm[rows[:, None], cols[None, :]]
     return allowed
 
@@ -53,8 +63,10 @@ def reference_probs(q, k, allowed, scale: float):
 
 def reference_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
                         block_mask=None, B_r: int | None = None, B_c: int | None = None,
-                        return_lse: bool = False):
-    """softmax(scale Q K^T + mask) V in float64, for (..., heads, N, d) arrays.
+                        return_lse: bool = False, window=(-1, -1)):
+    """softmax(scale Q K^T + mask) V in float64: q (..., heads, N_q, d), k, v
+    (..., kv_heads, N_k, d). Causal and window=(left, right) as iosim.Problem (bottom-right
+    aligned; `element_mask`).
 
     K and V may have fewer heads than Q (grouped): query head h uses K/V head
     h // (heads // kv_heads). A row that may attend no key at all returns O = 0 and
@@ -74,7 +86,7 @@ def reference_attention(q, k, v, *, causal: bool = False, scale: float | None = 
         v = np.repeat(v, H // G, axis=-3)
     N, d = q.shape[-2], q.shape[-1]
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
-    allowed = element_mask(N, causal, block_mask, B_r, B_c)
+    allowed = element_mask(N, causal, block_mask, B_r, B_c, N_k=k.shape[-2], window=window)
     p, lse, _ = reference_probs(q, k, allowed, scale)
     with np.errstate(invalid="ignore", over="ignore"):
         o = _masked_matmul(p, allowed, v)

@@ -5,29 +5,38 @@ Each schedule is written as its gpu kernel runs it, so one execution yields the 
 and against the kernels' own counters). Numerics: float32 accumulation and statistics,
 tensors stored in the problem dtype (the kernels do the same).
 
-Notation (Dao et al. 2022): query block i holds rows [i B_r, min((i+1) B_r, N)),
-key block j rows [j B_c, min((j+1) B_c, N)); T_r = ceil(N/B_r), T_c = ceil(N/B_c).
+Notation (Dao et al. 2022): N = N_q query rows, N_k key/value rows (N_k = N unless
+given). Query block i holds rows [i B_r, min((i+1) B_r, N_q)), key block j rows
+[j B_c, min((j+1) B_c, N_k)); T_r = ceil(N_q/B_r), T_c = ceil(N_k/B_c).
 
-Active tiles. Tile (i, j) is skipped, costing no traffic, iff
-  * causal and its first key column j B_c is greater than its last query row
-    min((i+1) B_r, N) - 1 (partly masked tiles are loaded whole and masked on chip), or
+Masks (iosim.problem): query row r sees key c iff lo <= c - r <= hi (`Problem.band`;
+None = unbounded), bottom-right aligned: o = N_k - N_q, causal hi = o, window (wl, wr)
+lo = o - wl, hi = o + wr.
+
+Active tiles. Tile (i, j) with last query row r_l = min((i+1) B_r, N_q) - 1 and last key
+c_l = min((j+1) B_c, N_k) - 1 is skipped, costing no traffic, iff
+  * it holds no visible (row, key) pair: c - r over the tile takes every integer in
+    [j B_c - r_l, c_l - i B_r], so the tile is active iff j B_c - r_l <= hi and
+    c_l - i B_r >= lo (causal, N_k = N_q: j B_c <= r_l). Partly masked tiles are loaded
+    whole and masked on chip; or
   * a block-sparse mask is given and block_mask[i, j] is False (Proposition 4).
 
 What each schedule reads and writes, per (batch, query head) instance:
-  standard  (Algorithm 0, three kernels; S and P are N x N HBM buffers, problem dtype)
+  standard  (Algorithm 0, three kernels; S and P are N_q x N_k HBM buffers, problem dtype)
             S kernel, per active tile:  read Q_i, K_j; write S_ij = scale Q_i K_j^T
-                                        (causally masked entries written as -inf).
+                                        (entries outside the band written as -inf).
             softmax, per query row:     read the row's entries of S over its active
                                         tiles (once; the row is held on chip); write P
                                         over the same entries.
             PV kernel, per query block: for each active j read P_ij and V_j; write O_i.
   fa1       (Algorithm 1 as written; one thread block per instance)
-            step 2: write O = 0, l = 0, m = -inf.   For j in 1..T_c (step 5): read K_j,
-            V_j (step 6). For each active i (step 7): read Q_i, O_i, l_i, m_i (step 8),
+            step 2: write O = 0, l = 0, m = -inf (N_q rows).   For j in 1..T_c (step 5):
+            read K_j, V_j (step 6; every key block, active tiles or not). For each active i (step 7): read Q_i, O_i, l_i, m_i (step 8),
             compute (steps 9-11), write O_i (step 12), l_i, m_i (step 13).
   fa2       (FlashAttention-2 forward; one thread block per query block and instance)
             read Q_i; for each active j read K_j, V_j; write O_i and L_i = m_i + log l_i.
-A row with no visible key (possible under a block mask) gets O = 0 and L = -inf.
+A row with no visible key (under a block mask, a window, or causal with N_q > N_k)
+gets O = 0 and L = -inf (fa1: O = 0, l = 0, m = -inf).
 Non-finite inputs: a row that sees a key and meets a NaN or Inf (in q, k, v or the scale)
 gets NaN, never a finite number: "sees no key" is decided from the masks (`sees_key`),
 not from the running sum l, which is then NaN.
@@ -52,49 +61,85 @@ def block_bounds(N: int, B: int) -> list[tuple[int, int]]:
     return [(s, min(s + B, N)) for s in range(0, N, B)]
 
 
+def band_tiles(N_q: int, N_k: int, B_r: int, B_c: int, band) -> np.ndarray:
+    """Boolean (T_r, T_c): tiles holding at least one pair lo <= c - r <= hi (band =
+    (lo, hi), None unbounded; see the module docstring)."""
+    lo, hi = band
+    r0 = np.arange(-(-N_q // B_r)) * B_r
+    r_last = np.minimum(r0 + B_r, N_q) - 1
+    c0 = np.arange(-(-N_k // B_c)) * B_c
+    c_last = np.minimum(c0 + B_c, N_k) - 1
+    active = np.ones((r0.size, c0.size), dtype=bool)
+    if hi is not None:
+        active &= (c0[None, :] - r_last[:, None]) <= hi
+    if lo is not None:
+        active &= (c_last[None, :] - r0[:, None]) >= lo
+    return active
+
+
 def active_tiles(problem: Problem, tiling: Tiling) -> np.ndarray:
     """Boolean (T_r, T_c): which tiles a schedule visits (see module docstring)."""
-    N = problem.N
-    T_r, T_c = tiling.T_r(N), tiling.T_c(N)
-    active = np.ones((T_r, T_c), dtype=bool)
-    if problem.causal:
-        last_row = np.minimum((np.arange(T_r) + 1) * tiling.B_r, N) - 1
-        first_col = np.arange(T_c) * tiling.B_c
-        active &= first_col[None, :] <= last_row[:, None]
+    N, N_k = problem.N, problem.N_k
+    T_r, T_c = tiling.T_r(N), tiling.T_c(N_k)
+    active = band_tiles(N, N_k, tiling.B_r, tiling.B_c, problem.band)
     if problem.block_mask is not None:
         if problem.block_mask.shape != (T_r, T_c):
             raise ConfigError(
-                f"block_mask has shape {problem.block_mask.shape}; for N={N}, "
+                f"block_mask has shape {problem.block_mask.shape}; for N_q={N}, N_k={N_k}, "
                 f"B_r={tiling.B_r}, B_c={tiling.B_c} it must be (T_r, T_c) = ({T_r}, {T_c})")
         active &= problem.block_mask
     return active
 
 
-def _scores(Qi, Kj, scale, r0, c0, causal):
-    """S_ij = scale Q_i K_j^T in float32, causally masked entries -inf."""
+def band_mask(r0: int, r1: int, c0: int, c1: int, band) -> np.ndarray | None:
+    """Boolean (r1 - r0, c1 - c0): visible pairs of rows r0..r1-1, keys c0..c1-1 under
+    band = (lo, hi); None when nothing is masked (band (None, None))."""
+    lo, hi = band
+    if lo is None and hi is None:
+        return None
+    dc = np.arange(c0, c1)[None, :] - np.arange(r0, r1)[:, None]
+    ok = np.ones(dc.shape, dtype=bool)
+    if lo is not None:
+        ok &= dc >= lo
+    if hi is not None:
+        ok &= dc <= hi
+    return ok
+
+
+def _scores(Qi, Kj, scale, r0, c0, band):
+    """S_ij = scale Q_i K_j^T in float32, entries outside the band -inf."""
     S = (F32(scale) * (Qi.astype(F32) @ Kj.astype(F32).T)).astype(F32)
-    if causal:
-        r = np.arange(r0, r0 + Qi.shape[0])[:, None]
-        c = np.arange(c0, c0 + Kj.shape[0])[None, :]
-        S = np.where(c <= r, S, NEG_INF)
-    return S
+    ok = band_mask(r0, r0 + Qi.shape[0], c0, c0 + Kj.shape[0], band)
+    return S if ok is None else np.where(ok, S, NEG_INF)
+
+
+def _rows_see(r0: int, r1: int, c0, c1, band) -> np.ndarray:
+    """Boolean (r1 - r0, len(c0)): whether each row sees a key of each column range
+    [c0, c1) (arrays of block bounds) under band = (lo, hi)."""
+    lo, hi = band
+    rows = np.arange(r0, r1)[:, None]
+    c0, c_last = np.asarray(c0)[None, :], np.asarray(c1)[None, :] - 1
+    ok = np.ones((r1 - r0, c0.shape[1]), dtype=bool)
+    if hi is not None:
+        ok &= c0 <= rows + hi
+    if lo is not None:
+        ok &= c_last >= rows + lo
+    return ok
 
 
 def sees_key(problem: Problem, tiling: Tiling, active, r0: int, r1: int) -> np.ndarray:
     """Boolean (r1 - r0,): whether each query row r0..r1-1 may attend at least one key
-    (an active tile holding a key column the causal mask lets it see)."""
+    (an active tile holding a key column the band lets it see)."""
     i = r0 // tiling.B_r
-    rows = np.arange(r0, r1)[:, None]
-    first_col = np.arange(active.shape[1])[None, :] * tiling.B_c
-    ok = active[i][None, :] & ((first_col <= rows) if problem.causal else True)
+    cols = block_bounds(problem.N_k, tiling.B_c)
+    ok = active[i][None, :] & _rows_see(r0, r1, [c for c, _ in cols], [c for _, c in cols],
+                                        problem.band)
     return ok.any(axis=1)
 
 
-def _visible(r0: int, r1: int, c0: int, causal: bool) -> np.ndarray:
-    """Boolean (r1 - r0,): rows that see at least one key of an active tile starting at c0."""
-    if not causal:
-        return np.ones(r1 - r0, dtype=bool)
-    return np.arange(r0, r1) >= c0
+def _visible(r0: int, r1: int, c0: int, c1: int, band) -> np.ndarray:
+    """Boolean (r1 - r0,): rows that see at least one key c0..c1-1 of an active tile."""
+    return _rows_see(r0, r1, [c0], [c1], band)[:, 0]
 
 
 def _safe(m):
@@ -103,7 +148,7 @@ def _safe(m):
 
 
 def read_row_active(mem: CountingMemory, name: str, r0: int, r1: int, cols, js):
-    """Rows r0:r1 of an N x N HBM matrix over the active key blocks js, read tile by tile
+    """Rows r0:r1 of an N_q x N_k HBM matrix over the active key blocks js, read tile by tile
     and joined along the keys, as float32 (one row pass of the standard algorithm)."""
     return np.concatenate([mem.read(name, slice(r0, r1), slice(*cols[j])) for j in js],
                           axis=1).astype(F32)
@@ -138,17 +183,17 @@ def rowblock_product(mem: CountingMemory, a: str, b: str, out: str, rows, cols, 
 # ---------------------------------------------------------------------------------------
 def standard_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
     N, d, dt = problem.N, problem.d, problem.np_dtype
-    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(problem.N_k, tiling.B_c)
     active = active_tiles(problem, tiling)
-    mem.alloc("S", np.full((N, N), np.nan, dtype=dt))
-    mem.alloc("P", np.full((N, N), np.nan, dtype=dt))
+    mem.alloc("S", np.full((N, problem.N_k), np.nan, dtype=dt))
+    mem.alloc("P", np.full((N, problem.N_k), np.nan, dtype=dt))
     mem.alloc("O", np.full((N, d), np.nan, dtype=dt))
     # Kernel 1: S = scale Q K^T, one thread block per active tile.
     for i, (r0, r1) in enumerate(rows):
         for j, (c0, c1) in enumerate(cols):
             if active[i, j]:
                 Qi, Kj = mem.read("Q", slice(r0, r1)), mem.read("K", slice(c0, c1))
-                mem.write("S", _scores(Qi, Kj, scale, r0, c0, problem.causal).astype(dt),
+                mem.write("S", _scores(Qi, Kj, scale, r0, c0, problem.band).astype(dt),
                           slice(r0, r1), slice(c0, c1))
     # Kernel 2: row-wise softmax over the active entries (grouped here by query block;
     # the counts are those of one pass per row).
@@ -172,7 +217,7 @@ def standard_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scal
 
 def fa1_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
     N, d, dt = problem.N, problem.d, problem.np_dtype
-    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(problem.N_k, tiling.B_c)
     active = active_tiles(problem, tiling)
     mem.alloc("O", np.full((N, d), np.nan, dtype=dt))
     mem.alloc("l", np.full(N, np.nan, dtype=F32))
@@ -191,10 +236,10 @@ def fa1_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: fl
             Oi = mem.read("O", slice(r0, r1)).astype(F32)
             li = mem.read("l", slice(r0, r1))
             mi = mem.read("m", slice(r0, r1))
-            S = _scores(Qi, Kj, scale, r0, c0, problem.causal)        # step 9
-            # rows that see a key of this tile update (decided from the causal mask, so
+            S = _scores(Qi, Kj, scale, r0, c0, problem.band)        # step 9
+            # rows that see a key of this tile update (decided from the band, so
             # that a NaN or Inf score gives NaN); the others keep O_i, l_i, m_i
-            vis = _visible(r0, r1, c0, problem.causal)
+            vis = _visible(r0, r1, c0, c1, problem.band)
             with np.errstate(invalid="ignore", over="ignore"):
                 m_t = S.max(axis=1)                                    # step 10: m~_ij
                 P_t = np.exp(S - np.where(vis, m_t, F32(0))[:, None])  #          P~_ij
@@ -213,7 +258,7 @@ def fa1_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: fl
 
 def fa2_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
     N, d, dt = problem.N, problem.d, problem.np_dtype
-    rows, cols = block_bounds(N, tiling.B_r), block_bounds(N, tiling.B_c)
+    rows, cols = block_bounds(N, tiling.B_r), block_bounds(problem.N_k, tiling.B_c)
     active = active_tiles(problem, tiling)
     mem.alloc("O", np.full((N, d), np.nan, dtype=dt))
     mem.alloc("L", np.full(N, np.nan, dtype=F32))
@@ -227,7 +272,7 @@ def fa2_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: fl
                 continue
             Kj = mem.read("K", slice(c0, c1))
             Vj = mem.read("V", slice(c0, c1)).astype(F32)
-            S = _scores(Qi, Kj, scale, r0, c0, problem.causal)
+            S = _scores(Qi, Kj, scale, r0, c0, problem.band)
             with np.errstate(invalid="ignore", over="ignore"):
                 m_new = np.maximum(m, S.max(axis=1))             # NaN propagates
                 P = np.exp(S - _safe(m_new)[:, None])            # masked: 0; NaN: NaN
@@ -255,12 +300,13 @@ FORWARD = {"standard": standard_forward, "fa1": fa1_forward, "fa2": fa2_forward}
 # Whole problems
 # ---------------------------------------------------------------------------------------
 def random_inputs(problem: Problem, seed: int = 0, scale: float = 1.0):
-    """Standard-normal Q, K, V (batch, heads|kv_heads, N, d) in the problem dtype."""
+    """Standard-normal Q (batch, heads, N_q, d), K, V (batch, kv_heads, N_k, d) in the
+    problem dtype."""
     rng = np.random.default_rng(seed)
     dt = problem.np_dtype
     q = (scale * rng.standard_normal((problem.batch, problem.heads, problem.N, problem.d))).astype(dt)
-    k = (scale * rng.standard_normal((problem.batch, problem.kv_heads, problem.N, problem.d))).astype(dt)
-    v = rng.standard_normal((problem.batch, problem.kv_heads, problem.N, problem.d)).astype(dt)
+    k = (scale * rng.standard_normal((problem.batch, problem.kv_heads, problem.N_k, problem.d))).astype(dt)
+    v = rng.standard_normal((problem.batch, problem.kv_heads, problem.N_k, problem.d)).astype(dt)
     return q, k, v
 
 
@@ -276,9 +322,9 @@ def check_scale(scale) -> float:
 
 def _check_inputs(problem: Problem, q, k, v):
     B, H, G, N, d = problem.batch, problem.heads, problem.kv_heads, problem.N, problem.d
-    for name, x, h in (("q", q, H), ("k", k, G), ("v", v, G)):
-        if np.shape(x) != (B, h, N, d):
-            raise ConfigError(f"{name} has shape {np.shape(x)}; the problem needs {(B, h, N, d)}")
+    for name, x, h, n in (("q", q, H, N), ("k", k, G, problem.N_k), ("v", v, G, problem.N_k)):
+        if np.shape(x) != (B, h, n, d):
+            raise ConfigError(f"{name} has shape {np.shape(x)}; the problem needs {(B, h, n, d)}")
 
 
 class Execution:

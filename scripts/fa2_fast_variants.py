@@ -43,6 +43,7 @@ from numba import cuda  # noqa: E402
 
 import iosim  # noqa: E402
 from gpu.forward import fa2_fast  # noqa: E402
+from gpu.forward._band import band_args  # noqa: E402
 from gpu._launch import counters_to_ledger, dummy_mask, new_counters  # noqa: E402
 
 OUT = os.environ.get("OUT", os.path.join(ROOT, "out"))
@@ -320,8 +321,9 @@ def main():
                     sc = np.float32(1 / np.sqrt(D))
 
                     def launch(s):
-                        cfg(s[0], s[1], s[2], s[3], s[4], sc, np.int64(N), np.int64(BH),
-                            np.int64(1), dummy, ctr)
+                        # N, N_k, then the band (gpu.forward._band): lo, hi
+                        cfg(s[0], s[1], s[2], s[3], s[4], sc, np.int64(N), np.int64(N),
+                            *band_args(N, N, causal)[1:], np.int64(BH), np.int64(1), dummy, ctr)
                     med, mn = time_launches(launch, sets)
                     rec.update(ms=med, ms_min=mn, tflops=flops / med / 1e9)
                 except Exception as exc:

@@ -43,6 +43,7 @@ from numba import cuda  # noqa: E402
 
 import gpu  # noqa: E402
 from gpu.forward import fa2_tc  # noqa: E402
+from gpu.forward._band import band_args  # noqa: E402
 from gpu._launch import dummy_mask, new_counters  # noqa: E402
 
 OUT = os.environ.get("OUT", os.path.join(ROOT, "out"))
@@ -102,6 +103,7 @@ def tc_kernel_fn(N, d, bh, causal, B_r, B_c, MT=1):
     def fn(q, k, v):
         qv, kv_, vv = (cuda.as_cuda_array(x, sync=False) for x in (q, k, v))
         launch(kern, grid, fa2_tc.threads_per_block(B_r, MT), shmem, qv, kv_, vv, ov, Lv, sc, np.int64(N),
+               np.int64(N), *band_args(N, N, causal)[1:],   # N_k, lo, hi (gpu.forward._band)
                np.int64(bh), np.int64(1), mk, ctr)
     return fn
 

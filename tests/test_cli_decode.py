@@ -1,4 +1,9 @@
-"""`flashsim traffic --seq-len-kv`: the decode model on the command line."""
+"""`flashsim traffic --decode`: the decode model on the command line.
+
+--seq-len-kv alone now gives the forward schedule's ledger for N_q != N_k (issue 18);
+the decode model is selected by --decode or implied by a decode-only option
+(--num-splits, --page-size, --kv-reads). The tests that relied on --seq-len-kv alone
+meaning decoding pass --decode."""
 import json
 
 import pytest
@@ -21,7 +26,7 @@ def test_decode_json_equals_the_closed_form(capsys):
 
 def test_decode_num_splits_from_the_rule(capsys):
     rc = main(["traffic", "--algorithm", "fa2", "--seq-len", "1", "--seq-len-kv", "32768",
-               "--head-dim", "128", "--heads", "32", "--gpu", "H100-SXM", "--json"])
+               "--head-dim", "128", "--heads", "32", "--gpu", "H100-SXM", "--decode", "--json"])
     out = json.loads(capsys.readouterr().out)
     want = iosim.choose_num_splits(iosim.DecodeProblem(N_kv=32768, d=128, heads=32), 132)
     assert rc == 0 and out["num_splits"] == want.num_splits > 1
@@ -29,9 +34,11 @@ def test_decode_num_splits_from_the_rule(capsys):
 
 
 @pytest.mark.parametrize("argv, word", [
-    (["--seq-len", "64", "--seq-len-kv", "4096"], "N_q=64"),
+    (["--seq-len", "64", "--seq-len-kv", "4096", "--decode"], "N_q=64"),
     (["--seq-len", "1024", "--num-splits", "2"], "--seq-len-kv"),
+    (["--seq-len", "1", "--seq-len-kv", "4096", "--decode", "--levels"], "--levels"),
     (["--seq-len", "1", "--seq-len-kv", "4096", "--levels"], "--levels"),
+    (["--seq-len", "1", "--seq-len-kv", "4096", "--decode", "--window", "8,0"], "--window"),
     (["--seq-len", "1", "--seq-len-kv", "100", "--num-splits", "0"], "num_splits"),
 ])
 def test_decode_bad_input_one_line(argv, word, capsys):

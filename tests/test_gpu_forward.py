@@ -134,7 +134,8 @@ def test_poison_shows_unwritten_rows():
     L = _launch.filled((1, 40), np.float32, np.nan)
     kern = gpu_fa2.fa2_forward_kernel(16, 16, 16, "fp32", False, False, False, 16)
     args = (cuda.to_device(q[0]), cuda.to_device(k[0]), cuda.to_device(v[0]), o, L,
-            np.float32(0.25), np.int64(40), np.int64(1), np.int64(1), _launch.dummy_mask(),
+            np.float32(0.25), np.int64(40), np.int64(40), np.int64(0), np.int64(0),  # N, N_k, band
+            np.int64(1), np.int64(1), _launch.dummy_mask(),
             _launch.new_counters(False))
     _launch.launch(kern, (2, 1), 16, gpu_fa2.shared_bytes(16, 16, 16, "fp32"), *args)
     Oh, Lh = o.copy_to_host(), L.copy_to_host()

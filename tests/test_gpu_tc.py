@@ -127,15 +127,17 @@ BUILD = r"""
 import json, sys
 from gpu.forward import fa2_tc
 out = []
-for B_r, B_c, d, causal, mask, count, MT in json.loads(sys.argv[1]):
-    p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT)
-    out.append(dict(cfg=[B_r, B_c, d, causal, mask, count, MT], mma=p.count("mma.sync"),
+for cfg in json.loads(sys.argv[1]):
+    B_r, B_c, d, causal, mask, count, MT, *window = cfg     # window: optional 8th flag
+    p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, window=bool(window and window[0]))
+    out.append(dict(cfg=cfg, mma=p.count("mma.sync"),
                     ldmatrix=p.count("ldmatrix"), local=p.count(".local"),
                     call=len([l for l in p.splitlines() if l.strip().startswith("call")]),
                     f64=p.count(".f64"), cp_async=p.count("cp.async.cg"),
                     atom=p.count("atom."), st_v4=p.count("st.global.v4")))
     if len(sys.argv) > 2:
-        open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}.ptx", "w").write(p)
+        open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}_{int(bool(window and window[0]))}.ptx",
+             "w").write(p)
 print(json.dumps(out))
 """
 
@@ -146,7 +148,11 @@ CONFIGS = [(128, 64, 64, False, False, False, 1),  # d = 64 default
            (16, 16, 16, False, False, True, 1),    # one warp, smallest tiles
            (32, 48, 80, False, True, False, 1),    # d and B_c not powers of two
            (128, 64, 64, False, False, False, 2),  # two m-tiles of 16 rows per warp
-           (64, 32, 48, True, True, True, 2)]
+           (64, 32, 48, True, True, True, 2),
+           # local window (issue 18; N_k != N_q needs no flag: lo, hi are arguments)
+           (64, 64, 128, True, False, False, 1, True),
+           (128, 64, 64, False, False, False, 2, True),
+           (64, 32, 48, True, True, True, 1, True)]
 
 
 def _build(configs, ptx_dir=None):
@@ -166,7 +172,7 @@ def test_linked_build_uses_tensor_cores_and_registers_only(tmp_path):
     asynchronous K/V copies, 16-byte O stores, no float64, and atomics only when counting."""
     rows = _build(CONFIGS, tmp_path)
     for row in rows:
-        B_r, B_c, d, causal, mask, count, MT = row["cfg"]
+        B_r, B_c, d, causal, mask, count, MT = row["cfg"][:7]
         steps = (B_c // 16) * (d // 16)
         # S: 2 mma per (key pair, k step, m-tile); O += P V: the same number
         assert row["mma"] == 4 * steps * MT, row

@@ -21,7 +21,8 @@ def register(sub):
                                    "GPU) and runs the time model (analysis.runtime); "
                                    "fig14_decode draws the decode traffic model "
                                    "(iosim.decode) and reads the decode_bench rows "
-                                   "(scripts/decode_bench.py on a GPU).",
+                                   "(scripts/decode_bench.py on a GPU); fig15_window draws "
+                                   "fa2 traffic against a local window's size (model).",
                        epilog="examples:\n  flashsim figure fig1\n  flashsim figure fig8 --out figures\n"
                               "  flashsim figure fig12",
                        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)

@@ -24,7 +24,13 @@ def register(sub):
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--heads", type=int, default=1)
     p.add_argument("--kv-heads", type=int, default=None, help="K/V heads (default: heads)")
-    p.add_argument("--causal", action="store_true")
+    p.add_argument("--causal", action="store_true",
+                   help="query row r sees key c iff c <= r + N_k - N_q (bottom-right aligned, "
+                        "as flash-attn >= 2.1)")
+    p.add_argument("--window", metavar="LEFT,RIGHT", type=_window,
+                   help="local window (flash-attn's window_size): row r sees keys "
+                        "r + N_k - N_q - LEFT .. r + N_k - N_q + RIGHT; -1 = unbounded; with "
+                        "--causal RIGHT must be -1 or 0")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     lv = p.add_argument_group(
         "below the ledger (--levels)",
@@ -42,30 +48,58 @@ def register(sub):
     lv.add_argument("--grid-order", choices=("query-major", "head-major", "swizzle-8"),
                     default="query-major",
                     help="CTA dispatch order to model (--levels, fa2 forward; default: the kernels' own)")
+    p.add_argument("--seq-len-kv", type=int, metavar="N_k",
+                   help="key/value rows N_k (default: --seq-len); with --decode the cache "
+                        "length N_kv")
     dec = p.add_argument_group(
-        "decoding (--seq-len-kv)",
+        "decoding (--decode)",
         "Model KV-cache decoding (iosim.decode): --seq-len new query rows (1..16) against a "
         "cache of --seq-len-kv rows, with the fa2 schedule (one block per head) or split-KV "
         "(--num-splits; default: the iosim.choose_num_splits rule for --gpu, or 1 without "
-        "one), contiguous or paged (--page-size).")
-    dec.add_argument("--seq-len-kv", type=int, metavar="N_kv", help="cache length (decoding)")
+        "one), contiguous or paged (--page-size). --num-splits, --page-size and --kv-reads "
+        "imply --decode; without any of them --seq-len-kv gives the forward schedule's "
+        "ledger for N_q = --seq-len query rows against N_k = --seq-len-kv keys.")
+    dec.add_argument("--decode", action="store_true",
+                     help="the decode model (iosim.decode) instead of the forward schedule")
     dec.add_argument("--num-splits", type=int, metavar="S", help="split-KV splits (decoding)")
     dec.add_argument("--page-size", type=int, metavar="P", help="paged cache: rows per page")
-    dec.add_argument("--kv-reads", choices=("per_query_head", "per_group"), default="per_query_head",
+    dec.add_argument("--kv-reads", choices=("per_query_head", "per_group"), default=None,
                      help="grouped heads: each query head reads its group's K/V (default), "
                           "or one block per K/V head reads it once")
     p.set_defaults(func=main)
 
 
+def _window(text: str) -> tuple[int, int]:
+    """--window LEFT,RIGHT -> (left, right) (range checks: iosim.problem.check_window)."""
+    import argparse
+    try:
+        left, right = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--window={text!r} is not allowed; allowed: LEFT,RIGHT, two integers >= -1 "
+            f"(-1: unbounded), e.g. 256,0") from None
+    return left, right
+
+
+def decode_flags(args) -> list[str]:
+    """The decode-only options given (each implies --decode)."""
+    return [f for f, v in (("--num-splits", args.num_splits), ("--page-size", args.page_size),
+                           ("--kv-reads", args.kv_reads)) if v is not None]
+
+
 def main(args) -> int:
-    if args.seq_len_kv is not None:
+    if args.decode or decode_flags(args):
         return decode_main(args)
-    for flag, val in (("--num-splits", args.num_splits), ("--page-size", args.page_size)):
-        if val is not None:
-            raise ConfigError(f"{flag}={val} needs --seq-len-kv (decoding)")
+    window = (-1, -1) if args.window is None else args.window
     problem = Problem(N=args.seq_len, d=args.head_dim, batch=args.batch, heads=args.heads,
-                      kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal)
+                      kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal,
+                      N_k=args.seq_len_kv, window=window)
     if args.levels:
+        if problem.N_k != problem.N or problem.window != (-1, -1):
+            raise ConfigError(
+                f"--levels does not go with --seq-len-kv={problem.N_k} (--seq-len={problem.N}) "
+                f"or --window={','.join(map(str, problem.window))}: the L2/DRAM and time "
+                f"models cover N_k = N without a window (drop --levels for the ledger)")
         return levels_main(args, problem)
     for flag, val, default in (("--pass", args.pass_, "fwd"), ("--kernel", args.kernel, "auto"),
                                ("--grid-order", args.grid_order, "query-major")):
@@ -86,9 +120,11 @@ def main(args) -> int:
         print(json.dumps(out, indent=2))
         return 0
     p = problem
+    variant = (f" N_k={p.N_k} window={p.window}" if (p.N_k != p.N or p.window != (-1, -1))
+               else "")
     print(f"{args.algorithm}: N={p.N} d={p.d} {p.dtype} batch={p.batch} heads={p.heads} "
-          f"kv_heads={p.kv_heads} causal={p.causal}")
-    print(f"tiling: B_r={tiling.B_r} B_c={tiling.B_c} (T_r={tiling.T_r(p.N)}, T_c={tiling.T_c(p.N)}); "
+          f"kv_heads={p.kv_heads} causal={p.causal}{variant}")
+    print(f"tiling: B_r={tiling.B_r} B_c={tiling.B_c} (T_r={tiling.T_r(p.N)}, T_c={tiling.T_c(p.N_k)}); "
           f"on-chip footprint {footprint:,} bytes")
     if sram is not None:
         M = sram_to_elements(sram, p.dtype)
@@ -145,8 +181,16 @@ def levels_main(args, problem) -> int:
 
 
 def decode_main(args) -> int:
-    """`--seq-len-kv`: the decode ledger (iosim.decode closed form)."""
+    """`--decode` (or a decode-only option): the decode ledger (iosim.decode closed form)."""
     from iosim import DecodeProblem, choose_num_splits, decode_closed_form
+    why = "--decode" if args.decode else decode_flags(args)[0]
+    if args.seq_len_kv is None:
+        raise ConfigError(f"{why} (decoding) needs --seq-len-kv (the cache length)")
+    if args.window is not None:
+        raise ConfigError(f"--window={','.join(map(str, args.window))} does not go with {why}: "
+                          f"the decode model has no local window (drop {why} for the forward "
+                          f"schedule's ledger with a window)")
+    args.kv_reads = args.kv_reads or "per_query_head"
     if args.algorithm != "fa2":
         raise ConfigError(f"--algorithm={args.algorithm} with --seq-len-kv: decoding is modelled "
                           f"for fa2 (its schedules fa2_decode and split-KV)")
@@ -154,7 +198,8 @@ def decode_main(args) -> int:
                       ("--block-rows", args.block_rows), ("--sram-bytes", args.sram_bytes)):
         if val:
             raise ConfigError(f"{flag} does not go with --seq-len-kv: the decode model counts "
-                              f"requested traffic (causal alignment of the new rows is built in)")
+                              f"requested traffic (causal alignment of the new rows is built in; "
+                              f"drop {why} for the forward schedule's ledger)")
     prob = DecodeProblem(N_kv=args.seq_len_kv, d=args.head_dim, batch=args.batch,
                          heads=args.heads, kv_heads=args.kv_heads, N_q=args.seq_len,
                          dtype=args.dtype, page_size=args.page_size)

@@ -7,7 +7,8 @@ import importlib
 NAMES = ("fig1_traffic_vs_M", "fig2_traffic_vs_N", "fig3_block_size", "fig4_tiling_heatmap",
          "fig5_roofline", "fig6_memory_footprint", "fig7_validation", "fig8_bench",
          "fig9_levels", "fig10_grid_order", "fig11_levels_validation",
-         "fig12_runtime_validation", "fig13_time_breakdown", "fig14_decode")
+         "fig12_runtime_validation", "fig13_time_breakdown", "fig14_decode",
+         "fig15_window")
 
 
 def get(name: str):

@@ -2,9 +2,10 @@
 (batch, head) instance.
 
 Schedule (iosim.schedules.fa1_forward is the same, on the host):
-    step 2:  write O = 0 (N x d), l = 0 (N), m = -inf (N) to HBM.
+    step 2:  write O = 0 (N_q x d), l = 0 (N_q), m = -inf (N_q) to HBM.
     step 5:  for j in 0..T_c-1:  step 6: read K_j, V_j (always).
-    step 7:    for i in 0..T_r-1, skipping inactive tiles (no traffic):
+    step 7:    for i in 0..T_r-1, skipping inactive tiles (no traffic; outside the causal /
+               window band of gpu.forward._band, or block-masked):
     step 8:      read Q_i, O_i, l_i, m_i;
     steps 9-11:  S = scale Q_i K_j^T; m~ = rowmax S; P~ = exp(S - m~); l~ = rowsum P~;
                  m_new = max(m_i, m~); l_new = e^{m_i - m_new} l_i + e^{m~ - m_new} l~;
@@ -15,7 +16,7 @@ On chip P~ is stored already multiplied by e^{m~ - m_new} / l_new, so the PV pha
 no per-row coefficient (same arithmetic as step 12, one multiply moved).
 
 Non-finite inputs: a row updates its statistics on every tile in which it sees a key
-(decided from the causal mask, not from m~), so a NaN or Inf score makes l and O NaN for
+(decided from the band, not from m~), so a NaN or Inf score makes l and O NaN for
 that row; a row that sees no key keeps O = 0, l = 0, m = -inf.
 
 Numerics: because step 12 stores O_i in the problem dtype after every K/V block, fp16 O is
@@ -39,15 +40,17 @@ from iosim.tiling import sram_footprint_bytes
 
 from .._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
                       dummy_mask, kernel_name, specialisation)
+from ._band import band_args, tile_in_band
 
 
 @specialisation
-def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
-    """Kernel fa1(q, k, v, o, l, m, scale, N, H, G, mask, counters).
+def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False):
+    """Kernel fa1(q, k, v, o, l, m, scale, N, N_k, lo, hi, H, G, mask, counters).
 
-    q, o: (instances, N, d); k, v: (batch * H // G, N, d); l, m: (instances, N) float32
+    q, o: (instances, N, d); k, v: (batch * H // G, N_k, d); l, m: (instances, N) float32
     in HBM; other arguments as fa2. Grid (instances,), `threads` threads.
     """
+    banded = causal or window
     DT = NB_DTYPE[dt]
     F32_ELEMS = B_r * d + B_r * B_c + 2 * B_r
     X0 = F32_ELEMS * 4 // NP_DTYPE[dt].itemsize
@@ -55,7 +58,7 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
     Q0, K0, V0 = X0, X0 + B_r * d, X0 + B_r * d + B_c * d
     IQ, IK, IV, IO, Il, Im = T["Q"], T["K"], T["V"], T["O"], T["l"], T["m"]
 
-    def kernel(q, k, v, o, l_hbm, m_hbm, scale, N, H, G, mask, counters):
+    def kernel(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters):
         z = cuda.blockIdx.x
         t = cuda.threadIdx.x
         zk = (z // H) * (H // G) + (z % H) // G
@@ -88,10 +91,10 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
             wl += 1
             wm += 1
         T_r = (N + B_r - 1) // B_r
-        T_c = (N + B_c - 1) // B_c
+        T_c = (N_k + B_c - 1) // B_c
         for j in range(T_c):                               # step 5
             c0 = j * B_c
-            cols = min(B_c, N - c0)
+            cols = min(B_c, N_k - c0)
             cuda.syncthreads()                             # also orders step 2 / step 13
             for e in range(t, cols * d, threads):          # step 6
                 Ks[e] = k[zk, c0 + e // d, e % d]
@@ -101,7 +104,7 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
             for i in range(T_r):                           # step 7
                 r0 = i * B_r
                 rows = min(B_r, N - r0)
-                if causal and c0 > r0 + rows - 1:
+                if banded and not tile_in_band(r0, r0 + rows - 1, c0, c0 + cols - 1, lo, hi):
                     continue
                 if has_mask and mask[i, j] == 0:
                     continue
@@ -124,7 +127,7 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
                     for x in range(d):
                         s += float32(Qs[r * d + x]) * float32(Ks[c * d + x])
                     s = s * scale
-                    if causal and c0 + c > r0 + r:
+                    if banded and (c0 + c - r0 - r > hi or c0 + c - r0 - r < lo):
                         s = NEG_INF
                     S[r * B_c + c] = s
                 cuda.syncthreads()
@@ -134,7 +137,7 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
                         m_t = max(m_t, S[r * B_c + c])
                     # the row sees a key of this tile (structurally: not from m~, which
                     # stays -inf when every score is NaN); then NaN scores propagate
-                    if not causal or c0 <= r0 + r:
+                    if not banded or tile_in_band(r0 + r, r0 + r, c0, c0 + cols - 1, lo, hi):
                         l_t = ZERO
                         for c in range(cols):
                             p = math.exp(S[r * B_c + c] - m_t)
@@ -181,7 +184,8 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
             add_count(counters, Il, WRITE, wl)
             add_count(counters, Im, WRITE, wm)
 
-    name = kernel_name("fa1_fwd", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, mask=has_mask,
+    name = kernel_name("fa1_fwd", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
+                       mask=has_mask,
                        count=count, t=threads)
     return kernel, name
 
@@ -192,13 +196,18 @@ def shared_bytes(B_r, B_c, d, dt) -> int:
 
 
 def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
-        count, threads):
-    """Launch fa1 on 3-D device views (instances, N, d); writes o3, l2, m2."""
+        count, threads, N_k=None, window=(-1, -1)):
+    """Launch fa1 on 3-D device views q3, o3 (instances, N, d), k3, v3 (kv instances, N_k,
+    d; N_k default N); writes o3, l2, m2. window=(left, right) as iosim.Problem."""
     from .._launch import launch
     d = q3.shape[2]
-    kern = fa1_forward_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads)
+    N_k = N if N_k is None else int(N_k)
+    windowed, lo, hi = band_args(N, N_k, causal, window)
+    kern = fa1_forward_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads,
+                              windowed)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (q3.shape[0],), threads, shared_bytes(B_r, B_c, d, dt),
-           q3, k3, v3, o3, l2, m2, np.float32(scale), np.int64(N), np.int64(H), np.int64(G),
+           q3, k3, v3, o3, l2, m2, np.float32(scale), np.int64(N), np.int64(N_k), lo, hi,
+           np.int64(H), np.int64(G),
            mk, counters)
 

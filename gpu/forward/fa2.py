@@ -4,7 +4,11 @@ Schedule (iosim.schedules.fa2_forward is the same, on the host):
     read Q_i once; for each active key block j: read K_j, V_j, update the running
     row max m, row sum l and the unnormalised O_i accumulator (all float32, on chip);
     finally write O_i = acc / l and L_i = m + log(l) once.
-A row that sees no key at all (possible under a block mask) gets O = 0, L = -inf; a row
+N_q query rows (N) against N_k key rows; causal and local windows are the band
+lo <= c - r <= hi of gpu.forward._band (bottom-right aligned, iosim.problem.band_of):
+tiles outside it are skipped (no traffic), partly visible ones masked on chip.
+A row that sees no key at all (under a block mask, a window, or causal with N_q > N_k)
+gets O = 0, L = -inf; a row
 that sees a key and meets a NaN or Inf (in q, k, v) gets NaN, never a finite number:
 "sees no key" is decided from the mask (`sees_key`), not from l, which is then NaN.
 
@@ -12,7 +16,7 @@ Shared memory (one dynamic buffer, `iosim.sram_footprint_bytes('fa2', ...)` byte
     float32:      O_i acc (B_r*d) | S/P tile (B_r*B_c) | m_i (B_r) | l_i (B_r)
     input dtype:  Q_i (B_r*d) | K_j (B_c*d) | V_j (B_c*d)
 Per tile three phases, each over all threads of the block:
-    A  S[r, c] = scale * Q_i[r] . K_j[c]  (causally masked entries -inf), entries strided
+    A  S[r, c] = scale * Q_i[r] . K_j[c]  (entries outside the band -inf), entries strided
     B  per row: m_new = max(m, rowmax S); P = exp(S - m_new) in place; l = alpha l + sum P;
        acc[r] *= alpha, alpha = exp(m - m_new)
     C  acc[r, x] += sum_c P[r, c] V_j[c, x], entries strided.
@@ -27,15 +31,18 @@ from numba import cuda, float32, int64
 from iosim.tiling import sram_footprint_bytes
 
 from .._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, sees_key, specialisation)
+                      dummy_mask, kernel_name, specialisation)
+from ._band import band_args, sees_key_band, tile_in_band
 
 
 @specialisation
-def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
-    """Kernel fa2(q, k, v, o, L, scale, N, H, G, mask, counters).
+def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False):
+    """Kernel fa2(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters).
 
-    q, o: (instances, N, d); k, v: (batch * H // G, N, d); L: (instances, N) float32;
-    scale: float32; N: keys = queries; H: query heads; G: query heads per K/V head;
+    q, o: (instances, N, d); k, v: (batch * H // G, N_k, d); L: (instances, N) float32;
+    scale: float32; N: query rows N_q; N_k: key rows; lo, hi: int64 band (row r sees key
+    c iff lo <= c - r <= hi; read only when causal or window, the compile-time flags of
+    gpu.forward._band); H: query heads; G: query heads per K/V head;
     mask: uint8 (T_r, T_c) (read only when has_mask); counters: int64 (see _launch).
     Grid (T_r, instances), `threads` threads.
     """
@@ -46,7 +53,9 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
     Q0, K0, V0 = X0, X0 + B_r * d, X0 + B_r * d + B_c * d
     IQ, IK, IV, IO, IL = T["Q"], T["K"], T["V"], T["O"], T["L"]
 
-    def kernel(q, k, v, o, L, scale, N, H, G, mask, counters):
+    banded = causal or window
+
+    def kernel(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters):
         i = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -77,14 +86,16 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
         for r in range(t, B_r, threads):
             m[r] = NEG_INF
             l[r] = ZERO
-        T_c = (N + B_c - 1) // B_c
+        T_c = (N_k + B_c - 1) // B_c
         for j in range(T_c):
             c0 = j * B_c
-            if causal and c0 > last:                    # this and later tiles inactive
+            if banded and c0 - last > hi:               # this and later tiles inactive
                 break
+            cols = min(B_c, N_k - c0)
+            if banded and not tile_in_band(r0, last, c0, c0 + cols - 1, lo, hi):
+                continue
             if has_mask and mask[i, j] == 0:
                 continue
-            cols = min(B_c, N - c0)
             cuda.syncthreads()                          # previous tile done with K, V, S
             for e in range(t, cols * d, threads):
                 Ks[e] = k[zk, c0 + e // d, e % d]
@@ -100,7 +111,7 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
                 for x in range(d):
                     s += float32(Qs[r * d + x]) * float32(Ks[c * d + x])
                 s = s * scale
-                if causal and c0 + c > r0 + r:
+                if banded and (c0 + c - r0 - r > hi or c0 + c - r0 - r < lo):
                     s = NEG_INF
                 S[r * B_c + c] = s
             cuda.syncthreads()
@@ -140,7 +151,7 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
             li = l[e // d]
             if li > ZERO:
                 val = acc[e] / li
-            elif sees_key(mask, i, r0 + e // d, T_c, B_c, causal, has_mask):
+            elif sees_key_band(mask, i, r0 + e // d, B_c, N_k, lo, hi, banded, has_mask):
                 val = NAN
             else:
                 val = ZERO
@@ -150,7 +161,7 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
             li = l[r]
             if li > ZERO:
                 Lr = m[r] + math.log(li)
-            elif sees_key(mask, i, r0 + r, T_c, B_c, causal, has_mask):
+            elif sees_key_band(mask, i, r0 + r, B_c, N_k, lo, hi, banded, has_mask):
                 Lr = NAN
             else:
                 Lr = NEG_INF
@@ -163,7 +174,8 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
             add_count(counters, IO, WRITE, nO)
             add_count(counters, IL, WRITE, nL)
 
-    name = kernel_name("fa2_fwd", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, mask=has_mask,
+    name = kernel_name("fa2_fwd", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
+                       mask=has_mask,
                        count=count, t=threads)
     return kernel, name
 
@@ -174,14 +186,19 @@ def shared_bytes(B_r, B_c, d, dt) -> int:
 
 
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
-        count, threads):
-    """Launch fa2 on 3-D device views (instances, N, d); writes o3 and L2."""
+        count, threads, N_k=None, window=(-1, -1)):
+    """Launch fa2 on 3-D device views q3, o3 (instances, N, d), k3, v3 (kv instances,
+    N_k, d; N_k default N); writes o3 and L2. window=(left, right) as iosim.Problem."""
     from .._launch import launch
     d = q3.shape[2]
-    kern = fa2_forward_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads)
+    N_k = N if N_k is None else int(N_k)
+    windowed, lo, hi = band_args(N, N_k, causal, window)
+    kern = fa2_forward_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads,
+                              windowed)
     T_r = -(-N // B_r)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_r, q3.shape[0]), threads, shared_bytes(B_r, B_c, d, dt),
-           q3, k3, v3, o3, L2, np.float32(scale), np.int64(N), np.int64(H), np.int64(G),
+           q3, k3, v3, o3, L2, np.float32(scale), np.int64(N), np.int64(N_k), lo, hi,
+           np.int64(H), np.int64(G),
            mk, counters)
 

@@ -2,7 +2,8 @@
 
 Same schedule, hence the same HBM traffic, as `gpu.fa2` and `iosim.schedules.fa2_forward`:
 one thread block per (query block i, instance); read Q_i once; for each active key block
-j (causal: skip j B_c > last row of block i; block_mask[i, j] False: skip) read K_j and
+j (outside the causal / window band of gpu.forward._band, N_q != N_k aligned
+bottom-right: skip; block_mask[i, j] False: skip) read K_j and
 V_j once; online softmax with float32 running max m and sum l; write O_i and
 L_i = m + log(l) once (a row with no visible key: O = 0, L = -inf). Ragged N: only the
 valid rows are loaded / stored (and counted); the rest of a tile is zero-filled on chip.
@@ -87,7 +88,8 @@ import numpy as np
 from numba import cuda, float32, int64
 
 from .._launch import (NAN, NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, sees_key, specialisation)
+                      dummy_mask, kernel_name, specialisation)
+from ._band import band_args, sees_key_band, tile_in_band
 
 #: Largest register tile side we generate (S is RM x RN, O is RM x DN registers).
 MAX_R = 8
@@ -175,8 +177,9 @@ def supports(B_r, B_c, d, threads, *, TC=None, shfl=False, stage=0, smem_limit=N
 
 @specialisation
 def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl, maxreg=0,
-                    stage=0):
-    """Kernel(q, k, v, o, L, scale, N, H, G, mask, counters): arguments as gpu.fa2.
+                    stage=0, window=False):
+    """Kernel(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters): arguments as
+    gpu.forward.fa2 (window: the compile-time flag of gpu.forward._band).
     Grid (T_r, instances), `threads` threads, `smem_bytes(...)` dynamic shared bytes.
     maxreg > 0 caps the registers per thread (ptxas spills beyond it): fewer registers,
     more resident blocks per SM (a tuning knob; hardware only). stage: 0 loads each K/V
@@ -191,6 +194,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
     VBUF = B_c * d if stage == 2 else 0
     QO, KO, VO, PO, RO = lay["QO"], lay["KO"], lay["VO"], lay["PO"], lay["RO"]
     THREADS = threads
+    banded = causal or window
     DG = DN // W          # groups of 4 head columns per thread
     XC = d // W           # 4-wide steps of S = Q K^T
     CC = B_c // W         # 4-wide steps of O += P V
@@ -217,11 +221,15 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
     OFF4 = OFF[4] if NOFF > 4 else 1
 
     @cuda.jit(device=True, inline=True)
-    def next_tile(j, T_c, last, mask, i):
+    def next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i):
         """The first active key tile >= j of query block i (T_c if none)."""
         while j < T_c:
-            if causal and j * B_c > last:               # this and later tiles inactive
+            if banded and j * B_c - last > hi:          # this and later tiles inactive
                 return T_c
+            if banded and not tile_in_band(r0, last, j * B_c, min(j * B_c + B_c, N_k) - 1,
+                                           lo, hi):
+                j += 1
+                continue
             if has_mask and mask[i, j] == 0:
                 j += 1
                 continue
@@ -246,7 +254,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
                     n += 1
         return n
 
-    def kernel(q, k, v, o, L, scale, N, H, G, mask, counters):
+    def kernel(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters):
         if causal:   # heaviest query blocks (most key tiles) first
             i = cuda.gridDim.x - 1 - cuda.blockIdx.x
         else:
@@ -299,15 +307,15 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
             for b in range(DN):
                 o_acc[a, b] = ZERO
 
-        T_c = (N + B_c - 1) // B_c
-        jn = next_tile(0, T_c, last, mask, i)
+        T_c = (N_k + B_c - 1) // B_c
+        jn = next_tile(0, T_c, r0, last, N_k, lo, hi, mask, i)
         if stage and jn < T_c:                          # first tile -> registers
-            nK += ldg_tile(k, v, zk, jn * B_c, min(B_c, N - jn * B_c), t, kst, vst)
+            nK += ldg_tile(k, v, zk, jn * B_c, min(B_c, N_k - jn * B_c), t, kst, vst)
         buf = 0
         while jn < T_c:
             j = jn
             c0 = j * B_c
-            cols = min(B_c, N - c0)
+            cols = min(B_c, N_k - c0)
             koff = (buf * KBUF) & IMASK                 # this tile's K / V buffer
             voff = (buf * VBUF) & IMASK
             if not stage:                               # stage 0: this tile's loads now
@@ -322,9 +330,9 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
                     sm[KO + koff + c * KS + x] = kst[it]
                     sm[VO + voff + c * d + x] = vst[it]
             cuda.syncthreads()
-            jn = next_tile(j + 1, T_c, last, mask, i)
+            jn = next_tile(j + 1, T_c, r0, last, N_k, lo, hi, mask, i)
             if stage and jn < T_c:   # next tile's loads stay in flight during this tile
-                nK += ldg_tile(k, v, zk, jn * B_c, min(B_c, N - jn * B_c), t, kst, vst)
+                nK += ldg_tile(k, v, zk, jn * B_c, min(B_c, N_k - jn * B_c), t, kst, vst)
             # ---- S = Q_i K_j^T in registers: x advances 4 at a time (LDS.128) ----
             for a in range(RM):
                 for b in range(RN):
@@ -351,8 +359,8 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
                     sv = s_acc[a, b] * scale
                     if c >= cols:
                         sv = NEG_INF
-                    if causal:
-                        if c0 + c > r0 + r:
+                    if banded:
+                        if c0 + c - r0 - r > hi or c0 + c - r0 - r < lo:
                             sv = NEG_INF
                     s_acc[a, b] = sv
                     mx = max(mx, sv)
@@ -445,7 +453,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
             if ls > ZERO:
                 inv = ONE / ls
                 Lr = m_r[a] + math.log(ls)
-            elif sees_key(mask, i, r0 + ty + TR * a, T_c, B_c, causal, has_mask):
+            elif sees_key_band(mask, i, r0 + ty + TR * a, B_c, N_k, lo, hi, banded, has_mask):
                 inv = NAN
                 Lr = NAN
             else:
@@ -476,14 +484,15 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
             add_count(counters, IO, WRITE, nO)
             add_count(counters, IL, WRITE, nL)
 
-    name = kernel_name("fa2_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, mask=has_mask,
+    name = kernel_name("fa2_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
+                       mask=has_mask,
                        count=count, t=threads, tc=TC, shfl=shfl, maxreg=maxreg or False,
                        stage=stage or False)
     return kernel, name, ({"max_registers": maxreg} if maxreg else {})
 
 
 def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC=None, shfl=False,
-               maxreg=0, stage=0):
+               maxreg=0, stage=0, window=False):
     """The compiled dispatcher for one specialisation (TC: threads per row, default
     from `plan`; maxreg: register cap, 0 = none; stage: K/V load staging, 0..2)."""
     p = plan(B_r, B_c, d, threads, TC)
@@ -491,24 +500,28 @@ def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC=None, shfl=
         raise ValueError(f"fa2_fast does not support B_r={B_r}, B_c={B_c}, d={d}, "
                          f"threads={threads}, TC={TC}")
     return fa2_fast_kernel(B_r, B_c, d, dt, bool(causal), bool(has_mask), bool(count),
-                           int(threads), p[1], bool(shfl), int(maxreg), int(stage))
+                           int(threads), p[1], bool(shfl), int(maxreg), int(stage),
+                           bool(window))
 
 
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
-        count, threads, TC=None, shfl=False, maxreg=0, stage=0):
-    """Launch on 3-D device views (instances, N, d); writes o3 and L2. Same signature
-    as gpu.fa2.run; TC (threads per query row), shfl, maxreg and stage are optional
-    tuning knobs."""
+        count, threads, TC=None, shfl=False, maxreg=0, stage=0, N_k=None, window=(-1, -1)):
+    """Launch on 3-D device views q3, o3 (instances, N, d), k3, v3 (kv instances, N_k, d;
+    N_k default N); writes o3 and L2. Same signature as gpu.forward.fa2.run; TC (threads
+    per query row), shfl, maxreg and stage are optional tuning knobs."""
     from .._launch import launch
     d = q3.shape[2]
+    N_k = N if N_k is None else int(N_k)
+    windowed, lo, hi = band_args(N, N_k, causal, window)
     kern = get_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads, TC, shfl,
-                      maxreg, stage)
+                      maxreg, stage, windowed)
     p = plan(B_r, B_c, d, threads, TC)
     shmem = layout(B_r, B_c, d, p[1], p[0], shfl, stage)["bytes"]
     T_r = -(-N // B_r)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_r, q3.shape[0]), threads, shmem,
-           q3, k3, v3, o3, L2, np.float32(scale), np.int64(N), np.int64(H), np.int64(G),
+           q3, k3, v3, o3, L2, np.float32(scale), np.int64(N), np.int64(N_k), lo, hi,
+           np.int64(H), np.int64(G),
            mk, counters)
 
 
@@ -518,7 +531,8 @@ def signature(dt="fp32"):
     X = NB_DTYPE[dt]
     return (nb.Array(X, 3, "C"), nb.Array(X, 3, "C"), nb.Array(X, 3, "C"),
             nb.Array(X, 3, "C"), nb.Array(nb.float32, 2, "C"), nb.float32, nb.int64,
-            nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"), nb.Array(nb.int64, 2, "C"))
+            nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"),
+            nb.Array(nb.int64, 2, "C"))
 
 
 __all__ = ["plan", "layout", "smem_bytes", "supports", "fa2_fast_kernel", "get_kernel",

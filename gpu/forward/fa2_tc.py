@@ -2,8 +2,9 @@
 
 Same schedule, hence the same HBM traffic and the same iosim ledger, as `gpu.fa2`,
 `gpu.fa2_fast` and `iosim.schedules.fa2_forward`: one thread block per (query block i,
-instance); read Q_i once; for each active key block j (causal: skip j B_c > last row of
-block i; block_mask[i, j] False: skip) read K_j and V_j once; online softmax with float32
+instance); read Q_i once; for each active key block j (outside the causal / window band
+of gpu.forward._band, N_q != N_k aligned bottom-right: skip; block_mask[i, j] False:
+skip) read K_j and V_j once; online softmax with float32
 running max m and sum l; write O_i and L_i = m + log(l) once (a row that sees no key:
 O = 0, L = -inf). Ragged N: only valid rows are loaded / stored (and counted).
 
@@ -67,7 +68,8 @@ from numba import cuda, float32, int64, uint32
 
 from .. import _tc
 from .._launch import (NAN, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
-                      kernel_name, sees_key, specialisation)
+                      kernel_name, specialisation)
+from ._band import band_args, sees_key_band, tile_in_band
 
 #: CUDA C++ source of the tile products (instantiated per (d, B_c) by `_source`).
 CU_PATH = os.path.join(os.path.dirname(__file__), "fa2_tc.cu")
@@ -162,12 +164,13 @@ ptr, ptr32 = _tc.ptr, _tc.ptr32
 # The kernel
 # ---------------------------------------------------------------------------------------
 @specialisation
-def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
-    """Kernel(q, k, v, o, L, scale2, N, H, G, mask, counters).
+def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
+    """Kernel(q, k, v, o, L, scale2, N, N_k, lo, hi, H, G, mask, counters).
 
-    q, o: (instances, N, d) fp16; k, v: (kv instances, N, d) fp16 (the C++ copies read and
+    q, o: (instances, N, d) fp16; k, v: (kv instances, N_k, d) fp16 (the C++ copies read and
     write them as 16-byte chunks); L: (instances, N) float32; scale2 = scale * log2(e) (float32: S is formed in
-    base 2, so P = exp2(S - m) and L = m ln 2 + log l); N, H, G as gpu.fa2; mask uint8
+    base 2, so P = exp2(S - m) and L = m ln 2 + log l); N, N_k, lo, hi, H, G as
+    gpu.forward.fa2 (the band of gpu.forward._band; window its compile-time flag); mask uint8
     (T_r, T_c); counters int64 (gpu._launch). Grid (T_r, instances), 2 B_r / MT threads
     (one warp per 16 MT query rows), `layout(...)["bytes"]` dynamic shared bytes. The
     global arrays must be 16-byte aligned (`run` checks).
@@ -201,13 +204,18 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
     FULL = 0xFFFFFFFF
     LN2_ = np.float32(LN2)
     EIGHT = int64(8)              # elements per 16-byte chunk
+    banded = causal or window
 
     @cuda.jit(device=True, inline=True)
-    def next_tile(j, T_c, last, mask, i):
+    def next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i):
         """The first active key tile >= j of query block i (T_c if none)."""
         while j < T_c:
-            if causal and j * B_c > last:               # this and later tiles inactive
+            if banded and j * B_c - last > hi:          # this and later tiles inactive
                 return T_c
+            if banded and not tile_in_band(r0, last, j * B_c, min(j * B_c + B_c, N_k) - 1,
+                                           lo, hi):
+                j += 1
+                continue
             if has_mask and mask[i, j] == 0:
                 j += 1
                 continue
@@ -215,9 +223,9 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
         return T_c
 
     @cuda.jit(device=True, inline=True)
-    def issue_kv(smp, kp, vp, kvbase, j, N, t, buf):
+    def issue_kv(smp, kp, vp, kvbase, j, N_k, t, buf):
         """Start the asynchronous copies of this thread's chunks of K_j and V_j into
-        buffer `buf` (rows past N: zeros, not loaded); returns the elements of K it
+        buffer `buf` (rows past N_k: zeros, not loaded); returns the elements of K it
         requested from global memory (= of V)."""
         n = int64(0)
         c0 = j * B_c
@@ -226,7 +234,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
             if KDIV or e < KC:
                 c = e // CPR
                 x = (e % CPR) * 4
-                ok = c0 + c < N
+                ok = c0 + c < N_k
                 goff = kvbase + (c0 + c) * DW + x
                 cp16(smp, KO + buf * KV + c * SW + x, kp, goff, ok)
                 cp16(smp, VO + buf * KV + c * SW + x, vp, goff, ok)
@@ -239,9 +247,9 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
     # so the fragment arrays stay in registers (one loop over all m-tiles did not unroll
     # at MT = 2 and put them in local memory).
     @cuda.jit(device=True, inline=True)
-    def softmax_mtile(s, oa, m2, l2, mt, rw, c0, N, edge, scale2, g, qd):
+    def softmax_mtile(s, oa, m2, l2, mt, rw, c0, N_k, lo, hi, edge, scale2, g, qd):
         """Algorithm 1 lines 10-12 for rows g and g + 8 of m-tile mt: S -> S scale log2 e
-        (masked entries -inf), m_new = max(m, rowmax), P~ = exp2(S - m_new) in place,
+        (entries past N_k or outside the band -inf), m_new = max(m, rowmax), P~ = exp2(S - m_new) in place,
         l = exp2(m - m_new) l + rowsum P~ (this thread's columns), O *= exp2(m - m_new)."""
         for hh in range(2):
             h = 2 * mt + hh
@@ -253,7 +261,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
                     sv = s[e] * scale2
                     if edge:
                         col = c0 + 8 * nt + 2 * qd + u
-                        if col >= N or (causal and col > row):
+                        if col >= N_k or (banded and (col - row > hi or col - row < lo)):
                             sv = NEG_INF
                     s[e] = sv
                     mx = max(mx, sv)
@@ -277,10 +285,10 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
                 oa[mt * NOF + 4 * nt + 2 * hh + 1] *= alpha
 
     @cuda.jit(device=True, inline=True)
-    def finish_mtile(oa, m2, l2, smf, mt, lbase, g, qd, mask, i, rw, T_c):
+    def finish_mtile(oa, m2, l2, smf, mt, lbase, g, qd, mask, i, rw, N_k, lo, hi):
         """Rows g, g + 8 of m-tile mt: l = sum of the 4 lanes' parts; O = O / l;
         L = m ln 2 + log l -> Ls. Where l > 0 fails: O = 0 and L = -inf for a row that
-        sees no key (`sees_key`, from the mask), NaN for one that does (l is NaN after a
+        sees no key (`sees_key_band`, from the band and the mask), NaN for one that does (l is NaN after a
         NaN or Inf input)."""
         for hh in range(2):
             h = 2 * mt + hh
@@ -290,7 +298,8 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
             if ls > ZERO:
                 inv = ONE / ls
                 Lr = m2[h] * LN2_ + math.log(ls)
-            elif sees_key(mask, i, rw + 16 * mt + g + 8 * hh, T_c, B_c, causal, has_mask):
+            elif sees_key_band(mask, i, rw + 16 * mt + g + 8 * hh, B_c, N_k, lo, hi, banded,
+                               has_mask):
                 inv = NAN
                 Lr = NAN
             else:
@@ -302,7 +311,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
             if qd == 0:
                 smf[lbase + 16 * mt + g + 8 * hh] = Lr
 
-    def kernel(q, k, v, o, L, scale2, N, H, G, mask, counters):
+    def kernel(q, k, v, o, L, scale2, N, N_k, lo, hi, H, G, mask, counters):
         if causal:   # heaviest query blocks (most key tiles) first
             i = cuda.gridDim.x - 1 - cuda.blockIdx.x
         else:
@@ -319,7 +328,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
         smp = ptr(sm)
         kp = ptr32(k)                                   # fp16 arrays as 4-byte words
         vp = ptr32(v)
-        kvbase = int64(zk) * N * DW                     # word offset of this head's K, V
+        kvbase = int64(zk) * N_k * DW                   # word offset of this head's K, V
         qf = cuda.local.array(LQF, uint32)         # A fragments of Q_w (fp16 pairs)
         s = cuda.local.array(LSF, float32)         # S_w, then P~_w
         oa = cuda.local.array(LOF, float32)        # O_w accumulators
@@ -334,7 +343,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
         rows = min(B_r, N - r0)
         last = r0 + rows - 1
         rw = r0 + RW * w                                # first query row of this warp
-        T_c = (N + B_c - 1) // B_c
+        T_c = (N_k + B_c - 1) // B_c
         # ---- copy group 1: Q_i -> Qs (zero rows past N); group 2: the first K_j, V_j ----
         qp = ptr32(q)
         qbase = (int64(z) * N + r0) * DW
@@ -348,10 +357,10 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
                 if count and ok:
                     nQ += EIGHT
         cp_commit()
-        j = next_tile(0, T_c, last, mask, i)
+        j = next_tile(0, T_c, r0, last, N_k, lo, hi, mask, i)
         buf = 0
         if j < T_c:
-            nK += issue_kv(smp, kp, vp, kvbase, j, N, t, buf)
+            nK += issue_kv(smp, kp, vp, kvbase, j, N_k, t, buf)
         cp_commit()
         cp_wait1()                                      # Q_i has landed (this thread's part)
         cuda.syncthreads()                              # ... and everyone's
@@ -365,24 +374,28 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
         while j < T_c:
             c0 = j * B_c
             # next active tile's copies into the other buffer, in flight during this one
-            jn = next_tile(j + 1, T_c, last, mask, i)
+            jn = next_tile(j + 1, T_c, r0, last, N_k, lo, hi, mask, i)
             if jn < T_c:
-                nK += issue_kv(smp, kp, vp, kvbase, jn, N, t, 1 - buf)
+                nK += issue_kv(smp, kp, vp, kvbase, jn, N_k, t, 1 - buf)
             cp_commit()
             cp_wait1()                                  # tile j has landed
             cuda.syncthreads()
             ko = KO + buf * KV
             vo = VO + buf * KV
-            # A warp whose rows all lie above this tile's first key sees none of it
-            # (causal): P would be all zero, so its products are skipped (exactly).
-            if not causal or c0 <= rw + RW - 1:
+            # A warp whose rows see no key of this tile (outside the band) skips its
+            # products: P would be all zero (exact).
+            c_last = min(c0 + B_c, N_k) - 1
+            if not banded or tile_in_band(rw, rw + RW - 1, c0, c_last, lo, hi):
                 # ---- S_w = Q_w K_j^T on the tensor cores (fp32 accumulators) ----
                 qk(ptr(s), ptr(qf), smp, ko, SH)
                 # ---- scale (base 2), mask, online softmax, one m-tile at a time ----
-                edge = c0 + B_c > N or (causal and c0 + B_c - 1 > rw)
-                softmax_mtile(s, oa, m2, l2, 0, rw, c0, N, edge, scale2, g, qd)
+                # edge: some entry of the warp's 16 MT x B_c tile is past N_k or outside
+                # the band (c - r over it spans c0 - (rw + RW - 1) .. c0 + B_c - 1 - rw)
+                edge = c0 + B_c > N_k or (banded and (c0 + B_c - 1 - rw > hi or
+                                                      c0 - rw - RW + 1 < lo))
+                softmax_mtile(s, oa, m2, l2, 0, rw, c0, N_k, lo, hi, edge, scale2, g, qd)
                 if MT > 1:
-                    softmax_mtile(s, oa, m2, l2, 1, rw, c0, N, edge, scale2, g, qd)
+                    softmax_mtile(s, oa, m2, l2, 1, rw, c0, N_k, lo, hi, edge, scale2, g, qd)
                 # ---- O_w += P~_w V_j on the tensor cores (P rounded to fp16) ----
                 pv(ptr(oa), ptr(s), smp, vo, SH)
             cuda.syncthreads()                          # all done with buffer `buf`
@@ -390,9 +403,9 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
             j = jn
         cp_wait0()                                      # nothing left in flight
         # ---- l: add the 4 lanes' partial sums; O_i = O / l, L_i = m ln 2 + log l ----
-        finish_mtile(oa, m2, l2, smf, 0, LO + RW * w, g, qd, mask, i, rw, T_c)
+        finish_mtile(oa, m2, l2, smf, 0, LO + RW * w, g, qd, mask, i, rw, N_k, lo, hi)
         if MT > 1:
-            finish_mtile(oa, m2, l2, smf, 1, LO + RW * w, g, qd, mask, i, rw, T_c)
+            finish_mtile(oa, m2, l2, smf, 1, LO + RW * w, g, qd, mask, i, rw, N_k, lo, hi)
         # each warp overwrites only its own rows of Qs, which only it read (load_q); other
         # lanes of the warp read them (ldmatrix), so order those reads first: in a block
         # that saw no key tile no barrier came between (compute-sanitizer racecheck)
@@ -419,24 +432,27 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
             add_count(counters, IO, WRITE, nO)
             add_count(counters, IL, WRITE, nL)
 
-    name = kernel_name("fa2_tc", Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal, mask=has_mask,
+    name = kernel_name("fa2_tc", Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal, window=window,
+                       mask=has_mask,
                        count=count, mt=MT if MT > 1 else False)
     return kernel, name
 
 
-def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
-    """The compiled dispatcher for one specialisation."""
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
+    """The compiled dispatcher for one specialisation (window: a local window is given,
+    gpu.forward._band)."""
     err = plan_error(B_r, B_c, d, "fp16", MT)
     if err:
         raise ValueError(f"fa2_tc: {err}")
     return fa2_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                         bool(count), int(MT))
+                         bool(count), int(MT), bool(window))
 
 
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal, count,
-        threads=None, MT=1):
-    """Launch on 3-D fp16 device views (instances, N, d); writes o3 and L2. Same signature
-    as gpu.fa2.run (threads, if given, must be 2 B_r / MT: one warp per 16 MT query rows)."""
+        threads=None, MT=1, N_k=None, window=(-1, -1)):
+    """Launch on 3-D fp16 device views q3, o3 (instances, N, d), k3, v3 (kv instances,
+    N_k, d; N_k default N); writes o3 and L2. Same signature as gpu.forward.fa2.run
+    (threads, if given, must be 2 B_r / MT: one warp per 16 MT query rows)."""
     from .._launch import launch
     if dt != "fp16":
         raise ValueError(f"fa2_tc takes fp16 only (got dt={dt!r})")
@@ -447,24 +463,26 @@ def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, cau
                          f"{want} for B_r={B_r}, MT={MT} (got threads={threads})")
     for name, arr in (("q", q3), ("k", k3), ("v", v3), ("o", o3)):
         _tc.check_aligned("fa2_tc", name, arr)
-    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT)
+    N_k = N if N_k is None else int(N_k)
+    windowed, lo, hi = band_args(N, N_k, causal, window)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, windowed)
     T_r = -(-N // B_r)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_r, q3.shape[0]), want, layout(B_r, B_c, d)["bytes"],
            q3, k3, v3, o3, L2, np.float32(scale * LOG2E),
-           np.int64(N), np.int64(H), np.int64(G), mk, counters)
+           np.int64(N), np.int64(N_k), lo, hi, np.int64(H), np.int64(G), mk, counters)
 
 
 def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1,
-               cc=(9, 0)) -> str:
+               cc=(9, 0), window=False) -> str:
     """The PTX of one specialisation after link-time optimisation with its C++ functions,
     built without a GPU (Numba's NVVM, NVRTC and nvJitLink only): what runs, for
     inspection. A correct build has the tile functions inlined (no `call`), its fragments
     in registers (no `.local`), mma.sync and ldmatrix, and no float64 (tests/test_gpu_tc.py
     checks these; ptxas -v on it reports registers and spills). Uses numba-cuda's internal
     compile entry point (numba-cuda 0.30.4); the PTX .version is nvJitLink's."""
-    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT), signature(),
-                          cc)
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, window),
+                          signature(), cc)
 
 
 def signature():
@@ -472,7 +490,8 @@ def signature():
     from numba.cuda import types as nb
     W = nb.Array(nb.float16, 3, "C")
     return (W, W, W, W, nb.Array(nb.float32, 2, "C"), nb.float32, nb.int64, nb.int64,
-            nb.int64, nb.Array(nb.uint8, 2, "C"), nb.Array(nb.int64, 2, "C"))
+            nb.int64, nb.int64, nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"),
+            nb.Array(nb.int64, 2, "C"))
 
 
 __all__ = ["layout", "plan_error", "supports", "externs", "fa2_tc_kernel", "get_kernel",

@@ -1,16 +1,18 @@
 """Standard attention (the paper's Algorithm 0) as three kernels through HBM.
 
     S kernel   one thread block per (active tile (i, j), instance): read Q_i, K_j;
-               write S_ij = scale Q_i K_j^T (causally masked entries -inf), whole tile.
+               write S_ij = scale Q_i K_j^T (entries outside the causal / window band of
+               gpu.forward._band -inf), whole tile.
     softmax    one thread block per (query row, instance): read the row's entries of S
                over the active tiles of its query block into a float32 row held in shared
-               memory (N float32, separate from the tiles' footprint); write
+               memory (N_k float32, separate from the tiles' footprint); write
                P = exp(S - max) / sum over the same entries (float32 math, stored in the
                problem dtype). A row with no active tile reads and writes nothing.
     PV kernel  one thread block per (query block i, instance): for each active j read
                P_ij and V_j; accumulate O_i in float32; write O_i once (0 for rows with
                no visible key).
-S and P are N x N HBM buffers per instance, in the problem dtype.
+S and P are N_q x N_k HBM buffers per instance, in the problem dtype. Active tiles: as
+iosim.active_tiles (the band and the block mask).
 
 Shared memory of the two tiled kernels: one dynamic buffer of
 `iosim.sram_footprint_bytes('standard', ...)` = max(QK tiles, PV tiles) bytes:
@@ -27,24 +29,36 @@ from numba import cuda, float32, int64
 from iosim.tiling import sram_footprint_bytes
 
 from .._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, launch, sees_key, specialisation)
+                      dummy_mask, kernel_name, launch, specialisation)
+from ._band import BIG, band_args, sees_key_band, tile_in_band
+
+#: the band of the kernels' old argument lists (N_k = N; causal: hi = 0), int64
+_NO_LO = np.int64(-BIG)
+_NO_HI = np.int64(BIG)
+_ZERO64 = np.int64(0)
 
 
 @specialisation
-def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx):
+def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx, window=False,
+                        band_args=False):
     """Kernel(a, b, out, tiles, scale, N, H, G, counters); grid (n_active, instances).
+    band_args=True: Kernel(a, b, out, tiles, scale, N, N_k, lo, hi, H, G, counters).
 
     Out_ij = scale A_i B_j^T for each active tile (i, j) (tiles: int32 (n_active, 2)),
-    written whole to an (instances, N, N) HBM matrix in the problem dtype; causal: entries
-    above the diagonal become -inf. A: (instances, N, d); B: (batch * kv_heads, N, d).
-    Serves the forward's S = scale Q K^T ('std_S') and the standard backward's line 2,
-    dP = dO V^T ('std_bwd_dP', scale 1, not masked). idx = (A, B, Out) counter rows.
+    written whole to an (instances, N, N_k) HBM matrix in the problem dtype; causal or
+    window: entries outside the band lo <= c - r <= hi (gpu.forward._band) become -inf
+    (without band_args: N_k = N, causal lo = -inf, hi = 0). A: (instances, N, d); B:
+    (batch * kv_heads, N_k, d). Serves the forward's S = scale Q K^T ('std_S') and the
+    standard backward's line 2, dP = dO V^T ('std_bwd_dP', scale 1, not masked).
+    idx = (A, B, Out) counter rows.
     """
     DT = NB_DTYPE[dt]
     B0 = B_r * d
     IA, IB, IOUT = idx
+    banded = causal or window
+    HI = _ZERO64 if causal else _NO_HI
 
-    def kernel(a_hbm, bt, out, tiles, scale, N, H, G, counters):
+    def body(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters):
         a = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -60,7 +74,7 @@ def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx):
         r0 = i * B_r
         c0 = j * B_c
         rows = min(B_r, N - r0)
-        cols = min(B_c, N - c0)
+        cols = min(B_c, N_k - c0)
         for e in range(t, rows * d, threads):       # A_i (Q_i or dO_i)
             As[e] = a_hbm[z, r0 + e // d, e % d]
             nA += 1
@@ -75,7 +89,7 @@ def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx):
             for x in range(d):
                 s += float32(As[r * d + x]) * float32(Bs[c * d + x])
             s = s * scale
-            if causal and c0 + c > r0 + r:
+            if banded and (c0 + c - r0 - r > hi or c0 + c - r0 - r < lo):
                 s = NEG_INF
             out[z, r0 + r, c0 + c] = s
             nO += 1
@@ -84,25 +98,35 @@ def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx):
             add_count(counters, IB, READ, nB)
             add_count(counters, IOUT, WRITE, nO)
 
+    body = cuda.jit(device=True, inline=True)(body)
+    if band_args:
+        def kernel(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters):
+            body(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters)
+    else:
+        def kernel(a_hbm, bt, out, tiles, scale, N, H, G, counters):
+            body(a_hbm, bt, out, tiles, scale, N, N, _NO_LO, HI, H, G, counters)
+
     return kernel, kernel_name(prefix, Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                               count=count, t=threads)
+                               window=window, count=count, t=threads)
 
 
-def s_kernel(B_r, B_c, d, dt, causal, count, threads):
-    """S = scale Q K^T per active tile: Kernel(q, k, s, tiles, scale, N, H, G, counters);
-    grid (n_active, instances); s: (instances, N, N) problem dtype."""
+def s_kernel(B_r, B_c, d, dt, causal, count, threads, window=False):
+    """S = scale Q K^T per active tile: Kernel(q, k, s, tiles, scale, N, N_k, lo, hi, H, G,
+    counters); grid (n_active, instances); s: (instances, N, N_k) problem dtype."""
     return tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, "std_S",
-                               (T["Q"], T["K"], T["S"]))
+                               (T["Q"], T["K"], T["S"]), window, True)
 
 
 
 @specialisation
-def softmax_kernel(B_r, B_c, causal, has_mask, count, threads):
-    """Kernel softmax(s, p, mask, N, counters); grid (N, instances); dynamic shared memory
-    N float32 (the row), plus a static `threads` float32 reduction buffer."""
+def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False):
+    """Kernel softmax(s, p, mask, N, N_k, lo, hi, counters); grid (N, instances); dynamic
+    shared memory N_k float32 (the row), plus a static `threads` float32 reduction
+    buffer. The row's active entries: those of the active tiles of its query block."""
     IS, IP = T["S"], T["P"]
+    banded = causal or window
 
-    def kernel(s_hbm, p_hbm, mask, N, counters):
+    def kernel(s_hbm, p_hbm, mask, N, N_k, lo, hi, counters):
         r = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -111,16 +135,20 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads):
         nS = int64(0)
         nP = int64(0)
         i = r // B_r
-        last = min((i + 1) * B_r, N) - 1        # last row of this row's query block
-        T_c = (N + B_c - 1) // B_c
+        first = i * B_r                          # first and last row of this row's
+        last = min((i + 1) * B_r, N) - 1        # query block
+        T_c = (N_k + B_c - 1) // B_c
         mx = NEG_INF
         for j in range(T_c):                     # read the active entries of S
             c0 = j * B_c
-            if causal and c0 > last:
+            c_end = min(c0 + B_c, N_k)
+            if banded and c0 - last > hi:
                 break
+            if banded and not tile_in_band(first, last, c0, c_end - 1, lo, hi):
+                continue
             if has_mask and mask[i, j] == 0:
                 continue
-            for c in range(c0 + t, min(c0 + B_c, N), threads):
+            for c in range(c0 + t, c_end, threads):
                 val = float32(s_hbm[z, r, c])
                 row[c] = val
                 mx = max(mx, val)
@@ -135,11 +163,14 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads):
         total = ZERO
         for j in range(T_c):                     # each thread revisits its own entries
             c0 = j * B_c
-            if causal and c0 > last:
+            c_end = min(c0 + B_c, N_k)
+            if banded and c0 - last > hi:
                 break
+            if banded and not tile_in_band(first, last, c0, c_end - 1, lo, hi):
+                continue
             if has_mask and mask[i, j] == 0:
                 continue
-            for c in range(c0 + t, min(c0 + B_c, N), threads):
+            for c in range(c0 + t, c_end, threads):
                 ex = math.exp(row[c] - m_safe)   # masked (-inf): 0; NaN stays NaN
                 row[c] = ex
                 total += ex
@@ -152,30 +183,38 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads):
         # sees no key gets P = 0 (so O = 0); one that sees a key gets NaN
         if total > ZERO:
             inv = ONE / total
-        elif sees_key(mask, i, r, T_c, B_c, causal, has_mask):
+        elif sees_key_band(mask, i, r, B_c, N_k, lo, hi, banded, has_mask):
             inv = NAN
         else:
             inv = ZERO
         for j in range(T_c):
             c0 = j * B_c
-            if causal and c0 > last:
+            c_end = min(c0 + B_c, N_k)
+            if banded and c0 - last > hi:
                 break
+            if banded and not tile_in_band(first, last, c0, c_end - 1, lo, hi):
+                continue
             if has_mask and mask[i, j] == 0:
                 continue
-            for c in range(c0 + t, min(c0 + B_c, N), threads):
+            for c in range(c0 + t, c_end, threads):
                 p_hbm[z, r, c] = row[c] * inv
                 nP += 1
         if count:
             add_count(counters, IS, READ, nS)
             add_count(counters, IP, WRITE, nP)
 
-    return kernel, kernel_name("std_softmax", Br=B_r, Bc=B_c, causal=causal, mask=has_mask,
+    return kernel, kernel_name("std_softmax", Br=B_r, Bc=B_c, causal=causal, window=window,
+                               mask=has_mask,
                                count=count, t=threads)
 
 
 @specialisation
-def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, prefix, idx):
+def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, prefix, idx,
+                            window=False, band_args=False):
     """Kernel(a, b, out, scale, mask, N, H, G, counters); grid (T_r, instances).
+    band_args=True: Kernel(a, b, out, scale, mask, N, N_k, lo, hi, H, G, counters), A then
+    (instances, N, N_k) and B (batch * kv_heads, N_k, d), active tiles those of the band
+    lo <= c - r <= hi (gpu.forward._band; without band_args N_k = N, causal hi = 0).
 
     Out_i = scale * sum_j A_ij B_j for each query block i: A an (instances, N, N) HBM
     matrix read tile by tile (active tiles only), B a (batch * kv_heads, N, d) tensor read
@@ -187,8 +226,10 @@ def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, p
     X0 = B_r * d * 4 // NP_DTYPE[dt].itemsize   # input-dtype tiles after the float32 acc
     A0, B0 = X0, X0 + B_r * B_c
     IA, IB, IOUT = idx
+    banded = causal or window
+    HI = _ZERO64 if causal else _NO_HI
 
-    def kernel(a_hbm, bt, out, scale, mask, N, H, G, counters):
+    def body(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters):
         i = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -206,14 +247,16 @@ def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, p
         last = r0 + rows - 1
         for e in range(t, B_r * d, threads):
             acc[e] = ZERO
-        T_c = (N + B_c - 1) // B_c
+        T_c = (N_k + B_c - 1) // B_c
         for j in range(T_c):
             c0 = j * B_c
-            if causal and c0 > last:
+            if banded and c0 - last > hi:
                 break
+            cols = min(B_c, N_k - c0)
+            if banded and not tile_in_band(r0, last, c0, c0 + cols - 1, lo, hi):
+                continue
             if has_mask and mask[i, j] == 0:
                 continue
-            cols = min(B_c, N - c0)
             cuda.syncthreads()
             for e in range(t, rows * cols, threads):    # A_ij (P_ij or dS_ij)
                 As[(e // cols) * B_c + e % cols] = a_hbm[z, r0 + e // cols, c0 + e % cols]
@@ -237,15 +280,23 @@ def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, p
             add_count(counters, IB, READ, nB)
             add_count(counters, IOUT, WRITE, nO)
 
+    body = cuda.jit(device=True, inline=True)(body)
+    if band_args:
+        def kernel(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters):
+            body(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters)
+    else:
+        def kernel(a_hbm, bt, out, scale, mask, N, H, G, counters):
+            body(a_hbm, bt, out, scale, mask, N, N, _NO_LO, HI, H, G, counters)
+
     return kernel, kernel_name(prefix, Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                               mask=has_mask, count=count, t=threads)
+                               window=window, mask=has_mask, count=count, t=threads)
 
 
-def pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
-    """O = P V, one block per query block: Kernel(p, v, o, scale=1, mask, N, H, G,
-    counters); grid (T_r, instances)."""
+def pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False):
+    """O = P V, one block per query block: Kernel(p, v, o, scale=1, mask, N, N_k, lo, hi,
+    H, G, counters); grid (T_r, instances)."""
     return rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads,
-                                   "std_PV", (T["P"], T["V"], T["O"]))
+                                   "std_PV", (T["P"], T["V"], T["O"]), window, True)
 
 
 def shared_bytes(B_r, B_c, d, dt) -> int:
@@ -259,11 +310,15 @@ def softmax_threads(N: int, threads: int) -> int:
 
 
 def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, B_c, dt,
-        causal, count, threads):
+        causal, count, threads, N_k=None, window=(-1, -1)):
     """Launch the three standard kernels on 3-D device views; writes s3, p3, o3.
 
-    active: host boolean (T_r, T_c) of active tiles (iosim.active_tiles).
+    q3, o3: (instances, N, d); k3, v3: (kv instances, N_k, d) (N_k default N); s3, p3:
+    (instances, N, N_k). active: host boolean (T_r, T_c) of active tiles
+    (iosim.active_tiles, band and block mask). window=(left, right) as iosim.Problem.
     """
+    N_k = N if N_k is None else int(N_k)
+    windowed, lo, hi = band_args(N, N_k, causal, window)
     d = q3.shape[2]
     inst = q3.shape[0]
     has_mask = mask is not None
@@ -271,12 +326,14 @@ def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, 
     shmem = shared_bytes(B_r, B_c, d, dt)
     tiles = np.argwhere(active).astype(np.int32)
     if len(tiles):
-        kS = s_kernel(B_r, B_c, d, dt, causal, count, threads)
+        kS = s_kernel(B_r, B_c, d, dt, causal, count, threads, windowed)
         launch(kS, (len(tiles), inst), threads, shmem, q3, k3, s3, cuda.to_device(tiles),
-               np.float32(scale), np.int64(N), np.int64(H), np.int64(G), counters)
-    ts = softmax_threads(N, threads)
-    kSM = softmax_kernel(B_r, B_c, causal, has_mask, count, ts)
-    launch(kSM, (N, inst), ts, 4 * N, s3, p3, mk, np.int64(N), counters)
-    kPV = pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads)
+               np.float32(scale), np.int64(N), np.int64(N_k), lo, hi, np.int64(H),
+               np.int64(G), counters)
+    ts = softmax_threads(N_k, threads)
+    kSM = softmax_kernel(B_r, B_c, causal, has_mask, count, ts, windowed)
+    launch(kSM, (N, inst), ts, 4 * N_k, s3, p3, mk, np.int64(N), np.int64(N_k), lo, hi,
+           counters)
+    kPV = pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, windowed)
     launch(kPV, (-(-N // B_r), inst), threads, shmem, p3, v3, o3, np.float32(1.0), mk,
-           np.int64(N), np.int64(H), np.int64(G), counters)
+           np.int64(N), np.int64(N_k), lo, hi, np.int64(H), np.int64(G), counters)

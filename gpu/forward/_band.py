@@ -1,0 +1,57 @@
+"""The causal / local-window band of the forward kernels (N_q != N_k, window_size).
+
+Convention (iosim.problem.band_of; flash-attn >= 2.1, PyTorch causal_lower_right): with
+o = N_k - N_q, query row r sees key c iff lo <= c - r <= hi, where causal gives hi = o and
+a window (left, right) gives lo = o - left, hi = o + right (-1: that side unbounded).
+Kernels take lo and hi as int64 arguments, an unbounded side as -BIG / +BIG, and a
+compile-time flag `banded` (causal or a window) that turns the masking code on.
+
+Tile (i, j) (rows r0..r_last, keys c0..c_last) holds a visible pair iff
+    c0 - r_last <= hi  and  c_last - r0 >= lo          (`tile_in_band`)
+(c - r takes every integer in between), exactly iosim.schedules.band_tiles.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from iosim.problem import band_of, check_window
+
+#: stands for an unbounded side of the band (|c - r| never reaches it)
+BIG = 1 << 62
+
+
+def band_args(N_q: int, N_k: int, causal: bool, window=(-1, -1)):
+    """(windowed, lo, hi): the compile-time flag `window` of the kernels (a window is
+    given; the kernels mask when causal or windowed) and the int64 arguments lo, hi.
+    ConfigError (a ValueError) for a bad window, or causal with right > 0."""
+    windowed = check_window(window, bool(causal)) != (-1, -1)
+    lo, hi = band_of(int(N_q), int(N_k), bool(causal), window)
+    return (windowed, np.int64(-BIG if lo is None else lo), np.int64(BIG if hi is None else hi))
+
+
+@cuda.jit(device=True, inline=True)
+def tile_in_band(r0, r_last, c0, c_last, lo, hi):
+    """Whether the tile rows r0..r_last x keys c0..c_last holds a pair lo <= c - r <= hi."""
+    return c0 - r_last <= hi and c_last - r0 >= lo
+
+
+@cuda.jit(device=True, inline=True)
+def sees_key_band(mask, i, row, B_c, N_k, lo, hi, banded, has_mask):
+    """Whether query `row` (of query block i) may attend at least one key: a key
+    c in [max(0, row + lo), min(N_k - 1, row + hi)] (all keys when not banded) in a tile
+    the block mask keeps. The structural test of "the row sees no key" (O = 0,
+    L = -inf): never read off the running sum l, which is NaN when an input is NaN."""
+    c_lo = 0
+    c_hi = N_k - 1
+    if banded:
+        c_lo = max(c_lo, row + lo)
+        c_hi = min(c_hi, row + hi)
+    if c_lo > c_hi:
+        return False
+    if not has_mask:
+        return True
+    for j in range(c_lo // B_c, c_hi // B_c + 1):
+        if mask[i, j] != 0:
+            return True
+    return False
