@@ -4,9 +4,12 @@ The simulator cannot run the linked CUDA C++ (mma.sync, ldmatrix, cp.async) nor 
 shuffles, so without a GPU the kernel is only built. This module emulates, in Python, what
 each C++ entry point of gpu/forward/fa1_tc.cu does for the calling lane (same fragment
 layouts as gpu/mma.cuh: lane = 4 g + q; C fragment element e of column tile nt at row
-g + 8 (e >> 1), column 8 nt + 2 q + (e & 1)), with copies done at once (cp.async waits are
-no-ops), and gives the simulator's fake `cuda` module `shfl_xor_sync` and `syncwarp` (a
-barrier per warp). What is then checked in the simulator is the kernel's own Python: the
+g + 8 (e >> 1), column 8 nt + 2 q + (e & 1)), with cp.async timed adversarially (the
+source read at the issue, the destination poisoned with NaN at the issue and written only
+when a wait retires its group: a read before the wait, a copy into a buffer still being
+read, or a copy that reads what an earlier tile has not yet written, all show as NaN or a
+wrong result), and gives the simulator's fake `cuda` module `shfl_xor_sync` and
+`syncwarp` (a barrier per warp). What is then checked in the simulator is the kernel's own Python: the
 schedule (key blocks outer, the next tile's copies issued during this one, the deferral
 when it reads what this one writes), the counts, the masking, the online statistics and
 the non-finite rules. The tensor-core code itself is checked only on a GPU.
@@ -52,6 +55,19 @@ def _shfl_xor_sync(self, mask, val, lanemask):
 def _syncwarp(self, mask=0xFFFFFFFF):
     _, (bar, _box) = _warp()
     bar.wait()
+
+
+#: what a copy's destination holds between its issue and its wait (NaN as fp16 and fp32)
+POISON = np.uint32(0xFFFFFFFF)
+
+
+def _pending():
+    """This thread's cp.async state: copies not yet committed, committed groups."""
+    th = threading.current_thread()
+    st = getattr(th, "_fa1tc_cp", None)
+    if st is None:
+        st = th._fa1tc_cp = {"open": [], "groups": []}
+    return st
 
 
 def _lane():
@@ -121,13 +137,24 @@ def make_externs(d, B_c, MT):
                     h[2 * off + r * stride + c] = np.float16(o[mt * (D // 2) + 4 * nt + e])
         return 0
 
-    def cp16(sm, soff, gp, goff, valid):
-        sm[soff:soff + 4] = gp[goff:goff + 4] if valid else 0
+    # cp.async, adversarially timed: the source is read when the copy is issued (the
+    # earliest a real copy may read it), the destination is poisoned then (a copy may land
+    # at any time after its issue: whoever still reads it sees NaN) and written only when a
+    # cp.async.wait_group retires the copy's group (the latest it may land: whoever reads it
+    # before waiting sees NaN).
+    def _issue(sm, soff, words):
+        st = _pending()
+        sm[soff:soff + len(words)] = POISON
+        st["open"].append((sm, soff, words))
         return 0
 
+    def cp16(sm, soff, gp, goff, valid):
+        words = np.array(gp[goff:goff + 4]) if valid else np.zeros(4, np.uint32)
+        return _issue(sm, soff, words)
+
     def cp4(sm, soff, gp, goff, valid):
-        sm[soff] = gp[goff] if valid else 0
-        return 0
+        words = np.array(gp[goff:goff + 1]) if valid else np.zeros(1, np.uint32)
+        return _issue(sm, soff, words)
 
     def st16(gp, goff, sm, soff):
         gp[goff:goff + 4] = sm[soff:soff + 4]
@@ -137,11 +164,24 @@ def make_externs(d, B_c, MT):
         gp[goff:goff + 4] = 0
         return 0
 
-    def nop():
+    def commit():
+        st = _pending()
+        st["groups"].append(st["open"])
+        st["open"] = []
         return 0
 
+    def wait(n):
+        def w():
+            st = _pending()
+            while len(st["groups"]) > n:
+                for sm, soff, words in st["groups"].pop(0):
+                    sm[soff:soff + len(words)] = words
+            return 0
+        return w
+
     return dict(qk=qk, pv=pv, load_o=load_o, store_o=store_o, cp16=cp16, cp4=cp4,
-                st16=st16, zero16=zero16, cp_commit=nop, cp_wait1=nop, cp_wait0=nop)
+                st16=st16, zero16=zero16, cp_commit=commit, cp_wait0=wait(0),
+                cp_wait1=wait(1), cp_wait2=wait(2))
 
 
 def _ptr(a):
