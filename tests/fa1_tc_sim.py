@@ -217,7 +217,7 @@ def emulated():
         fa1_tc.fa1_tc_kernel.cache_clear()
 
 
-def run_sim(q, k, v, *, B_r, B_c, MT=1, causal=False, block_mask=None, count=True,
+def run_sim(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None, count=True,
             scale=None, poison=True):
     """fa1_tc on (batch, heads, N, d) fp16 NumPy arrays in the simulator (inside
     `emulated()`): returns O, l, m (NaN-poisoned before the launch) and the counters."""
@@ -238,10 +238,10 @@ def run_sim(q, k, v, *, B_r, B_c, MT=1, causal=False, block_mask=None, count=Tru
     if block_mask is not None:
         mask = cuda.to_device(np.ascontiguousarray(block_mask, dtype=np.uint8))
     scale = 1.0 / np.sqrt(d) if scale is None else scale
-    kern = fa1_tc.get_kernel(B_r, B_c, d, causal, mask is not None, count, MT)
+    kern = fa1_tc.get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages)
     mk = mask if mask is not None else _launch.dummy_mask()
     _launch.launch(kern, (B * H,), fa1_tc.threads_per_block(B_r, MT),
-                   fa1_tc.layout(B_r, B_c, d)["bytes"], q3, k3, v3, o3, l2, m2,
+                   fa1_tc.layout(B_r, B_c, d, stages)["bytes"], q3, k3, v3, o3, l2, m2,
                    np.float32(scale * fa1_tc.LOG2E), np.int64(N), np.int64(H),
                    np.int64(H // Hk), mk, counters)
     return (o3.copy_to_host().reshape(B, H, N, d), l2.copy_to_host().reshape(B, H, N),

@@ -103,4 +103,7 @@ __device__ __forceinline__ void fa1tc_zero16_t(u32* g, long long goff) {
     }                                                                                           \
     extern "C" __device__ int fa1tc_cp_wait0_d##D##_bc##BC##_mt##MT() {                         \
         asm volatile("cp.async.wait_group 0;\n" ::: "memory"); return 0;                        \
+    }                                                                                           \
+    extern "C" __device__ int fa1tc_cp_wait2_d##D##_bc##BC##_mt##MT() {                         \
+        asm volatile("cp.async.wait_group 2;\n" ::: "memory"); return 0;                        \
     }

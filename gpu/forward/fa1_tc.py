@@ -65,26 +65,32 @@ CU_PATH = os.path.join(os.path.dirname(__file__), "fa1_tc.cu")
 WARPS = (1, 2, 4, 8)
 #: m-tiles of 16 query rows per warp.
 M_TILES = (1, 2)
+#: Q/O/l/m slots (pipeline depth: the current tile and up to STAGES - 1 in flight).
+STAGES = (2, 3)
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
-#: Default tiling (B_r, B_c, MT) per head dim: B_c large, because every key block costs one
-#: read of Q and one read and write of O (the traffic falls as 1 / B_c); 8 warps of 16
-#: rows. Chosen from ptxas (spill-free) before any H100 timing; scripts/fa1_tc_probe.py
+#: Default (B_r, B_c, MT, stages) per head dim: B_c large, because every key block costs one
+#: read of Q and one read and write of O (the requested traffic falls as 1 / B_c); 8 warps
+#: of 16 rows; 3 stages (two tiles' copies in flight: the kernel is bound by those round
+#: trips at batch x heads >= SMs) where the shared memory allows (d = 128: 2). Chosen from
+#: ptxas (spill-free) and the traffic model before any H100 timing; scripts/fa1_tc_probe.py
 #: times the alternatives.
-DEFAULT_TILES = {16: (128, 128, 1), 32: (128, 128, 1), 48: (128, 128, 1), 64: (128, 128, 1),
-                 80: (128, 64, 1), 96: (128, 64, 1), 128: (128, 64, 1)}
+DEFAULT_TILES = {16: (128, 128, 1, 3), 32: (128, 128, 1, 3), 48: (128, 128, 1, 3),
+                 64: (128, 128, 1, 3), 80: (128, 64, 1, 3), 96: (128, 64, 1, 3),
+                 128: (128, 64, 1, 2)}
 
 
 def default_tiling(d: int, causal: bool = False) -> dict:
-    """dict(B_r, B_c, MT) this kernel runs by default at head dim d (causal or not)."""
-    B_r, B_c, MT = DEFAULT_TILES.get(d, (64, 64, 1))
-    return dict(B_r=B_r, B_c=B_c, MT=MT)
+    """dict(B_r, B_c, MT, stages) this kernel runs by default at head dim d (causal or
+    not)."""
+    B_r, B_c, MT, stages = DEFAULT_TILES.get(d, (64, 64, 1, 2))
+    return dict(B_r=B_r, B_c=B_c, MT=MT, stages=stages)
 
 
-def layout(B_r: int, B_c: int, d: int) -> dict:
+def layout(B_r: int, B_c: int, d: int, stages: int = 2) -> dict:
     """Offsets (4-byte words) inside one slot (QO, OO, LS, MS) and one K/V buffer (KO, VO,
     relative to the buffer); SLOT, KV: their sizes; KB: where buffer 0 starts (after the
-    two slots); row stride in halves (SH) and words (SW); total bytes."""
+    `stages` slots); row stride in halves (SH) and words (SW); total bytes."""
     SH = d + 8
     SW = SH // 2
     QO = 0
@@ -92,7 +98,7 @@ def layout(B_r: int, B_c: int, d: int) -> dict:
     LS = 2 * B_r * SW
     MS = LS + B_r
     SLOT = MS + B_r
-    KB = 2 * SLOT
+    KB = stages * SLOT
     KO = 0
     VO = B_c * SW
     KV = 2 * B_c * SW
@@ -106,9 +112,11 @@ def threads_per_block(B_r: int, MT: int = 1) -> int:
     return 2 * B_r // MT
 
 
-def plan_error(B_r: int, B_c: int, d: int, dt: str, MT: int = 1) -> str | None:
+def plan_error(B_r: int, B_c: int, d: int, dt: str, MT: int = 1, stages: int = 2) -> str | None:
     """Why this kernel cannot run the configuration, or None (shared memory aside: see
     `supports`)."""
+    if stages not in STAGES:
+        return f"stages={stages}: the pipeline depth must be one of {STAGES}"
     if dt != "fp16":
         return f"dtype {dt}: the tensor-core kernel takes fp16 only"
     if d % 16 or not 16 <= d <= 128:
@@ -122,15 +130,16 @@ def plan_error(B_r: int, B_c: int, d: int, dt: str, MT: int = 1) -> str | None:
     return None
 
 
-def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", smem_limit=None, MT: int = 1) -> bool:
+def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", smem_limit=None, MT: int = 1,
+             stages: int = 2) -> bool:
     """True if this kernel runs (B_r, B_c, d, dt) here: a real GPU (the simulator cannot run
     linked device functions), a supported shape, shared memory that fits."""
-    if SIM or plan_error(B_r, B_c, d, dt, MT) is not None:
+    if SIM or plan_error(B_r, B_c, d, dt, MT, stages) is not None:
         return False
     if smem_limit is None:
         from .._launch import device_smem_limit
         smem_limit = device_smem_limit()
-    return layout(B_r, B_c, d)["bytes"] <= smem_limit
+    return layout(B_r, B_c, d, stages)["bytes"] <= smem_limit
 
 
 # ---------------------------------------------------------------------------------------
@@ -149,7 +158,7 @@ def externs(d: int, B_c: int, MT: int = 1) -> dict:
                 load_o=i32(pf, pu, i32, i32), store_o=i32(pu, i32, i32, pf),
                 cp16=i32(pu, i32, pu, i64, i32), cp4=i32(pu, i32, pu, i64, i32),
                 st16=i32(pu, i64, pu, i32), zero16=i32(pu, i64),
-                cp_commit=i32(), cp_wait1=i32(), cp_wait0=i32())
+                cp_commit=i32(), cp_wait0=i32(), cp_wait1=i32(), cp_wait2=i32())
     src = _tc.source(CU_PATH, f"FA1TC_INSTANTIATE({d}, {B_c}, {MT})")
     return _tc.declare(src, f"fa1_tc_d{d}_bc{B_c}_mt{MT}.cu", "fa1tc_",
                        f"_d{d}_bc{B_c}_mt{MT}", sigs)
@@ -162,7 +171,7 @@ ptr, ptr32 = _tc.ptr, _tc.ptr32
 # The kernel
 # ---------------------------------------------------------------------------------------
 @specialisation
-def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
+def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2):
     """Kernel(q, k, v, o, l, m, scale2, N, H, G, mask, counters).
 
     q, o: (instances, N, d) fp16; k, v: (kv instances, N, d) fp16; l, m: (instances, N)
@@ -170,17 +179,18 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
     N, H, G, mask, counters as gpu.forward.fa1. Grid (instances,), 2 B_r / MT threads,
     `layout(...)["bytes"]` dynamic shared bytes; q, k, v, o 16-byte aligned (`run` checks).
     """
-    err = plan_error(B_r, B_c, d, "fp16", MT)
+    err = plan_error(B_r, B_c, d, "fp16", MT, STAGES)
     if err:
         raise ValueError(err)
     X = externs(d, B_c, MT)
     qk, pv, load_o, store_o = X["qk"], X["pv"], X["load_o"], X["store_o"]
     cp16, cp4, st16, zero16 = X["cp16"], X["cp4"], X["st16"], X["zero16"]
-    cp_commit, cp_wait1, cp_wait0 = X["cp_commit"], X["cp_wait1"], X["cp_wait0"]
+    cp_commit, cp_wait0 = X["cp_commit"], X["cp_wait0"]
+    cp_wait1, cp_wait2 = X["cp_wait1"], X["cp_wait2"]
     RW = 16 * MT                  # query rows per warp
     NW = B_r // RW
     THREADS = 32 * NW
-    lay = layout(B_r, B_c, d)
+    lay = layout(B_r, B_c, d, STAGES)
     SH, SW, SLOT, KB, KV = lay["SH"], lay["SW"], lay["SLOT"], lay["KB"], lay["KV"]
     QO, OO, LS, MS, KO, VO = lay["QO"], lay["OO"], lay["LS"], lay["MS"], lay["KO"], lay["VO"]
     DW = d // 2                   # words per row in global memory
@@ -204,6 +214,16 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
     LOG2E_ = np.float32(LOG2E)
     EIGHT = int64(8)
     ALIGN = None if SIM else 16   # the simulator (tests' emulation) takes no alignment
+
+    @cuda.jit(device=True, inline=True)
+    def wait_for(k):
+        """Wait until at most k of this thread's copy groups are in flight (k <= 2)."""
+        if k >= 2:
+            cp_wait2()
+        elif k == 1:
+            cp_wait1()
+        else:
+            cp_wait0()
 
     @cuda.jit(device=True, inline=True)
     def active(i, j, N, mask):
@@ -397,31 +417,64 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
                 nlw += 1
         cuda.syncthreads()                              # ... before anything reads them
 
+        # ---- the pipeline: the current tile (i, j) in slot sl; up to STAGES - 1 later
+        # active tiles' copies in flight (the queue: a0, a1); (ni, nj) the first not yet
+        # issued, for slot ns. A tile is issued ahead only if no tile before it that is
+        # still to be computed has its query block (it reads the O_i, l_i, m_i they write)
+        # and its key block is j or j + 1 (two K/V buffers); otherwise it is issued when it
+        # becomes the current one, after the last one's stores (synchronously). Each tile's
+        # copies are one group; nc counts the groups committed, g* is a tile's group.
         i, j = next_item(int64(-1), int64(0), T_r, T_c, N, mask)
-        nK += drain_kv(smp, kp, vp, kvbase, int64(0), j, N, t, 0)   # leading empty columns
+        nc = int64(0)
+        nK += drain_kv(smp, kp, vp, kvbase, int64(0), j, N, t, 0)  # leading empty columns
+        nc += j
         kb = 0                                          # K/V buffer of column j
-        sl = 0                                          # slot of item (i, j)
+        kvn = int64(-1)                                 # column whose K/V is in buffer 1 - kb
+        sl = 0                                          # slot of tile (i, j)
+        gc = int64(0)                                   # its copy group
         if j < T_c:
             nK += issue_kv(smp, kp, vp, kvbase, j, N, t, 0)
             a, b = issue_item(smp, qp, op, lp, mp, qbase, sbase, i, N, t, 0)
             nQ += a
             nl += b
-        cp_commit()
-        while j < T_c:
-            # ---- the next active tile's copies, in flight during this one ----
-            i2, j2 = next_item(i, j, T_r, T_c, N, mask)
-            if j2 > j:
-                # step 6 for the columns in between (no active tile; read all the same)
-                nK += drain_kv(smp, kp, vp, kvbase, j + 1, j2, N, t, 1 - kb)
-                if j2 < T_c:
-                    nK += issue_kv(smp, kp, vp, kvbase, j2, N, t, 1 - kb)
-            defer = j2 < T_c and i2 == i                # it reads what this one writes
-            if j2 < T_c and not defer:
-                a, b = issue_item(smp, qp, op, lp, mp, qbase, sbase, i2, N, t, 1 - sl)
-                nQ += a
-                nl += b
             cp_commit()
-            cp_wait1()                                  # item (i, j) has landed
+            nc += 1
+            gc = nc
+        ahead = 0                                       # tiles issued after (i, j)
+        ai0 = int64(0)
+        aj0 = int64(0)
+        as0 = 0
+        ag0 = int64(0)
+        ai1 = int64(0)
+        aj1 = int64(0)
+        as1 = 0
+        ag1 = int64(0)
+        ni, nj = next_item(i, j, T_r, T_c, N, mask)
+        ns = 1 % STAGES
+        while j < T_c:
+            # ---- issue the next tiles' copies (one group each), in flight during this one ----
+            for _ in range(STAGES - 1):
+                if ahead < STAGES - 1 and nj < T_c and nj <= j + 1:
+                    clash = ni == i or (ahead >= 1 and ni == ai0)
+                    if not clash:
+                        if nj == j + 1 and kvn != nj:
+                            nK += issue_kv(smp, kp, vp, kvbase, nj, N, t, 1 - kb)
+                            kvn = nj
+                        a, b = issue_item(smp, qp, op, lp, mp, qbase, sbase, ni, N, t, ns)
+                        nQ += a
+                        nl += b
+                        cp_commit()
+                        nc += 1
+                        if ahead == 0:
+                            ai0, aj0, as0, ag0 = ni, nj, ns, nc
+                        else:
+                            ai1, aj1, as1, ag1 = ni, nj, ns, nc
+                        ahead += 1
+                        ni, nj = next_item(ni, nj, T_r, T_c, N, mask)
+                        ns = (ns + 1) % STAGES
+            # tile (i, j) has landed: the groups committed after its own are the `ahead`
+            # tiles in flight
+            wait_for(nc - gc)
             cuda.syncthreads()
             r0 = i * B_r
             c0 = j * B_c
@@ -472,17 +525,33 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
                         if count:
                             nlw += 1
             cuda.syncthreads()                          # slot sl free; O_i, l_i, m_i stored
-            if defer:
-                a, b = issue_item(smp, qp, op, lp, mp, qbase, sbase, i2, N, t, 1 - sl)
+            if ahead > 0:                               # the next tile is in flight
+                if aj0 > j:                             # its K/V: the other buffer
+                    kb = 1 - kb
+                    kvn = int64(-1)
+                i, j, sl, gc = ai0, aj0, as0, ag0
+                ai0, aj0, as0, ag0 = ai1, aj1, as1, ag1
+                ahead -= 1
+            elif nj < T_c:                              # issue it now (see above)
+                if nj > j:
+                    # step 6 for the key blocks in between (no active tile: read all the same)
+                    nK += drain_kv(smp, kp, vp, kvbase, j + 1, nj, N, t, 1 - kb)
+                    nc += nj - j - 1
+                    if kvn != nj:
+                        nK += issue_kv(smp, kp, vp, kvbase, nj, N, t, 1 - kb)
+                    kb = 1 - kb
+                    kvn = int64(-1)
+                a, b = issue_item(smp, qp, op, lp, mp, qbase, sbase, ni, N, t, ns)
                 nQ += a
                 nl += b
                 cp_commit()
-                cp_wait0()
-            if j2 > j:
-                kb = 1 - kb
-            sl = 1 - sl
-            i = i2
-            j = j2
+                nc += 1
+                i, j, sl, gc = ni, nj, ns, nc
+                ni, nj = next_item(ni, nj, T_r, T_c, N, mask)
+                ns = (ns + 1) % STAGES
+            else:                                       # no tile left
+                nK += drain_kv(smp, kp, vp, kvbase, j + 1, T_c, N, t, 1 - kb)
+                j = T_c
         cp_wait0()
         if count:
             add_count(counters, IQ, READ, nQ)
@@ -496,21 +565,22 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
             add_count(counters, Im, WRITE, nlw)
 
     name = kernel_name("fa1_tc", Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal, mask=has_mask,
-                       count=count, mt=MT if MT > 1 else False)
+                       count=count, mt=MT if MT > 1 else False,
+                       st=STAGES if STAGES != 2 else False)
     return kernel, name
 
 
-def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1):
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, stages=2):
     """The compiled dispatcher for one specialisation."""
-    err = plan_error(B_r, B_c, d, "fp16", MT)
+    err = plan_error(B_r, B_c, d, "fp16", MT, stages)
     if err:
         raise ValueError(f"fa1_tc: {err}")
     return fa1_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                         bool(count), int(MT))
+                         bool(count), int(MT), int(stages))
 
 
 def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
-        count, threads=None, MT=1):
+        count, threads=None, MT=1, stages=2):
     """Launch on 3-D fp16 device views (instances, N, d); writes o3, l2, m2 (the
     arguments of gpu.forward.fa1.run; threads, if given, must be 2 B_r / MT)."""
     from .._launch import launch
@@ -523,9 +593,9 @@ def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt,
                          f"{want} for B_r={B_r}, MT={MT} (got threads={threads})")
     for name, arr in (("q", q3), ("k", k3), ("v", v3), ("o", o3)):
         _tc.check_aligned("fa1_tc", name, arr)
-    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages)
     mk = mask if mask is not None else dummy_mask()
-    launch(kern, (q3.shape[0],), want, layout(B_r, B_c, d)["bytes"],
+    launch(kern, (q3.shape[0],), want, layout(B_r, B_c, d, stages)["bytes"],
            q3, k3, v3, o3, l2, m2, np.float32(scale * LOG2E),
            np.int64(N), np.int64(H), np.int64(G), mk, counters)
 
@@ -539,13 +609,13 @@ def signature():
             nb.Array(nb.uint8, 2, "C"), nb.Array(nb.int64, 2, "C"))
 
 
-def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1,
+def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1, stages=2,
                cc=(9, 0)) -> str:
     """The PTX of one specialisation after link-time optimisation with its C++ functions,
     built without a GPU (see gpu._tc.linked_ptx): mma.sync, ldmatrix, cp.async; a correct
     build has no `call`, no `.local`, no float64."""
-    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT), signature(),
-                          cc)
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, stages),
+                          signature(), cc)
 
 
 __all__ = ["DEFAULT_TILES", "default_tiling", "layout", "threads_per_block", "plan_error",
