@@ -9,10 +9,10 @@ source read at the issue, the destination poisoned with NaN at the issue and wri
 when a wait retires its group: a read before the wait, a copy into a buffer still being
 read, or a copy that reads what an earlier tile has not yet written, all show as NaN or a
 wrong result), and gives the simulator's fake `cuda` module `shfl_xor_sync` and
-`syncwarp` (a barrier per warp). What is then checked in the simulator is the kernel's own Python: the
-schedule (key blocks outer, the next tile's copies issued during this one, the deferral
-when it reads what this one writes), the counts, the masking, the online statistics and
-the non-finite rules. The tensor-core code itself is checked only on a GPU.
+`syncwarp` (a barrier per warp). What is then checked in the simulator is the kernel's own
+Python: the schedule (key blocks outer, the next tiles' copies issued during this one, the
+waits, a tile held back while one in flight writes what it reads), the counts, the
+masking, the online statistics and the non-finite rules. The tensor-core code itself is checked only on a GPU.
 
 Use: `with emulated(): O, l, m, counters = run_sim(q, k, v, ...)` (simulator only).
 """
