@@ -343,7 +343,10 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2):
             mx = max(mx, cuda.shfl_xor_sync(FULL, mx, 2))
             l_old = smf[so + LS + rl]
             m_nat = smf[so + MS + rl]
-            if not causal or row >= c0:                # the row sees a key of this tile
+            # the row sees a key of this tile; the same for all 16 rows of the m-tile (c0
+            # and the m-tile's first row are multiples of 16), so the shuffles below are
+            # warp-uniform
+            if not causal or row >= c0:
                 m_old = m_nat * LOG2E_
                 m_new = max(m_old, mx)                 # line 11 (base 2)
                 ps = ZERO
