@@ -20,7 +20,8 @@ point is recorded with its error and the probe goes on; points past the time bud
   * kind "time": kernels alone (CUDA events around launches on preallocated arrays,
     inputs rotated over sets larger than the L2, warm-up, median of --reps) at N = 4096,
     d = 64, batch x heads in {16, 128}, causal or not: `fa1_tc` (default tiling, and at
-    batch x heads = 128 non-causal some alternatives), `fa2_tc` (gpu.forward.fa2_tc with
+    batch x heads = 128 non-causal the alternatives 128 x 128 with 2 stages, 128 x 64,
+    64 x 128, 64 x 64), `fa2_tc` (gpu.forward.fa2_tc with
     gpu.attention's default tiling, the kernel gpu.attention(kernel='tc') launches), and at
     N = 1024, batch x heads = 16 also the existing plain `fa1` kernel (it is slow). Beside
     each fa1_tc time: `ratio_fa1_fa2` (measured), and the model's prediction:
