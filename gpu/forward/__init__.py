@@ -2,6 +2,7 @@
 
     standard.py  Algorithm 0: S = Q K^T, P = softmax(S), O = P V through HBM
     fa1.py       Algorithm 1 as written (FlashAttention), one block per (batch, head)
+    fa1_tc.py    the same schedule on the tensor cores (fp16), with fa1_tc.cu
     fa2.py       FlashAttention-2, one block per query block: the plain reference kernel
     fa2_fast.py  the same schedule register-tiled on the CUDA cores (fp32 fast path)
     fa2_tc.py    the same schedule on the tensor cores (fp16), with fa2_tc.cu
