@@ -489,7 +489,7 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
 
 def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols, sram_bytes,
                     block_mask, count_traffic, return_stats, threads, kernel, fast,
-                    tensor_cores, poison, plan_key):
+                    tensor_cores, poison, window, plan_key):
     """`attention` with every check, recording its launches into a plan for `plan_key`
     (None: no plan)."""
     if algorithm not in ALGORITHMS:

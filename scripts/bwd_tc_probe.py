@@ -166,11 +166,11 @@ def main(argv=None):
     shapes = [dict(B=1, H=16, N=4096, d=64, causal=False),
               dict(B=1, H=16, N=4096, d=64, causal=True),
               dict(B=1, H=16, N=4096, d=128, causal=False)]
-    tilings = {64: [(64, 64, 1, None), (64, 64, 1, False), (128, 64, 1, None),
-                    (64, 128, 1, False), (128, 128, 1, False), (64, 128, 2, False),
-                    (128, 128, 2, False)],
-               128: [(64, 64, 1, False), (32, 64, 1, False), (64, 32, 1, False),
-                     (32, 32, 1, False), (128, 64, 1, False)]}
+    # (B_r, B_c, MT, kreg, DN)
+    tilings = {64: [(64, 128, 1, False, None), (64, 128, 1, False, 32), (64, 64, 1, False, 32),
+                    (128, 128, 1, False, 32)],
+               128: [(32, 64, 1, False, None), (32, 128, 1, False, None), (16, 64, 1, False, None),
+                     (64, 128, 1, False, 32)]}
     if args.quick:
         tilings = {64: tilings[64][:2], 128: tilings[128][:1]}
     for sh in shapes:
@@ -187,8 +187,8 @@ def main(argv=None):
             o, L = attention(q, k, v, algorithm="fa2", causal=causal, return_stats=True)
             sets.append((q, k, v, do, o, L))
         flops_bwd = 2.5 * 4 * N * N * d * I * (0.5 if causal else 1.0)
-        for (br, bc, MT, kreg) in tilings[d]:
-            name = dict(B_r=br, B_c=bc, MT=MT, kreg=kreg)
+        for (br, bc, MT, kreg, DN) in tilings[d]:
+            name = dict(B_r=br, B_c=bc, MT=MT, kreg=kreg, DN=DN)
             try:
                 if not fa2_tc.supports(br, bc, d, "fp16", MT=MT):
                     emit(dict(kind="time", what="bwd_main", **sh, **name, error="unsupported"))
@@ -204,7 +204,7 @@ def main(argv=None):
                     fa2_tc.run(q.view(I, N, d), k.view(I, N, d), v.view(I, N, d),
                                do.view(I, N, d), L.view(I, N), Dst, acc, dk, dv,
                                1 / np.sqrt(d), N, H, 1, None, cnt, B_r=br, B_c=bc,
-                               causal=causal, count=False, MT=MT, kreg=kreg)
+                               causal=causal, count=False, MT=MT, kreg=kreg, DN=DN)
                 ms = timed(main_only, sets)
                 emit(dict(kind="time", what="bwd_main", **sh, **name, ms=ms,
                           tflops=flops_bwd / ms / 1e9))

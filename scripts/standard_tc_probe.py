@@ -88,7 +88,7 @@ def main(argv=None):
     dev = torch.cuda.get_device_name()
 
     def emit(row):
-        row = dict(device=dev, t=round(time.time() - t_start, 1), **row)
+        row = dict(device=dev, elapsed_s=round(time.time() - t_start, 1), **row)
         print(json.dumps(row), flush=True)
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
