@@ -364,8 +364,9 @@ def run_pre(o3, do3, D2, dqacc, N, counters, *, dt, count, threads=256, shfl=Non
     threads = max(32, (int(threads) // 32) * 32)
     d = o3.shape[2]
     kern = fa2_pre_fast_kernel(d, dt, bool(count), threads, shfl, int(rpw))
+    from .._launch import launch
     grid = (-(-N // pre_rows_per_block(threads, rpw)), o3.shape[0])
-    kern[grid, threads](o3, do3, D2, dqacc, np.int64(N), counters)
+    launch(kern, grid, threads, 0, o3, do3, D2, dqacc, np.int64(N), counters)
 
 
 # ---------------------------------------------------------------------------------------

@@ -406,7 +406,7 @@ def group_sum_kernel(dt, count):
 def _flat_launch(kern, n, *args):
     threads = default_threads() if SIM else 256
     blocks = max(1, min(4 if SIM else 4096, -(-n // threads)))
-    kern[blocks, threads](*args)
+    launch(kern, blocks, threads, 0, *args)   # repeat launches skip Numba's dispatcher
 
 
 # ---------------------------------------------------------------------------------------
