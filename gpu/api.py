@@ -72,7 +72,7 @@ import iosim
 from iosim.tiling import ALGORITHMS, Tiling, resolve_tiling, sram_footprint_bytes
 
 from . import _launch
-from .forward import fa1, fa2, fa2_fast, fa2_tc, standard
+from .forward import fa1, fa1_tc, fa2, fa2_fast, fa2_tc, standard, standard_tc
 from ._launch import (DEFAULT_SMEM_BYTES, NP_DTYPE, SIM, check_fits, counters_to_ledger,
                       default_threads, device_smem_limit, filled, new_counters)
 
@@ -236,14 +236,40 @@ def fa2_fast_threads(B_r: int, B_c: int, d: int, threads: int | None) -> int | N
     return None
 
 
-def default_tiling(algorithm: str, d: int, dtype: str, causal: bool = False) -> Tiling:
-    """The tiling `attention` uses when none is given (see the module docstring); only the
-    fp16 fa2 default on a GPU depends on `causal`."""
-    if algorithm == "fa2" and dtype == "fp16":
+def other_tc_module(algorithm: str):
+    """The tensor-core kernel module of fa1 / standard (fp16): gpu.forward.fa1_tc or
+    gpu.forward.standard_tc."""
+    return {"fa1": fa1_tc, "standard": standard_tc}[algorithm]
+
+
+def other_tc_default(algorithm: str, d: int, causal: bool = False) -> dict | None:
+    """dict(B_r, B_c[, MT, stages]) the fa1 / standard tensor-core kernels run by default
+    (fp16, on a GPU where the tiling fits), else None (the simulator; no fit)."""
+    if SIM or algorithm not in ("fa1", "standard"):
+        return None
+    mod = other_tc_module(algorithm)
+    t = mod.default_tiling(d, causal)
+    if algorithm == "fa1":
+        ok = mod.supports(t["B_r"], t["B_c"], d, "fp16", MT=t["MT"], stages=t["stages"])
+    else:
+        ok = mod.supports(t["B_r"], t["B_c"], d, "fp16")
+    return t if ok else None
+
+
+def default_tiling(algorithm: str, d: int, dtype: str, causal: bool = False,
+                   kernel: str = "auto") -> Tiling:
+    """The tiling `attention` uses when none is given (see the module docstring): for fp16
+    on a GPU the tensor-core kernels' defaults (fa2, fa1, standard; they may depend on
+    `causal`), unless kernel='plain' (or 'fast' for fa2)."""
+    if algorithm in ("fa1", "standard") and dtype == "fp16" and kernel in ("auto", "tc"):
+        t = other_tc_default(algorithm, d, causal)
+        if t is not None:
+            return Tiling(t["B_r"], t["B_c"])
+    if algorithm == "fa2" and dtype == "fp16" and kernel in ("auto", "tc"):
         tc = fa2_tc_default(d, causal)
         if tc is not None:
             return Tiling(*tc)
-    if algorithm == "fa2":
+    if algorithm == "fa2" and kernel != "plain":
         fast = fa2_fast_default(d)
         if fast is not None:
             return Tiling(fast[0], fast[1])
@@ -335,6 +361,11 @@ def _output(shape, npdt, kind, like, poison=True):
     return t, cuda.as_cuda_array(t, sync=False)
 
 
+def _no_band(common: dict) -> dict:
+    """The launch keywords without N_k and window (kernels that take neither)."""
+    return {k: v for k, v in common.items() if k not in ("N_k", "window")}
+
+
 def _return_like(dev, kind, like):
     """Convert a numba device array back to the caller's kind."""
     if kind == "numpy":
@@ -386,12 +417,13 @@ def _pick_kernel(kernel, fast, tensor_cores, algorithm, dname):
                       f"release; use kernel={kernel!r}"
                       + (" (tensor_cores=False: kernel='fast' or 'plain')"
                          if kernel == "auto" else ""), DeprecationWarning, stacklevel=4)
-    if kernel in ("fast", "tc") and algorithm != "fa2":
-        raise ValueError(f"kernel={kernel!r} is only for algorithm='fa2'; {algorithm!r} has one "
-                         f"kernel (kernel='auto' or 'plain')")
+    if kernel == "fast" and algorithm != "fa2":
+        raise ValueError(f"kernel='fast' is only for algorithm='fa2'; {algorithm!r} has "
+                         f"kernel='auto', 'plain' or (fp16) 'tc'")
     if kernel == "tc" and dname != "fp16":
-        raise ValueError(f"kernel='tc' needs float16 inputs: the tensor-core fa2 kernel "
-                         f"multiplies fp16 tiles (got {dname}); use kernel='auto' or 'fast'")
+        raise ValueError(f"kernel='tc' needs float16 inputs: the tensor-core {algorithm} "
+                         f"kernels multiply fp16 tiles (got {dname}); use kernel='auto'"
+                         + (" or 'fast'" if algorithm == "fa2" else " or 'plain'"))
     return kernel, allow_tc
 
 
@@ -522,7 +554,7 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
     if threads is not None and not 1 <= int(threads) <= 1024:
         raise ValueError(f"threads={threads} must be in 1..1024")
     if block_rows is None and block_cols is None and sram_bytes is None:
-        tiling = default_tiling(algorithm, d, dname, bool(causal))
+        tiling = default_tiling(algorithm, d, dname, bool(causal), kernel)
     else:
         tiling = resolve_tiling(algorithm, d, dname, block_rows=block_rows,
                                 block_cols=block_cols, sram_bytes=sram_bytes)
@@ -560,8 +592,45 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
                              f"tiles")
         if t_fast is not None:
             use_fast, threads = True, t_fast
+    # fa1 and standard on the tensor cores (fp16): gpu.forward.fa1_tc, gpu.forward.standard_tc
+    use_other_tc = False
+    other_opts = {}
+    if algorithm in ("fa1", "standard") and kernel in ("auto", "tc"):
+        mod = other_tc_module(algorithm)
+        if algorithm == "fa1":
+            dflt = fa1_tc.default_tiling(d, bool(causal))
+            if (dflt["B_r"], dflt["B_c"]) == (B_r, B_c):
+                other_opts = dict(MT=dflt["MT"], stages=dflt["stages"])
+            else:
+                other_opts = dict(MT=1, stages=2)
+            why = fa1_tc.plan_error(B_r, B_c, d, dname, **other_opts)
+        else:
+            why = standard_tc.plan_error(B_r, B_c, d, dname)
+        if why is None and SIM:
+            why = "the CUDA simulator cannot run its linked C++ tile functions"
+        if why is None and (Nk != N or tuple(window) != (-1, -1)):
+            why = "it takes N_k = N and no window only"
+        if why is None and algorithm == "fa1" and threads is not None and \
+                int(threads) != fa1_tc.threads_per_block(B_r, other_opts["MT"]):
+            why = (f"it runs {fa1_tc.threads_per_block(B_r, other_opts['MT'])} threads "
+                   f"(one warp per {16 * other_opts['MT']} rows), not {threads}")
+        if why is None and not all(_aligned16(x, kd) for x, kd in
+                                   ((q, kind), (k, kindk), (v, kindv))):
+            why = "q, k and v must be 16-byte aligned"
+        if why is None:
+            ok = (fa1_tc.supports(B_r, B_c, d, dname, **other_opts) if algorithm == "fa1"
+                  else standard_tc.supports(B_r, B_c, d, dname, N=N))
+            if not ok:
+                why = "its shared memory does not fit this device"
+        if why is not None and kernel == "tc":
+            raise ValueError(f"kernel='tc': the tensor-core {algorithm} kernels cannot run "
+                             f"{dname} with {tiles}: {why}")
+        use_other_tc = why is None
     fast_opts = {}
-    if use_tc:
+    if use_other_tc:
+        if algorithm == "fa1":
+            threads = fa1_tc.threads_per_block(B_r, other_opts["MT"])
+    elif use_tc:
         check_fits(fa2_tc.layout(B_r, B_c, d)["bytes"], what + " (tensor-core kernel)")
         threads = tc_threads
     elif use_fast:   # O and S live in registers: its own shared-memory layout
@@ -572,7 +641,7 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
                    what + " (fast kernel)")
     else:
         check_fits(sram_footprint_bytes(algorithm, B_r, B_c, d, dname), what)
-    if algorithm == "standard":
+    if algorithm == "standard" and not use_other_tc:
         check_fits(4 * Nk, f"the standard softmax row of N_k={Nk} float32")
     threads = default_threads() if threads is None else int(threads)
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
@@ -615,7 +684,11 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
             _l, l2 = _output((B * H, N), np.dtype(np.float32), kind, q, poison)
             _m, m2 = _output((B * H, N), np.dtype(np.float32), kind, q, poison)
             views.update(l=l2, m=m2)
-            fa1.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters, **common)
+            if use_other_tc:
+                fa1_tc.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters,
+                           **_no_band(common), **other_opts)
+            else:
+                fa1.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters, **common)
             if return_stats:
                 if handle:
                     torch.cuda.current_stream(q.device).synchronize()
@@ -627,8 +700,9 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
             _s, s3 = _output((B * H, N, Nk), npdt, kind, q, poison)  # S, P: HBM scratch
             _p, p3 = _output((B * H, N, Nk), npdt, kind, q, poison)  # (kept alive by _s, _p)
             views.update(s=s3, p=p3)
-            standard.run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask_dev, active, counters,
-                         **common)
+            (standard_tc if use_other_tc else standard).run(
+                q3, k3, v3, o3, s3, p3, scale, N, H, G, mask_dev, active, counters,
+                **(_no_band(common) if use_other_tc else common))
     O = (o_obj.reshape(B, H, N, d) if o_obj is not None
          else _return_like(o3.reshape(B, H, N, d), kind, q))
     out = [O]

@@ -70,8 +70,20 @@ def test_attention_kernel_argument_rules():
     with pytest.raises(ValueError, match="kernel='tc' needs float16 inputs.*got fp32"):
         gpu.attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
                       kernel="tc")
-    with pytest.raises(ValueError, match="kernel='tc' is only for algorithm='fa2'; 'fa1'"):
-        gpu.attention(q, k, v, algorithm="fa1", kernel="tc")
+    # fa1 and standard have tensor-core kernels too (gpu.forward.fa1_tc, standard_tc):
+    # where they cannot run (here: the simulator, or an odd tiling) kernel='tc' says why
+    from gpu._launch import SIM
+    for alg in ("fa1", "standard"):
+        with pytest.raises(ValueError, match=f"kernel='tc': the tensor-core {alg} kernels "
+                                             f"cannot run fp16 with B_r=24"):
+            gpu.attention(q, k, v, algorithm=alg, kernel="tc", block_rows=24, block_cols=16)
+        if SIM:
+            with pytest.raises(ValueError, match="simulator"):
+                gpu.attention(q, k, v, algorithm=alg, kernel="tc", block_rows=16,
+                              block_cols=16)
+    with pytest.raises(ValueError, match="kernel='tc' needs float16.*fa1"):
+        gpu.attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+                      algorithm="fa1", kernel="tc")
     with pytest.raises(ValueError, match="kernel='fast' is only for algorithm='fa2'"):
         gpu.attention(q, k, v, algorithm="standard", kernel="fast")
 

@@ -58,7 +58,7 @@ from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SI
                       dummy_mask, launch, new_counters, specialisation)
 from .. import api as _api
 from ..api import HEAD_DIMS, _check, _output, _return_like, _to_device
-from . import fa2_fast, fa2_tc
+from . import fa2_fast, fa2_tc, standard_tc
 from . import standard as backward_standard
 
 #: Counter rows of the backward: the forward's tensors plus the fa2 accumulator.
@@ -98,6 +98,10 @@ def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2",
     where it has one. Otherwise (kernel="plain", fa1, standard, the simulator) the largest
     square tile in (64, 32, 16) whose backward footprint (bytes, `backward_shared_bytes`)
     fits 48 KB. E.g. d=64: fa1/fa2 fp32 16, fp16 32; standard fp32 and fp16 64."""
+    if algorithm == "standard" and kernel in ("auto", "tc") and dt == "fp16" and not SIM:
+        t = standard_tc.default_tiling(d, bool(causal))
+        if standard_tc.supports(t["B_r"], t["B_c"], d, dt):
+            return Tiling(t["B_r"], t["B_c"])
     if algorithm == "fa2" and kernel in ("auto", "tc") and dt == "fp16" and not SIM:
         t = fa2_tc.default_tiling(d, bool(causal))
         if fa2_tc.supports(t["B_r"], t["B_c"], d, dt, MT=t["MT"]):
@@ -464,8 +468,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     the active tiles are read; Algorithm 3 needs no O: `o` is checked but not read).
     causal, scale, block_mask: as in the forward (must match it). Tiling: block_rows=B_r,
     block_cols=B_c, or neither (`default_backward_tiling(d, dtype, algorithm)`).
-    kernel: the fa2 main kernel (fa1 and standard have one each): 'tc' (fp16 on the tensor
-    cores, `gpu.backward.fa2_tc`; a GPU), 'fast' (register-tiled on the CUDA cores,
+    kernel: the fa2 main kernel (fa1 has one; standard 'plain' or, fp16 on a GPU, 'tc':
+    `gpu.backward.standard_tc`, the default there): 'tc' (fp16 on the tensor cores,
+    `gpu.backward.fa2_tc`; a GPU), 'fast' (register-tiled on the CUDA cores,
     `gpu.backward.fa2_fast`), 'plain' (this module's), or 'auto' (default): for fp16 'tc'
     where it runs the configuration (its own default tiling `fa2_tc.default_tiling(d,
     causal)` when none is given), else 'fast' where it supports the tiling and thread
@@ -530,9 +535,11 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                   and fa2_tc.supports(tr, tcol, d, dname, MT=int(tc_options.get("MT", 1))))
         if use_tc and block_rows is None and block_cols is None:
             block_rows, block_cols = tr, tcol
-    if kernel == "tc" and not use_tc:
-        why = ("it runs algorithm='fa2' only" if algorithm != "fa2" else
-               "no GPU (the CUDA simulator cannot run it)" if SIM else
+    if kernel == "tc" and algorithm == "fa1":
+        raise ValueError("kernel='tc': the fa1 backward (Algorithm 4 as written) has no "
+                         "tensor-core kernel; use kernel='auto' or 'plain'")
+    if kernel == "tc" and algorithm == "fa2" and not use_tc:
+        why = ("no GPU (the CUDA simulator cannot run it)" if SIM else
                fa2_tc.plan_error(block_rows or 64, block_cols or 64, d, dname)
                or "its shared memory does not fit this device")
         raise ValueError(f"kernel='tc' cannot run algorithm={algorithm!r}, dtype {dname}, "
@@ -546,6 +553,17 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                                  f"block_rows and block_cols, or neither)")
         tiling = Tiling(int(block_rows), int(block_cols))
     B_r, B_c = tiling.B_r, tiling.B_c
+    # the standard backward on the tensor cores (fp16): gpu.backward.standard_tc
+    use_std_tc = False
+    if algorithm == "standard" and kernel in ("auto", "tc"):
+        why = ("the CUDA simulator cannot run it" if SIM else
+               standard_tc.plan_error(B_r, B_c, d, dname) or
+               (None if standard_tc.supports(B_r, B_c, d, dname, N=N) else
+                "its shared memory does not fit this device"))
+        if why is not None and kernel == "tc":
+            raise ValueError(f"kernel='tc': the tensor-core standard backward cannot run "
+                             f"{dname} with B_r={B_r}, B_c={B_c}, d={d}: {why}")
+        use_std_tc = why is None
     if threads is not None and not 1 <= int(threads) <= 1024:
         raise ValueError(f"threads={threads} must be in 1..1024")
     # --- fast-kernel dispatch (gpu.backward.fa2_fast): thread count, or None = plain ---
@@ -564,11 +582,12 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                             causal=causal, block_mask=block_mask)
     active = iosim.active_tiles(problem, tiling)   # validates block_mask's shape
     shm = backward_shared_bytes(algorithm, B_r, B_c, d, dname)
-    if not use_tc and fast_threads is None:
+    if not use_tc and fast_threads is None and not use_std_tc:
         check_fits(shm, f"the {algorithm} backward with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
-    if algorithm == "standard":
+    if algorithm == "standard" and not use_std_tc:
         check_fits(backward_standard.ds_shared_bytes(N, dname),
                    f"the standard backward's dS row of N={N} (P and dP, {dname})")
+    if algorithm == "standard":
         P_dev = _check_P(stats, (B, H, N, N), dt)
     elif algorithm == "fa2":
         L_dev = _check_stats("stats (L)", stats, (B, H, N), kind)
@@ -628,10 +647,10 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     else:   # standard: Algorithm 3, five kernels through HBM (gpu.backward_standard)
         _dp, dp3 = _output((I, N, N), npdt, kind, like, poison)
         _ds, ds3 = _output((I, N, N), npdt, kind, like, poison)
-        backward_standard.run(q3, k3, v3, do3, P_dev.reshape(I, N, N), dp3, ds3, dq3, dk_h,
-                              dv_h, scale, N, H, G, mask_dev if has_mask else None, active,
-                              counters, B_r=B_r, B_c=B_c, dt=dname, causal=bool(causal),
-                              count=count, threads=threads)
+        (standard_tc if use_std_tc else backward_standard).run(
+            q3, k3, v3, do3, P_dev.reshape(I, N, N), dp3, ds3, dq3, dk_h, dv_h, scale, N, H, G,
+            mask_dev if has_mask else None, active, counters, B_r=B_r, B_c=B_c, dt=dname,
+            causal=bool(causal), count=count, threads=threads)
         del dp3, ds3
     if G == 1:
         dk3, dv3 = dk_h, dv_h

@@ -276,18 +276,21 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
 
 
 def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_cols,
-                     block_mask=None, threads=None):
+                     block_mask=None, threads=None, kernel="auto", poison=None):
     """(O, P) of the standard forward (gpu.standard's S / softmax / PV kernels): the P that
     the standard backward needs. q (batch, heads, N, d), k, v (batch, kv_heads, N, d), as
     for `gpu.attention` (NumPy in -> NumPy out; device arrays in -> the same kind out).
     O: (batch, heads, N, d), P: (batch, heads, N, N), both in the input dtype. Entries of
     P outside the tiling's active tiles stay NaN (never written; the backward with the
     same tiling never reads them). `gpu.attention(algorithm='standard')` runs the same
-    kernels but does not return P."""
+    kernels but does not return P. kernel: 'auto' (fp16 on a GPU: the tensor-core kernels
+    `gpu.forward.standard_tc` where they run the tiling, else the plain ones), 'plain',
+    'tc'. poison: NaN-fill O, S, P first (default `gpu.api.POISON`)."""
     import iosim
-    from ..forward import standard
-    from .._launch import default_threads, filled, new_counters
-    from ..api import _check, _return_like, _to_device
+    from ..forward import standard, standard_tc
+    from .._launch import SIM, default_threads, new_counters
+    from .. import api as _api
+    from ..api import _check, _output, _return_like, _to_device
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, _, _ = _check("k", k)
     Hk = shape_k[1]
@@ -299,16 +302,30 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     active = iosim.active_tiles(problem, iosim.Tiling(block_rows, block_cols))
     mask_dev = None if block_mask is None else cuda.to_device(
         np.ascontiguousarray(problem.block_mask, dtype=np.uint8))
+    if kernel not in ("auto", "plain", "tc"):
+        raise ValueError(f"kernel={kernel!r} is not allowed; allowed: 'auto', 'plain', 'tc'")
+    why = ("the CUDA simulator cannot run it" if SIM else
+           standard_tc.plan_error(block_rows, block_cols, d, dname) or
+           (None if standard_tc.supports(block_rows, block_cols, d, dname, N=N) else
+            "its shared memory does not fit this device"))
+    if why is not None and kernel == "tc":
+        raise ValueError(f"kernel='tc': the tensor-core standard kernels cannot run {dname} "
+                         f"with B_r={block_rows}, B_c={block_cols}, d={d}: {why}")
+    use_tc = why is None and kernel != "plain"
+    poison = _api.POISON if poison is None else bool(poison)
     npdt = NP_DTYPE[dname]
     qd, kd, vd = (_to_device(x, kind) for x in (q, k, v))
-    o3 = filled((B * H, N, d), npdt, np.nan)
-    s3 = filled((B * H, N, N), npdt, np.nan)
-    p3 = filled((B * H, N, N), npdt, np.nan)
-    standard.run(qd.reshape(B * H, N, d), kd.reshape(B * Hk, N, d), vd.reshape(B * Hk, N, d),
-                 o3, s3, p3, scale, N, H, H // Hk, mask_dev, active, new_counters(False),
-                 B_r=block_rows, B_c=block_cols, dt=dname, causal=bool(causal), count=False,
-                 threads=threads)
-    del s3
+    o_obj, o3 = _output((B * H, N, d), npdt, kind, q, poison)
+    _s, s3 = _output((B * H, N, N), npdt, kind, q, poison)
+    p_obj, p3 = _output((B * H, N, N), npdt, kind, q, poison)
+    (standard_tc if use_tc else standard).run(
+        qd.reshape(B * H, N, d), kd.reshape(B * Hk, N, d), vd.reshape(B * Hk, N, d),
+        o3, s3, p3, scale, N, H, H // Hk, mask_dev, active, new_counters(False),
+        B_r=block_rows, B_c=block_cols, dt=dname, causal=bool(causal), count=False,
+        threads=threads)
+    del s3, _s
+    if o_obj is not None:
+        return o_obj.view(B, H, N, d), p_obj.view(B, H, N, N)
     return (_return_like(o3.reshape(B, H, N, d), kind, q),
             _return_like(p3.reshape(B, H, N, N), kind, q))
 
