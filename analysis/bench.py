@@ -69,7 +69,13 @@ PRIORITY = [(64, 4096, "fp32", False), (64, 4096, "fp16", False),
             (64, 8192, "fp32", False), (64, 8192, "fp16", False)]
 #: Skip reasons that a rerun retries (anything else is final for that point).
 RETRY_REASONS = ("time budget",)
-ROW_KEY = ("impl", "dtype", "N", "d", "batch_heads", "causal")
+ROW_KEY = ("impl", "dtype", "N", "d", "batch_heads", "causal", "pass")
+#: What a point times: the forward call ("fwd"), or forward + backward through autograd
+#: ("fwd+bwd": gpu.autograd.flash_attention / SDPA, then .backward(dO)).
+PASSES = ("fwd", "fwd+bwd")
+#: FLOPs of a pass in units of the forward's: the backward is 2.5 forwards (five N x N x d
+#: products against two), so fwd+bwd counts 3.5.
+PASS_FLOPS = {"fwd": 1.0, "fwd+bwd": 3.5}
 MIN_SETS = 2
 
 
@@ -130,10 +136,12 @@ def flops(N: int, d: int, batch_heads: int, causal: bool) -> float:
     return f / 2 if causal else f
 
 
-def tflops(N: int, d: int, batch_heads: int, causal: bool, ms: float) -> float:
+def tflops(N: int, d: int, batch_heads: int, causal: bool, ms: float,
+           pass_: str = "fwd") -> float:
+    """TFLOP/s of a pass (`PASS_FLOPS` forwards' worth of FLOPs) taking `ms`."""
     if not ms or ms <= 0 or not math.isfinite(ms):
         raise ValueError(f"ms={ms!r} must be a positive number of milliseconds")
-    return flops(N, d, batch_heads, causal) / (ms * 1e-3) / 1e12
+    return PASS_FLOPS[pass_] * flops(N, d, batch_heads, causal) / (ms * 1e-3) / 1e12
 
 
 def input_set_bytes(N: int, d: int, batch_heads: int, dtype: str) -> int:
@@ -165,10 +173,12 @@ def predicted_extra_bytes(impl: str, N: int, d: int, batch_heads: int, dtype: st
     return stats
 
 
-def unsupported_reason(impl: str, dtype: str, d: int) -> str | None:
-    """Why an impl cannot run this dtype/d at all (a skipped row), or None."""
+def unsupported_reason(impl: str, dtype: str, d: int, pass_: str = "fwd") -> str | None:
+    """Why an impl cannot run this dtype/d/pass at all (a skipped row), or None."""
     if impl == "torch_flash" and dtype != "fp16":
         return "torch FLASH backend supports fp16/bf16 only"
+    if pass_ == "fwd+bwd" and impl in KERNEL_IMPLS:
+        return f"{impl} times the forward kernels alone; the fwd+bwd pass runs through autograd"
     return None
 
 
@@ -183,17 +193,19 @@ class Point:
     d: int
     causal: bool
     batch_heads: int
+    pass_: str = "fwd"
 
     def key(self) -> tuple:
-        return (self.impl, self.dtype, self.N, self.d, self.batch_heads, self.causal)
+        return (self.impl, self.dtype, self.N, self.d, self.batch_heads, self.causal,
+                self.pass_)
 
     def series(self) -> tuple:
         """Points that differ only in N form a series (for time prediction)."""
-        return (self.impl, self.dtype, self.d, self.causal, self.batch_heads)
+        return (self.impl, self.dtype, self.d, self.causal, self.batch_heads, self.pass_)
 
 
 def sweep(seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal=(False, True),
-          impls=IMPLS, batch_heads=16) -> list[Point]:
+          impls=IMPLS, batch_heads=16, passes=("fwd",)) -> list[Point]:
     """All points, the PRIORITY ones first (in their order), then the rest grouped by
     (d, dtype, causal) with N ascending (so time predictions from smaller N exist)."""
     groups = []
@@ -206,11 +218,13 @@ def sweep(seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal=(False, 
                 for N in sorted(seq_lens):
                     if (d, N, dt, c) not in groups:
                         groups.append((d, N, dt, c))
-    return [Point(impl, dt, N, d, c, batch_heads) for (d, N, dt, c) in groups for impl in impls]
+    return [Point(impl, dt, N, d, c, batch_heads, ps) for (d, N, dt, c) in groups
+            for ps in passes for impl in impls]
 
 
 def row_key(row: dict) -> tuple:
-    return tuple(row.get(k) for k in ROW_KEY)
+    """A row's point (rows from before passes existed were forward rows)."""
+    return tuple(row.get(k, "fwd") if k == "pass" else row.get(k) for k in ROW_KEY)
 
 
 def is_done(row: dict) -> bool:
@@ -278,11 +292,12 @@ def make_row(point: Point, *, run_id: str, meta: dict, ms=None, times=None, rel_
         "run_id": run_id,
         "date": meta.get("date"),
         "device": meta.get("device"),
-        "impl": point.impl, "dtype": point.dtype, "N": point.N, "d": point.d,
+        "impl": point.impl, "pass": point.pass_, "dtype": point.dtype, "N": point.N,
+        "d": point.d,
         "batch_heads": point.batch_heads, "causal": point.causal,
         "ms_median": None if ms is None else float(ms),
         "tflops": None if ms is None else tflops(point.N, point.d, point.batch_heads,
-                                                 point.causal, ms),
+                                                 point.causal, ms, point.pass_),
         "peak_extra_bytes": None if peak_extra_bytes is None else int(peak_extra_bytes),
         "rel_err": _finite_or_none(rel_err),
         "skipped": skipped,
@@ -341,7 +356,8 @@ def run_sweep(points, backend, results: ResultFile, opts: Options, *, run_id: st
     measured: dict = {}   # series -> {N: single-call ms} (for predictions)
     for r in results.rows:
         if r.get("ms_median") is not None:
-            p = Point(r["impl"], r["dtype"], r["N"], r["d"], r["causal"], r["batch_heads"])
+            p = Point(r["impl"], r["dtype"], r["N"], r["d"], r["causal"], r["batch_heads"],
+                      r.get("pass", "fwd"))
             measured.setdefault(p.series(), {})[p.N] = r["ms_median"]
     made = []
 
@@ -363,7 +379,7 @@ def run_sweep(points, backend, results: ResultFile, opts: Options, *, run_id: st
     for point in points:
         if point.key() in done:
             continue
-        reason = unsupported_reason(point.impl, point.dtype, point.d)
+        reason = unsupported_reason(point.impl, point.dtype, point.d, point.pass_)
         if reason:
             record(point, skipped=reason)
             continue
@@ -558,6 +574,9 @@ class TorchBackend:
             self.sets.append(tuple(torch.randn(shape, device="cuda", generator=g,
                                                dtype=torch.float32).to(dt).contiguous()
                                    for _ in range(3)))
+        # dO of the fwd+bwd pass: one (shared by the sets; it is read once per call)
+        self.do = torch.randn(shape, device="cuda", generator=g,
+                              dtype=torch.float32).to(dt).contiguous()
         torch.cuda.synchronize()
         self.set_key = key
 
@@ -590,6 +609,8 @@ class TorchBackend:
     # -- one call ----------------------------------------------------------------------
     def call(self, point: Point, s: int):
         q, k, v = self.sets[s]
+        if point.pass_ == "fwd+bwd":
+            return self.call_fwd_bwd(point, q, k, v)
         if point.impl in GPU_IMPLS:
             return self.gpu.attention(q, k, v, algorithm=point.impl, causal=point.causal)
         if point.impl in KERNEL_IMPLS:
@@ -603,6 +624,19 @@ class TorchBackend:
         F = self.torch.nn.functional
         with self.sdpa_kernel(self.backends[point.impl]):
             return F.scaled_dot_product_attention(q, k, v, is_causal=point.causal)
+
+    def call_fwd_bwd(self, point: Point, q, k, v):
+        """Forward then backward(dO) through autograd; returns (dq, dk, dv)."""
+        from gpu.autograd import flash_attention
+        qq, kk, vv = (x.detach().requires_grad_(True) for x in (q, k, v))
+        if point.impl in GPU_IMPLS:
+            out = flash_attention(qq, kk, vv, algorithm=point.impl, causal=point.causal)
+        else:
+            F = self.torch.nn.functional
+            with self.sdpa_kernel(self.backends[point.impl]):
+                out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=point.causal)
+        out.backward(self.do)
+        return qq.grad, kk.grad, vv.grad
 
     def time_calls(self, point: Point, set_indices) -> list[float]:
         torch = self.torch
@@ -627,7 +661,30 @@ class TorchBackend:
         idx = sorted({int(round(i * (N - 1) / max(n - 1, 1))) for i in range(n)})
         return self.torch.tensor(idx, device="cuda", dtype=self.torch.long)
 
+    def rel_err_grads(self, point: Point, s: int) -> float:
+        """max over dQ, dK, dV of max |g - g_ref| / max |g_ref| on the first instance,
+        g_ref from float64 autograd of the dense attention on the same inputs."""
+        torch = self.torch
+        grads = self.call(point, s)
+        torch.cuda.synchronize()
+        x = [t[:, :1].double().detach().requires_grad_(True) for t in self.sets[s]]
+        scores = (x[0] @ x[1].transpose(-1, -2)) / math.sqrt(point.d)
+        if point.causal:
+            n = point.N
+            scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device="cuda")
+                                        .triu(1), float("-inf"))
+        (torch.softmax(scores, dim=-1) @ x[2]).backward(self.do[:, :1].double())
+        worst = 0.0
+        for g, ref in zip(grads, x):
+            den = ref.grad.abs().max().item()
+            num = (g[:, :1].double() - ref.grad).abs().max().item()
+            worst = max(worst, num / den if den > 0 else float("nan"))
+        del grads, x, scores
+        return worst
+
     def rel_err(self, point: Point, s: int) -> float:
+        if point.pass_ == "fwd+bwd":
+            return self.rel_err_grads(point, s)
         torch = self.torch
         out = self.call(point, s)
         torch.cuda.synchronize()
@@ -663,7 +720,9 @@ class TorchBackend:
         if point.impl in GPU_IMPLS:   # numba's own allocations (not torch's caching allocator)
             driver = max(0, (free0 - free1) - (reserved1 - reserved0))
         # the kernel alone writes outputs allocated before (kernel_launcher): none here
-        out_bytes = 0 if point.impl in KERNEL_IMPLS else out.numel() * out.element_size()
+        outs = out if isinstance(out, tuple) else (out,)
+        out_bytes = 0 if point.impl in KERNEL_IMPLS else sum(o.numel() * o.element_size()
+                                                             for o in outs)
         del out
         self.cleanup()
         return int(torch_peak + driver - out_bytes)
@@ -707,19 +766,21 @@ def compact_table(rows: list[dict]) -> str:
     """ms/TFLOP/s per (dtype, d, causal) block, N by impl; then skips and errors."""
     impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
     by = {}
+    ps = lambda r: r.get("pass", "fwd")
     for r in rows:
-        by[(r["dtype"], r["d"], r["causal"], r["N"], r["impl"])] = r
-    blocks = sorted({(r["dtype"], r["d"], r["causal"]) for r in rows},
-                    key=lambda k: (k[1], k[2], k[0] != "fp32"))
+        by[(ps(r), r["dtype"], r["d"], r["causal"], r["N"], r["impl"])] = r
+    blocks = sorted({(ps(r), r["dtype"], r["d"], r["causal"]) for r in rows},
+                    key=lambda k: (k[0] != "fwd", k[2], k[3], k[1] != "fp32"))
     short = {"torch_math": "t_math", "torch_efficient": "t_eff", "torch_flash": "t_flash",
              "fa2_kernel": "fa2_kern"}
     out = ["cells: ms_median/TFLOP/s ('skip': see JSON 'skipped')"]
-    for (dt, d, c) in blocks:
-        Ns = sorted({r["N"] for r in rows if (r["dtype"], r["d"], r["causal"]) == (dt, d, c)})
-        out.append(f"-- {dt} d={d} {'causal' if c else 'non-causal'}")
+    for (p, dt, d, c) in blocks:
+        Ns = sorted({r["N"] for r in rows if (ps(r), r["dtype"], r["d"], r["causal"]) == (p, dt, d, c)})
+        out.append(f"-- {p} {dt} d={d} {'causal' if c else 'non-causal'}")
         out.append(f"{'N':>6} " + "".join(f"{short.get(i, i):>14}" for i in impls))
         for N in Ns:
-            out.append(f"{N:>6} " + "".join(f"{fmt_cell(by.get((dt, d, c, N, i))):>14}" for i in impls))
+            out.append(f"{N:>6} " + "".join(f"{fmt_cell(by.get((p, dt, d, c, N, i))):>14}"
+                                             for i in impls))
     reasons = {}
     for r in rows:
         if r.get("skipped"):
@@ -741,14 +802,18 @@ def compact_table(rows: list[dict]) -> str:
 # Entry point used by the command and the H100 script
 # ---------------------------------------------------------------------------------------
 def run_bench(*, seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal="both",
-              impls=IMPLS, batch_heads=16, opts: Options | None = None, out=None,
+              impls=IMPLS, batch_heads=16, passes=("fwd",), opts: Options | None = None, out=None,
               backend=None, log=print, progress: bool | None = None) -> tuple[Path, list[dict]]:
     """Run the sweep on the real GPU (or the given backend); returns (path, rows made).
     progress: a status line on stderr (analysis.progress; None: only on a terminal)."""
     if isinstance(batch_heads, bool) or not isinstance(batch_heads, int) or batch_heads <= 0:
         raise ValueError(f"batch_heads={batch_heads!r} is not allowed; allowed: positive integers")
     opts = opts or Options()
-    points = sweep(seq_lens, head_dims, dtypes, parse_causal(causal), impls, batch_heads)
+    for ps in passes:
+        if ps not in PASSES:
+            raise ValueError(f"pass={ps!r} is not allowed; allowed: {', '.join(PASSES)}")
+    points = sweep(seq_lens, head_dims, dtypes, parse_causal(causal), impls, batch_heads,
+                   tuple(passes))
     backend = backend or TorchBackend()
     device = backend.device_name
     path = Path(out) if out else default_results_path(device)

@@ -52,7 +52,10 @@ def _source(kind: str, rows, note: str = "") -> str:
 
 
 def bench_key(r):
-    return (r["impl"], r["dtype"], r["N"], r["d"], r["batch_heads"], bool(r["causal"]))
+    """(impl, dtype, N, d, batch_heads, causal, pass); rows from before passes were
+    forward rows."""
+    return (r["impl"], r["dtype"], r["N"], r["d"], r["batch_heads"], bool(r["causal"]),
+            r.get("pass", "fwd"))
 
 
 def table_forward_fp32(data=None) -> str:
@@ -67,7 +70,7 @@ def table_forward_fp32(data=None) -> str:
     for causal in (False, True):
         cells = []
         for impl, _ in impls:
-            r = pick.get((impl, "fp32", 4096, 64, 16, causal))
+            r = pick.get((impl, "fp32", 4096, 64, 16, causal, "fwd"))
             used += [r] if r else []
             cells.append(_ms(r))
         lines.append(f"| {'causal' if causal else 'non-causal'} | " + " | ".join(cells) + " |")
@@ -94,7 +97,7 @@ def table_forward_fp16(data=None) -> str:
             used_t += [k] if k else []
             cells = [_ms(k)]
             for impl, _ in impls:
-                r = pick.get((impl, "fp16", N, d, 16, False))
+                r = pick.get((impl, "fp16", N, d, 16, False, "fwd"))
                 used_b += [r] if r else []
                 cells.append(_ms(r))
             lines.append(f"| {N}, {d} | " + " | ".join(cells) + " |")
@@ -102,6 +105,34 @@ def table_forward_fp16(data=None) -> str:
         {"bench": used_b, "tc_tilings": used_t}, [],
         "fa2 kernel: the compiled kernel launched on preallocated arrays (default tiling); "
         "fa2 call: `gpu.attention` on torch tensors, host time included. ")
+
+
+def table_fwd_bwd(data=None) -> str:
+    """Forward + backward through autograd (`flashsim bench --pass fwd+bwd`), 16 heads,
+    N = 4096: flashsim's fa2 and standard against PyTorch SDPA, same run."""
+    rows = R.load("bench", device=DEVICE, data=data)
+    pick = latest(rows, bench_key, lambda r: r.get("ms_median") is not None)
+    impls = [("fa2", "fa2"), ("standard", "standard"), ("torch_math", "torch MATH"),
+             ("torch_efficient", "torch EFFICIENT"), ("torch_flash", "torch FLASH")]
+    lines = ["| fwd+bwd, N=4096, ms | " + " | ".join(n for _, n in impls) +
+             " | fa2 / FLASH | fa2 / EFFICIENT |",
+             "|---|" + "---|" * (len(impls) + 2)]
+    used = []
+    for dt in ("fp16", "fp32"):
+        for d in (64, 128):
+            for causal in (False, True):
+                got = {impl: pick.get((impl, dt, 4096, d, 16, causal, "fwd+bwd"))
+                       for impl, _ in impls}
+                if not any(got.values()):
+                    continue
+                used += [r for r in got.values() if r]
+                fa2, fl, ef = got["fa2"], got["torch_flash"], got["torch_efficient"]
+                ratio = lambda a, b: (f"{a['ms_median'] / b['ms_median']:.2f}x"
+                                      if a and b else "-")
+                lines.append(f"| {dt}, d={d}{', causal' if causal else ''} | "
+                             + " | ".join(_ms(got[i]) for i, _ in impls)
+                             + f" | {ratio(fa2, fl)} | {ratio(fa2, ef)} |")
+    return "\n".join(lines) + "\n" + _source("bench", used)
 
 
 def table_checks(data=None) -> str:
@@ -214,6 +245,7 @@ def table_runtime_validation(data=None) -> str:
 TABLES: dict[str, Callable] = {
     "forward_fp32": table_forward_fp32,
     "forward_fp16": table_forward_fp16,
+    "fwd_bwd": table_fwd_bwd,
     "checks": table_checks,
     "ncu": table_ncu,
     "sanitizer": table_sanitizer,

@@ -84,7 +84,29 @@ def test_sweep_priority_first_then_rest_with_N_ascending():
 def test_sweep_restricted():
     pts = B.sweep(seq_lens=[1024], head_dims=[128], dtypes=["fp16"], causal=[True],
                   impls=["fa2"], batch_heads=4)
-    assert [p.key() for p in pts] == [("fa2", "fp16", 1024, 128, 4, True)]
+    assert [p.key() for p in pts] == [("fa2", "fp16", 1024, 128, 4, True, "fwd")]
+
+
+def test_fwd_bwd_pass_points_rows_and_resume(tmp_path):
+    """--pass fwd,fwd+bwd doubles the points (the kernel-alone impl is skipped, saying
+    why, in fwd+bwd); rows carry 'pass' and fwd+bwd TFLOP/s count 3.5 forwards; rows from
+    before passes existed resume as forward rows."""
+    pts = B.sweep(seq_lens=[1024], head_dims=[64], dtypes=["fp16"], causal=[False],
+                  impls=["fa2", "fa2_kernel", "torch_flash"], batch_heads=4,
+                  passes=("fwd", "fwd+bwd"))
+    assert len(pts) == 6 and {p.pass_ for p in pts} == {"fwd", "fwd+bwd"}
+    be = FakeBackend()
+    _res, made = _run(tmp_path, pts, be)
+    by = {(r["impl"], r["pass"]): r for r in made}
+    assert "autograd" in by[("fa2_kernel", "fwd+bwd")]["skipped"]
+    fwd, both = by[("fa2", "fwd")], by[("fa2", "fwd+bwd")]
+    assert both["tflops"] == pytest.approx(
+        3.5 * B.flops(1024, 64, 4, False) / (both["ms_median"] * 1e-3) / 1e12)
+    assert fwd["tflops"] == pytest.approx(B.tflops(1024, 64, 4, False, fwd["ms_median"]))
+    old = {k: v for k, v in fwd.items() if k != "pass"}
+    assert B.row_key(old) == B.row_key(fwd)
+    with pytest.raises(ValueError, match="pass='bwd' is not allowed; allowed: fwd, fwd\\+bwd"):
+        B.run_bench(passes=("bwd",), backend=be, out=tmp_path / "x.json")
 
 
 # ---------------------------------------------------------------------------------------
@@ -454,7 +476,7 @@ def test_plot_writes_png(tmp_path):
 def test_compact_table(tmp_path):
     rows = _fake_rows(tmp_path)
     t = B.compact_table(rows)
-    assert "-- fp32 d=64 non-causal" in t and "-- fp16 d=64 causal" in t
+    assert "-- fwd fp32 d=64 non-causal" in t and "-- fwd fp16 d=64 causal" in t
     assert "skip" in t and "torch FLASH backend supports fp" in t
     fa2 = next(r for r in rows if r["impl"] == "fa2" and r["N"] == 1024 and r["dtype"] == "fp32"
                and not r["causal"])

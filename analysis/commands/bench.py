@@ -7,7 +7,8 @@ from analysis import bench as B
 
 
 def register(sub):
-    p = sub.add_parser("bench", help="time the forward kernels and PyTorch SDPA on a CUDA GPU",
+    p = sub.add_parser("bench", help="time the forward (and forward + backward) kernels and "
+                                     "PyTorch SDPA on a CUDA GPU",
                        description="Time gpu.attention (fa2, fa1, standard) and PyTorch "
                                    "scaled_dot_product_attention (MATH, EFFICIENT, FLASH) on "
                                    "a CUDA GPU; one JSON row per point, written as it is made "
@@ -23,6 +24,11 @@ def register(sub):
     p.add_argument("--reps", type=int, default=B.MIN_REPS,
                    help=f"timed calls per point, median reported (>= {B.MIN_REPS})")
     p.add_argument("--batch-heads", type=int, default=16, help="batch x heads (default: 16)")
+    p.add_argument("--pass", dest="passes", default="fwd", metavar="PASS,...",
+                   help="what a point times: fwd (the forward call), fwd+bwd (forward then "
+                        "backward(dO) through autograd: gpu.autograd.flash_attention for "
+                        "fa2/fa1/standard, SDPA for torch_*), or fwd,fwd+bwd "
+                        "(default: %(default)s)")
     p.add_argument("--time-cap-ms", type=float, default=2000.0,
                    help="skip a point whose single call exceeds this (default: %(default)s)")
     p.add_argument("--row-budget-s", type=float, default=40.0,
@@ -47,7 +53,8 @@ def options_from_args(args) -> dict:
                 dtypes=B.parse_name_list("dtypes", args.dtypes, B.DTYPES),
                 causal=args.causal,
                 impls=B.parse_name_list("impls", args.impls, B.IMPLS),
-                batch_heads=args.batch_heads, opts=opts, out=args.out)
+                batch_heads=args.batch_heads, opts=opts, out=args.out,
+                passes=B.parse_name_list("pass", args.passes, B.PASSES))
 
 
 def main(args) -> int:

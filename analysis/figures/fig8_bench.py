@@ -17,7 +17,8 @@ def generate(device: str = "H100", impls=IMPLS, data=None) -> list[dict]:
     from analysis import results as R
     from analysis.tables import bench_key, latest
     rows = R.load("bench", device=device, data=data)
-    pick = latest(rows, bench_key, lambda r: r.get("ms_median") is not None and r["impl"] in impls)
+    pick = latest(rows, bench_key, lambda r: r.get("ms_median") is not None and r["impl"] in impls
+                  and r.get("pass", "fwd") == "fwd")
     return list(pick.values())
 
 
