@@ -13,7 +13,8 @@ see PLATFORM notes of the project):
 2. Timing, batch x heads = --bh (16), N = --N (4096), fp32, d = 64 and 128, dense and
    causal. Each timed call sits between two CUDA events (Numba's, on the default stream
    that torch uses too); --warm calls first, then --reps calls back to back with no host
-   sync between; rows give the median, min, max. Rows (kind "bench", "pass" "bwd" or
+   sync between; rows give the median, min, max. Rows (kind "bench"; tiling and option
+   variants: kind "bwd_fast_variants"; "pass" "bwd" or
    "fwd+bwd"), appended to --out as each is measured:
      ours_fa2_fast_main   the main kernel alone (`fa2_fast.run` on preallocated arrays:
                           L from the forward, D from the pre-pass, dQacc, dK_h, dV_h);
@@ -135,7 +136,10 @@ def main(argv=None) -> int:
     print(f"device {device}; run_id {run_id}; rows -> {args.out}", flush=True)
 
     def emit(**payload):
-        row = make_row("bench", run_id=run_id, device=device, date=date, commit=commit,
+        # tiling / option variants are a study of their own (kind bwd_fast_variants), the
+        # default's rows are bench rows
+        kind = "bwd_fast_variants" if payload.get("variant") else "bench"
+        row = make_row(kind, run_id=run_id, device=device, date=date, commit=commit,
                        versions=versions, bench_run_id=run_id,
                        source="scripts/bwd_fast_bench.py", **payload)
         with open(args.out, "a") as f:
