@@ -106,9 +106,11 @@ def _git_commit():
 # One pass of a configuration
 # ---------------------------------------------------------------------------------------
 def _kernel_kwargs(c: dict) -> dict:
-    """gpu.attention keywords that pin the configuration's fa2 kernel."""
+    """Keywords that pin the configuration's kernel: the fa2 forward's named one; for
+    every other pass 'default' means the plain kernels (what ran when the configurations
+    were measured; analysis.levels.config_kernel)."""
     if c["algorithm"] != "fa2" or c["pass"] != "fwd":
-        return {}
+        return {"kernel": "plain" if c["kernel"] == "default" else c["kernel"]}
     return {"tc": {"tensor_cores": True}, "fast": {"fast": True},
             "plain": {"fast": False, "tensor_cores": False}, "default": {}}[c["kernel"]]
 
@@ -139,10 +141,12 @@ def make_inputs(c: dict, seed: int = 0):
         else:
             from gpu.backward import default_backward_tiling
             from gpu.backward.standard import standard_forward
-            t = (default_backward_tiling(d, c["dtype"], "standard") if c["block_rows"] is None
-                 else None)
+            kern = _kernel_kwargs(c)["kernel"]
+            t = (default_backward_tiling(d, c["dtype"], "standard", kernel=kern)
+                 if c["block_rows"] is None else None)
             br, bc = (t.B_r, t.B_c) if t else (c["block_rows"], c["block_cols"])
-            o, P = standard_forward(q, k, v, causal=c["causal"], block_rows=br, block_cols=bc)
+            o, P = standard_forward(q, k, v, causal=c["causal"], block_rows=br, block_cols=bc,
+                                    kernel=kern)
             x["o"], x["stats"] = o, P
     return x
 
@@ -155,7 +159,8 @@ def run_pass(c: dict, x: dict):
                              causal=c["causal"], **_tiles(c), **_kernel_kwargs(c))
     from gpu.backward import attention_backward
     return attention_backward(x["q"], x["k"], x["v"], x["o"], x["do"], x["stats"],
-                              algorithm=c["algorithm"], causal=c["causal"], **_tiles(c))
+                              algorithm=c["algorithm"], causal=c["causal"], **_tiles(c),
+                              **_kernel_kwargs(c))
 
 
 def resolved_tiling(c: dict) -> tuple[int, int]:
@@ -164,10 +169,12 @@ def resolved_tiling(c: dict) -> tuple[int, int]:
         return c["block_rows"], c["block_cols"]
     if c["pass"] == "bwd":
         from gpu.backward import default_backward_tiling
-        t = default_backward_tiling(c["d"], c["dtype"], c["algorithm"], causal=c["causal"])
+        t = default_backward_tiling(c["d"], c["dtype"], c["algorithm"], causal=c["causal"],
+                                    kernel=_kernel_kwargs(c)["kernel"])
     else:
         from gpu.api import default_tiling
-        t = default_tiling(c["algorithm"], c["d"], c["dtype"], c["causal"])
+        t = default_tiling(c["algorithm"], c["d"], c["dtype"], c["causal"],
+                           _kernel_kwargs(c).get("kernel", "auto"))
     return t.B_r, t.B_c
 
 

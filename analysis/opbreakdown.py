@@ -145,7 +145,8 @@ def modelled(c: dict, impl: str, gpu: str = "H100-SXM", tiling=None) -> list[dic
     fc = flashsim_configs(c)[impl]
     p = Problem(N=c["N"], d=c["d"], batch=c["batch"], heads=c["heads"], kv_heads=c["kv_heads"],
                 dtype=c["dtype"], causal=c["causal"])
-    pr = predict(fc["algorithm"], p, gpu, kernel=fc["kernel"] if fc["algorithm"] == "fa2" else "auto",
+    # the standard rows were measured on the plain kernels (before standard_tc)
+    pr = predict(fc["algorithm"], p, gpu, kernel=fc["kernel"] if fc["algorithm"] == "fa2" else "plain",
                  tiling=None if tiling is None else Tiling(*tiling))
     out = []
     for la in pr["launches"]:

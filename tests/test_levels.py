@@ -111,11 +111,29 @@ from analysis import levels as L  # noqa: E402  (imports gpu in the simulator)
 ])
 def test_kernel_plan_is_what_the_gpu_runs(args, want):
     """The plans the H100 measurements ran (benchmarks/results: levels_measurement's tiling
-    column) are what kernel_plan gives for the H100 preset, without a GPU."""
+    column) are what kernel_plan gives for the H100 preset, without a GPU (fa1 and standard
+    ran their plain kernels then: kernel='plain' names them now)."""
     alg, dt, d, causal = args
+    kernel = "auto" if alg == "fa2" else "plain"
     plan = L.kernel_plan(alg, Problem(N=4096, d=d, heads=16, dtype=dt, causal=causal),
-                         get_hardware("H100-SXM"))
+                         get_hardware("H100-SXM"), kernel=kernel)
     assert (plan.kernel, plan.tiling.B_r, plan.tiling.B_c) == want
+
+
+@pytest.mark.parametrize("alg, pass_, dt, runs", [("standard", "fwd", "fp16", "tc"),
+                                                  ("fa1", "fwd", "fp16", "tc"),
+                                                  ("fa2", "bwd", "fp16", "tc"),
+                                                  ("fa2", "bwd", "fp32", "fast"),
+                                                  ("standard", "bwd", "fp16", "tc")])
+def test_unmodelled_default_kernels_are_refused_by_name(alg, pass_, dt, runs):
+    """Where gpu now runs a kernel the L2 / time models do not cover (the tensor-core fa1,
+    standard and backward kernels, the fast fp32 backward), levels says so instead of
+    modelling another kernel's launches; kernel='plain' models the plain ones."""
+    p = Problem(N=1024, d=64, heads=4, dtype=dt)
+    with pytest.raises(ValueError, match=f"runs its '{runs}' kernels for {dt}.*kernel='plain'"):
+        L.kernel_plan(alg, p, get_hardware("H100-SXM"), pass_=pass_)
+    assert L.kernel_plan(alg, p, get_hardware("H100-SXM"), pass_=pass_,
+                         kernel="plain").kernel == "default"
 
 
 def test_occupancy_limits():
@@ -151,7 +169,7 @@ def test_levels_bounded_by_requests_for_every_pass():
     for alg, pass_, dt in (("fa1", "fwd", "fp32"), ("standard", "fwd", "fp16"),
                            ("fa2", "bwd", "fp16"), ("standard", "bwd", "fp32")):
         p = Problem(N=1024, d=64, heads=4, dtype=dt, causal=True)
-        r = L.levels(alg, p, "H100-SXM", pass_=pass_)
+        r = L.levels(alg, p, "H100-SXM", pass_=pass_, kernel="plain")
         assert 0 < r["dram_read_bytes"] <= 1.01 * r["requested_read_bytes"], (alg, pass_)
         assert 0 <= r["dram_write_bytes"] <= 1.01 * r["requested_write_bytes"], (alg, pass_)
 
@@ -171,7 +189,8 @@ def test_levels_rejects_what_it_does_not_model():
 # ---------------------------------------------------------------------------------------
 def test_runtime_prediction_has_a_breakdown():
     from analysis.runtime import predict
-    t = predict("standard", Problem(N=2048, d=64, heads=16, dtype="fp16"), "H100-SXM")
+    t = predict("standard", Problem(N=2048, d=64, heads=16, dtype="fp16"), "H100-SXM",
+                kernel="plain")
     assert [x["family"].split("_fp")[0] for x in t["launches"]] == ["std_S", "std_softmax", "std_PV"]
     assert t["predicted_ms"] == pytest.approx(sum(x["predicted_ms"] for x in t["launches"]))
     for x in t["launches"]:

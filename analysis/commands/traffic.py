@@ -44,7 +44,9 @@ def register(sub):
     lv.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="fwd",
                     help="forward (default) or backward pass (--levels)")
     lv.add_argument("--kernel", choices=("auto", "tc", "fast", "plain"), default="auto",
-                    help="fa2 forward kernel to model (--levels; default: what gpu.attention picks)")
+                    help="kernel to model (--levels; default: what gpu.attention or the "
+                         "backward picks; fa1, standard and the backward are modelled for "
+                         "their 'plain' kernels only so far)")
     lv.add_argument("--grid-order", choices=("query-major", "head-major", "swizzle-8"),
                     default="query-major",
                     help="CTA dispatch order to model (--levels, fa2 forward; default: the kernels' own)")

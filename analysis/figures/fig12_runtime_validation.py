@@ -59,10 +59,10 @@ def _gpu_of(device: str):
 def _levels_of(c: dict, tiling, gpu: str) -> dict:
     """analysis.levels.levels for one configuration with its measured tiling (cached)."""
     from iosim import Tiling
-    from analysis.levels import levels, problem_of
+    from analysis.levels import config_kernel, levels, problem_of
     key = (c["id"], tuple(tiling), gpu)
     if key not in _LEVELS_CACHE:
-        kernel = c["kernel"] if c["kernel"] != "default" else "auto"
+        kernel = config_kernel(c)
         _LEVELS_CACHE[key] = levels(c["algorithm"], problem_of(c), gpu, pass_=c["pass"],
                                     kernel=kernel, tiling=Tiling(*tiling))
     return _LEVELS_CACHE[key]
