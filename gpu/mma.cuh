@@ -33,7 +33,8 @@
 //                              B = BC rows x D in shared (ldmatrix.trans)
 //     tc_store_o_t<D, MT>      C fragments (16 MT x D) -> fp16 rows in shared
 //     tc_qk_smem_t<D, BC, MT>  as tc_qk_t with A read from shared at each k step
-//     tc_dq_t<D, BC, MQ, DN>   c = A B, A stored transposed in shared (the backward's dS K_j)
+//     tc_ab_smem_t<TA, ACC, K, N, MT>  c (+)= A B, A (row-major or stored transposed) and B
+//                              both fp16 in shared (dQ = dS K_j; standard's P V, P^T dO)
 //     tc_cp16_t, tc_st16_t     16-byte global <-> shared copies (cp.async; vector store)
 //     tc_red2_t                two float32 atomic adds in one vector reduction (sm_90)
 
@@ -251,40 +252,53 @@ __device__ __forceinline__ void tc_qk_smem_t(float* s, const u32* sm, int aoff, 
     }
 }
 
-// c = A B for columns n0 .. n0 + DN - 1 of B, where A (16 MQ rows x BC) is stored TRANSPOSED
-// in shared memory (A^T: BC rows x >= 16 MQ columns, row stride `astride` halves; the warp's
-// first column at word `aoff`) and B is BC rows x D (stride `bstride`, first row at word
-// `boff`): c[mq * DN/2 + nt * 4 + e] (overwritten). The backward's dQ_i = dS K_j: dS^T is what
-// the warps that own the key rows wrote; ldmatrix.trans reads it back as the A fragments of
-// dS. A's matrix i at k step kt: stored rows (keys) 16 kt + (lane & 7) + 8 ((lane >> 4) & 1),
-// columns (queries) 16 mq + 8 ((lane >> 3) & 1), so a0..a3 = (rows g, keys 2q..), (g + 8,
-// 2q..), (g, 8 + 2q..), (g + 8, 8 + 2q..) as the A layout wants. B as in tc_pv_t.
-template <int D, int BC, int MQ, int DN>
-__device__ __forceinline__ void tc_dq_t(float* c, const u32* sm, int aoff, int astride,
-                                        int boff, int bstride, int n0) {
+// c = A B (ACC: c += A B) for columns n0 .. n0 + N - 1 of B, both operands fp16 in shared
+// memory: A is 16 MT rows x K, B is K rows x >= n0 + N columns (row stride `bstride` halves,
+// first row at word `boff`), read by ldmatrix.trans as tc_pv_t reads V. A is stored
+//   TA = false: row-major (the warp's first row at word `aoff`, stride `astride`): ldmatrix,
+//               as tc_load_q_t (the standard algorithm's O += P V, dQ += dS K, P and dS
+//               being HBM tensors already in the input precision);
+//   TA = true:  TRANSPOSED (A^T: K rows x >= 16 MT columns, the warp's first column at word
+//               `aoff`): ldmatrix.trans, matrix i of k step kt at stored rows 16 kt +
+//               (lane & 7) + 8 ((lane >> 4) & 1), columns 16 mt + 8 ((lane >> 3) & 1), so
+//               a0..a3 = (rows g, k 2q..), (g + 8, 2q..), (g, 8 + 2q..), (g + 8, 8 + 2q..) as
+//               the A layout wants (fa2's dQ_i = dS K_j from the dS^T the key-row warps
+//               wrote; standard's dV += P^T dO, dK += dS^T Q from P, dS as stored).
+// c[mt * N/2 + nt * 4 + e] as every C fragment here.
+template <bool TA, bool ACC, int K, int N, int MT>
+__device__ __forceinline__ void tc_ab_smem_t(float* c, const u32* sm, int aoff, int astride,
+                                             int boff, int bstride, int n0) {
     const u32 lane = tc_lane();
-    const u32 abase = tc_smem(sm + aoff) +
-                      2u * (((lane & 7u) + 8u * ((lane >> 4) & 1u)) * astride +
-                            8u * ((lane >> 3) & 1u));
+    const u32 abase = TA ? tc_smem(sm + aoff) +
+                               2u * (((lane & 7u) + 8u * ((lane >> 4) & 1u)) * astride +
+                                     8u * ((lane >> 3) & 1u))
+                         : tc_smem(sm + aoff) + 2u * ((lane & 15u) * astride + 8u * (lane >> 4));
     const u32 bbase = tc_smem(sm + boff) + 2u * ((lane & 15u) * bstride + 8u * (lane >> 4) + n0);
+    if (!ACC) {
 #pragma unroll
-    for (int i = 0; i < MQ * DN / 2; ++i) c[i] = 0.0f;
+        for (int i = 0; i < MT * N / 2; ++i) c[i] = 0.0f;
+    }
 #pragma unroll
-    for (int kt = 0; kt < BC / 16; ++kt) {
-        u32 a[MQ][4];
+    for (int kt = 0; kt < K / 16; ++kt) {
+        u32 a[MT][4];
 #pragma unroll
-        for (int mq = 0; mq < MQ; ++mq)
-            tc_ldsm_x4_t(a[mq][0], a[mq][1], a[mq][2], a[mq][3],
-                         abase + 2u * (16u * kt * astride + 16u * mq));
+        for (int mt = 0; mt < MT; ++mt) {
+            if (TA)
+                tc_ldsm_x4_t(a[mt][0], a[mt][1], a[mt][2], a[mt][3],
+                             abase + 2u * (16u * kt * astride + 16u * mt));
+            else
+                tc_ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3],
+                           abase + 2u * (16u * mt * astride + 16u * kt));
+        }
 #pragma unroll
-        for (int np = 0; np < DN / 16; ++np) {
+        for (int np = 0; np < N / 16; ++np) {
             u32 b0, b1, b2, b3;
             tc_ldsm_x4_t(b0, b1, b2, b3, bbase + 2u * (16u * kt * bstride + 16u * np));
 #pragma unroll
-            for (int mq = 0; mq < MQ; ++mq) {
-                float* cc = c + mq * (DN / 2) + 8 * np;
-                tc_mma(cc, a[mq][0], a[mq][1], a[mq][2], a[mq][3], b0, b1);
-                tc_mma(cc + 4, a[mq][0], a[mq][1], a[mq][2], a[mq][3], b2, b3);
+            for (int mt = 0; mt < MT; ++mt) {
+                float* cc = c + mt * (N / 2) + 8 * np;
+                tc_mma(cc, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+                tc_mma(cc + 4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
             }
         }
     }

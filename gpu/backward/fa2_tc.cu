@@ -40,7 +40,7 @@
     }                                                                                           \
     extern "C" __device__ int bwdtc_dq_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(                 \
         float* c, const u32* sm, int aoff, int astride, int boff, int bstride, int n0) {        \
-        tc_dq_t<D, BC, 1, DN>(c, sm, aoff, astride, boff, bstride, n0); return 0;              \
+        tc_ab_smem_t<true, false, BC, DN, 1>(c, sm, aoff, astride, boff, bstride, n0); return 0;              \
     }                                                                                           \
     extern "C" __device__ int bwdtc_cp16_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN(               \
         u32* sm, int soff, const u32* g, long long goff, int valid) {                           \

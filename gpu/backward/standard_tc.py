@@ -10,8 +10,8 @@ has the counts):
           16 w .. 16 w + 15: for each active query block i read P_ij (B_r x B_c) and dO_i
           (double-buffered cp.async, rows / columns past N zero-filled, not counted);
           dV_j += P_ij^T dO_i on the tensor cores, P_ij^T's A fragments read from the
-          stored [query][key] tile by ldmatrix.trans (`std_atb_t`, standard_tc.cu: the
-          accumulating form of gpu/mma.cuh's tc_dq_t); write dV_j once (16-byte stores).
+          stored [query][key] tile by ldmatrix.trans (gpu/mma.cuh `tc_ab_smem_t` with A
+          stored transposed, accumulating); write dV_j once (16-byte stores).
   line 2  `std_tc_bwd_dP`: gpu.forward.standard_tc's tile kernel (S = scale Q K^T) with
           A = dO, B = V, scale 1, unmasked: whole tiles dP_ij = dO_i V_j^T.
   line 3  `std_tc_bwd_dS`, one block per (query row, instance): read P and dP over the

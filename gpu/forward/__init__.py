@@ -1,6 +1,7 @@
 """Forward kernels, one module per algorithm (and kernel generation of fa2):
 
     standard.py  Algorithm 0: S = Q K^T, P = softmax(S), O = P V through HBM
+    standard_tc.py  the same three kernels for fp16, tile products on the tensor cores
     fa1.py       Algorithm 1 as written (FlashAttention), one block per (batch, head)
     fa1_tc.py    the same schedule on the tensor cores (fp16), with fa1_tc.cu
     fa2.py       FlashAttention-2, one block per query block: the plain reference kernel

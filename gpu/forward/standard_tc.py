@@ -21,7 +21,7 @@ buffers per instance.
                j read P_ij (B_r x B_c fp16) and V_j (double-buffered cp.async: the next
                active tile's copies fly during this tile's products); O_i += P_ij V_j on
                the tensor cores with P_ij's A fragments read from shared memory by ldmatrix
-               and V_j's B fragments by ldmatrix.trans (`std_ab_t`, standard_tc.cu), fp32
+               and V_j's B fragments by ldmatrix.trans (gpu/mma.cuh `tc_ab_smem_t`), fp32
                accumulators; write O_i once (16-byte stores; 0 for a row that sees no key,
                since its P is 0).
 
