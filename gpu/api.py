@@ -596,7 +596,6 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
     use_other_tc = False
     other_opts = {}
     if algorithm in ("fa1", "standard") and kernel in ("auto", "tc"):
-        mod = other_tc_module(algorithm)
         if algorithm == "fa1":
             dflt = fa1_tc.default_tiling(d, bool(causal))
             if (dflt["B_r"], dflt["B_c"]) == (B_r, B_c):

@@ -54,7 +54,7 @@ from iosim.backward import BackwardLedger
 from iosim.tiling import Tiling
 
 from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE,
-                      ZERO, T, add_count, check_fits, default_threads, filled, kernel_name,
+                      ZERO, T, add_count, check_fits, default_threads, kernel_name,
                       dummy_mask, launch, new_counters, specialisation)
 from .. import api as _api
 from ..api import HEAD_DIMS, _check, _output, _return_like, _to_device

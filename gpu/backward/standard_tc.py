@@ -142,14 +142,14 @@ def colblock_kernel(which, B_r, B_c, d, causal, has_mask, vec, count):
     NW = B_c // 16
     THREADS = 32 * NW
     lay = colblock_layout(B_r, B_c, d)
-    SH, SW, XSH, XSW = lay["SH"], lay["SW"], lay["XSH"], lay["XSW"]
+    SH, SW, XSH = lay["SH"], lay["SW"], lay["XSH"]
     XO, XB, YO, YB = lay["XO"], lay["XB"], lay["YO"], lay["YB"]
     DW = d // 2
     CPR = d // 8
-    XCR = B_c // 8                 # 16-byte chunks per row of X_ij
-    XCH, YCH = B_r * XCR, B_r * CPR
-    LX, LY = -(-XCH // THREADS), -(-YCH // THREADS)
-    XDIV, YDIV = XCH % THREADS == 0, YCH % THREADS == 0
+    YCH = B_r * CPR
+    LY = -(-YCH // THREADS)
+    YDIV = YCH % THREADS == 0
+    load_tile = fwd.nxn_tile_loader(B_r, B_c, THREADS, vec, cp16)   # X_ij
     NOF = d // 2
     IX, IY, IOUT = (IP, IdO, IdV) if which == "dV" else (IdS, IQ, IdK)
 
@@ -168,31 +168,10 @@ def colblock_kernel(which, B_r, B_c, d, causal, has_mask, vec, count):
     def issue(smp, sh, x, xp, yp, z, c0, cols, i, N, t, buf):
         """Start the copies of X_ij and Y_i into buffer `buf` (zeros past N); returns the
         elements of X and of Y this thread requested."""
-        nX = int64(0)
         nY = int64(0)
         r0 = i * B_r
         rows = min(B_r, N - r0)
-        if vec:
-            NWR = N // 2
-            xbase = (int64(z) * N + r0) * NWR + c0 // 2
-            for it in range(LX):
-                e = t + it * THREADS
-                if XDIV or e < XCH:
-                    r = e // XCR
-                    xx = (e % XCR) * 4
-                    ok = r < rows and 2 * xx < cols
-                    cp16(smp, XO + buf * XB + r * XSW + xx, xp, xbase + r * NWR + xx, ok)
-                    if ok:
-                        nX += EIGHT
-        else:
-            for e in range(t, B_r * B_c, THREADS):
-                r = e // B_c
-                c = e % B_c
-                val = ZERO                          # (exact: fp16 -> fp32 -> fp16)
-                if r < rows and c < cols:
-                    val = float32(x[z, r0 + r, c0 + c])
-                    nX += 1
-                sh[2 * (XO + buf * XB) + r * XSH + c] = val
+        nX = load_tile(smp, sh, x, xp, z, r0, rows, c0, cols, N, t, XO + buf * XB)
         ybase = (int64(z) * N + r0) * DW
         for it in range(LY):
             e = t + it * THREADS

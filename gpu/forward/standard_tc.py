@@ -312,6 +312,50 @@ def s_kernel(B_r, B_c, d, causal, vec, count):
 # ---------------------------------------------------------------------------------------
 # O = P V (and the backward's dQ = scale dS K), one block per query block
 # ---------------------------------------------------------------------------------------
+def nxn_tile_loader(B_r: int, B_c: int, threads: int, vec: bool, cp16):
+    """A device function load(smp, sh, x, xp, z, r0, rows, c0, cols, N, t, dst) -> elements
+    requested: start the copies of this thread's part of the B_r x B_c tile
+    x[z, r0 : r0 + rows, c0 : c0 + cols] of an (instances, N, N) fp16 matrix (P, dS) into
+    shared memory at word `dst`, rows of B_c + 8 halves, zeros outside the matrix (not
+    counted). vec (N a multiple of 8, so rows start 16-byte aligned): 16-byte cp.async
+    chunks (`cp16`, the caller's linked copy); else element by element. Shared by the PV /
+    dQ row-block kernel here and the dV / dK column-block kernel (gpu.backward.standard_tc)."""
+    XSH = B_c + 8
+    XSW = XSH // 2
+    XCR = B_c // 8                 # 16-byte chunks per row of the tile
+    XCH = B_r * XCR
+    LX = -(-XCH // threads)
+    XDIV = XCH % threads == 0
+    EIGHT = int64(8)
+
+    @cuda.jit(device=True, inline=True)
+    def load(smp, sh, x, xp, z, r0, rows, c0, cols, N, t, dst):
+        n = int64(0)
+        if vec:
+            NWR = N // 2
+            xbase = (int64(z) * N + r0) * NWR + c0 // 2
+            for it in range(LX):
+                e = t + it * threads
+                if XDIV or e < XCH:
+                    r = e // XCR
+                    xx = (e % XCR) * 4
+                    ok = r < rows and 2 * xx < cols
+                    cp16(smp, dst + r * XSW + xx, xp, xbase + r * NWR + xx, ok)
+                    if ok:
+                        n += EIGHT
+        else:
+            for e in range(t, B_r * B_c, threads):
+                r = e // B_c
+                c = e % B_c
+                val = ZERO                          # (exact: fp16 -> fp32 -> fp16)
+                if r < rows and c < cols:
+                    val = float32(x[z, r0 + r, c0 + c])
+                    n += 1
+                sh[2 * dst + r * XSH + c] = val
+        return n
+    return load
+
+
 @specialisation
 def rowblock_kernel(B_r, B_c, d, causal, has_mask, vec, count, prefix, idx):
     """Kernel(a, b, out, scale, mask, N, H, G, counters); grid (T_r, instances), 32 B_r / 16
@@ -334,10 +378,10 @@ def rowblock_kernel(B_r, B_c, d, causal, has_mask, vec, count, prefix, idx):
     PO, PB, VO, VB = lay["PO"], lay["PB"], lay["VO"], lay["VB"]
     DW = d // 2
     CPR = d // 8
-    PCR = B_c // 8                 # 16-byte chunks per row of A_ij
-    PCH, VCH = B_r * PCR, B_c * CPR
-    LP, LV = -(-PCH // THREADS), -(-VCH // THREADS)
-    PDIV, VDIV = PCH % THREADS == 0, VCH % THREADS == 0
+    VCH = B_c * CPR
+    LV = -(-VCH // THREADS)
+    VDIV = VCH % THREADS == 0
+    load_tile = nxn_tile_loader(B_r, B_c, THREADS, vec, cp16)   # A_ij
     NOF = d // 2
     IA, IB, IOUT = idx
 
@@ -357,31 +401,10 @@ def rowblock_kernel(B_r, B_c, d, causal, has_mask, vec, count, prefix, idx):
     def issue(smp, sh, a, ap, bp, z, zk, r0, rows, j, N, t, buf):
         """Start the copies of A_ij and B_j into buffer `buf` (zeros past N); returns the
         elements of A and of B this thread requested."""
-        nP = int64(0)
         nV = int64(0)
         c0 = j * B_c
         cols = min(B_c, N - c0)
-        if vec:
-            NWR = N // 2
-            pbase = (int64(z) * N + r0) * NWR + c0 // 2
-            for it in range(LP):
-                e = t + it * THREADS
-                if PDIV or e < PCH:
-                    r = e // PCR
-                    x = (e % PCR) * 4
-                    ok = r < rows and 2 * x < cols
-                    cp16(smp, PO + buf * PB + r * PSW + x, ap, pbase + r * NWR + x, ok)
-                    if ok:
-                        nP += EIGHT
-        else:
-            for e in range(t, B_r * B_c, THREADS):
-                r = e // B_c
-                c = e % B_c
-                val = ZERO                          # (exact: fp16 -> fp32 -> fp16)
-                if r < rows and c < cols:
-                    val = float32(a[z, r0 + r, c0 + c])
-                    nP += 1
-                sh[2 * (PO + buf * PB) + r * PSH + c] = val
+        nP = load_tile(smp, sh, a, ap, z, r0, rows, c0, cols, N, t, PO + buf * PB)
         vbase = (int64(zk) * N + c0) * DW
         for it in range(LV):
             e = t + it * THREADS
