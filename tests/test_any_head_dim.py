@@ -50,10 +50,10 @@ def problem(d, N, dtype="fp32", causal=False):
 
 
 @pytest.mark.parametrize("alg,d,N,B_r,B_c", [(a, *c) for a in ("fa2", "fa1") for c in CASES]
-                         + [("standard", *c) for c in CASES if c[0] != 40])
+                         + [("standard", *c) for c in CASES if c[0] in (59, 160)])
 def test_forward_any_d(alg, d, N, B_r, B_c):
-    """fp32, every plain forward kernel (standard skips d = 40 to keep the simulator time
-    down: its five launches per block cost most)."""
+    """fp32, every plain forward kernel (standard at d = 59 and 160 only, to keep the
+    simulator time down: its launches cost most; its backward runs d = 59 below)."""
     causal = d in (40, 160)
     p = problem(d, N, causal=causal)
     q, k, v = iosim.random_inputs(p, d)
