@@ -196,7 +196,7 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
                 return Plan("fa2", "fwd", "fast", Tiling(B_r, B_c), threads, sm, opts)
         if choice == "fast":
             raise ValueError(f"kernel='fast' cannot run {tiling} at d={d}")
-    t = tiling or api.default_tiling("fa2", d, dt, causal)
+    t = tiling or api.default_tiling("fa2", d, dt, causal, "plain")
     return Plan("fa2", "fwd", "plain", t, 128,
                 iosim.sram_footprint_bytes("fa2", t.B_r, t.B_c, d, dt))
 

@@ -22,9 +22,17 @@ Default tiling (no block_rows/block_cols/sram_bytes given):
   8 threads per query row, registers capped at 128, the next K/V tile's loads issued
   into registers before this tile's arithmetic (`fa2_fast_options`), for d = 64 and 128;
 * otherwise (fa1, standard, the simulator): the largest square tile B_r = B_c = B in
-  (64, 32, 16) whose shared-memory footprint (`iosim.sram_footprint_bytes`) fits the
+  (64, 32, 16, 8) whose shared-memory footprint (`iosim.sram_footprint_bytes`) fits the
   48 KB every CUDA device allows without opt-in. For example fa2/fa1: fp32 d=64 -> 32,
-  fp16 d=64 -> 32, fp32 d=128 -> 16, d=16 -> 64; standard: fp32 d=64 -> 64.
+  fp16 d=64 -> 32, fp32 d=128 -> 16, d=16 -> 64, fp32 d=192 and 256 -> 8; standard:
+  fp32 d=64 -> 64.
+
+Head dims: any d in 1..256 (`HEAD_DIMS`). The plain kernels run every d and load exactly
+d elements per row (no padding: the ledger is iosim's unchanged). The fast fp32 kernel
+needs d a multiple of 4 TC with d / TC <= 16 (`fa2_fast.plan`: e.g. 24, 64, 192, 256, not
+40, 80, 160) and the tensor-core kernels d a multiple of 16 in 16..128 (their plan_error); kernel='auto' runs the plain kernel where they cannot, and
+kernel='fast' / 'tc' raise ValueError saying why. (A tensor-core kernel for other d would
+pad the head dim to the mma granularity in shared memory; none does yet.)
 
 Call path. The full path checks the inputs (type, ndim, dtype, layout, shapes, head dim,
 options), chooses kernel and tiling (device limits, alignment), builds the iosim
@@ -105,8 +113,15 @@ for _name in ("__setitem__", "__delitem__", "clear", "update", "pop", "popitem",
     setattr(_Tunable, _name, _clearing(_name))
 del _name
 
-HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128)
-DEFAULT_TILES = (64, 32, 16)
+#: Head dims d (elements) `attention` and `attention_backward` take: every integer in
+#: 1..iosim.MAX_HEAD_DIM = 256. The plain kernels (fa2, fa1, standard and the plain
+#: backward) loop over d and load exactly d elements per row, whatever d is; the fast fp32
+#: kernels need d a multiple of 4 with room in their register tiles (`fa2_fast.plan`,
+#: `gpu.backward.fa2_fast.plan_error`) and the tensor-core ones a multiple of 16 in
+#: 16..128, so kernel='auto' runs the plain kernels for other d.
+HEAD_DIMS = tuple(range(1, iosim.MAX_HEAD_DIM + 1))
+#: square default tiles B tried in order (module docstring); 8 lets every d <= 256 fit 48 KB
+DEFAULT_TILES = (64, 32, 16, 8)
 #: fa2's default on a GPU: head dim -> (B_r, B_c, threads) of gpu.forward.fa2_fast, fastest fp32
 #: variant measured on the H100 at N=4096 (see the module docstring); head dims not
 #: listed take the first of FA2_FAST_FALLBACK that the fast kernel supports. d=128 runs
@@ -435,8 +450,8 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
 
     q: (batch, heads, N_q, d); k, v: (batch, kv_heads, N_k, d) with kv_heads dividing heads
     (query head h uses K/V head h // (heads // kv_heads)). float32 or float16, all the
-    same dtype, C-contiguous; d in HEAD_DIMS. NumPy in -> NumPy out (copied); a device
-    array in (numba, or any __cuda_array_interface__ object such as a torch tensor; not
+    same dtype, C-contiguous; d any integer in 1..256 (module docstring: Head dims).
+    NumPy in -> NumPy out (copied); a device array in (numba, or any __cuda_array_interface__ object such as a torch tensor; not
     in the simulator) -> the same kind out, without copying the inputs.
 
     algorithm: 'standard' | 'fa1' | 'fa2'. scale: default 1/sqrt(d); must be finite in
@@ -539,8 +554,7 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
         raise ValueError(f"q, k, v dtypes are {dt}, {dtk}, {dtv}; they must be the same")
     if len({kind == "numpy", kindk == "numpy", kindv == "numpy"}) != 1:
         raise ValueError("q, k, v must all be NumPy arrays or all be device arrays")
-    if d not in HEAD_DIMS:
-        raise ValueError(f"head dimension d={d} is not supported; allowed: {HEAD_DIMS}")
+    iosim.check_head_dim(d)     # ValueError naming d and 1..256
     if return_stats and algorithm == "standard":
         raise ValueError("return_stats=True is supported for algorithm='fa1' or 'fa2', "
                          "not 'standard'")

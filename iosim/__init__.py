@@ -13,7 +13,7 @@ from .decode import (DECODE, KV_READS, DecodeExecution, DecodeLedger, DecodeProb
 from .closed_form import closed_form, closed_form_arrays, floor_sum, tile_sums
 from .hardware import PRESETS, Hardware, get_hardware
 from .ledger import CountingMemory, Ledger
-from .problem import DTYPES, ConfigError, Problem, check_dtype
+from .problem import DTYPES, MAX_HEAD_DIM, ConfigError, Problem, check_dtype, check_head_dim
 from .reference import element_mask, reference_attention
 from .schedules import FORWARD, Execution, active_tiles, block_bounds, execute, random_inputs
 from .gpt2 import flash_passes, gpt2_table, standard_passes
@@ -27,7 +27,8 @@ __all__ = [
     "choose_num_splits", "combine_partials", "decode_closed_form", "execute_decode",
     "pages_touched", "paged_cache", "random_decode_inputs", "reference_decode", "split_bounds",
     "flash_passes", "gpt2_table", "standard_passes",
-    "ALGORITHMS", "DTYPES", "PRESETS", "ConfigError", "CountingMemory", "Execution", "FORWARD",
+    "ALGORITHMS", "DTYPES", "MAX_HEAD_DIM", "check_head_dim", "PRESETS", "ConfigError",
+    "CountingMemory", "Execution", "FORWARD",
     "Hardware", "Ledger", "Problem", "Tiling", "active_tiles", "block_bounds", "check_dtype",
     "closed_form", "closed_form_arrays", "element_mask", "execute", "floor_sum", "get_hardware",
     "paper_tiling", "random_inputs", "reference_attention", "resolve_tiling",

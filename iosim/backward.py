@@ -59,7 +59,7 @@ import numpy as np
 
 from .closed_form import _max, _ints, exact_ints, int_dtype, problem_sums, tile_sums
 from .ledger import CountingMemory, Ledger
-from .problem import STAT_DTYPE, ConfigError, Problem
+from .problem import MAX_HEAD_DIM, STAT_DTYPE, ConfigError, Problem
 from .reference import _masked_matmul, element_mask, reference_probs
 from .schedules import (FORWARD, active_tiles, block_bounds, check_scale, random_inputs,
                         read_row_active, rowblock_product, write_row_active)
@@ -372,8 +372,12 @@ def backward_closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False,
              * max(_max(batch), 1.0) * max(_max(heads), 1.0) * max(_max(itemsize), 4.0))
     args = (N, d, B_r, B_c, itemsize, batch, heads, kv_heads)
     N, d, B_r, B_c, itemsize, batch, heads, kv_heads = _ints(int_dtype(bound, *args), *args)
-    if (N <= 0).any() or (d <= 0).any() or (B_r <= 0).any() or (B_c <= 0).any():
-        raise ConfigError("N, d, B_r and B_c must all be positive")
+    bad_d = d[(d <= 0) | (d > MAX_HEAD_DIM)]
+    if bad_d.size:
+        raise ConfigError(f"head dimension d={int(bad_d.flat[0])} is not allowed; allowed: "
+                          f"integers 1..{MAX_HEAD_DIM}")
+    if (N <= 0).any() or (B_r <= 0).any() or (B_c <= 0).any():
+        raise ConfigError("N, B_r and B_c must all be positive")
     if N_k is not None:
         (N_k,) = _ints(int_dtype(bound, N_k), N_k)
         if (N_k <= 0).any():

@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ledger import Ledger
-from .problem import ConfigError, Problem
+from .problem import MAX_HEAD_DIM, ConfigError, Problem
 from .schedules import active_tiles
 from .tiling import ALGORITHMS, Tiling
 
@@ -326,8 +326,12 @@ def closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False, itemsize
              * max(_max(instances), 1.0) * max(_max(itemsize), 4.0))
     dt = int_dtype(bound, N, d, B_r, B_c, itemsize, instances)
     N, d, B_r, B_c, itemsize, instances = _ints(dt, N, d, B_r, B_c, itemsize, instances)
-    if (N <= 0).any() or (d <= 0).any() or (B_r <= 0).any() or (B_c <= 0).any():
-        raise ConfigError("N, d, B_r and B_c must all be positive")
+    bad_d = d[(d <= 0) | (d > MAX_HEAD_DIM)]
+    if bad_d.size:
+        raise ConfigError(f"head dimension d={int(bad_d.flat[0])} is not allowed; allowed: "
+                          f"integers 1..{MAX_HEAD_DIM}")
+    if (N <= 0).any() or (B_r <= 0).any() or (B_c <= 0).any():
+        raise ConfigError("N, B_r and B_c must all be positive")
     if N_k is not None:
         (N_k,) = _ints(int_dtype(bound, N_k), N_k)
         if (N_k <= 0).any():

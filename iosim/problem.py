@@ -45,6 +45,20 @@ def check_dtype(dtype) -> str:
     return aliases[key]
 
 
+#: Largest head dimension d (elements) a Problem, the tiling rules, the closed forms and the
+#: GPU kernels take (flash-attn's limit): d is any integer in 1..MAX_HEAD_DIM.
+MAX_HEAD_DIM = 256
+
+
+def check_head_dim(d) -> int:
+    """d as an int if it is an integer in 1..MAX_HEAD_DIM (the head dimension, in elements),
+    else ConfigError naming d and the allowed range."""
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or not 1 <= d <= MAX_HEAD_DIM:
+        raise ConfigError(f"head dimension d={d!r} is not allowed; allowed: integers "
+                          f"1..{MAX_HEAD_DIM}")
+    return int(d)
+
+
 def _positive_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise ConfigError(f"{name}={value!r} must be a positive integer")
@@ -108,7 +122,8 @@ class HeadsAndDtype:
 class Problem(HeadsAndDtype):
     """One attention problem.
 
-    N: query length N_q in rows (also `N_q`). d: head dimension (elements).
+    N: query length N_q in rows (also `N_q`). d: head dimension (elements), any integer
+        in 1..MAX_HEAD_DIM = 256 (`check_head_dim`).
     N_k: key/value length in rows; None (default) means N_k = N.
     dtype: storage dtype of Q, K, V, O (and of S, P for the standard algorithm).
     causal: query row r sees key column c iff c <= r + N_k - N_q (bottom-right aligned;
@@ -135,8 +150,9 @@ class Problem(HeadsAndDtype):
     window: tuple = (-1, -1)
 
     def __post_init__(self):
-        for name in ("N", "d", "batch", "heads"):
+        for name in ("N", "batch", "heads"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        object.__setattr__(self, "d", check_head_dim(self.d))
         object.__setattr__(self, "N_k", self.N if self.N_k is None
                            else _positive_int("N_k", self.N_k))
         kv = self.heads if self.kv_heads is None else _positive_int("kv_heads", self.kv_heads)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .problem import DTYPES, ConfigError, check_dtype
+from .problem import DTYPES, ConfigError, check_dtype, check_head_dim
 
 ALGORITHMS = ("standard", "fa1", "fa2")
 F32 = 4  # bytes of a float32 accumulator / statistic
@@ -43,15 +43,17 @@ def sram_to_elements(sram_bytes: int, dtype: str) -> int:
 def paper_tiling(M_elements: int, d: int) -> Tiling:
     """Algorithm 1, line 1: B_c = ceil(M / 4d), B_r = min(ceil(M / 4d), d).
 
-    M is in elements of the input dtype. The rule sizes the four B x d tiles (Q_i, K_j,
+    M is in elements of the input dtype; d is any head dimension in 1..256 (elements;
+    ConfigError otherwise). For large d the rule gives small blocks: B_c = ceil(M / 4d)
+    rows, e.g. M = 48 KB of fp32 (12288 elements) and d = 256 give B_c = 12, B_r = 12;
+    d = 59 gives B_c = 53, B_r = 53. The rule sizes the four B x d tiles (Q_i, K_j,
     V_j, O_i) to about M/4 each and ignores S and the statistics, so the real footprint
     (`sram_footprint_bytes`) exceeds M; we report that and do not reject it.
     """
     if M_elements < 1:
         raise ConfigError(f"M={M_elements!r} elements must be positive")
-    if d < 1:
-        raise ConfigError(f"d={d!r} must be a positive integer")
-    b = -(-int(M_elements) // (4 * int(d)))
+    d = check_head_dim(d)
+    b = -(-int(M_elements) // (4 * d))
     return Tiling(B_r=min(b, int(d)), B_c=b)
 
 
@@ -69,6 +71,7 @@ def sram_footprint_bytes(algorithm: str, B_r: int, B_c: int, d: int, dtype: str)
     """
     if algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(ALGORITHMS)}")
+    d = check_head_dim(d)
     s = DTYPES[check_dtype(dtype)].itemsize
     if algorithm == "standard":
         qk = s * d * (B_r + B_c)
@@ -85,6 +88,7 @@ def resolve_tiling(algorithm: str, d: int, dtype: str, *, block_rows: int | None
     naming both numbers. With only `sram_bytes`, the paper's rule is used (M converted
     from bytes to elements of `dtype`), even if its footprint exceeds M.
     """
+    d = check_head_dim(d)
     if (block_rows is None) != (block_cols is None):
         raise ConfigError("block_rows and block_cols must be given together "
                           f"(got block_rows={block_rows!r}, block_cols={block_cols!r})")

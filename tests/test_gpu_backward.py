@@ -228,8 +228,8 @@ def test_bad_input():
         attention_backward(q, k, v, O, do[:, :, :8], L)
     with pytest.raises(ValueError, match="block_rows=0"):
         attention_backward(q, k, v, O, do, L, block_rows=0, block_cols=16)
-    with pytest.raises(ValueError, match="d=12"):
-        x = np.zeros((1, 1, 16, 12), np.float32)
+    with pytest.raises(ValueError, match=r"d=257 is not allowed; allowed: integers 1\.\.256"):
+        x = np.zeros((1, 1, 16, 257), np.float32)
         attention_backward(x, x, x, x, x, L)
     with pytest.raises(ValueError, match="shared memory"):   # > 227 KB: too big on an H100 too
         attention_backward(q, k, v, O, do, L, block_rows=256, block_cols=256)

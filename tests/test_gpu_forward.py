@@ -158,8 +158,8 @@ def test_bad_inputs():
     _bad("ndim=3", q=q[0])
     _bad("dtype float64", q=q.astype(np.float64))
     _bad("dtypes are", k=k.astype(np.float16), v=v.astype(np.float16))
-    _bad("d=24", q=np.zeros((1, 1, 32, 24), np.float32), k=np.zeros((1, 1, 32, 24), np.float32),
-         v=np.zeros((1, 1, 32, 24), np.float32))
+    _bad(r"d=257 is not allowed; allowed: integers 1\.\.256", q=np.zeros((1, 1, 32, 257), np.float32),
+         k=np.zeros((1, 1, 32, 257), np.float32), v=np.zeros((1, 1, 32, 257), np.float32))
     _bad("k has shape", k=np.zeros((1, 1, 16, 16), np.float32))
     _bad("kv_heads=2", q=np.zeros((1, 3, 32, 16), np.float32),
          k=np.zeros((1, 2, 32, 16), np.float32), v=np.zeros((1, 2, 32, 16), np.float32))

@@ -57,14 +57,16 @@ from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SI
                       ZERO, T, add_count, check_fits, default_threads, kernel_name,
                       dummy_mask, launch, new_counters, specialisation)
 from .. import api as _api
-from ..api import HEAD_DIMS, _check, _output, _return_like, _to_device
+from ..api import _check, _output, _return_like, _to_device
 from . import fa2_fast, fa2_tc, standard_tc
 from . import standard as backward_standard
 
 #: Counter rows of the backward: the forward's tensors plus the fa2 accumulator.
 BW_TENSORS = tuple(T) + ("dQacc",)
 BT = {name: i for i, name in enumerate(BW_TENSORS)}
-DEFAULT_TILES = (64, 32, 16)
+#: square default tiles B tried in order (`default_backward_tiling`); 8 and 4 let every
+#: d <= 256 fit 48 KB (fa2/fa1 fp32 d=256 needs B=4: 24,752 bytes, B=8 needs 49,760)
+DEFAULT_TILES = (64, 32, 16, 8, 4)
 #: Algorithms with GPU backward kernels (all of iosim's backward schedules).
 BACKWARD_ALGORITHMS = ("standard", "fa1", "fa2")
 #: attention_backward(kernel=...), the fa2 main kernel: "auto" (fp16: the tensor-core
@@ -96,8 +98,11 @@ def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2",
     kernel's `fa2_tc.default_tiling(d, causal)` where it runs; fa2 with "auto" or "fast"
     on a GPU: the fast kernel's `fa2_fast.default_tiling(d, dt)` (64 x 64 at d = 64 and 128)
     where it has one. Otherwise (kernel="plain", fa1, standard, the simulator) the largest
-    square tile in (64, 32, 16) whose backward footprint (bytes, `backward_shared_bytes`)
-    fits 48 KB. E.g. d=64: fa1/fa2 fp32 16, fp16 32; standard fp32 and fp16 64."""
+    square tile in (64, 32, 16, 8, 4) whose backward footprint (bytes,
+    `backward_shared_bytes`) fits 48 KB; up to d = 128, 16 x 16 when nothing larger fits
+    (above 48 KB by opt-in, as before any d was allowed). E.g. d=64: fa1/fa2 fp32 16,
+    fp16 32; standard fp32 and fp16 64; d=128: fa1/fa2 fp32 16 (51,392 bytes), fp16 16;
+    d=256: fa1/fa2 fp32 4, fp16 8."""
     if algorithm == "standard" and kernel in ("auto", "tc") and dt == "fp16" and not SIM:
         t = standard_tc.default_tiling(d, bool(causal))
         if standard_tc.supports(t["B_r"], t["B_c"], d, dt):
@@ -112,9 +117,14 @@ def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2",
         if fast is not None:
             return Tiling(fast[0], fast[1])
     for B in DEFAULT_TILES:
+        if B < 16 and d <= 128:
+            # up to d = 128 the default was, and stays, 16 x 16 when nothing larger fits
+            # 48 KB (fa1 / fa2 fp32 at d = 128: 51,392 bytes, above 48 KB by opt-in): the
+            # measured validation configurations ran it
+            return Tiling(16, 16)
         if backward_shared_bytes(algorithm, B, B, d, dt) <= DEFAULT_SMEM_BYTES:
             return Tiling(B, B)
-    return Tiling(16, 16)
+    return Tiling(DEFAULT_TILES[-1], DEFAULT_TILES[-1])
 
 
 def _new_counters(count):
@@ -514,8 +524,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                          f"they must be the same")
     if len({x == "numpy" for x in (kind, kindk, kindv, kindo, kinddo)}) != 1:
         raise ValueError("q, k, v, o, do must all be NumPy arrays or all be device arrays")
-    if d not in HEAD_DIMS:
-        raise ValueError(f"head dimension d={d} is not supported; allowed: {HEAD_DIMS}")
+    iosim.check_head_dim(d)     # ValueError naming d and 1..256
     dname = "fp32" if dt == np.float32 else "fp16"
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
     if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):

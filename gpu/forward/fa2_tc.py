@@ -50,7 +50,8 @@ Shared memory (one dynamic buffer, 16-byte aligned; in 4-byte words, fp16 pairs)
     Vs  B_c x (d + 8) halves   V_j
     Ls  B_r float32            L_i staging
 Global memory is read and written as 4-byte words (two fp16 elements); counts are in
-elements (2 per word). fp16 only; d a multiple of 16 (so d in 16, 32, 48, 64, 80, 96, 128).
+elements (2 per word). fp16 only; d a multiple of 16 in 16..128 (other d: no padding to the
+mma granularity yet, so `gpu.attention(kernel='auto')` runs fa2_fast or the plain kernel).
 
 `run(...)` has the signature of `gpu.fa2.run` (plus tuning keywords), so
 `gpu.attention(..., algorithm="fa2")` calls it for fp16 on a GPU whenever `supports(...)`.
@@ -112,8 +113,9 @@ def plan_error(B_r: int, B_c: int, d: int, dt: str, MT: int = 1) -> str | None:
     aside: see `supports`). MT: m-tiles of 16 query rows per warp (B_r = 16 MT warps)."""
     if dt != "fp16":
         return f"dtype {dt}: the tensor-core kernel takes fp16 only"
-    if d % 16:
-        return f"d={d}: must be a multiple of 16 (one mma k step)"
+    if d % 16 or not 16 <= d <= 128:
+        return (f"d={d}: must be a multiple of 16 (one mma k step) in 16..128 (padding d to "
+                f"16 is not implemented; d above 128 is not built or tested on a GPU)")
     if MT not in M_TILES:
         return f"MT={MT}: m-tiles per warp must be one of {M_TILES}"
     if B_r % (16 * MT) or B_r // (16 * MT) not in WARPS:
