@@ -14,6 +14,10 @@ fa2 (FlashAttention-2 backward), four launches:
      dS = P o (dO_i V_j^T - D_i); dK_j += scale dS^T Q_i; dQacc_i += scale dS K_j with
      float32 atomic adds (each counted as one read and one write of dQacc); write dK_j,
      dV_j once.
+  Dropout (dropout_p = p > 0, Algorithm 4; the plain main kernel only, compile flag
+     `dropout`): each entry regenerates the forward's keep mask Z[r, c] by Philox
+     (gpu._philox, same seed and offset), dV_j += (P o Z/(1-p))^T dO_i and
+     dS = P o ((dO_i V_j^T) o Z/(1-p) - D_i); nothing N x N touches HBM, counts unchanged.
   3. `bwd_convert`: read dQacc, write dQ in the problem dtype (fp32 too).
   4. grouped heads only (kv_heads < heads), `bwd_group_sum`: read every query head's
      dK_h, dV_h, write the kv_heads sums.
@@ -58,6 +62,7 @@ from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SI
                       dummy_mask, launch, new_counters, specialisation)
 from .. import api as _api
 from ..api import HEAD_DIMS, _check, _output, _return_like, _to_device
+from .. import _philox
 from . import fa2_fast, fa2_tc, standard_tc
 from . import standard as backward_standard
 
@@ -170,15 +175,20 @@ def fa2_pre_kernel(B_r, d, dt, count, threads):
 # Main kernel (fa2: one block per key block; fa1: Algorithm 4, one block per instance)
 # ---------------------------------------------------------------------------------------
 @specialisation
-def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads):
-    """Kernel main(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters).
+def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, dropout=False):
+    """Kernel main(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters,
+    key0, key1, offset, thr, rp).
 
     q, o, do: (instances, N, d); k, v: (batch * kv_heads, N, d); dk, dv: (instances, N, d)
     per query head; fa2: s1 = L (instances, N), D (instances, N), dq = dQacc float32;
     fa1: s1 = m, s2 = l (instances, N), D unused, dq = dQ in the problem dtype.
-    Grid fa2 (T_c, instances), fa1 (1, instances); `threads` threads.
+    key0, key1, offset, thr (uint64), rp (float32): the dropout (gpu._philox.kernel_args),
+    read only when `dropout` (fa2 only). Grid fa2 (T_c, instances), fa1 (1, instances);
+    `threads` threads.
     """
     FA1 = alg == "fa1"
+    if dropout and FA1:
+        raise ValueError("dropout: only the fa2 variant of bwd_main applies it")
     DT = NB_DTYPE[dt]
     F32_ELEMS = 2 * B_c * d + 2 * B_r * B_c + 3 * B_r
     X0 = F32_ELEMS * 4 // NP_DTYPE[dt].itemsize
@@ -194,7 +204,8 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads):
     IL, Il, Im, ID = BT["L"], BT["l"], BT["m"], BT["D"]
     IdQ, IdK, IdV, IA = BT["dQ"], BT["dK"], BT["dV"], BT["dQacc"]
 
-    def kernel(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters):
+    def kernel(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters,
+               key0, key1, offset, thr, rp):
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
         zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
@@ -297,7 +308,15 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads):
                     dp = ZERO                           # line 18: dP = dO_i V_j^T
                     for x in range(d):
                         dp += float32(dOs[r * d + x]) * float32(Vs[c * d + x])
-                    Ps[r * B_c + c] = p
+                    if dropout:                         # lines 15-19: Z_ij by Philox,
+                        if _philox.keep(key0, key1, offset, z, r0 + r, c0 + c, thr):
+                            Ps[r * B_c + c] = p * rp    # P o Z / (1 - p) for dV
+                            dp = dp * rp                # dP = (dO V^T) o Z / (1 - p)
+                        else:
+                            Ps[r * B_c + c] = ZERO
+                            dp = ZERO
+                    else:
+                        Ps[r * B_c + c] = p
                     dSs[r * B_c + c] = p * (dp - Ds[r])  # line 21
                 cuda.syncthreads()
                 # B, lines 17 and 23: dV_j += P^T dO_i, dK_j += scale dS^T Q_i
@@ -351,7 +370,7 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads):
                 add_count(counters, IdV, WRITE, nW)
 
     name = kernel_name(f"{alg}_bwd_main", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                       mask=has_mask, count=count, t=threads)
+                       mask=has_mask, dropout=dropout, count=count, t=threads)
     return kernel, name
 
 
@@ -453,7 +472,8 @@ def _check_P(x, shape, dt):
 
 def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, scale=None,
                        block_rows=None, block_cols=None, block_mask=None, count_traffic=False,
-                       threads=None, kernel="auto", tc_options=None, poison=None):
+                       threads=None, kernel="auto", tc_options=None, poison=None,
+                       dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     """Gradients (dq, dk, dv) of O = softmax(scale Q K^T [+ mask]) V given dO, on the GPU.
 
     q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N, d); one dtype (float32 or
@@ -482,6 +502,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     `poison_outputs`; `flashsim check` and the tests turn it on).
     tc_options: tuning keywords of `fa2_tc.run` (MT: key m-tiles per warp; kreg: hold
     K_j, V_j's fragments in registers), for tiling studies.
+    dropout_p, dropout_seed, dropout_offset: the forward's (`gpu.attention`): the main
+    kernel regenerates its keep mask (Algorithm 4). p > 0 runs the plain fa2 kernels only
+    (kernel 'auto' picks them; 'fast', 'tc', fa1 and standard are a ValueError).
     Returns (dq, dk, dv) (dk, dv with kv_heads heads), or ((dq, dk, dv), ledger) with
     count_traffic=True: the kernels' own counts as an iosim BackwardLedger (problem totals,
     equal to iosim.backward_closed_form).
@@ -495,6 +518,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if kernel == "fast" and algorithm != "fa2":
         raise ValueError(f"kernel='fast' runs only algorithm='fa2' (got {algorithm!r}); use "
                          f"kernel='auto' or 'plain'")
+    dropout = _api._check_dropout(dropout_p, dropout_seed, dropout_offset, algorithm, kernel)
+    if dropout is not None:
+        kernel = "plain"          # the one backward kernel that applies dropout
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, dtk, kindk = _check("k", k)
     shape_v, dtv, kindv = _check("v", v)
@@ -579,7 +605,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                              f"{why or 'no thread count fits'}; use kernel='auto' or 'plain'")
     threads = fast_threads or (default_threads() if threads is None else int(threads))
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
-                            causal=causal, block_mask=block_mask)
+                            causal=causal, block_mask=block_mask,
+                            dropout_p=0.0 if dropout is None else dropout[0])
     active = iosim.active_tiles(problem, tiling)   # validates block_mask's shape
     shm = backward_shared_bytes(algorithm, B_r, B_c, d, dname)
     if not use_tc and fast_threads is None and not use_std_tc:
@@ -633,17 +660,18 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
             pre = fa2_pre_kernel(B_r, d, dname, count, threads)
             pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
             kern = bwd_main_kernel("fa2", B_r, B_c, d, dname, bool(causal), has_mask, count,
-                                   threads)
+                                   threads, dropout is not None)
             launch(kern, (T_c, I), threads, shm, q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2,
                    D2, acc, dk_h, dv_h, np.float32(scale), np.int64(N), np.int64(H),
-                   np.int64(G), mask_dev, counters)
+                   np.int64(G), mask_dev, counters, *_philox.kernel_args(*(dropout or ())))
         _flat_launch(convert_kernel(dname, count), I * N * d, acc.reshape(I * N * d),
                      dq3.reshape(I * N * d), counters)
     elif algorithm == "fa1":
         kern = bwd_main_kernel("fa1", B_r, B_c, d, dname, bool(causal), has_mask, count, threads)
         launch(kern, (1, I), threads, shm, q3, k3, v3, o3, do3, m_dev.reshape(I, N),
                l_dev.reshape(I, N), m_dev.reshape(I, N), dq3, dk_h, dv_h, np.float32(scale),
-               np.int64(N), np.int64(H), np.int64(G), mask_dev, counters)
+               np.int64(N), np.int64(H), np.int64(G), mask_dev, counters,
+               *_philox.kernel_args())
     else:   # standard: Algorithm 3, five kernels through HBM (gpu.backward_standard)
         _dp, dp3 = _output((I, N, N), npdt, kind, like, poison)
         _ds, ds3 = _output((I, N, N), npdt, kind, like, poison)
