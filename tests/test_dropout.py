@@ -6,6 +6,8 @@ given the same mask Z); the kernels (plain fa2 forward and backward, in the simu
 outputs and gradients against the reference given iosim's mask, so forward and backward
 agree on it, exact counts, p = 0 bit-identical to no dropout, bad arguments refused.
 """
+import json
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -169,6 +171,28 @@ def test_model_dropout_exact_and_reference(alg, kw):
     for got, want in zip((be.dq, be.dk, be.dv),
                          reference_attention_backward(q, k, v, do, **common)):
         assert np.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_traffic_cli_dropout(capsys):
+    """flashsim traffic --dropout: standard's ledger gains Z (1 byte per element written
+    and read, N^2 each dense); fa2's is unchanged; a bad p or --levels is refused."""
+    from analysis.cli import main as cli
+    base = ["traffic", "--seq-len", "64", "--head-dim", "16", "--block-rows", "16",
+            "--block-cols", "16", "--json"]
+    out = {}
+    for alg in ("standard", "fa2"):
+        for p in ("0", "0.1"):
+            assert cli(base + ["--algorithm", alg, "--dropout", p]) == 0
+            out[alg, p] = json.loads(capsys.readouterr().out)
+    z = out["standard", "0.1"]["per_tensor"]["Z"]
+    assert (z["read_elements"], z["write_elements"], z["write_bytes"]) == (64 * 64,) * 3
+    assert out["standard", "0.1"]["hbm_bytes"] == out["standard", "0"]["hbm_bytes"] + 2 * 64 * 64
+    assert out["fa2", "0.1"]["hbm_bytes"] == out["fa2", "0"]["hbm_bytes"]
+    assert cli(base + ["--algorithm", "fa2", "--dropout", "1.0"]) != 0
+    assert "dropout_p" in capsys.readouterr().err
+    assert cli(["traffic", "--algorithm", "fa2", "--seq-len", "64", "--head-dim", "64",
+                "--levels", "--dropout", "0.1"]) != 0
+    assert "--dropout" in capsys.readouterr().err
 
 
 def test_reference_dropout_gradients_by_finite_differences():
