@@ -120,14 +120,16 @@ def test_bad_dropout_p_rejected(p):
 
 def test_kernels_without_dropout_refuse_it():
     q = np.zeros((1, 1, 16, 16), dtype=np.float32)
-    for kw, name in ((dict(algorithm="fa1"), "fa1"), (dict(algorithm="standard"), "standard"),
-                     (dict(kernel="fast"), "fast")):
+    for kw, name in ((dict(algorithm="fa1"), "fa1"), (dict(kernel="fast"), "fast")):
         with pytest.raises(ValueError, match=f"dropout_p=0.2 .*{name}"):
             gpu.attention(q, q, q, dropout_p=0.2, **kw)
     with pytest.raises(ValueError, match="dropout_p=0.2 .*fa1"):
         attention_backward(q, q, q, q, q, None, algorithm="fa1", dropout_p=0.2)
     with pytest.raises(ValueError, match="dropout_seed"):
         gpu.attention(q, q, q, dropout_p=0.2, dropout_seed=-1)
+    with pytest.raises(ValueError, match=r"\(P, Z\)"):        # standard needs the stored Z
+        attention_backward(q, q, q, q, q, np.zeros((1, 1, 16, 16), np.float32),
+                           algorithm="standard", dropout_p=0.2)
 
 
 PROBLEMS = [dict(N=19, d=8, batch=2, heads=2, kv_heads=1),
@@ -267,3 +269,35 @@ def test_kernel_dropout_zero_is_bit_identical():
     g1 = attention_backward(q, k, v, O0, do, L0, dropout_p=0, dropout_seed=3, **opts)
     for a, b in zip(g0, g1):
         assert np.array_equal(a, b)
+
+
+def test_standard_kernels_store_and_read_mask():
+    """The plain standard kernels with dropout: the softmax kernel stores iosim's keep
+    mask Z (uint8) over the active tiles, PV and the backward's dV and dP kernels read it;
+    outputs and gradients equal the reference given that mask, counts the closed forms
+    (Z: RCA written and read forward, 2 RCA read backward)."""
+    from gpu.backward.standard import standard_forward
+    p, seed, offset = 0.3, 5, 1
+    prob = iosim.Problem(N=16, d=16, heads=2, kv_heads=1, causal=True, dropout_p=p)
+    q, k, v = iosim.random_inputs(prob, 2)
+    do = np.random.default_rng(4).standard_normal(q.shape).astype(np.float32)
+    opts = dict(block_rows=8, block_cols=8, causal=True, dropout_p=p, dropout_seed=seed,
+                dropout_offset=offset)
+    t = iosim.Tiling(8, 8)
+    O, led = gpu.attention(q, k, v, algorithm="standard", count_traffic=True, **opts)
+    assert led.counts() == iosim.closed_form("standard", prob, t).counts()
+    Zref = problem_keep_mask(prob, seed, offset)
+    ref = iosim.reference_attention(q, k, v, causal=True, dropout_p=p, dropout_keep=Zref)
+    rel = lambda a, b: np.abs(a - b).max() / np.abs(b).max()
+    assert rel(O, ref) < 1e-5
+    O2, P, Z = standard_forward(q, k, v, **opts)
+    assert Z.dtype == np.uint8 and np.array_equal(O, O2)
+    seen = iosim.element_mask(16, True)
+    assert np.array_equal(Z[..., seen] != 0, Zref[..., seen])
+    (dq, dk, dv), bled = attention_backward(q, k, v, O, do, (P, Z), algorithm="standard",
+                                            count_traffic=True, **opts)
+    assert bled.counts() == backward_closed_form("standard", prob, t).counts()
+    want = reference_attention_backward(q, k, v, do, causal=True, dropout_p=p,
+                                        dropout_keep=Zref)
+    for got, w in zip((dq, dk, dv), want):
+        assert rel(got, w) < 1e-5

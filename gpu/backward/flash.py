@@ -451,23 +451,25 @@ def _check_stats(name, x, shape, kind):
     raise ValueError(f"{name} must be a float32 array of shape {shape}; got {type(x).__name__}")
 
 
-def _check_P(x, shape, dt):
-    """Device array of the forward's P: `shape` (B, H, N, N), the problem dtype `dt`."""
+def _check_P(x, shape, dt, name="P"):
+    """Device array of the forward's P: `shape` (B, H, N, N), the problem dtype `dt`
+    (name='Z': its dropout keep mask, uint8)."""
     if isinstance(x, np.ndarray):
         if x.shape != shape or x.dtype != dt:
-            raise ValueError(f"stats (P) has shape {x.shape} and dtype {x.dtype}; expected "
-                             f"{shape} {np.dtype(dt)} (batch, heads, N, N), the problem dtype")
+            raise ValueError(f"stats ({name}) has shape {x.shape} and dtype {x.dtype}; expected "
+                             f"{shape} {np.dtype(dt)} (batch, heads, N, N)"
+                             + (", the problem dtype" if name == "P" else ""))
         return cuda.to_device(np.ascontiguousarray(x))
     if hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host"):
         dev = x if hasattr(x, "copy_to_host") else cuda.as_cuda_array(x)
         if tuple(dev.shape) != shape or np.dtype(dev.dtype) != dt:
-            raise ValueError(f"stats (P) has shape {tuple(dev.shape)} and dtype {dev.dtype}; "
-                             f"expected {shape} {np.dtype(dt)}")
+            raise ValueError(f"stats ({name}) has shape {tuple(dev.shape)} and dtype "
+                             f"{dev.dtype}; expected {shape} {np.dtype(dt)}")
         if not dev.is_c_contiguous():
-            raise ValueError("stats (P) must be C-contiguous")
+            raise ValueError(f"stats ({name}) must be C-contiguous")
         return dev
-    raise ValueError(f"stats for algorithm='standard' must be the forward's P, an array of "
-                     f"shape {shape} and dtype {np.dtype(dt)}; got {type(x).__name__}")
+    raise ValueError(f"stats for algorithm='standard' must be the forward's {name}, an array "
+                     f"of shape {shape} and dtype {np.dtype(dt)}; got {type(x).__name__}")
 
 
 def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, scale=None,
@@ -502,9 +504,11 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     `poison_outputs`; `flashsim check` and the tests turn it on).
     tc_options: tuning keywords of `fa2_tc.run` (MT: key m-tiles per warp; kreg: hold
     K_j, V_j's fragments in registers), for tiling studies.
-    dropout_p, dropout_seed, dropout_offset: the forward's (`gpu.attention`): the main
-    kernel regenerates its keep mask (Algorithm 4). p > 0 runs the plain fa2 kernels only
-    (kernel 'auto' picks them; 'fast', 'tc', fa1 and standard are a ValueError).
+    dropout_p, dropout_seed, dropout_offset: the forward's (`gpu.attention`): the fa2 main
+    kernel regenerates its keep mask (Algorithm 4); standard reads the mask its forward
+    stored, stats = (P, Z) from `gpu.backward.standard.standard_forward(...,
+    dropout_p=...)`. p > 0 runs the plain kernels only (kernel 'auto' picks them; 'fast',
+    'tc' and fa1 are a ValueError).
     Returns (dq, dk, dv) (dk, dv with kv_heads heads), or ((dq, dk, dv), ledger) with
     count_traffic=True: the kernels' own counts as an iosim BackwardLedger (problem totals,
     equal to iosim.backward_closed_form).
@@ -614,7 +618,15 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if algorithm == "standard" and not use_std_tc:
         check_fits(backward_standard.ds_shared_bytes(N, dname),
                    f"the standard backward's dS row of N={N} (P and dP, {dname})")
-    if algorithm == "standard":
+    Z_dev = None
+    if algorithm == "standard" and dropout is not None:
+        if not (isinstance(stats, (tuple, list)) and len(stats) == 2):
+            raise ValueError(f"stats for algorithm='standard' with dropout_p={dropout[0]} must "
+                             f"be the pair (P, Z) of gpu.backward.standard.standard_forward("
+                             f"..., dropout_p=...); got {type(stats).__name__}")
+        P_dev = _check_P(stats[0], (B, H, N, N), dt)
+        Z_dev = _check_P(stats[1], (B, H, N, N), np.uint8, "Z")
+    elif algorithm == "standard":
         P_dev = _check_P(stats, (B, H, N, N), dt)
     elif algorithm == "fa2":
         L_dev = _check_stats("stats (L)", stats, (B, H, N), kind)
@@ -678,7 +690,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         (standard_tc if use_std_tc else backward_standard).run(
             q3, k3, v3, do3, P_dev.reshape(I, N, N), dp3, ds3, dq3, dk_h, dv_h, scale, N, H, G,
             mask_dev if has_mask else None, active, counters, B_r=B_r, B_c=B_c, dt=dname,
-            causal=bool(causal), count=count, threads=threads)
+            causal=bool(causal), count=count, threads=threads,
+            **({} if Z_dev is None else dict(z3=Z_dev.reshape(I, N, N), dropout=dropout)))
         del dp3, ds3
     if G == 1:
         dk3, dv3 = dk_h, dv_h
