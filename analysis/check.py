@@ -964,7 +964,8 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
                 # scale, N, N_k, lo, hi, H, G (gpu.forward._band: the band arguments)
                 scal = (T.float32,) + (T.int64,) * 6
                 ks = [(fa2.fa2_forward_kernel(64, 64, 64, dt, causal, True, count, 128),
-                       (X, X, X, X, F32) + scal + (U8, I64)),
+                       (X, X, X, X, F32) + scal + (U8, I64)
+                       + (T.uint64,) * 4 + (T.float32,)),     # dropout (gpu._philox)
                       (fa1.fa1_forward_kernel(64, 64, 64, dt, causal, True, count, 128),
                        (X, X, X, X, F32, F32) + scal + (U8, I64)),
                       (standard.s_kernel(64, 64, 64, dt, causal, count, 128),

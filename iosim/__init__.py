@@ -10,6 +10,7 @@ from .decode import (DECODE, KV_READS, DecodeExecution, DecodeLedger, DecodeProb
                      choose_num_splits, combine_partials, decode_closed_form, execute_decode,
                      pages_touched, paged_cache, random_decode_inputs, reference_decode,
                      split_bounds)
+from .dropout import keep_mask, philox4x32, problem_keep_mask
 from .closed_form import closed_form, closed_form_arrays, floor_sum, tile_sums
 from .hardware import PRESETS, Hardware, get_hardware
 from .ledger import CountingMemory, Ledger
@@ -27,6 +28,7 @@ __all__ = [
     "choose_num_splits", "combine_partials", "decode_closed_form", "execute_decode",
     "pages_touched", "paged_cache", "random_decode_inputs", "reference_decode", "split_bounds",
     "flash_passes", "gpt2_table", "standard_passes",
+    "keep_mask", "philox4x32", "problem_keep_mask",
     "ALGORITHMS", "DTYPES", "MAX_HEAD_DIM", "check_head_dim", "PRESETS", "ConfigError",
     "CountingMemory", "Execution", "FORWARD",
     "Hardware", "Ledger", "Problem", "Tiling", "active_tiles", "block_bounds", "check_dtype",

@@ -23,7 +23,7 @@ What each schedule reads and writes, per instance (counts are elements):
                                       D = rowsum(P o dP) on chip; write dS = P o (dP - D).
     4. dQ kernel, per query block i:  for each active j read dS_ij, K_j; write dQ_i.
     5. dK kernel, per key block j:    for each active i read dS_ij, Q_i; write dK_j.
-  fa1       (Algorithm 4 as written, no dropout; line numbers of arXiv 2205.14135 v2, B.4)
+  fa1       (Algorithm 4 as written; line numbers of arXiv 2205.14135 v2, B.4)
     line 6:  write dQ = 0, dK = 0, dV = 0 (N x d each).
     line 8:  for every key block j read K_j, V_j.
     line 11: for each active (i, j) read Q_i, O_i, dO_i, dQ_i, l_i, m_i;
@@ -37,6 +37,11 @@ What each schedule reads and writes, per instance (counts are elements):
         of dQacc (the read-modify-write the L2 performs).
     convert: read dQacc (float32), write dQ = dQacc in the problem dtype (always, fp32
         included: FlashAttention-2 runs this pass for every dtype).
+  dropout (Problem.dropout_p = p > 0; Algorithm 4): with keep mask Z (iosim.dropout)
+        dV = (P o Z/(1-p))^T dO,  dP = (dO V^T) o Z/(1-p),  D = rowsum(dO o O),
+        dS = P o (dP - D).  fa1, fa2 regenerate Z on chip (no extra traffic); standard
+        reads the Z its forward stored (uint8) in the dV kernel and the dP kernel:
+        + 2 RCA reads of Z.
   grouped heads (kv_heads < heads), every schedule: each query head's kernel writes its own
     dK_h, dV_h (N_k x d) as above; a reduction pass then reads all `heads` of them and
     writes the `kv_heads` sums: + batch*heads*N_k*d reads and batch*kv_heads*N_k*d writes
@@ -60,9 +65,10 @@ import numpy as np
 from .closed_form import _max, _ints, exact_ints, int_dtype, problem_sums, tile_sums
 from .ledger import CountingMemory, Ledger
 from .problem import MAX_HEAD_DIM, STAT_DTYPE, ConfigError, Problem
-from .reference import _masked_matmul, element_mask, reference_probs
-from .schedules import (FORWARD, active_tiles, block_bounds, check_scale, random_inputs,
-                        read_row_active, rowblock_product, write_row_active)
+from .reference import _masked_matmul, dropout_weights, element_mask, reference_probs
+from .schedules import (FORWARD, active_tiles, block_bounds, check_scale, dropped,
+                        random_inputs, read_row_active, rowblock_product, set_instance_keep,
+                        tile_keep, write_row_active)
 from .tiling import ALGORITHMS, Tiling
 
 F32 = np.float32
@@ -75,7 +81,9 @@ class BackwardLedger(Ledger):
     """A Ledger whose float32 tensors include the fa2 accumulator dQacc (4 bytes/element)."""
 
     def itemsize_of(self, tensor: str) -> int:
-        return STAT_DTYPE.itemsize if tensor in F32_TENSORS else self.problem.itemsize
+        if tensor in F32_TENSORS:
+            return STAT_DTYPE.itemsize
+        return self.problem.itemsize_of(tensor)     # the problem dtype; Z: 1 byte
 
 
 def _check_algorithm(algorithm):
@@ -107,16 +115,19 @@ from .schedules import _scores  # noqa: E402  (S_ij with entries outside the ban
 # forward's leftovers; they write dQ, dK, dV (N x d, problem dtype) into mem.
 # ---------------------------------------------------------------------------------------
 def _colblock_product(mem: CountingMemory, a: str, b: str, out: str, rows, cols, active,
-                      d: int, dt, scale=None):
+                      d: int, dt, scale=None, dropout_p: float = 0.0):
     """Out_j = [scale] sum_i A_ij^T B_i over the active tiles, one pass per key block,
     accumulated in float32 (gpu.backward.standard.tposed_kernel): dV = P^T dO and
-    dK = scale dS^T Q."""
+    dK = scale dS^T Q. dropout_p > 0: A_ij dropped with Z_ij read from HBM ("Z")."""
     for j, (c0, c1) in enumerate(cols):
         acc = np.zeros((c1 - c0, d), dtype=F32)
         for i, (r0, r1) in enumerate(rows):
             if active[i, j]:
-                acc += mem.read(a, slice(r0, r1), slice(c0, c1)).astype(F32).T @ \
-                    mem.read(b, slice(r0, r1)).astype(F32)
+                Aij = mem.read(a, slice(r0, r1), slice(c0, c1)).astype(F32)
+                if dropout_p:
+                    Aij = dropped(Aij, mem.read("Z", slice(r0, r1), slice(c0, c1)) != 0,
+                                  dropout_p)
+                acc += Aij.T @ mem.read(b, slice(r0, r1)).astype(F32)
         mem.write(out, (acc if scale is None else F32(scale) * acc).astype(dt), slice(c0, c1))
 
 
@@ -129,15 +140,19 @@ def standard_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, sca
         mem.alloc(name, np.full((N, N_k), np.nan, dtype=dt))
     for name, n in (("dQ", N), ("dK", N_k), ("dV", N_k)):
         mem.alloc(name, np.full((n, d), np.nan, dtype=dt))
-    # 1. dV_j = sum_i P_ij^T dO_i
-    _colblock_product(mem, "P", "dO", "dV", rows, cols, A, d, dt)
-    # 2. dP_ij = dO_i V_j^T
+    p_drop = problem.dropout_p
+    # 1. dV_j = sum_i (P_ij [o Z_ij / (1 - p)])^T dO_i
+    _colblock_product(mem, "P", "dO", "dV", rows, cols, A, d, dt, dropout_p=p_drop)
+    # 2. dP_ij = dO_i V_j^T [o Z_ij / (1 - p)]
     for i, (r0, r1) in enumerate(rows):
         for j, (c0, c1) in enumerate(cols):
             if A[i, j]:
                 dOi = mem.read("dO", slice(r0, r1)).astype(F32)
                 Vj = mem.read("V", slice(c0, c1)).astype(F32)
-                mem.write("dP", (dOi @ Vj.T).astype(dt), slice(r0, r1), slice(c0, c1))
+                dP = dOi @ Vj.T
+                if p_drop:
+                    dP = dropped(dP, mem.read("Z", slice(r0, r1), slice(c0, c1)) != 0, p_drop)
+                mem.write("dP", dP.astype(dt), slice(r0, r1), slice(c0, c1))
     # 3. dS = P o (dP - D), D = rowsum(P o dP), one pass per row over its active entries
     for i, (r0, r1) in enumerate(rows):
         js = [j for j in range(len(cols)) if A[i, j]]
@@ -147,7 +162,7 @@ def standard_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, sca
         dP = read_row_active(mem, "dP", r0, r1, cols, js)
         D = (P * dP).sum(axis=1, keepdims=True, dtype=F32)
         write_row_active(mem, "dS", (P * (dP - D)).astype(dt), r0, r1, cols, js)
-    # 4. dQ_i = scale sum_j dS_ij K_j
+    # 4. dQ_i = scale sum_j dS_ij K_j  (dS = P o (dP - D) already holds the dropout)
     rowblock_product(mem, "dS", "K", "dQ", rows, cols, A, d, dt, scale)
     # 5. dK_j = scale sum_i dS_ij^T Q_i
     _colblock_product(mem, "dS", "Q", "dK", rows, cols, A, d, dt, scale)
@@ -176,8 +191,9 @@ def fa1_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: f
             li, mi = mem.read("l", slice(r0, r1)), mem.read("m", slice(r0, r1))
             S = _scores(Qi, Kj, scale, r0, c0, problem.band)        # lines 12-13
             P = _probs(S, l=li, m=mi)                                 # line 14
-            dV_t += P.T @ dOi                                         # line 17
-            dP = dOi @ Vj.T                                           # line 18
+            keep = tile_keep(mem, r0, r1, c0, c1)                     # line 15: Z_ij
+            dV_t += dropped(P, keep, problem.dropout_p).T @ dOi       # lines 16-17
+            dP = dropped(dOi @ Vj.T, keep, problem.dropout_p)         # lines 18-19
             D = (dOi * Oi).sum(axis=1, keepdims=True, dtype=F32)      # line 20
             dS = P * (dP - D)                                         # line 21
             mem.write("dQ", (dQi + F32(scale) * (dS @ Kj)).astype(dt), slice(r0, r1))  # line 22
@@ -214,8 +230,9 @@ def fa2_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: f
             dOi = mem.read("dO", slice(r0, r1)).astype(F32)
             Li, Di = mem.read("L", slice(r0, r1)), mem.read("D", slice(r0, r1))
             P = _probs(_scores(Qi, Kj, scale, r0, c0, problem.band), L=Li)
-            dV_t += P.T @ dOi
-            dS = P * (dOi @ Vj.T - Di[:, None])
+            keep = tile_keep(mem, r0, r1, c0, c1)          # Z_ij, regenerated on chip
+            dV_t += dropped(P, keep, problem.dropout_p).T @ dOi
+            dS = P * (dropped(dOi @ Vj.T, keep, problem.dropout_p) - Di[:, None])
             # atomicAdd of rows_i x d float32 values: one read and one write each
             part = mem.read("dQacc", slice(r0, r1))
             mem.write("dQacc", (part + F32(scale) * (dS @ Kj)).astype(F32), slice(r0, r1))
@@ -238,12 +255,15 @@ class BackwardExecution:
 
 
 def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=None,
-                     do=None, *, scale: float | None = None, seed: int = 0) -> BackwardExecution:
+                     do=None, *, scale: float | None = None, seed: int = 0,
+                     dropout_seed: int = 0, dropout_offset: int = 0) -> BackwardExecution:
     """Run the forward schedule of `algorithm` (uncounted), then its backward, counted.
 
     Every (batch, query head) instance is executed. The ledger holds only the backward's
     accesses, in elements, as problem totals (the BackwardLedger's `algorithm` is
     "<algorithm>-backward"). q, k, v, do default to standard-normal arrays from `seed`.
+    dropout_seed, dropout_offset: the Philox keep mask's (problem.dropout_p > 0); forward
+    and backward use the same mask.
     """
     _check_algorithm(algorithm)
     B, H, G, N, d = problem.batch, problem.heads, problem.kv_heads, problem.N, problem.d
@@ -268,6 +288,8 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
         for h in range(H):
             g = h // problem.group
             fwd = CountingMemory(Q=q[b, h], K=k[b, g], V=v[b, g])
+            set_instance_keep(fwd, problem, b, h, dropout_seed, dropout_offset)
+            counted.keep = fwd.keep
             FORWARD[algorithm](fwd, problem, tiling, scale)
             O[b, h] = fwd.arrays["O"]
             # hand the forward's HBM to the counted memory: counts continue across instances
@@ -298,11 +320,12 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
 # ---------------------------------------------------------------------------------------
 # Closed forms
 # ---------------------------------------------------------------------------------------
-def backward_counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA, N_k=None):
+def backward_counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA, N_k=None,
+                              dropout=False):
     """Per-instance backward element counts ({tensor: reads}, {tensor: writes}), without the
     grouped-head reduction; arrays broadcast. N: query rows N_q; N_k: key rows (default
-    N). See the module docstring. Exact at any size (object arrays where int64 could
-    overflow)."""
+    N); dropout: whether dropout_p > 0 (standard then reads its stored Z twice). See the
+    module docstring. Exact at any size (object arrays where int64 could overflow)."""
     N_k = N if N_k is None else N_k
     (N, d, nA, RA, CA, RCA), N_k = exact_ints(N, d, nA, RA, CA, RCA, factor=2), \
         exact_ints(N_k, d, nA, RA, CA, RCA, factor=2)[0]
@@ -311,6 +334,8 @@ def backward_counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA, N_k=None):
         reads = {"P": 2 * RCA, "dP": RCA, "dS": 2 * RCA, "dO": 2 * RA * d, "V": CA * d,
                  "K": CA * d, "Q": RA * d}
         writes = {"dP": RCA, "dS": RCA, "dV": Nkd, "dQ": Nd, "dK": Nkd}
+        if dropout:
+            reads["Z"] = 2 * RCA
     elif algorithm == "fa1":
         reads = {"K": Nkd, "V": Nkd, "Q": RA * d, "O": RA * d, "dO": RA * d, "dQ": RA * d,
                  "l": RA, "m": RA}
@@ -342,7 +367,8 @@ def backward_closed_form(algorithm: str, problem: Problem, tiling: Tiling) -> Ba
     _check_algorithm(algorithm)
     sums = problem_sums(problem, tiling)
     reads, writes = backward_counts_from_sums(algorithm, problem.N, problem.d, *sums,
-                                              N_k=problem.N_k)
+                                              N_k=problem.N_k,
+                                              dropout=problem.dropout_p > 0)
     k = problem.instances
     reads = {t: int(c) * k for t, c in reads.items()}
     writes = {t: int(c) * k for t, c in writes.items()}
@@ -399,14 +425,16 @@ def backward_closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False,
 # ---------------------------------------------------------------------------------------
 def reference_attention_backward(q, k, v, do, *, causal: bool = False, scale: float | None = None,
                                  block_mask=None, B_r: int | None = None, B_c: int | None = None,
-                                 window=(-1, -1)):
+                                 window=(-1, -1), dropout_p: float = 0.0, dropout_keep=None):
     """(dq, dk, dv) of O = softmax(scale Q K^T + mask) V in float64, analytically:
     dV = P^T dO, dP = dO V^T, D = rowsum(P o dP), dS = P o (dP - D), dQ = scale dS K,
     dK = scale dS^T Q. Shapes (..., heads, N, d); K, V may have fewer (grouped) heads, in
     which case dk, dv are summed over each group. Rows that see no key have P = 0.
     Every sum runs over the visible (row, key) pairs only, so a NaN or Inf input gives NaN
     where it reaches, never a finite number, and nothing where it is masked (as
-    iosim.reference_attention)."""
+    iosim.reference_attention).
+    Dropout (Algorithm 4; p = dropout_p, Z = dropout_keep, boolean (..., heads, N_q, N_k)):
+    dV = (P o Z/(1-p))^T dO, dP = (dO V^T) o Z/(1-p), D = rowsum(P o dP), dS = P o (dP - D)."""
     q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
     H, G = q.shape[-3], k.shape[-3]
     if H % G:
@@ -417,8 +445,9 @@ def reference_attention_backward(q, k, v, do, *, causal: bool = False, scale: fl
     allowed = element_mask(N, causal, block_mask, B_r, B_c, N_k=k.shape[-2], window=window)
     p, _, _ = reference_probs(q, kr, allowed, scale)
     with np.errstate(invalid="ignore", over="ignore"):
-        dv = _masked_matmul(np.swapaxes(p, -1, -2), allowed.T, do)
-        dp = do @ np.swapaxes(vr, -1, -2)
+        pd = dropout_weights(p, dropout_keep, dropout_p)
+        dv = _masked_matmul(np.swapaxes(pd, -1, -2), allowed.T, do)
+        dp = dropout_weights(do @ np.swapaxes(vr, -1, -2), dropout_keep, dropout_p)
         D = np.where(allowed, p * dp, 0.0).sum(axis=-1, keepdims=True)
         ds = np.where(allowed, p * (dp - D), 0.0)
         dq = scale * _masked_matmul(ds, allowed, kr)

@@ -11,6 +11,8 @@ N_k key rows; N_k = N unless given). Per instance:
   fa1       Q: RA d read     K, V: N_k d read each
             O: RA d read, (N + RA) d written   l, m: RA read, N + RA written each
   fa2       Q: N d read      K, V: CA d read each      O: N d written   L: N written
+Dropout (Problem.dropout_p > 0): standard also writes and reads its keep mask Z
+(RCA each, uint8: 1 byte per element); fa1 and fa2 regenerate it on chip (no change).
 
 Dense (no causal, no window, no mask):  RA = N T_c, CA = N_k T_r, RCA = N N_k.
 Causal: query block i sees a_i = floor(last_i / B_c) + 1 key blocks, last_i =
@@ -267,16 +269,20 @@ def exact_ints(N, d, nA, RA, CA, RCA, factor: int = 1):
     return _ints(object, *args)
 
 
-def counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA, N_k=None):
+def counts_from_sums(algorithm: str, N, d, nA, RA, CA, RCA, N_k=None, dropout=False):
     """Per-instance element counts: ({tensor: reads}, {tensor: writes}); arrays broadcast.
-    N: query rows N_q; N_k: key rows (default N). Exact at any size (object arrays where
-    int64 could overflow)."""
+    N: query rows N_q; N_k: key rows (default N). dropout: whether dropout_p > 0 (the
+    standard algorithm then stores its keep mask Z). Exact at any size (object arrays
+    where int64 could overflow)."""
     N_k = N if N_k is None else N_k
     (N, d, nA, RA, CA, RCA), N_k = exact_ints(N, d, nA, RA, CA, RCA), \
         exact_ints(N_k, d, nA, RA, CA, RCA)[0]
     if algorithm == "standard":
         reads = {"Q": RA * d, "K": CA * d, "V": CA * d, "S": RCA, "P": RCA}
         writes = {"S": RCA, "P": RCA, "O": N * d}
+        if dropout:
+            reads["Z"] = RCA
+            writes["Z"] = RCA
     elif algorithm == "fa1":
         reads = {"Q": RA * d, "K": N_k * d, "V": N_k * d, "O": RA * d, "l": RA, "m": RA}
         writes = {"O": (N + RA) * d, "l": N + RA, "m": N + RA}
@@ -302,7 +308,7 @@ def closed_form(algorithm: str, problem: Problem, tiling: Tiling) -> Ledger:
     """The ledger of `execute(algorithm, problem, tiling)`, computed by formula (totals)."""
     nA, RA, CA, RCA = problem_sums(problem, tiling)
     reads, writes = counts_from_sums(algorithm, problem.N, problem.d, nA, RA, CA, RCA,
-                                     problem.N_k)
+                                     problem.N_k, dropout=problem.dropout_p > 0)
     k = problem.instances
     return Ledger(algorithm, problem, tiling,
                   {t: int(c) * k for t, c in reads.items()},

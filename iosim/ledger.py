@@ -20,7 +20,7 @@ from .problem import Problem
 from .tiling import Tiling
 
 #: Canonical order of tensor names in tables.
-TENSOR_ORDER = ("Q", "K", "V", "O", "S", "P", "l", "m", "L",
+TENSOR_ORDER = ("Q", "K", "V", "O", "S", "P", "Z", "l", "m", "L",
                 "dO", "D", "dS", "dP", "dQ", "dK", "dV")
 
 
@@ -121,6 +121,7 @@ class Ledger(TrafficCounts):
             "seq_len": p.N, "head_dim": p.d, "dtype": p.dtype, "causal": p.causal,
             "seq_len_kv": p.N_k, "window": list(p.window),   # key rows N_k; (left, right)
             "block_sparse": p.block_mask is not None,
+            **({"dropout_p": p.dropout_p} if p.dropout_p else {}),
             "block_rows": t.B_r, "block_cols": t.B_c,
             "hbm_read_bytes": self.hbm_read_bytes,
             "hbm_write_bytes": self.hbm_write_bytes,
@@ -140,6 +141,10 @@ class CountingMemory:
     the read count; `write` stores a block and adds to the write count. One memory may
     serve several instances in turn (`alloc` swaps the arrays); counts accumulate.
     """
+
+    #: The current instance's dropout keep mask (N_q, N_k) bool, or None: what the fused
+    #: kernels regenerate on chip (iosim.dropout), so reading it is not counted.
+    keep = None
 
     def __init__(self, **arrays):
         self.arrays = dict(arrays)

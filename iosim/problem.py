@@ -24,6 +24,8 @@ DTYPES = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
 STAT_DTYPE = np.dtype(np.float32)
 #: Tensors kept in float32 whatever the problem dtype.
 STAT_TENSORS = frozenset({"l", "m", "L", "D"})
+#: The dropout keep mask Z of the standard (unfused) algorithm: one byte (uint8) per element.
+MASK_TENSORS = frozenset({"Z"})
 
 
 class ConfigError(ValueError):
@@ -136,6 +138,11 @@ class Problem(HeadsAndDtype):
         is skipped entirely (Proposition 4).
     A query row that sees no key (possible with N_q > N_k under causal, with a window,
     or under a block mask) gets O = 0 and L = -inf.
+    dropout_p: probability p (0 <= p < 1, default 0) that dropout zeroes an entry of the
+        softmax P (FlashAttention paper, Algorithms 2 and 4): O = (P o Z / (1 - p)) V with
+        keep mask Z from iosim.dropout (Philox). fa1 and fa2 regenerate Z on chip (no
+        extra traffic); standard writes Z to HBM as tensor "Z", 1 byte per element, and
+        reads it back (iosim.closed_form, iosim.backward).
     """
 
     N: int
@@ -148,8 +155,11 @@ class Problem(HeadsAndDtype):
     block_mask: np.ndarray | None = field(default=None, compare=False, repr=False)
     N_k: int | None = None
     window: tuple = (-1, -1)
+    dropout_p: float = 0.0
 
     def __post_init__(self):
+        from .dropout import check_dropout_p
+        object.__setattr__(self, "dropout_p", check_dropout_p(self.dropout_p))
         for name in ("N", "batch", "heads"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
         object.__setattr__(self, "d", check_head_dim(self.d))
@@ -194,4 +204,6 @@ class Problem(HeadsAndDtype):
 
     def itemsize_of(self, tensor: str) -> int:
         """Bytes per element of a named tensor in HBM."""
+        if tensor in MASK_TENSORS:
+            return 1
         return STAT_DTYPE.itemsize if tensor in STAT_TENSORS else self.itemsize

@@ -61,9 +61,23 @@ def reference_probs(q, k, allowed, scale: float):
     return p, lse, sees
 
 
+def dropout_weights(p, keep, dropout_p: float):
+    """P o Z / (1 - p) in float64 (P itself when dropout_p = 0 and keep is None): the
+    dropped, rescaled probabilities of Algorithm 2. keep: boolean keep mask Z broadcast
+    to P's shape (e.g. iosim.dropout.problem_keep_mask); required when dropout_p > 0."""
+    from .dropout import check_dropout_p
+    dropout_p = check_dropout_p(dropout_p)
+    if keep is None:
+        if dropout_p:
+            raise ValueError(f"dropout_p={dropout_p} needs the keep mask (dropout_keep=...)")
+        return p
+    return np.where(np.asarray(keep, dtype=bool), p / (1.0 - dropout_p), 0.0)
+
+
 def reference_attention(q, k, v, *, causal: bool = False, scale: float | None = None,
                         block_mask=None, B_r: int | None = None, B_c: int | None = None,
-                        return_lse: bool = False, window=(-1, -1)):
+                        return_lse: bool = False, window=(-1, -1), dropout_p: float = 0.0,
+                        dropout_keep=None):
     """softmax(scale Q K^T + mask) V in float64: q (..., heads, N_q, d), k, v
     (..., kv_heads, N_k, d). Causal and window=(left, right) as iosim.Problem (bottom-right
     aligned; `element_mask`).
@@ -76,6 +90,10 @@ def reference_attention(q, k, v, *, causal: bool = False, scale: float | None = 
     nothing, whatever its k or v); within them IEEE arithmetic decides, so NaN or Inf in
     q, k, v or the scale gives NaN (or Inf) wherever it reaches a row, never a finite
     number. Every kernel and schedule returns NaN wherever this reference has NaN.
+
+    Dropout: O = (P o Z / (1 - p)) V with p = dropout_p and the boolean keep mask Z =
+    dropout_keep (..., heads, N_q, N_k) (iosim.dropout.problem_keep_mask gives the one
+    the schedules and kernels use); L is the logsumexp before dropout.
     """
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
@@ -89,7 +107,7 @@ def reference_attention(q, k, v, *, causal: bool = False, scale: float | None = 
     allowed = element_mask(N, causal, block_mask, B_r, B_c, N_k=k.shape[-2], window=window)
     p, lse, _ = reference_probs(q, k, allowed, scale)
     with np.errstate(invalid="ignore", over="ignore"):
-        o = _masked_matmul(p, allowed, v)
+        o = _masked_matmul(dropout_weights(p, dropout_keep, dropout_p), allowed, v)
     if not return_lse:
         return o
     return o, lse

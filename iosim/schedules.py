@@ -37,6 +37,13 @@ What each schedule reads and writes, per (batch, query head) instance:
             read Q_i; for each active j read K_j, V_j; write O_i and L_i = m_i + log l_i.
 A row with no visible key (under a block mask, a window, or causal with N_q > N_k)
 gets O = 0 and L = -inf (fa1: O = 0, l = 0, m = -inf).
+Dropout (Problem.dropout_p = p > 0; Algorithm 2): P V becomes (P o Z / (1 - p)) V with
+the keep mask Z of iosim.dropout (Philox, keyed by seed, offset, b, h, row, col); the
+row sums l (and L) are those of P before dropout. fa1 and fa2 regenerate Z on chip:
+no extra traffic (the host model takes it precomputed, `CountingMemory.keep`, uncounted).
+standard, as the unfused graph: the softmax kernel also writes Z (tensor "Z", uint8,
+1 byte per element) over the row's active entries, and the PV kernel reads Z_ij with
+P_ij: + RCA writes and + RCA reads of Z.
 Non-finite inputs: a row that sees a key and meets a NaN or Inf (in q, k, v or the scale)
 gets NaN, never a finite number: "sees no key" is decided from the masks (`sees_key`),
 not from the running sum l, which is then NaN.
@@ -163,17 +170,34 @@ def write_row_active(mem: CountingMemory, name: str, X, r0: int, r1: int, cols, 
         at += c1 - c0
 
 
+def dropped(X, keep, dropout_p: float):
+    """X o Z / (1 - p) in float32 (X unchanged when keep is None): the dropout of
+    Algorithm 2 applied to a tile X of P (or of dP = dO V^T in the backward)."""
+    if keep is None:
+        return X
+    return np.where(keep, X * F32(1.0 / (1.0 - dropout_p)), F32(0)).astype(F32)
+
+
+def tile_keep(mem: CountingMemory, r0: int, r1: int, c0: int, c1: int):
+    """The instance's keep mask over rows r0:r1, keys c0:c1 as the fused kernels
+    regenerate it on chip (uncounted); None without dropout."""
+    return None if mem.keep is None else mem.keep[r0:r1, c0:c1]
+
+
 def rowblock_product(mem: CountingMemory, a: str, b: str, out: str, rows, cols, active,
-                     d: int, dt, scale=None):
+                     d: int, dt, scale=None, dropout_p: float = 0.0):
     """Out_i = [scale] sum_j A_ij B_j over the active tiles, one pass per query block,
     accumulated in float32 (gpu.forward.standard.rowblock_product_kernel): the forward's O = P V
-    and the standard backward's dQ = scale dS K."""
+    and the standard backward's dQ = scale dS K. dropout_p > 0: A_ij is dropped with the
+    keep mask Z_ij read from HBM tensor "Z" (the standard forward's O = (P o Z/(1-p)) V)."""
     for i, (r0, r1) in enumerate(rows):
         acc = np.zeros((r1 - r0, d), dtype=F32)
         for j, (c0, c1) in enumerate(cols):
             if active[i, j]:
-                acc += mem.read(a, slice(r0, r1), slice(c0, c1)).astype(F32) @ \
-                    mem.read(b, slice(c0, c1)).astype(F32)
+                A = mem.read(a, slice(r0, r1), slice(c0, c1)).astype(F32)
+                if dropout_p:
+                    A = dropped(A, mem.read("Z", slice(r0, r1), slice(c0, c1)) != 0, dropout_p)
+                acc += A @ mem.read(b, slice(c0, c1)).astype(F32)
         mem.write(out, (acc if scale is None else F32(scale) * acc).astype(dt), slice(r0, r1))
 
 
@@ -188,6 +212,9 @@ def standard_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scal
     mem.alloc("S", np.full((N, problem.N_k), np.nan, dtype=dt))
     mem.alloc("P", np.full((N, problem.N_k), np.nan, dtype=dt))
     mem.alloc("O", np.full((N, d), np.nan, dtype=dt))
+    p_drop = problem.dropout_p
+    if p_drop:
+        mem.alloc("Z", np.zeros((N, problem.N_k), dtype=np.uint8))
     # Kernel 1: S = scale Q K^T, one thread block per active tile.
     for i, (r0, r1) in enumerate(rows):
         for j, (c0, c1) in enumerate(cols):
@@ -210,8 +237,11 @@ def standard_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scal
             P = np.where(l > 0, E / np.where(l > 0, l, F32(1)),
                          np.where(seen, F32(np.nan), F32(0))).astype(dt)
         write_row_active(mem, "P", P, r0, r1, cols, js)
-    # Kernel 3: O_i = sum_j P_ij V_j, one thread block per query block.
-    rowblock_product(mem, "P", "V", "O", rows, cols, active, d, dt)
+        if p_drop:   # the unfused graph's dropout stores its keep mask Z (uint8)
+            write_row_active(mem, "Z", mem.keep[r0:r1].astype(np.uint8)[
+                :, np.concatenate([np.arange(*cols[j]) for j in js])], r0, r1, cols, js)
+    # Kernel 3: O_i = sum_j (P_ij [o Z_ij / (1 - p)]) V_j, one thread block per query block.
+    rowblock_product(mem, "P", "V", "O", rows, cols, active, d, dt, dropout_p=p_drop)
     return {}
 
 
@@ -248,7 +278,8 @@ def fa1_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: fl
                 alpha = np.where(vis, np.exp(mi - m_new), F32(1))
                 beta = np.where(vis, np.exp(m_t - m_new), F32(0))
                 l_new = np.where(vis, alpha * li + beta * l_t, li).astype(F32)
-                num = (li * alpha)[:, None] * Oi + beta[:, None] * (P_t @ Vj)
+                P_d = dropped(P_t, tile_keep(mem, r0, r1, c0, c1), problem.dropout_p)
+                num = (li * alpha)[:, None] * Oi + beta[:, None] * (P_d @ Vj)
                 Oi = np.where(vis[:, None], num / np.where(vis, l_new, F32(1))[:, None], Oi)
             mem.write("O", Oi.astype(dt), slice(r0, r1))               # step 12
             mem.write("l", l_new, slice(r0, r1))                       # step 13
@@ -278,7 +309,8 @@ def fa2_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: fl
                 P = np.exp(S - _safe(m_new)[:, None])            # masked: 0; NaN: NaN
                 alpha = np.where(np.isneginf(m), F32(0), np.exp(m - _safe(m_new)))
                 l = (alpha * l + P.sum(axis=1, dtype=F32)).astype(F32)
-                acc = alpha[:, None] * acc + P @ Vj
+                P_d = dropped(P, tile_keep(mem, r0, r1, c0, c1), problem.dropout_p)
+                acc = alpha[:, None] * acc + P_d @ Vj      # l: before dropout (Alg. 2)
             m = m_new.astype(F32)
         # l > 0 fails for l = NaN (a NaN or Inf input) as well as for l = 0: a row that
         # sees no key gets O = 0, L = -inf; one that sees a key gets NaN there
@@ -337,14 +369,27 @@ class Execution:
         return iter((self.O, self.ledger))
 
 
+def set_instance_keep(mem: CountingMemory, problem: Problem, b: int, h: int,
+                      dropout_seed: int, dropout_offset: int) -> None:
+    """mem.keep = the keep mask (N_q, N_k) of instance (b, h) (iosim.dropout.keep_mask),
+    or None without dropout."""
+    from .dropout import keep_mask
+    mem.keep = None if not problem.dropout_p else keep_mask(
+        dropout_seed, dropout_offset, b, h, range(problem.N), range(problem.N_k),
+        problem.dropout_p, heads=problem.heads)
+
+
 def execute(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=None, *,
-            scale: float | None = None, seed: int = 0, instances: str = "all") -> Execution:
+            scale: float | None = None, seed: int = 0, instances: str = "all",
+            dropout_seed: int = 0, dropout_offset: int = 0) -> Execution:
     """Run a forward schedule on (q, k, v) (random if omitted) and count every access.
 
     instances="all" executes every (batch, head); "one" executes instance (0, 0) only and
     scales its counts by batch*heads (valid because every instance does identical work),
     returning O for that instance only, shaped (1, 1, N, d).
     Ledger counts are problem totals in elements (see iosim.ledger).
+    dropout_seed, dropout_offset: the Philox seed and offset of the keep mask when
+    problem.dropout_p > 0 (iosim.dropout; ignored otherwise).
     """
     if algorithm not in FORWARD:
         raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(ALGORITHMS)}")
@@ -365,6 +410,7 @@ def execute(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=
     for b, h in pairs:
         g = h // problem.group
         mem.alloc("Q", q[b, h]); mem.alloc("K", k[b, g]); mem.alloc("V", v[b, g])
+        set_instance_keep(mem, problem, b, h, dropout_seed, dropout_offset)
         st = FORWARD[algorithm](mem, problem, tiling, scale)
         O[b, h] = mem.arrays["O"]
         for name, arr in st.items():

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
 
     import iosim
     from analysis.results import make_row, new_run_id
-    from gpu import _launch
+    from gpu import _launch, _philox
     from gpu.api import attention
     from gpu.backward import attention_backward, fa2_fast
     from gpu.backward import flash
@@ -347,7 +347,7 @@ def main(argv=None) -> int:
                         _launch.launch(kern, (-(-N // tp.B_c), I), pt, shm, q3, k3, v3, o3,
                                        do3, L2, D2, D2, acc, dk_h, dv_h, np.float32(scale),
                                        np.int64(N), np.int64(BH), np.int64(1),
-                                       _launch.dummy_mask(), cnt)
+                                       _launch.dummy_mask(), cnt, *_philox.kernel_args())
                     t = time_calls(plain_k, reps=3, warm=1)
                     emit(impl="ours_fa2_plain_main", **point, **{"pass": "bwd"}, **t,
                          tflops=tflops(10, N, d, causal, t["ms_median"]), rel_err=None,

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import iosim
 import gpu
-from gpu import _launch
+from gpu import _launch, _philox
 from gpu.forward import fa2 as gpu_fa2
 
 ALGS = ("standard", "fa1", "fa2")
@@ -136,7 +136,7 @@ def test_poison_shows_unwritten_rows():
     args = (cuda.to_device(q[0]), cuda.to_device(k[0]), cuda.to_device(v[0]), o, L,
             np.float32(0.25), np.int64(40), np.int64(40), np.int64(0), np.int64(0),  # N, N_k, band
             np.int64(1), np.int64(1), _launch.dummy_mask(),
-            _launch.new_counters(False))
+            _launch.new_counters(False), *_philox.kernel_args())    # no dropout
     _launch.launch(kern, (2, 1), 16, gpu_fa2.shared_bytes(16, 16, 16, "fp32"), *args)
     Oh, Lh = o.copy_to_host(), L.copy_to_host()
     assert not np.isnan(Oh[0, :32]).any() and np.isnan(Oh[0, 32:]).all()

@@ -31,6 +31,10 @@ def register(sub):
                    help="local window (flash-attn's window_size): row r sees keys "
                         "r + N_k - N_q - LEFT .. r + N_k - N_q + RIGHT; -1 = unbounded; with "
                         "--causal RIGHT must be -1 or 0")
+    p.add_argument("--dropout", type=float, default=0.0, metavar="P",
+                   help="dropout probability p (0 <= p < 1; default 0): standard stores its "
+                        "keep mask Z, 1 byte per element; fa1 and fa2 regenerate it on chip "
+                        "(no traffic). Forward ledger only (not with --levels or --decode)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     lv = p.add_argument_group(
         "below the ledger (--levels)",
@@ -90,12 +94,17 @@ def decode_flags(args) -> list[str]:
 
 
 def main(args) -> int:
+    dropout = getattr(args, "dropout", 0.0)
+    if dropout and (args.decode or decode_flags(args) or args.levels):
+        flag = "--levels" if args.levels else "--decode"
+        raise ConfigError(f"--dropout={dropout} does not go with {flag}: the dropout mask is "
+                          f"modelled in the forward ledger only (drop {flag})")
     if args.decode or decode_flags(args):
         return decode_main(args)
     window = (-1, -1) if args.window is None else args.window
     problem = Problem(N=args.seq_len, d=args.head_dim, batch=args.batch, heads=args.heads,
                       kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal,
-                      N_k=args.seq_len_kv, window=window)
+                      N_k=args.seq_len_kv, window=window, dropout_p=dropout)
     if args.levels:
         if problem.N_k != problem.N or problem.window != (-1, -1):
             raise ConfigError(
@@ -123,7 +132,7 @@ def main(args) -> int:
         return 0
     p = problem
     variant = (f" N_k={p.N_k} window={p.window}" if (p.N_k != p.N or p.window != (-1, -1))
-               else "")
+               else "") + (f" dropout_p={p.dropout_p}" if p.dropout_p else "")
     print(f"{args.algorithm}: N={p.N} d={p.d} {p.dtype} batch={p.batch} heads={p.heads} "
           f"kv_heads={p.kv_heads} causal={p.causal}{variant}")
     print(f"tiling: B_r={tiling.B_r} B_c={tiling.B_c} (T_r={tiling.T_r(p.N)}, T_c={tiling.T_c(p.N_k)}); "

@@ -14,6 +14,10 @@ fa2 (FlashAttention-2 backward), four launches:
      dS = P o (dO_i V_j^T - D_i); dK_j += scale dS^T Q_i; dQacc_i += scale dS K_j with
      float32 atomic adds (each counted as one read and one write of dQacc); write dK_j,
      dV_j once.
+  Dropout (dropout_p = p > 0, Algorithm 4; the plain main kernel only, compile flag
+     `dropout`): each entry regenerates the forward's keep mask Z[r, c] by Philox
+     (gpu._philox, same seed and offset), dV_j += (P o Z/(1-p))^T dO_i and
+     dS = P o ((dO_i V_j^T) o Z/(1-p) - D_i); nothing N x N touches HBM, counts unchanged.
   3. `bwd_convert`: read dQacc, write dQ in the problem dtype (fp32 too).
   4. grouped heads only (kv_heads < heads), `bwd_group_sum`: read every query head's
      dK_h, dV_h, write the kv_heads sums.
@@ -58,6 +62,7 @@ from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SI
                       dummy_mask, launch, new_counters, specialisation)
 from .. import api as _api
 from ..api import _check, _output, _return_like, _to_device
+from .. import _philox
 from . import fa2_fast, fa2_tc, standard_tc
 from . import standard as backward_standard
 
@@ -180,15 +185,20 @@ def fa2_pre_kernel(B_r, d, dt, count, threads):
 # Main kernel (fa2: one block per key block; fa1: Algorithm 4, one block per instance)
 # ---------------------------------------------------------------------------------------
 @specialisation
-def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads):
-    """Kernel main(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters).
+def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, dropout=False):
+    """Kernel main(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters,
+    key0, key1, offset, thr, rp).
 
     q, o, do: (instances, N, d); k, v: (batch * kv_heads, N, d); dk, dv: (instances, N, d)
     per query head; fa2: s1 = L (instances, N), D (instances, N), dq = dQacc float32;
     fa1: s1 = m, s2 = l (instances, N), D unused, dq = dQ in the problem dtype.
-    Grid fa2 (T_c, instances), fa1 (1, instances); `threads` threads.
+    key0, key1, offset, thr (uint64), rp (float32): the dropout (gpu._philox.kernel_args),
+    read only when `dropout` (fa2 only). Grid fa2 (T_c, instances), fa1 (1, instances);
+    `threads` threads.
     """
     FA1 = alg == "fa1"
+    if dropout and FA1:
+        raise ValueError("dropout: only the fa2 variant of bwd_main applies it")
     DT = NB_DTYPE[dt]
     F32_ELEMS = 2 * B_c * d + 2 * B_r * B_c + 3 * B_r
     X0 = F32_ELEMS * 4 // NP_DTYPE[dt].itemsize
@@ -204,7 +214,8 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads):
     IL, Il, Im, ID = BT["L"], BT["l"], BT["m"], BT["D"]
     IdQ, IdK, IdV, IA = BT["dQ"], BT["dK"], BT["dV"], BT["dQacc"]
 
-    def kernel(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters):
+    def kernel(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters,
+               key0, key1, offset, thr, rp):
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
         zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
@@ -307,7 +318,15 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads):
                     dp = ZERO                           # line 18: dP = dO_i V_j^T
                     for x in range(d):
                         dp += float32(dOs[r * d + x]) * float32(Vs[c * d + x])
-                    Ps[r * B_c + c] = p
+                    if dropout:                         # lines 15-19: Z_ij by Philox,
+                        if _philox.keep(key0, key1, offset, z, r0 + r, c0 + c, thr):
+                            Ps[r * B_c + c] = p * rp    # P o Z / (1 - p) for dV
+                            dp = dp * rp                # dP = (dO V^T) o Z / (1 - p)
+                        else:
+                            Ps[r * B_c + c] = ZERO
+                            dp = ZERO
+                    else:
+                        Ps[r * B_c + c] = p
                     dSs[r * B_c + c] = p * (dp - Ds[r])  # line 21
                 cuda.syncthreads()
                 # B, lines 17 and 23: dV_j += P^T dO_i, dK_j += scale dS^T Q_i
@@ -361,7 +380,7 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads):
                 add_count(counters, IdV, WRITE, nW)
 
     name = kernel_name(f"{alg}_bwd_main", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                       mask=has_mask, count=count, t=threads)
+                       mask=has_mask, dropout=dropout, count=count, t=threads)
     return kernel, name
 
 
@@ -442,28 +461,31 @@ def _check_stats(name, x, shape, kind):
     raise ValueError(f"{name} must be a float32 array of shape {shape}; got {type(x).__name__}")
 
 
-def _check_P(x, shape, dt):
-    """Device array of the forward's P: `shape` (B, H, N, N), the problem dtype `dt`."""
+def _check_P(x, shape, dt, name="P"):
+    """Device array of the forward's P: `shape` (B, H, N, N), the problem dtype `dt`
+    (name='Z': its dropout keep mask, uint8)."""
     if isinstance(x, np.ndarray):
         if x.shape != shape or x.dtype != dt:
-            raise ValueError(f"stats (P) has shape {x.shape} and dtype {x.dtype}; expected "
-                             f"{shape} {np.dtype(dt)} (batch, heads, N, N), the problem dtype")
+            raise ValueError(f"stats ({name}) has shape {x.shape} and dtype {x.dtype}; expected "
+                             f"{shape} {np.dtype(dt)} (batch, heads, N, N)"
+                             + (", the problem dtype" if name == "P" else ""))
         return cuda.to_device(np.ascontiguousarray(x))
     if hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host"):
         dev = x if hasattr(x, "copy_to_host") else cuda.as_cuda_array(x)
         if tuple(dev.shape) != shape or np.dtype(dev.dtype) != dt:
-            raise ValueError(f"stats (P) has shape {tuple(dev.shape)} and dtype {dev.dtype}; "
-                             f"expected {shape} {np.dtype(dt)}")
+            raise ValueError(f"stats ({name}) has shape {tuple(dev.shape)} and dtype "
+                             f"{dev.dtype}; expected {shape} {np.dtype(dt)}")
         if not dev.is_c_contiguous():
-            raise ValueError("stats (P) must be C-contiguous")
+            raise ValueError(f"stats ({name}) must be C-contiguous")
         return dev
-    raise ValueError(f"stats for algorithm='standard' must be the forward's P, an array of "
-                     f"shape {shape} and dtype {np.dtype(dt)}; got {type(x).__name__}")
+    raise ValueError(f"stats for algorithm='standard' must be the forward's {name}, an array "
+                     f"of shape {shape} and dtype {np.dtype(dt)}; got {type(x).__name__}")
 
 
 def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, scale=None,
                        block_rows=None, block_cols=None, block_mask=None, count_traffic=False,
-                       threads=None, kernel="auto", tc_options=None, poison=None):
+                       threads=None, kernel="auto", tc_options=None, poison=None,
+                       dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     """Gradients (dq, dk, dv) of O = softmax(scale Q K^T [+ mask]) V given dO, on the GPU.
 
     q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N, d); one dtype (float32 or
@@ -492,6 +514,11 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     `poison_outputs`; `flashsim check` and the tests turn it on).
     tc_options: tuning keywords of `fa2_tc.run` (MT: key m-tiles per warp; kreg: hold
     K_j, V_j's fragments in registers), for tiling studies.
+    dropout_p, dropout_seed, dropout_offset: the forward's (`gpu.attention`): the fa2 main
+    kernel regenerates its keep mask (Algorithm 4); standard reads the mask its forward
+    stored, stats = (P, Z) from `gpu.backward.standard.standard_forward(...,
+    dropout_p=...)`. p > 0 runs the plain kernels only (kernel 'auto' picks them; 'fast',
+    'tc' and fa1 are a ValueError).
     Returns (dq, dk, dv) (dk, dv with kv_heads heads), or ((dq, dk, dv), ledger) with
     count_traffic=True: the kernels' own counts as an iosim BackwardLedger (problem totals,
     equal to iosim.backward_closed_form).
@@ -505,6 +532,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if kernel == "fast" and algorithm != "fa2":
         raise ValueError(f"kernel='fast' runs only algorithm='fa2' (got {algorithm!r}); use "
                          f"kernel='auto' or 'plain'")
+    dropout = _api._check_dropout(dropout_p, dropout_seed, dropout_offset, algorithm, kernel)
+    if dropout is not None:
+        kernel = "plain"          # the one backward kernel that applies dropout
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, dtk, kindk = _check("k", k)
     shape_v, dtv, kindv = _check("v", v)
@@ -588,7 +618,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                              f"{why or 'no thread count fits'}; use kernel='auto' or 'plain'")
     threads = fast_threads or (default_threads() if threads is None else int(threads))
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
-                            causal=causal, block_mask=block_mask)
+                            causal=causal, block_mask=block_mask,
+                            dropout_p=0.0 if dropout is None else dropout[0])
     active = iosim.active_tiles(problem, tiling)   # validates block_mask's shape
     shm = backward_shared_bytes(algorithm, B_r, B_c, d, dname)
     if not use_tc and fast_threads is None and not use_std_tc:
@@ -596,7 +627,15 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if algorithm == "standard" and not use_std_tc:
         check_fits(backward_standard.ds_shared_bytes(N, dname),
                    f"the standard backward's dS row of N={N} (P and dP, {dname})")
-    if algorithm == "standard":
+    Z_dev = None
+    if algorithm == "standard" and dropout is not None:
+        if not (isinstance(stats, (tuple, list)) and len(stats) == 2):
+            raise ValueError(f"stats for algorithm='standard' with dropout_p={dropout[0]} must "
+                             f"be the pair (P, Z) of gpu.backward.standard.standard_forward("
+                             f"..., dropout_p=...); got {type(stats).__name__}")
+        P_dev = _check_P(stats[0], (B, H, N, N), dt)
+        Z_dev = _check_P(stats[1], (B, H, N, N), np.uint8, "Z")
+    elif algorithm == "standard":
         P_dev = _check_P(stats, (B, H, N, N), dt)
     elif algorithm == "fa2":
         L_dev = _check_stats("stats (L)", stats, (B, H, N), kind)
@@ -642,24 +681,26 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
             pre = fa2_pre_kernel(B_r, d, dname, count, threads)
             pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
             kern = bwd_main_kernel("fa2", B_r, B_c, d, dname, bool(causal), has_mask, count,
-                                   threads)
+                                   threads, dropout is not None)
             launch(kern, (T_c, I), threads, shm, q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2,
                    D2, acc, dk_h, dv_h, np.float32(scale), np.int64(N), np.int64(H),
-                   np.int64(G), mask_dev, counters)
+                   np.int64(G), mask_dev, counters, *_philox.kernel_args(*(dropout or ())))
         _flat_launch(convert_kernel(dname, count), I * N * d, acc.reshape(I * N * d),
                      dq3.reshape(I * N * d), counters)
     elif algorithm == "fa1":
         kern = bwd_main_kernel("fa1", B_r, B_c, d, dname, bool(causal), has_mask, count, threads)
         launch(kern, (1, I), threads, shm, q3, k3, v3, o3, do3, m_dev.reshape(I, N),
                l_dev.reshape(I, N), m_dev.reshape(I, N), dq3, dk_h, dv_h, np.float32(scale),
-               np.int64(N), np.int64(H), np.int64(G), mask_dev, counters)
+               np.int64(N), np.int64(H), np.int64(G), mask_dev, counters,
+               *_philox.kernel_args())
     else:   # standard: Algorithm 3, five kernels through HBM (gpu.backward_standard)
         _dp, dp3 = _output((I, N, N), npdt, kind, like, poison)
         _ds, ds3 = _output((I, N, N), npdt, kind, like, poison)
         (standard_tc if use_std_tc else backward_standard).run(
             q3, k3, v3, do3, P_dev.reshape(I, N, N), dp3, ds3, dq3, dk_h, dv_h, scale, N, H, G,
             mask_dev if has_mask else None, active, counters, B_r=B_r, B_c=B_c, dt=dname,
-            causal=bool(causal), count=count, threads=threads)
+            causal=bool(causal), count=count, threads=threads,
+            **({} if Z_dev is None else dict(z3=Z_dev.reshape(I, N, N), dropout=dropout)))
         del dp3, ds3
     if G == 1:
         dk3, dv3 = dk_h, dv_h

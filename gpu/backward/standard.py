@@ -21,6 +21,9 @@ in this order (the model's passes 1..5):
           j read dS_ij, K_j; write dQ_i = scale sum_j dS_ij K_j once (0 if none active).
   line 5  `std_bwd_dK`, one block per (key block j, instance): for each active query
           block i read dS_ij, Q_i; write dK_j = scale sum_i dS_ij^T Q_i once.
+  Dropout (dropout_p = p > 0; keep mask Z stored by the forward, uint8): line 1 reads
+  Z_ij with P_ij and uses P o Z/(1-p); line 2 reads Z_ij and writes dP = (dO V^T) o
+  Z/(1-p): + 2 RCA reads of Z (iosim.backward); lines 3-5 are unchanged.
   (line 6 returns dQ, dK, dV.) The paper's Algorithm 3 has no softmax scale; the model
   and these kernels use S = scale Q K^T, hence the factor scale in lines 4 and 5.
 
@@ -51,8 +54,9 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32, int64
 
-from .._launch import (NB_DTYPE, NP_DTYPE, READ, WRITE, ZERO, T, add_count, kernel_name,
+from .._launch import (NB_DTYPE, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count, kernel_name,
                       dummy_mask, launch, specialisation)
+from .. import _philox
 from ..forward.standard import rowblock_product_kernel, tile_product_kernel
 
 #: Counter rows: the same indices as gpu.backward.BT (BW_TENSORS starts with _launch.T).
@@ -84,8 +88,10 @@ def ds_threads(N: int, threads: int) -> int:
 # Lines 1 and 5: dV_j = sum_i P_ij^T dO_i,  dK_j = scale sum_i dS_ij^T Q_i
 # ---------------------------------------------------------------------------------------
 @specialisation
-def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads):
-    """Kernel (x, y, out, mul, mask, N, counters); grid (T_c, instances).
+def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads, dropout=False):
+    """Kernel (x, y, out, mul, mask, N, counters); grid (T_c, instances). dropout=True
+    (which='dV'): Kernel (x, y, out, mul, mask, N, counters, zm, rp), x_ij dropped as it
+    is loaded (x o Z/(1-p), Z read from zm (instances, N, N) uint8, counted under "Z").
 
     which='dV' (Algorithm 3 line 1): x = P, y = dO, mul = 1, out = dV_h.
     which='dK' (line 5):             x = dS, y = Q, mul = scale, out = dK_h.
@@ -96,8 +102,9 @@ def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads):
     X0 = B_c * d * 4 // NP_DTYPE[dt].itemsize   # input-dtype tiles after the float32 acc
     Y0 = X0 + B_r * B_c
     IX, IY, IOUT = (IP, IdO, IdV) if which == "dV" else (IdS, IQ, IdK)
+    IZ = T["Z"]
 
-    def kernel(x_hbm, y, out, mul, mask, N, counters):
+    def body(x_hbm, y, out, mul, mask, N, counters, zm, rp):
         j = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -123,7 +130,13 @@ def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads):
                 continue
             cuda.syncthreads()                      # previous tile's Xs, Ys consumed
             for e in range(t, rows * cols, threads):    # load P_ij (dS_ij)
-                Xs[(e // cols) * B_c + e % cols] = x_hbm[z, r0 + e // cols, c0 + e % cols]
+                if dropout:                             # P_ij o Z_ij / (1 - p)
+                    w = ZERO
+                    if zm[z, r0 + e // cols, c0 + e % cols] != 0:
+                        w = float32(x_hbm[z, r0 + e // cols, c0 + e % cols]) * rp
+                    Xs[(e // cols) * B_c + e % cols] = w
+                else:
+                    Xs[(e // cols) * B_c + e % cols] = x_hbm[z, r0 + e // cols, c0 + e % cols]
                 nX += 1
             for e in range(t, rows * d, threads):       # load dO_i (Q_i)
                 Ys[e] = y[z, r0 + e // d, e % d]
@@ -143,20 +156,32 @@ def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads):
             add_count(counters, IX, READ, nX)
             add_count(counters, IY, READ, nY)
             add_count(counters, IOUT, WRITE, nW)
+            if dropout:
+                add_count(counters, IZ, READ, nX)
+
+    body = cuda.jit(device=True, inline=True)(body)
+    if dropout:
+        def kernel(x_hbm, y, out, mul, mask, N, counters, zm, rp):
+            body(x_hbm, y, out, mul, mask, N, counters, zm, rp)
+    else:
+        def kernel(x_hbm, y, out, mul, mask, N, counters):
+            body(x_hbm, y, out, mul, mask, N, counters, x_hbm, ONE)
 
     return kernel, kernel_name(f"std_bwd_{which}", Br=B_r, Bc=B_c, d=d, dt=dt,
-                               causal=causal, mask=has_mask, count=count, t=threads)
+                               causal=causal, mask=has_mask, dropout=dropout, count=count,
+                               t=threads)
 
 
 # ---------------------------------------------------------------------------------------
 # Line 2: dP_ij = dO_i V_j^T, one block per active tile
 # ---------------------------------------------------------------------------------------
-def dp_kernel(B_r, B_c, d, dt, count, threads):
-    """Kernel dP(do, v, dp, tiles, scale=1, N, H, G, counters); grid (n_active, instances).
-    The forward's tile product (gpu.standard.tile_product_kernel, which also computes
-    S = scale Q K^T) with A = dO, B = V, Out = dP, unmasked: whole tiles are written."""
+def dp_kernel(B_r, B_c, d, dt, count, threads, dropout=False):
+    """Kernel dP(do, v, dp, tiles, scale=1, N, H, G, counters [, zm, rp]); grid
+    (n_active, instances). The forward's tile product (gpu.standard.tile_product_kernel,
+    which also computes S = scale Q K^T) with A = dO, B = V, Out = dP, unmasked: whole
+    tiles are written; dropout: dP = (dO V^T) o Z/(1-p), Z read from zm."""
     return tile_product_kernel(B_r, B_c, d, dt, False, count, threads, "std_bwd_dP",
-                               (IdO, IV, IdP))
+                               (IdO, IV, IdP), False, False, dropout)
 
 
 
@@ -239,14 +264,18 @@ def dq_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
 # Host side
 # ---------------------------------------------------------------------------------------
 def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, active,
-        counters, *, B_r, B_c, dt, causal, count, threads):
+        counters, *, B_r, B_c, dt, causal, count, threads, z3=None, dropout=None):
     """Launch Algorithm 3's five kernels, lines 1..5 in order, on 3-D device views.
 
     q3, do3, p3, dq3, dk3, dv3 per query head (instances = batch * heads); k3, v3 per K/V
     head; dp3, ds3: (instances, N, N) scratch (poisoned by the caller); dk3, dv3 receive
     each query head's own dK_h, dV_h (the caller sums groups). mask: device uint8
     (T_r, T_c) or None; active: host boolean (T_r, T_c) (iosim.active_tiles).
+    dropout: None, or (dropout_p, seed, offset) with p > 0 and z3 the forward's keep mask
+    (instances, N, N) uint8: lines 1 and 2 read it.
     """
+    drop = bool(dropout and dropout[0] > 0)
+    zargs = (z3, _philox.kernel_args(*dropout)[4]) if drop else ()
     d = q3.shape[2]
     inst = q3.shape[0]
     has_mask = mask is not None
@@ -256,13 +285,14 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
     n, h, g = np.int64(N), np.int64(H), np.int64(G)
     flags = (bool(causal), has_mask, bool(count), threads)
     # line 1: dV = P^T dO
-    launch(tposed_kernel("dV", B_r, B_c, d, dt, *flags), (T_c, inst), threads, shm,
-           p3, do3, dv3, np.float32(1.0), mk, n, counters)
+    launch(tposed_kernel("dV", B_r, B_c, d, dt, *flags, drop), (T_c, inst), threads, shm,
+           p3, do3, dv3, np.float32(1.0), mk, n, counters, *zargs)
     # line 2: dP = dO V^T, active tiles only
     tiles = np.argwhere(active).astype(np.int32)
     if len(tiles):
-        launch(dp_kernel(B_r, B_c, d, dt, bool(count), threads), (len(tiles), inst), threads,
-               shm, do3, v3, dp3, cuda.to_device(tiles), np.float32(1.0), n, h, g, counters)
+        launch(dp_kernel(B_r, B_c, d, dt, bool(count), threads, drop), (len(tiles), inst),
+               threads, shm, do3, v3, dp3, cuda.to_device(tiles), np.float32(1.0), n, h, g,
+               counters, *zargs)
     # line 3: dS = P o (dP - rowsum(P o dP))
     ts = ds_threads(N, threads)
     launch(ds_kernel(B_r, B_c, dt, bool(causal), has_mask, bool(count), ts), (N, inst), ts,
@@ -276,7 +306,8 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
 
 
 def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_cols,
-                     block_mask=None, threads=None, kernel="auto", poison=None):
+                     block_mask=None, threads=None, kernel="auto", poison=None,
+                     dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     """(O, P) of the standard forward (gpu.standard's S / softmax / PV kernels): the P that
     the standard backward needs. q (batch, heads, N, d), k, v (batch, kv_heads, N, d), as
     for `gpu.attention` (NumPy in -> NumPy out; device arrays in -> the same kind out).
@@ -285,7 +316,11 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     same tiling never reads them). `gpu.attention(algorithm='standard')` runs the same
     kernels but does not return P. kernel: 'auto' (fp16 on a GPU: the tensor-core kernels
     `gpu.forward.standard_tc` where they run the tiling, else the plain ones), 'plain',
-    'tc'. poison: NaN-fill O, S, P first (default `gpu.api.POISON`)."""
+    'tc'. poison: NaN-fill O, S, P first (default `gpu.api.POISON`).
+    dropout_p > 0 (with dropout_seed, dropout_offset; `gpu.attention`): returns
+    (O, P, Z), Z the keep mask (batch, heads, N, N) uint8 the softmax kernel stored (1 kept,
+    0 dropped; entries outside the active tiles undefined), for attention_backward's
+    stats = (P, Z); runs the plain kernels."""
     import iosim
     from ..forward import standard, standard_tc
     from .._launch import SIM, default_threads, new_counters
@@ -304,6 +339,9 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
         np.ascontiguousarray(problem.block_mask, dtype=np.uint8))
     if kernel not in ("auto", "plain", "tc"):
         raise ValueError(f"kernel={kernel!r} is not allowed; allowed: 'auto', 'plain', 'tc'")
+    dropout = _api._check_dropout(dropout_p, dropout_seed, dropout_offset, "standard", kernel)
+    if dropout is not None:
+        kernel = "plain"
     why = ("the CUDA simulator cannot run it" if SIM else
            standard_tc.plan_error(block_rows, block_cols, d, dname) or
            (None if standard_tc.supports(block_rows, block_cols, d, dname, N=N) else
@@ -318,12 +356,22 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     o_obj, o3 = _output((B * H, N, d), npdt, kind, q, poison)
     _s, s3 = _output((B * H, N, N), npdt, kind, q, poison)
     p_obj, p3 = _output((B * H, N, N), npdt, kind, q, poison)
+    drop = {}
+    if dropout is not None:
+        drop = dict(z3=cuda.device_array((B * H, N, N), dtype=np.uint8), dropout=dropout)
     (standard_tc if use_tc else standard).run(
         qd.reshape(B * H, N, d), kd.reshape(B * Hk, N, d), vd.reshape(B * Hk, N, d),
         o3, s3, p3, scale, N, H, H // Hk, mask_dev, active, new_counters(False),
         B_r=block_rows, B_c=block_cols, dt=dname, causal=bool(causal), count=False,
-        threads=threads)
+        threads=threads, **drop)
     del s3, _s
+    if dropout is not None:
+        z_host = drop["z3"].reshape(B, H, N, N)
+        if o_obj is not None:
+            return (o_obj.view(B, H, N, d), p_obj.view(B, H, N, N),
+                    _return_like(z_host, kind, q))
+        return (_return_like(o3.reshape(B, H, N, d), kind, q),
+                _return_like(p3.reshape(B, H, N, N), kind, q), _return_like(z_host, kind, q))
     if o_obj is not None:
         return o_obj.view(B, H, N, d), p_obj.view(B, H, N, N)
     return (_return_like(o3.reshape(B, H, N, d), kind, q),

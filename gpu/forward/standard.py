@@ -30,17 +30,19 @@ from iosim.tiling import sram_footprint_bytes
 
 from .._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
                       dummy_mask, kernel_name, launch, specialisation)
+from .. import _philox
 from ._band import BIG, band_args, sees_key_band, tile_in_band
 
 #: the band of the kernels' old argument lists (N_k = N; causal: hi = 0), int64
 _NO_LO = np.int64(-BIG)
 _NO_HI = np.int64(BIG)
 _ZERO64 = np.int64(0)
+_U0 = np.uint64(0)         # the dropout arguments of a build without dropout (unread)
 
 
 @specialisation
 def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx, window=False,
-                        band_args=False):
+                        band_args=False, dropout=False):
     """Kernel(a, b, out, tiles, scale, N, H, G, counters); grid (n_active, instances).
     band_args=True: Kernel(a, b, out, tiles, scale, N, N_k, lo, hi, H, G, counters).
 
@@ -50,15 +52,19 @@ def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx, wi
     (without band_args: N_k = N, causal lo = -inf, hi = 0). A: (instances, N, d); B:
     (batch * kv_heads, N_k, d). Serves the forward's S = scale Q K^T ('std_S') and the
     standard backward's line 2, dP = dO V^T ('std_bwd_dP', scale 1, not masked).
-    idx = (A, B, Out) counter rows.
+    idx = (A, B, Out) counter rows. dropout=True (without band_args; the standard
+    backward's dP): Kernel(a, b, out, tiles, scale, N, H, G, counters, zm, rp), each entry
+    multiplied by Z/(1-p) read from the stored keep mask zm (instances, N, N) uint8
+    (counted under "Z"), rp = 1/(1-p).
     """
     DT = NB_DTYPE[dt]
     B0 = B_r * d
+    IZ = T["Z"]
     IA, IB, IOUT = idx
     banded = causal or window
     HI = _ZERO64 if causal else _NO_HI
 
-    def body(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters):
+    def body(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters, zm, rp):
         a = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -91,23 +97,33 @@ def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx, wi
             s = s * scale
             if banded and (c0 + c - r0 - r > hi or c0 + c - r0 - r < lo):
                 s = NEG_INF
+            if dropout:                             # dP o Z / (1 - p), Z from HBM
+                if zm[z, r0 + r, c0 + c] != 0:
+                    s = s * rp
+                else:
+                    s = ZERO
             out[z, r0 + r, c0 + c] = s
             nO += 1
         if count:
             add_count(counters, IA, READ, nA)
             add_count(counters, IB, READ, nB)
             add_count(counters, IOUT, WRITE, nO)
+            if dropout:
+                add_count(counters, IZ, READ, nO)
 
     body = cuda.jit(device=True, inline=True)(body)
     if band_args:
         def kernel(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters):
-            body(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters)
+            body(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters, out, ONE)
+    elif dropout:
+        def kernel(a_hbm, bt, out, tiles, scale, N, H, G, counters, zm, rp):
+            body(a_hbm, bt, out, tiles, scale, N, N, _NO_LO, HI, H, G, counters, zm, rp)
     else:
         def kernel(a_hbm, bt, out, tiles, scale, N, H, G, counters):
-            body(a_hbm, bt, out, tiles, scale, N, N, _NO_LO, HI, H, G, counters)
+            body(a_hbm, bt, out, tiles, scale, N, N, _NO_LO, HI, H, G, counters, out, ONE)
 
     return kernel, kernel_name(prefix, Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                               window=window, count=count, t=threads)
+                               window=window, dropout=dropout, count=count, t=threads)
 
 
 def s_kernel(B_r, B_c, d, dt, causal, count, threads, window=False):
@@ -119,14 +135,17 @@ def s_kernel(B_r, B_c, d, dt, causal, count, threads, window=False):
 
 
 @specialisation
-def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False):
+def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dropout=False):
     """Kernel softmax(s, p, mask, N, N_k, lo, hi, counters); grid (N, instances); dynamic
     shared memory N_k float32 (the row), plus a static `threads` float32 reduction
-    buffer. The row's active entries: those of the active tiles of its query block."""
-    IS, IP = T["S"], T["P"]
+    buffer. The row's active entries: those of the active tiles of its query block.
+    dropout=True: Kernel(s, p, mask, N, N_k, lo, hi, counters, zm, key0, key1, offset,
+    thr) also writes the keep mask Z (uint8 0/1, Philox: gpu._philox) over the same
+    entries into zm (instances, N, N_k), as the unfused graph's dropout stores its mask."""
+    IS, IP, IZ = T["S"], T["P"], T["Z"]
     banded = causal or window
 
-    def kernel(s_hbm, p_hbm, mask, N, N_k, lo, hi, counters):
+    def body(s_hbm, p_hbm, mask, N, N_k, lo, hi, counters, zm, key0, key1, offset, thr):
         r = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -199,18 +218,33 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False):
             for c in range(c0 + t, c_end, threads):
                 p_hbm[z, r, c] = row[c] * inv
                 nP += 1
+                if dropout:
+                    if _philox.keep(key0, key1, offset, z, r, c, thr):
+                        zm[z, r, c] = 1
+                    else:
+                        zm[z, r, c] = 0
         if count:
             add_count(counters, IS, READ, nS)
             add_count(counters, IP, WRITE, nP)
+            if dropout:
+                add_count(counters, IZ, WRITE, nP)
+
+    body = cuda.jit(device=True, inline=True)(body)
+    if dropout:
+        def kernel(s_hbm, p_hbm, mask, N, N_k, lo, hi, counters, zm, key0, key1, offset, thr):
+            body(s_hbm, p_hbm, mask, N, N_k, lo, hi, counters, zm, key0, key1, offset, thr)
+    else:
+        def kernel(s_hbm, p_hbm, mask, N, N_k, lo, hi, counters):
+            body(s_hbm, p_hbm, mask, N, N_k, lo, hi, counters, p_hbm, _U0, _U0, _U0, _U0)
 
     return kernel, kernel_name("std_softmax", Br=B_r, Bc=B_c, causal=causal, window=window,
-                               mask=has_mask,
+                               mask=has_mask, dropout=dropout,
                                count=count, t=threads)
 
 
 @specialisation
 def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, prefix, idx,
-                            window=False, band_args=False):
+                            window=False, band_args=False, dropout=False):
     """Kernel(a, b, out, scale, mask, N, H, G, counters); grid (T_r, instances).
     band_args=True: Kernel(a, b, out, scale, mask, N, N_k, lo, hi, H, G, counters), A then
     (instances, N, N_k) and B (batch * kv_heads, N_k, d), active tiles those of the band
@@ -221,15 +255,19 @@ def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, p
     block by block, Out written once. Serves the forward's O = P V (A=P, B=V, scale 1,
     name 'std_PV') and the standard backward's line 4, dQ = scale dS K (Algorithm 3).
     idx = (A, B, Out) rows of the counters table the kernel adds its element counts to.
+    dropout=True (with band_args; the forward's O = (P o Z/(1-p)) V): Kernel(a, b, out,
+    scale, mask, N, N_k, lo, hi, H, G, counters, zm, rp), A_ij dropped as it is loaded,
+    with Z_ij read from zm (instances, N, N_k) uint8 (counted under "Z"), rp = 1/(1-p).
     """
     DT = NB_DTYPE[dt]
     X0 = B_r * d * 4 // NP_DTYPE[dt].itemsize   # input-dtype tiles after the float32 acc
     A0, B0 = X0, X0 + B_r * B_c
     IA, IB, IOUT = idx
+    IZ = T["Z"]
     banded = causal or window
     HI = _ZERO64 if causal else _NO_HI
 
-    def body(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters):
+    def body(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters, zm, rp):
         i = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -259,7 +297,13 @@ def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, p
                 continue
             cuda.syncthreads()
             for e in range(t, rows * cols, threads):    # A_ij (P_ij or dS_ij)
-                As[(e // cols) * B_c + e % cols] = a_hbm[z, r0 + e // cols, c0 + e % cols]
+                if dropout:                             # P_ij o Z_ij / (1 - p)
+                    w = ZERO
+                    if zm[z, r0 + e // cols, c0 + e % cols] != 0:
+                        w = float32(a_hbm[z, r0 + e // cols, c0 + e % cols]) * rp
+                    As[(e // cols) * B_c + e % cols] = w
+                else:
+                    As[(e // cols) * B_c + e % cols] = a_hbm[z, r0 + e // cols, c0 + e % cols]
                 nA += 1
             for e in range(t, cols * d, threads):       # B_j (V_j or K_j)
                 Bs[e] = bt[zk, c0 + e // d, e % d]
@@ -279,24 +323,31 @@ def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, p
             add_count(counters, IA, READ, nA)
             add_count(counters, IB, READ, nB)
             add_count(counters, IOUT, WRITE, nO)
+            if dropout:
+                add_count(counters, IZ, READ, nA)
 
     body = cuda.jit(device=True, inline=True)(body)
-    if band_args:
+    if band_args and dropout:
+        def kernel(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters, zm, rp):
+            body(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters, zm, rp)
+    elif band_args:
         def kernel(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters):
-            body(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters)
+            body(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters, a_hbm, ONE)
     else:
         def kernel(a_hbm, bt, out, scale, mask, N, H, G, counters):
-            body(a_hbm, bt, out, scale, mask, N, N, _NO_LO, HI, H, G, counters)
+            body(a_hbm, bt, out, scale, mask, N, N, _NO_LO, HI, H, G, counters, a_hbm, ONE)
 
     return kernel, kernel_name(prefix, Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                               window=window, mask=has_mask, count=count, t=threads)
+                               window=window, mask=has_mask, dropout=dropout, count=count,
+                               t=threads)
 
 
-def pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False):
+def pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False,
+              dropout=False):
     """O = P V, one block per query block: Kernel(p, v, o, scale=1, mask, N, N_k, lo, hi,
-    H, G, counters); grid (T_r, instances)."""
+    H, G, counters [, zm, rp with dropout: O = (P o Z/(1-p)) V]); grid (T_r, instances)."""
     return rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads,
-                                   "std_PV", (T["P"], T["V"], T["O"]), window, True)
+                                   "std_PV", (T["P"], T["V"], T["O"]), window, True, dropout)
 
 
 def shared_bytes(B_r, B_c, d, dt) -> int:
@@ -310,8 +361,10 @@ def softmax_threads(N: int, threads: int) -> int:
 
 
 def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, B_c, dt,
-        causal, count, threads, N_k=None, window=(-1, -1)):
+        causal, count, threads, N_k=None, window=(-1, -1), z3=None, dropout=None):
     """Launch the three standard kernels on 3-D device views; writes s3, p3, o3.
+    dropout: None, or (dropout_p, seed, offset) with p > 0: the softmax kernel also
+    writes the keep mask into z3 (instances, N, N_k) uint8, the PV kernel reads it.
 
     q3, o3: (instances, N, d); k3, v3: (kv instances, N_k, d) (N_k default N); s3, p3:
     (instances, N, N_k). active: host boolean (T_r, T_c) of active tiles
@@ -330,10 +383,13 @@ def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, 
         launch(kS, (len(tiles), inst), threads, shmem, q3, k3, s3, cuda.to_device(tiles),
                np.float32(scale), np.int64(N), np.int64(N_k), lo, hi, np.int64(H),
                np.int64(G), counters)
+    drop = bool(dropout and dropout[0] > 0)
+    key0, key1, off, thr, rp = _philox.kernel_args(*(dropout or ()))
     ts = softmax_threads(N_k, threads)
-    kSM = softmax_kernel(B_r, B_c, causal, has_mask, count, ts, windowed)
+    kSM = softmax_kernel(B_r, B_c, causal, has_mask, count, ts, windowed, drop)
     launch(kSM, (N, inst), ts, 4 * N_k, s3, p3, mk, np.int64(N), np.int64(N_k), lo, hi,
-           counters)
-    kPV = pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, windowed)
+           counters, *((z3, key0, key1, off, thr) if drop else ()))
+    kPV = pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, windowed, drop)
     launch(kPV, (-(-N // B_r), inst), threads, shmem, p3, v3, o3, np.float32(1.0), mk,
-           np.int64(N), np.int64(N_k), lo, hi, np.int64(H), np.int64(G), counters)
+           np.int64(N), np.int64(N_k), lo, hi, np.int64(H), np.int64(G), counters,
+           *((z3, rp) if drop else ()))

@@ -1,0 +1,78 @@
+"""Philox-4x32-10 as a Numba CUDA device function: the dropout keep mask on chip.
+
+Bit-identical to iosim.dropout (its docstring has the layout): key = (seed mod 2^32,
+seed >> 32), counter = (col // 4, row, z, offset) with z = b * heads + h the instance
+(the kernels' blockIdx.y), word col % 4 of the output x; the entry is kept iff
+x >= ceil(p 2^32) (= u >= p for u = x 2^-32). Arithmetic is on uint64 values holding
+uint32s, masked after every operation (the product of two uint32s fits 64 bits), and
+every constant is typed uint64 so that Numba never mixes in a signed integer (which
+would promote to float64). The simulator runs the same Python code on NumPy scalars.
+
+Kernels take the dropout as four uint64 scalars and one float32 (`kernel_args`):
+    key0, key1, offset, thr (the keep threshold), rp = 1 / (1 - p)
+and, compiled with their `dropout` flag on, call `keep(key0, key1, offset, z, row, col,
+thr)` per entry of P (one Philox evaluation per entry: a thread recomputes the group of
+4 it shares with its neighbours; the simulator's tests need correctness, not speed).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, uint64
+
+from iosim.dropout import (PHILOX_M0, PHILOX_M1, PHILOX_W0, PHILOX_W1, check_dropout_p,
+                           check_seed, keep_threshold, seed_key)
+
+M0 = np.uint64(PHILOX_M0)
+M1 = np.uint64(PHILOX_M1)
+W0 = np.uint64(PHILOX_W0)
+W1 = np.uint64(PHILOX_W1)
+MASK32 = np.uint64(0xFFFFFFFF)
+SH32 = np.uint64(32)
+TWO = np.uint64(2)
+THREE = np.uint64(3)
+
+
+@cuda.jit(device=True, inline=True)
+def philox_word(c0, c1, c2, c3, k0, k1, w):
+    """Word w (0..3) of Philox-4x32-10 of counter (c0, c1, c2, c3), key (k0, k1): all
+    uint64 holding uint32 values; returns a uint64 holding the uint32 output."""
+    for _ in range(10):
+        p0 = M0 * c0
+        p1 = M1 * c2
+        n0 = (p1 >> SH32) ^ c1 ^ k0
+        n2 = (p0 >> SH32) ^ c3 ^ k1
+        c1 = p1 & MASK32
+        c3 = p0 & MASK32
+        c0 = n0
+        c2 = n2
+        k0 = (k0 + W0) & MASK32
+        k1 = (k1 + W1) & MASK32
+    if w == 0:
+        return c0
+    if w == 1:
+        return c1
+    if w == 2:
+        return c2
+    return c3
+
+
+@cuda.jit(device=True, inline=True)
+def keep(key0, key1, offset, z, row, col, thr):
+    """Whether dropout keeps entry (row, col) of instance z (int64 indices >= 0): the
+    Philox word col % 4 of counter (col // 4, row, z, offset) is >= thr."""
+    uc = uint64(col)
+    x = philox_word(uc >> TWO, uint64(row), uint64(z), offset, key0, key1, uc & THREE)
+    return x >= thr
+
+
+def kernel_args(dropout_p: float = 0.0, seed: int = 0, offset: int = 0) -> tuple:
+    """(key0, key1, offset, thr, rp): the kernels' dropout arguments (NumPy scalars;
+    uint64 x 4, float32). p = 0 gives thr = 0 (keep all) and rp = 1."""
+    p = check_dropout_p(dropout_p)
+    seed, offset = check_seed(seed, offset)
+    k0, k1 = seed_key(seed)
+    return (np.uint64(k0), np.uint64(k1), np.uint64(offset), np.uint64(keep_threshold(p)),
+            np.float32(1.0 / (1.0 - p)))
+
+
+__all__ = ["keep", "kernel_args", "philox_word"]

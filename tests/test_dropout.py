@@ -1,0 +1,303 @@
+"""Dropout (issue 18, item 3; FlashAttention paper Algorithms 2 and 4).
+
+Philox-4x32-10 against the Random123 known-answer vectors; the keep mask's statistics;
+the model (executed schedules == closed forms, outputs == the dense float64 reference
+given the same mask Z); the kernels (plain fa2 forward and backward, in the simulator):
+outputs and gradients against the reference given iosim's mask, so forward and backward
+agree on it, exact counts, p = 0 bit-identical to no dropout, bad arguments refused.
+"""
+import json
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import gpu
+from gpu import _philox
+import iosim
+from gpu.backward import attention_backward
+from iosim.backward import (backward_closed_form, execute_backward,
+                            reference_attention_backward)
+from iosim.dropout import (keep_mask, keep_threshold, philox4x32, problem_keep_mask,
+                           seed_key)
+
+M32 = 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------------------------------
+# Philox
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("counter, key, expected", [
+    # Random123 kat_vectors, philox4x32 10 rounds
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((M32,) * 4, (M32, M32), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+])
+def test_philox_known_answers(counter, key, expected):
+    got = philox4x32(counter, key)
+    assert tuple(int(x) for x in got) == expected
+    # vectorised: the same call inside a batch of others gives the same words
+    batch = philox4x32((np.array([1, counter[0], 7]), counter[1], counter[2], counter[3]), key)
+    assert tuple(int(w[1]) for w in batch) == expected
+
+
+@cuda.jit
+def _fill_keep(out, key0, key1, offset, thr, M, z):
+    """out[e] = keep(row e // M, col e % M of instance z) by the device Philox."""
+    e = cuda.grid(1)
+    if e < out.size:
+        out[e] = 1 if _philox.keep(key0, key1, offset, z, e // M, e % M, thr) else 0
+
+
+def test_device_philox_matches_host():
+    """gpu._philox (the kernels' device function) is bit-identical to iosim.dropout."""
+    seed, offset, p = 2 ** 40 + 77, 3, 0.3
+    out = cuda.to_device(np.zeros(12 * 10, dtype=np.uint8))
+    key0, key1, off, thr, _ = _philox.kernel_args(p, seed, offset)
+    _fill_keep[4, 32](out, key0, key1, off, thr, 10, 1 * 4 + 1)        # z = b * heads + h
+    got = out.copy_to_host().reshape(12, 10).astype(bool)
+    assert np.array_equal(got, keep_mask(seed, offset, 1, 1, range(12), range(10), p, heads=4))
+
+
+def test_keep_threshold_is_u_ge_p():
+    """keep iff x >= ceil(p 2^32) is exactly u = x 2^-32 >= p (on the boundary too)."""
+    for p in (0.0, 0.1, 0.5, 1 - 2 ** -33, 0.3):
+        t = keep_threshold(p)
+        for x in (t - 1, t, t + 1):
+            if 0 <= x <= M32:
+                assert (x * 2.0 ** -32 >= p) == (x >= t)
+    assert seed_key(2 ** 40 + 5) == (5, 256)
+
+
+# ---------------------------------------------------------------------------------------
+# Mask statistics
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_keep_fraction_binomial(p):
+    """~1.3e5 draws: the kept fraction is within 5 binomial standard deviations of 1 - p
+    (a generator off by 1% fails), in every row block and column residue mod 4 too."""
+    Z = problem_keep_mask(iosim.Problem(N=256, d=16, heads=2, N_k=256, dropout_p=p), seed=7)
+    n = Z.size
+    sd = np.sqrt(p * (1 - p) / n)
+    assert abs(Z.mean() - (1 - p)) < 5 * sd
+    for w in range(4):                                     # each Philox output word
+        part = Z[..., w::4]
+        assert abs(part.mean() - (1 - p)) < 5 * np.sqrt(p * (1 - p) / part.size)
+
+
+def test_mask_depends_on_every_coordinate():
+    """Same (seed, offset) -> same mask; a different seed, offset, batch, head, row or
+    column gives a different, uncorrelated one (about half the entries differ at p=0.5)."""
+    p, rows, cols = 0.5, range(64), range(64)
+    base = keep_mask(1, 0, 0, 0, rows, cols, p, heads=2)
+    assert np.array_equal(base, keep_mask(1, 0, 0, 0, rows, cols, p, heads=2))
+    others = [keep_mask(2, 0, 0, 0, rows, cols, p, heads=2),
+              keep_mask(1, 1, 0, 0, rows, cols, p, heads=2),
+              keep_mask(1, 0, 0, 1, rows, cols, p, heads=2),
+              keep_mask(1, 0, 1, 0, rows, cols, p, heads=2),
+              keep_mask(2 ** 32 + 1, 0, 0, 0, rows, cols, p, heads=2),   # seed's high word
+              keep_mask(1, 0, 0, 0, range(1, 65), cols, p, heads=2),     # shifted rows
+              keep_mask(1, 0, 0, 0, rows, range(4, 68), p, heads=2)]     # shifted columns
+    for Z in others:
+        assert 0.4 < (Z != base).mean() < 0.6
+    # a sub-block is the full mask's sub-block (what each tile regenerates)
+    assert np.array_equal(keep_mask(1, 0, 0, 0, range(5, 9), range(3, 11), p, heads=2),
+                          base[5:9, 3:11])
+
+
+# ---------------------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5, float("nan"), "0.5x"])
+def test_bad_dropout_p_rejected(p):
+    with pytest.raises(iosim.ConfigError, match="dropout_p"):
+        iosim.Problem(N=8, d=8, dropout_p=p)
+    q = np.zeros((1, 1, 16, 16), dtype=np.float32)
+    with pytest.raises(ValueError, match="dropout_p"):
+        gpu.attention(q, q, q, dropout_p=p)
+
+
+def test_kernels_without_dropout_refuse_it():
+    q = np.zeros((1, 1, 16, 16), dtype=np.float32)
+    for kw, name in ((dict(algorithm="fa1"), "fa1"), (dict(kernel="fast"), "fast")):
+        with pytest.raises(ValueError, match=f"dropout_p=0.2 .*{name}"):
+            gpu.attention(q, q, q, dropout_p=0.2, **kw)
+    with pytest.raises(ValueError, match="dropout_p=0.2 .*fa1"):
+        attention_backward(q, q, q, q, q, None, algorithm="fa1", dropout_p=0.2)
+    with pytest.raises(ValueError, match="dropout_seed"):
+        gpu.attention(q, q, q, dropout_p=0.2, dropout_seed=-1)
+    with pytest.raises(ValueError, match=r"\(P, Z\)"):        # standard needs the stored Z
+        attention_backward(q, q, q, q, q, np.zeros((1, 1, 16, 16), np.float32),
+                           algorithm="standard", dropout_p=0.2)
+
+
+PROBLEMS = [dict(N=19, d=8, batch=2, heads=2, kv_heads=1),
+            dict(N=21, N_k=13, d=8, heads=2, causal=True),
+            dict(N=16, d=8, window=(3, 2))]
+
+
+@pytest.mark.parametrize("alg", ["standard", "fa1", "fa2"])
+@pytest.mark.parametrize("kw", PROBLEMS)
+def test_model_dropout_exact_and_reference(alg, kw):
+    """Executed ledgers equal the closed forms (standard: + Z written and read RCA
+    forward, read 2 RCA backward, 1 byte each; fa1, fa2: unchanged); outputs and gradients
+    equal the float64 reference given the same keep mask."""
+    p, seed, offset = 0.3, 12345, 6
+    prob = iosim.Problem(dtype="fp32", dropout_p=p, **kw)
+    plain = iosim.Problem(dtype="fp32", **kw)
+    t = iosim.Tiling(8, 4)
+    ex = iosim.execute(alg, prob, t, dropout_seed=seed, dropout_offset=offset)
+    cf = iosim.closed_form(alg, prob, t)
+    assert ex.ledger.counts() == cf.counts()
+    be = execute_backward(alg, prob, t, dropout_seed=seed, dropout_offset=offset)
+    bc = backward_closed_form(alg, prob, t)
+    assert be.ledger.counts() == bc.counts()
+    base, bbase = iosim.closed_form(alg, plain, t), backward_closed_form(alg, plain, t)
+    if alg == "standard":
+        RCA = iosim.closed_form.__globals__["problem_sums"](prob, t)[3] * prob.instances
+        assert cf.counts()["Z"] == (RCA, RCA) and bc.counts()["Z"] == (2 * RCA, 0)
+        assert cf.hbm_bytes - base.hbm_bytes == 2 * RCA          # 1 byte per element
+        assert bc.hbm_bytes - bbase.hbm_bytes == 2 * RCA
+    else:
+        assert cf.counts() == base.counts() and bc.counts() == bbase.counts()
+    q, k, v = iosim.random_inputs(prob, 0)
+    Z = problem_keep_mask(prob, seed, offset)
+    assert 0 < Z.mean() < 1
+    common = dict(causal=prob.causal, window=prob.window, dropout_p=p, dropout_keep=Z)
+    ref = iosim.reference_attention(q, k, v, **common)
+    assert np.allclose(ex.O, ref, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(ref, iosim.reference_attention(q, k, v, causal=prob.causal,
+                                                          window=prob.window), atol=1e-2)
+    do = np.random.default_rng(1).standard_normal(q.shape).astype(np.float32)
+    for got, want in zip((be.dq, be.dk, be.dv),
+                         reference_attention_backward(q, k, v, do, **common)):
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_traffic_cli_dropout(capsys):
+    """flashsim traffic --dropout: standard's ledger gains Z (1 byte per element written
+    and read, N^2 each dense); fa2's is unchanged; a bad p or --levels is refused."""
+    from analysis.cli import main as cli
+    base = ["traffic", "--seq-len", "64", "--head-dim", "16", "--block-rows", "16",
+            "--block-cols", "16", "--json"]
+    out = {}
+    for alg in ("standard", "fa2"):
+        for p in ("0", "0.1"):
+            assert cli(base + ["--algorithm", alg, "--dropout", p]) == 0
+            out[alg, p] = json.loads(capsys.readouterr().out)
+    z = out["standard", "0.1"]["per_tensor"]["Z"]
+    assert (z["read_elements"], z["write_elements"], z["write_bytes"]) == (64 * 64,) * 3
+    assert out["standard", "0.1"]["hbm_bytes"] == out["standard", "0"]["hbm_bytes"] + 2 * 64 * 64
+    assert out["fa2", "0.1"]["hbm_bytes"] == out["fa2", "0"]["hbm_bytes"]
+    assert cli(base + ["--algorithm", "fa2", "--dropout", "1.0"]) != 0
+    assert "dropout_p" in capsys.readouterr().err
+    assert cli(["traffic", "--algorithm", "fa2", "--seq-len", "64", "--head-dim", "64",
+                "--levels", "--dropout", "0.1"]) != 0
+    assert "--dropout" in capsys.readouterr().err
+
+
+def test_reference_dropout_gradients_by_finite_differences():
+    """The reference's dropout gradients are those of its own forward (central
+    differences in float64 with the mask held fixed)."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 1, 6, 4)) for _ in range(3))
+    do = rng.standard_normal((1, 1, 6, 4))
+    Z = rng.random((1, 1, 6, 6)) > 0.4
+    f = lambda q, k, v: (iosim.reference_attention(q, k, v, dropout_p=0.4, dropout_keep=Z)
+                         * do).sum()
+    grads = reference_attention_backward(q, k, v, do, dropout_p=0.4, dropout_keep=Z)
+    for idx, (x, g) in enumerate(zip((q, k, v), grads)):
+        num = np.zeros_like(x)
+        for e in np.ndindex(x.shape):
+            args = [q, k, v]
+            hi, lo = x.copy(), x.copy()
+            hi[e] += 1e-6
+            lo[e] -= 1e-6
+            args[idx] = hi
+            f_hi = f(*args)
+            args[idx] = lo
+            num[e] = (f_hi - f(*args)) / 2e-6
+        assert np.allclose(num, g, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# Kernels (simulator)
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kw", [dict(N=20, d=16, batch=1, heads=2, kv_heads=1),
+                                dict(N=17, d=16, heads=1, causal=True)])
+def test_kernels_forward_backward_agree_on_mask(kw):
+    """Plain fa2 forward and backward with dropout equal the float64 reference given
+    iosim's keep mask (fp32 within 1e-5 relative), and their counts equal the closed
+    forms (dropout adds no traffic): the backward regenerated the forward's mask."""
+    p, seed, offset = 0.25, 99, 4
+    prob = iosim.Problem(dtype="fp32", dropout_p=p, **kw)
+    q, k, v = iosim.random_inputs(prob, 5)
+    do = np.random.default_rng(6).standard_normal(q.shape).astype(np.float32)
+    opts = dict(block_rows=8, block_cols=8, causal=prob.causal, dropout_p=p,
+                dropout_seed=seed, dropout_offset=offset)
+    O, L, led = gpu.attention(q, k, v, return_stats=True, count_traffic=True, **opts)
+    Z = problem_keep_mask(prob, seed, offset)
+    ref, lse = iosim.reference_attention(q, k, v, causal=prob.causal, dropout_p=p,
+                                         dropout_keep=Z, return_lse=True)
+    rel = lambda a, b: np.abs(a - b).max() / np.abs(b).max()
+    assert rel(O, ref) < 1e-5
+    assert np.allclose(L, lse, rtol=1e-5, atol=1e-5)       # L: before dropout
+    t = iosim.Tiling(8, 8)
+    assert led.counts() == iosim.closed_form("fa2", prob, t).counts()
+    (dq, dk, dv), bled = attention_backward(q, k, v, O, do, L, count_traffic=True, **opts)
+    want = reference_attention_backward(q, k, v, do, causal=prob.causal, dropout_p=p,
+                                        dropout_keep=Z)
+    for got, w in zip((dq, dk, dv), want):
+        assert rel(got, w) < 1e-5
+    assert bled.counts() == backward_closed_form("fa2", prob, t).counts()
+    # a different seed in the backward is a different mask: the gradients disagree
+    dq2, _, _ = attention_backward(q, k, v, O, do, L, **dict(opts, dropout_seed=seed + 1))
+    assert rel(dq2, want[0]) > 1e-2
+
+
+def test_kernel_dropout_zero_is_bit_identical():
+    """dropout_p=0 compiles and runs exactly the kernels of no dropout."""
+    prob = iosim.Problem(N=18, d=16, causal=True)
+    q, k, v = iosim.random_inputs(prob, 8)
+    do = np.random.default_rng(9).standard_normal(q.shape).astype(np.float32)
+    opts = dict(block_rows=8, block_cols=8, causal=True, kernel="plain")
+    O0, L0 = gpu.attention(q, k, v, return_stats=True, **opts)
+    O1, L1 = gpu.attention(q, k, v, return_stats=True, dropout_p=0.0, dropout_seed=3, **opts)
+    assert np.array_equal(O0, O1) and np.array_equal(L0, L1)
+    g0 = attention_backward(q, k, v, O0, do, L0, **opts)
+    g1 = attention_backward(q, k, v, O0, do, L0, dropout_p=0, dropout_seed=3, **opts)
+    for a, b in zip(g0, g1):
+        assert np.array_equal(a, b)
+
+
+def test_standard_kernels_store_and_read_mask():
+    """The plain standard kernels with dropout: the softmax kernel stores iosim's keep
+    mask Z (uint8) over the active tiles, PV and the backward's dV and dP kernels read it;
+    outputs and gradients equal the reference given that mask, counts the closed forms
+    (Z: RCA written and read forward, 2 RCA read backward)."""
+    from gpu.backward.standard import standard_forward
+    p, seed, offset = 0.3, 5, 1
+    prob = iosim.Problem(N=16, d=16, heads=2, kv_heads=1, causal=True, dropout_p=p)
+    q, k, v = iosim.random_inputs(prob, 2)
+    do = np.random.default_rng(4).standard_normal(q.shape).astype(np.float32)
+    opts = dict(block_rows=8, block_cols=8, causal=True, dropout_p=p, dropout_seed=seed,
+                dropout_offset=offset)
+    t = iosim.Tiling(8, 8)
+    O, led = gpu.attention(q, k, v, algorithm="standard", count_traffic=True, **opts)
+    assert led.counts() == iosim.closed_form("standard", prob, t).counts()
+    Zref = problem_keep_mask(prob, seed, offset)
+    ref = iosim.reference_attention(q, k, v, causal=True, dropout_p=p, dropout_keep=Zref)
+    rel = lambda a, b: np.abs(a - b).max() / np.abs(b).max()
+    assert rel(O, ref) < 1e-5
+    O2, P, Z = standard_forward(q, k, v, **opts)
+    assert Z.dtype == np.uint8 and np.array_equal(O, O2)
+    seen = iosim.element_mask(16, True)
+    assert np.array_equal(Z[..., seen] != 0, Zref[..., seen])
+    (dq, dk, dv), bled = attention_backward(q, k, v, O, do, (P, Z), algorithm="standard",
+                                            count_traffic=True, **opts)
+    assert bled.counts() == backward_closed_form("standard", prob, t).counts()
+    want = reference_attention_backward(q, k, v, do, causal=True, dropout_p=p,
+                                        dropout_keep=Zref)
+    for got, w in zip((dq, dk, dv), want):
+        assert rel(got, w) < 1e-5
