@@ -1,4 +1,9 @@
-"""`flashsim bench`: forward-attention timings on a CUDA GPU, one JSON row per point.
+"""`flashsim bench`: attention timings on a CUDA GPU, one JSON row per point.
+
+Passes (`--pass`): "fwd", the forward call; "fwd+bwd", forward then backward(dO) through
+autograd (`gpu.autograd.flash_attention` for fa2 / fa1 / standard, SDPA for torch_*;
+`rel_err` is then the worst of dQ, dK, dV on the first instance against float64
+autograd; TFLOP/s count 3.5 forwards' FLOPs). Rows carry "pass".
 
 Implementations: the project's Numba kernels through `gpu.attention` on torch tensors
 (`fa2`, `fa1`, `standard`: the whole call, host work included), the fa2 kernel alone
@@ -8,7 +13,7 @@ what the call adds) and PyTorch's `scaled_dot_product_attention` with one backen
 (`torch_math`, `torch_efficient`, `torch_flash`; FLASH is fp16 only), all in the same
 run. TF32 is off.
 
-Method, per point (impl, dtype, N, d, causal, batch_heads):
+Method, per point (impl, dtype, N, d, causal, batch_heads, pass):
   * inputs: `n_sets` independent (q, k, v) sets on the device, enough that together they
     exceed 2 x the 50 MB L2 (`input_sets`); repetition r uses set r % n_sets;
   * one warm-up call (it also compiles Numba kernels), then one timed single call: if it
