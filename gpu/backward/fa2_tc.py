@@ -19,7 +19,8 @@ What runs where: as in the forward (`gpu.forward.fa2_tc`), the tile products are
 linked into this Numba kernel; the schedule, the loads and stores and their counting, the
 masks and P, dS are Python here.
 
-Versions (H100; results data set, kind `bench`, pass `bwd`):
+Versions (H100; results data set: kinds `bwd_tc_probe` (tilings) and `bench` (pass
+fwd+bwd: 1.33 ms with the forward at d = 64, N = 4096, 16 heads; 1.50x torch FLASH)):
   v1  (this file) keys are the fragments' rows: warp w owns key rows 16 MT w .. of K_j, V_j,
       so S^T = K_w Q_i^T and dP^T = V_w dO_i^T come out as accumulator fragments whose
       pairs are exactly the A fragments of dV_w += P^T dO_i and dK_w += dS^T Q_i: P^T and
@@ -27,8 +28,8 @@ Versions (H100; results data set, kind `bench`, pass `bwd`):
       columns per query row, so each warp writes its dS^T rows to shared memory (fp16) and
       after a barrier the warps read it back transposed (ldmatrix.trans), 16 query rows
       x DN columns of dQ_i at a time, added to dQacc with float32 vector atomics. K_j, V_j's
-      A fragments stay in registers at d <= 64 and are re-read from shared memory at each
-      product above (no room: 255 registers); Q_i, dO_i (and L_i, D_i) double-buffered,
+      A fragments are re-read from shared memory at each product (holding them in
+      registers, kreg=True at d <= 64, was no faster); Q_i, dO_i (and L_i, D_i) double-buffered,
       filled by cp.async while the previous tile computes; a warp whose keys all lie
       after the tile's last query row (causal) or past N skips its products (exact: its
       P is all zero) and writes zeros for its dS^T rows.
@@ -145,9 +146,11 @@ def default_tiling(d: int, causal: bool = False) -> dict:
 
 
 def holds_kv(d: int, kreg=None) -> bool:
-    """K_w, V_w's A fragments held in registers (default for d <= 64) or re-read from
-    shared memory at each product (d > 64); `kreg` True / False overrides."""
-    return d <= 64 if kreg is None else bool(kreg)
+    """K_w, V_w's A fragments held in registers (kreg=True; d <= 64 only: at d = 128 they
+    do not fit beside the accumulators) or re-read from shared memory at each product
+    (the default: as fast on the H100, 2.06 against 2.13 ms at 64 x 64, d = 64, and it
+    leaves the registers to the accumulators)."""
+    return False if kreg is None else bool(kreg) and d <= 64
 
 
 # ---------------------------------------------------------------------------------------
