@@ -183,7 +183,7 @@ def _opt_in(kernel, args, shmem: int) -> None:
         attr = enums.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     errors = []
     # cuKernelSetAttribute first: numba-cuda loads kernels through the library API, and
-    # that is what worked on the H100 (PLATFORM.md); cuFuncSetAttribute as the fallback
+    # that is what worked on the H100; cuFuncSetAttribute as the fallback
     try:
         dev = cuda.get_current_device().id
         d.cuKernelSetAttribute(attr, int(shmem), cufunc.handle, dev)

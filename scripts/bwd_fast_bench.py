@@ -2,7 +2,7 @@
 next to PyTorch's scaled_dot_product_attention (EFFICIENT, MATH) in the same run.
 
 Run from the repository root (about 1-2 minutes on an H100; numpy < 2.5 first on the path,
-see PLATFORM notes of the project):
+as scripts/h100_check.sh does):
     FLASHSIM_COMMIT=$(git rev-parse HEAD) python3 scripts/bwd_fast_bench.py --out $OUT/bwd_fast.jsonl
 
 1. Correctness (fp32; fp16 inputs too): N = 1000 (ragged), batch 1, 4 query heads on 2
