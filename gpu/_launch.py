@@ -86,6 +86,47 @@ def dtype_name(dtype) -> str:
     raise ValueError(f"dtype={dt} is not supported; allowed: float32, float16")
 
 
+def lane_group_reducer(n: int, op: str):
+    """A device function reduce(x): x combined ('sum' or 'max') over an aligned group of n
+    lanes of a warp (n a power of two, 1..32), by warp shuffles in an xor butterfly
+    (offsets n/2, ..., 1); every lane of the group gets the result. The offsets are
+    compile-time constants, so the steps unroll. Hardware only: the simulator has no
+    shuffles (callers keep a shared-memory path for it)."""
+    if op not in ("sum", "max"):
+        raise ValueError(f"op={op!r} is not allowed; allowed: 'sum', 'max'")
+    if n < 1 or n > 32 or n & (n - 1):
+        raise ValueError(f"n={n} lanes is not allowed; allowed: a power of two in 1..32")
+    offs = []
+    o = n // 2
+    while o >= 1:
+        offs.append(o)
+        o //= 2
+    K = len(offs)
+    O0, O1, O2, O3, O4 = (offs + [1] * 5)[:5]
+    MAX = op == "max"
+    FULL = 0xFFFFFFFF
+
+    @cuda.jit(device=True, inline=True)
+    def step(x, o):
+        y = cuda.shfl_xor_sync(FULL, x, o)
+        return max(x, y) if MAX else x + y
+
+    @cuda.jit(device=True, inline=True)
+    def reduce(x):
+        if K > 0:
+            x = step(x, O0)
+        if K > 1:
+            x = step(x, O1)
+        if K > 2:
+            x = step(x, O2)
+        if K > 3:
+            x = step(x, O3)
+        if K > 4:
+            x = step(x, O4)
+        return x
+    return reduce
+
+
 def kernel_name(prefix: str, **consts) -> str:
     """Readable kernel name, e.g. kernel_name('fa2_fwd', Br=64, Bc=64, d=64, dt='fp32',
     causal=True, count=False) -> 'fa2_fwd_Br64_Bc64_d64_fp32_causal'. Boolean constants

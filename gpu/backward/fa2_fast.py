@@ -106,6 +106,9 @@ import math
 import numpy as np
 from numba import cuda, float32, int64
 
+# row strides of the shared tiles: the forward fast kernel's rules (bank-conflict-free
+# 16-byte loads), shared rather than copied
+from ..forward.fa2_fast import _pad_ps, _stride
 from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask,
                        kernel_name, specialisation)
 
@@ -129,23 +132,6 @@ DEFAULT_TILES = {64: (64, 64, 256), 128: (64, 64, 256)}
 FALLBACK_TILES = ((64, 64, 256), (64, 32, 256), (32, 32, 128), (16, 16, 64))
 #: Rows per warp of the pre-pass.
 PRE_RPW = 4
-
-
-def _stride(n: int) -> int:
-    """Row stride (floats) of Ks, Vs, Qs, dOs: >= n and = 4 (mod 32)."""
-    s = n
-    while s % 32 != 4:
-        s += 1
-    return s
-
-
-def _pad_ps(B_c: int, TC: int) -> int:
-    """Row stride of P and dS: >= B_c, a multiple of 4, = TC (mod 32) when 4 <= TC < 32."""
-    want = TC % 32 if 4 <= TC < 32 else None
-    ps = B_c
-    while ps % W or (want is not None and ps % 32 != want):
-        ps += 1
-    return ps
 
 
 def _plan_a(B_r, B_c, threads, TCA=None):

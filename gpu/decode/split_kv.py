@@ -66,7 +66,7 @@ from numba import cuda, float32, int32, int64
 from iosim.decode import DECODE_ORDER
 
 from .._launch import (NAN, NEG_INF, NP_DTYPE, READ, SIM, WRITE, ZERO, add_count,
-                       kernel_name, specialisation)
+                       kernel_name, lane_group_reducer, specialisation)
 
 #: rows of the decode counters array (same names and order as iosim.decode's ledger)
 COUNTED = DECODE_ORDER
@@ -202,17 +202,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
     IQ, IK, IV, IO, IL = C["Q"], C["K"], C["V"], C["O"], C["L"]
     IOP, ILP, IBT = C["Opart"], C["Lpart"], C["block_table"]
     ld16 = _LD16.get(VW) if vec else None
-    OFFS = []
-    o_ = LPR // 2
-    while o_ >= 1:
-        OFFS.append(o_)
-        o_ //= 2
-    NOFF = len(OFFS)
-    OF0 = OFFS[0] if NOFF > 0 else 1
-    OF1 = OFFS[1] if NOFF > 1 else 1
-    OF2 = OFFS[2] if NOFF > 2 else 1
-    OF3 = OFFS[3] if NOFF > 3 else 1
-    OF4 = OFFS[4] if NOFF > 4 else 1
+    lanes_sum = lane_group_reducer(LPR, "sum") if (shfl or LPR == 1) else None
 
     @cuda.jit(device=True, inline=True)
     def group_sum(x, sm, t):
@@ -226,17 +216,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
                 tot += sm[RO + (t // LPR) * LPR + u]
             cuda.syncthreads()
             return tot
-        if NOFF > 0:
-            x += cuda.shfl_xor_sync(FULL, x, OF0)
-        if NOFF > 1:
-            x += cuda.shfl_xor_sync(FULL, x, OF1)
-        if NOFF > 2:
-            x += cuda.shfl_xor_sync(FULL, x, OF2)
-        if NOFF > 3:
-            x += cuda.shfl_xor_sync(FULL, x, OF3)
-        if NOFF > 4:
-            x += cuda.shfl_xor_sync(FULL, x, OF4)
-        return x
+        return lanes_sum(x)
 
     @cuda.jit(device=True, inline=True)
     def load_row(arr, i0, i1, i2, x0, dst, kk):

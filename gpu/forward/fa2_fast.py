@@ -88,7 +88,9 @@ import numpy as np
 from numba import cuda, float32, int64
 
 from .._launch import (NAN, NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, specialisation)
+                      dummy_mask, kernel_name, lane_group_reducer, specialisation)
+
+
 from ._band import band_args, sees_key_band, tile_in_band
 
 #: Largest register tile side we generate (S is RM x RN, O is RM x DN registers).
@@ -204,21 +206,12 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
     QDIV = QN % THREADS == 0
     KDIV = KN % THREADS == 0
     IQ, IK, IV, IO, IL = T["Q"], T["K"], T["V"], T["O"], T["L"]
-    FULL = 0xFFFFFFFF
-    # xor offsets of the row reduction (TC is a power of two dividing 32 for shfl)
+    # row reductions over the TC lanes of a query row by warp shuffles (TC a power of two
+    # dividing 32 for shfl); without shfl the kernel reduces through shared memory
     if shfl:
         assert TC <= 32 and TC & (TC - 1) == 0, "shfl needs TC a power of two <= 32"
-    OFF = []
-    o_ = TC // 2
-    while o_ >= 1:
-        OFF.append(o_)
-        o_ //= 2
-    NOFF = len(OFF)
-    OFF0 = OFF[0] if NOFF > 0 else 1
-    OFF1 = OFF[1] if NOFF > 1 else 1
-    OFF2 = OFF[2] if NOFF > 2 else 1
-    OFF3 = OFF[3] if NOFF > 3 else 1
-    OFF4 = OFF[4] if NOFF > 4 else 1
+    row_max = lane_group_reducer(TC, "max") if shfl else None
+    row_sum = lane_group_reducer(TC, "sum") if shfl else None
 
     @cuda.jit(device=True, inline=True)
     def next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i):
@@ -365,16 +358,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
                     s_acc[a, b] = sv
                     mx = max(mx, sv)
                 if shfl:
-                    if NOFF > 0:
-                        mx = max(mx, cuda.shfl_xor_sync(FULL, mx, OFF0))
-                    if NOFF > 1:
-                        mx = max(mx, cuda.shfl_xor_sync(FULL, mx, OFF1))
-                    if NOFF > 2:
-                        mx = max(mx, cuda.shfl_xor_sync(FULL, mx, OFF2))
-                    if NOFF > 3:
-                        mx = max(mx, cuda.shfl_xor_sync(FULL, mx, OFF3))
-                    if NOFF > 4:
-                        mx = max(mx, cuda.shfl_xor_sync(FULL, mx, OFF4))
+                    mx = row_max(mx)
                     mx_r[a] = mx
                 else:
                     sm[RO + r * TC + tx] = mx
@@ -423,16 +407,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
         if shfl:
             for a in range(RM):
                 ls = l_r[a]
-                if NOFF > 0:
-                    ls += cuda.shfl_xor_sync(FULL, ls, OFF0)
-                if NOFF > 1:
-                    ls += cuda.shfl_xor_sync(FULL, ls, OFF1)
-                if NOFF > 2:
-                    ls += cuda.shfl_xor_sync(FULL, ls, OFF2)
-                if NOFF > 3:
-                    ls += cuda.shfl_xor_sync(FULL, ls, OFF3)
-                if NOFF > 4:
-                    ls += cuda.shfl_xor_sync(FULL, ls, OFF4)
+                ls = row_sum(ls)
                 l_r[a] = ls
         else:
             for a in range(RM):
