@@ -166,16 +166,31 @@ def backward_configs(mode: str) -> list[dict]:
     return out
 
 
-def plan(mode: str, suites=SUITES) -> list[tuple[str, dict]]:
-    """[(suite, config)] in the order they run."""
+ALGORITHMS = ("standard", "fa1", "fa2")
+
+
+def plan(mode: str, suites=SUITES, algorithms=ALGORITHMS) -> list[tuple[str, dict]]:
+    """[(suite, config)] in the order they run; `algorithms` keeps only the configurations
+    (and, in the backward suite, the algorithms of a configuration) of those algorithms
+    (the tc suite is fa2's)."""
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not known; allowed: {', '.join(MODES)}")
+    bad = [a for a in algorithms if a not in ALGORITHMS]
+    if bad or not algorithms:
+        raise ValueError(f"algorithms={list(algorithms)!r} is not allowed; allowed: a non-empty "
+                         f"subset of {', '.join(ALGORITHMS)}")
     makers = {"forward": forward_configs, "tc": tc_configs, "backward": backward_configs}
     out = []
     for s in suites:
         if s not in makers:
             raise ValueError(f"suite={s!r} is not known; allowed: {', '.join(SUITES)}")
-        out += [(s, c) for c in makers[s](mode)]
+        for c in makers[s](mode):
+            if s == "backward":
+                algs = [a for a in c["algs"] if a in algorithms]
+                if algs:
+                    out.append((s, dict(c, algs=algs)))
+            elif c.get("alg", "fa2") in algorithms:
+                out.append((s, c))
     return out
 
 
@@ -844,7 +859,8 @@ def torch_available() -> bool:
         return False
 
 
-def run_checks(mode: str, suites=SUITES, *, use_torch: bool | None = None, repeats: int = 3,
+def run_checks(mode: str, suites=SUITES, *, algorithms=ALGORITHMS,
+               use_torch: bool | None = None, repeats: int = 3,
                on_row: Callable[[dict], None] | None = None,
                on_case: Callable[[int, int, str], None] | None = None) -> dict:
     """Run the checks of `suites` in `mode` and return the result:
@@ -872,7 +888,7 @@ def run_checks(mode: str, suites=SUITES, *, use_torch: bool | None = None, repea
     skipped = []
     if "tc" in suites and mode == "sim":
         skipped.append({"suite": "tc", "reason": TC_NEEDS_GPU})
-    cases = plan(mode, suites)
+    cases = plan(mode, suites, algorithms)
     total = len(cases)
     rows = []
     t_start = time.perf_counter()

@@ -194,3 +194,20 @@ def test_tc_check_code_path_in_simulator(monkeypatch):
     assert row["masked_rows"] == 16 and row["masked_rows_ok"] and row["identical_repeat"]
     assert row["sdpa_err"] is None and row["bound"] == 2 * row["e_model"]
     assert C.tc_name(cfg) == "fa2-tc N=40 d=16 16x16 MT=1 causal mask G=2"
+
+
+def test_plan_keeps_only_the_named_algorithms():
+    from analysis import check as C
+    full = C.plan("quick", ["forward", "backward"])
+    only = C.plan("quick", ["forward", "backward"], ["fa2", "standard"])
+    assert only and len(only) < len(full)
+    for suite, c in only:
+        if suite == "backward":
+            assert c["algs"] and set(c["algs"]) <= {"fa2", "standard"}
+        else:
+            assert c["alg"] in ("fa2", "standard")
+    # every fa2 / standard configuration of the full plan is still there
+    keep = [(s, c.get("alg")) for s, c in full if s == "forward" and c["alg"] != "fa1"]
+    assert keep == [(s, c.get("alg")) for s, c in only if s == "forward"]
+    with pytest.raises(ValueError, match="algorithms"):
+        C.plan("quick", ["forward"], ["fa3"])

@@ -39,6 +39,9 @@ def register(sub):
                    help="tiny sizes (seconds); what --sanitizer re-runs")
     p.add_argument("--suite", default="forward,tc,backward", metavar="S,...",
                    help="comma-separated suites from forward, tc, backward (default: all)")
+    p.add_argument("--algorithms", default="standard,fa1,fa2", metavar="A,...",
+                   help="comma-separated algorithms whose configurations run (default: "
+                        "standard,fa1,fa2; the tc suite is fa2's)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the result as JSON")
     p.add_argument("--no-torch", action="store_true",
                    help="NumPy float64 reference and no PyTorch kernels, even if torch is there")
@@ -79,6 +82,17 @@ def _suites(text: str) -> list[str]:
     if bad or not out:
         raise ConfigError(f"suite={text!r} is not allowed; allowed: comma-separated from "
                           f"{', '.join(SUITES)}")
+    return out
+
+
+def _algorithms(text: str) -> list[str]:
+    from iosim import ConfigError
+    from analysis.check import ALGORITHMS
+    out = [a.strip() for a in text.split(",") if a.strip()]
+    bad = [a for a in out if a not in ALGORITHMS]
+    if bad or not out:
+        raise ConfigError(f"algorithms={text!r} is not allowed; allowed: comma-separated from "
+                          f"{', '.join(ALGORITHMS)}")
     return out
 
 
@@ -127,7 +141,8 @@ def _checks(args, suites, has_gpu) -> int:
     mode = "sim" if not has_gpu else ("quick" if args.quick else "full")
     if mode == "sim":
         print("flashsim check: no CUDA GPU: running in Numba's CUDA simulator at tiny sizes")
-    cases = C.plan(mode, suites)
+    algs = _algorithms(args.algorithms)
+    cases = C.plan(mode, suites, algs)
     total = len(cases)
     bar = Progress(total, "check")
     lines = []
@@ -140,7 +155,8 @@ def _checks(args, suites, has_gpu) -> int:
 
     print(f"flashsim check ({mode}): {total} configurations of {', '.join(suites)}")
     with bar:
-        result = C.run_checks(mode, suites, use_torch=False if args.no_torch else None,
+        result = C.run_checks(mode, suites, algorithms=algs,
+                              use_torch=False if args.no_torch else None,
                               repeats=args.repeats, on_row=on_row,
                               on_case=lambda done, tot, name: bar.set(done, name))
     for s in result["skipped"]:
@@ -185,7 +201,8 @@ def _sanitizer(args, tool_path, suites) -> int:
     cmd = [tool_path, "--tool", args.sanitizer, "--print-limit", "20", "--error-exitcode", "1",
            "--report-api-errors", "no", sys.executable, "-m",
            "analysis.cli", "check", "--quick", "--no-torch", "--repeats", "1",
-           "--suite", ",".join(suites), "--json", str(child_json)]
+           "--suite", ",".join(suites), "--algorithms", ",".join(_algorithms(args.algorithms)),
+           "--json", str(child_json)]
     print(f"flashsim check: {' '.join(cmd)}", flush=True)
     env = dict(os.environ, FLASHSIM_PROGRESS="0")
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
