@@ -362,7 +362,7 @@ class _SweepFile:
 
 def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
               progress: Callable[[str], None] | None = None, retry_errors: bool = True,
-              version: str | None = None, executor=None) -> dict:
+              version: str | None = None, executor=None, backend: str | None = None) -> dict:
     """Evaluate every point without a current row in `path`, appending one JSON row each.
 
     Every point is normalised and checked first (ConfigError before any work). `path`
@@ -379,6 +379,9 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
     after another) says where points are evaluated; wherever that is, this process alone
     writes the file, each row as it comes back, under the rules above, so an interrupted
     sweep keeps every row it received and a rerun evaluates only what is missing.
+    `backend` ("model" or "kernel"; default: that of evaluate_model / evaluate_kernel)
+    names what `evaluate` computes when it wraps one of them: it picks the default
+    `version`, the device fields of the rows' `where` and the executor's resources.
 
     Returns {"done": newly written, "skipped": reused, "errors": new error rows}.
     An exception from `evaluate` becomes a row with status "error" and its message; a
@@ -387,10 +390,13 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
     from .executor import LocalExecutor
     pts = [normalise(p) for p in points]
     path = check_out_file(path)
-    backend = {evaluate_kernel: "kernel", evaluate_model: "model"}.get(evaluate)
+    if backend is None:
+        backend = {evaluate_kernel: "kernel", evaluate_model: "model"}.get(evaluate)
+    elif backend not in VERSION_SOURCES:
+        raise ConfigError(f"backend={backend!r} is not known; allowed: {', '.join(VERSION_SOURCES)}")
     check_version = version is None and backend is not None
     if version is None:
-        version = model_version("kernel" if evaluate is evaluate_kernel else "model")
+        version = model_version(backend or "model")
     executor = LocalExecutor() if executor is None else executor
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     counts = {"done": 0, "skipped": 0, "errors": 0}
