@@ -145,6 +145,65 @@ def test_ray_interrupted_driver_resumes(ray_cluster, local_rows, tmp_path):
     _check_rows(path, local_rows["model"], "model")
 
 
+_KILLED_DRIVER = """
+import sys, time
+import ray
+from analysis.executor import RayExecutor
+from analysis.sweeps import evaluate_model, grid, run_sweep
+sys.path.insert(0, sys.argv[3])
+from test_sweep_ray import MODEL_POINTS
+
+def slow(p):                     # defined in __main__: travels to the workers by value
+    time.sleep(0.3)
+    return evaluate_model(p)
+
+ray.init(address=sys.argv[1], logging_level="WARNING")
+run_sweep(MODEL_POINTS, sys.argv[2], slow, executor=RayExecutor(points_per_task=1),
+          backend="model")
+"""
+
+
+def test_ray_killed_driver_resumes(ray_cluster, local_rows, tmp_path):
+    """A driver process SIGKILLed mid-sweep (its file may end in a torn line): the rows it
+    wrote stay, and the rerun evaluates only the others."""
+    import subprocess
+    import time
+    path = tmp_path / "r.jsonl"
+    address = ray_cluster.get_runtime_context().gcs_address
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+         os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_DRIVER, address, str(path),
+                             os.path.dirname(os.path.abspath(__file__))], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if path.exists() and path.read_bytes().count(b"\n") >= 3:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the driver ended before it was killed"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(30)
+    kept = len(read_rows(path))
+    assert 3 <= kept < len(MODEL_POINTS)
+    st = run_sweep(MODEL_POINTS, path, evaluate_model, executor=RayExecutor())
+    assert st == {"done": len(MODEL_POINTS) - kept, "skipped": kept, "errors": 0}
+    _check_rows(path, local_rows["model"], "model")
+
+
+def test_ray_kernel_points_need_a_gpu(ray_cluster, tmp_path, monkeypatch):
+    """On a cluster that is not local and has no GPU, kernel points (which ask for one GPU
+    each) are refused, naming the simulator switch, unless NUMBA_ENABLE_CUDASIM=1."""
+    from iosim import ConfigError
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    ex = RayExecutor(address="auto")          # Ray is initialised: that cluster is used
+    with pytest.raises(ConfigError, match="no GPU.*NUMBA_ENABLE_CUDASIM=1"):
+        run_sweep(KERNEL_POINTS, tmp_path / "k.jsonl", evaluate_kernel, executor=ex)
+    assert read_rows(tmp_path / "k.jsonl") == []
+
+
 def test_cli_sweep_executor_ray(ray_cluster, local_rows, tmp_path, capsys):
     out = tmp_path / "k.jsonl"
     rc = cli(["sweep", "--out", str(out), "--backend", "kernel", "--algorithm", "fa1,fa2",
