@@ -16,7 +16,9 @@ executor). Two executors:
          CUDA_VISIBLE_DEVICES), or for one CPU where the kernels run in Numba's CUDA
          simulator (NUMBA_ENABLE_CUDASIM=1 in the driver's environment, or no GPU here
          when Ray starts a local cluster; the variable reaches the workers through the
-         task's runtime_env). A model task asks for one CPU. Tasks are streaming
+         task's runtime_env). A GPU task runs in a fresh worker process (Ray's rule for
+         them), which pays process start, imports and compilation once per task: hence
+         the grouping. A model task asks for one CPU. Tasks are streaming
          generators: each row comes back as soon as it is made, so a lost worker loses no
          finished row; Ray retries a task whose worker died (max_retries), and rows a
          retry makes again are dropped by run_sweep. A task that still fails gives error
@@ -240,8 +242,11 @@ class RayExecutor(Executor):
         options, env, slots = self._resources(backend)
         if env:
             options["runtime_env"] = {"env_vars": env}
-        task = ray.remote(_ray_task).options(num_returns="streaming",
-                                             max_retries=self.max_retries, **options)
+        # Resources in ray.remote itself (not .options): a GPU task then gets Ray's default
+        # max_calls=1, a fresh worker per task, whose CUDA context is on the GPU Ray gave it
+        # (a reused worker would keep its first GPU's context: ray-project/ray#29624).
+        task = ray.remote(num_returns="streaming", max_retries=self.max_retries,
+                          **options)(_ray_task)
         chunks = task_chunks(points, backend, slots, self.points_per_task)
         t0 = time.perf_counter()
         gens = {}
