@@ -30,7 +30,9 @@ def ray_cluster():
     ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install -e '.[ray]'")
     # the test helpers below travel to the workers by value (tests/ is not on their path)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    # one (pretend) GPU: kernel tasks that ask for it run, in the simulator (inherited
+    # NUMBA_ENABLE_CUDASIM=1), with CUDA_VISIBLE_DEVICES set by Ray
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, logging_level="WARNING")
     yield ray
     ray.shutdown()
 
@@ -193,11 +195,40 @@ def test_ray_killed_driver_resumes(ray_cluster, local_rows, tmp_path):
     _check_rows(path, local_rows["model"], "model")
 
 
+class _NeedsGpu:
+    """An evaluate that fails unless Ray gave its task a GPU."""
+
+    def __init__(self, evaluate):
+        self.evaluate = evaluate
+
+    def __call__(self, p):
+        import ray
+        if not ray.get_gpu_ids() or not os.environ.get("CUDA_VISIBLE_DEVICES"):
+            raise RuntimeError("the task was given no GPU")
+        return self.evaluate(p)
+
+
+def test_ray_kernel_tasks_take_one_gpu_each(ray_cluster, local_rows, tmp_path, monkeypatch):
+    """Not simulating (a cluster that is not local, NUMBA_ENABLE_CUDASIM unset here):
+    each kernel task asks for one GPU and runs in a fresh worker process."""
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM")
+    pts = KERNEL_POINTS[:2]
+    ex = RayExecutor(address="auto", points_per_task=1)   # Ray is initialised: that cluster
+    st = run_sweep(pts, tmp_path / "k.jsonl", _NeedsGpu(evaluate_kernel), executor=ex,
+                   backend="kernel")
+    rows = read_rows(tmp_path / "k.jsonl")
+    assert st == {"done": 2, "skipped": 0, "errors": 0}, [r.get("error") for r in rows]
+    assert len({r["where"]["pid"] for r in rows}) == 2            # one worker per task
+    assert _content(tmp_path / "k.jsonl") == {r["key"]: local_rows["kernel"][r["key"]]
+                                              for r in rows}
+
+
 def test_ray_kernel_points_need_a_gpu(ray_cluster, tmp_path, monkeypatch):
     """On a cluster that is not local and has no GPU, kernel points (which ask for one GPU
     each) are refused, naming the simulator switch, unless NUMBA_ENABLE_CUDASIM=1."""
     from iosim import ConfigError
     monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    monkeypatch.setattr(ray_cluster, "cluster_resources", lambda: {"CPU": 2.0})
     ex = RayExecutor(address="auto")          # Ray is initialised: that cluster is used
     with pytest.raises(ConfigError, match="no GPU.*NUMBA_ENABLE_CUDASIM=1"):
         run_sweep(KERNEL_POINTS, tmp_path / "k.jsonl", evaluate_kernel, executor=ex)
