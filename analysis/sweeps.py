@@ -24,6 +24,12 @@ Point parameters (every row carries all of them):
   block_rows, block_cols   B_r, B_c (None: the paper's rule from sram_bytes)
   sparsity   fraction s of nonzero blocks of a random block mask (1.0: dense)
   seed       seed of that mask
+Every row also says how and where it was made: key, model_version, status (ok | error,
+  with error), eval_seconds, made_at (UTC) and where (host, pid, commit, versions, and
+  for kernel rows gpu, gpu_uuid, driver, cuda_driver_api; executor, ray_node): see
+  `provenance`. WHERE_FIELDS are those that differ between two machines making one row.
+Executors: `run_sweep(..., executor=analysis.executor.RayExecutor())` evaluates points
+  on a Ray cluster; this process still writes the file alone (analysis/executor.py).
 Row results (model): hbm_bytes / hbm_read_bytes / hbm_write_bytes (problem totals, bytes),
   hbm_elements_per_head, B_r, B_c, T_r, T_c, sram_footprint_bytes, fits_sram (footprint <=
   sram_bytes), M_elements, bound_elements_per_head (N^2 d^2 / M, constant 1).
@@ -422,15 +428,16 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
 
     work = functools.partial(evaluate_point, evaluate, version=version, backend=backend,
                              check_version=check_version)
+
+    def lost(full: dict, message: str) -> dict:       # a point whose worker never answered
+        return evaluate_point(_Fail(message), full, version=version, backend=None)
+
     written: set = set()
     try:
         with sf.locked():
             sf.repair()
             sf.update()
             sf.compact()
-        def lost(full: dict, message: str) -> dict:   # a point whose worker never answered
-            return evaluate_point(_Fail(message), full, version=version, backend=None)
-
         # closing(): an interrupted driver stops the executor's outstanding work at once
         with contextlib.closing(executor.map(work, todo(), backend=backend, lost=lost)) as rows:
             for row in rows:
