@@ -194,11 +194,14 @@ class RayExecutor(Executor):
                 kw.setdefault("include_dashboard", False)
             try:
                 ray.init(**kw)
-            except ConnectionError as exc:
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                if self.address is None:
+                    raise ConfigError(f"--executor ray could not start a local Ray cluster "
+                                      f"({why})") from None
                 raise ConfigError(f"--address={self.address!r}: no Ray cluster found there "
-                                  f"({' '.join(str(exc).split())[:200]}); start one with "
-                                  f"`ray start --head` or leave --address out to start a "
-                                  f"local one") from None
+                                  f"({why}); start one with `ray start --head` or leave "
+                                  f"--address out to start a local one") from None
             self.owned = True
         self.ray = ray
         self.stats["startup_s"] += time.perf_counter() - t0
