@@ -24,6 +24,12 @@ Point parameters (every row carries all of them):
   block_rows, block_cols   B_r, B_c (None: the paper's rule from sram_bytes)
   sparsity   fraction s of nonzero blocks of a random block mask (1.0: dense)
   seed       seed of that mask
+Every row also says how and where it was made: key, model_version, status (ok | error,
+  with error), eval_seconds, made_at (UTC) and where (host, pid, commit, versions, and
+  for kernel rows gpu, gpu_uuid, driver, cuda_driver_api; executor, ray_node): see
+  `provenance`. WHERE_FIELDS are those that differ between two machines making one row.
+Executors: `run_sweep(..., executor=analysis.executor.RayExecutor())` evaluates points
+  on a Ray cluster; this process still writes the file alone (analysis/executor.py).
 Row results (model): hbm_bytes / hbm_read_bytes / hbm_write_bytes (problem totals, bytes),
   hbm_elements_per_head, B_r, B_c, T_r, T_c, sram_footprint_bytes, fits_sram (footprint <=
   sram_bytes), M_elements, bound_elements_per_head (N^2 d^2 / M, constant 1).
@@ -32,6 +38,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import datetime as _dt
+import functools
 import hashlib
 import itertools
 import json
@@ -360,7 +368,7 @@ class _SweepFile:
 
 def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
               progress: Callable[[str], None] | None = None, retry_errors: bool = True,
-              version: str | None = None) -> dict:
+              version: str | None = None, executor=None, backend: str | None = None) -> dict:
     """Evaluate every point without a current row in `path`, appending one JSON row each.
 
     Every point is normalised and checked first (ConfigError before any work). `path`
@@ -373,61 +381,196 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
     rows the others appended and appends under an exclusive lock (fcntl.flock), so a
     point is written once.
 
+    `executor` (analysis.executor; default: LocalExecutor, in this process, one point
+    after another) says where points are evaluated; wherever that is, this process alone
+    writes the file, each row as it comes back, under the rules above, so an interrupted
+    sweep keeps every row it received and a rerun evaluates only what is missing.
+    `backend` ("model" or "kernel"; default: that of evaluate_model / evaluate_kernel)
+    names what `evaluate` computes when it wraps one of them: it picks the default
+    `version`, the device fields of the rows' `where` and the executor's resources.
+
     Returns {"done": newly written, "skipped": reused, "errors": new error rows}.
     An exception from `evaluate` becomes a row with status "error" and its message; a
     KeyboardInterrupt/SystemExit stops the sweep (rows so far are kept: a re-run resumes).
     """
+    from .executor import LocalExecutor
     pts = [normalise(p) for p in points]
     path = check_out_file(path)
+    if backend is None:
+        backend = {evaluate_kernel: "kernel", evaluate_model: "model"}.get(evaluate)
+    elif backend not in VERSION_SOURCES:
+        raise ConfigError(f"backend={backend!r} is not known; allowed: {', '.join(VERSION_SOURCES)}")
+    check_version = version is None and backend is not None
     if version is None:
-        version = model_version("kernel" if evaluate is evaluate_kernel else "model")
+        version = model_version(backend or "model")
+    executor = LocalExecutor() if executor is None else executor
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    done = skipped = errors = 0
+    counts = {"done": 0, "skipped": 0, "errors": 0}
 
     def reusable(row):
         return (row is not None and row.get("model_version") == version
                 and (row["status"] == "ok" or (row["status"] == "error" and not retry_errors)))
 
     sf = _SweepFile(path)
+
+    def todo():
+        """The points still to evaluate, each checked against the file (re-read under
+        the lock) just before it is handed out: a lazy executor skips what a concurrent
+        run wrote meanwhile."""
+        for full in pts:
+            with sf.locked():
+                sf.update()
+                row = sf.rows.get(point_key(full))
+            if reusable(row):
+                counts["skipped"] += 1
+                continue
+            yield full
+
+    work = functools.partial(evaluate_point, evaluate, version=version, backend=backend,
+                             check_version=check_version)
+
+    def lost(full: dict, message: str) -> dict:       # a point whose worker never answered
+        return evaluate_point(_Fail(message), full, version=version, backend=None)
+
+    written: set = set()
     try:
         with sf.locked():
             sf.repair()
             sf.update()
             sf.compact()
-        for full in pts:
-            key = point_key(full)
-            with sf.locked():
-                sf.update()
-                row = sf.rows.get(key)
-            if reusable(row):
-                skipped += 1
-                continue
-            t0 = time.perf_counter()
-            try:
-                result = evaluate(full)
-                row = {**full, "key": key, "model_version": version, "status": "ok", **result}
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except Exception as exc:
-                row = {**full, "key": key, "model_version": version, "status": "error",
-                       "error": f"{type(exc).__name__}: {exc}"}
-            row["eval_seconds"] = round(time.perf_counter() - t0, 6)
-            with sf.locked():
-                sf.update()
-                if reusable(sf.rows.get(key)):      # another run wrote it meanwhile
-                    skipped += 1
+        # closing(): an interrupted driver stops the executor's outstanding work at once
+        with contextlib.closing(executor.map(work, todo(), backend=backend, lost=lost)) as rows:
+            for row in rows:
+                key = row["key"]
+                if key in written:                  # a retried task's repeat: written already
                     continue
-                sf.append(row)
-            errors += row["status"] == "error"
-            done += 1
-            if progress:
-                progress(f"{row['status']:5s} {key}")
+                row.setdefault("where", {})["executor"] = executor.name
+                with sf.locked():
+                    sf.update()
+                    if reusable(sf.rows.get(key)):  # another run wrote it meanwhile
+                        counts["skipped"] += 1
+                        continue
+                    sf.append(row)
+                written.add(key)
+                counts["errors"] += row["status"] == "error"
+                counts["done"] += 1
+                if progress:
+                    progress(f"{row['status']:5s} {key}")
         with sf.locked():
             sf.update()
             sf.compact()
     finally:
         sf.close()
-    return {"done": done, "skipped": skipped, "errors": errors}
+    return counts
+
+
+def evaluate_point(evaluate: Callable[[dict], dict], full: dict, *, version: str,
+                   backend: str | None = None, check_version: bool = False) -> dict:
+    """The sweep row of one normalised point: its parameters, key, model_version, status
+    ("ok" with `evaluate`'s results, or "error" with the exception's message), the
+    seconds `evaluate` took (eval_seconds), when (made_at, UTC) and where it was made
+    (`where`: see `provenance`). Runs wherever the executor puts it (a Ray worker on
+    another host too), so everything that says where is taken here.
+
+    check_version: the row is an error unless this process's model_version(backend)
+    equals `version` (a node of a cluster running other code must not pass its rows off
+    as the driver's)."""
+    key = point_key(full)
+    t0 = time.perf_counter()
+    try:
+        here = model_version(backend) if check_version else version
+        if here != version:
+            raise RuntimeError(f"this node runs model version {here}, the driver {version}: "
+                               f"install the same flashsim commit on every node")
+        result = evaluate(full)
+        row = {**full, "key": key, "model_version": version, "status": "ok", **result}
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        row = {**full, "key": key, "model_version": version, "status": "error",
+               "error": f"{type(exc).__name__}: {exc}"}
+    row["eval_seconds"] = round(time.perf_counter() - t0, 6)
+    row["made_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    row["where"] = provenance(backend)
+    return row
+
+
+class _Fail:
+    """An evaluate that raises RuntimeError(message): the error row of a lost point."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def __call__(self, full: dict) -> dict:
+        raise RuntimeError(self.message)
+
+
+#: Row fields that say where and when a row was made, not what it says (rows of one point
+#: made on two machines differ only there).
+WHERE_FIELDS = ("where", "made_at", "eval_seconds")
+_prov_cache: dict = {}
+
+
+def provenance(backend: str | None = None) -> dict:
+    """Where this process makes rows: host, pid, commit and versions (python, numpy,
+    numba, numba-cuda, ray where imported); for kernel rows also the device: gpu (the
+    driver's name, or "Numba CUDA simulator"), gpu_uuid, driver (the NVIDIA driver) and
+    cuda_driver_api. Model rows name no GPU (the closed forms use none). Cached per
+    process; a row's copy is its own."""
+    import platform
+    import socket
+    import sys
+    pid = os.getpid()
+    if (pid, "base") not in _prov_cache:
+        from importlib import metadata
+        from .results import current_commit
+        versions = {"python": sys.version.split()[0], "numpy": np.__version__}
+        for name in ("numba", "numba-cuda", "ray"):
+            try:
+                versions[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                versions[name] = None
+        _prov_cache[(pid, "base")] = {"host": socket.gethostname(), "pid": pid,
+                                      "platform": platform.platform(),
+                                      "commit": current_commit(), "versions": versions}
+    where = {**_prov_cache[(pid, "base")]}
+    where["versions"] = dict(where["versions"])
+    if backend == "kernel":
+        if (pid, "gpu") not in _prov_cache:
+            _prov_cache[(pid, "gpu")] = _device_info()
+        where.update(_prov_cache[(pid, "gpu")])
+    else:
+        where.update(gpu=None, gpu_uuid=None, driver=None, cuda_driver_api=None)
+    return where
+
+
+def _device_info() -> dict:
+    """The current CUDA device as numba.cuda sees it (Ray sets CUDA_VISIBLE_DEVICES to
+    the GPU it gave the task, so this is that GPU)."""
+    info = {"gpu": None, "gpu_uuid": None, "driver": None, "cuda_driver_api": None}
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        info["gpu"] = "Numba CUDA simulator"
+        return info
+    try:
+        from numba import cuda
+        from numba.cuda.cudadrv.driver import driver
+        dev = cuda.get_current_device()
+        name = dev.name
+        info["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
+        info["gpu_uuid"] = str(dev.uuid)
+        info["cuda_driver_api"] = ".".join(str(x) for x in driver.get_version())
+    except Exception as exc:
+        info["gpu"] = f"unknown ({type(exc).__name__}: {exc})"
+        return info
+    import subprocess
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader",
+                            "-i", info["gpu_uuid"]], capture_output=True, text=True, timeout=20)
+        if r.returncode == 0 and r.stdout.strip():
+            info["driver"] = r.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
 
 
 def _jsonable(x):
@@ -558,7 +701,7 @@ def evaluate_kernel(params: dict, *, repeats: int = 3) -> dict:
 
 EVALUATORS = {"model": evaluate_model, "kernel": evaluate_kernel}
 
-__all__ = ["DEFAULTS", "EVALUATORS", "ROW_KEYS", "SweepFileError", "build", "ensure_cuda_env",
-           "evaluate_kernel", "evaluate_model", "grid", "has_cuda_gpu", "import_gpu",
-           "is_sweep_row", "model_row", "model_version", "normalise", "point_key",
-           "random_block_mask", "read_rows", "run_kernel", "run_sweep"]
+__all__ = ["DEFAULTS", "EVALUATORS", "ROW_KEYS", "SweepFileError", "WHERE_FIELDS", "build",
+           "ensure_cuda_env", "evaluate_kernel", "evaluate_model", "evaluate_point", "grid",
+           "has_cuda_gpu", "import_gpu",           "is_sweep_row", "model_row", "model_version", "normalise", "point_key",
+           "provenance", "random_block_mask", "read_rows", "run_kernel", "run_sweep"]

@@ -23,7 +23,10 @@ def register(sub):
                               "  flashsim sweep --out out/m.jsonl --algorithm fa1,fa2 --seq-len 1024,4096 "
                               "--sram-bytes 65536,131072\n"
                               "  flashsim sweep --out out/k.jsonl --backend kernel --algorithm fa2 "
-                              "--seq-len 256 --block-rows 32 --block-cols 32",
+                              "--seq-len 256 --block-rows 32 --block-cols 32\n"
+                              "  flashsim sweep --out out/k.jsonl --backend kernel --algorithm fa2 "
+                              "--seq-len 256,512 --block-rows 32 --block-cols 32 --executor ray "
+                              "--address auto --executor-stats",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Evaluate the cartesian product of the given lists (comma-"
                                    "separated) and append one JSON row per point to --out, flushed "
@@ -54,6 +57,21 @@ def register(sub):
     p.add_argument("--seed", type=int, default=0, help="seed of the random block masks")
     p.add_argument("--no-retry", action="store_true",
                    help="keep the error rows of an earlier run (default: evaluate them again)")
+    p.add_argument("--executor", default="local", metavar="local|ray",
+                   help="where points are evaluated: local (this process, default) or ray "
+                        "(Ray tasks on a Ray cluster; kernel points ask for one GPU each; "
+                        "needs the extra: pip install -e '.[ray]'). This process alone "
+                        "writes --out, with the same resume and retry rules")
+    p.add_argument("--address", default=None, metavar="auto|HOST:PORT",
+                   help="with --executor ray: the Ray cluster to use (auto: the one this machine "
+                        "joined with `ray start`; HOST:PORT: its head node); left out: start "
+                        "a local one for this sweep")
+    p.add_argument("--points-per-task", type=int, default=None, metavar="K",
+                   help="with --executor ray: points per Ray task (default: points over "
+                        "GPUs, or CPUs for model points, grouped by compiled kernel)")
+    p.add_argument("--executor-stats", action="store_true",
+                   help="print the executor's points, tasks, wall and evaluate seconds and "
+                        "overhead per point")
     p.set_defaults(func=main)
 
 
@@ -89,11 +107,20 @@ def main(args) -> int:
     if not args.sram_bytes and not args.block_rows:
         raise ConfigError("give --sram-bytes, or --block-rows and --block-cols")
     points = [normalise(p) for p in grid(**axes)]   # every value checked before any work
-    if args.backend == "kernel":
-        ensure_cuda_env()
+    from analysis.executor import make_executor
+    if args.executor != "ray" and args.points_per_task is not None:
+        raise ConfigError(f"--points-per-task={args.points_per_task!r} is given with --executor "
+                          f"{args.executor}; it applies to --executor ray only")
+    kw = {} if args.executor != "ray" else {"points_per_task": args.points_per_task}
+    executor = make_executor(args.executor, args.address, **kw)
+    if args.backend == "kernel" and args.executor == "local":
+        ensure_cuda_env()   # (ray: each worker decides on its own node)
     from analysis.progress import Progress, pending
-    with Progress(pending(points, args.out), "sweep") as bar:
+    with executor, Progress(pending(points, args.out), "sweep") as bar:
         st = run_sweep(points, args.out, EVALUATORS[args.backend], retry_errors=not args.no_retry,
-                       progress=lambda msg: bar.update(note=msg.split(" ", 1)[0]))
+                       progress=lambda msg: bar.update(note=msg.split(" ", 1)[0]),
+                       executor=executor)
     print(f"{args.out}: {st['done']} new rows ({st['errors']} errors), {st['skipped']} already present")
+    if args.executor_stats:
+        print(executor.stats_line())
     return 0
