@@ -187,18 +187,20 @@ def table_ncu(data=None) -> str:
 
 
 def table_sanitizer(data=None) -> str:
-    """The latest compute-sanitizer summary of each tool."""
+    """The latest compute-sanitizer summary of each tool and scope (rows with a `scope`,
+    e.g. "backward suite", are kept apart from the whole-suite runs before them)."""
     rows = R.load("sanitizer", device=DEVICE, data=data)
-    last = latest(rows, lambda r: r["tool"])
-    run = {t: [r for r in rows if r["run_id"] == last[t]["run_id"] and r["tool"] == t]
-           for t in last}
+    last = latest(rows, lambda r: (r["tool"], r.get("scope", "")))
+    run = {}
+    for (t, _), x in sorted(last.items()):
+        run.setdefault(t, []).extend(r for r in rows if r["run_id"] == x["run_id"] and r["tool"] == t)
     lines = ["| tool | run | summary |", "|---|---|---|"]
     used = []
     for tool in ("memcheck", "racecheck"):
         for r in run.get(tool, []):
             used.append(r)
-            note = f" ({r['note']})" if r.get("note") else ""
-            lines.append(f"| {tool} | `{r['run_id']}` | {r['summary']}{note} |")
+            note = "; ".join(x for x in (r.get("scope"), r.get("note")) if x)
+            lines.append(f"| {tool} | `{r['run_id']}` | {r['summary']}{f' ({note})' if note else ''} |")
     return "\n".join(lines) + "\n" + _source("sanitizer", used)
 
 
