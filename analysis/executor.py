@@ -75,7 +75,14 @@ class Executor:
 
     def map(self, work: Callable[[dict], dict], points: Iterable[dict], *,
             backend: str | None = None,
-            lost: Callable[[dict, str], dict] | None = None) -> Iterator[dict]:
+            lost: Callable[[dict, str], dict] | None = None,
+            key: Callable[[dict], str] | None = None,
+            row_key: Callable[[dict], str] | None = None,
+            group: Callable[[dict], object] | None = None) -> Iterator[dict]:
+        """`key(point)` / `row_key(row)`: a point's identity and that of the row made from
+        it (defaults: a sweep point's `point_key` and the row's "key"); the ray executor
+        uses them to tell which points of a lost task still have no row. `group(point)`:
+        points of one group may share a task (default: `kernel_group` for kernel points)."""
         raise NotImplementedError
 
     def _count(self, row: dict) -> None:
@@ -102,7 +109,8 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def map(self, work, points, *, backend=None, lost=None):
+    def map(self, work, points, *, backend=None, lost=None, key=None, row_key=None,
+            group=None):
         t0 = time.perf_counter()
         try:
             for full in points:
@@ -128,14 +136,17 @@ def kernel_group(point: dict) -> tuple:
 
 
 def task_chunks(points: list[dict], backend: str | None, slots: int,
-                points_per_task: int | None = None) -> list[list[dict]]:
+                points_per_task: int | None = None,
+                group: Callable[[dict], object] | None = None) -> list[list[dict]]:
     """The points cut into tasks: kernel points grouped by `kernel_group` (others: one
     group), each group cut into pieces of `points_per_task` points (default: all points
     over `slots`, rounded up, so there are at least `slots` tasks where there are as many
     points)."""
+    if group is None:
+        group = kernel_group if backend == "kernel" else (lambda p: None)
     groups: dict = {}
     for p in points:
-        groups.setdefault(kernel_group(p) if backend == "kernel" else None, []).append(p)
+        groups.setdefault(group(p), []).append(p)
     size = points_per_task or max(1, math.ceil(len(points) / max(1, slots)))
     return [g[i:i + size] for g in groups.values() for i in range(0, len(g), size)]
 
@@ -235,8 +246,11 @@ class RayExecutor(Executor):
                 return {"num_gpus": 1, "num_cpus": 1}, env, gpus
         return {"num_cpus": 1}, env, max(1, int(total.get("CPU", 1)))
 
-    def map(self, work, points, *, backend=None, lost=None):
+    def map(self, work, points, *, backend=None, lost=None, key=None, row_key=None,
+            group=None):
         from .sweeps import point_key
+        key = key or point_key
+        row_key = row_key or (lambda row: row["key"])
         self.start()
         ray = self.ray
         points = list(points)
@@ -250,7 +264,7 @@ class RayExecutor(Executor):
         # (a reused worker would keep its first GPU's context: ray-project/ray#29624).
         task = ray.remote(num_returns="streaming", max_retries=self.max_retries,
                           **options)(_ray_task)
-        chunks = task_chunks(points, backend, slots, self.points_per_task)
+        chunks = task_chunks(points, backend, slots, self.points_per_task, group)
         t0 = time.perf_counter()
         gens = {}
         try:
@@ -269,7 +283,7 @@ class RayExecutor(Executor):
                     except ray.exceptions.RayError as exc:   # retries spent: the rest is lost
                         why = " ".join(str(exc).split())[:300]
                         for full in gens[g]:
-                            if point_key(full) in received[g]:
+                            if key(full) in received[g]:
                                 continue
                             msg = (f"ray task lost after {self.max_retries} retries: "
                                    f"{type(exc).__name__}: {why}")
@@ -278,7 +292,7 @@ class RayExecutor(Executor):
                                 self._count(row)
                                 yield row
                         continue
-                    received[g].add(row["key"])
+                    received[g].add(row_key(row))
                     self._count(row)
                     yield row
                     waiting.append(g)

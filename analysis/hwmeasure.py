@@ -283,50 +283,125 @@ def counters_row(c: dict, kernels: list[dict]) -> dict:
     return row
 
 
-def measure_counters(configs, out: str, ncu: str | None = None, budget_s: float = 540) -> int:
-    """Run the configurations not yet in `out` under ncu (in chunks, each a child process
-    within the time budget) and append one row per configuration."""
+def _counter_rows(chunk, ncu: str, env: dict, timeout: float) -> list[dict]:
+    """Run `chunk` (configurations) in one child process under ncu; one row each (a
+    configuration ncu did not reach gets no row)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg_path, man = os.path.join(tmp, "configs.json"), os.path.join(tmp, "manifest.jsonl")
+        with open(cfg_path, "w") as f:
+            json.dump(chunk, f)
+        cmd = [ncu, "--csv", "--print-units", "base", "--clock-control", "none",
+               "-k", f"regex:{OUR_KERNELS}", "--metrics", ",".join(COUNTER_METRICS),
+               sys.executable, "-m", "analysis.hwmeasure", "child-counters",
+               "--configs", cfg_path, "--manifest", man]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            text = proc.stdout
+        except subprocess.TimeoutExpired as e:
+            text = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            print(f"hwmeasure: ncu chunk timed out after {timeout:.0f} s", file=sys.stderr)
+        passes = split_passes(parse_ncu_csv(text))
+        recs = [json.loads(ln) for ln in open(man)] if os.path.exists(man) else []
+        if not recs:
+            print((text or "")[-3000:], file=sys.stderr)
+        for i, rec in enumerate(recs):
+            c = next(x for x in chunk if x["id"] == rec["id"])
+            row = {"kind": "levels_validation", **env, "config": c,
+                   "tiling": rec.get("tiling"), "status": "ok" if rec["ok"] else "error"}
+            if rec["ok"] and i < len(passes) and passes[i]:
+                row["measured"] = counters_row(c, passes[i])
+            else:
+                row["status"] = "error"
+                row["error"] = rec.get("error") or "no ncu rows for this pass"
+            rows.append(row)
+    return rows
+
+
+def counter_row(c: dict, ncu: str | None = None, timeout: float = 600) -> dict:
+    """One configuration under ncu, wherever this runs (an executor's worker: the GPU it
+    was given), with where it was made (`where`) and how long it took (`eval_seconds`)."""
+    from analysis.sweeps import provenance
+    t0 = time.perf_counter()
+    ncu = ncu or shutil.which("ncu")
+    if not ncu:
+        raise RuntimeError("hwmeasure: ncu (Nsight Compute) is not on PATH here")
+    rows = _counter_rows([c], ncu, environment(), timeout)
+    row = rows[0] if rows else {"kind": "levels_validation", **environment(), "config": c,
+                                "status": "error", "error": "ncu made no row"}
+    row["where"] = provenance("kernel")
+    row["eval_seconds"] = time.perf_counter() - t0
+    return row
+
+
+def _lost_row(kind):
+    def lost(c, message):
+        return {"kind": kind, "config": c, "status": "error", "error": message[:500]}
+    return lost
+
+
+def _by_id(c):
+    return c["id"]
+
+
+def _row_id(r):
+    return r["config"]["id"]
+
+
+def _run_executor(executor, work, todo, kind, out, budget_s, t0, what) -> int:
+    """Stream `work`'s rows for `todo` from `executor` into `out` (this process alone
+    writes it) until `budget_s` is spent; returns the rows written."""
+    written = 0
+    rows = executor.map(work, todo, backend="kernel", lost=_lost_row(kind), key=_by_id,
+                        row_key=_row_id, group=lambda c: None)
+    seen = set()
+    try:
+        for row in rows:
+            if row["config"]["id"] in seen:     # a retried task's repeat: keep the first
+                continue
+            seen.add(row["config"]["id"])
+            with open(out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            written += 1
+            m = row.get("measured", {})
+            print(f"{row['config']['id']}: {m.get('measured_ms', m.get('dram_read_bytes')) if m else row.get('error')}",
+                  flush=True)
+            if time.time() - t0 > budget_s:
+                print(f"hwmeasure {what}: budget reached (rerun to resume)", flush=True)
+                break
+    finally:
+        rows.close()
+    return written
+
+
+def measure_counters(configs, out: str, ncu: str | None = None, budget_s: float = 540,
+                     executor=None) -> int:
+    """Run the configurations not yet in `out` under ncu and append one row per
+    configuration. Locally (executor None or local): in chunks of 12, each one child
+    process, within the time budget. With a ray executor: one ncu child per
+    configuration, as Ray tasks asking for one GPU each (rows stream back here)."""
+    done = _done_ids(out)
+    todo = [c for c in configs if c["id"] not in done]
+    t0 = time.time()
+    if executor is not None and executor.name != "local":
+        import functools
+        with executor:
+            n = _run_executor(executor, functools.partial(counter_row, ncu=ncu), todo,
+                              "levels_validation", out, budget_s, t0, "counters")
+            print(executor.stats_line(), flush=True)
+        return n
     ncu = ncu or shutil.which("ncu")
     if not ncu:
         raise SystemExit("hwmeasure: ncu (Nsight Compute) is not on PATH; give --ncu PATH")
-    done = _done_ids(out)
-    todo = [c for c in configs if c["id"] not in done]
     env = environment()
-    t0 = time.time()
     written = 0
     while todo and time.time() - t0 < budget_s:
         chunk, todo = todo[:12], todo[12:]
-        with tempfile.TemporaryDirectory() as tmp:
-            cfg_path, man = os.path.join(tmp, "configs.json"), os.path.join(tmp, "manifest.jsonl")
-            with open(cfg_path, "w") as f:
-                json.dump(chunk, f)
-            cmd = [ncu, "--csv", "--print-units", "base", "--clock-control", "none",
-                   "-k", f"regex:{OUR_KERNELS}", "--metrics", ",".join(COUNTER_METRICS),
-                   sys.executable, "-m", "analysis.hwmeasure", "child-counters",
-                   "--configs", cfg_path, "--manifest", man]
-            left = max(30.0, budget_s - (time.time() - t0))
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
-                text = proc.stdout
-            except subprocess.TimeoutExpired as e:
-                text = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-                print(f"hwmeasure: ncu chunk timed out after {left:.0f} s", file=sys.stderr)
-            passes = split_passes(parse_ncu_csv(text))
-            recs = [json.loads(ln) for ln in open(man)] if os.path.exists(man) else []
-            if not recs:
-                print((text or "")[-3000:], file=sys.stderr)
-            with open(out, "a") as f:
-                for i, rec in enumerate(recs):
-                    c = next(x for x in chunk if x["id"] == rec["id"])
-                    row = {"kind": "levels_validation", **env, "config": c,
-                           "tiling": rec.get("tiling"), "status": "ok" if rec["ok"] else "error"}
-                    if rec["ok"] and i < len(passes) and passes[i]:
-                        row["measured"] = counters_row(c, passes[i])
-                    else:
-                        row["status"] = "error"
-                        row["error"] = rec.get("error") or "no ncu rows for this pass"
-                    f.write(json.dumps(row) + "\n")
-                    written += 1
+        rows = _counter_rows(chunk, ncu, env, max(30.0, budget_s - (time.time() - t0)))
+        with open(out, "a") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        written += len(rows)
         print(f"hwmeasure counters: {written} rows, {time.time() - t0:.0f} s", flush=True)
     if todo:
         print(f"hwmeasure counters: budget reached, {len(todo)} configurations left "
@@ -393,32 +468,46 @@ def time_config(c: dict, reps: int = 15, rotate_bytes: float = 200e6, min_reps: 
             "kernels": [{"name": n, "ms": m} for n, m in zip(names, per)]}
 
 
-def measure_times(configs, out: str, budget_s: float = 540) -> int:
+def time_row(c: dict) -> dict:
+    """One configuration's kernels timed alone, wherever this runs (an executor's worker:
+    the GPU it was given), with `where` and `eval_seconds`."""
     import torch
+    from analysis.sweeps import provenance
+    t0 = time.perf_counter()
+    row = {"kind": "runtime_measurement", **environment(), "config": c}
+    try:
+        row["tiling"] = list(resolved_tiling(c))
+        row["measured"] = time_config(c)
+        row["status"] = "ok"
+    except Exception as e:
+        row["status"] = "error"
+        row["error"] = f"{type(e).__name__}: {e}"[:500]
+    torch.cuda.empty_cache()
+    row["where"] = provenance("kernel")
+    row["eval_seconds"] = time.perf_counter() - t0
+    return row
+
+
+def measure_times(configs, out: str, budget_s: float = 540, executor=None) -> int:
+    """Time the configurations not yet in `out` (ok rows), one row each, appended as made
+    until `budget_s` is spent. executor: None or local (this process, one after
+    another), or a ray executor (Ray tasks asking for one GPU each; rows stream back)."""
+    from analysis.executor import LocalExecutor
     done = _done_ids(out)
-    env = environment()
+    todo = [c for c in configs if c["id"] not in done]
     t0 = time.time()
-    n = 0
-    for c in configs:
-        if c["id"] in done:
-            continue
-        if time.time() - t0 > budget_s:
-            print("hwmeasure times: budget reached (rerun to resume)", flush=True)
-            break
-        row = {"kind": "runtime_measurement", **env, "config": c}
-        try:
-            row["tiling"] = list(resolved_tiling(c))
-            row["measured"] = time_config(c)
-            row["status"] = "ok"
-        except Exception as e:
-            row["status"] = "error"
-            row["error"] = f"{type(e).__name__}: {e}"[:500]
-        torch.cuda.empty_cache()
-        with open(out, "a") as f:
-            f.write(json.dumps(row) + "\n")
-        n += 1
-        m = row.get("measured", {}).get("measured_ms")
-        print(f"{c['id']}: {m if m is not None else row.get('error')}", flush=True)
+    executor = executor or LocalExecutor()
+
+    def in_budget():                      # the local executor takes points lazily
+        for c in todo:
+            if time.time() - t0 > budget_s:
+                return
+            yield c
+    with executor:
+        n = _run_executor(executor, time_row, in_budget() if executor.name == "local" else todo,
+                          "runtime_measurement", out, budget_s, t0, "times")
+        if executor.name != "local":
+            print(executor.stats_line(), flush=True)
     return n
 
 
@@ -463,6 +552,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="rows.jsonl")
     ap.add_argument("--ncu", default=None)
     ap.add_argument("--budget-s", type=float, default=540)
+    ap.add_argument("--executor", default="local", metavar="local|ray",
+                    help="where configurations run: local (this process, the default) or ray "
+                         "(Ray tasks, one GPU each; needs the extra: pip install -e '.[ray]')")
+    ap.add_argument("--address", default=None, metavar="auto|HOST:PORT",
+                    help="with --executor ray: the Ray cluster (default: start one here)")
+    ap.add_argument("--points-per-task", type=int, default=None, metavar="K",
+                    help="with --executor ray: configurations per Ray task (default: 1)")
     ap.add_argument("--configs", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--manifest", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -470,13 +566,26 @@ def main(argv=None) -> int:
         with open(a.configs) as f:
             child_counters(json.load(f), a.manifest)
         return 0
+    from analysis.executor import make_executor
+    from iosim import ConfigError
+    try:
+        if a.points_per_task is not None and a.executor != "ray":
+            raise ConfigError(f"--points-per-task={a.points_per_task} is given with --executor "
+                              f"{a.executor}; it is for --executor ray")
+        if a.points_per_task is not None and a.points_per_task < 1:
+            raise ConfigError(f"--points-per-task={a.points_per_task} must be >= 1")
+        kw = {"points_per_task": a.points_per_task or 1} if a.executor == "ray" else {}
+        executor = make_executor(a.executor, a.address, **kw)
+    except ConfigError as e:
+        print(f"hwmeasure: error: {e}", file=sys.stderr)
+        return 2
     configs = SETS[a.set]
     if a.only:
         configs = [c for c in configs if re.search(a.only, c["id"])]
     if a.what == "counters":
-        measure_counters(configs, a.out, a.ncu, a.budget_s)
+        measure_counters(configs, a.out, a.ncu, a.budget_s, executor)
     else:
-        measure_times(configs, a.out, a.budget_s)
+        measure_times(configs, a.out, a.budget_s, executor)
     return 0
 
 

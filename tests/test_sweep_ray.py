@@ -271,3 +271,62 @@ def test_cli_executor_ray_without_ray(tmp_path, capsys, monkeypatch):
     assert cli(SWEEP + ["--out", str(tmp_path / "s.jsonl"), "--executor", "ray"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "pip install -e '.[ray]'" in err[0], err
+
+
+# ---------------------------------------------------------------------------------------
+# The hardware-counter / timing validations (analysis.hwmeasure) on an executor
+# ---------------------------------------------------------------------------------------
+HW_CONFIGS = [{"id": f"cfg{i}", "N": 64 * (i + 1)} for i in range(5)]
+
+
+class _FakeMeasure:
+    """Stands in for hwmeasure.time_row (which needs torch and a GPU): a row per config,
+    killing its worker once at `victim` (marker file) to exercise Ray's retry."""
+
+    def __init__(self, victim=None, marker=None):
+        self.victim, self.marker = victim, marker
+
+    def __call__(self, c):
+        if c["id"] == self.victim and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"kind": "runtime_measurement", "config": c, "status": "ok",
+                "measured": {"measured_ms": c["N"] / 64.0}, "where": {"pid": os.getpid()},
+                "eval_seconds": 0.0}
+
+
+def _hw_rows(path):
+    import json
+    with open(path) as f:
+        rows = [json.loads(x) for x in f]
+    return {r["config"]["id"]: (r["status"], r["measured"]) for r in rows}, len(rows)
+
+
+def test_hwmeasure_rows_equal_local_on_ray_and_resume(ray_cluster, tmp_path, monkeypatch):
+    import time
+    from analysis import hwmeasure
+    from analysis.executor import LocalExecutor
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    loc = tmp_path / "local.jsonl"
+    n = hwmeasure._run_executor(LocalExecutor(), _FakeMeasure(), HW_CONFIGS,
+                                "runtime_measurement", str(loc), 60, time.time(), "times")
+    assert n == 5
+    ray_out = tmp_path / "ray.jsonl"
+    ex = RayExecutor(points_per_task=2)
+    with ex:   # a worker dies at cfg3 once: Ray re-runs its task, rows are not repeated
+        n = hwmeasure._run_executor(ex, _FakeMeasure("cfg3", str(tmp_path / "killed")),
+                                    HW_CONFIGS, "runtime_measurement", str(ray_out), 60,
+                                    time.time(), "times")
+    assert (tmp_path / "killed").exists()
+    got, lines = _hw_rows(ray_out)
+    assert got == _hw_rows(loc)[0] and lines == 5 == n
+    # resume: hwmeasure skips the configurations whose ok rows are already in the file
+    assert hwmeasure._done_ids(str(ray_out)) == {c["id"] for c in HW_CONFIGS}
+
+
+def test_hwmeasure_executor_bad_input_is_one_line(capsys):
+    from analysis import hwmeasure
+    assert hwmeasure.main(["times", "--executor", "dask"]) == 2
+    assert "--executor='dask' is not known" in capsys.readouterr().err
+    assert hwmeasure.main(["counters", "--address", "auto"]) == 2
+    assert "--address='auto'" in capsys.readouterr().err
