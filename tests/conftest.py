@@ -38,3 +38,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "prestart(job=fn): start the test's subprocess work `job` in the "
+        "background after collection (tests/_background.py); the test reads it with "
+        "_background.result(job)")
+
+
+def pytest_collection_finish(session):
+    import _background
+    jobs = []
+    for item in session.items:
+        if "gpu" in item.keywords and not HAS_GPU:
+            continue
+        for mark in item.iter_markers("prestart"):
+            if mark.kwargs["job"] not in jobs:
+                jobs.append(mark.kwargs["job"])
+    _background.submit(jobs)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import _background
+    _background.close()
