@@ -25,6 +25,7 @@ _procs = set()
 _dirs = []
 _thread = None
 _closed = False
+_env = _cwd = None      # the process environment and directory before the first test
 
 
 class _Job:
@@ -66,9 +67,17 @@ def _worker():
         job.run()
 
 
+def environ():
+    """A copy of os.environ as it was when the jobs were submitted (before any test ran):
+    a job must not see what a running test has monkeypatched (FLASHSIM_RESULTS, ...)."""
+    return dict(os.environ if _env is None else _env)
+
+
 def submit(fns):
     """Queue `fns` (job functions, each once) for the background thread; start it."""
-    global _thread
+    global _thread, _env, _cwd
+    if _env is None:
+        _env, _cwd = dict(os.environ), os.getcwd()
     if not enabled():
         return
     with _lock:
@@ -101,7 +110,11 @@ def result(fn):
 
 
 def popen(args, **kw):
-    """subprocess.Popen, killed at the end of the session if still running."""
+    """subprocess.Popen, killed at the end of the session if still running; env and cwd
+    default to those of before the first test (`environ`), not the running test's."""
+    kw.setdefault("env", environ())
+    if _cwd is not None:
+        kw.setdefault("cwd", _cwd)
     p = subprocess.Popen(args, **kw)
     with _lock:
         _procs.add(p)

@@ -100,7 +100,7 @@ def test_bad_suite_is_one_line(capsys):
 def _ptx_job():
     """The NVVM probe, then `flashsim check --ptx --quick` where it passes (subprocesses
     started early: tests/_background.py)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    env = dict(_background.environ(), NUMBA_ENABLE_CUDASIM="0")
     probe = _background.run(
         [sys.executable, "-c", "from numba import cuda\n"
          "def f(a):\n    a[0] = 1\n"

@@ -240,7 +240,7 @@ def _ptx_job():
     """PTX_SCRIPT in a subprocess (started early: tests/_background.py)."""
     if shutil.which("ptxas") is None:
         return None
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(_background.environ(), PYTHONPATH=ROOT)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     return _background.run([sys.executable, "-c", PTX_SCRIPT, _background.mkdtemp("bwd-fast")],
                            env=env, timeout=300, cwd=ROOT)

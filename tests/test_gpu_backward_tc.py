@@ -106,7 +106,7 @@ CONFIGS = [(64, 128, 64, False, False, False, 1),    # d = 64 default
 def _build_job():
     """The linked build of CONFIGS in a subprocess (started early: tests/_background.py)."""
     ptx_dir = _background.mkdtemp("bwd-tc-ptx")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    env = dict(_background.environ(), NUMBA_ENABLE_CUDASIM="0")
     r = _background.run([sys.executable, "-c", BUILD, json.dumps(CONFIGS), ptx_dir],
                         env=env, cwd=ROOT, timeout=900)
     return r, ptx_dir

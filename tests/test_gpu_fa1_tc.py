@@ -221,7 +221,7 @@ SLOW_CONFIGS = [(128, 128, 64, False, False, False, 1, 3),
 
 def _build(configs):
     ptx_dir = _background.mkdtemp("fa1-tc-ptx")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    env = dict(_background.environ(), NUMBA_ENABLE_CUDASIM="0")
     r = _background.run([sys.executable, "-c", BUILD, json.dumps(configs), ptx_dir],
                         env=env, cwd=ROOT, timeout=600)
     return r, ptx_dir

@@ -364,7 +364,7 @@ def _build_job():
     """The linked builds, one subprocess per config (started early, beside the simulator
     tests: tests/_background.py)."""
     ptx_dir = _background.mkdtemp("std-tc-ptx")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    env = dict(_background.environ(), NUMBA_ENABLE_CUDASIM="0")
     outs = []
     for c in CONFIGS:
         r = _background.run([sys.executable, "-c", BUILD, json.dumps(c), ptx_dir], env=env,

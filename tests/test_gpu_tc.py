@@ -172,7 +172,7 @@ CONFIGS = [(128, 64, 64, False, False, False, 1),  # d = 64 default
 def _build_job():
     """The linked build of CONFIGS in a subprocess (started early: tests/_background.py)."""
     ptx_dir = _background.mkdtemp("fa2-tc-ptx")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    env = dict(_background.environ(), NUMBA_ENABLE_CUDASIM="0")
     args = [sys.executable, "-c", BUILD, json.dumps(CONFIGS), ptx_dir]
     return _background.run(args, env=env, cwd=ROOT, timeout=600), ptx_dir
 
