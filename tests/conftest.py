@@ -15,13 +15,20 @@ from analysis.sweeps import has_cuda_gpu
 HAS_GPU = has_cuda_gpu()
 if not HAS_GPU:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    # the simulator's block scheduler without its busy-wait (tests/_simsync.py): same
+    # results, a fraction of the time
+    import _simsync
+    SIM_EVENT_DRIVEN = _simsync.install()
 # gpu.attention NaN-fills its outputs only in validation mode: the tests check that no
 # element is left unwritten, so they run in it (gpu.api.POISON, read at import)
 os.environ.setdefault("FLASHSIM_POISON", "1")
 
 
 def pytest_report_header(config):
-    return "CUDA: real GPU" if HAS_GPU else "CUDA: Numba simulator (NUMBA_ENABLE_CUDASIM=1)"
+    if HAS_GPU:
+        return "CUDA: real GPU"
+    sched = "event-driven block scheduler" if SIM_EVENT_DRIVEN else "its own block scheduler"
+    return f"CUDA: Numba simulator (NUMBA_ENABLE_CUDASIM=1), {sched}"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -31,3 +38,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "prestart(job=fn): start the test's subprocess work `job` in the "
+        "background after collection (tests/_background.py); the test reads it with "
+        "_background.result(job)")
+
+
+def pytest_collection_finish(session):
+    import _background
+    jobs = []
+    for item in session.items:
+        if "gpu" in item.keywords and not HAS_GPU:
+            continue
+        for mark in item.iter_markers("prestart"):
+            if mark.kwargs["job"] not in jobs:
+                jobs.append(mark.kwargs["job"])
+    _background.submit(jobs)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import _background
+    _background.close()

@@ -241,14 +241,3 @@ def test_cli_sweep_and_bad_input(tmp_path, capsys):
 def test_cli_figure(tmp_path, capsys):
     assert cli(["figure", "fig6", "--out", str(tmp_path)]) == 0
     assert os.path.exists(tmp_path / "fig6_memory_footprint.png")
-
-
-def test_cli_report_without_kernels(tmp_path):
-    assert cli(["report", "--out", str(tmp_path), "--no-kernels"]) == 0
-    text = (tmp_path / "REPORT.md").read_text()
-    assert "**FAIL**" not in text and "Skipped" in text
-    for n in (1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13):
-        assert f"fig{n}_" in text
-    assert "Below the ledger: L2 and DRAM" in text
-    assert "Time model (analysis.runtime)" in text
-    assert len(read_rows(tmp_path / "sweep_model.jsonl")) == 360

@@ -3,11 +3,11 @@ simulator and, in the tests marked `gpu`, on a real GPU (one source of truth for
 H100 runs verified: counts equal iosim's closed form, errors within bounds)."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
+import _background
 from analysis import check as C
 from analysis.cli import main as cli
 
@@ -97,19 +97,28 @@ def test_bad_suite_is_one_line(capsys):
     assert "suite='forward,nope' is not allowed" in capsys.readouterr().err
 
 
-def test_ptx_no_float64_and_no_atomics_without_counting():
-    """`flashsim check --ptx --quick` (needs NVVM, not a GPU): no .f64 instructions, and
-    the uninstrumented builds have no atomics. Skipped where NVVM is unavailable."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    probe = subprocess.run(
+def _ptx_job():
+    """The NVVM probe, then `flashsim check --ptx --quick` where it passes (subprocesses
+    started early: tests/_background.py)."""
+    env = dict(_background.environ(), NUMBA_ENABLE_CUDASIM="0")
+    probe = _background.run(
         [sys.executable, "-c", "from numba import cuda\n"
          "def f(a):\n    a[0] = 1\n"
          "cuda.compile_ptx(f, 'void(float32[:])', cc=(9, 0))"],
-        capture_output=True, text=True, env=env, timeout=300)
+        env=env, timeout=300)
+    if probe.returncode != 0:
+        return probe, None
+    return probe, _background.run([sys.executable, "-m", "analysis.cli", "check", "--ptx",
+                                   "--quick"], env=env, timeout=600, cwd=ROOT)
+
+
+@pytest.mark.prestart(job=_ptx_job)
+def test_ptx_no_float64_and_no_atomics_without_counting():
+    """`flashsim check --ptx --quick` (needs NVVM, not a GPU): no .f64 instructions, and
+    the uninstrumented builds have no atomics. Skipped where NVVM is unavailable."""
+    probe, r = _background.result(_ptx_job)
     if probe.returncode != 0:
         pytest.skip("cannot compile PTX here: " + probe.stderr.strip().splitlines()[-1])
-    r = subprocess.run([sys.executable, "-m", "analysis.cli", "check", "--ptx", "--quick"],
-                       capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PTX: all ok" in r.stdout
 

@@ -14,12 +14,12 @@ results show every element was written. The last tests: PTX through ptxas withou
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+import _background
 import iosim
 from gpu.backward import attention_backward, fa2_fast
 from test_gpu_backward import check, rel_err, setup
@@ -236,16 +236,24 @@ for d in (64, 128):
 """
 
 
-def test_ptx_default_tilings_do_not_spill(tmp_path):
+def _ptx_job():
+    """PTX_SCRIPT in a subprocess (started early: tests/_background.py)."""
+    if shutil.which("ptxas") is None:
+        return None
+    env = dict(_background.environ(), PYTHONPATH=ROOT)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    return _background.run([sys.executable, "-c", PTX_SCRIPT, _background.mkdtemp("bwd-fast")],
+                           env=env, timeout=300, cwd=ROOT)
+
+
+@pytest.mark.prestart(job=_ptx_job)
+def test_ptx_default_tilings_do_not_spill():
     """ptxas -v (sm_90) on the fp32 main kernel at the default tilings, d = 64 and 128:
     no spill stores or loads, at most 255 registers, LDS.128 emitted, no float64. Needs
     NVVM and ptxas, not a GPU (skipped where they are missing)."""
-    if shutil.which("ptxas") is None:
+    r = _background.result(_ptx_job)
+    if r is None:
         pytest.skip("no ptxas on PATH")
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    r = subprocess.run([sys.executable, "-c", PTX_SCRIPT, str(tmp_path)], capture_output=True,
-                       text=True, env=env, timeout=300, cwd=ROOT)
     if r.returncode != 0 and "CUDA" in r.stderr and "compile" not in r.stderr:
         pytest.skip("cannot compile PTX here: " + r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, r.stderr

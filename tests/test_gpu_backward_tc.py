@@ -11,6 +11,7 @@ poison), counts equal to iosim.backward_closed_form.
 """
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import numpy as np
 import pytest
 
+import _background
 import iosim
 from test_gpu_backward import check, setup
 
@@ -101,11 +103,20 @@ CONFIGS = [(64, 128, 64, False, False, False, 1),    # d = 64 default
            (32, 128, 128, True, False, False, 1)]    # d = 128 causal default
 
 
-def test_linked_build_uses_tensor_cores_and_registers_only(tmp_path):
+def _build_job():
+    """The linked build of CONFIGS in a subprocess (started early: tests/_background.py)."""
+    ptx_dir = _background.mkdtemp("bwd-tc-ptx")
+    env = dict(_background.environ(), NUMBA_ENABLE_CUDASIM="0")
+    r = _background.run([sys.executable, "-c", BUILD, json.dumps(CONFIGS), ptx_dir],
+                        env=env, cwd=ROOT, timeout=900)
+    return r, ptx_dir
+
+
+@pytest.mark.prestart(job=_build_job)
+def test_linked_build_uses_tensor_cores_and_registers_only():
     from gpu.backward.fa2_tc import dq_cols as fa2_tc_dq_cols
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    r = subprocess.run([sys.executable, "-c", BUILD, json.dumps(CONFIGS), str(tmp_path)],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    r, ptx_dir = _background.result(_build_job)
+    tmp_path = pathlib.Path(ptx_dir)
     if r.returncode != 0 and ("nvjitlink" in r.stderr.lower() or "nvrtc" in r.stderr.lower()
                               or "NVVM" in r.stderr):
         pytest.skip("cannot build linked code here: " + r.stderr.strip().splitlines()[-1])

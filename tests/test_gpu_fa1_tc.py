@@ -16,6 +16,7 @@ before each launch, so an unwritten element shows.
 """
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ import sys
 import numpy as np
 import pytest
 
+import _background
 import iosim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -217,19 +219,36 @@ SLOW_CONFIGS = [(128, 128, 64, False, False, False, 1, 3),
                 (128, 64, 128, True, True, True, 1, 2)]
 
 
-def test_linked_build_uses_tensor_cores_registers_only_no_spills(tmp_path):
-    _check_build(CONFIGS, tmp_path)
+def _build(configs):
+    ptx_dir = _background.mkdtemp("fa1-tc-ptx")
+    env = dict(_background.environ(), NUMBA_ENABLE_CUDASIM="0")
+    r = _background.run([sys.executable, "-c", BUILD, json.dumps(configs), ptx_dir],
+                        env=env, cwd=ROOT, timeout=600)
+    return r, ptx_dir
+
+
+def _build_job():
+    """The linked build of CONFIGS (started early: tests/_background.py)."""
+    return _build(CONFIGS)
+
+
+def _build_slow_job():
+    return _build(SLOW_CONFIGS)
+
+
+@pytest.mark.prestart(job=_build_job)
+def test_linked_build_uses_tensor_cores_registers_only_no_spills():
+    _check_build(*_background.result(_build_job))
 
 
 @pytest.mark.slow
-def test_linked_build_other_defaults(tmp_path):
-    _check_build(SLOW_CONFIGS, tmp_path)
+@pytest.mark.prestart(job=_build_slow_job)
+def test_linked_build_other_defaults():
+    _check_build(*_background.result(_build_slow_job))
 
 
-def _check_build(configs, tmp_path):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    r = subprocess.run([sys.executable, "-c", BUILD, json.dumps(configs), str(tmp_path)],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+def _check_build(r, ptx_dir):
+    tmp_path = pathlib.Path(ptx_dir)
     if r.returncode != 0 and ("nvjitlink" in r.stderr.lower() or "nvrtc" in r.stderr.lower()
                               or "NVVM" in r.stderr):
         pytest.skip("cannot build linked code here: " + r.stderr.strip().splitlines()[-1])

@@ -13,6 +13,7 @@ kernels have NaN.
 """
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ import sys
 import numpy as np
 import pytest
 
+import _background
 import iosim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,7 +114,7 @@ print(json.dumps(out))
 """
 
 # the defaults at d = 64 (16-byte rows) and d = 128 (causal, block mask, instrumented, and
-# N not a multiple of 8: element-wise N x N moves); one subprocess each (they run in parallel)
+# N not a multiple of 8: element-wise N x N moves); one subprocess each
 CONFIGS = [[(128, 64, 64, False, False, False, True)],
            [(128, 64, 128, True, True, True, False)]]
 
@@ -358,43 +360,29 @@ def test_kernels_with_emulated_tile_products(emulated, N, d, heads, kv_heads, ca
         np.testing.assert_allclose(g.astype(np.float32), gp, atol=3e-3, rtol=1e-2)
 
 
-# the linked build last: its subprocesses started with the module's first test
-_BUILDS: dict = {}
+def _build_job():
+    """The linked builds, one subprocess per config (started early, beside the simulator
+    tests: tests/_background.py)."""
+    ptx_dir = _background.mkdtemp("std-tc-ptx")
+    env = dict(_background.environ(), NUMBA_ENABLE_CUDASIM="0")
+    outs = []
+    for c in CONFIGS:
+        r = _background.run([sys.executable, "-c", BUILD, json.dumps(c), ptx_dir], env=env,
+                            cwd=ROOT, timeout=900)
+        outs.append((r.returncode, r.stdout, r.stderr))
+    return outs, ptx_dir
 
 
-def _start_builds(tmp_dir):
-    """Start the linked builds (one subprocess per config) once per module: they run while
-    the simulator tests do, and the build test collects them."""
-    if "procs" not in _BUILDS:
-        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-        _BUILDS["dir"] = tmp_dir
-        _BUILDS["procs"] = [
-            subprocess.Popen([sys.executable, "-c", BUILD, json.dumps(c), str(tmp_dir)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=env, cwd=ROOT) for c in CONFIGS]
-    return _BUILDS
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _linked_builds(tmp_path_factory):
-    b = _start_builds(tmp_path_factory.mktemp("std_tc_ptx"))
-    yield b
-    for p in b["procs"]:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-    _BUILDS.clear()
-
-
-def test_linked_build_uses_tensor_cores_and_registers_only(_linked_builds):
-    tmp_path = _linked_builds["dir"]
+@pytest.mark.prestart(job=_build_job)
+def test_linked_build_uses_tensor_cores_and_registers_only():
+    outs, ptx_dir = _background.result(_build_job)
+    tmp_path = pathlib.Path(ptx_dir)
     rows = []
-    for p in _linked_builds["procs"]:
-        out, err = p.communicate(timeout=900)
-        if p.returncode != 0 and ("nvjitlink" in err.lower() or "nvrtc" in err.lower()
-                                  or "NVVM" in err):
+    for returncode, out, err in outs:
+        if returncode != 0 and ("nvjitlink" in err.lower() or "nvrtc" in err.lower()
+                                or "NVVM" in err):
             pytest.skip("cannot build linked code here: " + err.strip().splitlines()[-1])
-        assert p.returncode == 0, out + err
+        assert returncode == 0, out + err
         rows += json.loads(out.strip().splitlines()[-1])
     assert len(rows) == 8 * len(CONFIGS)
     for row in rows:

@@ -10,6 +10,7 @@ full check against PyTorch runs on a GPU through `flashsim check --suite tc`.
 """
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import sys
 import numpy as np
 import pytest
 
+import _background
 import iosim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -167,22 +169,26 @@ CONFIGS = [(128, 64, 64, False, False, False, 1),  # d = 64 default
            (64, 32, 48, True, True, True, 1, True)]
 
 
-def _build(configs, ptx_dir=None):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    args = [sys.executable, "-c", BUILD, json.dumps(configs)] + ([str(ptx_dir)] if ptx_dir else [])
-    r = subprocess.run(args, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+def _build_job():
+    """The linked build of CONFIGS in a subprocess (started early: tests/_background.py)."""
+    ptx_dir = _background.mkdtemp("fa2-tc-ptx")
+    env = dict(_background.environ(), NUMBA_ENABLE_CUDASIM="0")
+    args = [sys.executable, "-c", BUILD, json.dumps(CONFIGS), ptx_dir]
+    return _background.run(args, env=env, cwd=ROOT, timeout=600), ptx_dir
+
+
+@pytest.mark.prestart(job=_build_job)
+def test_linked_build_uses_tensor_cores_and_registers_only():
+    """Every specialisation links into one kernel with the C++ inlined (no call), fragments
+    in registers (no .local), exactly the mma.sync / ldmatrix count the tile loops imply,
+    asynchronous K/V copies, 16-byte O stores, no float64, and atomics only when counting."""
+    r, ptx_dir = _background.result(_build_job)
+    tmp_path = pathlib.Path(ptx_dir)
     if r.returncode != 0 and ("nvjitlink" in r.stderr.lower() or "nvrtc" in r.stderr.lower()
                               or "NVVM" in r.stderr):
         pytest.skip("cannot build linked code here: " + r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, r.stdout + r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def test_linked_build_uses_tensor_cores_and_registers_only(tmp_path):
-    """Every specialisation links into one kernel with the C++ inlined (no call), fragments
-    in registers (no .local), exactly the mma.sync / ldmatrix count the tile loops imply,
-    asynchronous K/V copies, 16-byte O stores, no float64, and atomics only when counting."""
-    rows = _build(CONFIGS, tmp_path)
+    rows = json.loads(r.stdout.strip().splitlines()[-1])
     for row in rows:
         B_r, B_c, d, causal, mask, count, MT = row["cfg"][:7]
         steps = (B_c // 16) * (d // 16)
