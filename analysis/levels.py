@@ -254,8 +254,8 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
         prefix = {"tc": "fa2_tc", "fast": "fa2_fast", "plain": "fa2_fwd"}[plan.kernel]
         lau = L(prefix, T_r * I, plan.threads, plan.smem_bytes, prefix)
         # a spilling build's stack frame (spill bytes x threads) is written to local memory
-        # once per CTA and, dirty in L2, mostly reaches DRAM: Nsight Compute's extra DRAM
-        # writes of the fast 256 x 32 build at d = 64 were 88 B x 512 threads x CTAs
+        # once per CTA (Nsight Compute's local stores of the fast 256 x 32 build at d = 64:
+        # 88 B x 512 threads x CTAs), at the addresses of its SM slot (sweep_kernel)
         frame = lau.spill_bytes * lau.threads
         a = _active_prefix(N, B_r, B_c, p.causal)
         order = np.arange(T_r)
@@ -267,7 +267,8 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
             i, zz = _grid_order(order, z, plan.extra.get("grid_order", "query-major"))
             return sweep_kernel(st, group=zk[zz], lo=np.zeros(i.size), hi=a[i],
                                 step_bytes=2 * B_c * d * s, pre_bytes=rows[i].mean() * d * s,
-                                post_bytes=rows[i].mean() * (d * s + 4) + frame, slots=slots,
+                                post_bytes=rows[i].mean() * (d * s + 4), frame_bytes=frame,
+                                slots=slots,
                                 budget=budget, n_seq=T_c)
         out.append((lau, build))
     elif plan.pass_ == "fwd" and plan.algorithm == "fa1":
@@ -284,7 +285,7 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
         lau = L("bwd_group_sum", -(-n // 256), 256, 0, "bwd_group_sum")
         nk = p.batch * p.kv_heads * N * d
         out.append((lau, lambda st, slots: row_kernel(
-            st, read_bytes=np.full(64, 2 * n * s / 64), write_bytes=2 * nk * s / 64, slots=slots)))
+            st, read_bytes=np.full(64, 2 * n * s / 64), write_bytes=2 * nk * s / 64, slots=1)))
     return out
 
 
@@ -391,24 +392,36 @@ def _fa1_stream(st: Stream, p, B_r, B_c, slots, budget):
     per_row_rd = (2 * d * s + 8)               # Q_i, O_i, l_i, m_i per row
     per_row_wr = (d * s + 8)
     grp_rows = gq * B_r
-    # all instances run concurrently in waves of `slots` CTAs of equal length
-    n_acc = 0
-    wave = np.arange(I) // max(1, slots)
-    steps_per_j = np.array([G - first[j] // gq + 1 for j in js])
-    cta_len = steps_per_j.sum() + 1
-    for zi in range(I):
-        t0 = wave[zi] * cta_len
-        base = st.ids(G)
-        st.add(t0, base, grp_rows * per_row_wr, False, True)       # step 2: O, l, m = 0, -inf
-        t = t0 + 1
-        for jn, j in enumerate(js):
-            st.add(t, st.ids(1), 2 * B_c * d * s, True, False, w)   # K_j, V_j
-            g0 = first[j] // gq
-            gs = np.arange(g0, G)
-            tt = t + 1 + np.arange(gs.size)
-            st.add(tt, base[gs], grp_rows * per_row_rd, True, True, w, grp_rows * per_row_wr)
-            t += gs.size + 1
-            n_acc += gs.size + 1
+    # all instances run concurrently in waves of `slots` CTAs of equal length. One CTA's
+    # accesses as a template (times from its start): step 2's O, l, m initialisation of
+    # every group, then per sampled key block its K_j, V_j and its active groups
+    g0 = first[js] // gq
+    ng = G - g0                                   # active groups per sampled key block
+    tj = 1 + np.concatenate([[0], np.cumsum(ng + 1)[:-1]])   # K_j, V_j step
+    nj = js.size
+    cnt = ng.sum()
+    grp_j = np.repeat(np.arange(nj), ng)
+    grp_g = np.arange(cnt) - np.repeat(np.cumsum(ng) - ng, ng) + g0[grp_j]
+    grp_t = tj[grp_j] + 1 + grp_g - g0[grp_j]
+    cta_len = int(tj[-1] + ng[-1] + 1)
+    t0 = (np.arange(I) // max(1, slots)) * float(cta_len)
+    base = st.ids(I * G).reshape(I, G)
+    kv = st.ids(I * nj).reshape(I, nj)
+    # per instance, in the order the CTA issues them: init, then (K_j V_j, groups) per j
+    tmpl_t = np.concatenate([np.zeros(G), tj.astype(float), grp_t.astype(float)])
+    tmpl_kind = np.concatenate([np.zeros(G, int), np.ones(nj, int), np.full(cnt, 2)])
+    order = np.argsort(tmpl_t, kind="stable")
+    tmpl_t, tmpl_kind = tmpl_t[order], tmpl_kind[order]
+    tmpl_g = np.concatenate([np.arange(G), np.zeros(nj, int), grp_g])[order]
+    tmpl_j = np.concatenate([np.zeros(G, int), np.arange(nj), grp_j])[order]
+    tt = (t0[:, None] + tmpl_t[None, :]).ravel()
+    kind = np.tile(tmpl_kind, I)
+    blk = np.where(tmpl_kind == 1, kv[:, tmpl_j], base[:, tmpl_g]).ravel()
+    nbytes = np.select([kind == 0, kind == 1],
+                       [grp_rows * per_row_wr, 2 * B_c * d * s], grp_rows * per_row_rd)
+    st.add(tt, blk, nbytes, kind != 0, kind != 1, np.where(kind == 0, 1.0, w),
+           np.where(kind == 1, nbytes, grp_rows * per_row_wr))
+    n_acc = int(I * (nj + cnt))
     # the resident size is the read footprint; writes back only O, l, m
     return n_acc
 
@@ -437,7 +450,7 @@ def _fa2_backward(p, B_r, B_c, L, plan, budget):
     n = I * N * d
     out.append((L("bwd_convert", -(-n // 256), 256, 0, "bwd_convert"),
                 lambda st, slots: row_kernel(st, read_bytes=np.full(64, 4.0 * n / 64),
-                                             write_bytes=s * n / 64, slots=slots)))
+                                             write_bytes=s * n / 64, slots=1)))
     return out
 
 
