@@ -69,13 +69,6 @@ class L2Model:
         its bytes. private_footprint: the same factor for a tile only one CTA touches
         (1.5 if half its lines gained a near copy; the fit preferred 1.0). Distances are
         then these footprints.
-    write_footprint: the footprint factor of a tile only one CTA touches and writes (a
-        dirty line; only with replicate). 2.0 says a dirty line is held as a shared line
-        is, in both partitions. Evidence (Nsight Compute, H100): a kernel that only writes
-        (standard's S, the backward's dP) leaves about 20 MB of its output dirty in L2 at
-        its end, not C = 40 MB; one that reads twice what it writes (the dS and dQ-convert
-        kernels) about 10 MB: both are what an LRU of C holds when dirty lines count
-        twice.
     keep_fraction: rho of the insertion policy's protection of a cyclic working set
         larger than C (BIP / DIP-like adaptive insertion, or random replacement): an
         access at stack distance D > C still hits with probability rho x C / D (a loop of
@@ -94,7 +87,6 @@ class L2Model:
     policy: str = "lru"
     replicate: bool = False
     private_footprint: float = 1.5
-    write_footprint: float = 1.0
     keep_fraction: float = 0.0
     dirty_fraction: float = 0.0
 
@@ -105,9 +97,9 @@ class L2Model:
             raise ValueError(f"associativity={self.associativity!r} must be a positive integer")
         if self.policy not in ("lru", "random"):
             raise ValueError(f"policy={self.policy!r} is not known; allowed: lru, random")
-        if self.write_footprint <= 0 or not 0 <= self.keep_fraction <= 1:
-            raise ValueError(f"write_footprint={self.write_footprint!r} must be > 0 and "
-                             f"keep_fraction={self.keep_fraction!r} in [0, 1]")
+        if not 0 <= self.keep_fraction <= 1 or not 0 <= self.dirty_fraction <= 2:
+            raise ValueError(f"keep_fraction={self.keep_fraction!r} must be in [0, 1] and "
+                             f"dirty_fraction={self.dirty_fraction!r} in [0, 2]")
         if self.max_accesses < 1000:
             raise ValueError(f"max_accesses={self.max_accesses!r} must be >= 1000")
 
@@ -212,6 +204,8 @@ def _distances(blk, nbytes):
             while i > 0:
                 s -= tree[i]
                 i -= i & (-i)
+            if s < 0.0:         # rounding in the tree's sums: -1 must mean "no access"
+                s = 0.0
             d_prev[k] = s
             d_next[p] = s
             i = p + 1
@@ -236,7 +230,7 @@ def _distances(blk, nbytes):
             while i > 0:
                 s += tree[i]
                 i -= i & (-i)
-            d_next[k] = total - s
+            d_next[k] = max(total - s, 0.0)
     return d_prev, d_next
 
 
@@ -278,15 +272,7 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     t, blk, nb, rd, wr, w, wb, sh = (x[order] for x in (t, blk, nb, rd, wr, w, wb, sh))
     # dense tile ids for the Fenwick pass
     _, dense = np.unique(blk, return_inverse=True)
-    if model.replicate:
-        # a tile's footprint: shared tiles twice; private tiles private_footprint, or
-        # write_footprint where the tile is ever written (dirty)
-        written = np.zeros(int(dense.max()) + 1, bool)
-        written[dense[wr]] = True
-        foot = nb * np.where(sh, 2.0, np.where(written[dense], model.write_footprint,
-                                                model.private_footprint))
-    else:
-        foot = nb
+    foot = nb * np.where(sh, 2.0, model.private_footprint) if model.replicate else nb
     d_prev, d_next = _distances(dense.astype(np.int64), foot)
     if model.policy == "random":
         miss_prev, evict = _random_replacement(dense, foot * w, d_prev, d_next, capacity)
