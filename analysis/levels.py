@@ -52,7 +52,30 @@ REGISTERS = {
     "bwd_convert": {None: 28}, "bwd_group_sum": {None: 40}, "std_bwd_dV": {None: 69},
     "std_bwd_dP": {None: 32}, "std_bwd_dS": {None: 32}, "std_bwd_dQ": {None: 78},
     "std_bwd_dK": {None: 69},
+    # the newer default kernels (not yet measured with Nsight Compute): ptxas -v as their
+    # docstrings quote it (sm_90, no spills); fa2_bwd_tc: not quoted, 128 assumed
+    "fa1_tc": {(128, 128, 64, False): 230, (128, 128, 64, True): 250, None: 248},
+    "std_tc_S": {(128, 64, 64, True): 60, (128, 64, 128, False): 50, (128, 64, 128, True): 50,
+                 None: 48},
+    "std_tc_softmax": {None: 32},
+    "std_tc_PV": {(128, 64, 64, True): 96, (128, 64, 128, False): 166,
+                  (128, 64, 128, True): 166, None: 94},
+    "fa2_bwd_tc": {None: 128},
+    "fa2_bwd_fast": {(64, 64, 64, True): 128, (64, 64, 128, False): 241,
+                     (64, 64, 128, True): 243, None: 152},
+    "fa2_bwd_pre_fast": {None: 40},
+    "std_tc_bwd_dV": {(128, 64, 128, False): 170, (128, 64, 128, True): 170, None: 158},
+    "std_tc_bwd_dP": {(128, 64, 128, False): 50, (128, 64, 128, True): 50, None: 48},
+    "std_tc_bwd_dS": {None: 32},
+    "std_tc_bwd_dQ": {(128, 64, 128, False): 166, (128, 64, 128, True): 166, None: 94},
+    "std_tc_bwd_dK": {(128, 64, 128, False): 170, (128, 64, 128, True): 170, None: 158},
 }
+
+#: Kernel families whose launch plans follow their docstrings but have no Nsight Compute
+#: rows yet (levels() says so in its warnings; analysis.validation_configs.LEVELS_NEW
+#: lists the configurations to measure them on).
+NOT_VALIDATED = {("fa1", "fwd", "tc"), ("standard", "fwd", "tc"), ("fa2", "bwd", "tc"),
+                 ("fa2", "bwd", "fast"), ("standard", "bwd", "tc")}
 #: Kernels that spill registers to local memory: (prefix, B_r, B_c[, d]) -> bytes of
 #: local-memory loads per thread per K/V tile. fa2_fast: ptxas -v's spill loads (88 and
 #: 500 bytes at d = 64 and 128), which Nsight Compute's local loads matched (88 and 388 per
@@ -143,11 +166,7 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
                 raise ValueError(f"kernel={kernel!r}: the {algorithm} {pass_} pass has no "
                                  f"{kernel!r} kernel for {dt}")
         if runs != "plain":
-            raise ValueError(
-                f"the {algorithm} {pass_} pass runs its '{runs}' kernels for {dt} on a GPU (the "
-                f"default since 2026-11-25); the L2 / DRAM and time models cover the 'plain' "
-                f"kernels of this pass so far: model those with kernel='plain' (--kernel "
-                f"plain), or measure the '{runs}' ones (analysis.hwmeasure) to extend the models")
+            return _newer_plan(algorithm, pass_, runs, problem, hw, tiling)
     if pass_ == "bwd":
         t = tiling or default_backward_tiling(d, dt, algorithm, kernel="plain")
         from gpu.backward import backward_shared_bytes
@@ -201,6 +220,57 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
                 iosim.sram_footprint_bytes("fa2", t.B_r, t.B_c, d, dt))
 
 
+def _newer_plan(algorithm, pass_, runs, problem, hw, tiling):
+    """The plan of the newer default kernels (fa1 / standard forward and the fa2 /
+    standard backward on the tensor cores, the fast fp32 fa2 backward): their default
+    tilings and launch geometry from their modules (the same rules gpu follows on a GPU).
+    extra["geom"]: launch name -> (threads, dynamic shared bytes)."""
+    d, causal, N = problem.d, problem.causal, problem.N
+    if algorithm == "fa1":
+        from gpu.forward import fa1_tc as m
+        t = m.default_tiling(d, causal)
+        B_r, B_c = (tiling.B_r, tiling.B_c) if tiling else (t["B_r"], t["B_c"])
+        thr = m.threads_per_block(B_r, t["MT"])
+        sm = m.layout(B_r, B_c, d, t["stages"])["bytes"]
+        return Plan("fa1", "fwd", "tc", Tiling(B_r, B_c), thr, sm,
+                    {"geom": {"fa1_tc": (thr, sm)}, "MT": t["MT"], "stages": t["stages"]})
+    if algorithm == "standard":
+        from gpu.forward import standard_tc as f
+        from gpu.backward import standard_tc as b
+        t = f.default_tiling(d, causal)
+        B_r, B_c = (tiling.B_r, tiling.B_c) if tiling else (t["B_r"], t["B_c"])
+        vec = N % 8 == 0
+        row = (f.row_threads(N, vec), f.row_bytes(N, 1 if pass_ == "fwd" else 2))
+        tile = (2 * B_r, f.tile_layout(B_r, B_c, d)["bytes"])
+        rowblock = (2 * B_r, f.rowblock_layout(B_r, B_c, d)["bytes"])
+        if pass_ == "fwd":
+            geom = {"std_tc_S": tile, "std_tc_softmax": row, "std_tc_PV": rowblock}
+        else:
+            col = (2 * B_c, b.colblock_layout(B_r, B_c, d)["bytes"])
+            geom = {"std_tc_bwd_dV": col, "std_tc_bwd_dP": tile, "std_tc_bwd_dS": row,
+                    "std_tc_bwd_dQ": rowblock, "std_tc_bwd_dK": col}
+        return Plan("standard", pass_, "tc", Tiling(B_r, B_c), 2 * B_r, tile[1], {"geom": geom})
+    if runs == "tc":                                  # fa2 backward, tensor cores
+        from gpu.backward import fa2_tc as m
+        t = m.default_tiling(d, causal)
+        B_r, B_c = (tiling.B_r, tiling.B_c) if tiling else (t["B_r"], t["B_c"])
+        thr = 32 * m.warps_of(B_c, t["MT"])
+        sm = m.layout(B_r, B_c, d)["bytes"]
+        return Plan("fa2", "bwd", "tc", Tiling(B_r, B_c), thr, sm,
+                    {"geom": {"fa2_bwd_main": (thr, sm), "fa2_bwd_pre": (128, 0)}})
+    from gpu.backward import fa2_fast as m            # fa2 backward, fast fp32
+    t = m.default_tiling(d, problem.dtype, smem_limit=hw.smem_per_block_bytes)
+    if t is None:
+        raise ValueError(f"the fast fa2 backward has no tiling for d={d} on {hw.name}")
+    B_r, B_c, thr = t
+    if tiling:
+        B_r, B_c = tiling.B_r, tiling.B_c
+    sm = m.smem_bytes(B_r, B_c, d, thr)
+    return Plan("fa2", "bwd", "fast", Tiling(B_r, B_c), thr, sm,
+                {"geom": {"fa2_bwd_main": (thr, sm), "fa2_bwd_pre": (128, 0)},
+                 "causal_grid": "instance-major"})
+
+
 # ---------------------------------------------------------------------------------------
 # Access streams of each pass
 # ---------------------------------------------------------------------------------------
@@ -243,7 +313,24 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
     budget = model.max_accesses
     out = []
 
+    geom = plan.extra.get("geom", {})
+    tc_names = {"fa1_fwd": "fa1_tc", "std_S": "std_tc_S", "std_softmax": "std_tc_softmax",
+                "std_PV": "std_tc_PV", "std_bwd_dV": "std_tc_bwd_dV",
+                "std_bwd_dP": "std_tc_bwd_dP", "std_bwd_dS": "std_tc_bwd_dS",
+                "std_bwd_dQ": "std_tc_bwd_dQ", "std_bwd_dK": "std_tc_bwd_dK"}
+
     def L(name, ctas, threads, smem, regs_prefix):
+        if plan.kernel in ("tc", "fast") and not (plan.algorithm == "fa2" and plan.pass_ == "fwd"):
+            if plan.algorithm == "fa2":           # backward: main and pre-pass
+                if name == "fa2_bwd_main":
+                    regs_prefix = name = "fa2_bwd_tc" if plan.kernel == "tc" else "fa2_bwd_fast"
+                elif name == "fa2_bwd_pre" and plan.kernel == "fast":
+                    regs_prefix = name = "fa2_bwd_pre_fast"
+                key = {"fa2_bwd_tc": "fa2_bwd_main", "fa2_bwd_fast": "fa2_bwd_main",
+                       "fa2_bwd_pre_fast": "fa2_bwd_pre"}.get(name, name)
+            else:
+                key = regs_prefix = name = tc_names.get(name, name)
+            threads, smem = geom.get(key, (threads, smem))
         regs = _regs(regs_prefix, B_r, B_c, d, p.causal)
         return Launch(name, int(ctas), threads, int(smem), regs,
                       occupancy(hw, threads, int(smem), regs),
@@ -439,6 +526,10 @@ def _fa2_backward(p, B_r, B_c, L, plan, budget):
     def main(st, slots):
         j = np.tile(np.arange(T_c), I)
         zz = np.repeat(z, T_c)
+        if p.causal and plan.extra.get("causal_grid") == "instance-major":
+            # the fast backward's causal grid (instances, T_c): key block j = 0 of every
+            # head first (its query-block stagger is not modelled)
+            j, zz = np.repeat(np.arange(T_c), I), np.tile(z, T_c)
         kv = (zk[zz] * T_c + j) + (5 << 40)
         # per query block: Q_i, dO_i (dtype), L_i, D_i (fp32) read; dQacc_i (fp32) RMW
         return sweep_kernel(st, group=zz, lo=first[j], hi=np.full(j.size, T_r),
@@ -561,6 +652,10 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
     cap = model.capacity_fraction * hw.l2_bytes
     kernels, dr, dw = [], 0.0, 0.0
     warnings = []
+    if (algorithm, pass_, plan.kernel) in NOT_VALIDATED:
+        warnings.append(f"the {algorithm} {pass_} '{plan.kernel}' kernels are not yet validated "
+                        f"against Nsight Compute (launch plans from their docstrings; "
+                        f"analysis.validation_configs.LEVELS_NEW lists what to measure)")
     for lau, build in _launches_and_streams(problem, plan, hw, model):
         st = Stream()
         slots = hw.sm_count * lau.ctas_per_sm
@@ -662,4 +757,4 @@ def compare(rows, model: L2Model | None = None):
 
 
 __all__ = ["Launch", "Plan", "kernel_plan", "levels", "occupancy", "compare", "predict_row",
-           "within", "FITTED", "TC_CPASYNC_SECTOR_FACTOR", "REGISTERS"]
+           "within", "FITTED", "TC_CPASYNC_SECTOR_FACTOR", "REGISTERS", "NOT_VALIDATED"]

@@ -120,20 +120,40 @@ def test_kernel_plan_is_what_the_gpu_runs(args, want):
     assert (plan.kernel, plan.tiling.B_r, plan.tiling.B_c) == want
 
 
-@pytest.mark.parametrize("alg, pass_, dt, runs", [("standard", "fwd", "fp16", "tc"),
-                                                  ("fa1", "fwd", "fp16", "tc"),
-                                                  ("fa2", "bwd", "fp16", "tc"),
-                                                  ("fa2", "bwd", "fp32", "fast"),
-                                                  ("standard", "bwd", "fp16", "tc")])
-def test_unmodelled_default_kernels_are_refused_by_name(alg, pass_, dt, runs):
-    """Where gpu now runs a kernel the L2 / time models do not cover (the tensor-core fa1,
-    standard and backward kernels, the fast fp32 backward), levels says so instead of
-    modelling another kernel's launches; kernel='plain' models the plain ones."""
-    p = Problem(N=1024, d=64, heads=4, dtype=dt)
-    with pytest.raises(ValueError, match=f"runs its '{runs}' kernels for {dt}.*kernel='plain'"):
-        L.kernel_plan(alg, p, get_hardware("H100-SXM"), pass_=pass_)
-    assert L.kernel_plan(alg, p, get_hardware("H100-SXM"), pass_=pass_,
-                         kernel="plain").kernel == "default"
+@pytest.mark.parametrize("alg, pass_, dt, runs, names", [
+    ("standard", "fwd", "fp16", "tc", ["std_tc_S", "std_tc_softmax", "std_tc_PV"]),
+    ("fa1", "fwd", "fp16", "tc", ["fa1_tc"]),
+    ("fa2", "bwd", "fp16", "tc", ["fa2_bwd_pre", "fa2_bwd_tc", "bwd_convert"]),
+    ("fa2", "bwd", "fp32", "fast", ["fa2_bwd_pre_fast", "fa2_bwd_fast", "bwd_convert"]),
+    ("standard", "bwd", "fp16", "tc", ["std_tc_bwd_dV", "std_tc_bwd_dP", "std_tc_bwd_dS",
+                                       "std_tc_bwd_dQ", "std_tc_bwd_dK"])])
+def test_newer_default_kernels_are_planned_and_flagged(alg, pass_, dt, runs, names):
+    """Where gpu now runs the tensor-core fa1 / standard / backward kernels or the fast fp32
+    backward by default, levels models those launches (their default tilings and
+    geometry) and says they are not yet validated; kernel='plain' still models the plain
+    ones (what the measurements ran)."""
+    p = Problem(N=2048, d=64, heads=4, dtype=dt)
+    hw = get_hardware("H100-SXM")
+    plan = L.kernel_plan(alg, p, hw, pass_=pass_)
+    assert plan.kernel == runs
+    r = L.levels(alg, p, hw, pass_=pass_)
+    assert [k["name"] for k in r["kernels"]] == names
+    assert any("not yet validated" in w for w in r["warnings"])
+    assert 0 < r["dram_read_bytes"] <= 1.01 * r["requested_read_bytes"]
+    assert L.kernel_plan(alg, p, hw, pass_=pass_, kernel="plain").kernel == "default"
+    plain = L.levels(alg, p, hw, pass_=pass_, kernel="plain")
+    assert not any("not yet validated" in w for w in plain["warnings"])
+
+
+def test_levels_new_configurations_are_planned():
+    """The pre-registered configurations of the newer kernels have plans (<= 16)."""
+    from analysis.validation_configs import LEVELS_NEW, SETS
+    assert 0 < len(LEVELS_NEW) <= 16 and SETS["levels_new"] is LEVELS_NEW
+    assert len({c["id"] for c in LEVELS_NEW}) == len(LEVELS_NEW)
+    for c in LEVELS_NEW:
+        plan = L.kernel_plan(c["algorithm"], L.problem_of(c), get_hardware("H100-SXM"),
+                             pass_=c["pass"], kernel=L.config_kernel(c))
+        assert plan.kernel == c["kernel"], c["id"]
 
 
 def test_occupancy_limits():
