@@ -105,7 +105,8 @@ LEVELS = [
 #: model now plans but nobody has measured: fa1 and standard forward on the tensor cores,
 #: the fa2 backward on the tensor cores and the fast fp32 fa2 backward, the standard
 #: backward on the tensor cores. Default tilings; d 64 / 128, causal or not, N 4K-32K,
-#: batch x heads 16-64. Their fit / held-out side: `levels_split` (the same hash rule).
+#: batch x heads 16-64 (standard at N <= 8K: its S and P are N x N per head, and Nsight
+#: Compute saves and restores what a kernel writes between its replay passes). Their fit / held-out side: `levels_split` (the same hash rule).
 #: Measure on the H100 (one device call; see benchmarks/results/README.md):
 #:   python3 -m analysis.hwmeasure counters --set levels_new --budget-s 450 --out rows.jsonl
 LEVELS_NEW = [
@@ -113,7 +114,7 @@ LEVELS_NEW = [
     cfg(F, "fa1", "tc", "fp16", 1, 64, 4 * K, 64, causal=True),
     cfg(F, "fa1", "tc", "fp16", 1, 32, 8 * K, 128),
     cfg(F, "standard", "tc", "fp16", 1, 16, 8 * K, 64),
-    cfg(F, "standard", "tc", "fp16", 1, 16, 16 * K, 128, causal=True),
+    cfg(F, "standard", "tc", "fp16", 1, 16, 8 * K, 128, causal=True),
     cfg(F, "standard", "tc", "fp16", 2, 16, 4 * K, 128, kv_heads=4),
     cfg(B, "fa2", "tc", "fp16", 1, 16, 8 * K, 64),
     cfg(B, "fa2", "tc", "fp16", 1, 16, 32 * K, 64, causal=True),
