@@ -39,7 +39,7 @@ import time
 
 #: Kernels of ours that a pass launches (ncu's -k filter and the profiler's): every
 #: forward / backward kernel, not the NaN-poison fills; plus the markers between passes.
-OUR_KERNELS = r"(fa2_tc|fa2_fast|fa2_fwd|fa1_fwd|std_S|std_softmax|std_PV|fa2_bwd|fa1_bwd|std_bwd|bwd_convert|bwd_group_sum|flashsim_marker)"
+OUR_KERNELS = r"(fa2_tc|fa2_fast|fa2_fwd|fa1_fwd|fa1_tc|std_S|std_softmax|std_PV|std_tc|fa2_bwd|fa1_bwd|std_bwd|bwd_convert|bwd_group_sum|flashsim_marker)"
 MARKER = "flashsim_marker"
 
 COUNTER_METRICS = (

@@ -101,6 +101,34 @@ LEVELS = [
 ]
 
 
+#: Pre-registered (2026-11-25, before any measurement) for the newer default kernels the L2
+#: model now plans but nobody has measured: fa1 and standard forward on the tensor cores,
+#: the fa2 backward on the tensor cores and the fast fp32 fa2 backward, the standard
+#: backward on the tensor cores. Default tilings; d 64 / 128, causal or not, N 4K-32K,
+#: batch x heads 16-64 (standard at N <= 8K: its S and P are N x N per head, and Nsight
+#: Compute saves and restores what a kernel writes between its replay passes). Their fit / held-out side: `levels_split` (the same hash rule).
+#: Measure on the H100 (one device call; see benchmarks/results/README.md):
+#:   python3 -m analysis.hwmeasure counters --set levels_new --budget-s 450 --out rows.jsonl
+LEVELS_NEW = [
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 4 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 64, 4 * K, 64, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 1, 32, 8 * K, 128),
+    cfg(F, "standard", "tc", "fp16", 1, 16, 8 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 16, 8 * K, 128, causal=True),
+    cfg(F, "standard", "tc", "fp16", 2, 16, 4 * K, 128, kv_heads=4),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 8 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 32 * K, 64, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 32, 16 * K, 128),
+    cfg(B, "fa2", "tc", "fp16", 1, 64, 4 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 4 * K, 64),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 16 * K, 64, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 32, 8 * K, 128),
+    cfg(B, "standard", "tc", "fp16", 1, 16, 4 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 1, 16, 8 * K, 128, causal=True),
+    cfg(B, "standard", "tc", "fp16", 1, 64, 4 * K, 64),
+]
+
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -182,7 +210,8 @@ def levels_split(c: dict) -> str:
     return _hash_split(c)
 
 
-SETS = {"levels": LEVELS, "runtime": RUNTIME, "variants": FAST_VARIANTS}
+SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
+        "variants": FAST_VARIANTS}
 
 
 def family_of(c: dict) -> str:
@@ -192,7 +221,8 @@ def family_of(c: dict) -> str:
         if k == "default":
             k = "tc" if c["dtype"] == "fp16" else "fast"
         return f"fa2_{k}"
-    return c["algorithm"] + ("_bwd" if c["pass"] == "bwd" else "")
+    newer = f"_{c['kernel']}" if c["kernel"] in ("tc", "fast") else ""
+    return c["algorithm"] + ("_bwd" if c["pass"] == "bwd" else "") + newer
 
 
-__all__ = ["LEVELS", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+__all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]

@@ -4,6 +4,8 @@
 
 Prints: closed forms for 100,000 configurations (vectorised), and executing fa2 at
 N=4096, d=64, one head (B_r = B_c = 64). Targets from the foundation issue: < 1 s and < 10 s.
+With --levels: the L2 / DRAM model (analysis.levels.levels) over 1,000 configurations
+(N <= 32K; every modelled pass), target < 60 s on a 2-core machine (issue 14).
 """
 import platform
 import time
@@ -13,7 +15,35 @@ import numpy as np
 from iosim import Problem, Tiling, closed_form_arrays, execute
 
 
+def levels_sweep(n=1000, seed=0):
+    """Seconds for `levels` over n random configurations (N <= 32K, the fa2 forward's three
+    kernels and the plain fa1 / standard / backward passes, d 64 / 128, causal or not,
+    batch x heads 1-64, grouped K/V), after one warm-up call (numba compilation)."""
+    from analysis.levels import levels
+    rng = np.random.default_rng(seed)
+    passes = [("fa2", "fwd", "auto", "fp16"), ("fa2", "fwd", "auto", "fp32"),
+              ("fa2", "fwd", "plain", "fp32"), ("fa1", "fwd", "plain", "fp32"),
+              ("standard", "fwd", "plain", "fp16"), ("fa2", "bwd", "plain", "fp16"),
+              ("standard", "bwd", "plain", "fp16")]
+    levels("fa2", Problem(N=1024, d=64, heads=4, dtype="fp16"), "H100-SXM")
+    t0 = time.perf_counter()
+    for _ in range(n):
+        alg, pass_, kern, dt = passes[rng.integers(len(passes))]
+        N = int(rng.choice([1024, 2048, 4096, 8192, 16384, 32768]))
+        heads = int(rng.choice([1, 4, 8, 16, 32]))
+        kv = heads // int(rng.choice([1, 2, 4])) if heads >= 4 else heads
+        p = Problem(N=N, d=int(rng.choice([64, 128])), batch=int(rng.choice([1, 2])),
+                    heads=heads, kv_heads=kv, dtype=dt, causal=bool(rng.random() < 0.5))
+        levels(alg, p, str(rng.choice(["H100-SXM", "H200", "A100-40GB"])), pass_=pass_,
+               kernel=kern)
+    return time.perf_counter() - t0
+
+
 def main():
+    import sys
+    if "--levels" in sys.argv:
+        print(f"levels, 1,000 configurations (N <= 32K): {levels_sweep():.1f} s")
+        return
     rng = np.random.default_rng(0)
     n = 100_000
     N = rng.integers(128, 16385, n); d = rng.choice([32, 64, 128], n)

@@ -69,6 +69,17 @@ class L2Model:
         its bytes. private_footprint: the same factor for a tile only one CTA touches
         (1.5 if half its lines gained a near copy; the fit preferred 1.0). Distances are
         then these footprints.
+    keep_fraction: rho of the insertion policy's protection of a cyclic working set
+        larger than C (BIP / DIP-like adaptive insertion, or random replacement): an
+        access at stack distance D > C still hits with probability rho x C / D (a loop of
+        footprint F > C keeps about C of its F bytes), where the LRU would miss:
+        P(hit | D) = max(P_lru(D), rho x min(1, C / D)). 0: plain (set-associative) LRU.
+    dirty_fraction: the L2 keeps at most C_w = dirty_fraction x the L2's bytes of dirty
+        data; beyond that the oldest dirty lines are cleaned (written to DRAM, kept valid,
+        so reads still hit). A write then reaches DRAM if the tile is evicted before its
+        next access (stack distance vs C) or cleaned before its next write: the distinct
+        bytes *written* between the two (the dirty stack distance) exceed C_w, with the
+        same set-associative softness. 0: no cap (dirty lines leave only by eviction).
     """
     capacity_fraction: float = 0.5
     associativity: int = 16
@@ -76,6 +87,8 @@ class L2Model:
     policy: str = "lru"
     replicate: bool = False
     private_footprint: float = 1.5
+    keep_fraction: float = 0.0
+    dirty_fraction: float = 0.0
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
@@ -84,6 +97,9 @@ class L2Model:
             raise ValueError(f"associativity={self.associativity!r} must be a positive integer")
         if self.policy not in ("lru", "random"):
             raise ValueError(f"policy={self.policy!r} is not known; allowed: lru, random")
+        if not 0 <= self.keep_fraction <= 1 or not 0 <= self.dirty_fraction <= 2:
+            raise ValueError(f"keep_fraction={self.keep_fraction!r} must be in [0, 1] and "
+                             f"dirty_fraction={self.dirty_fraction!r} in [0, 2]")
         if self.max_accesses < 1000:
             raise ValueError(f"max_accesses={self.max_accesses!r} must be >= 1000")
 
@@ -133,13 +149,14 @@ class Stream:
 # The engine: schedule, stack distances, the cache model
 # ---------------------------------------------------------------------------------------
 @njit(cache=True)
-def _schedule(dur, slots):
-    """Start time of each CTA (launch order) on `slots` identical slots: each starts when
-    the earliest-free slot frees (list scheduling)."""
+def _schedule_slots(dur, slots):
+    """(start time, slot) of each CTA (launch order) on `slots` identical slots: each
+    starts when the earliest-free slot frees (list scheduling)."""
     n = dur.shape[0]
     start = np.empty(n)
+    slot = np.zeros(n, np.int64)
     if n == 0:
-        return start
+        return start, slot
     k = min(slots, n)
     free = np.zeros(k)
     for c in range(n):
@@ -148,8 +165,14 @@ def _schedule(dur, slots):
             if free[q] < free[s]:
                 s = q
         start[c] = free[s]
+        slot[c] = s
         free[s] += dur[c]
-    return start
+    return start, slot
+
+
+def _schedule(dur, slots):
+    """Start time of each CTA (launch order) on `slots` identical slots (list scheduling)."""
+    return _schedule_slots(np.asarray(dur, dtype=np.float64), int(slots))[0]
 
 
 @njit(cache=True)
@@ -181,6 +204,8 @@ def _distances(blk, nbytes):
             while i > 0:
                 s -= tree[i]
                 i -= i & (-i)
+            if s < 0.0:         # rounding in the tree's sums: -1 must mean "no access"
+                s = 0.0
             d_prev[k] = s
             d_next[p] = s
             i = p + 1
@@ -205,17 +230,34 @@ def _distances(blk, nbytes):
             while i > 0:
                 s += tree[i]
                 i -= i & (-i)
-            d_next[k] = total - s
+            d_next[k] = max(total - s, 0.0)
     return d_prev, d_next
 
 
-def hit_probability(D, capacity: float, associativity: int):
+_CDF_TABLES = {}
+
+
+def _poisson_cdf_table(A: int):
+    """P[Poisson(lam) <= A - 1] tabulated on lam in [0, A + 12 sqrt(A) + 40] (beyond: < 1e-12),
+    8,193 points: np.interp of it is within 1e-6 of scipy's gammaincc and ~10x faster."""
+    if A not in _CDF_TABLES:
+        from scipy.special import gammaincc
+        x = np.linspace(0.0, A + 12.0 * np.sqrt(A) + 40.0, 8193)
+        _CDF_TABLES[A] = (x, gammaincc(A, x))
+    return _CDF_TABLES[A]
+
+
+def hit_probability(D, capacity: float, associativity: int, keep_fraction: float = 0.0):
     """P(hit | stack distance D bytes) for the hashed set-associative LRU model; D < 0
-    (no earlier access) gives 0."""
-    from scipy.special import gammaincc
+    (no earlier access) gives 0. keep_fraction rho > 0: at least rho x min(1, C / D), the
+    share of a cyclic working set of D bytes an insertion policy that protects part of it
+    keeps (L2Model.keep_fraction)."""
     D = np.asarray(D, dtype=np.float64)
     lam = associativity * np.maximum(D, 0.0) / capacity
-    p = gammaincc(associativity, lam)     # P[Poisson(lam) <= A - 1]
+    x, y = _poisson_cdf_table(int(associativity))
+    p = np.interp(lam, x, y, right=0.0)   # P[Poisson(lam) <= A - 1]
+    if keep_fraction > 0:
+        p = np.maximum(p, keep_fraction * np.minimum(1.0, capacity / np.maximum(D, 1e-300)))
     return np.where(D < 0, 0.0, p)
 
 
@@ -239,8 +281,13 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     t, blk, nb, rd, wr, w, wb, sh = stream.arrays()
     if t.size == 0:
         return 0.0, 0.0, 0
-    order = np.argsort(t, kind="stable")
-    t, blk, nb, rd, wr, w, wb, sh = (x[order] for x in (t, blk, nb, rd, wr, w, wb, sh))
+    t2 = np.round(2.0 * t)
+    if t.size < (1 << 20) and np.array_equal(t2, 2.0 * t) and t2.max() < 2.0 ** 40:
+        # times are half-steps: one int64 key (time, then insertion order) sorts faster
+        order = np.argsort(t2.astype(np.int64) * t.size + np.arange(t.size))
+    else:
+        order = np.argsort(t, kind="stable")
+    blk, nb, rd, wr, w, wb, sh = (x[order] for x in (blk, nb, rd, wr, w, wb, sh))
     # dense tile ids for the Fenwick pass
     _, dense = np.unique(blk, return_inverse=True)
     foot = nb * np.where(sh, 2.0, model.private_footprint) if model.replicate else nb
@@ -249,9 +296,18 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
         miss_prev, evict = _random_replacement(dense, foot * w, d_prev, d_next, capacity)
     else:
         A = int(model.associativity)
-        miss_prev = 1.0 - hit_probability(d_prev, capacity, A)
+        miss_prev = 1.0 - hit_probability(d_prev, capacity, A, model.keep_fraction)
         # d_next = -1 never happens (the last access counts to the end); 0: nothing after
-        evict = 1.0 - hit_probability(np.maximum(d_next, 0.0), capacity, A)
+        evict = 1.0 - hit_probability(np.maximum(d_next, 0.0), capacity, A, model.keep_fraction)
+        if model.dirty_fraction > 0 and wr.any():
+            # dirty stack distance: distinct written bytes until the tile's next write
+            iw = np.flatnonzero(wr)
+            _, dw = np.unique(dense[iw], return_inverse=True)
+            _, dw_next = _distances(dw.astype(np.int64), wb[iw])
+            cw = capacity * model.dirty_fraction / model.capacity_fraction
+            keep = np.ones_like(evict)
+            keep[iw] = hit_probability(np.maximum(dw_next, 0.0), cw, A)
+            evict = 1.0 - (1.0 - evict) * keep
     reads = float(np.sum(w * nb * miss_prev * rd))
     writes = float(np.sum(w * wb * evict * wr))
     return reads, writes, int(t.size)
@@ -297,8 +353,8 @@ def _coarse(total_steps: int, budget: int) -> int:
 
 def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, step_wr=False,
                  step_write_bytes=None, step_private_bytes=0.0, pre_bytes=0.0,
-                 pre_shared=None, pre_shared_bytes=0.0, post_bytes=0.0, slots: int,
-                 budget: int, n_seq: int):
+                 pre_shared=None, pre_shared_bytes=0.0, post_bytes=0.0, frame_bytes=0.0,
+                 slots: int, budget: int, n_seq: int):
     """CTAs (arrays over CTAs, in launch order) that each sweep tiles lo..hi-1 of their
     group's shared sequence (n_seq tiles per group), one per time step.
 
@@ -307,15 +363,21 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
     step_private_bytes: bytes of a per-step tile only this CTA touches (read).
     pre_bytes / post_bytes: private bytes read at the start / written at the end.
     pre_shared: optional shared tile id per CTA read at the start (pre_shared_bytes).
+    frame_bytes: a spilling build's local-memory stack frame per CTA, written at its start.
+    Local memory is allocated per resident CTA slot, so the CTA that next runs in the
+    slot writes the same addresses: the frame is one tile per slot (a cohort of CTAs that
+    start together: one tile of their bytes, named by their first slot), reaching DRAM
+    only if evicted or cleaned before the slot's next CTA rewrites it.
     Returns the number of simulated accesses."""
     group, lo, hi = (np.asarray(x, dtype=np.int64) for x in (group, lo, hi))
     n = group.size
     steps = np.maximum(hi - lo, 0)
-    start = _schedule((steps + 1).astype(np.float64), int(slots))
+    start, slot = _schedule_slots((steps + 1).astype(np.float64), int(slots))
     # CTAs that start together on the same tiles touch each tile at the same step: merge
     key = np.stack([start.view(np.int64), group, lo, hi,
                     (np.zeros(n, np.int64) if pre_shared is None else np.asarray(pre_shared))], 1)
-    _, first, counts = np.unique(key, axis=0, return_index=True, return_counts=True)
+    _, first, inv, counts = np.unique(key, axis=0, return_index=True, return_inverse=True,
+                                      return_counts=True)
     mult = counts.astype(np.float64)            # CTAs per cohort (private bytes add up)
     g, l, h, s0 = group[first], lo[first], hi[first], start[first]
     st = np.maximum(h - l, 0)
@@ -327,6 +389,10 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
         ps = np.asarray(pre_shared, dtype=np.int64)[first]
         stream.add(s0, ps, pre_shared_bytes, True, False, shared=True)
     stream.add(s0 + st + 1, stream.ids(m), mult * post_bytes, False, True)
+    if frame_bytes:
+        first_slot = np.full(m, np.iinfo(np.int64).max)
+        np.minimum.at(first_slot, inv.ravel(), slot)
+        stream.add(s0, first_slot + (7 << 40), mult * frame_bytes, False, True)
     # the sweep, in groups of q consecutive tiles
     c_lo, c_hi = l // q, np.where(st > 0, (h - 1) // q + 1, l // q)
     nc = np.maximum(c_hi - c_lo, 0)
