@@ -156,6 +156,19 @@ def test_levels_new_configurations_are_planned():
         assert plan.kernel == c["kernel"], c["id"]
 
 
+@pytest.mark.parametrize("alg", ["standard"])
+def test_fast_fp32_forward_is_refused_by_name(alg):
+    """gpu runs the fast fp32 standard / fa1 forward kernels (gpu.forward.standard_fast,
+    fa1_fast) by default; levels does not model them yet and says so, naming
+    kernel='plain', which still models the plain ones."""
+    p = Problem(N=1024, d=64, heads=4, dtype="fp32")
+    hw = get_hardware("H100-SXM")
+    with pytest.raises(ValueError, match=f"runs its 'fast' kernels for fp32.*{alg}_fast"
+                                         f".*kernel='plain'"):
+        L.kernel_plan(alg, p, hw)
+    assert L.kernel_plan(alg, p, hw, kernel="plain").kernel == "default"
+
+
 def test_occupancy_limits():
     hw = get_hardware("H100-SXM")
     assert L.occupancy(hw, 256, 55_000, 128) == 2          # registers: 128 x 256 = 32 K
