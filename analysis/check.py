@@ -4,7 +4,8 @@ Three suites, each a list of configurations (`plan`), each configuration one row
 `ok` and the `failures` that made it not ok:
 
 forward   every forward kernel (standard, fa1, fa2 with their default kernels and the
-          plain ones: fp32 standard's default is gpu.forward.standard_fast; fp32 and fp16;
+          plain ones: fp32 standard's and fa1's defaults are gpu.forward.standard_fast and
+          fa1_fast; fp32 and fp16;
           causal; >48 KB tilings through the opt-in; grouped K/V; a block mask with an
           empty query block):
           * counts: the instrumented build's ledger equals iosim.closed_form exactly
@@ -104,12 +105,13 @@ def forward_configs(mode: str) -> list[dict]:
     for dtype in ("fp32", "fp16"):
         out.append(dict(extra, alg="fa2", dtype=dtype, causal=True, kv_heads=heads,
                         tiles=tiles or (32, 32), kernel="plain"))
-    # the plain standard kernels (fp32 'auto' runs gpu.forward.standard_fast), and the
-    # fast ones with grouped K/V and a block mask
-    out.append(dict(extra, alg="standard", dtype="fp32", causal=True, kv_heads=heads,
-                    tiles=tiles or (64, 64), kernel="plain"))
-    out.append(dict(extra, alg="standard", dtype="fp32", causal=True,
-                    kv_heads=max(1, heads // 4), tiles=None, mask=True))
+    # the plain standard and fa1 kernels (fp32 'auto' runs gpu.forward.standard_fast,
+    # fa1_fast), and the fast ones with grouped K/V and a block mask
+    for alg in ("standard", "fa1"):
+        out.append(dict(extra, alg=alg, dtype="fp32", causal=True, kv_heads=heads,
+                        tiles=tiles or (64, 64), kernel="plain"))
+        out.append(dict(extra, alg=alg, dtype="fp32", causal=True,
+                        kv_heads=max(1, heads // 4), tiles=None, mask=True))
     # > 48 KB of dynamic shared memory: exercises the opt-in
     out.append(dict(extra, alg="fa2", dtype="fp32", causal=False, kv_heads=heads, tiles=(64, 64)))
     out.append(dict(extra, alg="fa1", dtype="fp16", causal=True, kv_heads=heads, tiles=(64, 64)))

@@ -21,9 +21,10 @@ Default tiling (no block_rows/block_cols/sram_bytes given):
   256 x 32 tiles, 512 threads,
   8 threads per query row, registers capped at 128, the next K/V tile's loads issued
   into registers before this tile's arithmetic (`fa2_fast_options`), for d = 64 and 128;
-* standard with fp32 (or kernel='fast') on a GPU: `STANDARD_FAST_TILES[d]` (B_r, B_c,
-  threads) of the register-tiled kernels `gpu.forward.standard_fast`, else the first of
-  STANDARD_FAST_FALLBACK they run;
+* standard and fa1 with fp32 (or kernel='fast') on a GPU: `STANDARD_FAST_TILES[d]`,
+  `FA1_FAST_TILES[d]` (B_r, B_c, threads) of the register-tiled kernels
+  `gpu.forward.standard_fast`, `gpu.forward.fa1_fast`, else the first of
+  STANDARD_FAST_FALLBACK / FA1_FAST_FALLBACK they run;
 * otherwise (fa1, standard, the simulator): the largest square tile B_r = B_c = B in
   (64, 32, 16, 8) whose shared-memory footprint (`iosim.sram_footprint_bytes`) fits the
   48 KB every CUDA device allows without opt-in. For example fa2/fa1: fp32 d=64 -> 32,
@@ -83,7 +84,8 @@ import iosim
 from iosim.tiling import ALGORITHMS, Tiling, resolve_tiling, sram_footprint_bytes
 
 from . import _launch
-from .forward import fa1, fa1_tc, fa2, fa2_fast, fa2_tc, standard, standard_fast, standard_tc
+from .forward import (fa1, fa1_fast, fa1_tc, fa2, fa2_fast, fa2_tc, standard, standard_fast,
+                      standard_tc)
 from ._launch import (DEFAULT_SMEM_BYTES, NP_DTYPE, SIM, check_fits, counters_to_ledger,
                       default_threads, device_smem_limit, filled, new_counters)
 
@@ -152,6 +154,14 @@ STANDARD_FAST_TUNED = _Tunable({})
 #: thread counts tried, in order, for the fast standard kernels when the caller gives a
 #: tiling but no thread count
 STANDARD_FAST_THREADS = (256, 128, 64)
+#: fa1's fast fp32 kernel (gpu.forward.fa1_fast), as STANDARD_FAST_*: one block per
+#: instance, so a block must fill an SM alone (512 threads, registers capped at 128:
+#: `other_fast_options`). Not yet timed on a GPU (scripts/fp32_fast_gpu.sh).
+FA1_FAST_TILES = _Tunable({64: (128, 128, 512), 128: (64, 64, 256)})
+FA1_FAST_FALLBACK = ((128, 128, 512), (128, 64, 512), (64, 64, 256), (64, 64, 128),
+                     (32, 32, 128))
+FA1_FAST_TUNED = _Tunable({})
+FA1_FAST_THREADS = (512, 256, 128)
 #: fp16 fa2's default on a GPU: head dim -> (B_r, B_c) of gpu.forward.fa2_tc (tensor cores),
 #: the fastest tiling without register spills measured on the H100 at N=4096 and 8192
 #: (16 heads), without causal masking (FA2_TC_TILES) and with it (FA2_TC_TILES_CAUSAL):
@@ -266,47 +276,67 @@ def fa2_fast_threads(B_r: int, B_c: int, d: int, threads: int | None) -> int | N
     return None
 
 
-def _std_fast_candidates(B_r: int, B_c: int, threads: int | None) -> tuple:
-    """Thread counts to try for the fast standard kernels at (B_r, B_c)."""
+def _other_fast(algorithm: str):
+    """(module, tiles, fallback, tuned, threads) of standard's / fa1's fast kernels."""
+    if algorithm == "standard":
+        return (standard_fast, STANDARD_FAST_TILES, STANDARD_FAST_FALLBACK,
+                STANDARD_FAST_TUNED, STANDARD_FAST_THREADS)
+    return fa1_fast, FA1_FAST_TILES, FA1_FAST_FALLBACK, FA1_FAST_TUNED, FA1_FAST_THREADS
+
+
+def _other_fast_fits(algorithm, B_r, B_c, d, threads, dtype, N_k, limit) -> bool:
+    if algorithm == "standard":
+        return standard_fast.supports(B_r, B_c, d, threads, dtype, N_k=N_k, smem_limit=limit)
+    return fa1_fast.supports(B_r, B_c, d, threads, dtype, shfl=not SIM, smem_limit=limit)
+
+
+def _other_fast_candidates(algorithm: str, B_r: int, B_c: int, threads: int | None) -> tuple:
+    """Thread counts to try for standard's / fa1's fast kernels at (B_r, B_c)."""
     if threads is not None:
         return (threads,)
     if SIM:     # the simulator runs one OS thread per CUDA thread: keep its default
         return (default_threads(),)
-    tuned = [t for (br, bc, t) in list(STANDARD_FAST_TILES.values()) +
-             list(STANDARD_FAST_FALLBACK) if (br, bc) == (B_r, B_c)]
-    return tuple(dict.fromkeys(tuned + list(STANDARD_FAST_THREADS)))
+    _, tiles, fallback, _, tlist = _other_fast(algorithm)
+    tuned = [t for (br, bc, t) in list(tiles.values()) + list(fallback) if (br, bc) == (B_r, B_c)]
+    return tuple(dict.fromkeys(tuned + list(tlist)))
 
 
-def standard_fast_threads(B_r: int, B_c: int, d: int, dtype: str, threads: int | None,
-                          N_k: int | None = None) -> int | None:
-    """Thread count at which gpu.forward.standard_fast runs (B_r, B_c, d, dtype) on this
-    device (shared memory included, and the softmax row of N_k float32), or None."""
+def other_fast_threads(algorithm: str, B_r: int, B_c: int, d: int, dtype: str,
+                       threads: int | None, N_k: int | None = None) -> int | None:
+    """Thread count at which gpu.forward.standard_fast / fa1_fast runs (B_r, B_c, d,
+    dtype) on this device (shared memory included; standard: also the softmax row of
+    N_k float32), or None."""
     limit = device_smem_limit()
-    for t in _std_fast_candidates(B_r, B_c, threads):
-        if standard_fast.supports(B_r, B_c, d, t, dtype, N_k=N_k, smem_limit=limit):
+    for t in _other_fast_candidates(algorithm, B_r, B_c, threads):
+        if _other_fast_fits(algorithm, B_r, B_c, d, t, dtype, N_k, limit):
             return t
     return None
 
 
-def standard_fast_default(d: int) -> tuple[int, int, int] | None:
-    """(B_r, B_c, threads) of the fast standard kernels' default tiling for head dim d
-    (fp32 on a GPU), or None (the simulator, or no tiling fits)."""
+def other_fast_default(algorithm: str, d: int) -> tuple[int, int, int] | None:
+    """(B_r, B_c, threads) of standard's / fa1's fast kernels' default tiling for head dim
+    d (fp32 on a GPU: STANDARD_FAST_TILES / FA1_FAST_TILES, then their FALLBACK), or None
+    (the simulator, or no tiling fits)."""
     if SIM:
         return None
     limit = device_smem_limit()
-    for B_r, B_c, t in ((STANDARD_FAST_TILES[d],) if d in STANDARD_FAST_TILES else ()) + \
-            STANDARD_FAST_FALLBACK:
-        if standard_fast.supports(B_r, B_c, d, t, "fp32", smem_limit=limit):
+    _, tiles, fallback, _, _ = _other_fast(algorithm)
+    for B_r, B_c, t in ((tiles[d],) if d in tiles else ()) + fallback:
+        if _other_fast_fits(algorithm, B_r, B_c, d, t, "fp32", None, limit):
             return B_r, B_c, t
     return None
 
 
-def standard_fast_options(B_r: int, B_c: int, threads: int) -> dict:
-    """Tuning keywords (stage, maxreg) of gpu.forward.standard_fast.run for a tiling:
-    STANDARD_FAST_TUNED's entry, else none (stage 0, no register cap)."""
-    opts = dict(STANDARD_FAST_TUNED.get((B_r, B_c, threads), {}))
+def other_fast_options(algorithm: str, B_r: int, B_c: int, threads: int) -> dict:
+    """Tuning keywords of gpu.forward.standard_fast.run (stage, maxreg) / fa1_fast.run
+    (maxreg): STANDARD_FAST_TUNED / FA1_FAST_TUNED's entry; else a register cap only above
+    256 threads, the one that lets a block be resident (65,536 registers per SM). The
+    simulator takes no register cap."""
+    opts = dict(_other_fast(algorithm)[3].get((B_r, B_c, threads), {}))
     if SIM:
         opts.pop("maxreg", None)
+    elif "maxreg" not in opts and threads > 256:
+        opts["maxreg"] = 65536 // threads
     return opts
 
 
@@ -348,8 +378,9 @@ def default_tiling(algorithm: str, d: int, dtype: str, causal: bool = False,
         fast = fa2_fast_default(d)
         if fast is not None:
             return Tiling(fast[0], fast[1])
-    if algorithm == "standard" and (kernel == "fast" or (kernel == "auto" and dtype == "fp32")):
-        fast = standard_fast_default(d)
+    if algorithm in ("standard", "fa1") and (
+            kernel == "fast" or (kernel == "auto" and dtype == "fp32")):
+        fast = other_fast_default(algorithm, d)
         if fast is not None:
             return Tiling(fast[0], fast[1])
     for B in DEFAULT_TILES:
@@ -464,7 +495,7 @@ def _return_like(dev, kind, like):
 #: the values of `attention`'s kernel= parameter
 KERNELS = ("auto", "plain", "fast", "tc")
 #: the algorithms with a fast (register-tiled, fp32 math) forward kernel
-FAST_ALGORITHMS = ("fa2", "standard")
+FAST_ALGORITHMS = ("fa2", "standard", "fa1")
 
 
 def _pick_kernel(kernel, fast, tensor_cores, algorithm, dname):
@@ -569,7 +600,8 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     saying why it cannot run. standard: "auto" runs `gpu.forward.standard_tc` for fp16 where
     it runs, `gpu.forward.standard_fast` (register-tiled, fp32 math) for fp32 where it
     supports the tiling and thread count, else the plain `gpu.forward.standard`; "fast"
-    runs standard_fast for fp32 or fp16 inputs. fa1: "auto" / "tc" / "plain".
+    runs standard_fast for fp32 or fp16 inputs. fa1 likewise: `gpu.forward.fa1_tc`,
+    `gpu.forward.fa1_fast`, the plain `gpu.forward.fa1`.
     All of them run the same schedule: same ledger, outputs equal to rounding (fa2_tc
     rounds P to fp16 before P V, as FlashAttention-2 does).
     fast, tensor_cores: deprecated (DeprecationWarning; removed in the next release);
@@ -741,22 +773,26 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
             raise ValueError(f"kernel='tc': the tensor-core {algorithm} kernels cannot run "
                              f"{dname} with {tiles}: {why}")
         use_other_tc = why is None
-    # standard's register-tiled kernels (gpu.forward.standard_fast): kernel='auto' for fp32
-    use_std_fast = False
-    if algorithm == "standard" and not use_other_tc and (
+    # standard's and fa1's register-tiled kernels (gpu.forward.standard_fast, fa1_fast):
+    # kernel='auto' for fp32, 'fast' for fp32 or fp16
+    use_other_fast = False
+    if algorithm in ("standard", "fa1") and not use_other_tc and (
             kernel == "fast" or (kernel == "auto" and dname == "fp32")):
-        t_fast = standard_fast_threads(B_r, B_c, d, dname,
-                                       None if threads is None else int(threads), Nk)
+        given = None if threads is None else int(threads)
+        t_fast = other_fast_threads(algorithm, B_r, B_c, d, dname, given, Nk)
         if t_fast is not None:
-            use_std_fast, threads = True, t_fast
+            use_other_fast, threads = True, t_fast
         elif kernel == "fast":
-            cands = _std_fast_candidates(B_r, B_c, None if threads is None else int(threads))
-            why = (standard_fast.plan_error(B_r, B_c, d, cands[0], dname) if len(cands) == 1
+            mod = _other_fast(algorithm)[0]
+            cands = _other_fast_candidates(algorithm, B_r, B_c, given)
+            why = (mod.plan_error(B_r, B_c, d, cands[0], dname) if len(cands) == 1
                    else None) or (
                 f"no thread count in {', '.join(map(str, cands))} fits its plan and this "
-                f"device's shared memory (gpu.forward.standard_fast.plan_error, shared_bytes; "
-                f"the softmax row needs 4 N_k = {4 * Nk} bytes)")
-            raise ValueError(f"kernel='fast': the fast standard kernels cannot run {dname} "
+                f"device's shared memory (gpu.forward.{mod.__name__.split('.')[-1]}"
+                f".plan_error and its shared-memory size"
+                + (f"; the softmax row needs 4 N_k = {4 * Nk} bytes)" if algorithm ==
+                   "standard" else ")"))
+            raise ValueError(f"kernel='fast': the fast {algorithm} kernels cannot run {dname} "
                              f"with {tiles}, threads={threads}: {why}; use kernel='auto' "
                              f"or other tiles")
     fast_opts = {}
@@ -772,9 +808,11 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
         check_fits(fa2_fast.smem_bytes(B_r, B_c, d, threads, fast_opts.get("TC"),
                                        shfl=fast_opts["shfl"], stage=fast_opts.get("stage", 0)),
                    what + " (fast kernel)")
-    elif use_std_fast:
-        fast_opts = standard_fast_options(B_r, B_c, threads)
-        check_fits(standard_fast.shared_bytes(B_r, B_c, d, threads), what + " (fast kernels)")
+    elif use_other_fast:
+        fast_opts = other_fast_options(algorithm, B_r, B_c, threads)
+        check_fits(standard_fast.shared_bytes(B_r, B_c, d, threads) if algorithm == "standard"
+                   else fa1_fast.smem_bytes(B_r, B_c, d, threads, shfl=not SIM),
+                   what + " (fast kernels)")
     else:
         check_fits(sram_footprint_bytes(algorithm, B_r, B_c, d, dname), what)
     if algorithm == "standard" and not use_other_tc:
@@ -825,6 +863,9 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
             if use_other_tc:
                 fa1_tc.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters,
                            **_no_band(common), **other_opts)
+            elif use_other_fast:
+                fa1_fast.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters,
+                             **common, **fast_opts)
             else:
                 fa1.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters, **common)
             if return_stats:
@@ -842,7 +883,7 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
             if dropout is not None:      # the keep mask Z: uint8 HBM scratch
                 drop = dict(z3=cuda.device_array((B * H, N, Nk), dtype=np.uint8),
                             dropout=dropout)
-            if use_std_fast:
+            if use_other_fast:
                 standard_fast.run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask_dev, active,
                                   counters, **common, **fast_opts)
             else:

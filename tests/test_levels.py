@@ -156,7 +156,7 @@ def test_levels_new_configurations_are_planned():
         assert plan.kernel == c["kernel"], c["id"]
 
 
-@pytest.mark.parametrize("alg", ["standard"])
+@pytest.mark.parametrize("alg", ["standard", "fa1"])
 def test_fast_fp32_forward_is_refused_by_name(alg):
     """gpu runs the fast fp32 standard / fa1 forward kernels (gpu.forward.standard_fast,
     fa1_fast) by default; levels does not model them yet and says so, naming
