@@ -212,7 +212,8 @@ def test_levels_rejects_what_it_does_not_model():
     with pytest.raises(ValueError, match="block_mask"):
         L.levels("fa2", Problem(N=256, d=64, block_mask=m), "H100-SXM")
     with pytest.raises(ValueError, match="grid_order"):
-        L.levels("fa1", Problem(N=256, d=64), "H100-SXM", grid_order="head-major")
+        L.levels("fa1", Problem(N=256, d=64), "H100-SXM", grid_order="head-major",
+                 kernel="plain")
     with pytest.raises(ValueError, match="grid_order"):
         L.levels("fa2", Problem(N=256, d=64), "H100-SXM", grid_order="diagonal")
 
