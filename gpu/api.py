@@ -591,9 +591,10 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     they loaded/stored (problem totals, comparable with iosim.closed_form).
     return_stats: also return L (fa2, fa1).
     threads: threads per block (default `_launch.default_threads()`: 128 on a GPU,
-    16 in the simulator; the fast fa2 kernel: its tiling's own, see FA2_FAST_TILES);
-    the plain kernels stride over their work, so any 1..1024 works.
-    kernel: which fa2 kernel runs the schedule (module docstring). "auto": `gpu.forward.fa2_tc`
+    16 in the simulator; the fast kernels: their tiling's own, see FA2_FAST_TILES,
+    STANDARD_FAST_TILES, FA1_FAST_TILES); the plain kernels stride over their work, so any
+    1..1024 works; a fast kernel takes the thread counts its plan_error accepts.
+    kernel: which kernel runs the schedule (module docstring). fa2: "auto": `gpu.forward.fa2_tc`
     (tensor cores) for fp16 where it runs the tiling (a GPU, d a multiple of 16, B_r = 16
     x warps, 16-byte aligned inputs), else `gpu.forward.fa2_fast` where it supports the tiling,
     else the plain `gpu.forward.fa2`; "plain" / "fast" / "tc": that kernel or a ValueError
