@@ -971,14 +971,14 @@ def run_checks(mode: str, suites=SUITES, *, algorithms=ALGORITHMS,
 # ---------------------------------------------------------------------------------------
 def ptx_check(quick: bool = False, out=print) -> list[str]:
     """Compile every CUDA-core kernel (d=64, 64x64 tiles, all flags) for cc 9.0 and check:
-    no .f64 instruction; atomics present iff the counting build; the fast fa2 and standard
-    kernels use 16-byte shared loads (ld.shared.v4.f32). quick: fp16 causal only. Needs
+    no .f64 instruction; atomics present iff the counting build; the fast fa2, standard
+    and fa1 kernels use 16-byte shared loads (ld.shared.v4.f32). quick: fp16 causal only. Needs
     NUMBA_ENABLE_CUDASIM=0 (NVVM), not a GPU. Returns the failures."""
     import re
     from numba import cuda
     from numba.cuda import types as T
     from gpu import _launch
-    from gpu.forward import fa1, fa2, fa2_fast, standard, standard_fast
+    from gpu.forward import fa1, fa1_fast, fa2, fa2_fast, standard, standard_fast
     A = lambda dt, nd: T.Array(dt, nd, "C")
     U8, I64, F32 = A(T.uint8, 2), A(T.int64, 2), A(T.float32, 2)
     failures = []
@@ -1007,7 +1007,9 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
                                                256), standard_fast.signatures(dt)["PV"]),
                       (standard.softmax_kernel(128, 128, causal, True, count, 256, False,
                                                False, True), standard_fast.signatures(dt)[
-                                                   "softmax"])]
+                                                   "softmax"]),
+                      (fa1_fast.fa1_fast_kernel(128, 64, 64, dt, causal, False, True, count,
+                                                256, True), fa1_fast.signature(dt))]
                 for kern, sig in ks:
                     ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))
                     name = kern.py_func.__name__
@@ -1015,7 +1017,7 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
                     atom = len(re.findall(r"\batom\.", ptx))
                     ok = f64 == 0 and (atom > 0) == count and name in ptx
                     extra = ""
-                    if name.startswith(("fa2_fast", "std_fast")):   # 16-byte shared loads
+                    if name.startswith(("fa2_fast", "std_fast", "fa1_fast")):   # LDS.128
                         v4 = len(re.findall(r"ld\.shared\.v4\.f32", ptx))
                         ok = ok and v4 > 0
                         extra = f" ld.shared.v4={v4}"
