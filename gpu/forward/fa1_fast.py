@@ -52,6 +52,11 @@ scale, mask; row max; P = e^{S - m_new} -> Ps, row sums; O_i's entries from Os i
 registers times e^{m_i - m_new} l_i; sync; += P V_j; times 1 / l_new back into Os, l_new,
 m_new into ls, ms; sync; O_i, l_i, m_i -> HBM (coalesced).
 
+Registers (ptxas -v for sm_90 on the PTX built without a GPU; the 512-thread default
+runs with maxreg=128, gpu.api.other_fast_options): d = 64, 128 x 128, 512 threads: 128,
+no spills (the causal, masked, counting build wants 168 uncapped); d = 128, 64 x 64, 256
+threads: 165. Untimed on a GPU at the time of writing: scripts/fp32_fast_gpu.sh.
+
 Counting (count=True, compile-time): per-thread element counts, one atomic add per tensor
 and direction at the end (gpu._launch counters), as the plain kernel counts.
 """
