@@ -28,10 +28,10 @@ STAGES=${STAGES:-"pytest time bench"}
 for s in $STAGES; do
   t0=$(date +%s)
   case $s in
-    pytest) timeout ${T_PYTEST:-200} python3 -m pytest -q -m gpu -p no:cacheprovider \
+    pytest) timeout ${T_PYTEST:-240} python3 -m pytest -q -m gpu -p no:cacheprovider \
               tests/test_gpu_standard_fast.py tests/test_gpu_fa1_fast.py \
               > "$OUT/fp32_fast_pytest.txt" 2>&1 ;;
-    time)   timeout ${T_TIME:-150} python3 scripts/fp32_fast_gpu.py > "$OUT/fp32_fast_time.txt" 2>&1 ;;
+    time)   timeout ${T_TIME:-200} python3 scripts/fp32_fast_gpu.py > "$OUT/fp32_fast_time.txt" 2>&1 ;;
     bench)  { timeout ${T_BENCH:-60} $FS bench --impls standard,fa1,fa2,torch_math,torch_efficient \
                 --dtypes fp32 --seq-lens 4096 --head-dims 64 --causal both --batch-heads 16 \
                 --budget-s 55 --out "$OUT/bench_fp32_fast_bh16.json"
