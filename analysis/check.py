@@ -3,9 +3,11 @@
 Three suites, each a list of configurations (`plan`), each configuration one row with
 `ok` and the `failures` that made it not ok:
 
-forward   every forward kernel (standard, fa1, fa2 with its default kernel and the plain
-          one; fp32 and fp16; causal; >48 KB tilings through the opt-in; grouped K/V; a
-          block mask with an empty query block):
+forward   every forward kernel (standard, fa1, fa2 with their default kernels and the
+          plain ones: fp32 standard's and fa1's defaults are gpu.forward.standard_fast and
+          fa1_fast; fp32 and fp16;
+          causal; >48 KB tilings through the opt-in; grouped K/V; a block mask with an
+          empty query block):
           * counts: the instrumented build's ledger equals iosim.closed_form exactly
             (every tensor, reads and writes, in elements);
           * O has no NaN (outputs are poisoned with NaN before each launch: the
@@ -103,6 +105,13 @@ def forward_configs(mode: str) -> list[dict]:
     for dtype in ("fp32", "fp16"):
         out.append(dict(extra, alg="fa2", dtype=dtype, causal=True, kv_heads=heads,
                         tiles=tiles or (32, 32), kernel="plain"))
+    # the plain standard and fa1 kernels (fp32 'auto' runs gpu.forward.standard_fast,
+    # fa1_fast), and the fast ones with grouped K/V and a block mask
+    for alg in ("standard", "fa1"):
+        out.append(dict(extra, alg=alg, dtype="fp32", causal=True, kv_heads=heads,
+                        tiles=tiles or (64, 64), kernel="plain"))
+        out.append(dict(extra, alg=alg, dtype="fp32", causal=True,
+                        kv_heads=max(1, heads // 4), tiles=None, mask=True))
     # > 48 KB of dynamic shared memory: exercises the opt-in
     out.append(dict(extra, alg="fa2", dtype="fp32", causal=False, kv_heads=heads, tiles=(64, 64)))
     out.append(dict(extra, alg="fa1", dtype="fp16", causal=True, kv_heads=heads, tiles=(64, 64)))
@@ -962,14 +971,14 @@ def run_checks(mode: str, suites=SUITES, *, algorithms=ALGORITHMS,
 # ---------------------------------------------------------------------------------------
 def ptx_check(quick: bool = False, out=print) -> list[str]:
     """Compile every CUDA-core kernel (d=64, 64x64 tiles, all flags) for cc 9.0 and check:
-    no .f64 instruction; atomics present iff the counting build; the fast fa2 kernel uses
-    16-byte shared loads (ld.shared.v4.f32). quick: fp16 causal only. Needs
+    no .f64 instruction; atomics present iff the counting build; the fast fa2, standard
+    and fa1 kernels use 16-byte shared loads (ld.shared.v4.f32). quick: fp16 causal only. Needs
     NUMBA_ENABLE_CUDASIM=0 (NVVM), not a GPU. Returns the failures."""
     import re
     from numba import cuda
     from numba.cuda import types as T
     from gpu import _launch
-    from gpu.forward import fa1, fa2, fa2_fast, standard
+    from gpu.forward import fa1, fa1_fast, fa2, fa2_fast, standard, standard_fast
     A = lambda dt, nd: T.Array(dt, nd, "C")
     U8, I64, F32 = A(T.uint8, 2), A(T.int64, 2), A(T.float32, 2)
     failures = []
@@ -991,7 +1000,16 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
                       (standard.pv_kernel(64, 64, 64, dt, causal, True, count, 128),
                        (X, X, X, T.float32, U8) + (T.int64,) * 6 + (I64,)),
                       (fa2_fast.fa2_fast_kernel(128, 64, 64, dt, causal, True, count, 128, 8,
-                                                True), fa2_fast.signature(dt))]
+                                                True), fa2_fast.signature(dt)),
+                      (standard_fast.s_kernel(128, 128, 64, dt, causal, False, count, 256),
+                       standard_fast.signatures(dt)["S"]),
+                      (standard_fast.pv_kernel(128, 128, 64, dt, causal, False, True, count,
+                                               256), standard_fast.signatures(dt)["PV"]),
+                      (standard.softmax_kernel(128, 128, causal, True, count, 256, False,
+                                               False, True), standard_fast.signatures(dt)[
+                                                   "softmax"]),
+                      (fa1_fast.fa1_fast_kernel(128, 64, 64, dt, causal, False, True, count,
+                                                256, True), fa1_fast.signature(dt))]
                 for kern, sig in ks:
                     ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))
                     name = kern.py_func.__name__
@@ -999,7 +1017,7 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
                     atom = len(re.findall(r"\batom\.", ptx))
                     ok = f64 == 0 and (atom > 0) == count and name in ptx
                     extra = ""
-                    if name.startswith("fa2_fast"):   # 16-byte shared loads (LDS.128)
+                    if name.startswith(("fa2_fast", "std_fast", "fa1_fast")):   # LDS.128
                         v4 = len(re.findall(r"ld\.shared\.v4\.f32", ptx))
                         ok = ok and v4 > 0
                         extra = f" ld.shared.v4={v4}"

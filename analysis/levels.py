@@ -154,17 +154,28 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
         if kernel not in ("auto", "plain", "tc", "fast"):
             raise ValueError(f"kernel={kernel!r} is not known; allowed: auto, tc, fast, plain")
         # what gpu runs by default since 2026-11-25 (gpu.api, gpu.backward): the
-        # tensor-core kernels for fp16 (fa1, standard; the fa2 and standard backward) and
-        # the fast fa2 backward for fp32. Their launches are not modelled yet.
+        # tensor-core kernels for fp16 (fa1, standard; the fa2 and standard backward), the
+        # fast fa2 backward for fp32 (planned by _newer_plan), and the fast fp32 standard
+        # and fa1 forward kernels (gpu.forward.standard_fast, fa1_fast: not modelled yet,
+        # refused below)
         runs = "plain"
         if kernel != "plain":
             if dt == "fp16" and (pass_ == "fwd" or algorithm in ("fa2", "standard")):
                 runs = "tc"
             elif pass_ == "bwd" and algorithm == "fa2":
                 runs = "fast"
+            elif pass_ == "fwd" and dt == "fp32" and algorithm in api.FAST_ALGORITHMS:
+                runs = "fast"
             if kernel in ("tc", "fast") and kernel != runs:
                 raise ValueError(f"kernel={kernel!r}: the {algorithm} {pass_} pass has no "
                                  f"{kernel!r} kernel for {dt}")
+        if runs == "fast" and pass_ == "fwd":
+            raise ValueError(
+                f"the {algorithm} {pass_} pass runs its 'fast' kernels for {dt} on a GPU "
+                f"(gpu.forward.{'standard' if algorithm == 'standard' else 'fa1'}_fast); "
+                f"the L2 / DRAM and time models do not cover them yet: model the 'plain' "
+                f"kernels with kernel='plain' (--kernel plain), or measure the 'fast' ones "
+                f"(analysis.hwmeasure) to extend the models")
         if runs != "plain":
             return _newer_plan(algorithm, pass_, runs, problem, hw, tiling)
     if pass_ == "bwd":

@@ -21,6 +21,10 @@ Default tiling (no block_rows/block_cols/sram_bytes given):
   256 x 32 tiles, 512 threads,
   8 threads per query row, registers capped at 128, the next K/V tile's loads issued
   into registers before this tile's arithmetic (`fa2_fast_options`), for d = 64 and 128;
+* standard and fa1 with fp32 (or kernel='fast') on a GPU: `STANDARD_FAST_TILES[d]`,
+  `FA1_FAST_TILES[d]` (B_r, B_c, threads) of the register-tiled kernels
+  `gpu.forward.standard_fast`, `gpu.forward.fa1_fast`, else the first of
+  STANDARD_FAST_FALLBACK / FA1_FAST_FALLBACK they run;
 * otherwise (fa1, standard, the simulator): the largest square tile B_r = B_c = B in
   (64, 32, 16, 8) whose shared-memory footprint (`iosim.sram_footprint_bytes`) fits the
   48 KB every CUDA device allows without opt-in. For example fa2/fa1: fp32 d=64 -> 32,
@@ -80,7 +84,8 @@ import iosim
 from iosim.tiling import ALGORITHMS, Tiling, resolve_tiling, sram_footprint_bytes
 
 from . import _launch
-from .forward import fa1, fa1_tc, fa2, fa2_fast, fa2_tc, standard, standard_tc
+from .forward import (fa1, fa1_fast, fa1_tc, fa2, fa2_fast, fa2_tc, standard, standard_fast,
+                      standard_tc)
 from ._launch import (DEFAULT_SMEM_BYTES, NP_DTYPE, SIM, check_fits, counters_to_ledger,
                       default_threads, device_smem_limit, filled, new_counters)
 
@@ -137,6 +142,26 @@ FA2_FAST_TUNED = _Tunable({(256, 32, 512): dict(TC=8, maxreg=128, stage=1),
                            (128, 64, 256): dict(TC=8, maxreg=128)})
 #: thread counts tried, in order, for the fast kernel when the caller gives a tiling
 FA2_FAST_THREADS = (256, 128, 64)
+#: standard's fast fp32 kernels (gpu.forward.standard_fast): head dim -> (B_r, B_c, threads)
+#: of the default tiling on a GPU; other head dims take the first of
+#: STANDARD_FAST_FALLBACK the kernels run. Not yet timed on a GPU
+#: (scripts/fp32_fast_gpu.sh sweeps tilings).
+STANDARD_FAST_TILES = _Tunable({64: (128, 128, 256), 128: (64, 64, 128)})
+STANDARD_FAST_FALLBACK = ((128, 128, 256), (128, 64, 256), (64, 64, 128), (64, 64, 64),
+                          (32, 32, 64))
+#: tuning keywords of gpu.forward.standard_fast.run (stage, maxreg) per (B_r, B_c, threads)
+STANDARD_FAST_TUNED = _Tunable({})
+#: thread counts tried, in order, for the fast standard kernels when the caller gives a
+#: tiling but no thread count
+STANDARD_FAST_THREADS = (256, 128, 64)
+#: fa1's fast fp32 kernel (gpu.forward.fa1_fast), as STANDARD_FAST_*: one block per
+#: instance, so a block must fill an SM alone (512 threads, registers capped at 128:
+#: `other_fast_options`). Not yet timed on a GPU (scripts/fp32_fast_gpu.sh).
+FA1_FAST_TILES = _Tunable({64: (128, 128, 512), 128: (64, 64, 256)})
+FA1_FAST_FALLBACK = ((128, 128, 512), (128, 64, 512), (64, 64, 256), (64, 64, 128),
+                     (32, 32, 128))
+FA1_FAST_TUNED = _Tunable({})
+FA1_FAST_THREADS = (512, 256, 128)
 #: fp16 fa2's default on a GPU: head dim -> (B_r, B_c) of gpu.forward.fa2_tc (tensor cores),
 #: the fastest tiling without register spills measured on the H100 at N=4096 and 8192
 #: (16 heads), without causal masking (FA2_TC_TILES) and with it (FA2_TC_TILES_CAUSAL):
@@ -251,6 +276,70 @@ def fa2_fast_threads(B_r: int, B_c: int, d: int, threads: int | None) -> int | N
     return None
 
 
+def _other_fast(algorithm: str):
+    """(module, tiles, fallback, tuned, threads) of standard's / fa1's fast kernels."""
+    if algorithm == "standard":
+        return (standard_fast, STANDARD_FAST_TILES, STANDARD_FAST_FALLBACK,
+                STANDARD_FAST_TUNED, STANDARD_FAST_THREADS)
+    return fa1_fast, FA1_FAST_TILES, FA1_FAST_FALLBACK, FA1_FAST_TUNED, FA1_FAST_THREADS
+
+
+def _other_fast_fits(algorithm, B_r, B_c, d, threads, dtype, N_k, limit) -> bool:
+    if algorithm == "standard":
+        return standard_fast.supports(B_r, B_c, d, threads, dtype, N_k=N_k, smem_limit=limit)
+    return fa1_fast.supports(B_r, B_c, d, threads, dtype, shfl=not SIM, smem_limit=limit)
+
+
+def _other_fast_candidates(algorithm: str, B_r: int, B_c: int, threads: int | None) -> tuple:
+    """Thread counts to try for standard's / fa1's fast kernels at (B_r, B_c)."""
+    if threads is not None:
+        return (threads,)
+    if SIM:     # the simulator runs one OS thread per CUDA thread: keep its default
+        return (default_threads(),)
+    _, tiles, fallback, _, tlist = _other_fast(algorithm)
+    tuned = [t for (br, bc, t) in list(tiles.values()) + list(fallback) if (br, bc) == (B_r, B_c)]
+    return tuple(dict.fromkeys(tuned + list(tlist)))
+
+
+def other_fast_threads(algorithm: str, B_r: int, B_c: int, d: int, dtype: str,
+                       threads: int | None, N_k: int | None = None) -> int | None:
+    """Thread count at which gpu.forward.standard_fast / fa1_fast runs (B_r, B_c, d,
+    dtype) on this device (shared memory included; standard: also the softmax row of
+    N_k float32), or None."""
+    limit = device_smem_limit()
+    for t in _other_fast_candidates(algorithm, B_r, B_c, threads):
+        if _other_fast_fits(algorithm, B_r, B_c, d, t, dtype, N_k, limit):
+            return t
+    return None
+
+
+def other_fast_default(algorithm: str, d: int) -> tuple[int, int, int] | None:
+    """(B_r, B_c, threads) of standard's / fa1's fast kernels' default tiling for head dim
+    d (fp32 on a GPU: STANDARD_FAST_TILES / FA1_FAST_TILES, then their FALLBACK), or None
+    (the simulator, or no tiling fits)."""
+    if SIM:
+        return None
+    limit = device_smem_limit()
+    _, tiles, fallback, _, _ = _other_fast(algorithm)
+    for B_r, B_c, t in ((tiles[d],) if d in tiles else ()) + fallback:
+        if _other_fast_fits(algorithm, B_r, B_c, d, t, "fp32", None, limit):
+            return B_r, B_c, t
+    return None
+
+
+def other_fast_options(algorithm: str, B_r: int, B_c: int, threads: int) -> dict:
+    """Tuning keywords of gpu.forward.standard_fast.run (stage, maxreg) / fa1_fast.run
+    (maxreg): STANDARD_FAST_TUNED / FA1_FAST_TUNED's entry; else a register cap only above
+    256 threads, the one that lets a block be resident (65,536 registers per SM). The
+    simulator takes no register cap."""
+    opts = dict(_other_fast(algorithm)[3].get((B_r, B_c, threads), {}))
+    if SIM:
+        opts.pop("maxreg", None)
+    elif "maxreg" not in opts and threads > 256:
+        opts["maxreg"] = 65536 // threads
+    return opts
+
+
 def other_tc_module(algorithm: str):
     """The tensor-core kernel module of fa1 / standard (fp16): gpu.forward.fa1_tc or
     gpu.forward.standard_tc."""
@@ -275,7 +364,8 @@ def default_tiling(algorithm: str, d: int, dtype: str, causal: bool = False,
                    kernel: str = "auto") -> Tiling:
     """The tiling `attention` uses when none is given (see the module docstring): for fp16
     on a GPU the tensor-core kernels' defaults (fa2, fa1, standard; they may depend on
-    `causal`), unless kernel='plain' (or 'fast' for fa2)."""
+    `causal`), unless kernel='plain' (or 'fast'); for fp32 (or kernel='fast') fa2's and
+    standard's fast kernels' defaults (FA2_FAST_TILES, STANDARD_FAST_TILES)."""
     if algorithm in ("fa1", "standard") and dtype == "fp16" and kernel in ("auto", "tc"):
         t = other_tc_default(algorithm, d, causal)
         if t is not None:
@@ -286,6 +376,11 @@ def default_tiling(algorithm: str, d: int, dtype: str, causal: bool = False,
             return Tiling(*tc)
     if algorithm == "fa2" and kernel != "plain":
         fast = fa2_fast_default(d)
+        if fast is not None:
+            return Tiling(fast[0], fast[1])
+    if algorithm in ("standard", "fa1") and (
+            kernel == "fast" or (kernel == "auto" and dtype == "fp32")):
+        fast = other_fast_default(algorithm, d)
         if fast is not None:
             return Tiling(fast[0], fast[1])
     for B in DEFAULT_TILES:
@@ -399,6 +494,8 @@ def _return_like(dev, kind, like):
 
 #: the values of `attention`'s kernel= parameter
 KERNELS = ("auto", "plain", "fast", "tc")
+#: the algorithms with a fast (register-tiled, fp32 math) forward kernel
+FAST_ALGORITHMS = ("fa2", "standard", "fa1")
 
 
 def _pick_kernel(kernel, fast, tensor_cores, algorithm, dname):
@@ -432,8 +529,9 @@ def _pick_kernel(kernel, fast, tensor_cores, algorithm, dname):
                       f"release; use kernel={kernel!r}"
                       + (" (tensor_cores=False: kernel='fast' or 'plain')"
                          if kernel == "auto" else ""), DeprecationWarning, stacklevel=4)
-    if kernel == "fast" and algorithm != "fa2":
-        raise ValueError(f"kernel='fast' is only for algorithm='fa2'; {algorithm!r} has "
+    if kernel == "fast" and algorithm not in FAST_ALGORITHMS:
+        raise ValueError(f"kernel='fast' is not allowed for algorithm={algorithm!r}; allowed "
+                         f"for: {', '.join(FAST_ALGORITHMS)}; {algorithm!r} has "
                          f"kernel='auto', 'plain' or (fp16) 'tc'")
     if kernel == "tc" and dname != "fp16":
         raise ValueError(f"kernel='tc' needs float16 inputs: the tensor-core {algorithm} "
@@ -493,13 +591,18 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     they loaded/stored (problem totals, comparable with iosim.closed_form).
     return_stats: also return L (fa2, fa1).
     threads: threads per block (default `_launch.default_threads()`: 128 on a GPU,
-    16 in the simulator; the fast fa2 kernel: its tiling's own, see FA2_FAST_TILES);
-    the plain kernels stride over their work, so any 1..1024 works.
-    kernel: which fa2 kernel runs the schedule (module docstring). "auto": `gpu.forward.fa2_tc`
+    16 in the simulator; the fast kernels: their tiling's own, see FA2_FAST_TILES,
+    STANDARD_FAST_TILES, FA1_FAST_TILES); the plain kernels stride over their work, so any
+    1..1024 works; a fast kernel takes the thread counts its plan_error accepts.
+    kernel: which kernel runs the schedule (module docstring). fa2: "auto": `gpu.forward.fa2_tc`
     (tensor cores) for fp16 where it runs the tiling (a GPU, d a multiple of 16, B_r = 16
     x warps, 16-byte aligned inputs), else `gpu.forward.fa2_fast` where it supports the tiling,
     else the plain `gpu.forward.fa2`; "plain" / "fast" / "tc": that kernel or a ValueError
-    saying why it cannot run (fa1 and standard have one kernel each: "auto" or "plain").
+    saying why it cannot run. standard: "auto" runs `gpu.forward.standard_tc` for fp16 where
+    it runs, `gpu.forward.standard_fast` (register-tiled, fp32 math) for fp32 where it
+    supports the tiling and thread count, else the plain `gpu.forward.standard`; "fast"
+    runs standard_fast for fp32 or fp16 inputs. fa1 likewise: `gpu.forward.fa1_tc`,
+    `gpu.forward.fa1_fast`, the plain `gpu.forward.fa1`.
     All of them run the same schedule: same ledger, outputs equal to rounding (fa2_tc
     rounds P to fp16 before P V, as FlashAttention-2 does).
     fast, tensor_cores: deprecated (DeprecationWarning; removed in the next release);
@@ -671,6 +774,28 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
             raise ValueError(f"kernel='tc': the tensor-core {algorithm} kernels cannot run "
                              f"{dname} with {tiles}: {why}")
         use_other_tc = why is None
+    # standard's and fa1's register-tiled kernels (gpu.forward.standard_fast, fa1_fast):
+    # kernel='auto' for fp32, 'fast' for fp32 or fp16
+    use_other_fast = False
+    if algorithm in ("standard", "fa1") and not use_other_tc and (
+            kernel == "fast" or (kernel == "auto" and dname == "fp32")):
+        given = None if threads is None else int(threads)
+        t_fast = other_fast_threads(algorithm, B_r, B_c, d, dname, given, Nk)
+        if t_fast is not None:
+            use_other_fast, threads = True, t_fast
+        elif kernel == "fast":
+            mod = _other_fast(algorithm)[0]
+            cands = _other_fast_candidates(algorithm, B_r, B_c, given)
+            why = (mod.plan_error(B_r, B_c, d, cands[0], dname) if len(cands) == 1
+                   else None) or (
+                f"no thread count in {', '.join(map(str, cands))} fits its plan and this "
+                f"device's shared memory (gpu.forward.{mod.__name__.split('.')[-1]}"
+                f".plan_error and its shared-memory size"
+                + (f"; the softmax row needs 4 N_k = {4 * Nk} bytes)" if algorithm ==
+                   "standard" else ")"))
+            raise ValueError(f"kernel='fast': the fast {algorithm} kernels cannot run {dname} "
+                             f"with {tiles}, threads={threads}: {why}; use kernel='auto' "
+                             f"or other tiles")
     fast_opts = {}
     if use_other_tc:
         if algorithm == "fa1":
@@ -684,6 +809,11 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
         check_fits(fa2_fast.smem_bytes(B_r, B_c, d, threads, fast_opts.get("TC"),
                                        shfl=fast_opts["shfl"], stage=fast_opts.get("stage", 0)),
                    what + " (fast kernel)")
+    elif use_other_fast:
+        fast_opts = other_fast_options(algorithm, B_r, B_c, threads)
+        check_fits(standard_fast.shared_bytes(B_r, B_c, d, threads) if algorithm == "standard"
+                   else fa1_fast.smem_bytes(B_r, B_c, d, threads, shfl=not SIM),
+                   what + " (fast kernels)")
     else:
         check_fits(sram_footprint_bytes(algorithm, B_r, B_c, d, dname), what)
     if algorithm == "standard" and not use_other_tc:
@@ -734,6 +864,9 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
             if use_other_tc:
                 fa1_tc.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters,
                            **_no_band(common), **other_opts)
+            elif use_other_fast:
+                fa1_fast.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters,
+                             **common, **fast_opts)
             else:
                 fa1.run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask_dev, counters, **common)
             if return_stats:
@@ -751,9 +884,13 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
             if dropout is not None:      # the keep mask Z: uint8 HBM scratch
                 drop = dict(z3=cuda.device_array((B * H, N, Nk), dtype=np.uint8),
                             dropout=dropout)
-            (standard_tc if use_other_tc else standard).run(
-                q3, k3, v3, o3, s3, p3, scale, N, H, G, mask_dev, active, counters,
-                **(_no_band(common) if use_other_tc else common), **drop)
+            if use_other_fast:
+                standard_fast.run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask_dev, active,
+                                  counters, **common, **fast_opts)
+            else:
+                (standard_tc if use_other_tc else standard).run(
+                    q3, k3, v3, o3, s3, p3, scale, N, H, G, mask_dev, active, counters,
+                    **(_no_band(common) if use_other_tc else common), **drop)
     O = (o_obj.reshape(B, H, N, d) if o_obj is not None
          else _return_like(o3.reshape(B, H, N, d), kind, q))
     out = [O]

@@ -271,13 +271,15 @@ def test_fa2_fast_options():
 
 def test_fast_flag_errors():
     q, k, v = inputs(20, 16)
-    with pytest.raises(ValueError, match="kernel='fast' is only for algorithm='fa2'"):
-        gpu.attention(q, k, v, algorithm="fa1", kernel="fast")
+    with pytest.raises(ValueError, match="kernel='fast': the fast fa1 kernels cannot run fp32 "
+                                         "with B_r=16, B_c=16, d=16, threads=7"):
+        gpu.attention(q, k, v, algorithm="fa1", kernel="fast", block_rows=16, block_cols=16,
+                      threads=7)
     with pytest.raises(ValueError, match="kernel='fast': the fast fa2 kernel cannot run fp32 "
                                          "with B_r=16, B_c=16, d=16, threads=7"):
         gpu.attention(q, k, v, algorithm="fa2", kernel="fast", block_rows=16, block_cols=16,
                       threads=7)
     with pytest.raises(ValueError, match="fast='yes'"):
         gpu.attention(q, k, v, fast="yes")
-    O = gpu.attention(q, k, v, algorithm="fa1", kernel="plain")   # its one kernel
+    O = gpu.attention(q, k, v, algorithm="fa1", kernel="plain")
     assert np.isfinite(O).all()

@@ -86,8 +86,11 @@ def test_attention_kernel_argument_rules():
     with pytest.raises(ValueError, match="kernel='tc' needs float16.*fa1"):
         gpu.attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
                       algorithm="fa1", kernel="tc")
-    with pytest.raises(ValueError, match="kernel='fast' is only for algorithm='fa2'"):
-        gpu.attention(q, k, v, algorithm="standard", kernel="fast")
+    # the fast standard kernels take fp16 too, but not 64 x 64 tiles with 16 threads
+    with pytest.raises(ValueError, match="kernel='fast': the fast standard kernels cannot "
+                                         "run fp16 with B_r=64, B_c=64, d=16"):
+        gpu.attention(q, k, v, algorithm="standard", kernel="fast", block_rows=64,
+                      block_cols=64, threads=16)
 
 
 def test_deprecated_fast_and_tensor_cores_map_onto_kernel():

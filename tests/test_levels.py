@@ -156,6 +156,19 @@ def test_levels_new_configurations_are_planned():
         assert plan.kernel == c["kernel"], c["id"]
 
 
+@pytest.mark.parametrize("alg", ["standard", "fa1"])
+def test_fast_fp32_forward_is_refused_by_name(alg):
+    """gpu runs the fast fp32 standard / fa1 forward kernels (gpu.forward.standard_fast,
+    fa1_fast) by default; levels does not model them yet and says so, naming
+    kernel='plain', which still models the plain ones."""
+    p = Problem(N=1024, d=64, heads=4, dtype="fp32")
+    hw = get_hardware("H100-SXM")
+    with pytest.raises(ValueError, match=f"runs its 'fast' kernels for fp32.*{alg}_fast"
+                                         f".*kernel='plain'"):
+        L.kernel_plan(alg, p, hw)
+    assert L.kernel_plan(alg, p, hw, kernel="plain").kernel == "default"
+
+
 def test_occupancy_limits():
     hw = get_hardware("H100-SXM")
     assert L.occupancy(hw, 256, 55_000, 128) == 2          # registers: 128 x 256 = 32 K
@@ -199,7 +212,8 @@ def test_levels_rejects_what_it_does_not_model():
     with pytest.raises(ValueError, match="block_mask"):
         L.levels("fa2", Problem(N=256, d=64, block_mask=m), "H100-SXM")
     with pytest.raises(ValueError, match="grid_order"):
-        L.levels("fa1", Problem(N=256, d=64), "H100-SXM", grid_order="head-major")
+        L.levels("fa1", Problem(N=256, d=64), "H100-SXM", grid_order="head-major",
+                 kernel="plain")
     with pytest.raises(ValueError, match="grid_order"):
         L.levels("fa2", Problem(N=256, d=64), "H100-SXM", grid_order="diagonal")
 

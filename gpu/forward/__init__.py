@@ -1,8 +1,10 @@
 """Forward kernels, one module per algorithm (and kernel generation of fa2):
 
     standard.py  Algorithm 0: S = Q K^T, P = softmax(S), O = P V through HBM
+    standard_fast.py  the same three kernels register-tiled on the CUDA cores (fp32 fast path)
     standard_tc.py  the same three kernels for fp16, tile products on the tensor cores
     fa1.py       Algorithm 1 as written (FlashAttention), one block per (batch, head)
+    fa1_fast.py  the same schedule register-tiled on the CUDA cores (fp32 fast path)
     fa1_tc.py    the same schedule on the tensor cores (fp16), with fa1_tc.cu
     fa2.py       FlashAttention-2, one block per query block: the plain reference kernel
     fa2_fast.py  the same schedule register-tiled on the CUDA cores (fp32 fast path)

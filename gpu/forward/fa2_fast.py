@@ -177,6 +177,67 @@ def supports(B_r, B_c, d, threads, *, TC=None, shfl=False, stage=0, smem_limit=N
     return smem_bytes(B_r, B_c, d, threads, TC, shfl=shfl, stage=stage) <= smem_limit
 
 
+def register_qk(RM, RN, TR, TC, QS, KS, d):
+    """Device function qk(sm, qbase, kbase, s_acc, qv, kv): s_acc[a, b] = sum over x < d of
+    sm[qbase + a TR QS + x] * sm[kbase + b TC KS + x] (a < RM, b < RN), i.e. this thread's
+    RM x RN register tile of A B^T for two row-major float32 tiles in shared memory (row
+    strides QS, KS, multiples of 4; qbase = the thread's first A row ty, kbase its first
+    B row tx, both masked with IMASK). x advances 4 at a time: RM + RN LDS.128 and
+    4 RM RN FMAs per step. qv (W,) and kv (RN, W) are the caller's float32 local arrays.
+    Used by fa2_fast (S = Q_i K_j^T) and standard_fast / fa1_fast."""
+    XC = d // W
+
+    @cuda.jit(device=True, inline=True)
+    def qk(sm, qbase, kbase, s_acc, qv, kv):
+        for a in range(RM):
+            for b in range(RN):
+                s_acc[a, b] = ZERO
+        for xc in range(XC):
+            x4 = (xc * W) & IMASK
+            for b in range(RN):                     # B rows tx + TC b, x .. x+3
+                for w in range(W):
+                    kv[b, w] = sm[kbase + b * TC * KS + x4 + w]
+            for a in range(RM):                     # A row ty + TR a, x .. x+3
+                for w in range(W):
+                    qv[w] = sm[qbase + a * TR * QS + x4 + w]
+                for b in range(RN):
+                    s = s_acc[a, b]
+                    for w in range(W):
+                        s += qv[w] * kv[b, w]
+                    s_acc[a, b] = s
+    return qk
+
+
+def register_pv(RM, DN, TR, TC, PS, VS, B_c):
+    """Device function pv(sm, pbase, vbase, col4, o_acc, pv, vv): o_acc[a, 4 g + w] +=
+    sum over c < B_c of sm[pbase + a TR PS + c] * sm[vbase + c VS + col4 + 4 TC g + w]
+    (a < RM, g < DN / 4, w < 4): this thread's RM x DN register tile of P V for a
+    row-major P tile (row stride PS; pbase = the thread's first row ty) and a row-major V
+    tile (row stride VS; vbase its first word, col4 = 4 tx its first column group), both
+    float32 in shared memory. c advances 4 at a time: RM + DN / 4 x 4 LDS.128 and
+    4 RM DN FMAs per step. pv (RM, W) and vv (DN,) are the caller's local arrays. Used by
+    fa2_fast (O += P V_j) and standard_fast / fa1_fast."""
+    CC = B_c // W
+    DG = DN // W
+
+    @cuda.jit(device=True, inline=True)
+    def pvp(sm, pbase, vbase, col4, o_acc, pv, vv):
+        for cc in range(CC):
+            c4 = (cc * W) & IMASK
+            for a in range(RM):                     # P row ty + TR a, c .. c+3
+                for w in range(W):
+                    pv[a, w] = sm[pbase + a * TR * PS + c4 + w]
+            for u in range(W):                      # V row c + u, own columns
+                for g in range(DG):
+                    for w in range(W):
+                        vv[g * W + w] = sm[vbase + c4 * VS + u * VS + col4 + g * W * TC + w]
+                for a in range(RM):
+                    p = pv[a, u]
+                    for b in range(DN):
+                        o_acc[a, b] += p * vv[b]
+    return pvp
+
+
 @specialisation
 def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl, maxreg=0,
                     stage=0, window=False):
@@ -198,8 +259,6 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
     THREADS = threads
     banded = causal or window
     DG = DN // W          # groups of 4 head columns per thread
-    XC = d // W           # 4-wide steps of S = Q K^T
-    CC = B_c // W         # 4-wide steps of O += P V
     QN, KN = B_r * d, B_c * d
     LQ = -(-QN // THREADS)
     LK = -(-KN // THREADS)
@@ -212,6 +271,8 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
         assert TC <= 32 and TC & (TC - 1) == 0, "shfl needs TC a power of two <= 32"
     row_max = lane_group_reducer(TC, "max") if shfl else None
     row_sum = lane_group_reducer(TC, "sum") if shfl else None
+    qk_product = register_qk(RM, RN, TR, TC, QS, KS, d)
+    pv_product = register_pv(RM, DN, TR, TC, PS, d, B_c)
 
     @cuda.jit(device=True, inline=True)
     def next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i):
@@ -327,22 +388,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
             if stage and jn < T_c:   # next tile's loads stay in flight during this tile
                 nK += ldg_tile(k, v, zk, jn * B_c, min(B_c, N_k - jn * B_c), t, kst, vst)
             # ---- S = Q_i K_j^T in registers: x advances 4 at a time (LDS.128) ----
-            for a in range(RM):
-                for b in range(RN):
-                    s_acc[a, b] = ZERO
-            for xc in range(XC):
-                x4 = (xc * W) & IMASK
-                for b in range(RN):                     # K_j rows tx + TC b, x .. x+3
-                    for w in range(W):
-                        kv[b, w] = sm[kbase + koff + b * TC * KS + x4 + w]
-                for a in range(RM):                     # Q_i row ty + TR a, x .. x+3
-                    for w in range(W):
-                        qv[w] = sm[qbase + a * TR * QS + x4 + w]
-                    for b in range(RN):
-                        s = s_acc[a, b]
-                        for w in range(W):
-                            s += qv[w] * kv[b, w]
-                        s_acc[a, b] = s
+            qk_product(sm, qbase, kbase + koff, s_acc, qv, kv)
             # ---- scale, mask, row max ----
             for a in range(RM):
                 r = ty + TR * a
@@ -387,20 +433,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
                     o_acc[a, b] *= alpha
             cuda.syncthreads()                          # P complete
             # ---- O += P V_j: c advances 4 at a time (LDS.128 of P and of V) ----
-            for cc in range(CC):
-                c4 = (cc * W) & IMASK
-                for a in range(RM):                     # P row ty + TR a, c .. c+3
-                    for w in range(W):
-                        pv[a, w] = sm[pbase + a * TR * PS + c4 + w]
-                for u in range(W):                      # V_j row c + u, own columns
-                    for g in range(DG):
-                        for w in range(W):
-                            vv[g * W + w] = sm[VO + voff + c4 * d + u * d + col4 + g * W * TC
-                                               + w]
-                    for a in range(RM):
-                        p = pv[a, u]
-                        for b in range(DN):
-                            o_acc[a, b] += p * vv[b]
+            pv_product(sm, pbase, VO + voff, col4, o_acc, pv, vv)
             if stage == 2:
                 buf = 1 - buf
         # ---- row sums over the TC threads of each row ----
@@ -510,5 +543,5 @@ def signature(dt="fp32"):
             nb.Array(nb.int64, 2, "C"))
 
 
-__all__ = ["plan", "layout", "smem_bytes", "supports", "fa2_fast_kernel", "get_kernel",
-           "run", "signature"]
+__all__ = ["plan", "layout", "smem_bytes", "supports", "register_qk", "register_pv",
+           "fa2_fast_kernel", "get_kernel", "run", "signature"]

@@ -29,7 +29,7 @@ from numba import cuda, float32, int64
 from iosim.tiling import sram_footprint_bytes
 
 from .._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, launch, specialisation)
+                      dummy_mask, kernel_name, lane_group_reducer, launch, specialisation)
 from .. import _philox
 from ._band import BIG, band_args, sees_key_band, tile_in_band
 
@@ -135,15 +135,24 @@ def s_kernel(B_r, B_c, d, dt, causal, count, threads, window=False):
 
 
 @specialisation
-def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dropout=False):
+def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dropout=False,
+                   shfl=False):
     """Kernel softmax(s, p, mask, N, N_k, lo, hi, counters); grid (N, instances); dynamic
     shared memory N_k float32 (the row), plus a static `threads` float32 reduction
     buffer. The row's active entries: those of the active tiles of its query block.
+    shfl=True (hardware only; threads a multiple of 32; gpu.forward.standard_fast): the
+    row max and sum are reduced by warp shuffles, then over one value per warp, instead of
+    every thread reading all `threads` partial values.
     dropout=True: Kernel(s, p, mask, N, N_k, lo, hi, counters, zm, key0, key1, offset,
     thr) also writes the keep mask Z (uint8 0/1, Philox: gpu._philox) over the same
     entries into zm (instances, N, N_k), as the unfused graph's dropout stores its mask."""
     IS, IP, IZ = T["S"], T["P"], T["Z"]
     banded = causal or window
+    if shfl:
+        assert threads % 32 == 0, "shfl needs whole warps"
+    NRED = threads // 32 if shfl else threads       # partial values reduced at the end
+    warp_max = lane_group_reducer(32, "max") if shfl else None
+    warp_sum = lane_group_reducer(32, "sum") if shfl else None
 
     def body(s_hbm, p_hbm, mask, N, N_k, lo, hi, counters, zm, key0, key1, offset, thr):
         r = cuda.blockIdx.x
@@ -172,10 +181,15 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dro
                 row[c] = val
                 mx = max(mx, val)
                 nS += 1
-        red[t] = mx
+        if shfl:
+            mx = warp_max(mx)
+            if t % 32 == 0:
+                red[t // 32] = mx
+        else:
+            red[t] = mx
         cuda.syncthreads()
         mx = NEG_INF
-        for u in range(threads):
+        for u in range(NRED):
             mx = max(mx, red[u])
         cuda.syncthreads()                       # everyone has read red
         m_safe = mx if mx > NEG_INF else ZERO    # max() may skip NaN entries
@@ -193,10 +207,15 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dro
                 ex = math.exp(row[c] - m_safe)   # masked (-inf): 0; NaN stays NaN
                 row[c] = ex
                 total += ex
-        red[t] = total
+        if shfl:
+            total = warp_sum(total)
+            if t % 32 == 0:
+                red[t // 32] = total
+        else:
+            red[t] = total
         cuda.syncthreads()
         total = ZERO
-        for u in range(threads):
+        for u in range(NRED):
             total += red[u]
         # total > 0 fails for NaN (a NaN or Inf input) as well as for 0: only a row that
         # sees no key gets P = 0 (so O = 0); one that sees a key gets NaN
@@ -239,7 +258,7 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dro
 
     return kernel, kernel_name("std_softmax", Br=B_r, Bc=B_c, causal=causal, window=window,
                                mask=has_mask, dropout=dropout,
-                               count=count, t=threads)
+                               count=count, t=threads, shfl=shfl)
 
 
 @specialisation
