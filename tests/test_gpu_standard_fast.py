@@ -129,7 +129,7 @@ def _gpu_case(N, d, heads, causal, dtype="fp32", N_k=None, tiles=None, kernel="f
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("N,causal", [(1024, False), (1024, True), (1000, True)])
+@pytest.mark.parametrize("N,causal", [(1024, False), (1024, True), (1000, True), (1001, False)])
 def test_gpu_default_tiling(N, causal):
     _gpu_case(N, 64, 4, causal)
 
@@ -140,6 +140,7 @@ def test_gpu_other_tilings_fp16_rectangular():
     _gpu_case(500, 64, 2, False, tiles=(128, 64))
     _gpu_case(512, 128, 2, True)
     _gpu_case(512, 64, 2, False, dtype="fp16")
+    _gpu_case(300, 64, 2, False, N_k=701)      # the softmax's dense sweep, ragged tail
     q, k, v = _inputs(1, 2, 2, 300, 64, N_k=700, seed=9)
     O, led = gpu.attention(q, k, v, algorithm="standard", causal=True, kernel="fast",
                            count_traffic=True)
