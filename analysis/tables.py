@@ -62,8 +62,8 @@ def table_forward_fp32(data=None) -> str:
     """fp32, d=64, N=4096, 16 heads: fa2 against the standard kernels and PyTorch."""
     rows = R.load("bench", device=DEVICE, data=data)
     pick = latest(rows, bench_key, lambda r: r.get("ms_median") is not None)
-    impls = [("fa2", "fa2"), ("standard", "standard"), ("torch_math", "torch MATH"),
-             ("torch_efficient", "torch EFFICIENT")]
+    impls = [("fa2", "fa2"), ("standard", "standard"), ("fa1", "fa1"),
+             ("torch_math", "torch MATH"), ("torch_efficient", "torch EFFICIENT")]
     lines = ["| fp32, d=64, N=4096, ms | " + " | ".join(n for _, n in impls) + " |",
              "|---|" + "---|" * len(impls)]
     used = []
@@ -111,6 +111,41 @@ def table_forward_fp16(data=None) -> str:
         {"bench": used_b, "tc_tilings": used_t}, [],
         "fa2 kernel: the compiled kernel launched on preallocated arrays (default tiling); "
         "fa2 call: `gpu.attention` on torch tensors, host time included. ")
+
+
+def table_fa1_vs_fa2(data=None) -> str:
+    """fa1 (Algorithm 1 as written: one thread block per (batch, head), O, l, m through
+    HBM) against fa2 on the same technology, at batch x heads = 128 (every SM busy),
+    N = 4096, d = 64: fp32 from `flashsim bench` rows (fa1 `fast`, fa2 `fast`), fp16 from
+    the fa1 tensor-core study (`fa1_tc_probe`: fa2 `tc` and fa1 `tc` at their default
+    tilings, one run)."""
+    rows = R.load("bench", device=DEVICE, data=data)
+    pick = latest(rows, bench_key, lambda r: r.get("ms_median") is not None)
+    probe = [r for r in R.load("fa1_tc_probe", device=DEVICE, data=data)
+             if r.get("record") == "time" and r.get("BH") == 128 and r.get("N") == 4096
+             and r.get("d") == 64]
+    lines = ["| batch × heads = 128, N = 4096, d = 64, ms | fa2 | fa1 | fa1 / fa2 |",
+             "|---|---|---|---|"]
+    used_b, used_p = [], []
+    for causal in (False, True):
+        # fp16: fa2 tc rows carry no stages; fa1 tc's default is 128 x 128, 3 stages
+        f2 = [r for r in probe if bool(r["causal"]) == causal and r.get("stages") is None]
+        f1 = [r for r in probe if bool(r["causal"]) == causal and r.get("stages") == 3
+              and (r["B_r"], r["B_c"]) == (128, 128)]
+        a, b = (f2[-1] if f2 else None), (f1[-1] if f1 else None)
+        used_p += [x for x in (a, b) if x]
+        cells = [f"{a['ms']:.3g}" if a else "–", f"{b['ms']:.3g}" if b else "–",
+                 f"{b['ms'] / a['ms']:.2f}x" if a and b else "–"]
+        lines.append(f"| fp16 (tc){', causal' if causal else ''} | " + " | ".join(cells) + " |")
+    for causal in (False, True):
+        a = pick.get(("fa2", "fp32", 4096, 64, 128, causal, "fwd"))
+        b = pick.get(("fa1", "fp32", 4096, 64, 128, causal, "fwd"))
+        if a is None and b is None:
+            continue
+        used_b += [x for x in (a, b) if x]
+        ratio = f"{b['ms_median'] / a['ms_median']:.2f}x" if a and b else "–"
+        lines.append(f"| fp32 (fast){', causal' if causal else ''} | {_ms(a)} | {_ms(b)} | {ratio} |")
+    return "\n".join(lines) + "\n" + _source({"bench": used_b, "fa1_tc_probe": used_p}, [])
 
 
 def table_fwd_bwd(data=None) -> str:
@@ -255,6 +290,7 @@ def table_runtime_validation(data=None) -> str:
 TABLES: dict[str, Callable] = {
     "forward_fp32": table_forward_fp32,
     "forward_fp16": table_forward_fp16,
+    "fa1_vs_fa2": table_fa1_vs_fa2,
     "fwd_bwd": table_fwd_bwd,
     "checks": table_checks,
     "ncu": table_ncu,
