@@ -175,3 +175,39 @@ def test_kernel_errors():
                              np.repeat(v, 2, axis=1), CU_Q, CU_K)
     with pytest.raises(ValueError, match="causal=True and window=\\(2, 1\\)"):
         gpu.attention_varlen(q, k, v, CU_Q, CU_K, causal=True, window=(2, 1))
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------
+def test_cli_traffic_json(capsys):
+    import json
+    from analysis.cli import main
+    argv = ["traffic", "--algorithm", "fa2", "--cu-seqlens-q", "0,5,5,22,55",
+            "--cu-seqlens-k", "0,9,12,29,69", "--head-dim", "16", "--heads", "2",
+            "--kv-heads", "1", "--dtype", "fp32", "--causal", "--block-rows", "16",
+            "--block-cols", "16"]
+    assert main(argv + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = iosim.varlen_closed_form("fa2", _problem(CU_Q, CU_K, True, (-1, -1)), T16)
+    assert out["hbm_bytes"] == want.hbm_bytes and out["per_tensor"] == want.per_tensor()
+    assert out["cu_seqlens_q"] == CU_Q and out["seq_len"] == 55 and out["batch"] == 4
+    plain = Problem(N=8, d=16)          # every key of the plain ledger's JSON is there
+    assert set(iosim.closed_form("fa2", plain, T16).to_dict()) <= set(out)
+    assert main(argv) == 0
+    assert "fa2 varlen: 4 sequences" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--cu-seqlens-q", "0,5", "--cu-seqlens-k", "0,5", "--seq-len", "5"],
+     ["do not go with --seq-len"]),
+    (["--cu-seqlens-q", "0,5"], ["--cu-seqlens-q needs --cu-seqlens-k"]),
+    (["--cu-seqlens-q", "0,5,3", "--cu-seqlens-k", "0,5,6"],
+     ["cu_seqlens_q", "decreases"]),
+    ([], ["--seq-len is required"]),
+])
+def test_cli_traffic_errors(capsys, extra, words):
+    from analysis.cli import main
+    rc = main(["traffic", "--algorithm", "fa2", "--head-dim", "16"] + extra)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and all(w in err[0] for w in words), err
