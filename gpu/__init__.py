@@ -11,7 +11,8 @@
     mma.cuh, _tc.py   the tensor-core tile products (mma.sync / ldmatrix / cp.async
                 templates) and how a Numba kernel links them
 
-Entry points: `gpu.attention` (forward; picks the kernel), `gpu.backward.
+Entry points: `gpu.attention` (forward; picks the kernel), `gpu.attention_varlen`
+(fa2 forward on packed variable-length batches, gpu/varlen.py), `gpu.backward.
 attention_backward`, `gpu.autograd.flash_attention` (torch autograd), `gpu.decode`. Every
 kernel has an instrumented build (count_traffic=True) whose own element counts equal
 iosim's ledger. Import this package after NUMBA_ENABLE_CUDASIM is settled.
@@ -19,5 +20,6 @@ iosim's ledger. Import this package after NUMBA_ENABLE_CUDASIM is settled.
 from .api import DEFAULT_TILES, HEAD_DIMS, AttentionResult, attention, attention_result, default_tiling
 
 __all__ = ["attention", "attention_result", "AttentionResult", "default_tiling", "HEAD_DIMS",
-           "DEFAULT_TILES"]
+           "DEFAULT_TILES", "attention_varlen"]
+from .varlen import attention_varlen  # noqa: E402  (packed variable-length batches)
 from . import decode  # noqa: E402,F401  (KV-cache decoding: gpu.decode(q, k_cache, v_cache, ...), a callable package)

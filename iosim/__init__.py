@@ -17,6 +17,9 @@ from .ledger import CountingMemory, Ledger
 from .problem import DTYPES, MAX_HEAD_DIM, ConfigError, Problem, check_dtype, check_head_dim
 from .reference import element_mask, reference_attention
 from .schedules import FORWARD, Execution, active_tiles, block_bounds, execute, random_inputs
+from .varlen import (VarlenExecution, VarlenLedger, VarlenProblem, check_cu_seqlens,
+                     execute_varlen, random_varlen_inputs, reference_varlen,
+                     varlen_closed_form)
 from .gpt2 import flash_passes, gpt2_table, standard_passes
 from .tiling import (ALGORITHMS, Tiling, paper_tiling, resolve_tiling, sram_footprint_bytes,
                      sram_to_elements)
@@ -35,4 +38,6 @@ __all__ = [
     "closed_form", "closed_form_arrays", "element_mask", "execute", "floor_sum", "get_hardware",
     "paper_tiling", "random_inputs", "reference_attention", "resolve_tiling",
     "sram_footprint_bytes", "sram_to_elements", "tile_sums",
+    "VarlenExecution", "VarlenLedger", "VarlenProblem", "check_cu_seqlens", "execute_varlen",
+    "random_varlen_inputs", "reference_varlen", "varlen_closed_form",
 ]

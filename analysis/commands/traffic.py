@@ -13,7 +13,8 @@ def register(sub):
                                    "equal to the executed schedule). Byte figures are totals "
                                    "for the whole problem (batch x heads).")
     p.add_argument("--algorithm", required=True, choices=ALGORITHMS)
-    p.add_argument("--seq-len", type=int, required=True, metavar="N", help="sequence length N")
+    p.add_argument("--seq-len", type=int, metavar="N",
+                   help="sequence length N (required unless --cu-seqlens-q is given)")
     p.add_argument("--head-dim", type=int, required=True, metavar="d", help="head dimension d")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--sram-bytes", type=int, metavar="M", help="SRAM capacity M per thread block, in bytes")
@@ -36,6 +37,17 @@ def register(sub):
                         "keep mask Z, 1 byte per element; fa1 and fa2 regenerate it on chip "
                         "(no traffic). Forward ledger only (not with --levels or --decode)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    vl = p.add_argument_group(
+        "packed variable-length batches (--cu-seqlens-q, --cu-seqlens-k)",
+        "flash-attn's flash_attn_varlen_func: sequence b has cu_q[b+1] - cu_q[b] query rows "
+        "and cu_k[b+1] - cu_k[b] keys; causal and --window align bottom-right per sequence. "
+        "The ledger is the sum over sequences of the per-sequence ledgers (tiles per "
+        "sequence, no padding traffic; iosim.varlen). Replaces --seq-len, --seq-len-kv "
+        "and --batch; not with --levels, --decode or --dropout.")
+    vl.add_argument("--cu-seqlens-q", type=_ints, metavar="0,N_0,...",
+                    help="cumulative query sequence starts (batch + 1 integers from 0)")
+    vl.add_argument("--cu-seqlens-k", type=_ints, metavar="0,N_k0,...",
+                    help="cumulative key sequence starts (batch + 1 integers from 0)")
     lv = p.add_argument_group(
         "below the ledger (--levels)",
         "Model what reaches L2 and DRAM and what the pass costs in time on --gpu (default "
@@ -87,6 +99,62 @@ def _window(text: str) -> tuple[int, int]:
     return left, right
 
 
+def _ints(text: str) -> list[int]:
+    """--cu-seqlens-q 0,5,5,22 -> [0, 5, 5, 22] (order checks: iosim.check_cu_seqlens)."""
+    import argparse
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not allowed; allowed: comma-separated integers, e.g. 0,5,5,22") from None
+
+
+def varlen_main(args, dropout) -> int:
+    """The ledger of a packed variable-length batch (--cu-seqlens-q, --cu-seqlens-k)."""
+    from iosim import VarlenProblem, varlen_closed_form
+    if args.cu_seqlens_q is None or args.cu_seqlens_k is None:
+        given = "--cu-seqlens-q" if args.cu_seqlens_k is None else "--cu-seqlens-k"
+        other = "--cu-seqlens-k" if args.cu_seqlens_k is None else "--cu-seqlens-q"
+        raise ConfigError(f"{given} needs {other} as well (one entry per sequence + 1)")
+    clash = [f for f, bad in (("--seq-len", args.seq_len is not None),
+                              ("--seq-len-kv", args.seq_len_kv is not None),
+                              ("--batch", args.batch != 1), ("--levels", args.levels),
+                              ("--decode", args.decode or bool(decode_flags(args))),
+                              ("--dropout", bool(dropout))) if bad]
+    if clash:
+        raise ConfigError(f"--cu-seqlens-q/--cu-seqlens-k do not go with {', '.join(clash)}: "
+                          f"the packed lengths replace --seq-len, --seq-len-kv and --batch; "
+                          f"the L2/time, decode and dropout models do not cover varlen yet")
+    problem = VarlenProblem.from_cu_seqlens(
+        args.cu_seqlens_q, args.cu_seqlens_k, args.head_dim, heads=args.heads,
+        kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal,
+        window=(-1, -1) if args.window is None else args.window)
+    sram = args.sram_bytes
+    if args.gpu is not None:
+        sram = get_hardware(args.gpu).sram_bytes
+    if sram is not None and (sram <= 0):
+        raise ConfigError(f"sram_bytes={sram} must be a positive integer")
+    tiling = resolve_tiling(args.algorithm, problem.d, problem.dtype, block_rows=args.block_rows,
+                            block_cols=args.block_cols, sram_bytes=sram)
+    ledger = varlen_closed_form(args.algorithm, problem, tiling)
+    if args.json:
+        out = ledger.to_dict()
+        out["sram_bytes"] = sram
+        print(json.dumps(out, indent=2))
+        return 0
+    p = problem
+    print(f"{args.algorithm} varlen: {p.batch} sequences, N_q_b={list(p.seqlens_q)} "
+          f"N_k_b={list(p.seqlens_k)} d={p.d} {p.dtype} heads={p.heads} "
+          f"kv_heads={p.kv_heads} causal={p.causal} window={p.window}")
+    print(f"tiling: B_r={tiling.B_r} B_c={tiling.B_c} per sequence (T_r_b={list(p.T_r(tiling))}); "
+          f"on-chip footprint {ledger.to_dict()['sram_footprint_bytes']:,} bytes")
+    print(ledger.table())
+    print(f"HBM traffic: {ledger.hbm_bytes:,} bytes total "
+          f"({ledger.hbm_read_bytes:,} read, {ledger.hbm_write_bytes:,} written); "
+          f"{ledger.hbm_bytes_per_head:,.0f} bytes per (sequence, head) on average")
+    return 0
+
+
 def decode_flags(args) -> list[str]:
     """The decode-only options given (each implies --decode)."""
     return [f for f, v in (("--num-splits", args.num_splits), ("--page-size", args.page_size),
@@ -99,6 +167,11 @@ def main(args) -> int:
         flag = "--levels" if args.levels else "--decode"
         raise ConfigError(f"--dropout={dropout} does not go with {flag}: the dropout mask is "
                           f"modelled in the forward ledger only (drop {flag})")
+    if args.cu_seqlens_q is not None or args.cu_seqlens_k is not None:
+        return varlen_main(args, dropout)
+    if args.seq_len is None:
+        raise ConfigError("--seq-len is required (or --cu-seqlens-q and --cu-seqlens-k for a "
+                          "packed variable-length batch)")
     if args.decode or decode_flags(args):
         return decode_main(args)
     window = (-1, -1) if args.window is None else args.window

@@ -9,6 +9,8 @@
     fa2.py       FlashAttention-2, one block per query block: the plain reference kernel
     fa2_fast.py  the same schedule register-tiled on the CUDA cores (fp32 fast path)
     fa2_tc.py    the same schedule on the tensor cores (fp16), with fa2_tc.cu
+    fa2_varlen.py  the plain fa2 schedule on packed variable-length batches (cu_seqlens),
+                 one launch (gpu.attention_varlen)
     _band.py     the causal / local-window band (N_q != N_k, bottom-right aligned) that
                  every kernel above masks and skips tiles by
 

@@ -1,0 +1,133 @@
+"""`gpu.attention_varlen`: fa2 forward on packed variable-length batches (flash-attn's
+`flash_attn_varlen_func`), in one launch of gpu.forward.fa2_varlen.
+
+Its own module beside gpu/api.py, not one more branch of `gpu.attention`: the inputs
+have another layout (packed (total, heads, d), three dimensions, plus cu_seqlens), the
+problem is an iosim.VarlenProblem rather than an iosim.Problem, and only the plain
+kernel runs it; `gpu.attention`'s checks, kernel choice and launch plans stay untouched.
+It reuses gpu.api's helpers for devices, outputs and poisoning (`gpu.api.POISON`,
+`set_poison`, `poison_outputs`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+import iosim
+from iosim.tiling import resolve_tiling, sram_footprint_bytes
+
+from . import api
+from ._launch import NP_DTYPE, check_fits, counters_to_dicts, default_threads, new_counters
+from .forward import fa2_varlen
+
+#: the values of attention_varlen's kernel= parameter
+VARLEN_KERNELS = ("plain",)
+
+
+def _check3(name, x):
+    """(shape, numpy dtype, kind) of one packed input (3 dimensions)."""
+    if isinstance(x, np.ndarray):
+        kind, shape, dt, contig = "numpy", x.shape, x.dtype, x.flags.c_contiguous
+    elif hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"):
+        kind, shape, dt, contig = "numba", x.shape, np.dtype(x.dtype), x.is_c_contiguous()
+    else:
+        raise ValueError(f"{name} must be a NumPy array or a Numba device array; got "
+                         f"{type(x).__name__}")
+    if len(shape) != 3:
+        raise ValueError(f"{name} has shape {tuple(shape)} (ndim={len(shape)}); expected 3 "
+                         f"dimensions (total rows, heads, d), flash-attn's packed layout")
+    if dt not in (np.dtype(np.float32), np.dtype(np.float16)):
+        raise ValueError(f"{name} has dtype {dt}; allowed: float32, float16")
+    if not contig:
+        raise ValueError(f"{name} must be C-contiguous (row-major); make a contiguous copy")
+    return tuple(int(s) for s in shape), dt, kind
+
+
+def _host_ints(x):
+    return x.copy_to_host() if hasattr(x, "copy_to_host") else x
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, window=(-1, -1),
+                     scale=None, block_rows=None, block_cols=None, count_traffic=False,
+                     return_stats=False, threads=None, kernel="plain", poison=None):
+    """FlashAttention-2 forward over a packed batch of sequences of different lengths.
+
+    q: (total_q, heads, d); k, v: (total_k, kv_heads, d), kv_heads dividing heads (query
+    head h uses K/V head h // (heads // kv_heads)); float32 or float16, all the same
+    dtype, C-contiguous; NumPy in -> NumPy out, Numba device arrays in -> device arrays
+    out. cu_seqlens_q, cu_seqlens_k: integer arrays (batch + 1,): sequence b is q rows
+    cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 (N_q_b of them) against k, v rows
+    cu_seqlens_k[b] .. cu_seqlens_k[b+1] - 1 (N_k_b); both start at 0, are non-decreasing
+    and end at total_q, total_k (ValueError naming the parameter otherwise). Lengths may
+    be 0: N_q_b = 0 does nothing; N_k_b = 0 gives O = 0, L = -inf for its rows.
+
+    causal, window=(left, right): per sequence, bottom-right aligned (iosim.Problem with
+    N = N_q_b, N_k = N_k_b): row r of sequence b sees its key c iff c <= r + N_k_b - N_q_b
+    (causal). scale: default 1/sqrt(d). block_rows=B_r, block_cols=B_c: the tiling, per
+    sequence (T_r_b = ceil(N_q_b / B_r)); default gpu.api.default_tiling('fa2', d, dtype,
+    kernel='plain'). threads: per block (default `_launch.default_threads()`).
+    kernel: 'plain' (gpu.forward.fa2_varlen) only; anything else is a ValueError.
+    poison: NaN-fill O and L before the launch (default gpu.api.POISON).
+    count_traffic: also return the kernel's own counts as an iosim.VarlenLedger (totals
+    over sequences and query heads, in elements), equal to iosim.varlen_closed_form.
+    return_stats: also return L, the logsumexp m + log l, float32 (heads, total_q) --
+    flash-attn's softmax_lse layout for varlen.
+    Returns O (total_q, heads, d) in the input dtype; (O, L), (O, ledger) or
+    (O, L, ledger) as asked.
+    """
+    if kernel not in VARLEN_KERNELS:
+        raise ValueError(f"kernel={kernel!r} is not supported by attention_varlen; allowed: "
+                         f"{', '.join(map(repr, VARLEN_KERNELS))} (the fast and tensor-core "
+                         f"fa2 kernels have no varlen build yet)")
+    (Tq, H, d), dt, kind = _check3("q", q)
+    (Tk, Hk, dk), dtk, kindk = _check3("k", k)
+    shape_v, dtv, kindv = _check3("v", v)
+    if dk != d or shape_v != (Tk, Hk, dk):
+        raise ValueError(f"k has shape {(Tk, Hk, dk)} and v has shape {shape_v}; both must "
+                         f"be (total_k, kv_heads, d={d}), the same, to match q {(Tq, H, d)}")
+    if H % Hk:
+        raise ValueError(f"k/v have kv_heads={Hk}, which must divide q's heads={H}")
+    if dtk != dt or dtv != dt:
+        raise ValueError(f"q, k, v dtypes are {dt}, {dtk}, {dtv}; they must be the same")
+    if len({kind, kindk, kindv}) != 1:
+        raise ValueError("q, k, v must all be NumPy arrays or all be Numba device arrays")
+    dname = "fp32" if dt == np.float32 else "fp16"
+    problem = iosim.VarlenProblem.from_cu_seqlens(
+        _host_ints(cu_seqlens_q), _host_ints(cu_seqlens_k), d, total_q=Tq, total_k=Tk,
+        heads=H, kv_heads=Hk, dtype=dname, causal=causal, window=window)
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
+        raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32")
+    if threads is not None and not 1 <= int(threads) <= 1024:
+        raise ValueError(f"threads={threads} must be in 1..1024")
+    if block_rows is None and block_cols is None:
+        tiling = api.default_tiling("fa2", d, dname, bool(causal), "plain")
+    else:
+        tiling = resolve_tiling("fa2", d, dname, block_rows=block_rows, block_cols=block_cols)
+    B_r, B_c = tiling.B_r, tiling.B_c
+    check_fits(sram_footprint_bytes("fa2", B_r, B_c, d, dname),
+               f"attention_varlen with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
+    threads = default_threads() if threads is None else int(threads)
+    poison = api.POISON if poison is None else bool(poison)
+
+    npdt = NP_DTYPE[dname]
+    qd, kd, vd = (api._to_device(x, kind) for x in (q, k, v))
+    cu_q = cuda.to_device(problem.cu_seqlens_q)
+    cu_k = cuda.to_device(problem.cu_seqlens_k)
+    _, o3 = api._output((Tq, H, d), npdt, kind, q, poison)
+    _, L2 = api._output((H, Tq), np.dtype(np.float32), kind, q, poison)
+    counters = new_counters(count_traffic)
+    max_T_r = max(problem.T_r(tiling))
+    fa2_varlen.run(qd, kd, vd, o3, L2, cu_q, cu_k, scale, H, H // Hk, max_T_r,
+                   problem.batch, counters, B_r=B_r, B_c=B_c, dt=dname, causal=bool(causal),
+                   count=bool(count_traffic), threads=threads, window=problem.window)
+    out = [api._return_like(o3, kind, q)]
+    if return_stats:
+        out.append(api._return_like(L2, kind, q))
+    if count_traffic:
+        reads, writes = counters_to_dicts(counters)
+        out.append(iosim.VarlenLedger("fa2", problem, tiling, reads, writes))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+__all__ = ["attention_varlen", "VARLEN_KERNELS"]
