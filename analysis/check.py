@@ -978,7 +978,7 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
     from numba import cuda
     from numba.cuda import types as T
     from gpu import _launch
-    from gpu.forward import fa1, fa1_fast, fa2, fa2_fast, standard, standard_fast
+    from gpu.forward import fa1, fa1_fast, fa2, fa2_fast, fa2_varlen, standard, standard_fast
     A = lambda dt, nd: T.Array(dt, nd, "C")
     U8, I64, F32 = A(T.uint8, 2), A(T.int64, 2), A(T.float32, 2)
     failures = []
@@ -1009,7 +1009,9 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
                                                False, True), standard_fast.signatures(dt)[
                                                    "softmax"]),
                       (fa1_fast.fa1_fast_kernel(128, 64, 64, dt, causal, False, True, count,
-                                                256, True), fa1_fast.signature(dt))]
+                                                256, True), fa1_fast.signature(dt)),
+                      (fa2_varlen.fa2_varlen_kernel(64, 64, 64, dt, causal, count, 128),
+                       fa2_varlen.signature(dt))]
                 for kern, sig in ks:
                     ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))
                     name = kern.py_func.__name__

@@ -211,3 +211,12 @@ def test_cli_traffic_errors(capsys, extra, words):
     rc = main(["traffic", "--algorithm", "fa2", "--head-dim", "16"] + extra)
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and all(w in err[0] for w in words), err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,causal", [("fp32", True), ("fp16", False)])
+def test_kernel_on_gpu(dtype, causal):
+    """Real hardware: sequences of 1000, 0, 2048 and 517 queries (keys 1200, 100, 2048,
+    452), d = 64; exact counts, every element written, errors within the same bounds."""
+    _check_kernel([0, 1000, 1000, 3048, 3565], [0, 1200, 1300, 3348, 3800], causal,
+                  (-1, -1), 1, dtype=dtype, d=64)

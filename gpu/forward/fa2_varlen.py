@@ -207,3 +207,13 @@ def run(q3, k3, v3, o3, L2, cu_q, cu_k, scale, H, G, max_T_r, batch, counters, *
     launch(kern, (max_T_r, batch * H), threads, shared_bytes(B_r, B_c, d, dt),
            q3, k3, v3, o3, L2, cu_q, cu_k, np.float32(scale), lo0, hi0, np.int64(H),
            np.int64(G), counters)
+
+
+def signature(dt="fp32"):
+    """Argument types of the kernel (for cuda.compile_ptx without a GPU: `flashsim check
+    --ptx`)."""
+    from numba.cuda import types as nb
+    X = nb.Array(NB_DTYPE[dt], 3, "C")
+    I32 = nb.Array(nb.int32, 1, "C")
+    return ((X, X, X, X, nb.Array(nb.float32, 2, "C"), I32, I32, nb.float32) +
+            (nb.int64,) * 4 + (nb.Array(nb.int64, 2, "C"),))
