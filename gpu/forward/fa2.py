@@ -40,20 +40,19 @@ from .. import _philox
 from ._band import band_args, sees_key_band, tile_in_band
 
 
-@specialisation
-def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False,
-                       dropout=False):
-    """Kernel fa2(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters,
-    key0, key1, offset, thr, rp).
+def fa2_block(B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=False,
+              packed=False):
+    """The work of one thread block, query block i of one (batch, head) instance: the
+    device function both fa2 forward kernels run (this module's, and gpu.forward.fa2_varlen's
+    on packed batches).
 
-    q, o: (instances, N, d); k, v: (batch * H // G, N_k, d); L: (instances, N) float32;
-    scale: float32; N: query rows N_q; N_k: key rows; lo, hi: int64 band (row r sees key
-    c iff lo <= c - r <= hi; read only when causal or window, the compile-time flags of
-    gpu.forward._band); H: query heads; G: query heads per K/V head;
-    mask: uint8 (T_r, T_c) (read only when has_mask); counters: int64 (see _launch);
-    key0, key1, offset, thr: uint64, rp: float32, the dropout (gpu._philox.kernel_args;
-    read only when `dropout`). Grid (T_r, instances), `threads` threads.
-    """
+    block(q, k, v, o, L, i, z, zk, qoff, koff, N, N_k, lo, hi, scale, mask, counters,
+    key0, key1, offset, thr, rp): z, zk: the query / K/V instance (or head, packed);
+    qoff, koff: the first query / key row of this problem in q, o, L / k, v (0 unless
+    packed); N, N_k: its query and key rows; lo, hi: its band (read only when `banded`);
+    mask: uint8 (T_r, T_c) (read only when has_mask); the rest as `fa2_forward_kernel`.
+    Element (row r, column x) of q is q[z, qoff + r, x], or q[qoff + r, z, x] when
+    `packed` (flash-attn's (total, heads, d)); L is L[z, qoff + r] either way."""
     DT = NB_DTYPE[dt]
     F32_ELEMS = B_r * d + B_r * B_c + 2 * B_r
     X0 = F32_ELEMS * 4 // NP_DTYPE[dt].itemsize   # first input-dtype element
@@ -61,14 +60,9 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
     Q0, K0, V0 = X0, X0 + B_r * d, X0 + B_r * d + B_c * d
     IQ, IK, IV, IO, IL = T["Q"], T["K"], T["V"], T["O"], T["L"]
 
-    banded = causal or window
-
-    def kernel(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters,
-               key0, key1, offset, thr, rp):
-        i = cuda.blockIdx.x
-        z = cuda.blockIdx.y
+    def block(q, k, v, o, L, i, z, zk, qoff, koff, N, N_k, lo, hi, scale, mask, counters,
+              key0, key1, offset, thr, rp):
         t = cuda.threadIdx.x
-        zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
         sf = cuda.shared.array(0, float32)
         sx = cuda.shared.array(0, DT)
         acc = sf[0:S0]
@@ -88,7 +82,10 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
         rows = min(B_r, N - r0)
         last = r0 + rows - 1
         for e in range(t, rows * d, threads):           # load Q_i (valid rows only)
-            Qs[e] = q[z, r0 + e // d, e % d]
+            if packed:
+                Qs[e] = q[qoff + r0 + e // d, z, e % d]
+            else:
+                Qs[e] = q[z, r0 + e // d, e % d]
             nQ += 1
         for e in range(t, B_r * d, threads):
             acc[e] = ZERO
@@ -107,8 +104,12 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
                 continue
             cuda.syncthreads()                          # previous tile done with K, V, S
             for e in range(t, cols * d, threads):
-                Ks[e] = k[zk, c0 + e // d, e % d]
-                Vs[e] = v[zk, c0 + e // d, e % d]
+                if packed:
+                    Ks[e] = k[koff + c0 + e // d, zk, e % d]
+                    Vs[e] = v[koff + c0 + e // d, zk, e % d]
+                else:
+                    Ks[e] = k[zk, c0 + e // d, e % d]
+                    Vs[e] = v[zk, c0 + e // d, e % d]
                 nK += 1
                 nV += 1
             cuda.syncthreads()
@@ -169,7 +170,10 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
                 val = NAN
             else:
                 val = ZERO
-            o[z, r0 + e // d, e % d] = val
+            if packed:
+                o[qoff + r0 + e // d, z, e % d] = val
+            else:
+                o[z, r0 + e // d, e % d] = val
             nO += 1
         for r in range(t, rows, threads):
             li = l[r]
@@ -179,7 +183,7 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
                 Lr = NAN
             else:
                 Lr = NEG_INF
-            L[z, r0 + r] = Lr
+            L[z, qoff + r0 + r] = Lr
             nL += 1
         if count:
             add_count(counters, IQ, READ, nQ)
@@ -187,6 +191,34 @@ def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
             add_count(counters, IV, READ, nV)
             add_count(counters, IO, WRITE, nO)
             add_count(counters, IL, WRITE, nL)
+
+    return cuda.jit(device=True, inline=True)(block)
+
+
+@specialisation
+def fa2_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False,
+                       dropout=False):
+    """Kernel fa2(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters,
+    key0, key1, offset, thr, rp).
+
+    q, o: (instances, N, d); k, v: (batch * H // G, N_k, d); L: (instances, N) float32;
+    scale: float32; N: query rows N_q; N_k: key rows; lo, hi: int64 band (row r sees key
+    c iff lo <= c - r <= hi; read only when causal or window, the compile-time flags of
+    gpu.forward._band); H: query heads; G: query heads per K/V head;
+    mask: uint8 (T_r, T_c) (read only when has_mask); counters: int64 (see _launch);
+    key0, key1, offset, thr: uint64, rp: float32, the dropout (gpu._philox.kernel_args;
+    read only when `dropout`). Grid (T_r, instances), `threads` threads. The work of a
+    block is `fa2_block`.
+    """
+    block = fa2_block(B_r, B_c, d, dt, causal or window, has_mask, count, threads, dropout)
+
+    def kernel(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters,
+               key0, key1, offset, thr, rp):
+        i = cuda.blockIdx.x
+        z = cuda.blockIdx.y
+        zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
+        block(q, k, v, o, L, i, z, zk, int64(0), int64(0), N, N_k, lo, hi, scale, mask,
+              counters, key0, key1, offset, thr, rp)
 
     name = kernel_name("fa2_fwd", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
                        mask=has_mask, dropout=dropout,
