@@ -144,3 +144,29 @@ def test_refusals():
         attention_backward(q, k, v, O, do, L, window=(-2, 3), **T16)
     with pytest.raises(ValueError, match="k has shape"):
         attention_backward(q, k, v[:, :, :24], O, do, L, **T16)
+
+
+def test_gpu_forward_and_dropout():
+    """The gpu fa2 forward's (O, L) feed the backward (N_k != N_q, window, grouped heads);
+    then with dropout (p = 0.3: the plain kernel regenerates the forward's keep mask):
+    gradients vs the float64 reference given iosim's keep mask, counts unchanged."""
+    from gpu.api import attention
+    from iosim.dropout import problem_keep_mask
+    Nq, Nk, w = 24, 40, (5, 3)
+    p, q, k, v, _, do, _ = setup(Nq, Nk, False, w, 2, 1)
+    O, L = attention(q, k, v, algorithm="fa2", window=w, return_stats=True, **T16)
+    grads, ledger = attention_backward(q, k, v, O, do, L, window=w, count_traffic=True,
+                                       poison=True, **T16)
+    check(p, q, k, v, O, do, grads, ledger, False, w)
+    drop = dict(dropout_p=0.3, dropout_seed=12345, dropout_offset=6)
+    pd = iosim.Problem(N=Nq, N_k=Nk, d=16, batch=1, heads=2, kv_heads=1, dtype="fp32",
+                       window=w, dropout_p=0.3)
+    O, L = attention(q, k, v, algorithm="fa2", window=w, return_stats=True, **drop, **T16)
+    grads, ledger = attention_backward(q, k, v, O, do, L, window=w, count_traffic=True,
+                                       poison=True, **drop, **T16)
+    assert ledger.counts() == iosim.backward_closed_form("fa2", pd, TILING).counts()
+    Z = problem_keep_mask(pd, 12345, 6)
+    ref = iosim.reference_attention_backward(q, k, v, do, window=w, dropout_p=0.3,
+                                             dropout_keep=Z)
+    for g, r, name in zip(grads, ref, ("dq", "dk", "dv")):
+        assert np.isfinite(g).all() and rel_err(g, r) <= 1e-4, (name, rel_err(g, r))
