@@ -23,6 +23,11 @@ fa2 (FlashAttention-2 backward), four launches:
      dK_h, dV_h, write the kv_heads sums.
   `attention_backward(kernel="auto")` (default) runs launches 1 and 2 as the register-tiled
   `gpu.backward.fa2_fast` where it supports the tiling (same schedule, same counts).
+  N_k != N_q and local windows (plain kernels only; `kernel="auto"` picks them): K, V, dK,
+  dV have N_k rows, T_c = ceil(N_k / B_c); `bwd_main` takes the band lo, hi of
+  gpu.forward._band (bottom-right aligned, iosim.problem.band_of), skips tiles outside it
+  (`tile_in_band`, iosim's active tiles) and sets P = dS = 0 outside it; a row that sees
+  no key (L = -inf) has P = 0 everywhere: dQ = 0, nothing added to dK, dV.
 fa1 (Algorithm 4 of arXiv 2205.14135 v2, no dropout): `bwd_main` (fa1 variant), ONE block
   per instance, because line 22's read-modify-write of dQ_i in HBM is not atomic: the
   outer loop over key blocks j (line 7) runs inside the block, in order. Then the group
