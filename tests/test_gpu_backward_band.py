@@ -114,13 +114,15 @@ def test_fa2_plain_fp16(Nq, Nk, causal, window):
 
 def test_auto_falls_back_to_plain():
     """kernel='auto' (default) runs the plain fa2 backward for N_k != N_q or a window: the
-    same gradients bit for bit as kernel='plain', uncounted too."""
+    same gradients as kernel='plain', uncounted too (dK, dV bit for bit; dQ up to the
+    order of its float32 atomic adds on a GPU)."""
     p, q, k, v, O, do, L = setup(24, 40, False, (5, 3), 1, 1)
     kw = dict(window=(5, 3), **T16)
     plain, ledger = attention_backward(q, k, v, O, do, L, kernel="plain", count_traffic=True,
                                        **kw)
     auto = attention_backward(q, k, v, O, do, L, **kw)
-    for a, b in zip(plain, auto):
+    np.testing.assert_allclose(plain[0], auto[0], rtol=1e-6, atol=1e-6)
+    for a, b in zip(plain[1:], auto[1:]):
         np.testing.assert_array_equal(a, b)
     assert ledger.counts() == iosim.backward_closed_form("fa2", p, TILING).counts()
 
