@@ -17,6 +17,10 @@ side takes its default, except for 'standard' (both take the backward default
 `default_backward_tiling(d, dtype, 'standard')`: the backward reads P over its own
 active tiles, so the two tilings must agree). A block_mask is (T_r, T_c) of one tiling,
 so it needs block_rows and block_cols.
+k, v may have N_k != N rows and window=(left, right) a local window (as gpu.attention:
+bottom-right aligned) with algorithm='fa2' only: its forward takes them, and its backward
+runs the plain fa2 kernels (`attention_backward(kernel='auto')` picks them). 'fa1' and
+'standard' refuse them in the forward (a ValueError), as their backward would.
 """
 from __future__ import annotations
 
@@ -30,9 +34,15 @@ from .backward.standard import standard_forward
 class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal=False, scale=None, block_mask=None, algorithm="fa2",
-                block_rows=None, block_cols=None):
+                block_rows=None, block_cols=None, window=(-1, -1)):
         if algorithm not in BACKWARD_ALGORITHMS:
             raise ValueError(f"algorithm={algorithm!r}; allowed: {', '.join(BACKWARD_ALGORITHMS)}")
+        window = (-1, -1) if window is None else (
+            tuple(window) if isinstance(window, (list, tuple)) else window)  # gpu.attention checks it
+        if algorithm != "fa2" and (k.shape[-2] != q.shape[-2] or window != (-1, -1)):
+            raise ValueError(f"algorithm={algorithm!r}: its backward takes N_k = N_q and no "
+                             f"window only (got N_k={k.shape[-2]}, N_q={q.shape[-2]}, "
+                             f"window={window}); allowed: algorithm='fa2'")
         if (block_rows is None) != (block_cols is None):
             raise ValueError("give both block_rows and block_cols, or neither")
         if block_mask is not None and block_rows is None:
@@ -46,6 +56,8 @@ class FlashAttentionFunction(torch.autograd.Function):
             block_rows, block_cols = t.B_r, t.B_c
         tiles = {} if block_rows is None else dict(block_rows=block_rows, block_cols=block_cols)
         opts = dict(causal=causal, scale=scale, block_mask=block_mask, **tiles)
+        if window != (-1, -1):
+            opts["window"] = window
         if algorithm == "standard":
             o, P = standard_forward(q, k, v, **opts)
             stats = (P,)
@@ -62,15 +74,16 @@ class FlashAttentionFunction(torch.autograd.Function):
         stats = tuple(stats) if ctx.opts["algorithm"] == "fa1" else stats[0]
         dq, dk, dv = attention_backward(q, k, v, o, do.detach().contiguous(), stats,
                                         **ctx.opts)
-        return dq, dk, dv, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 def flash_attention(q, k, v, *, causal=False, scale=None, block_mask=None, algorithm="fa2",
-                    block_rows=None, block_cols=None):
+                    block_rows=None, block_cols=None, window=(-1, -1)):
     """softmax(scale Q K^T [+ mask]) V with `algorithm`'s forward and backward kernels
-    (autograd; module docstring)."""
+    (autograd; module docstring). k, v: (batch, kv_heads, N_k, d); window=(left, right)
+    as gpu.attention (N_k != N and windows: algorithm='fa2' only)."""
     return FlashAttentionFunction.apply(q, k, v, causal, scale, block_mask, algorithm,
-                                        block_rows, block_cols)
+                                        block_rows, block_cols, window)
 
 
 __all__ = ["FlashAttentionFunction", "flash_attention"]

@@ -346,7 +346,8 @@ def main(argv=None) -> int:
                     def plain_k():
                         _launch.launch(kern, (-(-N // tp.B_c), I), pt, shm, q3, k3, v3, o3,
                                        do3, L2, D2, D2, acc, dk_h, dv_h, np.float32(scale),
-                                       np.int64(N), np.int64(BH), np.int64(1),
+                                       np.int64(N), np.int64(N), np.int64(0), np.int64(0),
+                                       np.int64(BH), np.int64(1),
                                        _launch.dummy_mask(), cnt, *_philox.kernel_args())
                     t = time_calls(plain_k, reps=3, warm=1)
                     emit(impl="ours_fa2_plain_main", **point, **{"pass": "bwd"}, **t,

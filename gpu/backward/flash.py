@@ -23,6 +23,11 @@ fa2 (FlashAttention-2 backward), four launches:
      dK_h, dV_h, write the kv_heads sums.
   `attention_backward(kernel="auto")` (default) runs launches 1 and 2 as the register-tiled
   `gpu.backward.fa2_fast` where it supports the tiling (same schedule, same counts).
+  N_k != N_q and local windows (plain kernels only; `kernel="auto"` picks them): K, V, dK,
+  dV have N_k rows, T_c = ceil(N_k / B_c); `bwd_main` takes the band lo, hi of
+  gpu.forward._band (bottom-right aligned, iosim.problem.band_of), skips tiles outside it
+  (`tile_in_band`, iosim's active tiles) and sets P = dS = 0 outside it; a row that sees
+  no key (L = -inf) has P = 0 everywhere: dQ = 0, nothing added to dK, dV.
 fa1 (Algorithm 4 of arXiv 2205.14135 v2, no dropout): `bwd_main` (fa1 variant), ONE block
   per instance, because line 22's read-modify-write of dQ_i in HBM is not atomic: the
   outer loop over key blocks j (line 7) runs inside the block, in order. Then the group
@@ -63,6 +68,7 @@ from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SI
 from .. import api as _api
 from ..api import _check, _output, _return_like, _to_device
 from .. import _philox
+from ..forward._band import band_args, tile_in_band
 from . import fa2_fast, fa2_tc, standard_tc
 from . import standard as backward_standard
 
@@ -185,12 +191,17 @@ def fa2_pre_kernel(B_r, d, dt, count, threads):
 # Main kernel (fa2: one block per key block; fa1: Algorithm 4, one block per instance)
 # ---------------------------------------------------------------------------------------
 @specialisation
-def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, dropout=False):
-    """Kernel main(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters,
-    key0, key1, offset, thr, rp).
+def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, dropout=False,
+                    window=False):
+    """Kernel main(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
+    counters, key0, key1, offset, thr, rp).
 
-    q, o, do: (instances, N, d); k, v: (batch * kv_heads, N, d); dk, dv: (instances, N, d)
-    per query head; fa2: s1 = L (instances, N), D (instances, N), dq = dQacc float32;
+    q, o, do: (instances, N, d); k, v: (batch * kv_heads, N_k, d); dk, dv: (instances, N_k,
+    d) per query head; N: query rows N_q, N_k: key rows; lo, hi: the int64 band of
+    gpu.forward._band (row r sees key c iff lo <= c - r <= hi), read only when `causal` or
+    `window` (compile flags; `band_args`): tiles outside it are skipped (`tile_in_band`,
+    iosim's active tiles), entries outside it have P = dS = 0 (the fa1 variant is launched
+    with N_k = N only); fa2: s1 = L (instances, N), D (instances, N), dq = dQacc float32;
     fa1: s1 = m, s2 = l (instances, N), D unused, dq = dQ in the problem dtype.
     key0, key1, offset, thr (uint64), rp (float32): the dropout (gpu._philox.kernel_args),
     read only when `dropout` (fa2 only). Grid fa2 (T_c, instances), fa1 (1, instances);
@@ -213,9 +224,10 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
     IQ, IK, IV, IO, IdO = BT["Q"], BT["K"], BT["V"], BT["O"], BT["dO"]
     IL, Il, Im, ID = BT["L"], BT["l"], BT["m"], BT["D"]
     IdQ, IdK, IdV, IA = BT["dQ"], BT["dK"], BT["dV"], BT["dQacc"]
+    banded = causal or window
 
-    def kernel(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, H, G, mask, counters,
-               key0, key1, offset, thr, rp):
+    def kernel(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
+               counters, key0, key1, offset, thr, rp):
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
         zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
@@ -240,7 +252,7 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
         nW = int64(0)
         nZ = int64(0)
         T_r = (N + B_r - 1) // B_r
-        T_c = (N + B_c - 1) // B_c
+        T_c = (N_k + B_c - 1) // B_c
         if FA1:
             # line 6: dQ = 0, dK = 0, dV = 0 in HBM
             for e in range(t, N * d, threads):
@@ -255,7 +267,7 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
             j_hi = j_lo + 1
         for j in range(j_lo, j_hi):                     # line 7
             c0 = j * B_c
-            cols = min(B_c, N - c0)
+            cols = min(B_c, N_k - c0)
             cuda.syncthreads()
             for e in range(t, cols * d, threads):       # line 8: load K_j, V_j
                 Ks[e] = k[zk, c0 + e // d, e % d]
@@ -267,7 +279,8 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
             for i in range(T_r):                        # line 10
                 r0 = i * B_r
                 rows = min(B_r, N - r0)
-                if causal and c0 > r0 + rows - 1:       # inactive tile
+                if banded and not tile_in_band(r0, r0 + rows - 1, c0, c0 + cols - 1,
+                                               lo, hi):  # inactive tile (outside the band)
                     continue
                 if has_mask and mask[i, j] == 0:
                     continue
@@ -296,8 +309,8 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
                     c = e % cols
                     p = ZERO
                     visible = True
-                    if causal and c0 + c > r0 + r:
-                        visible = False
+                    if banded and (c0 + c - r0 - r > hi or c0 + c - r0 - r < lo):
+                        visible = False                 # outside the band
                     st = Sts[r]
                     # a row that saw no key in the forward: fa2 L = -inf, fa1 l = 0 (then
                     # P = 0); a NaN statistic (a NaN or Inf input) keeps P NaN
@@ -380,7 +393,8 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
                 add_count(counters, IdV, WRITE, nW)
 
     name = kernel_name(f"{alg}_bwd_main", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                       mask=has_mask, dropout=dropout, count=count, t=threads)
+                       window=window, mask=has_mask, dropout=dropout, count=count,
+                       t=threads)
     return kernel, name
 
 
@@ -485,11 +499,17 @@ def _check_P(x, shape, dt, name="P"):
 def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, scale=None,
                        block_rows=None, block_cols=None, block_mask=None, count_traffic=False,
                        threads=None, kernel="auto", tc_options=None, poison=None,
-                       dropout_p=0.0, dropout_seed=0, dropout_offset=0):
+                       dropout_p=0.0, dropout_seed=0, dropout_offset=0, window=(-1, -1)):
     """Gradients (dq, dk, dv) of O = softmax(scale Q K^T [+ mask]) V given dO, on the GPU.
 
-    q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N, d); one dtype (float32 or
+    q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N_k, d); one dtype (float32 or
     float16), C-contiguous, all NumPy or all device arrays (as `gpu.attention`).
+    N_k != N and window=(left, right) (as `gpu.attention`: bottom-right aligned causal,
+    flash-attn's window_size, -1 unbounded; same ValueErrors for a bad window) run on the
+    plain fa2 kernels only (algorithm='fa2', kernel 'plain', or 'auto', which then picks
+    'plain'); tiles outside the band are skipped, as in iosim.backward (counts equal its
+    closed form), and a row that sees no key gets dQ = 0 and adds nothing to dK, dV.
+    kernel 'fast' / 'tc' and algorithms 'fa1' / 'standard' refuse them with a ValueError.
     algorithm: 'fa2' (default), 'fa1' or 'standard' (module docstring).
     stats: what the forward left in HBM: fa2: L (batch, heads, N) float32 (e.g.
     `gpu.attention(..., algorithm='fa2', return_stats=True)`); fa1: (l, m), each
@@ -535,15 +555,31 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     dropout = _api._check_dropout(dropout_p, dropout_seed, dropout_offset, algorithm, kernel)
     if dropout is not None:
         kernel = "plain"          # the one backward kernel that applies dropout
+    windowed, lo, hi = band_args(1, 1, bool(causal), window)  # ValueError for a bad window
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, dtk, kindk = _check("k", k)
     shape_v, dtv, kindv = _check("v", v)
     shape_o, dto, kindo = _check("o", o)
     shape_do, dtdo, kinddo = _check("do", do)
-    Hk = shape_k[1]
-    if shape_k != (B, Hk, N, d) or shape_v != shape_k:
+    Hk, Nk = shape_k[1], shape_k[2]
+    if shape_k != (B, Hk, Nk, d) or shape_v != shape_k:
         raise ValueError(f"k has shape {shape_k} and v has shape {shape_v}; both must be "
-                         f"(batch={B}, kv_heads, N={N}, d={d}) to match q {(B, H, N, d)}")
+                         f"(batch={B}, kv_heads, N_k, d={d}), the same, to match q "
+                         f"{(B, H, N, d)}")
+    if Nk != N or windowed:
+        what = (f"N_k={Nk} != N_q={N}" if Nk != N else "") + \
+            (" and " if Nk != N and windowed else "") + \
+            (f"window={tuple(window)}" if windowed else "")
+        if algorithm != "fa2":
+            raise ValueError(f"algorithm={algorithm!r}: the {algorithm} backward takes N_k = "
+                             f"N_q and no window only (got {what}); allowed: "
+                             f"algorithm='fa2' with kernel='plain' or 'auto'")
+        if kernel in ("fast", "tc"):
+            raise ValueError(f"kernel={kernel!r}: the {kernel} fa2 backward takes N_k = N_q "
+                             f"and no window only (got {what}); allowed: kernel='plain' or "
+                             f"'auto' (which runs the plain fa2 backward)")
+        kernel = "plain"          # the one fa2 backward kernel with N_k != N_q and windows
+    windowed, lo, hi = band_args(N, Nk, bool(causal), window)
     for name, shp in (("o", shape_o), ("do", shape_do)):
         if shp != (B, H, N, d):
             raise ValueError(f"{name} has shape {shp}; expected q's shape {(B, H, N, d)}")
@@ -618,7 +654,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                              f"{why or 'no thread count fits'}; use kernel='auto' or 'plain'")
     threads = fast_threads or (default_threads() if threads is None else int(threads))
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
-                            causal=causal, block_mask=block_mask,
+                            causal=causal, block_mask=block_mask, N_k=Nk, window=window,
                             dropout_p=0.0 if dropout is None else dropout[0])
     active = iosim.active_tiles(problem, tiling)   # validates block_mask's shape
     shm = backward_shared_bytes(algorithm, B_r, B_c, d, dname)
@@ -652,7 +688,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     qd, kd, vd, od, dod = (_to_device(x, kind) for x in (q, k, v, o, do))
     I, Ik = B * H, B * Hk
     q3, o3, do3 = (x.reshape(I, N, d) for x in (qd, od, dod))
-    k3, v3 = kd.reshape(Ik, N, d), vd.reshape(Ik, N, d)
+    k3, v3 = kd.reshape(Ik, Nk, d), vd.reshape(Ik, Nk, d)
     G = H // Hk
     npdt = NP_DTYPE[dname]
     counters = _new_counters(count_traffic)
@@ -660,9 +696,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     like = q
     poison = _api.POISON if poison is None else bool(poison)
     tq, dq3 = _output((I, N, d), npdt, kind, like, poison)   # poison: unwritten elements show
-    tk, dk_h = _output((I, N, d), npdt, kind, like, poison)  # per query head
-    tv, dv_h = _output((I, N, d), npdt, kind, like, poison)
-    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    tk, dk_h = _output((I, Nk, d), npdt, kind, like, poison)  # per query head
+    tv, dv_h = _output((I, Nk, d), npdt, kind, like, poison)
+    T_r, T_c = -(-N // B_r), -(-Nk // B_c)
     if algorithm == "fa2":
         tD, D2 = _output((I, N), np.float32, kind, like, poison)
         tA, acc = _output((I, N, d), np.float32, kind, like, poison)
@@ -681,17 +717,18 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
             pre = fa2_pre_kernel(B_r, d, dname, count, threads)
             pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
             kern = bwd_main_kernel("fa2", B_r, B_c, d, dname, bool(causal), has_mask, count,
-                                   threads, dropout is not None)
+                                   threads, dropout is not None, windowed)
             launch(kern, (T_c, I), threads, shm, q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2,
-                   D2, acc, dk_h, dv_h, np.float32(scale), np.int64(N), np.int64(H),
-                   np.int64(G), mask_dev, counters, *_philox.kernel_args(*(dropout or ())))
+                   D2, acc, dk_h, dv_h, np.float32(scale), np.int64(N), np.int64(Nk), lo, hi,
+                   np.int64(H), np.int64(G), mask_dev, counters,
+                   *_philox.kernel_args(*(dropout or ())))
         _flat_launch(convert_kernel(dname, count), I * N * d, acc.reshape(I * N * d),
                      dq3.reshape(I * N * d), counters)
     elif algorithm == "fa1":
         kern = bwd_main_kernel("fa1", B_r, B_c, d, dname, bool(causal), has_mask, count, threads)
         launch(kern, (1, I), threads, shm, q3, k3, v3, o3, do3, m_dev.reshape(I, N),
                l_dev.reshape(I, N), m_dev.reshape(I, N), dq3, dk_h, dv_h, np.float32(scale),
-               np.int64(N), np.int64(H), np.int64(G), mask_dev, counters,
+               np.int64(N), np.int64(N), lo, hi, np.int64(H), np.int64(G), mask_dev, counters,
                *_philox.kernel_args())
     else:   # standard: Algorithm 3, five kernels through HBM (gpu.backward_standard)
         _dp, dp3 = _output((I, N, N), npdt, kind, like, poison)
@@ -705,17 +742,17 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if G == 1:
         dk3, dv3 = dk_h, dv_h
     else:
-        tk, dk3 = _output((Ik, N, d), npdt, kind, like, poison)
-        tv, dv3 = _output((Ik, N, d), npdt, kind, like, poison)
-        _flat_launch(group_sum_kernel(dname, count), Ik * N * d, dk_h.reshape(I, N * d),
-                     dv_h.reshape(I, N * d), dk3.reshape(Ik, N * d), dv3.reshape(Ik, N * d),
+        tk, dk3 = _output((Ik, Nk, d), npdt, kind, like, poison)
+        tv, dv3 = _output((Ik, Nk, d), npdt, kind, like, poison)
+        _flat_launch(group_sum_kernel(dname, count), Ik * Nk * d, dk_h.reshape(I, Nk * d),
+                     dv_h.reshape(I, Nk * d), dk3.reshape(Ik, Nk * d), dv3.reshape(Ik, Nk * d),
                      np.int64(G), counters)
     if tq is not None:      # torch callers: the torch tensors themselves
-        grads = (tq.view(B, H, N, d), tk.view(B, Hk, N, d), tv.view(B, Hk, N, d))
+        grads = (tq.view(B, H, N, d), tk.view(B, Hk, Nk, d), tv.view(B, Hk, Nk, d))
     else:
         grads = (_return_like(dq3.reshape(B, H, N, d), kind, q),
-                 _return_like(dk3.reshape(B, Hk, N, d), kind, q),
-                 _return_like(dv3.reshape(B, Hk, N, d), kind, q))
+                 _return_like(dk3.reshape(B, Hk, Nk, d), kind, q),
+                 _return_like(dv3.reshape(B, Hk, Nk, d), kind, q))
     if count_traffic:
         return grads, _counters_to_ledger(counters, algorithm, problem, tiling)
     return grads

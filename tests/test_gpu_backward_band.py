@@ -1,0 +1,174 @@
+"""The plain fa2 backward (gpu.backward.attention_backward) with N_k != N_q and local
+windows (issue 18): bottom-right aligned causal and window=(left, right) as gpu.attention
+and iosim.Problem.
+
+Runs in Numba's CUDA simulator without a GPU: d = 16, 16 x 16 tiles, N_q / N_k in
+(24, 40), (40, 24), (33, 33) (ragged last blocks), causal or not, window (5, 3) or none,
+kv_heads 1 (grouped, 2 query heads) or 2. L and O come from iosim's fa2 forward (the
+schedule gpu.forward.fa2 runs, on the host to save simulator time).
+
+Checks, as tests/test_gpu_backward.py: the kernels' own counts == iosim.backward_closed_form
+== the ledger of iosim.execute_backward (the executed model); every output poisoned with
+NaN first (all finite: every element written); fp32 rel err <= 1e-4 of the float64
+reference (iosim.reference_attention_backward with N_k and the window); fp16 rel err <=
+2 e_model, e_model of a float64 model of the fp16 roundings (O, dK_h, dV_h, the
+gradients) under the same mask. Rows that see no key: dQ = 0.
+"""
+import numpy as np
+import pytest
+
+import iosim
+from iosim.reference import element_mask
+from gpu.backward import attention_backward
+
+T16 = dict(block_rows=16, block_cols=16)
+TILING = iosim.Tiling(16, 16)
+
+
+def rel_err(g, ref):
+    return float(np.linalg.norm(np.asarray(g, np.float64) - ref) / np.linalg.norm(ref))
+
+
+def setup(Nq, Nk, causal, window, heads=2, kv_heads=1, dtype="fp32", seed=0):
+    p = iosim.Problem(N=Nq, N_k=Nk, d=16, batch=1, heads=heads, kv_heads=kv_heads,
+                      dtype=dtype, causal=causal, window=window)
+    q, k, v = iosim.random_inputs(p, seed)
+    do = np.random.default_rng(seed + 7).standard_normal(q.shape).astype(q.dtype)
+    ex = iosim.execute("fa2", p, TILING, q, k, v)
+    return p, q, k, v, ex.O, do, ex.stats["L"]
+
+
+def fp16_model(q, k, v, o, do, allowed):
+    """(dq, dk, dv) with fa2's unavoidable fp16 roundings (float64 otherwise)."""
+    q, k, v, o, do = (np.asarray(x, np.float64) for x in (q, k, v, o, do))
+    H, G = q.shape[1], k.shape[1]
+    kr, vr = np.repeat(k, H // G, axis=1), np.repeat(v, H // G, axis=1)
+    Nq, d = q.shape[-2:]
+    Nk = k.shape[-2]
+    r16 = lambda x: x.astype(np.float16).astype(np.float64)
+    s = np.where(allowed, q @ np.swapaxes(kr, -1, -2) / np.sqrt(d), -np.inf)
+    m = s.max(-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m)
+    tot = p.sum(-1, keepdims=True)
+    p = np.where(tot > 0, p / np.where(tot > 0, tot, 1.0), 0.0)
+    D = (do * o).sum(-1, keepdims=True)             # O as stored (fp16)
+    ds = p * (do @ np.swapaxes(vr, -1, -2) - D) / np.sqrt(d)
+    dq = ds @ kr
+    dk_h, dv_h = r16(np.swapaxes(ds, -1, -2) @ q), r16(np.swapaxes(p, -1, -2) @ do)
+    sh = (q.shape[0], G, H // G, Nk, d)
+    return r16(dq), r16(dk_h.reshape(sh).sum(2)), r16(dv_h.reshape(sh).sum(2))
+
+
+def check(p, q, k, v, o, do, grads, ledger, causal, window):
+    Nq, Nk = q.shape[2], k.shape[2]
+    closed = iosim.backward_closed_form("fa2", p, TILING)
+    executed = iosim.execute_backward("fa2", p, TILING, q, k, v, do)
+    assert ledger.counts() == closed.counts() == executed.ledger.counts()
+    for g, want, name in zip(grads, (q, k, v), ("dq", "dk", "dv")):
+        assert g.shape == want.shape and g.dtype == want.dtype, name
+        assert np.isfinite(g).all(), f"{name} has unwritten (NaN) elements"
+    ref = iosim.reference_attention_backward(q, k, v, do, causal=causal, window=window)
+    allowed = element_mask(Nq, causal, N_k=Nk, window=window)
+    empty = ~allowed.any(axis=1)
+    assert not np.asarray(grads[0])[:, :, empty].any()          # rows that see no key
+    if q.dtype == np.float32:
+        for g, r, name in zip(grads, ref, ("dq", "dk", "dv")):
+            assert rel_err(g, r) <= 1e-4, (name, rel_err(g, r))
+    else:
+        model = fp16_model(q, k, v, o, do, allowed)
+        for g, mdl, r, name in zip(grads, model, ref, ("dq", "dk", "dv")):
+            assert rel_err(g, r) <= 2 * rel_err(mdl, r), (name, rel_err(g, r), rel_err(mdl, r))
+    return empty
+
+
+CASES = [  # N_q, N_k, causal, window, heads, kv_heads
+    (24, 40, True, (-1, -1), 2, 1),
+    (40, 24, True, (-1, -1), 1, 1),      # rows 0..15 see no key
+    (33, 33, False, (5, 3), 2, 2),
+    (40, 24, False, (5, 3), 2, 1),       # rows 0..12 see no key; tiles outside the band
+    (24, 40, False, (-1, -1), 2, 2),
+    (33, 33, True, (5, 0), 1, 1),
+]
+
+
+@pytest.mark.parametrize("Nq, Nk, causal, window, heads, kv_heads", CASES)
+def test_fa2_plain_fp32(Nq, Nk, causal, window, heads, kv_heads):
+    p, q, k, v, O, do, L = setup(Nq, Nk, causal, window, heads, kv_heads)
+    grads, ledger = attention_backward(q, k, v, O, do, L, causal=causal, window=window,
+                                       kernel="plain", count_traffic=True, poison=True, **T16)
+    empty = check(p, q, k, v, O, do, grads, ledger, causal, window)
+    if (Nq, Nk) == (40, 24):
+        assert empty.any()
+
+
+@pytest.mark.parametrize("Nq, Nk, causal, window", [(40, 24, True, (-1, -1)),
+                                                     (33, 33, False, (5, 3))])
+def test_fa2_plain_fp16(Nq, Nk, causal, window):
+    p, q, k, v, O, do, L = setup(Nq, Nk, causal, window, 2, 1, dtype="fp16")
+    grads, ledger = attention_backward(q, k, v, O, do, L, causal=causal, window=window,
+                                       kernel="plain", count_traffic=True, poison=True, **T16)
+    assert all(g.dtype == np.float16 for g in grads)
+    check(p, q, k, v, O, do, grads, ledger, causal, window)
+
+
+def test_auto_falls_back_to_plain():
+    """kernel='auto' (default) runs the plain fa2 backward for N_k != N_q or a window: the
+    same gradients as kernel='plain', uncounted too (dK, dV bit for bit; dQ up to the
+    order of its float32 atomic adds on a GPU)."""
+    p, q, k, v, O, do, L = setup(24, 40, False, (5, 3), 1, 1)
+    kw = dict(window=(5, 3), **T16)
+    plain, ledger = attention_backward(q, k, v, O, do, L, kernel="plain", count_traffic=True,
+                                       **kw)
+    auto = attention_backward(q, k, v, O, do, L, **kw)
+    np.testing.assert_allclose(plain[0], auto[0], rtol=1e-6, atol=1e-6)
+    for a, b in zip(plain[1:], auto[1:]):
+        np.testing.assert_array_equal(a, b)
+    assert ledger.counts() == iosim.backward_closed_form("fa2", p, TILING).counts()
+
+
+def test_refusals():
+    p, q, k, v, O, do, L = setup(24, 40, False, (-1, -1), 1, 1)
+    for kern in ("fast", "tc"):
+        with pytest.raises(ValueError, match=rf"kernel='{kern}'.*N_k = N_q.*N_k=40 != "
+                                             rf"N_q=24.*allowed: kernel='plain' or 'auto'"):
+            attention_backward(q, k, v, O, do, L, kernel=kern, **T16)
+    for alg in ("fa1", "standard"):
+        with pytest.raises(ValueError, match=rf"algorithm='{alg}'.*N_k = N_q and no window"
+                                             rf".*allowed: algorithm='fa2'"):
+            attention_backward(q, k, v, O, do, L, algorithm=alg, **T16)
+    qs, ks, vs, Os, dos = (x[:, :, :24] for x in (q, k, v, O, do))
+    with pytest.raises(ValueError, match=r"kernel='fast'.*window=\(5, 3\)"):
+        attention_backward(qs, ks, vs, Os, dos, L, kernel="fast", window=(5, 3), **T16)
+    with pytest.raises(ValueError, match=r"causal=True and window=\(5, 3\)"):
+        attention_backward(q, k, v, O, do, L, causal=True, window=(5, 3), **T16)
+    with pytest.raises(ValueError, match="window="):
+        attention_backward(q, k, v, O, do, L, window=(-2, 3), **T16)
+    with pytest.raises(ValueError, match="k has shape"):
+        attention_backward(q, k, v[:, :, :24], O, do, L, **T16)
+
+
+def test_gpu_forward_and_dropout():
+    """The gpu fa2 forward's (O, L) feed the backward (N_k != N_q, window, grouped heads);
+    then with dropout (p = 0.3: the plain kernel regenerates the forward's keep mask):
+    gradients vs the float64 reference given iosim's keep mask, counts unchanged."""
+    from gpu.api import attention
+    from iosim.dropout import problem_keep_mask
+    Nq, Nk, w = 24, 40, (5, 3)
+    p, q, k, v, _, do, _ = setup(Nq, Nk, False, w, 2, 1)
+    O, L = attention(q, k, v, algorithm="fa2", window=w, return_stats=True, **T16)
+    grads, ledger = attention_backward(q, k, v, O, do, L, window=w, count_traffic=True,
+                                       poison=True, **T16)
+    check(p, q, k, v, O, do, grads, ledger, False, w)
+    drop = dict(dropout_p=0.3, dropout_seed=12345, dropout_offset=6)
+    pd = iosim.Problem(N=Nq, N_k=Nk, d=16, batch=1, heads=2, kv_heads=1, dtype="fp32",
+                       window=w, dropout_p=0.3)
+    O, L = attention(q, k, v, algorithm="fa2", window=w, return_stats=True, **drop, **T16)
+    grads, ledger = attention_backward(q, k, v, O, do, L, window=w, count_traffic=True,
+                                       poison=True, **drop, **T16)
+    assert ledger.counts() == iosim.backward_closed_form("fa2", pd, TILING).counts()
+    Z = problem_keep_mask(pd, 12345, 6)
+    ref = iosim.reference_attention_backward(q, k, v, do, window=w, dropout_p=0.3,
+                                             dropout_keep=Z)
+    for g, r, name in zip(grads, ref, ("dq", "dk", "dv")):
+        assert np.isfinite(g).all() and rel_err(g, r) <= 1e-4, (name, rel_err(g, r))
