@@ -19,7 +19,9 @@ from .reference import element_mask, reference_attention
 from .schedules import FORWARD, Execution, active_tiles, block_bounds, execute, random_inputs
 from .varlen import (VarlenExecution, VarlenLedger, VarlenProblem, check_cu_seqlens,
                      execute_varlen, random_varlen_inputs, reference_varlen,
-                     varlen_closed_form)
+                     varlen_closed_form, varlen_backward_closed_form,
+                     execute_varlen_backward, reference_varlen_backward,
+                     VarlenBackwardExecution)
 from .gpt2 import flash_passes, gpt2_table, standard_passes
 from .tiling import (ALGORITHMS, Tiling, paper_tiling, resolve_tiling, sram_footprint_bytes,
                      sram_to_elements)
@@ -40,4 +42,6 @@ __all__ = [
     "sram_footprint_bytes", "sram_to_elements", "tile_sums",
     "VarlenExecution", "VarlenLedger", "VarlenProblem", "check_cu_seqlens", "execute_varlen",
     "random_varlen_inputs", "reference_varlen", "varlen_closed_form",
+    "varlen_backward_closed_form", "execute_varlen_backward", "reference_varlen_backward",
+    "VarlenBackwardExecution",
 ]

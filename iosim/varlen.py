@@ -358,6 +358,140 @@ def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
     return O, L
 
 
+# ---------------------------------------------------------------------------------------
+# Backward (iosim.backward per sequence)
+# ---------------------------------------------------------------------------------------
+def _backward_algorithm(algorithm: str) -> None:
+    from .backward import _check_algorithm as check
+    check(algorithm)
+
+
+def _degenerate_backward_counts(algorithm: str, problem: VarlenProblem, b: int):
+    """Totals over query heads of the backward of sequence b when N_q_b = 0 or N_k_b = 0:
+    the schedule's counts (iosim.backward.backward_counts_from_sums) with every tile sum
+    zero, plus the grouped-heads sum over its N_k_b key rows. fa2: N_q_b = 0 < N_k_b reads
+    K_j, V_j and writes dK_j = dV_j = 0 per key block; N_k_b = 0 < N_q_b runs the
+    pre-pass (D, dQacc = 0) and the conversion (dQ = 0)."""
+    from .backward import _add_group_reduction, backward_counts_from_sums
+    nq, nk, d, H = problem.seqlens_q[b], problem.seqlens_k[b], problem.d, problem.heads
+    r, w = backward_counts_from_sums(algorithm, nq, d, 0, 0, 0, 0, N_k=nk)
+    reads = {t: int(c) * H for t, c in r.items() if int(c)}
+    writes = {t: int(c) * H for t, c in w.items() if int(c)}
+    _add_group_reduction(reads, writes, nk, d, 1, H, problem.kv_heads)
+    return ({t: int(c) for t, c in reads.items() if int(c)},
+            {t: int(c) for t, c in writes.items() if int(c)})
+
+
+def varlen_backward_closed_form(problem: VarlenProblem, tiling: Tiling,
+                                algorithm: str = "fa2"):
+    """The backward ledger of a packed problem by formula: the sum over sequences of
+    iosim.backward_closed_form(algorithm, Problem(N=N_q_b, N_k=N_k_b, batch=1, ...)),
+    the grouped-heads sum included (totals in elements; an iosim.BackwardLedger of
+    algorithm '<algorithm>-backward' whose problem is the VarlenProblem). A sequence
+    with N_q_b = 0 or N_k_b = 0 counts as `_degenerate_backward_counts` says (nothing
+    when both are 0)."""
+    from .backward import BackwardLedger, backward_closed_form
+    _backward_algorithm(algorithm)
+    reads: dict = {}
+    writes: dict = {}
+    for b in range(problem.batch):
+        p = problem.sequence(b)
+        if p is not None:
+            led = backward_closed_form(algorithm, p, tiling)
+            r, w = led.reads, led.writes
+        else:
+            r, w = _degenerate_backward_counts(algorithm, problem, b)
+        _add(reads, r)
+        _add(writes, w)
+    return BackwardLedger(f"{algorithm}-backward", problem, tiling, reads, writes)
+
+
+class VarlenBackwardExecution:
+    """Result of `execute_varlen_backward`: dq packed (total_q, heads, d), dk, dv packed
+    (total_k, kv_heads, d) in the problem dtype, O packed (the forward's) and the
+    backward-only ledger (iosim.BackwardLedger, totals)."""
+
+    def __init__(self, dq, dk, dv, ledger, O):
+        self.dq, self.dk, self.dv, self.ledger, self.O = dq, dk, dv, ledger, O
+
+
+def execute_varlen_backward(problem: VarlenProblem, tiling: Tiling, q=None, k=None, v=None,
+                            do=None, *, algorithm: str = "fa2", scale: float | None = None,
+                            seed: int = 0) -> VarlenBackwardExecution:
+    """iosim.execute_backward on each sequence (its rows cut from the packed q, k, v, do;
+    forward uncounted, backward counted) with the gradients packed and the ledgers summed.
+    A sequence with N_q_b = 0 or N_k_b = 0 gets zero gradients and adds the counts of its
+    zero-sum schedule (`_degenerate_backward_counts`; iosim.backward's Problem needs
+    positive lengths, so there is no per-sequence execution to run)."""
+    from .backward import BackwardLedger, execute_backward
+    from .schedules import check_scale
+    _backward_algorithm(algorithm)
+    if q is None:
+        q, k, v = random_varlen_inputs(problem, seed)
+    check_packed(problem, q, k, v)
+    dt = problem.np_dtype
+    H, Hk, d = problem.heads, problem.kv_heads, problem.d
+    if do is None:
+        do = np.random.default_rng(seed + 1).standard_normal(
+            (problem.total_q, H, d)).astype(dt)
+    if np.shape(do) != (problem.total_q, H, d):
+        raise ConfigError(f"do has shape {np.shape(do)}; the packed problem needs "
+                          f"{(problem.total_q, H, d)}")
+    q, k, v, do = (np.asarray(x, dtype=dt) for x in (q, k, v, do))
+    scale = check_scale(1.0 / np.sqrt(d) if scale is None else scale)
+    O = np.zeros((problem.total_q, H, d), dtype=dt)
+    dq = np.zeros((problem.total_q, H, d), dtype=dt)
+    dk = np.zeros((problem.total_k, Hk, d), dtype=dt)
+    dv = np.zeros((problem.total_k, Hk, d), dtype=dt)
+    reads: dict = {}
+    writes: dict = {}
+    cq, ck = problem.cu_seqlens_q, problem.cu_seqlens_k
+    cut = lambda x, a, z: np.ascontiguousarray(x[a:z].transpose(1, 0, 2))[None]
+    for b in range(problem.batch):
+        q0, q1, k0, k1 = int(cq[b]), int(cq[b + 1]), int(ck[b]), int(ck[b + 1])
+        p = problem.sequence(b)
+        if p is not None:
+            ex = execute_backward(algorithm, p, tiling, cut(q, q0, q1), cut(k, k0, k1),
+                                  cut(v, k0, k1), cut(do, q0, q1), scale=scale)
+            O[q0:q1] = ex.O[0].transpose(1, 0, 2)
+            dq[q0:q1] = ex.dq[0].transpose(1, 0, 2)
+            dk[k0:k1] = ex.dk[0].transpose(1, 0, 2)
+            dv[k0:k1] = ex.dv[0].transpose(1, 0, 2)
+            _add(reads, ex.ledger.reads)
+            _add(writes, ex.ledger.writes)
+        elif q1 > q0 or k1 > k0:        # the zero-sum schedule: gradients 0, counted
+            r, w = _degenerate_backward_counts(algorithm, problem, b)
+            _add(reads, r)
+            _add(writes, w)
+    return VarlenBackwardExecution(dq, dk, dv, BackwardLedger(
+        f"{algorithm}-backward", problem, tiling, reads, writes), O)
+
+
+def reference_varlen_backward(q, k, v, do, cu_seqlens_q, cu_seqlens_k, *, causal=False,
+                              window=(-1, -1), scale=None):
+    """Dense float64 reference gradients, sequence by sequence
+    (iosim.reference_attention_backward): dq packed (total_q, heads, d), dk, dv packed
+    (total_k, kv_heads, d), float64; zero for sequences with no queries or no keys and
+    for rows that see no key."""
+    from .backward import reference_attention_backward
+    q, k, v, do = (np.asarray(x, dtype=np.float64) for x in (q, k, v, do))
+    d = q.shape[-1]
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for b in range(len(cu_seqlens_q) - 1):
+        q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        k0, k1 = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
+        if q1 == q0 or k1 == k0:
+            continue
+        t = lambda x, a, z: x[a:z].transpose(1, 0, 2)
+        g = reference_attention_backward(t(q, q0, q1), t(k, k0, k1), t(v, k0, k1),
+                                         t(do, q0, q1), causal=causal, window=window,
+                                         scale=scale)
+        dq[q0:q1], dk[k0:k1], dv[k0:k1] = (x.transpose(1, 0, 2) for x in g)
+    return dq, dk, dv
+
+
 __all__ = ["VarlenProblem", "VarlenLedger", "VarlenExecution", "check_cu_seqlens",
            "varlen_closed_form", "execute_varlen", "random_varlen_inputs", "reference_varlen",
-           "check_packed"]
+           "check_packed", "varlen_backward_closed_form", "execute_varlen_backward",
+           "reference_varlen_backward", "VarlenBackwardExecution"]
