@@ -12,7 +12,8 @@
                 templates) and how a Numba kernel links them
 
 Entry points: `gpu.attention` (forward; picks the kernel), `gpu.attention_varlen`
-(fa2 forward on packed variable-length batches, gpu/varlen.py), `gpu.backward.
+(fa2 forward on packed variable-length batches, gpu/varlen.py) and
+`gpu.attention_varlen_backward` (its gradients, gpu.backward.fa2_varlen), `gpu.backward.
 attention_backward`, `gpu.autograd.flash_attention` (torch autograd), `gpu.decode`. Every
 kernel has an instrumented build (count_traffic=True) whose own element counts equal
 iosim's ledger. Import this package after NUMBA_ENABLE_CUDASIM is settled.
@@ -20,6 +21,6 @@ iosim's ledger. Import this package after NUMBA_ENABLE_CUDASIM is settled.
 from .api import DEFAULT_TILES, HEAD_DIMS, AttentionResult, attention, attention_result, default_tiling
 
 __all__ = ["attention", "attention_result", "AttentionResult", "default_tiling", "HEAD_DIMS",
-           "DEFAULT_TILES", "attention_varlen"]
-from .varlen import attention_varlen  # noqa: E402  (packed variable-length batches)
+           "DEFAULT_TILES", "attention_varlen", "attention_varlen_backward"]
+from .varlen import attention_varlen, attention_varlen_backward  # noqa: E402  (packed varlen)
 from . import decode  # noqa: E402,F401  (KV-cache decoding: gpu.decode(q, k_cache, v_cache, ...), a callable package)

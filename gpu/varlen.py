@@ -130,4 +130,126 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
     return out[0] if len(out) == 1 else tuple(out)
 
 
-__all__ = ["attention_varlen", "VARLEN_KERNELS"]
+def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, causal=False,
+                              window=(-1, -1), scale=None, block_rows=None, block_cols=None,
+                              count_traffic=False, threads=None, kernel="plain",
+                              poison=None):
+    """Gradients (dq, dk, dv) of `attention_varlen` over a packed batch: the plain fa2
+    backward (gpu.backward.flash's schedule and block body) per sequence, in one launch
+    per pass (gpu.backward.fa2_varlen).
+
+    q, o, do: (total_q, heads, d); k, v: (total_k, kv_heads, d); one dtype (float32 or
+    float16), C-contiguous, all NumPy or all Numba device arrays (NumPy in -> NumPy out).
+    L: the forward's logsumexp, float32 (heads, total_q), as
+    `attention_varlen(..., return_stats=True)` returns it. cu_seqlens_q, cu_seqlens_k,
+    causal, window, scale: as `attention_varlen` (must match the forward).
+    block_rows=B_r, block_cols=B_c: the tiling, per sequence (T_c_b = ceil(N_k_b / B_c));
+    default gpu.backward.default_backward_tiling(d, dtype, 'fa2', 'plain').
+    kernel: 'plain' only. poison: NaN-fill the gradients and intermediate buffers first
+    (default gpu.api.POISON). A sequence with no keys gets dq = 0; one with no queries
+    dk = dv = 0; a row that sees no key dq = 0.
+    Returns (dq, dk, dv): dq (total_q, heads, d), dk, dv (total_k, kv_heads, d) in the
+    input dtype; or ((dq, dk, dv), ledger) with count_traffic=True: the kernels' own
+    counts as an iosim.BackwardLedger (totals over sequences and query heads, in elements)
+    equal to iosim.varlen_backward_closed_form.
+    """
+    from .backward import flash
+    from .backward import fa2_varlen as bwd_varlen
+    if kernel not in VARLEN_KERNELS:
+        raise ValueError(f"kernel={kernel!r} is not supported by attention_varlen_backward; "
+                         f"allowed: {', '.join(map(repr, VARLEN_KERNELS))} (the fast and "
+                         f"tensor-core fa2 backward kernels have no varlen build yet)")
+    (Tq, H, d), dt, kind = _check3("q", q)
+    (Tk, Hk, dk_), dtk, kindk = _check3("k", k)
+    shape_v, dtv, kindv = _check3("v", v)
+    shape_o, dto, kindo = _check3("o", o)
+    shape_do, dtdo, kinddo = _check3("do", do)
+    if dk_ != d or shape_v != (Tk, Hk, dk_):
+        raise ValueError(f"k has shape {(Tk, Hk, dk_)} and v has shape {shape_v}; both must "
+                         f"be (total_k, kv_heads, d={d}), the same, to match q {(Tq, H, d)}")
+    for name, shp in (("o", shape_o), ("do", shape_do)):
+        if shp != (Tq, H, d):
+            raise ValueError(f"{name} has shape {shp}; expected q's shape {(Tq, H, d)}")
+    if H % Hk:
+        raise ValueError(f"k/v have kv_heads={Hk}, which must divide q's heads={H}")
+    if any(x != dt for x in (dtk, dtv, dto, dtdo)):
+        raise ValueError(f"q, k, v, o, do dtypes are {dt}, {dtk}, {dtv}, {dto}, {dtdo}; "
+                         f"they must be the same")
+    if len({kind, kindk, kindv, kindo, kinddo}) != 1:
+        raise ValueError("q, k, v, o, do must all be NumPy arrays or all be Numba device "
+                         "arrays")
+    dname = "fp32" if dt == np.float32 else "fp16"
+    problem = iosim.VarlenProblem.from_cu_seqlens(
+        _host_ints(cu_seqlens_q), _host_ints(cu_seqlens_k), d, total_q=Tq, total_k=Tk,
+        heads=H, kv_heads=Hk, dtype=dname, causal=causal, window=window)
+    if isinstance(L, np.ndarray):
+        if L.shape != (H, Tq):
+            raise ValueError(f"L has shape {L.shape}; expected (heads, total_q) = {(H, Tq)}")
+        L_dev = cuda.to_device(np.ascontiguousarray(L, dtype=np.float32))
+    elif hasattr(L, "copy_to_host"):
+        if tuple(L.shape) != (H, Tq) or np.dtype(L.dtype) != np.float32:
+            raise ValueError(f"L has shape {tuple(L.shape)} and dtype {L.dtype}; expected "
+                             f"{(H, Tq)} float32")
+        L_dev = L
+    else:
+        raise ValueError(f"L must be a float32 array of shape {(H, Tq)}; got "
+                         f"{type(L).__name__}")
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
+        raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32")
+    if threads is not None and not 1 <= int(threads) <= 1024:
+        raise ValueError(f"threads={threads} must be in 1..1024")
+    if block_rows is None and block_cols is None:
+        tiling = flash.default_backward_tiling(d, dname, "fa2", "plain", bool(causal))
+    else:
+        for name, val in (("block_rows", block_rows), ("block_cols", block_cols)):
+            if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
+                raise ValueError(f"{name}={val!r} must be a positive integer (give both "
+                                 f"block_rows and block_cols, or neither)")
+        tiling = iosim.Tiling(int(block_rows), int(block_cols))
+    B_r, B_c = tiling.B_r, tiling.B_c
+    check_fits(flash.bwd_shared_bytes(B_r, B_c, d, dname),
+               f"attention_varlen_backward with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
+    threads = default_threads() if threads is None else int(threads)
+    poison = api.POISON if poison is None else bool(poison)
+    count = bool(count_traffic)
+
+    npdt = NP_DTYPE[dname]
+    qd, kd, vd, od, dod = (api._to_device(x, kind) for x in (q, k, v, o, do))
+    cu_q = cuda.to_device(problem.cu_seqlens_q)
+    cu_k = cuda.to_device(problem.cu_seqlens_k)
+    G = H // Hk
+    counters = flash._new_counters(count)
+    _, dq3 = api._output((Tq, H, d), npdt, kind, q, poison)
+    _, dk_h = api._output((Tk, H, d), npdt, kind, q, poison)     # per query head
+    _, dv_h = api._output((Tk, H, d), npdt, kind, q, poison)
+    _, D2 = api._output((H, Tq), np.dtype(np.float32), kind, q, poison)
+    _, acc = api._output((Tq, H, d), np.dtype(np.float32), kind, q, poison)
+    if Tq:                                  # 1. D = rowsum(dO o O), dQacc = 0
+        pre = flash.fa2_pre_kernel(B_r, d, dname, count, threads, True)
+        pre[(-(-Tq // B_r), H), threads](od, dod, D2, acc, np.int64(Tq), counters)
+    max_T_c = max(tiling.T_c(n) for n in problem.seqlens_k)
+    bwd_varlen.run_main(qd, kd, vd, od, dod, L_dev, D2, acc, dk_h, dv_h, cu_q, cu_k, scale,
+                        H, G, max_T_c, problem.batch, counters, B_r=B_r, B_c=B_c, dt=dname,
+                        causal=bool(causal), count=count, threads=threads,
+                        window=problem.window)
+    if Tq:                                  # 3. dQ = dQacc
+        flash._flat_launch(flash.convert_kernel(dname, count), Tq * H * d,
+                           acc.reshape(Tq * H * d), dq3.reshape(Tq * H * d), counters)
+    if G == 1:
+        dk3, dv3 = dk_h, dv_h
+    else:                                   # 4. the grouped-heads sum
+        _, dk3 = api._output((Tk, Hk, d), npdt, kind, q, poison)
+        _, dv3 = api._output((Tk, Hk, d), npdt, kind, q, poison)
+        if Tk:
+            flash._flat_launch(flash.group_sum_kernel(dname, count), Tk * Hk * d,
+                               dk_h.reshape(Tk * H, d), dv_h.reshape(Tk * H, d),
+                               dk3.reshape(Tk * Hk, d), dv3.reshape(Tk * Hk, d),
+                               np.int64(G), counters)
+    grads = tuple(api._return_like(x, kind, q) for x in (dq3, dk3, dv3))
+    if count_traffic:
+        return grads, flash._counters_to_ledger(counters, "fa2", problem, tiling)
+    return grads
+
+
+__all__ = ["attention_varlen", "attention_varlen_backward", "VARLEN_KERNELS"]

@@ -155,8 +155,10 @@ def _counters_to_ledger(counters, algorithm, problem, tiling) -> BackwardLedger:
 # fa2 preprocess: D = rowsum(dO o O), dQacc = 0
 # ---------------------------------------------------------------------------------------
 @specialisation
-def fa2_pre_kernel(B_r, d, dt, count, threads):
-    """Kernel pre(o, do, D, dqacc, N, counters); grid (T_r, instances)."""
+def fa2_pre_kernel(B_r, d, dt, count, threads, packed=False):
+    """Kernel pre(o, do, D, dqacc, N, counters); grid (T_r, instances). `packed`: o, do,
+    dqacc are (N, instances, d) (flash-attn's (total_q, heads, d); grid (ceil(total_q /
+    B_r), heads)), D is (instances, N) either way."""
     IO, IdO, ID, IA = BT["O"], BT["dO"], BT["D"], BT["dQacc"]
 
     def kernel(o, do, D, dqacc, N, counters):
@@ -171,12 +173,18 @@ def fa2_pre_kernel(B_r, d, dt, count, threads):
         for r in range(t, rows, threads):               # D_i = rowsum(dO_i o O_i)
             acc = ZERO
             for x in range(d):
-                acc += float32(do[z, r0 + r, x]) * float32(o[z, r0 + r, x])
+                if packed:
+                    acc += float32(do[r0 + r, z, x]) * float32(o[r0 + r, z, x])
+                else:
+                    acc += float32(do[z, r0 + r, x]) * float32(o[z, r0 + r, x])
             D[z, r0 + r] = acc
             nO += d
             nD += 1
         for e in range(t, rows * d, threads):           # dQacc_i = 0
-            dqacc[z, r0 + e // d, e % d] = ZERO
+            if packed:
+                dqacc[r0 + e // d, z, e % d] = ZERO
+            else:
+                dqacc[z, r0 + e // d, e % d] = ZERO
             nA += 1
         if count:
             add_count(counters, IO, READ, nO)
@@ -184,30 +192,33 @@ def fa2_pre_kernel(B_r, d, dt, count, threads):
             add_count(counters, ID, WRITE, nD)
             add_count(counters, IA, WRITE, nA)
 
-    return kernel, kernel_name("fa2_bwd_pre", Br=B_r, d=d, dt=dt, count=count, t=threads)
+    return kernel, kernel_name("fa2_bwd_pre", Br=B_r, d=d, dt=dt, packed=packed, count=count,
+                               t=threads)
 
 
 # ---------------------------------------------------------------------------------------
 # Main kernel (fa2: one block per key block; fa1: Algorithm 4, one block per instance)
 # ---------------------------------------------------------------------------------------
-@specialisation
-def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, dropout=False,
-                    window=False):
-    """Kernel main(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
-    counters, key0, key1, offset, thr, rp).
+def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=False,
+              packed=False):
+    """The work of one thread block of `bwd_main` (fa2: key block j_lo of one instance;
+    fa1: key blocks j_lo .. j_hi - 1 of one instance, in order): the device function the
+    plain main kernel (`bwd_main_kernel`) and the packed varlen one
+    (gpu.backward.fa2_varlen) both run.
 
-    q, o, do: (instances, N, d); k, v: (batch * kv_heads, N_k, d); dk, dv: (instances, N_k,
-    d) per query head; N: query rows N_q, N_k: key rows; lo, hi: the int64 band of
-    gpu.forward._band (row r sees key c iff lo <= c - r <= hi), read only when `causal` or
-    `window` (compile flags; `band_args`): tiles outside it are skipped (`tile_in_band`,
-    iosim's active tiles), entries outside it have P = dS = 0 (the fa1 variant is launched
-    with N_k = N only); fa2: s1 = L (instances, N), D (instances, N), dq = dQacc float32;
-    fa1: s1 = m, s2 = l (instances, N), D unused, dq = dQ in the problem dtype.
-    key0, key1, offset, thr (uint64), rp (float32): the dropout (gpu._philox.kernel_args),
-    read only when `dropout` (fa2 only). Grid fa2 (T_c, instances), fa1 (1, instances);
-    `threads` threads.
-    """
+    block(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, N_k, lo, hi, z, zk, qoff, koff,
+    j_lo, j_hi, mask, counters, key0, key1, offset, thr, rp): z, zk: the query / K/V
+    instance (packed: the query / K/V head); qoff, koff: the first query / key row of
+    this problem (0 unless packed); N, N_k: its query and key rows; lo, hi: its band (read
+    only when `banded`); the rest as `bwd_main_kernel`. Element (r, x) of q, o, do, dq is
+    q[z, r, x], or q[qoff + r, z, x] when `packed` (flash-attn's (total, heads, d)); of
+    k, v k[zk, c, x] or k[koff + c, zk, x]; of dk, dv (per query head) dk[z, c, x] or
+    dk[koff + c, z, x]; s1 and D are s1[z, qoff + r] either way. `packed`: fa2 only,
+    without a block mask or dropout."""
     FA1 = alg == "fa1"
+    if packed and (FA1 or dropout or has_mask):
+        raise ValueError("bwd_block: packed indexing runs the fa2 variant without a block "
+                         "mask or dropout only")
     if dropout and FA1:
         raise ValueError("dropout: only the fa2 variant of bwd_main applies it")
     DT = NB_DTYPE[dt]
@@ -224,13 +235,10 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
     IQ, IK, IV, IO, IdO = BT["Q"], BT["K"], BT["V"], BT["O"], BT["dO"]
     IL, Il, Im, ID = BT["L"], BT["l"], BT["m"], BT["D"]
     IdQ, IdK, IdV, IA = BT["dQ"], BT["dK"], BT["dV"], BT["dQacc"]
-    banded = causal or window
 
-    def kernel(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
-               counters, key0, key1, offset, thr, rp):
-        z = cuda.blockIdx.y
+    def block(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, N_k, lo, hi, z, zk, qoff,
+              koff, j_lo, j_hi, mask, counters, key0, key1, offset, thr, rp):
         t = cuda.threadIdx.x
-        zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
         sf = cuda.shared.array(0, float32)
         sx = cuda.shared.array(0, DT)
         dKs = sf[dK0:dV0]
@@ -252,7 +260,6 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
         nW = int64(0)
         nZ = int64(0)
         T_r = (N + B_r - 1) // B_r
-        T_c = (N_k + B_c - 1) // B_c
         if FA1:
             # line 6: dQ = 0, dK = 0, dV = 0 in HBM
             for e in range(t, N * d, threads):
@@ -260,18 +267,17 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
                 dk[z, e // d, e % d] = ZERO
                 dv[z, e // d, e % d] = ZERO
                 nZ += 1
-            j_lo = 0
-            j_hi = T_c
-        else:
-            j_lo = cuda.blockIdx.x
-            j_hi = j_lo + 1
         for j in range(j_lo, j_hi):                     # line 7
             c0 = j * B_c
             cols = min(B_c, N_k - c0)
             cuda.syncthreads()
             for e in range(t, cols * d, threads):       # line 8: load K_j, V_j
-                Ks[e] = k[zk, c0 + e // d, e % d]
-                Vs[e] = v[zk, c0 + e // d, e % d]
+                if packed:
+                    Ks[e] = k[koff + c0 + e // d, zk, e % d]
+                    Vs[e] = v[koff + c0 + e // d, zk, e % d]
+                else:
+                    Ks[e] = k[zk, c0 + e // d, e % d]
+                    Vs[e] = v[zk, c0 + e // d, e % d]
                 nK += 1
             for e in range(t, B_c * d, threads):        # line 9: dK_j, dV_j = 0 on chip
                 dKs[e] = ZERO
@@ -287,11 +293,15 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
                 cuda.syncthreads()                      # previous tile done with Q, dO, P, dS
                 # line 11: load Q_i, dO_i and the row statistics
                 for e in range(t, rows * d, threads):
-                    Qs[e] = q[z, r0 + e // d, e % d]
-                    dOs[e] = do[z, r0 + e // d, e % d]
+                    if packed:
+                        Qs[e] = q[qoff + r0 + e // d, z, e % d]
+                        dOs[e] = do[qoff + r0 + e // d, z, e % d]
+                    else:
+                        Qs[e] = q[z, r0 + e // d, e % d]
+                        dOs[e] = do[z, r0 + e // d, e % d]
                     nQ += 1
                 for r in range(t, rows, threads):
-                    Sts[r] = s1[z, r0 + r]
+                    Sts[r] = s1[z, qoff + r0 + r]
                     if FA1:
                         ls[r] = s2[z, r0 + r]
                         acc = ZERO                      # lines 19-20: D_i = rowsum(dO_i o O_i)
@@ -300,7 +310,7 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
                         Ds[r] = acc
                         nO += d
                     else:
-                        Ds[r] = D[z, r0 + r]
+                        Ds[r] = D[z, qoff + r0 + r]
                     nS += 1
                 cuda.syncthreads()
                 # A, lines 12-21: P and dS per entry
@@ -364,12 +374,19 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
                     if FA1:                             # read-modify-write of dQ_i in HBM
                         dq[z, r0 + r, x] = float32(dq[z, r0 + r, x]) + aq
                     else:                               # one float32 atomic add
-                        cuda.atomic.add(dq, (z, r0 + r, x), aq)
+                        if packed:
+                            cuda.atomic.add(dq, (qoff + r0 + r, z, x), aq)
+                        else:
+                            cuda.atomic.add(dq, (z, r0 + r, x), aq)
                     nA += 1
             cuda.syncthreads()
             for e in range(t, cols * d, threads):       # line 25: write dK_j, dV_j
-                dk[z, c0 + e // d, e % d] = dKs[e]
-                dv[z, c0 + e // d, e % d] = dVs[e]
+                if packed:
+                    dk[koff + c0 + e // d, z, e % d] = dKs[e]
+                    dv[koff + c0 + e // d, z, e % d] = dVs[e]
+                else:
+                    dk[z, c0 + e // d, e % d] = dKs[e]
+                    dv[z, c0 + e // d, e % d] = dVs[e]
                 nW += 1
         if count:
             add_count(counters, IQ, READ, nQ)
@@ -391,6 +408,43 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
                 add_count(counters, IA, WRITE, nA)
                 add_count(counters, IdK, WRITE, nW)
                 add_count(counters, IdV, WRITE, nW)
+
+    return cuda.jit(device=True, inline=True)(block)
+
+
+@specialisation
+def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, dropout=False,
+                    window=False):
+    """Kernel main(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
+    counters, key0, key1, offset, thr, rp).
+
+    q, o, do: (instances, N, d); k, v: (batch * kv_heads, N_k, d); dk, dv: (instances, N_k,
+    d) per query head; N: query rows N_q, N_k: key rows; lo, hi: the int64 band of
+    gpu.forward._band (row r sees key c iff lo <= c - r <= hi), read only when `causal` or
+    `window` (compile flags; `band_args`): tiles outside it are skipped (`tile_in_band`,
+    iosim's active tiles), entries outside it have P = dS = 0 (the fa1 variant is launched
+    with N_k = N only); fa2: s1 = L (instances, N), D (instances, N), dq = dQacc float32;
+    fa1: s1 = m, s2 = l (instances, N), D unused, dq = dQ in the problem dtype.
+    key0, key1, offset, thr (uint64), rp (float32): the dropout (gpu._philox.kernel_args),
+    read only when `dropout` (fa2 only). Grid fa2 (T_c, instances), fa1 (1, instances);
+    `threads` threads.
+    """
+    FA1 = alg == "fa1"
+    block = bwd_block(alg, B_r, B_c, d, dt, causal or window, has_mask, count, threads,
+                      dropout)
+
+    def kernel(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
+               counters, key0, key1, offset, thr, rp):
+        z = cuda.blockIdx.y
+        zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
+        if FA1:
+            j_lo = 0
+            j_hi = (N_k + B_c - 1) // B_c
+        else:
+            j_lo = cuda.blockIdx.x
+            j_hi = j_lo + 1
+        block(q, k, v, o, do, s1, s2, D, dq, dk, dv, scale, N, N_k, lo, hi, z, zk, int64(0),
+              int64(0), j_lo, j_hi, mask, counters, key0, key1, offset, thr, rp)
 
     name = kernel_name(f"{alg}_bwd_main", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                        window=window, mask=has_mask, dropout=dropout, count=count,
