@@ -86,6 +86,18 @@ def test_model_equal_lengths_is_the_batched_problem(causal):
             iosim.backward_closed_form("fa2", batched, T16).counts())
 
 
+@pytest.mark.parametrize("alg", ["fa1", "standard"])
+def test_model_other_algorithms(alg):
+    """The model's other backward schedules: executed == closed form (kernels: fa2 only)."""
+    p = _problem(CU_Q5, CU_K5, True, (-1, -1), 1)
+    q, k, v, do = _inputs(p)
+    ex = iosim.execute_varlen_backward(p, T16, q, k, v, do, algorithm=alg)
+    assert ex.ledger.counts() == iosim.varlen_backward_closed_form(p, T16, alg).counts()
+    ref = iosim.reference_varlen_backward(q, k, v, do, CU_Q5, CU_K5, causal=True)
+    for g, r in zip((ex.dq, ex.dk, ex.dv), ref):
+        assert _rel(g, r) < 1e-5
+
+
 def test_model_all_empty_costs_nothing():
     p = _problem([0, 0, 0], [0, 0, 0], False, (-1, -1), 2)
     assert iosim.varlen_backward_closed_form(p, T16).counts() == {}
