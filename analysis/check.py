@@ -970,9 +970,11 @@ def run_checks(mode: str, suites=SUITES, *, algorithms=ALGORITHMS,
 # PTX (no GPU needed: NVVM only)
 # ---------------------------------------------------------------------------------------
 def ptx_check(quick: bool = False, out=print) -> list[str]:
-    """Compile every CUDA-core kernel (d=64, 64x64 tiles, all flags) for cc 9.0 and check:
-    no .f64 instruction; atomics present iff the counting build; the fast fa2, standard
-    and fa1 kernels use 16-byte shared loads (ld.shared.v4.f32). quick: fp16 causal only. Needs
+    """Compile every CUDA-core forward kernel (d=64, 64x64 tiles, all flags) for cc 9.0
+    and check: no .f64 instruction; atomics present iff the counting build; the fast fa2,
+    standard and fa1 kernels use 16-byte shared loads (ld.shared.v4.f32). The plain fa2
+    backward's main kernel and its varlen twin: no .f64, atomics (dQ) in every build, more
+    in the counting one. quick: fp16 causal only. Needs
     NUMBA_ENABLE_CUDASIM=0 (NVVM), not a GPU. Returns the failures."""
     import re
     from numba import cuda
@@ -1027,6 +1029,32 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
                         f"{'ok' if ok else 'FAIL'}")
                     if not ok:
                         failures.append(name)
+    # the plain fa2 backward's main kernel and its packed (varlen) twin: dQ is summed with
+    # atomics in every build, so the rule is: no .f64, atomics present, and the counting
+    # build has more of them (its counters)
+    from gpu.backward import fa2_varlen as bwd_varlen
+    from gpu.backward import flash
+    for dt in (("fp16",) if quick else ("fp32", "fp16")):
+        X = A(_launch.NB_DTYPE[dt], 3)
+        main_sig = ((X,) * 5 + (F32, F32, F32, A(T.float32, 3), X, X, T.float32) +
+                    (T.int64,) * 6 + (U8, I64) + (T.uint64,) * 4 + (T.float32,))
+        for causal in ((True,) if quick else (False, True)):
+            for kind, make, sig in (
+                    ("fa2_bwd_main", lambda c: flash.bwd_main_kernel(
+                        "fa2", 64, 64, 64, dt, causal, True, c, 128), main_sig),
+                    ("fa2_varlen_bwd", lambda c: bwd_varlen.fa2_varlen_bwd_kernel(
+                        64, 64, 64, dt, causal, c, 128), bwd_varlen.signature(dt))):
+                atoms = []
+                for count in (False, True):
+                    kern = make(count)
+                    ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))
+                    f64 = len(re.findall(r"\.f64\b", ptx))
+                    atoms.append(len(re.findall(r"\b(?:atom|red)\.", ptx)))
+                    ok = f64 == 0 and atoms[-1] > 0 and (not count or atoms[1] > atoms[0])
+                    out(f"{kern.py_func.__name__:<52} f64={f64:<3} atomics={atoms[-1]:<3} "
+                        f"{'ok' if ok else 'FAIL'}")
+                    if not ok:
+                        failures.append(kern.py_func.__name__)
     for dt in (T.float32, T.float16):   # the NaN-poison fill
         ptx, _ = cuda.compile_ptx(_launch._fill_kernel.py_func, (T.Array(dt, 1, "C"), T.float32),
                                   cc=(9, 0))
