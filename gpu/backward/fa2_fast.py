@@ -53,6 +53,9 @@ scripts/bwd_fast_bench.py, results data set kind `bench`, "pass": "bwd"):
       64 x 64 tiles, 256 threads, ptxas -v (CUDA 13.0, sm_90), no spills: d = 64 152
       registers (causal 128; phase A fused), d = 128 241 (causal 243; `split`); shared
       memory 124.5 / 204.5 KB: one block (8 warps) per SM. Not yet timed.
+  v1b N_k != N_q and windows (issue 18): the band lo, hi as kernel arguments, the lower
+      edge compiled in only with `window`. ptxas -v as above: d = 64 152 (causal 128,
+      window 152), d = 128 241 (causal 247, window 247), no spills.
   Tried and dropped (ptxas only, no GPU): issuing the next query tile's Q, dO loads into
   registers during this tile (as gpu.forward.fa2_fast's stage=1): 255 registers and 224
   bytes of spills a thread at d = 64 (1 KB at d = 128); 1-D (flattened) global indexing:
@@ -426,6 +429,7 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
     IQ, IK, IV, IdO = BT["Q"], BT["K"], BT["V"], BT["dO"]
     IL, ID, IdK, IdV, IA = BT["L"], BT["D"], BT["dK"], BT["dV"], BT["dQacc"]
     banded = bool(causal or window)
+    LOW = bool(window)      # the band has a lower edge lo (causal alone: lo = -inf)
 
     def kernel(q, k, v, do, L, D, dqacc, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
                counters):
@@ -501,7 +505,10 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
         i_lo = 0
         i_hi = T_r - 1
         if banded:      # the query blocks whose rows meet [c0 - hi, c_last - lo]
-            i_lo, i_hi = band_blocks(c0, c0 + cols - 1, N, B_r, lo, hi)
+            if LOW:
+                i_lo, i_hi = band_blocks(c0, c0 + cols - 1, N, B_r, lo, hi)
+            else:       # causal: from the first row that sees key c0 on
+                i_lo = max(c0 - hi, 0) // B_r           # c0 - hi <= c0 - o < N: i_lo <= i_hi
         n_i = i_hi - i_lo + 1                           # 0: key block j sees no query row
         pr0 = 0                                         # dQ tile staged in QA: its rows
         prows = 0
@@ -578,7 +585,8 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                             dp_acc[a, b] = g
             # ---- P = exp(S - L) (in s_acc) -> shared ----
             # the tile crosses an edge of the band: mask entry by entry
-            edge = banded and (c0 + cols - 1 - r0 > hi or c0 - (r0 + rows - 1) < lo)
+            edge = banded and (c0 + cols - 1 - r0 > hi or
+                               (LOW and c0 - (r0 + rows - 1) < lo))
             for a in range(RA):
                 r = ay + TRA * a
                 Lr = sm[LO + r]
@@ -588,7 +596,7 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                     c = ax + TCA * b
                     vis = row_vis and c < cols
                     if edge:
-                        if c0 + c - r0 - r > hi or c0 + c - r0 - r < lo:
+                        if c0 + c - r0 - r > hi or (LOW and c0 + c - r0 - r < lo):
                             vis = False                 # outside the band
                     pv = ZERO
                     if vis:
