@@ -62,7 +62,7 @@ REGISTERS = {
                   (128, 64, 128, True): 166, None: 94},
     "fa2_bwd_tc": {None: 128},
     "fa2_bwd_fast": {(64, 64, 64, True): 128, (64, 64, 128, False): 241,
-                     (64, 64, 128, True): 243, None: 152},
+                     (64, 64, 128, True): 247, None: 152},
     "fa2_bwd_pre_fast": {None: 40},
     "std_tc_bwd_dV": {(128, 64, 128, False): 170, (128, 64, 128, True): 170, None: 158},
     "std_tc_bwd_dP": {(128, 64, 128, False): 50, (128, 64, 128, True): 50, None: 48},

@@ -19,7 +19,8 @@ active tiles, so the two tilings must agree). A block_mask is (T_r, T_c) of one 
 so it needs block_rows and block_cols.
 k, v may have N_k != N rows and window=(left, right) a local window (as gpu.attention:
 bottom-right aligned) with algorithm='fa2' only: its forward takes them, and its backward
-runs the plain fa2 kernels (`attention_backward(kernel='auto')` picks them). 'fa1' and
+runs the fast fa2 kernels where they support the tiling, else the plain ones
+(`attention_backward(kernel='auto')`; never the tensor-core kernel). 'fa1' and
 'standard' refuse them in the forward (a ValueError), as their backward would.
 """
 from __future__ import annotations

@@ -14,8 +14,9 @@ Same schedule, hence the same HBM traffic, as the plain `bwd_main("fa2", ...)` o
         instances) (causal: (instances, T_c), so the key blocks with the most query
         blocks, j = 0, start first on every head): K_j, V_j read once into shared
         memory; dK_j, dV_j accumulate in registers over the active query blocks i
-        (causal: i from c0 // B_r on; block mask: mask[i, j] True), visited from the
-        (j mod their count)-th on, wrapping around (`stagger`: concurrent key blocks of
+        (causal or a window: those whose rows meet [c0 - hi, c_last - lo], `band_blocks`;
+        block mask: mask[i, j] True), visited from the (j mod their count)-th on,
+        wrapping around (`stagger`: concurrent key blocks of
         one head then add into different dQacc rows); per query block read Q_i, dO_i
         (B_r x d), L_i, D_i (B_r):
           A  S = scale Q_i K_j^T and dP = dO_i V_j^T (register tiles), P = exp(S - L),
@@ -31,6 +32,14 @@ Same schedule, hence the same HBM traffic, as the plain `bwd_main("fa2", ...)` o
         at the end dK_j, dV_j leave through shared memory with coalesced stores (into the
         per-query-head dK_h, dV_h; `flash.group_sum_kernel` sums grouped heads).
   The conversion dQ = dQacc and the group sum stay the plain kernels of flash.py.
+N_k != N_q and local windows (issue 18; gpu.forward._band, iosim.problem.band_of): K, V,
+dK, dV have N_k rows, grid T_c = ceil(N_k / B_c); the main kernel takes the band lo, hi
+(row r sees key c iff lo <= c - r <= hi) and the compile flag `window` (the band code is
+in when causal or window). Key block j visits exactly iosim's active tiles of its column
+(none: dK_j = dV_j = 0, still written); a tile that crosses an edge of the band masks
+entry by entry (P = dS = 0 outside); a row that sees no key has L = -inf, P = 0, dQ = 0.
+The pre-pass and the stagger need nothing else (rows are query rows; the rotation runs
+over the band's blocks).
 Ragged N (N not a multiple of B_r or B_c): only valid rows are loaded / stored / added
 (and counted); the rest of a shared tile is zero, and P = dS = 0 there.
 
@@ -44,6 +53,9 @@ scripts/bwd_fast_bench.py, results data set kind `bench`, "pass": "bwd"):
       64 x 64 tiles, 256 threads, ptxas -v (CUDA 13.0, sm_90), no spills: d = 64 152
       registers (causal 128; phase A fused), d = 128 241 (causal 243; `split`); shared
       memory 124.5 / 204.5 KB: one block (8 warps) per SM. Not yet timed.
+  v1b N_k != N_q and windows (issue 18): the band lo, hi as kernel arguments, the lower
+      edge compiled in only with `window`. ptxas -v as above: d = 64 152 (causal 128,
+      window 152), d = 128 241 (causal 247, window 247), no spills.
   Tried and dropped (ptxas only, no GPU): issuing the next query tile's Q, dO loads into
   registers during this tile (as gpu.forward.fa2_fast's stage=1): 255 registers and 224
   bytes of spills a thread at d = 64 (1 KB at d = 128); 1-D (flattened) global indexing:
@@ -358,13 +370,32 @@ def run_pre(o3, do3, D2, dqacc, N, counters, *, dt, count, threads=256, shfl=Non
 # ---------------------------------------------------------------------------------------
 # Main kernel
 # ---------------------------------------------------------------------------------------
+@cuda.jit(device=True, inline=True)
+def band_blocks(c0, c_last, N, B_r, lo, hi):
+    """(i_lo, i_hi): the query blocks of key columns c0..c_last that hold a pair
+    lo <= c - r <= hi (`gpu.forward._band.tile_in_band`, iosim.schedules.band_tiles): the
+    blocks whose rows meet [c0 - hi, c_last - lo] within 0..N - 1 (c - r takes every
+    integer in between). i_hi < i_lo when there is none."""
+    r_lo = max(c0 - hi, 0)
+    r_hi = min(c_last - lo, N - 1)
+    if r_lo > r_hi:
+        return 1, 0
+    return r_lo // B_r, r_hi // B_r
+
+
 @specialisation
 def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, TXB, TXC,
-                        maxreg=0, split=True, stagger=True, dq_stage=True):
-    """Kernel main(q, k, v, do, L, D, dqacc, dk, dv, scale, N, H, G, mask, counters).
+                        maxreg=0, split=True, stagger=True, dq_stage=True, window=False):
+    """Kernel main(q, k, v, do, L, D, dqacc, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
+    counters).
 
-    q, do: (instances, N, d); k, v: (batch * kv_heads, N, d); L, D: (instances, N)
-    float32; dqacc: (instances, N, d) float32; dk, dv: (instances, N, d) per query head.
+    q, do: (instances, N, d); k, v: (batch * kv_heads, N_k, d); L, D: (instances, N)
+    float32; dqacc: (instances, N, d) float32; dk, dv: (instances, N_k, d) per query head.
+    N: query rows N_q, N_k: key rows; lo, hi: the int64 band of gpu.forward._band (row r
+    sees key c iff lo <= c - r <= hi), read only when `causal` or `window` (compile flags;
+    `band_args`): key block j visits only the query blocks whose rows meet
+    [c0 - hi, c_last - lo] (`band_blocks`: exactly iosim's active tiles), entries outside
+    the band have P = dS = 0.
     Grid (T_c, instances), causal (instances, T_c) (heaviest key blocks first), `threads`
     threads, `smem_bytes(...)` dynamic shared bytes. maxreg > 0 caps the registers per
     thread (hardware only); split: phase A's dP loop after P; stagger: the query-block
@@ -397,8 +428,11 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
     QDIV = QN % THREADS == 0
     IQ, IK, IV, IdO = BT["Q"], BT["K"], BT["V"], BT["dO"]
     IL, ID, IdK, IdV, IA = BT["L"], BT["D"], BT["dK"], BT["dV"], BT["dQacc"]
+    banded = bool(causal or window)
+    LOW = bool(window)      # the band has a lower edge lo (causal alone: lo = -inf)
 
-    def kernel(q, k, v, do, L, D, dqacc, dk, dv, scale, N, H, G, mask, counters):
+    def kernel(q, k, v, do, L, D, dqacc, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
+               counters):
         if causal:      # grid (instances, T_c): the heaviest key blocks (j = 0) start first
             z = cuda.blockIdx.x
             j = cuda.blockIdx.y
@@ -447,9 +481,9 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
         kcol = (KO + W * cx) & IMASK                    # C: K columns 4 cx ..
 
         c0 = j * B_c
-        cols = min(B_c, N - c0)
+        cols = min(B_c, N_k - c0)
         T_r = (N + B_r - 1) // B_r
-        # ---- K_j, V_j -> shared (zero rows past N) ----
+        # ---- K_j, V_j -> shared (zero rows past N_k) ----
         for it in range(LK):
             e = t + it * THREADS
             if KDIV or e < KN:
@@ -469,22 +503,24 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                 dk_acc[a, b] = ZERO
                 dv_acc[a, b] = ZERO
         i_lo = 0
-        if causal:
-            i_lo = c0 // B_r                            # earlier query blocks see no key of j
-        n_i = T_r - i_lo                                # >= 1 (c0 < N)
+        i_hi = T_r - 1
+        if banded:      # the query blocks whose rows meet [c0 - hi, c_last - lo]
+            if LOW:
+                i_lo, i_hi = band_blocks(c0, c0 + cols - 1, N, B_r, lo, hi)
+            else:       # causal: from the first row that sees key c0 on
+                i_lo = max(c0 - hi, 0) // B_r           # c0 - hi <= c0 - o < N: i_lo <= i_hi
+        n_i = i_hi - i_lo + 1                           # 0: key block j sees no query row
         pr0 = 0                                         # dQ tile staged in QA: its rows
         prows = 0
         rot = 0
-        if STAGGER:     # start at a different query block in each key block: the dQacc
-            rot = j % n_i   # atomics of concurrent blocks then hit different rows
+        if STAGGER and n_i > 0:  # start at a different query block in each key block: the
+            rot = j % n_i        # dQacc atomics of concurrent blocks then hit different rows
         for ii in range(n_i):
             i = i_lo + ii + rot
-            if i >= T_r:
+            if i > i_hi:
                 i -= n_i
             r0 = i * B_r
             rows = min(B_r, N - r0)
-            if causal and c0 > r0 + rows - 1:           # inactive tile
-                continue
             if has_mask and mask[i, j] == 0:
                 continue
             cuda.syncthreads()                          # previous tile done with Qs .. dSs
@@ -548,7 +584,9 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                                 g += dov[w] * vv[b, w]
                             dp_acc[a, b] = g
             # ---- P = exp(S - L) (in s_acc) -> shared ----
-            diag = causal and c0 + B_c - 1 > r0         # the tile crosses the diagonal
+            # the tile crosses an edge of the band: mask entry by entry
+            edge = banded and (c0 + cols - 1 - r0 > hi or
+                               (LOW and c0 - (r0 + rows - 1) < lo))
             for a in range(RA):
                 r = ay + TRA * a
                 Lr = sm[LO + r]
@@ -557,9 +595,9 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                 for b in range(CA):
                     c = ax + TCA * b
                     vis = row_vis and c < cols
-                    if diag:
-                        if c0 + c > r0 + r:
-                            vis = False
+                    if edge:
+                        if c0 + c - r0 - r > hi or (LOW and c0 + c - r0 - r < lo):
+                            vis = False                 # outside the band
                     pv = ZERO
                     if vis:
                         pv = math.exp(s_acc[a, b] * scale - Lr)
@@ -680,7 +718,7 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
             add_count(counters, IdV, WRITE, nW)
 
     name = kernel_name("fa2_bwd_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                       mask=has_mask, count=count, t=threads, tca=TCA, txb=TXB, txc=TXC,
+                       window=bool(window), mask=has_mask, count=count, t=threads, tca=TCA, txb=TXB, txc=TXC,
                        maxreg=maxreg or False, fused=not split, nostagger=not stagger,
                        dqdirect=not dq_stage)
     return kernel, name, ({"max_registers": maxreg} if maxreg else {})
@@ -695,9 +733,10 @@ def default_split(d) -> bool:
 
 
 def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA=None, TXB=None,
-               TXC=None, maxreg=0, split=None, stagger=True, dq_stage=True):
+               TXC=None, maxreg=0, split=None, stagger=True, dq_stage=True, window=False):
     """The compiled dispatcher of one specialisation (TCA, TXB, TXC default from `plan`;
-    split default `default_split(d)`)."""
+    split default `default_split(d)`; window: a local window is given, the band code is
+    compiled in as for causal)."""
     split = default_split(d) if split is None else split
     p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
     if p is None:
@@ -705,31 +744,36 @@ def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA=None, TXB=
                                     TXB=TXB, TXC=TXC))
     return fa2_bwd_fast_kernel(B_r, B_c, d, dt, bool(causal), bool(has_mask), bool(count),
                                int(threads), p["TCA"], p["TXB"], p["TXC"], int(maxreg),
-                               bool(split), bool(stagger), bool(dq_stage))
+                               bool(split), bool(stagger), bool(dq_stage), bool(window))
 
 
 def run(q3, k3, v3, o3, do3, L, D, dqacc, dk_h, dv_h, scale, N, H, G, mask, counters, *,
         B_r, B_c, dt, causal, count, threads, TCA=None, TXB=None, TXC=None, maxreg=0,
-        split=None, stagger=True, dq_stage=True):
+        split=None, stagger=True, dq_stage=True, window=(-1, -1)):
     """Launch the main kernel on the arrays of the plain main-kernel launch in
     `flash.attention_backward` (o3 is not read: D already holds rowsum(dO o O)).
+    N: query rows; the key rows N_k are k3's (k3, v3, dk_h, dv_h have N_k rows);
+    window=(left, right): a local window (bottom-right aligned, gpu.forward._band).
     mask: the uint8 block mask on the device, or None / a dummy with has_mask from None.
     TCA, TXB, TXC (threads per row of phases A, B, C), maxreg (register cap) and split
     (phase A's dP loop after P, default `default_split(d)`) and stagger (each key block
     starts its query-block loop at a different block, j mod the count) are tuning knobs."""
     from .._launch import launch
+    from ..forward._band import band_args
     d = q3.shape[2]
+    N_k = k3.shape[1]
+    windowed, lo, hi = band_args(N, N_k, bool(causal), window)
     has_mask = mask is not None and mask is not dummy_mask()
     kern = get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, TXB, TXC,
-                      maxreg, split, stagger, dq_stage)
+                      maxreg, split, stagger, dq_stage, windowed)
     p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
     shmem = layout(B_r, B_c, d, p["TCA"], dq_stage)["bytes"]
-    T_c = -(-N // B_c)
+    T_c = -(-N_k // B_c)
     mk = mask if has_mask else dummy_mask()
     grid = (q3.shape[0], T_c) if causal else (T_c, q3.shape[0])
     launch(kern, grid, threads, shmem,
            q3, k3, v3, do3, L, D, dqacc, dk_h, dv_h, np.float32(scale), np.int64(N),
-           np.int64(H), np.int64(G), mk, counters)
+           np.int64(N_k), lo, hi, np.int64(H), np.int64(G), mk, counters)
 
 
 def signature(dt="fp32"):
@@ -739,7 +783,8 @@ def signature(dt="fp32"):
     A3 = nb.Array(X, 3, "C")
     F2 = nb.Array(nb.float32, 2, "C")
     return (A3, A3, A3, A3, F2, F2, nb.Array(nb.float32, 3, "C"), A3, A3, nb.float32,
-            nb.int64, nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"),
+            nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.int64,
+            nb.Array(nb.uint8, 2, "C"),
             nb.Array(nb.int64, 2, "C"))
 
 

@@ -23,11 +23,12 @@ fa2 (FlashAttention-2 backward), four launches:
      dK_h, dV_h, write the kv_heads sums.
   `attention_backward(kernel="auto")` (default) runs launches 1 and 2 as the register-tiled
   `gpu.backward.fa2_fast` where it supports the tiling (same schedule, same counts).
-  N_k != N_q and local windows (plain kernels only; `kernel="auto"` picks them): K, V, dK,
-  dV have N_k rows, T_c = ceil(N_k / B_c); `bwd_main` takes the band lo, hi of
-  gpu.forward._band (bottom-right aligned, iosim.problem.band_of), skips tiles outside it
-  (`tile_in_band`, iosim's active tiles) and sets P = dS = 0 outside it; a row that sees
-  no key (L = -inf) has P = 0 everywhere: dQ = 0, nothing added to dK, dV.
+  N_k != N_q and local windows (the plain and the fast kernels; `kernel="auto"` picks fast
+  where it supports the tiling, else plain, never tc): K, V, dK, dV have N_k rows,
+  T_c = ceil(N_k / B_c); `bwd_main` (and `fa2_fast`'s main kernel) takes the band lo, hi
+  of gpu.forward._band (bottom-right aligned, iosim.problem.band_of), skips tiles outside
+  it (`tile_in_band`, iosim's active tiles) and sets P = dS = 0 outside it; a row that
+  sees no key (L = -inf) has P = 0 everywhere: dQ = 0, nothing added to dK, dV.
 fa1 (Algorithm 4 of arXiv 2205.14135 v2, no dropout): `bwd_main` (fa1 variant), ONE block
   per instance, because line 22's read-modify-write of dQ_i in HBM is not atomic: the
   outer loop over key blocks j (line 7) runs inside the block, in order. Then the group
@@ -560,10 +561,11 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     float16), C-contiguous, all NumPy or all device arrays (as `gpu.attention`).
     N_k != N and window=(left, right) (as `gpu.attention`: bottom-right aligned causal,
     flash-attn's window_size, -1 unbounded; same ValueErrors for a bad window) run on the
-    plain fa2 kernels only (algorithm='fa2', kernel 'plain', or 'auto', which then picks
-    'plain'); tiles outside the band are skipped, as in iosim.backward (counts equal its
-    closed form), and a row that sees no key gets dQ = 0 and adds nothing to dK, dV.
-    kernel 'fast' / 'tc' and algorithms 'fa1' / 'standard' refuse them with a ValueError.
+    plain and fast fa2 kernels (algorithm='fa2', kernel 'plain', 'fast', or 'auto', which
+    then picks 'fast' where it supports the tiling, else 'plain'); tiles outside the band
+    are skipped, as in iosim.backward (counts equal its closed form), and a row that sees
+    no key gets dQ = 0 and adds nothing to dK, dV. kernel 'tc' and algorithms 'fa1' /
+    'standard' refuse them with a ValueError.
     algorithm: 'fa2' (default), 'fa1' or 'standard' (module docstring).
     stats: what the forward left in HBM: fa2: L (batch, heads, N) float32 (e.g.
     `gpu.attention(..., algorithm='fa2', return_stats=True)`); fa1: (l, m), each
@@ -620,19 +622,19 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"k has shape {shape_k} and v has shape {shape_v}; both must be "
                          f"(batch={B}, kv_heads, N_k, d={d}), the same, to match q "
                          f"{(B, H, N, d)}")
-    if Nk != N or windowed:
+    general = Nk != N or windowed     # N_k != N_q or a window: no tensor-core kernels
+    if general:
         what = (f"N_k={Nk} != N_q={N}" if Nk != N else "") + \
             (" and " if Nk != N and windowed else "") + \
             (f"window={tuple(window)}" if windowed else "")
         if algorithm != "fa2":
             raise ValueError(f"algorithm={algorithm!r}: the {algorithm} backward takes N_k = "
                              f"N_q and no window only (got {what}); allowed: "
-                             f"algorithm='fa2' with kernel='plain' or 'auto'")
-        if kernel in ("fast", "tc"):
-            raise ValueError(f"kernel={kernel!r}: the {kernel} fa2 backward takes N_k = N_q "
-                             f"and no window only (got {what}); allowed: kernel='plain' or "
-                             f"'auto' (which runs the plain fa2 backward)")
-        kernel = "plain"          # the one fa2 backward kernel with N_k != N_q and windows
+                             f"algorithm='fa2' with kernel='plain', 'fast' or 'auto'")
+        if kernel == "tc":
+            raise ValueError(f"kernel='tc': the tc fa2 backward takes N_k = N_q and no "
+                             f"window only (got {what}); allowed: kernel='plain', 'fast' or "
+                             f"'auto' (which runs the fast or the plain fa2 backward)")
     windowed, lo, hi = band_args(N, Nk, bool(causal), window)
     for name, shp in (("o", shape_o), ("do", shape_do)):
         if shp != (B, H, N, d):
@@ -652,7 +654,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                          f"(|scale| <= {float(np.finfo(np.float32).max):.8g}), the kernels' "
                          f"compute dtype")
     use_tc = False
-    if kernel in ("auto", "tc") and algorithm == "fa2":
+    if kernel in ("auto", "tc") and algorithm == "fa2" and not general:
         tc_options = dict(tc_options or {})
         if block_rows is None and block_cols is None:
             dflt = fa2_tc.default_tiling(d, bool(causal))
@@ -674,7 +676,10 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"kernel='tc' cannot run algorithm={algorithm!r}, dtype {dname}, "
                          f"d={d}, block_rows={block_rows}, block_cols={block_cols}: {why}")
     if block_rows is None and block_cols is None:
-        tiling = default_backward_tiling(d, dname, algorithm, kernel, bool(causal))
+        # N_k != N_q or a window: 'auto' chooses between fast and plain only
+        tiling = default_backward_tiling(d, dname, algorithm,
+                                         "fast" if general and kernel == "auto" else kernel,
+                                         bool(causal))
     else:
         for name, val in (("block_rows", block_rows), ("block_cols", block_cols)):
             if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
@@ -766,7 +771,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
             fa2_fast.run(q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h,
                          scale, N, H, G, mask_dev if has_mask else None, counters, B_r=B_r,
                          B_c=B_c, dt=dname, causal=bool(causal), count=count,
-                         threads=threads)
+                         threads=threads, window=window)
         else:
             pre = fa2_pre_kernel(B_r, d, dname, count, threads)
             pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
