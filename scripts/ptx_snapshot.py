@@ -1,0 +1,122 @@
+"""Normalised PTX of a fixed set of builds of the register-tiled (fast) kernels, for
+checking that a refactoring leaves what they compile to unchanged.
+
+    NUMBA_ENABLE_CUDASIM=0 PYTHONPATH=$PWD python3 scripts/ptx_snapshot.py OUTDIR [-j 2]
+    diff -r BEFORE AFTER
+
+Builds: gpu.forward.fa2_fast, fa1_fast, standard_fast (S and PV kernels) and
+gpu.backward.fa2_fast (main and preprocessing kernels); fp32 and fp16; causal or not;
+counting or not; the api's usual tiling and one other (and the band / stage variants
+where a kernel has them). NVVM only, no GPU. Normalisation: comments and the
+.version / .target lines dropped, mangled symbols (_Z...) renamed to placeholders in
+order of first appearance (closure names differ from build to build)."""
+import os
+import re
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
+
+
+def builds():
+    """(file name, module, factory, args, signature key) of every build."""
+    out = []
+    for dt in ("fp32", "fp16"):
+        for causal in (False, True):
+            for count in (False, True):
+                tag = f"{dt}_c{int(causal)}_n{int(count)}"
+                # fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
+                #                 maxreg, stage, window)
+                for i, a in enumerate(((128, 64, 64, dt, causal, True, count, 128, 8, True,
+                                        0, 1, False),
+                                       (64, 64, 128, dt, causal, False, count, 256, 16,
+                                        False, 0, 0, causal),
+                                       (128, 32, 64, dt, causal, False, count, 256, 8,
+                                        True, 0, 2, False))):
+                    out.append((f"fa2_fast_{i}_{tag}", "gpu.forward.fa2_fast",
+                                "fa2_fast_kernel", a, "signature"))
+                # fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads,
+                #                 shfl, maxreg)
+                for i, a in enumerate(((128, 64, 64, dt, causal, False, True, count, 256,
+                                        True, 0),
+                                       (64, 64, 128, dt, causal, causal, False, count, 512,
+                                        False, 0))):
+                    out.append((f"fa1_fast_{i}_{tag}", "gpu.forward.fa1_fast",
+                                "fa1_fast_kernel", a, "signature"))
+                # s_kernel(B_r, B_c, d, dt, causal, window, count, threads, maxreg)
+                # pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage,
+                #           maxreg)
+                for i, (B_r, B_c, d, th, win, st) in enumerate(((128, 128, 64, 256, False, 0),
+                                                                (64, 64, 128, 128, True, 1))):
+                    out.append((f"std_s_{i}_{tag}", "gpu.forward.standard_fast", "s_kernel",
+                                (B_r, B_c, d, dt, causal, win and causal, count, th, 0),
+                                "S"))
+                    out.append((f"std_pv_{i}_{tag}", "gpu.forward.standard_fast",
+                                "pv_kernel", (B_r, B_c, d, dt, causal, win and causal,
+                                              not win, count, th, st, 0), "PV"))
+                # get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, TXB, TXC,
+                #            maxreg, split, stagger, dq_stage, window)
+                for i, a in enumerate(((64, 64, 64, dt, causal, True, count, 256),
+                                       (64, 64, 128, dt, causal, False, count, 256, None,
+                                        None, None, 0, None, True, True, causal),
+                                       (32, 32, 64, dt, causal, False, count, 128, None,
+                                        None, None, 0, True, False, False, False))):
+                    out.append((f"bwd_fast_{i}_{tag}", "gpu.backward.fa2_fast", "get_kernel",
+                                a, "signature"))
+            # fa2_pre_fast_kernel(d, dt, count, threads, shfl, rpw)
+            if not causal:
+                for count in (False, True):
+                    for i, a in enumerate(((64, dt, count, 256, True, 4),
+                                           (128, dt, count, 128, False, 2))):
+                        out.append((f"bwd_pre_{i}_{dt}_n{int(count)}",
+                                    "gpu.backward.fa2_fast", "fa2_pre_fast_kernel", a,
+                                    "pre_signature"))
+    return out
+
+
+def normalise(ptx: str) -> str:
+    names = {}
+
+    def sub(m):
+        return names.setdefault(m.group(0), f"_SYM{len(names)}")
+
+    lines = []
+    for line in ptx.splitlines():
+        line = re.sub(r"//.*", "", line).rstrip()
+        if not line or line.startswith((".version", ".target")):
+            continue
+        lines.append(re.sub(r"_Z[A-Za-z0-9_$]+", sub, line))
+    return "\n".join(lines) + "\n"
+
+
+def one(job):
+    fname, mod, fac, args, sigkey = job
+    import importlib
+    from numba import cuda
+    m = importlib.import_module(mod)
+    kern = getattr(m, fac)(*args)
+    if sigkey in ("S", "PV"):
+        sig = m.signatures(args[3])[sigkey]
+    else:
+        sig = getattr(m, sigkey)(args[1] if fac == "fa2_pre_fast_kernel" else args[3])
+    ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))
+    return fname, kern.py_func.__name__, normalise(ptx)
+
+
+def main():
+    outdir = sys.argv[1]
+    jobs = int(sys.argv[sys.argv.index("-j") + 1]) if "-j" in sys.argv else 2
+    only = [a for a in sys.argv[2:] if a.startswith("--only=")]
+    bs = builds()
+    if only:
+        bs = [b for b in bs if b[0].startswith(only[0][7:])]
+    os.makedirs(outdir, exist_ok=True)
+    with ProcessPoolExecutor(jobs) as ex:
+        for fname, name, text in ex.map(one, bs):
+            with open(os.path.join(outdir, fname + ".ptx"), "w") as f:
+                f.write(f"// {name}\n" + text)
+    print(f"{len(bs)} builds -> {outdir}")
+
+
+if __name__ == "__main__":
+    main()
