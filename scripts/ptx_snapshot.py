@@ -9,7 +9,8 @@ gpu.backward.fa2_fast (main and preprocessing kernels); fp32 and fp16; causal or
 counting or not; the api's usual tiling and one other (and the band / stage variants
 where a kernel has them). NVVM only, no GPU. Normalisation: comments and the
 .version / .target lines dropped, mangled symbols (_Z...) renamed to placeholders in
-order of first appearance (closure names differ from build to build)."""
+order of first appearance (closure names differ from build to build), the
+process-wide counter of numba's shared-array symbols (_cudapy_smem_N) dropped."""
 import os
 import re
 import sys
@@ -85,6 +86,7 @@ def normalise(ptx: str) -> str:
         line = re.sub(r"//.*", "", line).rstrip()
         if not line or line.startswith((".version", ".target")):
             continue
+        line = re.sub(r"_cudapy_(smem|lmem|cmem)_\d+", r"_cudapy_\1_N", line)
         lines.append(re.sub(r"_Z[A-Za-z0-9_$]+", sub, line))
     return "\n".join(lines) + "\n"
 
