@@ -238,6 +238,31 @@ def register_pv(RM, DN, TR, TC, PS, VS, B_c):
     return pvp
 
 
+def active_tile_finder(B_c, banded, has_mask):
+    """Device function next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i): the first active
+    key tile >= j of query block i (rows r0 .. last), T_c if none; a tile is inactive
+    outside the band (`banded`: causal or a window, gpu.forward._band) or where the block
+    mask (`has_mask`) is 0. Shared by the fast fa2 and standard PV kernels."""
+
+    @cuda.jit(device=True, inline=True)
+    def next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i):
+        """The first active key tile >= j of query block i (T_c if none)."""
+        while j < T_c:
+            if banded and j * B_c - last > hi:          # this and later tiles inactive
+                return T_c
+            if banded and not tile_in_band(r0, last, j * B_c, min(j * B_c + B_c, N_k) - 1,
+                                           lo, hi):
+                j += 1
+                continue
+            if has_mask and mask[i, j] == 0:
+                j += 1
+                continue
+            return j
+        return T_c
+
+    return next_tile
+
+
 @specialisation
 def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl, maxreg=0,
                     stage=0, window=False):
@@ -273,22 +298,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
     row_sum = lane_group_reducer(TC, "sum") if shfl else None
     qk_product = register_qk(RM, RN, TR, TC, QS, KS, d)
     pv_product = register_pv(RM, DN, TR, TC, PS, d, B_c)
-
-    @cuda.jit(device=True, inline=True)
-    def next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i):
-        """The first active key tile >= j of query block i (T_c if none)."""
-        while j < T_c:
-            if banded and j * B_c - last > hi:          # this and later tiles inactive
-                return T_c
-            if banded and not tile_in_band(r0, last, j * B_c, min(j * B_c + B_c, N_k) - 1,
-                                           lo, hi):
-                j += 1
-                continue
-            if has_mask and mask[i, j] == 0:
-                j += 1
-                continue
-            return j
-        return T_c
+    next_tile = active_tile_finder(B_c, banded, has_mask)
 
     @cuda.jit(device=True, inline=True)
     def ldg_tile(k, v, zk, c0, cols, t, kst, vst):
@@ -544,4 +554,4 @@ def signature(dt="fp32"):
 
 
 __all__ = ["plan", "layout", "smem_bytes", "supports", "register_qk", "register_pv",
-           "fa2_fast_kernel", "get_kernel", "run", "signature"]
+           "active_tile_finder", "fa2_fast_kernel", "get_kernel", "run", "signature"]

@@ -63,8 +63,9 @@ from numba import cuda, float32, int64
 from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
                        kernel_name, launch, specialisation)
 from . import standard as _plain
-from ._band import band_args, tile_in_band
-from .fa2_fast import ALIGN, IMASK, MAX_R, W, _pad_ps, _stride, register_pv, register_qk
+from ._band import band_args
+from .fa2_fast import (ALIGN, IMASK, MAX_R, W, _pad_ps, _stride, active_tile_finder,
+                       register_pv, register_qk)
 
 #: threads per query row (TC) tried, best first
 TC_CHOICES = (16, 8, 32, 4, 2, 1)
@@ -271,22 +272,7 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
     LPS, LVS = (LP, LV) if stage else (1, 1)
     IP, IV, IO = T["P"], T["V"], T["O"]
     pv_product = register_pv(RM, DN, TR, TC, PS, d, B_c)
-
-    @cuda.jit(device=True, inline=True)
-    def next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i):
-        """The first active key tile >= j of query block i (T_c if none)."""
-        while j < T_c:
-            if banded and j * B_c - last > hi:          # this and later tiles inactive
-                return T_c
-            if banded and not tile_in_band(r0, last, j * B_c, min(j * B_c + B_c, N_k) - 1,
-                                           lo, hi):
-                j += 1
-                continue
-            if has_mask and mask[i, j] == 0:
-                j += 1
-                continue
-            return j
-        return T_c
+    next_tile = active_tile_finder(B_c, banded, has_mask)
 
     @cuda.jit(device=True, inline=True)
     def ldg(p, v, z, zk, r0, rows, c0, cols, t, pst, vst):
