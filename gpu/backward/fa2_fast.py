@@ -120,7 +120,7 @@ from numba import cuda, float32, int64
 
 # row strides of the shared tiles: the forward fast kernel's rules (bank-conflict-free
 # 16-byte loads), shared rather than copied
-from ..forward.fa2_fast import _pad_ps, _stride
+from ..forward.fa2_fast import _pad_ps, _stride, pair_row_loader, pair_tile_loader
 from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask,
                        kernel_name, specialisation)
 
@@ -421,11 +421,9 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
     XC = d // W             # 4-wide steps of A
     CC = B_c // W           # 4-wide steps of C
     RBG, DBG, DCG = RB // W, DB // W, DC // W
-    KN, QN = B_c * d, B_r * d
-    LK = -(-KN // THREADS)
-    LQ = -(-QN // THREADS)
-    KDIV = KN % THREADS == 0
-    QDIV = QN % THREADS == 0
+    load_kv = pair_tile_loader(B_c, d, THREADS, KO, KS, VO, KS, count)
+    load_qdo = pair_tile_loader(B_r, d, THREADS, QO, KS, dOO, KS, count)
+    load_ld = pair_row_loader(B_r, THREADS, LO, DO, ZERO, count)
     IQ, IK, IV, IdO = BT["Q"], BT["K"], BT["V"], BT["dO"]
     IL, ID, IdK, IdV, IA = BT["L"], BT["D"], BT["dK"], BT["dV"], BT["dQacc"]
     banded = bool(causal or window)
@@ -484,20 +482,7 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
         cols = min(B_c, N_k - c0)
         T_r = (N + B_r - 1) // B_r
         # ---- K_j, V_j -> shared (zero rows past N_k) ----
-        for it in range(LK):
-            e = t + it * THREADS
-            if KDIV or e < KN:
-                c = e // d
-                x = e % d
-                kx = ZERO
-                vx = ZERO
-                if c < cols:
-                    kx = float32(k[zk, c0 + c, x])
-                    vx = float32(v[zk, c0 + c, x])
-                    if count:
-                        nK += 1
-                sm[KO + c * KS + x] = kx
-                sm[VO + c * KS + x] = vx
+        nK = load_kv(k, v, zk, c0, cols, t, sm, nK)
         for a in range(RB):
             for b in range(DB):
                 dk_acc[a, b] = ZERO
@@ -530,30 +515,8 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                     if count:
                         nA += 1
             # ---- Q_i, dO_i, L_i, D_i -> shared ----
-            for it in range(LQ):
-                e = t + it * THREADS
-                if QDIV or e < QN:
-                    r = e // d
-                    x = e % d
-                    qx = ZERO
-                    dx = ZERO
-                    if r < rows:
-                        qx = float32(q[z, r0 + r, x])
-                        dx = float32(do[z, r0 + r, x])
-                        if count:
-                            nQ += 1
-                    sm[QO + r * KS + x] = qx
-                    sm[dOO + r * KS + x] = dx
-            for r in range(t, B_r, THREADS):
-                lx = ZERO
-                dx = ZERO
-                if r < rows:
-                    lx = L[z, r0 + r]
-                    dx = D[z, r0 + r]
-                    if count:
-                        nS += 1
-                sm[LO + r] = lx
-                sm[DO + r] = dx
+            nQ = load_qdo(q, do, z, r0, rows, t, sm, nQ)
+            nS = load_ld(L, D, z, r0, rows, t, sm, nS)
             cuda.syncthreads()
             # ---- A: S = Q_i K_j^T, dP = dO_i V_j^T (x advances 4 at a time); with
             # SPLIT the dP loop runs after P = exp(S - L) (fewer live registers) ----

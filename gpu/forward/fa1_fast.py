@@ -70,7 +70,8 @@ from numba import cuda, float32, int64
 from .._launch import (NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
                        kernel_name, lane_group_reducer, launch, specialisation)
 from ._band import band_args, tile_in_band
-from .fa2_fast import (ALIGN, IMASK, W, _pad_ps, _stride, plan, register_pv, register_qk)
+from .fa2_fast import (ALIGN, IMASK, W, _pad_ps, _stride, pair_row_loader, pair_tile_loader,
+                       plan, register_pv, register_qk)
 
 #: dtypes this kernel takes (fp32 math either way)
 DTYPES = ("fp32", "fp16")
@@ -136,9 +137,7 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
     THREADS = threads
     banded = causal or window
     DG = DN // W
-    QN, KN = B_r * d, B_c * d
-    LK = -(-KN // THREADS)
-    KDIV = KN % THREADS == 0
+    QN = B_r * d
     IQ, IK, IV, IO, Il, Im = T["Q"], T["K"], T["V"], T["O"], T["l"], T["m"]
     if shfl:
         assert TC <= 32 and TC & (TC - 1) == 0, "shfl needs TC a power of two <= 32"
@@ -146,6 +145,8 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
     row_sum = lane_group_reducer(TC, "sum") if shfl else None
     qk_product = register_qk(RM, RN, TR, TC, QS, KS, d)
     pv_product = register_pv(RM, DN, TR, TC, PS, d, B_c)
+    load_kv = pair_tile_loader(B_c, d, THREADS, KO, KS, VO, d, count)
+    load_lm = pair_row_loader(B_r, THREADS, LO, MO, NEG_INF, count)
 
     def kernel(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters):
         z = cuda.blockIdx.x
@@ -192,20 +193,7 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
             c0 = j * B_c
             cols = min(B_c, N_k - c0)
             cuda.syncthreads()                              # last tile done with Ks, Vs
-            for it in range(LK):                            # step 6: K_j, V_j -> shared
-                e = t + it * THREADS
-                if KDIV or e < KN:
-                    c = e // d
-                    x = e % d
-                    kx = ZERO
-                    vx = ZERO
-                    if c < cols:
-                        kx = float32(k[zk, c0 + c, x])
-                        vx = float32(v[zk, c0 + c, x])
-                        if count:
-                            rK += 1
-                    sm[KO + c * KS + x] = kx
-                    sm[VO + c * d + x] = vx
+            rK = load_kv(k, v, zk, c0, cols, t, sm, rK)    # step 6: K_j, V_j -> shared
             for i in range(T_r):                            # step 7
                 r0 = i * B_r
                 rows = min(B_r, N - r0)
@@ -227,16 +215,7 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
                             rQ += 1
                     sm[QO + r * QS + x] = qx
                     sm[OO + r * QS + x] = ox
-                for r in range(t, B_r, THREADS):
-                    lx = ZERO
-                    mx = NEG_INF
-                    if r < rows:
-                        lx = l_hbm[z, r0 + r]
-                        mx = m_hbm[z, r0 + r]
-                        if count:
-                            rl += 1
-                    sm[LO + r] = lx
-                    sm[MO + r] = mx
+                rl = load_lm(l_hbm, m_hbm, z, r0, rows, t, sm, rl)
                 cuda.syncthreads()
                 # ---- steps 9-11: S = scale Q_i K_j^T, masked; row max ----
                 qk_product(sm, qbase, kbase, s_acc, qv, kv)

@@ -238,6 +238,61 @@ def register_pv(RM, DN, TR, TC, PS, VS, B_c):
     return pvp
 
 
+def pair_tile_loader(R, d, threads, AO, AS, BO, BS, count):
+    """Device function load(a, b, z, r0, rows, t, sm, n) -> n: rows r0 .. r0 + rows - 1 of
+    two (instances, N, d) tensors a, b (instance z) into the R x d shared tiles at AO and
+    BO (row strides AS, BS), zero rows past `rows`; each of the `threads` threads takes
+    every threads-th element. With `count`, n (the thread's element counter) grows by the
+    rows it read from a (= from b). Used by the fast fa1 forward (K, V) and the fast fa2
+    backward (K, V; Q, dO)."""
+    NE = R * d
+    L = -(-NE // threads)
+    DIV = NE % threads == 0
+
+    @cuda.jit(device=True, inline=True)
+    def load(a, b, z, r0, rows, t, sm, n):
+        for it in range(L):
+            e = t + it * threads
+            if DIV or e < NE:
+                r = e // d
+                x = e % d
+                ax = ZERO
+                bx = ZERO
+                if r < rows:
+                    ax = float32(a[z, r0 + r, x])
+                    bx = float32(b[z, r0 + r, x])
+                    if count:
+                        n += 1
+                sm[AO + r * AS + x] = ax
+                sm[BO + r * BS + x] = bx
+        return n
+
+    return load
+
+
+def pair_row_loader(R, threads, AO, BO, fill_b, count):
+    """Device function load(a, b, z, r0, rows, t, sm, n) -> n: entries r0 .. r0 + rows - 1
+    of two float32 (instances, N) row vectors a, b into the R-word shared vectors at AO and
+    BO, past `rows` 0 (a) and fill_b (b); n grows by the entries read from a with `count`.
+    Used by the fast fa1 forward (l, m) and the fast fa2 backward (L, D)."""
+
+    @cuda.jit(device=True, inline=True)
+    def load(a, b, z, r0, rows, t, sm, n):
+        for r in range(t, R, threads):
+            ax = ZERO
+            bx = fill_b
+            if r < rows:
+                ax = a[z, r0 + r]
+                bx = b[z, r0 + r]
+                if count:
+                    n += 1
+            sm[AO + r] = ax
+            sm[BO + r] = bx
+        return n
+
+    return load
+
+
 def active_tile_finder(B_c, banded, has_mask):
     """Device function next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i): the first active
     key tile >= j of query block i (rows r0 .. last), T_c if none; a tile is inactive
@@ -554,4 +609,4 @@ def signature(dt="fp32"):
 
 
 __all__ = ["plan", "layout", "smem_bytes", "supports", "register_qk", "register_pv",
-           "active_tile_finder", "fa2_fast_kernel", "get_kernel", "run", "signature"]
+           "active_tile_finder", "pair_tile_loader", "pair_row_loader", "fa2_fast_kernel", "get_kernel", "run", "signature"]
