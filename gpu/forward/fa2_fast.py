@@ -238,6 +238,33 @@ def register_pv(RM, DN, TR, TC, PS, VS, B_c):
     return pvp
 
 
+def tile_loader(R, d, threads, AO, AS, count):
+    """Device function load(a, z, r0, rows, t, sm, n) -> n: rows r0 .. r0 + rows - 1 of an
+    (instances, N, d) tensor a (instance z) into the R x d shared tile at AO (row stride
+    AS), zero rows past `rows`; with `count`, n grows by the elements read. The one-tensor
+    `pair_tile_loader`: the fast fa2 forward (Q) and the fast standard S kernel (Q, K)."""
+    NE = R * d
+    L = -(-NE // threads)
+    DIV = NE % threads == 0
+
+    @cuda.jit(device=True, inline=True)
+    def load(a, z, r0, rows, t, sm, n):
+        for it in range(L):
+            e = t + it * threads
+            if DIV or e < NE:
+                r = e // d
+                x = e % d
+                val = ZERO
+                if r < rows:
+                    val = float32(a[z, r0 + r, x])
+                    if count:
+                        n += 1
+                sm[AO + r * AS + x] = val
+        return n
+
+    return load
+
+
 def pair_tile_loader(R, d, threads, AO, AS, BO, BS, count):
     """Device function load(a, b, z, r0, rows, t, sm, n) -> n: rows r0 .. r0 + rows - 1 of
     two (instances, N, d) tensors a, b (instance z) into the R x d shared tiles at AO and
@@ -339,10 +366,8 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
     THREADS = threads
     banded = causal or window
     DG = DN // W          # groups of 4 head columns per thread
-    QN, KN = B_r * d, B_c * d
-    LQ = -(-QN // THREADS)
+    KN = B_c * d
     LK = -(-KN // THREADS)
-    QDIV = QN % THREADS == 0
     KDIV = KN % THREADS == 0
     IQ, IK, IV, IO, IL = T["Q"], T["K"], T["V"], T["O"], T["L"]
     # row reductions over the TC lanes of a query row by warp shuffles (TC a power of two
@@ -354,6 +379,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
     qk_product = register_qk(RM, RN, TR, TC, QS, KS, d)
     pv_product = register_pv(RM, DN, TR, TC, PS, d, B_c)
     next_tile = active_tile_finder(B_c, banded, has_mask)
+    load_q = tile_loader(B_r, d, THREADS, QO, QS, count)
 
     @cuda.jit(device=True, inline=True)
     def ldg_tile(k, v, zk, c0, cols, t, kst, vst):
@@ -409,17 +435,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
         rows = min(B_r, N - r0)
         last = r0 + rows - 1
         # ---- Q_i -> Qs (row-major copy, zero rows past N) ----
-        for it in range(LQ):
-            e = t + it * THREADS
-            if QDIV or e < QN:
-                r = e // d
-                x = e % d
-                val = ZERO
-                if r < rows:
-                    val = float32(q[z, r0 + r, x])
-                    if count:
-                        nQ += 1
-                sm[QO + r * QS + x] = val
+        nQ = load_q(q, z, r0, rows, t, sm, nQ)
         for a in range(RM):
             m_r[a] = NEG_INF
             l_r[a] = ZERO
@@ -609,4 +625,4 @@ def signature(dt="fp32"):
 
 
 __all__ = ["plan", "layout", "smem_bytes", "supports", "register_qk", "register_pv",
-           "active_tile_finder", "pair_tile_loader", "pair_row_loader", "fa2_fast_kernel", "get_kernel", "run", "signature"]
+           "active_tile_finder", "tile_loader", "pair_tile_loader", "pair_row_loader", "fa2_fast_kernel", "get_kernel", "run", "signature"]

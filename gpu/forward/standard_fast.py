@@ -65,7 +65,7 @@ from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, T, add_count, 
 from . import standard as _plain
 from ._band import band_args
 from .fa2_fast import (ALIGN, IMASK, MAX_R, W, _pad_ps, _stride, active_tile_finder,
-                       register_pv, register_qk)
+                       register_pv, register_qk, tile_loader)
 
 #: threads per query row (TC) tried, best first
 TC_CHOICES = (16, 8, 32, 4, 2, 1)
@@ -177,9 +177,8 @@ def s_kernel(B_r, B_c, d, dt, causal, window, count, threads, maxreg=0):
     QS, KS, QO, KO = lay["QS"], lay["KS"], lay["QO"], lay["KO"]
     THREADS = threads
     banded = causal or window
-    QN, KN = B_r * d, B_c * d
-    LQ, LK = -(-QN // THREADS), -(-KN // THREADS)
-    QDIV, KDIV = QN % THREADS == 0, KN % THREADS == 0
+    load_q = tile_loader(B_r, d, THREADS, QO, QS, count)
+    load_k = tile_loader(B_c, d, THREADS, KO, KS, count)
     IQ, IK, IS = T["Q"], T["K"], T["S"]
     qk_product = register_qk(RM, RN, TR, TC, QS, KS, d)
 
@@ -203,28 +202,8 @@ def s_kernel(B_r, B_c, d, dt, causal, window, count, threads, maxreg=0):
         c0 = j * B_c
         rows = min(B_r, N - r0)
         cols = min(B_c, N_k - c0)
-        for it in range(LQ):                            # Q_i -> Qs, zero rows past N
-            e = t + it * THREADS
-            if QDIV or e < QN:
-                r = e // d
-                x = e % d
-                val = ZERO
-                if r < rows:
-                    val = float32(q[z, r0 + r, x])
-                    if count:
-                        nQ += 1
-                sm[QO + r * QS + x] = val
-        for it in range(LK):                            # K_j -> Ks, zero rows past N_k
-            e = t + it * THREADS
-            if KDIV or e < KN:
-                c = e // d
-                x = e % d
-                val = ZERO
-                if c < cols:
-                    val = float32(k[zk, c0 + c, x])
-                    if count:
-                        nK += 1
-                sm[KO + c * KS + x] = val
+        nQ = load_q(q, z, r0, rows, t, sm, nQ)          # Q_i -> Qs, zero rows past N
+        nK = load_k(k, zk, c0, cols, t, sm, nK)         # K_j -> Ks, zero rows past N_k
         cuda.syncthreads()
         qk_product(sm, (QO + ty * QS) & IMASK, (KO + tx * KS) & IMASK, s_acc, qv, kv)
         for a in range(RM):                             # scale, mask, store the tile
