@@ -71,7 +71,7 @@ from .._launch import (NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy
                        kernel_name, lane_group_reducer, launch, specialisation)
 from ._band import band_args, tile_in_band
 from .fa2_fast import (ALIGN, IMASK, W, _pad_ps, _stride, pair_row_loader, pair_tile_loader,
-                       plan, register_pv, register_qk)
+                       plan, register_pv, register_qk, score_row_max)
 
 #: dtypes this kernel takes (fp32 math either way)
 DTYPES = ("fp32", "fp16")
@@ -141,9 +141,9 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
     IQ, IK, IV, IO, Il, Im = T["Q"], T["K"], T["V"], T["O"], T["l"], T["m"]
     if shfl:
         assert TC <= 32 and TC & (TC - 1) == 0, "shfl needs TC a power of two <= 32"
-    row_max = lane_group_reducer(TC, "max") if shfl else None
     row_sum = lane_group_reducer(TC, "sum") if shfl else None
     qk_product = register_qk(RM, RN, TR, TC, QS, KS, d)
+    masked_row_max = score_row_max(RM, RN, TR, TC, RO, banded, shfl)
     pv_product = register_pv(RM, DN, TR, TC, PS, d, B_c)
     load_kv = pair_tile_loader(B_c, d, THREADS, KO, KS, VO, d, count)
     load_lm = pair_row_loader(B_r, THREADS, LO, MO, NEG_INF, count)
@@ -219,31 +219,7 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
                 cuda.syncthreads()
                 # ---- steps 9-11: S = scale Q_i K_j^T, masked; row max ----
                 qk_product(sm, qbase, kbase, s_acc, qv, kv)
-                for a in range(RM):
-                    r = ty + TR * a
-                    mx = NEG_INF
-                    for b in range(RN):
-                        c = tx + TC * b
-                        sv = s_acc[a, b] * scale
-                        if c >= cols:
-                            sv = NEG_INF
-                        if banded:
-                            if c0 + c - r0 - r > hi or c0 + c - r0 - r < lo:
-                                sv = NEG_INF
-                        s_acc[a, b] = sv
-                        mx = max(mx, sv)
-                    if shfl:
-                        mx_r[a] = row_max(mx)
-                    else:
-                        sm[RO + r * TC + tx] = mx
-                if not shfl:
-                    cuda.syncthreads()                      # RED complete
-                    for a in range(RM):
-                        r = ty + TR * a
-                        mx = NEG_INF
-                        for u in range(TC):
-                            mx = max(mx, sm[RO + r * TC + u])
-                        mx_r[a] = mx
+                masked_row_max(sm, s_acc, mx_r, scale, cols, c0, r0, lo, hi, tx, ty)
                 # ---- P = e^{S - m_new} -> Ps; partial row sums ----
                 for a in range(RM):
                     r = ty + TR * a

@@ -238,6 +238,47 @@ def register_pv(RM, DN, TR, TC, PS, VS, B_c):
     return pvp
 
 
+def score_row_max(RM, RN, TR, TC, RO, banded, shfl):
+    """Device function masked_row_max(sm, s_acc, mx_r, scale, cols, c0, r0, lo, hi, tx, ty):
+    the RM x RN register tile s_acc of S (rows ty + TR a, columns tx + TC b of the tile at
+    (r0, c0)) scaled, -inf at columns >= cols and (`banded`) outside the band [lo, hi];
+    mx_r[a] = the max of row ty + TR a over its TC threads: warp shuffles (`shfl`) or the
+    shared RED words at RO (a barrier inside, every thread must call it). Shared by the
+    fast fa2 and fa1 forward kernels."""
+    row_max = lane_group_reducer(TC, "max") if shfl else None
+
+    @cuda.jit(device=True, inline=True)
+    def masked_row_max(sm, s_acc, mx_r, scale, cols, c0, r0, lo, hi, tx, ty):
+        for a in range(RM):
+            r = ty + TR * a
+            mx = NEG_INF
+            for b in range(RN):
+                c = tx + TC * b
+                sv = s_acc[a, b] * scale
+                if c >= cols:
+                    sv = NEG_INF
+                if banded:
+                    if c0 + c - r0 - r > hi or c0 + c - r0 - r < lo:
+                        sv = NEG_INF
+                s_acc[a, b] = sv
+                mx = max(mx, sv)
+            if shfl:
+                mx = row_max(mx)
+                mx_r[a] = mx
+            else:
+                sm[RO + r * TC + tx] = mx
+        if not shfl:
+            cuda.syncthreads()                      # RED complete
+            for a in range(RM):
+                r = ty + TR * a
+                mx = NEG_INF
+                for u in range(TC):
+                    mx = max(mx, sm[RO + r * TC + u])
+                mx_r[a] = mx
+
+    return masked_row_max
+
+
 def tile_loader(R, d, threads, AO, AS, count):
     """Device function load(a, z, r0, rows, t, sm, n) -> n: rows r0 .. r0 + rows - 1 of an
     (instances, N, d) tensor a (instance z) into the R x d shared tile at AO (row stride
@@ -374,9 +415,9 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
     # dividing 32 for shfl); without shfl the kernel reduces through shared memory
     if shfl:
         assert TC <= 32 and TC & (TC - 1) == 0, "shfl needs TC a power of two <= 32"
-    row_max = lane_group_reducer(TC, "max") if shfl else None
     row_sum = lane_group_reducer(TC, "sum") if shfl else None
     qk_product = register_qk(RM, RN, TR, TC, QS, KS, d)
+    masked_row_max = score_row_max(RM, RN, TR, TC, RO, banded, shfl)
     pv_product = register_pv(RM, DN, TR, TC, PS, d, B_c)
     next_tile = active_tile_finder(B_c, banded, has_mask)
     load_q = tile_loader(B_r, d, THREADS, QO, QS, count)
@@ -471,32 +512,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
             # ---- S = Q_i K_j^T in registers: x advances 4 at a time (LDS.128) ----
             qk_product(sm, qbase, kbase + koff, s_acc, qv, kv)
             # ---- scale, mask, row max ----
-            for a in range(RM):
-                r = ty + TR * a
-                mx = NEG_INF
-                for b in range(RN):
-                    c = tx + TC * b
-                    sv = s_acc[a, b] * scale
-                    if c >= cols:
-                        sv = NEG_INF
-                    if banded:
-                        if c0 + c - r0 - r > hi or c0 + c - r0 - r < lo:
-                            sv = NEG_INF
-                    s_acc[a, b] = sv
-                    mx = max(mx, sv)
-                if shfl:
-                    mx = row_max(mx)
-                    mx_r[a] = mx
-                else:
-                    sm[RO + r * TC + tx] = mx
-            if not shfl:
-                cuda.syncthreads()                      # RED complete
-                for a in range(RM):
-                    r = ty + TR * a
-                    mx = NEG_INF
-                    for u in range(TC):
-                        mx = max(mx, sm[RO + r * TC + u])
-                    mx_r[a] = mx
+            masked_row_max(sm, s_acc, mx_r, scale, cols, c0, r0, lo, hi, tx, ty)
             # ---- online softmax update; P -> Ps ----
             for a in range(RM):
                 m_old = m_r[a]
@@ -625,4 +641,4 @@ def signature(dt="fp32"):
 
 
 __all__ = ["plan", "layout", "smem_bytes", "supports", "register_qk", "register_pv",
-           "active_tile_finder", "tile_loader", "pair_tile_loader", "pair_row_loader", "fa2_fast_kernel", "get_kernel", "run", "signature"]
+           "active_tile_finder", "score_row_max", "tile_loader", "pair_tile_loader", "pair_row_loader", "fa2_fast_kernel", "get_kernel", "run", "signature"]
