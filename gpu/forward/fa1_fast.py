@@ -71,7 +71,7 @@ from .._launch import (NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy
                        kernel_name, lane_group_reducer, launch, specialisation)
 from ._band import band_args, tile_in_band
 from .fa2_fast import (ALIGN, IMASK, W, _pad_ps, _stride, pair_row_loader, pair_tile_loader,
-                       plan, register_pv, register_qk, score_row_max)
+                       plan, register_pv, register_qk, score_row_max, tile_storer)
 
 #: dtypes this kernel takes (fp32 math either way)
 DTYPES = ("fp32", "fp16")
@@ -147,6 +147,7 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
     pv_product = register_pv(RM, DN, TR, TC, PS, d, B_c)
     load_kv = pair_tile_loader(B_c, d, THREADS, KO, KS, VO, d, count)
     load_lm = pair_row_loader(B_r, THREADS, LO, MO, NEG_INF, count)
+    store_o = tile_storer(d, THREADS, OO, QS, count)
 
     def kernel(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters):
         z = cuda.blockIdx.x
@@ -291,12 +292,7 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
                             sm[MO + r] = mx_r[a]
                 cuda.syncthreads()
                 # ---- step 13: O_i, l_i, m_i -> HBM (coalesced) ----
-                for e in range(t, rows * d, THREADS):
-                    r = e // d
-                    x = e % d
-                    o[z, r0 + r, x] = sm[OO + r * QS + x]
-                    if count:
-                        wO += 1
+                wO = store_o(o, z, r0, rows, t, sm, wO)
                 for r in range(t, rows, THREADS):
                     l_hbm[z, r0 + r] = sm[LO + r]
                     m_hbm[z, r0 + r] = sm[MO + r]

@@ -306,6 +306,25 @@ def tile_loader(R, d, threads, AO, AS, count):
     return load
 
 
+def tile_storer(d, threads, AO, AS, count):
+    """Device function store(a, z, r0, rows, t, sm, n) -> n: the shared tile at AO (row
+    stride AS) into rows r0 .. r0 + rows - 1 of an (instances, N, d) tensor a (instance
+    z), row by row, consecutive threads on consecutive elements (full 32-byte sectors);
+    with `count`, n grows by the elements written. The fast fa2 and fa1 forward (O)."""
+
+    @cuda.jit(device=True, inline=True)
+    def store(a, z, r0, rows, t, sm, n):
+        for e in range(t, rows * d, threads):
+            r = e // d
+            x = e % d
+            a[z, r0 + r, x] = sm[AO + r * AS + x]
+            if count:
+                n += 1
+        return n
+
+    return store
+
+
 def pair_tile_loader(R, d, threads, AO, AS, BO, BS, count):
     """Device function load(a, b, z, r0, rows, t, sm, n) -> n: rows r0 .. r0 + rows - 1 of
     two (instances, N, d) tensors a, b (instance z) into the R x d shared tiles at AO and
@@ -421,6 +440,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
     pv_product = register_pv(RM, DN, TR, TC, PS, d, B_c)
     next_tile = active_tile_finder(B_c, banded, has_mask)
     load_q = tile_loader(B_r, d, THREADS, QO, QS, count)
+    store_o = tile_storer(d, THREADS, QO, QS, count)
 
     @cuda.jit(device=True, inline=True)
     def ldg_tile(k, v, zk, c0, cols, t, kst, vst):
@@ -572,12 +592,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
         cuda.syncthreads()
         # O_i and L_i leave row by row: consecutive threads store consecutive elements
         # (full 32-byte sectors, so what Nsight counts matches the ledger)
-        for e in range(t, rows * d, THREADS):
-            r = e // d
-            x = e % d
-            o[z, r0 + r, x] = sm[QO + r * QS + x]
-            if count:
-                nO += 1
+        nO = store_o(o, z, r0, rows, t, sm, nO)
         for r in range(t, rows, THREADS):
             L[z, r0 + r] = sm[PO + r]
             if count:
@@ -641,4 +656,4 @@ def signature(dt="fp32"):
 
 
 __all__ = ["plan", "layout", "smem_bytes", "supports", "register_qk", "register_pv",
-           "active_tile_finder", "score_row_max", "tile_loader", "pair_tile_loader", "pair_row_loader", "fa2_fast_kernel", "get_kernel", "run", "signature"]
+           "active_tile_finder", "score_row_max", "tile_loader", "tile_storer", "pair_tile_loader", "pair_row_loader", "fa2_fast_kernel", "get_kernel", "run", "signature"]
