@@ -118,24 +118,20 @@ import math
 import numpy as np
 from numba import cuda, float32, int64
 
-# row strides of the shared tiles: the forward fast kernel's rules (bank-conflict-free
-# 16-byte loads), shared rather than copied
-from ..forward.fa2_fast import _pad_ps, _stride, pair_row_loader, pair_tile_loader
+# row strides of the shared tiles (bank-conflict-free 16-byte loads), the vector width W,
+# index mask, shared-buffer alignment, threads-per-row choices and the tile loaders: the
+# forward fast kernel's, shared rather than copied
+from ..forward.fa2_fast import (ALIGN, IMASK, TC_CHOICES, W, _pad_ps, _stride,
+                               pair_row_loader, pair_tile_loader)
 from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask,
                        kernel_name, specialisation)
 
-#: Floats per shared-memory vector load (LDS.128).
-W = 4
-#: Index mask: a no-op on every index we form (all < 2**30), proving it non-negative.
-IMASK = 0x3FFFFFFF
-#: Alignment of the dynamic shared buffer (the simulator accepts no alignment argument).
-ALIGN = None if SIM else 16
 #: Largest side of the phase-A register tiles (S and dP are RA x CA each).
 MAX_R = 8
 #: Most accumulators per thread of one phase-B tensor (dK or dV: RB x DB) and of dQ (C).
 MAX_ACC = 64
-#: Threads per row tried for each phase, best first (>= 8: quarter-warp broadcasts).
-TC_CHOICES = (16, 8, 32, 4, 2, 1)
+# Threads per row tried for each phase, best first (>= 8: quarter-warp broadcasts):
+# the forward's TC_CHOICES.
 #: Thread counts tried when none is given (GPU; the simulator tries its default first).
 THREAD_CHOICES = (256, 128, 512, 64)
 #: Default (B_r, B_c, threads) per head dim on a GPU (fp32 and fp16 inputs alike).

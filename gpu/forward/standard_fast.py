@@ -64,11 +64,9 @@ from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, T, add_count, 
                        kernel_name, launch, specialisation)
 from . import standard as _plain
 from ._band import band_args
-from .fa2_fast import (ALIGN, IMASK, MAX_R, W, _pad_ps, _stride, active_tile_finder,
-                       register_pv, register_qk, tile_loader)
+from .fa2_fast import (ALIGN, IMASK, MAX_R, TC_CHOICES, W, _pad_ps, _stride,
+                       active_tile_finder, register_pv, register_qk, tile_loader)
 
-#: threads per query row (TC) tried, best first
-TC_CHOICES = (16, 8, 32, 4, 2, 1)
 #: most threads of the softmax row kernel
 SOFTMAX_THREADS = 256
 #: dtypes these kernels take (fp32 math either way)
