@@ -143,6 +143,12 @@ def kernel_name(prefix: str, **consts) -> str:
     return "_".join(parts)
 
 
+def jit_options(maxreg=0) -> dict:
+    """The cuda.jit options of a kernel factory's third return value (`specialisation`):
+    a register cap per thread when maxreg > 0 (ptxas spills beyond it), else none."""
+    return {"max_registers": maxreg} if maxreg else {}
+
+
 def specialisation(factory):
     """Cache a kernel factory: one compiled dispatcher per tuple of constants.
 
@@ -550,7 +556,7 @@ def counters_to_ledger(counters, algorithm, problem, tiling) -> Ledger:
 
 __all__ = ["SIM", "TENSORS", "T", "READ", "WRITE", "NB_DTYPE", "NP_DTYPE", "NEG_INF", "ZERO",
            "ONE", "NAN", "sees_key", "DEFAULT_SMEM_BYTES", "default_threads", "dtype_name", "kernel_name",
-           "specialisation", "device_smem_limit", "check_fits", "launch", "filled",
+           "jit_options", "specialisation", "device_smem_limit", "check_fits", "launch", "filled",
            "on_stream", "recording", "thin_launch", "core_stream", "numba_stream",
            "new_counters", "dummy_mask", "counters_to_dicts", "counters_to_ledger"]
 

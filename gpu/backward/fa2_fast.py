@@ -124,7 +124,7 @@ from numba import cuda, float32, int64
 from ..forward.fa2_fast import (ALIGN, IMASK, TC_CHOICES, W, _pad_ps, _stride,
                                pair_row_loader, pair_tile_loader)
 from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask,
-                       kernel_name, specialisation)
+                       jit_options, kernel_name, specialisation)
 
 #: Largest side of the phase-A register tiles (S and dP are RA x CA each).
 MAX_R = 8
@@ -680,7 +680,7 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                        window=bool(window), mask=has_mask, count=count, t=threads, tca=TCA, txb=TXB, txc=TXC,
                        maxreg=maxreg or False, fused=not split, nostagger=not stagger,
                        dqdirect=not dq_stage)
-    return kernel, name, ({"max_registers": maxreg} if maxreg else {})
+    return kernel, name, jit_options(maxreg)
 
 
 def default_split(d) -> bool:

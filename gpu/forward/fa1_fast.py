@@ -68,7 +68,7 @@ import numpy as np
 from numba import cuda, float32, int64
 
 from .._launch import (NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
-                       kernel_name, lane_group_reducer, launch, specialisation)
+                       jit_options, kernel_name, lane_group_reducer, launch, specialisation)
 from ._band import band_args, tile_in_band
 from .fa2_fast import (ALIGN, IMASK, W, _pad_ps, _stride, pair_row_loader, pair_tile_loader,
                        plan, register_pv, register_qk, score_row_max, tile_storer)
@@ -312,7 +312,7 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
     name = kernel_name("fa1_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
                        mask=has_mask, count=count, t=threads, tc=TC, shfl=shfl,
                        maxreg=maxreg or False)
-    return kernel, name, ({"max_registers": maxreg} if maxreg else {})
+    return kernel, name, jit_options(maxreg)
 
 
 def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,

@@ -88,7 +88,8 @@ import numpy as np
 from numba import cuda, float32, int64
 
 from .._launch import (NAN, NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, lane_group_reducer, specialisation)
+                      dummy_mask, jit_options, kernel_name, lane_group_reducer,
+                      specialisation)
 
 
 from ._band import band_args, sees_key_band, tile_in_band
@@ -608,7 +609,7 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
                        mask=has_mask,
                        count=count, t=threads, tc=TC, shfl=shfl, maxreg=maxreg or False,
                        stage=stage or False)
-    return kernel, name, ({"max_registers": maxreg} if maxreg else {})
+    return kernel, name, jit_options(maxreg)
 
 
 def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC=None, shfl=False,
@@ -656,4 +657,6 @@ def signature(dt="fp32"):
 
 
 __all__ = ["plan", "layout", "smem_bytes", "supports", "register_qk", "register_pv",
-           "active_tile_finder", "score_row_max", "tile_loader", "tile_storer", "pair_tile_loader", "pair_row_loader", "fa2_fast_kernel", "get_kernel", "run", "signature"]
+           "active_tile_finder", "score_row_max", "tile_loader", "tile_storer",
+           "pair_tile_loader", "pair_row_loader", "fa2_fast_kernel", "get_kernel", "run",
+           "signature"]

@@ -61,7 +61,7 @@ import numpy as np
 from numba import cuda, float32, int64
 
 from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
-                       kernel_name, launch, specialisation)
+                       jit_options, kernel_name, launch, specialisation)
 from . import standard as _plain
 from ._band import band_args
 from .fa2_fast import (ALIGN, IMASK, MAX_R, TC_CHOICES, W, _pad_ps, _stride,
@@ -224,7 +224,7 @@ def s_kernel(B_r, B_c, d, dt, causal, window, count, threads, maxreg=0):
 
     name = kernel_name("std_fast_S", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                        window=window, count=count, t=threads, tc=TC, maxreg=maxreg or False)
-    return kernel, name, ({"max_registers": maxreg} if maxreg else {})
+    return kernel, name, jit_options(maxreg)
 
 
 # ---------------------------------------------------------------------------------------
@@ -377,7 +377,7 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
     name = kernel_name("std_fast_PV", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                        window=window, mask=has_mask, count=count, t=threads, tc=TC,
                        stage=stage or False, maxreg=maxreg or False)
-    return kernel, name, ({"max_registers": maxreg} if maxreg else {})
+    return kernel, name, jit_options(maxreg)
 
 
 def softmax_threads(N_k: int) -> int:
