@@ -311,7 +311,8 @@ def tile_storer(d, threads, AO, AS, count):
     """Device function store(a, z, r0, rows, t, sm, n) -> n: the shared tile at AO (row
     stride AS) into rows r0 .. r0 + rows - 1 of an (instances, N, d) tensor a (instance
     z), row by row, consecutive threads on consecutive elements (full 32-byte sectors);
-    with `count`, n grows by the elements written. The fast fa2 and fa1 forward (O)."""
+    with `count`, n grows by the elements written. The fast fa2 and fa1 forward and the
+    fast standard PV kernel (O)."""
 
     @cuda.jit(device=True, inline=True)
     def store(a, z, r0, rows, t, sm, n):

@@ -65,7 +65,8 @@ from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, T, add_count, 
 from . import standard as _plain
 from ._band import band_args
 from .fa2_fast import (ALIGN, IMASK, MAX_R, TC_CHOICES, W, _pad_ps, _stride,
-                       active_tile_finder, register_pv, register_qk, tile_loader)
+                       active_tile_finder, register_pv, register_qk, tile_loader,
+                       tile_storer)
 
 #: most threads of the softmax row kernel
 SOFTMAX_THREADS = 256
@@ -250,6 +251,7 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
     IP, IV, IO = T["P"], T["V"], T["O"]
     pv_product = register_pv(RM, DN, TR, TC, PS, d, B_c)
     next_tile = active_tile_finder(B_c, banded, has_mask)
+    store_o = tile_storer(d, THREADS, 0, OS, count)     # O_i staged at 0, stride OS
 
     @cuda.jit(device=True, inline=True)
     def ldg(p, v, z, zk, r0, rows, c0, cols, t, pst, vst):
@@ -363,12 +365,7 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
                 for w in range(W):
                     sm[(ty + TR * a) * OS + col4 + g * W * TC + w] = o_acc[a, g * W + w]
         cuda.syncthreads()
-        for e in range(t, rows * d, THREADS):
-            r = e // d
-            x = e % d
-            o[z, r0 + r, x] = sm[r * OS + x]
-            if count:
-                nO += 1
+        nO = store_o(o, z, r0, rows, t, sm, nO)
         if count:
             add_count(counters, IP, READ, nP)
             add_count(counters, IV, READ, nV)
