@@ -390,8 +390,10 @@ def default_tiling(algorithm: str, d: int, dtype: str, causal: bool = False,
     return Tiling(B, B)
 
 
-def _check(name, x):
-    """(shape, numpy dtype, kind) of one input, with validation of ndim/dtype/layout."""
+def _check(name, x, dims=("batch", "heads", "N", "d"), layout=""):
+    """(shape, numpy dtype, kind) of one input, with validation of ndim/dtype/layout.
+    dims: the names of its axes (their number is the ndim required); layout: words
+    added to the ndim error (e.g. whose layout it is)."""
     if isinstance(x, np.ndarray):
         kind = "numpy"
         shape, dt, contig = x.shape, x.dtype, x.flags.c_contiguous
@@ -409,9 +411,9 @@ def _check(name, x):
     else:
         raise ValueError(f"{name} must be a NumPy array or a CUDA device array "
                          f"(__cuda_array_interface__); got {type(x).__name__}")
-    if len(shape) != 4:
+    if len(shape) != len(dims):
         raise ValueError(f"{name} has shape {tuple(shape)} (ndim={len(shape)}); "
-                         f"expected 4 dimensions (batch, heads, N, d)")
+                         f"expected {len(dims)} dimensions ({', '.join(dims)}){layout}")
     if dt not in (np.dtype(np.float32), np.dtype(np.float16)):
         raise ValueError(f"{name} has dtype {dt}; allowed: float32, float16")
     if not contig:

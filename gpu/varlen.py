@@ -25,22 +25,13 @@ VARLEN_KERNELS = ("plain",)
 
 
 def _check3(name, x):
-    """(shape, numpy dtype, kind) of one packed input (3 dimensions)."""
-    if isinstance(x, np.ndarray):
-        kind, shape, dt, contig = "numpy", x.shape, x.dtype, x.flags.c_contiguous
-    elif hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"):
-        kind, shape, dt, contig = "numba", x.shape, np.dtype(x.dtype), x.is_c_contiguous()
-    else:
+    """(shape, numpy dtype, kind) of one packed input: gpu.api's check with flash-attn's
+    3 dimensions; NumPy or Numba device arrays (the kinds this module is tested with)."""
+    if not isinstance(x, np.ndarray) and not (hasattr(x, "copy_to_host")
+                                              and hasattr(x, "is_c_contiguous")):
         raise ValueError(f"{name} must be a NumPy array or a Numba device array; got "
                          f"{type(x).__name__}")
-    if len(shape) != 3:
-        raise ValueError(f"{name} has shape {tuple(shape)} (ndim={len(shape)}); expected 3 "
-                         f"dimensions (total rows, heads, d), flash-attn's packed layout")
-    if dt not in (np.dtype(np.float32), np.dtype(np.float16)):
-        raise ValueError(f"{name} has dtype {dt}; allowed: float32, float16")
-    if not contig:
-        raise ValueError(f"{name} must be C-contiguous (row-major); make a contiguous copy")
-    return tuple(int(s) for s in shape), dt, kind
+    return api._check(name, x, ("total rows", "heads", "d"), ", flash-attn's packed layout")
 
 
 def _host_ints(x):
