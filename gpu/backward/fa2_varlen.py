@@ -25,10 +25,10 @@ backward ledgers (iosim.varlen_backward_closed_form). Shared memory: `bwd_shared
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32, int64
+from numba import cuda, float32
 
 from .._launch import NB_DTYPE, kernel_name, launch, specialisation
-from ..forward.fa2_varlen import band_args_relative
+from ..forward.fa2_varlen import band_args_relative, sequence_rows
 from .flash import bwd_block, bwd_shared_bytes
 
 
@@ -45,12 +45,8 @@ def fa2_varlen_bwd_kernel(B_r, B_c, d, dt, banded, count, threads):
                counters):
         j = cuda.blockIdx.x
         z = cuda.blockIdx.y
-        b = z // H
         h = z % H
-        qoff = int64(cu_q[b])
-        N = int64(cu_q[b + 1]) - qoff                   # N_q_b
-        koff = int64(cu_k[b])
-        N_k = int64(cu_k[b + 1]) - koff                 # N_k_b
+        qoff, N, koff, N_k = sequence_rows(cu_q, cu_k, z // H)
         if j * B_c >= N_k:                              # j >= T_c_b: nothing to do
             return
         # L stands in for the unread block mask

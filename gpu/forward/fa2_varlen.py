@@ -34,6 +34,15 @@ from ._band import BIG
 from .fa2 import fa2_block
 
 
+@cuda.jit(device=True, inline=True)
+def sequence_rows(cu_q, cu_k, b):
+    """(qoff, N_q_b, koff, N_k_b): sequence b's first query row and query rows, first key
+    row and key rows in the packed tensors (from cu_seqlens_q, cu_seqlens_k)."""
+    qoff = int64(cu_q[b])
+    koff = int64(cu_k[b])
+    return qoff, int64(cu_q[b + 1]) - qoff, koff, int64(cu_k[b + 1]) - koff
+
+
 @specialisation
 def fa2_varlen_kernel(B_r, B_c, d, dt, banded, count, threads):
     """Kernel fa2_varlen(q, k, v, o, L, cu_q, cu_k, scale, lo0, hi0, H, G, counters).
@@ -49,12 +58,8 @@ def fa2_varlen_kernel(B_r, B_c, d, dt, banded, count, threads):
     def kernel(q, k, v, o, L, cu_q, cu_k, scale, lo0, hi0, H, G, counters):
         i = cuda.blockIdx.x
         z = cuda.blockIdx.y
-        b = z // H
         h = z % H
-        qoff = int64(cu_q[b])
-        N = int64(cu_q[b + 1]) - qoff                   # N_q_b
-        koff = int64(cu_k[b])
-        N_k = int64(cu_k[b + 1]) - koff                 # N_k_b
+        qoff, N, koff, N_k = sequence_rows(cu_q, cu_k, z // H)
         if i * B_r >= N:                                # i >= T_r_b: nothing to do
             return
         # the band of this sequence (o_b = N_k_b - N_q_b); L stands in for the unread mask
