@@ -36,6 +36,31 @@ def tile_in_band(r0, r_last, c0, c_last, lo, hi):
     return c0 - r_last <= hi and c_last - r0 >= lo
 
 
+def active_tile_finder(B_c, banded, has_mask):
+    """Device function next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i): the first active
+    key tile >= j of query block i (rows r0 .. last), T_c if none; a tile is inactive
+    outside the band (`banded`: causal or a window, gpu.forward._band) or where the block
+    mask (`has_mask`) is 0. Shared by the fast fa2, the fast standard PV and the tensor-core fa2 kernels."""
+
+    @cuda.jit(device=True, inline=True)
+    def next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i):
+        """The first active key tile >= j of query block i (T_c if none)."""
+        while j < T_c:
+            if banded and j * B_c - last > hi:          # this and later tiles inactive
+                return T_c
+            if banded and not tile_in_band(r0, last, j * B_c, min(j * B_c + B_c, N_k) - 1,
+                                           lo, hi):
+                j += 1
+                continue
+            if has_mask and mask[i, j] == 0:
+                j += 1
+                continue
+            return j
+        return T_c
+
+    return next_tile
+
+
 @cuda.jit(device=True, inline=True)
 def sees_key_band(mask, i, row, B_c, N_k, lo, hi, banded, has_mask):
     """Whether query `row` (of query block i) may attend at least one key: a key

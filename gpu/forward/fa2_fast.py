@@ -92,7 +92,7 @@ from .._launch import (NAN, NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, a
                       specialisation)
 
 
-from ._band import band_args, sees_key_band, tile_in_band
+from ._band import active_tile_finder, band_args, sees_key_band
 
 #: Largest register tile side we generate (S is RM x RN, O is RM x DN registers).
 MAX_R = 8
@@ -380,31 +380,6 @@ def pair_row_loader(R, threads, AO, BO, fill_b, count):
         return n
 
     return load
-
-
-def active_tile_finder(B_c, banded, has_mask):
-    """Device function next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i): the first active
-    key tile >= j of query block i (rows r0 .. last), T_c if none; a tile is inactive
-    outside the band (`banded`: causal or a window, gpu.forward._band) or where the block
-    mask (`has_mask`) is 0. Shared by the fast fa2 and standard PV kernels."""
-
-    @cuda.jit(device=True, inline=True)
-    def next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i):
-        """The first active key tile >= j of query block i (T_c if none)."""
-        while j < T_c:
-            if banded and j * B_c - last > hi:          # this and later tiles inactive
-                return T_c
-            if banded and not tile_in_band(r0, last, j * B_c, min(j * B_c + B_c, N_k) - 1,
-                                           lo, hi):
-                j += 1
-                continue
-            if has_mask and mask[i, j] == 0:
-                j += 1
-                continue
-            return j
-        return T_c
-
-    return next_tile
 
 
 @specialisation

@@ -70,7 +70,7 @@ from numba import cuda, float32, int64, uint32
 from .. import _tc
 from .._launch import (NAN, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
                       kernel_name, specialisation)
-from ._band import band_args, sees_key_band, tile_in_band
+from ._band import active_tile_finder, band_args, sees_key_band, tile_in_band
 
 #: CUDA C++ source of the tile products (instantiated per (d, B_c) by `_source`).
 CU_PATH = os.path.join(os.path.dirname(__file__), "fa2_tc.cu")
@@ -208,21 +208,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
     EIGHT = int64(8)              # elements per 16-byte chunk
     banded = causal or window
 
-    @cuda.jit(device=True, inline=True)
-    def next_tile(j, T_c, r0, last, N_k, lo, hi, mask, i):
-        """The first active key tile >= j of query block i (T_c if none)."""
-        while j < T_c:
-            if banded and j * B_c - last > hi:          # this and later tiles inactive
-                return T_c
-            if banded and not tile_in_band(r0, last, j * B_c, min(j * B_c + B_c, N_k) - 1,
-                                           lo, hi):
-                j += 1
-                continue
-            if has_mask and mask[i, j] == 0:
-                j += 1
-                continue
-            return j
-        return T_c
+    next_tile = active_tile_finder(B_c, banded, has_mask)
 
     @cuda.jit(device=True, inline=True)
     def issue_kv(smp, kp, vp, kvbase, j, N_k, t, buf):
