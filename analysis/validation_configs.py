@@ -129,6 +129,94 @@ LEVELS_NEW = [
 ]
 
 
+#: Blind held-out sets, declared 2026-11-25 (fifth session) before any of them was
+#: measured and before the time and L2 models were changed that session: never fitted on,
+#: never used to choose a model form. Each model is frozen (its constants and code
+#: committed) and its predictions written before the measured rows are read; the
+#: measured rows then go in the data set with `split: "blind"`. Every kernel a user gets
+#: by default (fa2 / fa1 / standard, forward and backward, fp16 on the tensor cores, fp32
+#: on the fast CUDA-core kernels) and the plain fa2; shapes not in RUNTIME or LEVELS_NEW.
+#: Measure on the H100 (times: CUPTI; counters: Nsight Compute):
+#:   python3 -m analysis.hwmeasure times --set runtime_blind --out times.jsonl
+#:   python3 -m analysis.hwmeasure counters --set levels_blind --out counters.jsonl
+RUNTIME_BLIND = [dict(c, split="blind") for c in [
+    # fa2 forward, tensor cores (fp16 default)
+    cfg(F, "fa2", "tc", "fp16", 2, 16, 4 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 8 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 32 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 4, 8, 2 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 24, 16 * K, 64, kv_heads=8),
+    cfg(F, "fa2", "tc", "fp16", 16, 16, 1 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 32 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 2, 16, 8 * K, 64, causal=True, tiles=(64, 64)),
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 16 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 8, 16, 2 * K, 64, tiles=(128, 32)),
+    # fa2 forward, fast fp32 (fp32 default)
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 2 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 2, 16, 4 * K, 128, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 1, 32, 8 * K, 64, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 4, 8, 4 * K, 64, kv_heads=2),
+    cfg(F, "fa2", "fast", "fp32", 1, 8, 16 * K, 128),
+    cfg(F, "fa2", "fast", "fp32", 8, 16, 1 * K, 64, causal=True),
+    # fa2 forward, plain
+    cfg(F, "fa2", "plain", "fp16", 2, 8, 2 * K, 64, causal=True, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp32", 2, 8, 1 * K, 64, tiles=(32, 32)),
+    cfg(F, "fa2", "plain", "fp32", 1, 16, 4 * K, 64, causal=True, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp16", 4, 8, 1 * K, 64, tiles=(32, 32)),
+    # fa1 forward: tensor cores (fp16 default), fast (fp32 default)
+    cfg(F, "fa1", "tc", "fp16", 1, 32, 4 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 8 * K, 64, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 2, 16, 2 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 1, 128, 1 * K, 64, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 16, 4 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 64, 2 * K, 64, causal=True),
+    # standard forward: tensor cores (fp16 default), fast (fp32 default)
+    cfg(F, "standard", "tc", "fp16", 1, 16, 4 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 2, 8, 8 * K, 64, causal=True),
+    cfg(F, "standard", "tc", "fp16", 1, 16, 2 * K, 128),
+    cfg(F, "standard", "tc", "fp16", 4, 16, 1 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 16, 4 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 8, 4 * K, 128, causal=True),
+    # fa2 backward: tensor cores (fp16 default), fast (fp32 default), plain
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 4 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 2, 16, 8 * K, 64, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 16 * K, 128),
+    cfg(B, "fa2", "tc", "fp16", 4, 8, 2 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 32, 8 * K, 64, kv_heads=8),
+    cfg(B, "fa2", "tc", "fp16", 1, 64, 2 * K, 64),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 8 * K, 64),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 4 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 2, 16, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 32, 4 * K, 64, kv_heads=8),
+    cfg(B, "fa2", "plain", "fp32", 1, 16, 2 * K, 64),
+    # standard backward on the tensor cores (fp16 default)
+    cfg(B, "standard", "tc", "fp16", 1, 16, 2 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 1, 8, 4 * K, 128, causal=True),
+    cfg(B, "standard", "tc", "fp16", 2, 16, 4 * K, 64, causal=True),
+    cfg(B, "standard", "tc", "fp16", 1, 32, 2 * K, 128),
+]]
+
+#: The hierarchy model's blind set (same rules as RUNTIME_BLIND): the regimes the fitted
+#: rows found hardest (fa2's K/V re-reads past one wave's fit, grouped K/V, the causal
+#: tensor-core backward, fa1's and standard's write-backs), at shapes not measured before.
+LEVELS_BLIND = [dict(c, split="blind") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 96 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 96 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 32 * K, 64, kv_heads=8),
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 64 * K, 128),
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 32 * K, 64),
+    cfg(F, "fa2", "plain", "fp16", 1, 16, 4 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa1", "tc", "fp16", 1, 32, 4 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 8 * K, 64, causal=True),
+    cfg(F, "standard", "tc", "fp16", 1, 16, 4 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 2, 8, 8 * K, 64, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 16 * K, 64, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 16 * K, 128),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 8 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 1, 8, 4 * K, 128, causal=True),
+]]
+
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -211,7 +299,8 @@ def levels_split(c: dict) -> str:
 
 
 SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
-        "variants": FAST_VARIANTS}
+        "variants": FAST_VARIANTS, "runtime_blind": RUNTIME_BLIND,
+        "levels_blind": LEVELS_BLIND}
 
 
 def family_of(c: dict) -> str:
@@ -225,4 +314,4 @@ def family_of(c: dict) -> str:
     return c["algorithm"] + ("_bwd" if c["pass"] == "bwd" else "") + newer
 
 
-__all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+__all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
