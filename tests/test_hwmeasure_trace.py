@@ -1,0 +1,54 @@
+"""analysis.hwmeasure's cutting of a CUPTI trace into passes (no GPU needed)."""
+import glob
+import os
+import re
+
+import pytest
+
+from analysis import hwmeasure as hm
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _ev(name, ts, dur=1000.0):
+    return {"cat": "kernel", "name": name, "ts": ts, "dur": dur}
+
+
+MARK = "analysis::hwmeasure::flashsim_marker[abi:v1]"
+
+
+def test_every_kernel_prefix_of_the_gpu_package_is_profiled():
+    """Nsight Compute profiles only names OUR_KERNELS matches: each kernel_name prefix in
+    gpu/ must match, or its traffic and time would silently drop out of a pass."""
+    prefixes = set()
+    for path in glob.glob(os.path.join(ROOT, "gpu", "**", "*.py"), recursive=True):
+        prefixes |= set(re.findall(r'kernel_name\(\s*"([A-Za-z0-9_]+)"', open(path).read()))
+    assert len(prefixes) > 15
+    missing = [p for p in sorted(prefixes) if not re.search(hm.OUR_KERNELS, p)]
+    assert not missing
+
+
+def test_passes_take_every_gpu_kernel_between_markers():
+    tr = {"traceEvents": [
+        _ev(MARK, 0), _ev("gpu::forward::standard_fast::std_fast_S_Br64[abi:v1]", 1, 2000),
+        _ev("void at::native::fill_kernel<float>", 2, 50),         # torch's poison fill: not ours
+        _ev("gpu::forward::standard::std_softmax_Br64[abi:v2]", 3, 500),
+        _ev("gpu::forward::standard_fast::std_fast_PV_Br64[abi:v3]", 4, 1500),
+        _ev(MARK, 5), _ev("gpu::forward::fa1_fast::fa1_fast_Br128[abi:v4]", 6, 3000),
+        _ev(MARK, 7)]}
+    passes = hm.passes_from_trace(tr)
+    assert [[n.split("::")[-1].split("_Br")[0] for n, _ in p] for p in passes] == [
+        ["std_fast_S", "std_softmax", "std_fast_PV"], ["fa1_fast"]]
+    assert sum(ms for _, ms in passes[0]) == pytest.approx(4.0)
+
+
+def test_a_kernel_missing_from_the_list_is_an_error_not_a_shorter_pass():
+    tr = {"traceEvents": [_ev(MARK, 0), _ev("gpu::forward::new_thing::brand_new_k[abi:v1]", 1),
+                          _ev(MARK, 2)]}
+    with pytest.raises(RuntimeError, match="brand_new_k"):
+        hm.passes_from_trace(tr)
+
+
+def test_an_empty_pass_is_an_error():
+    with pytest.raises(RuntimeError, match="passes"):
+        hm.passes_from_trace({"traceEvents": [_ev(MARK, 0), _ev(MARK, 1)]})
