@@ -12,7 +12,7 @@
 # tc / backward (one suite), sanitize (memcheck and racecheck over the quick checks;
 # memcheck / racecheck: one tool, a longer limit),
 # ncu (flashsim check --ncu), ncu_tc (scripts/ncu_tc_metrics.sh), pytest (the tests
-# marked gpu), fast (scripts/fa2_fast_variants.py), bench (the sweep: fa2 call and kernel
+# marked gpu; PYTEST_FILES narrows them, xdist spreads them over PYTEST_WORKERS), fast (scripts/fa2_fast_variants.py), bench (the sweep: fa2 call and kernel
 # alone, fa1, standard, torch SDPA; BENCH_IMPLS narrows it), call (scripts/call_overhead.py:
 # gpu.attention's per-call host time against its kernel and torch SDPA).
 # Everything lands in $OUT (default ./out); each stage has its own time limit so one hang
@@ -39,7 +39,10 @@ for s in $STAGES; do
               timeout ${T_SAN:-540} $FS check --sanitizer $s --json "$OUT/sanitize_$s.json" > /tmp/$s.log 2>&1 ;;
     ncu)      timeout ${T_NCU:-300} $FS check --ncu --json "$OUT/ncu/ncu.json" > /tmp/$s.log 2>&1 ;;
     ncu_tc)   timeout ${T_NCU:-240} bash scripts/ncu_tc_metrics.sh > /tmp/$s.log 2>&1 ;;
-    pytest)   timeout ${T_PYTEST:-300} python3 -m pytest -q -m gpu -p no:cacheprovider tests > /tmp/$s.log 2>&1 ;;
+    pytest)   # compilation dominates: spread the tests over the host's cores where pytest-xdist is there
+              XD=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${PYTEST_WORKERS:-12}")
+              timeout ${T_PYTEST:-300} python3 -m pytest -q -m gpu -p no:cacheprovider $XD \
+                  --junitxml="$OUT/gpu_tests.xml" ${PYTEST_FILES:-tests} > /tmp/$s.log 2>&1 ;;
     fast)     timeout ${T_FAST:-200} python3 scripts/fa2_fast_variants.py > /tmp/$s.log 2>&1 ;;
     bench)    timeout ${T_BENCH:-420} $FS bench --impls ${BENCH_IMPLS:-fa2,fa2_kernel,fa1,standard,torch_math,torch_efficient,torch_flash} \
                   --budget-s ${BENCH_BUDGET:-380} --out "$OUT/bench.json" > /tmp/$s.log 2>&1 ;;
