@@ -52,18 +52,28 @@ REGISTERS = {
     "bwd_convert": {None: 28}, "bwd_group_sum": {None: 40}, "std_bwd_dV": {None: 69},
     "std_bwd_dP": {None: 32}, "std_bwd_dS": {None: 32}, "std_bwd_dQ": {None: 78},
     "std_bwd_dK": {None: 69},
-    # the newer default kernels (not yet measured with Nsight Compute): ptxas -v as their
-    # docstrings quote it (sm_90, no spills); fa2_bwd_tc: not quoted, 128 assumed
-    "fa1_tc": {(128, 128, 64, False): 230, (128, 128, 64, True): 250, None: 248},
-    "std_tc_S": {(128, 64, 64, True): 60, (128, 64, 128, False): 50, (128, 64, 128, True): 50,
+    # the newer default kernels: ptxas -v as their docstrings quote it (sm_90, no spills),
+    # corrected where Nsight Compute's launch__registers_per_thread differed on the
+    # LEVELS_NEW run (2026-11-25-h100-levels-new): fa2_bwd_tc 213-252 (128 had been
+    # assumed: 2 CTAs per SM where 1 runs), std_tc_S d = 128 (52, causal 78), fa1_tc
+    # d = 128 (240), the fast pre-pass (32 registers, 256 threads)
+    "fa1_tc": {(128, 128, 64, False): 230, (128, 128, 64, True): 250,
+               (128, 64, 128, False): 240, None: 248},
+    "std_tc_S": {(128, 64, 64, True): 60, (128, 64, 128, False): 52, (128, 64, 128, True): 78,
                  None: 48},
     "std_tc_softmax": {None: 32},
     "std_tc_PV": {(128, 64, 64, True): 96, (128, 64, 128, False): 166,
                   (128, 64, 128, True): 166, None: 94},
-    "fa2_bwd_tc": {None: 128},
+    "fa2_bwd_tc": {(64, 128, 64, False): 213, (64, 128, 64, True): 232,
+                   (32, 64, 128, False): 252, (32, 128, 128, True): 250, None: 250},
     "fa2_bwd_fast": {(64, 64, 64, True): 128, (64, 64, 128, False): 241,
                      (64, 64, 128, True): 247, None: 152},
-    "fa2_bwd_pre_fast": {None: 40},
+    "fa2_bwd_pre_fast": {None: 32},
+    # fp32 standard / fa1 forward, fast CUDA-core kernels: ptxas -v as their docstrings
+    # quote it (sm_90; fa1_fast's 512-thread default runs capped at 128); not measured
+    "fa1_fast": {(64, 64, 128, False): 165, None: 128},
+    "std_fast_S": {(128, 64, 64, False): 72, (64, 64, 64, False): 72, None: 128},
+    "std_fast_softmax": {None: 32}, "std_fast_PV": {None: 95},
     "std_tc_bwd_dV": {(128, 64, 128, False): 170, (128, 64, 128, True): 170, None: 158},
     "std_tc_bwd_dP": {(128, 64, 128, False): 50, (128, 64, 128, True): 50, None: 48},
     "std_tc_bwd_dS": {None: 32},
@@ -72,10 +82,10 @@ REGISTERS = {
 }
 
 #: Kernel families whose launch plans follow their docstrings but have no Nsight Compute
-#: rows yet (levels() says so in its warnings; analysis.validation_configs.LEVELS_NEW
-#: lists the configurations to measure them on).
-NOT_VALIDATED = {("fa1", "fwd", "tc"), ("standard", "fwd", "tc"), ("fa2", "bwd", "tc"),
-                 ("fa2", "bwd", "fast"), ("standard", "bwd", "tc")}
+#: rows yet (levels() says so in its warnings). The tensor-core fa1 / standard forward,
+#: fa2 / standard backward and the fast fa2 backward were measured on the H100
+#: (LEVELS_NEW, 2026-11-25-h100-levels-new) and left this set.
+NOT_VALIDATED = {("fa1", "fwd", "fast"), ("standard", "fwd", "fast")}
 #: Kernels that spill registers to local memory: (prefix, B_r, B_c[, d]) -> bytes of
 #: local-memory loads per thread per K/V tile. fa2_fast: ptxas -v's spill loads (88 and
 #: 500 bytes at d = 64 and 128), which Nsight Compute's local loads matched (88 and 388 per
@@ -155,9 +165,8 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
             raise ValueError(f"kernel={kernel!r} is not known; allowed: auto, tc, fast, plain")
         # what gpu runs by default since 2026-11-25 (gpu.api, gpu.backward): the
         # tensor-core kernels for fp16 (fa1, standard; the fa2 and standard backward), the
-        # fast fa2 backward for fp32 (planned by _newer_plan), and the fast fp32 standard
-        # and fa1 forward kernels (gpu.forward.standard_fast, fa1_fast: not modelled yet,
-        # refused below)
+        # fast fa2 backward for fp32, and the fast fp32 standard and fa1 forward kernels
+        # (gpu.forward.standard_fast, fa1_fast); all planned by _newer_plan
         runs = "plain"
         if kernel != "plain":
             if dt == "fp16" and (pass_ == "fwd" or algorithm in ("fa2", "standard")):
@@ -170,12 +179,7 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
                 raise ValueError(f"kernel={kernel!r}: the {algorithm} {pass_} pass has no "
                                  f"{kernel!r} kernel for {dt}")
         if runs == "fast" and pass_ == "fwd":
-            raise ValueError(
-                f"the {algorithm} {pass_} pass runs its 'fast' kernels for {dt} on a GPU "
-                f"(gpu.forward.{'standard' if algorithm == 'standard' else 'fa1'}_fast); "
-                f"the L2 / DRAM and time models do not cover them yet: model the 'plain' "
-                f"kernels with kernel='plain' (--kernel plain), or measure the 'fast' ones "
-                f"(analysis.hwmeasure) to extend the models")
+            return _fast_forward_plan(algorithm, problem, hw, tiling)
         if runs != "plain":
             return _newer_plan(algorithm, pass_, runs, problem, hw, tiling)
     if pass_ == "bwd":
@@ -231,6 +235,53 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
                 iosim.sram_footprint_bytes("fa2", t.B_r, t.B_c, d, dt))
 
 
+def _fast_forward_plan(algorithm, problem, hw, tiling):
+    """The plan of fp32 standard's / fa1's fast forward kernels (gpu.forward.standard_fast,
+    fa1_fast): the default tiling of gpu.api (STANDARD_FAST_TILES / FA1_FAST_TILES, then
+    their FALLBACK: the first whose shared memory fits the preset's per-block limit; as
+    gpu.api.other_fast_default on a GPU). Their schedule, hence their access stream, is
+    the plain kernels' (S per active tile, a softmax row kernel, PV per query block; fa1:
+    one block per instance); only the launch geometry differs. extra["geom"]: launch name
+    -> (threads, dynamic shared bytes)."""
+    from gpu import api
+    from gpu.forward import fa1_fast, standard_fast
+    from gpu.forward import standard as plain
+    d, N, limit = problem.d, problem.N, hw.smem_per_block_bytes
+    _, tiles, fallback, _, tlist = api._other_fast(algorithm)
+
+    def fits(B_r, B_c, t):
+        if algorithm == "standard":
+            if standard_fast.plan_error(B_r, B_c, d, t, problem.dtype) is not None:
+                return False
+            return max(standard_fast.shared_bytes(B_r, B_c, d, t), 4 * N) <= limit
+        if fa1_fast.plan_error(B_r, B_c, d, t, problem.dtype) is not None:
+            return False
+        return fa1_fast.smem_bytes(B_r, B_c, d, t, shfl=True) <= limit
+    if tiling is not None:
+        cands = [(tiling.B_r, tiling.B_c, t) for (br, bc, t) in
+                 ((tiles[d],) if d in tiles else ()) + tuple(fallback)
+                 if (br, bc) == (tiling.B_r, tiling.B_c)] + \
+                [(tiling.B_r, tiling.B_c, t) for t in tlist]
+    else:
+        cands = ((tiles[d],) if d in tiles else ()) + tuple(fallback)
+    for B_r, B_c, thr in cands:
+        if fits(B_r, B_c, thr):
+            break
+    else:
+        raise ValueError(f"the fast {algorithm} forward has no tiling for d={d}, N={N} on {hw.name}")
+    if algorithm == "fa1":
+        sm = fa1_fast.smem_bytes(B_r, B_c, d, thr, shfl=True)
+        return Plan("fa1", "fwd", "fast", Tiling(B_r, B_c), thr, sm,
+                    {"geom": {"fa1_fast": (thr, sm)}})
+    sm_s = standard_fast.s_layout(B_r, B_c, d)["bytes"]
+    TC = standard_fast.pv_plan(B_r, B_c, d, thr)[1]
+    sm_pv = standard_fast.pv_layout(B_r, B_c, d, TC)["bytes"]
+    ts = max(32, plain.softmax_threads(N, standard_fast.SOFTMAX_THREADS))
+    return Plan("standard", "fwd", "fast", Tiling(B_r, B_c), thr, sm_s,
+                {"geom": {"std_fast_S": (thr, sm_s), "std_fast_softmax": (ts, 4 * N),
+                          "std_fast_PV": (thr, sm_pv)}})
+
+
 def _newer_plan(algorithm, pass_, runs, problem, hw, tiling):
     """The plan of the newer default kernels (fa1 / standard forward and the fa2 /
     standard backward on the tensor cores, the fast fp32 fa2 backward): their default
@@ -268,7 +319,7 @@ def _newer_plan(algorithm, pass_, runs, problem, hw, tiling):
         thr = 32 * m.warps_of(B_c, t["MT"])
         sm = m.layout(B_r, B_c, d)["bytes"]
         return Plan("fa2", "bwd", "tc", Tiling(B_r, B_c), thr, sm,
-                    {"geom": {"fa2_bwd_main": (thr, sm), "fa2_bwd_pre": (128, 0)}})
+                    {"geom": {"fa2_bwd_main": (thr, sm), "fa2_bwd_pre": (256, 0)}})
     from gpu.backward import fa2_fast as m            # fa2 backward, fast fp32
     t = m.default_tiling(d, problem.dtype, smem_limit=hw.smem_per_block_bytes)
     if t is None:
@@ -278,7 +329,7 @@ def _newer_plan(algorithm, pass_, runs, problem, hw, tiling):
         B_r, B_c = tiling.B_r, tiling.B_c
     sm = m.smem_bytes(B_r, B_c, d, thr)
     return Plan("fa2", "bwd", "fast", Tiling(B_r, B_c), thr, sm,
-                {"geom": {"fa2_bwd_main": (thr, sm), "fa2_bwd_pre": (128, 0)},
+                {"geom": {"fa2_bwd_main": (thr, sm), "fa2_bwd_pre": (256, 0)},
                  "causal_grid": "instance-major"})
 
 
@@ -329,6 +380,8 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
                 "std_PV": "std_tc_PV", "std_bwd_dV": "std_tc_bwd_dV",
                 "std_bwd_dP": "std_tc_bwd_dP", "std_bwd_dS": "std_tc_bwd_dS",
                 "std_bwd_dQ": "std_tc_bwd_dQ", "std_bwd_dK": "std_tc_bwd_dK"}
+    fast_names = {"fa1_fwd": "fa1_fast", "std_S": "std_fast_S", "std_softmax": "std_fast_softmax",
+                  "std_PV": "std_fast_PV"}
 
     def L(name, ctas, threads, smem, regs_prefix):
         if plan.kernel in ("tc", "fast") and not (plan.algorithm == "fa2" and plan.pass_ == "fwd"):
@@ -340,7 +393,8 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
                 key = {"fa2_bwd_tc": "fa2_bwd_main", "fa2_bwd_fast": "fa2_bwd_main",
                        "fa2_bwd_pre_fast": "fa2_bwd_pre"}.get(name, name)
             else:
-                key = regs_prefix = name = tc_names.get(name, name)
+                names = fast_names if plan.kernel == "fast" else tc_names
+                key = regs_prefix = name = names.get(name, name)
             threads, smem = geom.get(key, (threads, smem))
         regs = _regs(regs_prefix, B_r, B_c, d, p.causal)
         return Launch(name, int(ctas), threads, int(smem), regs,
