@@ -89,6 +89,7 @@ class L2Model:
     private_footprint: float = 1.5
     keep_fraction: float = 0.0
     dirty_fraction: float = 0.0
+    home_written: bool = False
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
@@ -290,7 +291,13 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     blk, nb, rd, wr, w, wb, sh = (x[order] for x in (blk, nb, rd, wr, w, wb, sh))
     # dense tile ids for the Fenwick pass
     _, dense = np.unique(blk, return_inverse=True)
-    foot = nb * np.where(sh, 2.0, model.private_footprint) if model.replicate else nb
+    if model.replicate:
+        foot = nb * np.where(sh, 2.0, model.private_footprint)
+        if model.home_written:
+            # written bytes (stores, atomics) live in their home partition only
+            foot = np.where(sh & wr, 2.0 * nb - np.minimum(wb, nb), foot)
+    else:
+        foot = nb
     d_prev, d_next = _distances(dense.astype(np.int64), foot)
     if model.policy == "random":
         miss_prev, evict = _random_replacement(dense, foot * w, d_prev, d_next, capacity)
