@@ -399,3 +399,31 @@ def test_spill_frames_are_one_tile_per_slot():
     assert np.unique(blk[frames]).size <= 4 and nb[frames].sum() == pytest.approx(50.0 * n)
     r, wrt, _ = dram_from_stream(st, 1e6, L2Model(1.0, 4096))
     assert wrt == pytest.approx(0.0, abs=1e-6)                 # all still resident at the end
+
+
+def test_levels_blind_predictions_and_scorer(tmp_path):
+    """The frozen LEVELS_BLIND predictions cover the 14 passes, name a commit of this
+    repository's history, and the scorer joins measured counter rows with them (rows with
+    an error skipped), writing levels_validation rows with split "blind"."""
+    import json
+    import subprocess
+    from analysis import validate as V
+    from analysis.validation_configs import LEVELS_BLIND
+    frozen = json.loads(V.BLIND_PREDICTIONS.read_text())
+    assert [p["id"] for p in frozen["predictions"]] == [c["id"] for c in LEVELS_BLIND]
+    ok = subprocess.run(["git", "merge-base", "--is-ancestor", frozen["frozen_commit"], "HEAD"],
+                        cwd=V.ROOT, capture_output=True)
+    assert ok.returncode == 0
+    meas = []
+    for i, p in enumerate(frozen["predictions"][:3]):
+        m = {k: p["predicted"][k] * (1.2 if i == 1 else 1.0) for k in V.LEVEL_KEYS}
+        meas.append({"config": p["config"], "measured": m, "run_id": "r", "device": "d",
+                     "date": "x", "commit": "c", "versions": {}})
+    meas.append({"config": frozen["predictions"][3]["config"], "error": "failed"})
+    f = tmp_path / "m.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in meas))
+    rows = V.levels_blind(f, V.BLIND_PREDICTIONS, tmp_path / "v.jsonl")
+    assert len(rows) == 3 and all(r["split"] == "blind" for r in rows)
+    assert all(rows[0]["within_bound"].values())
+    assert rows[1]["rel_error"]["dram_read_bytes"] == pytest.approx(1 / 1.2 - 1)
+    assert len((tmp_path / "v.jsonl").read_text().splitlines()) == 3
