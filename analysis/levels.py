@@ -52,18 +52,28 @@ REGISTERS = {
     "bwd_convert": {None: 28}, "bwd_group_sum": {None: 40}, "std_bwd_dV": {None: 69},
     "std_bwd_dP": {None: 32}, "std_bwd_dS": {None: 32}, "std_bwd_dQ": {None: 78},
     "std_bwd_dK": {None: 69},
-    # the newer default kernels (not yet measured with Nsight Compute): ptxas -v as their
-    # docstrings quote it (sm_90, no spills); fa2_bwd_tc: not quoted, 128 assumed
-    "fa1_tc": {(128, 128, 64, False): 230, (128, 128, 64, True): 250, None: 248},
-    "std_tc_S": {(128, 64, 64, True): 60, (128, 64, 128, False): 50, (128, 64, 128, True): 50,
+    # the newer default kernels: ptxas -v as their docstrings quote it (sm_90, no spills),
+    # corrected where Nsight Compute's launch__registers_per_thread differed on the
+    # LEVELS_NEW run (2026-11-25-h100-levels-new): fa2_bwd_tc 213-252 (128 had been
+    # assumed: 2 CTAs per SM where 1 runs), std_tc_S d = 128 (52, causal 78), fa1_tc
+    # d = 128 (240), the fast pre-pass (32 registers, 256 threads)
+    "fa1_tc": {(128, 128, 64, False): 230, (128, 128, 64, True): 250,
+               (128, 64, 128, False): 240, None: 248},
+    "std_tc_S": {(128, 64, 64, True): 60, (128, 64, 128, False): 52, (128, 64, 128, True): 78,
                  None: 48},
     "std_tc_softmax": {None: 32},
     "std_tc_PV": {(128, 64, 64, True): 96, (128, 64, 128, False): 166,
                   (128, 64, 128, True): 166, None: 94},
-    "fa2_bwd_tc": {None: 128},
+    "fa2_bwd_tc": {(64, 128, 64, False): 213, (64, 128, 64, True): 232,
+                   (32, 64, 128, False): 252, (32, 128, 128, True): 250, None: 250},
     "fa2_bwd_fast": {(64, 64, 64, True): 128, (64, 64, 128, False): 241,
                      (64, 64, 128, True): 247, None: 152},
-    "fa2_bwd_pre_fast": {None: 40},
+    "fa2_bwd_pre_fast": {None: 32},
+    # fp32 standard / fa1 forward, fast CUDA-core kernels: ptxas -v as their docstrings
+    # quote it (sm_90; fa1_fast's 512-thread default runs capped at 128); not measured
+    "fa1_fast": {(64, 64, 128, False): 165, None: 128},
+    "std_fast_S": {(128, 64, 64, False): 72, (64, 64, 64, False): 72, None: 128},
+    "std_fast_softmax": {None: 32}, "std_fast_PV": {None: 95},
     "std_tc_bwd_dV": {(128, 64, 128, False): 170, (128, 64, 128, True): 170, None: 158},
     "std_tc_bwd_dP": {(128, 64, 128, False): 50, (128, 64, 128, True): 50, None: 48},
     "std_tc_bwd_dS": {None: 32},
@@ -72,10 +82,10 @@ REGISTERS = {
 }
 
 #: Kernel families whose launch plans follow their docstrings but have no Nsight Compute
-#: rows yet (levels() says so in its warnings; analysis.validation_configs.LEVELS_NEW
-#: lists the configurations to measure them on).
-NOT_VALIDATED = {("fa1", "fwd", "tc"), ("standard", "fwd", "tc"), ("fa2", "bwd", "tc"),
-                 ("fa2", "bwd", "fast"), ("standard", "bwd", "tc")}
+#: rows yet (levels() says so in its warnings). The tensor-core fa1 / standard forward,
+#: fa2 / standard backward and the fast fa2 backward were measured on the H100
+#: (LEVELS_NEW, 2026-11-25-h100-levels-new) and left this set.
+NOT_VALIDATED = {("fa1", "fwd", "fast"), ("standard", "fwd", "fast")}
 #: Kernels that spill registers to local memory: (prefix, B_r, B_c[, d]) -> bytes of
 #: local-memory loads per thread per K/V tile. fa2_fast: ptxas -v's spill loads (88 and
 #: 500 bytes at d = 64 and 128), which Nsight Compute's local loads matched (88 and 388 per
@@ -155,9 +165,8 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
             raise ValueError(f"kernel={kernel!r} is not known; allowed: auto, tc, fast, plain")
         # what gpu runs by default since 2026-11-25 (gpu.api, gpu.backward): the
         # tensor-core kernels for fp16 (fa1, standard; the fa2 and standard backward), the
-        # fast fa2 backward for fp32 (planned by _newer_plan), and the fast fp32 standard
-        # and fa1 forward kernels (gpu.forward.standard_fast, fa1_fast: not modelled yet,
-        # refused below)
+        # fast fa2 backward for fp32, and the fast fp32 standard and fa1 forward kernels
+        # (gpu.forward.standard_fast, fa1_fast); all planned by _newer_plan
         runs = "plain"
         if kernel != "plain":
             if dt == "fp16" and (pass_ == "fwd" or algorithm in ("fa2", "standard")):
@@ -170,12 +179,7 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
                 raise ValueError(f"kernel={kernel!r}: the {algorithm} {pass_} pass has no "
                                  f"{kernel!r} kernel for {dt}")
         if runs == "fast" and pass_ == "fwd":
-            raise ValueError(
-                f"the {algorithm} {pass_} pass runs its 'fast' kernels for {dt} on a GPU "
-                f"(gpu.forward.{'standard' if algorithm == 'standard' else 'fa1'}_fast); "
-                f"the L2 / DRAM and time models do not cover them yet: model the 'plain' "
-                f"kernels with kernel='plain' (--kernel plain), or measure the 'fast' ones "
-                f"(analysis.hwmeasure) to extend the models")
+            return _fast_forward_plan(algorithm, problem, hw, tiling)
         if runs != "plain":
             return _newer_plan(algorithm, pass_, runs, problem, hw, tiling)
     if pass_ == "bwd":
@@ -231,6 +235,53 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
                 iosim.sram_footprint_bytes("fa2", t.B_r, t.B_c, d, dt))
 
 
+def _fast_forward_plan(algorithm, problem, hw, tiling):
+    """The plan of fp32 standard's / fa1's fast forward kernels (gpu.forward.standard_fast,
+    fa1_fast): the default tiling of gpu.api (STANDARD_FAST_TILES / FA1_FAST_TILES, then
+    their FALLBACK: the first whose shared memory fits the preset's per-block limit; as
+    gpu.api.other_fast_default on a GPU). Their schedule, hence their access stream, is
+    the plain kernels' (S per active tile, a softmax row kernel, PV per query block; fa1:
+    one block per instance); only the launch geometry differs. extra["geom"]: launch name
+    -> (threads, dynamic shared bytes)."""
+    from gpu import api
+    from gpu.forward import fa1_fast, standard_fast
+    from gpu.forward import standard as plain
+    d, N, limit = problem.d, problem.N, hw.smem_per_block_bytes
+    _, tiles, fallback, _, tlist = api._other_fast(algorithm)
+
+    def fits(B_r, B_c, t):
+        if algorithm == "standard":
+            if standard_fast.plan_error(B_r, B_c, d, t, problem.dtype) is not None:
+                return False
+            return max(standard_fast.shared_bytes(B_r, B_c, d, t), 4 * N) <= limit
+        if fa1_fast.plan_error(B_r, B_c, d, t, problem.dtype) is not None:
+            return False
+        return fa1_fast.smem_bytes(B_r, B_c, d, t, shfl=True) <= limit
+    if tiling is not None:
+        cands = [(tiling.B_r, tiling.B_c, t) for (br, bc, t) in
+                 ((tiles[d],) if d in tiles else ()) + tuple(fallback)
+                 if (br, bc) == (tiling.B_r, tiling.B_c)] + \
+                [(tiling.B_r, tiling.B_c, t) for t in tlist]
+    else:
+        cands = ((tiles[d],) if d in tiles else ()) + tuple(fallback)
+    for B_r, B_c, thr in cands:
+        if fits(B_r, B_c, thr):
+            break
+    else:
+        raise ValueError(f"the fast {algorithm} forward has no tiling for d={d}, N={N} on {hw.name}")
+    if algorithm == "fa1":
+        sm = fa1_fast.smem_bytes(B_r, B_c, d, thr, shfl=True)
+        return Plan("fa1", "fwd", "fast", Tiling(B_r, B_c), thr, sm,
+                    {"geom": {"fa1_fast": (thr, sm)}})
+    sm_s = standard_fast.s_layout(B_r, B_c, d)["bytes"]
+    TC = standard_fast.pv_plan(B_r, B_c, d, thr)[1]
+    sm_pv = standard_fast.pv_layout(B_r, B_c, d, TC)["bytes"]
+    ts = max(32, plain.softmax_threads(N, standard_fast.SOFTMAX_THREADS))
+    return Plan("standard", "fwd", "fast", Tiling(B_r, B_c), thr, sm_s,
+                {"geom": {"std_fast_S": (thr, sm_s), "std_fast_softmax": (ts, 4 * N),
+                          "std_fast_PV": (thr, sm_pv)}})
+
+
 def _newer_plan(algorithm, pass_, runs, problem, hw, tiling):
     """The plan of the newer default kernels (fa1 / standard forward and the fa2 /
     standard backward on the tensor cores, the fast fp32 fa2 backward): their default
@@ -268,7 +319,7 @@ def _newer_plan(algorithm, pass_, runs, problem, hw, tiling):
         thr = 32 * m.warps_of(B_c, t["MT"])
         sm = m.layout(B_r, B_c, d)["bytes"]
         return Plan("fa2", "bwd", "tc", Tiling(B_r, B_c), thr, sm,
-                    {"geom": {"fa2_bwd_main": (thr, sm), "fa2_bwd_pre": (128, 0)}})
+                    {"geom": {"fa2_bwd_main": (thr, sm), "fa2_bwd_pre": (256, 0)}})
     from gpu.backward import fa2_fast as m            # fa2 backward, fast fp32
     t = m.default_tiling(d, problem.dtype, smem_limit=hw.smem_per_block_bytes)
     if t is None:
@@ -278,7 +329,7 @@ def _newer_plan(algorithm, pass_, runs, problem, hw, tiling):
         B_r, B_c = tiling.B_r, tiling.B_c
     sm = m.smem_bytes(B_r, B_c, d, thr)
     return Plan("fa2", "bwd", "fast", Tiling(B_r, B_c), thr, sm,
-                {"geom": {"fa2_bwd_main": (thr, sm), "fa2_bwd_pre": (128, 0)},
+                {"geom": {"fa2_bwd_main": (thr, sm), "fa2_bwd_pre": (256, 0)},
                  "causal_grid": "instance-major"})
 
 
@@ -329,6 +380,8 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
                 "std_PV": "std_tc_PV", "std_bwd_dV": "std_tc_bwd_dV",
                 "std_bwd_dP": "std_tc_bwd_dP", "std_bwd_dS": "std_tc_bwd_dS",
                 "std_bwd_dQ": "std_tc_bwd_dQ", "std_bwd_dK": "std_tc_bwd_dK"}
+    fast_names = {"fa1_fwd": "fa1_fast", "std_S": "std_fast_S", "std_softmax": "std_fast_softmax",
+                  "std_PV": "std_fast_PV"}
 
     def L(name, ctas, threads, smem, regs_prefix):
         if plan.kernel in ("tc", "fast") and not (plan.algorithm == "fa2" and plan.pass_ == "fwd"):
@@ -340,7 +393,8 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
                 key = {"fa2_bwd_tc": "fa2_bwd_main", "fa2_bwd_fast": "fa2_bwd_main",
                        "fa2_bwd_pre_fast": "fa2_bwd_pre"}.get(name, name)
             else:
-                key = regs_prefix = name = tc_names.get(name, name)
+                names = fast_names if plan.kernel == "fast" else tc_names
+                key = regs_prefix = name = names.get(name, name)
             threads, smem = geom.get(key, (threads, smem))
         regs = _regs(regs_prefix, B_r, B_c, d, p.causal)
         return Launch(name, int(ctas), threads, int(smem), regs,
@@ -596,29 +650,41 @@ def _standard_backward(p, B_r, B_c, L, plan, budget):
 # ---------------------------------------------------------------------------------------
 # The levels of one pass
 # ---------------------------------------------------------------------------------------
-#: The fitted L2 model, chosen over the grid `FIT_GRID` on the "fit" half
-#: (analysis.validation_configs.levels_split) of the H100 levels measurements by the most
-#: fit rows inside the issue's bound, then the smallest median |log(predicted / measured)|
-#: of DRAM reads and writes (`flashsim validate levels --refit` redoes it; the H200 rows
-#: are never used). Constants:
+#: The fitted L2 model. Third revision (2026-11-25, sixth session): every H100 row
+#: (LEVELS, 49, and LEVELS_NEW, 16) is development data (the levels_split halves had
+#: been looked at many times); the H200 rows are never used. Grid (18 points):
+#: home_written on / off x capacity 0.7-0.9 x dirty_fraction 0.3-0.5 x private_footprint
+#: 0.9 / 1.0, each point scored on the 65 H100 rows by rows inside the bound, then median
+#: |error|. Leave-one-out cross-validation of that choice: the left-out row was inside
+#: the bound in 48 of 65 folds; the folds chose C = 0.8, private x1.0 and dirty_fraction
+#: 0.3 in 65 of 65, home_written in 63 (that point: 50 of 65 rows; with dirty 0.4: 49).
+#: dirty_fraction is kept at 0.4, the value the hardware shows directly: standard's S
+#: and the backward's dP, which only write, leave 19-22 MB dirty at their end (Nsight
+#: Compute), 0.4 x 50 MB; 0.3 (15 MB) contradicts that and tripled fa1's write errors
+#: (its O, l, m round trips are a ~35 MB dirty working set). Constants:
 #:   capacity_fraction 0.8: C = 0.8 x L2, the capacity the replicated footprints fill;
 #:   associativity 16: softness of the capacity edge (hashed 16-way sets);
 #:   replicate, shared tiles x2: a tile read by CTAs on both L2 partitions is held in both;
-#:   private_footprint 0.9: a tile one CTA touches (fa1's Q, O, l, m; Q and O of the
-#:       fa2 forward) holds 0.9 of its bytes against C, i.e. private data sees 0.89 x L2
-#:       (fa1's O/l/m round trips miss 12-14 % of the time at a 35 MB working set);
+#:   home_written: the written part of a shared tile (the fa2 backward's dQ accumulator,
+#:       float32 reductions) counts once: stores and atomics are resolved at the line's
+#:       home partition (its point of coherence); only clean read data gains a far copy;
+#:   private_footprint 1.0: a tile one CTA touches counts its own bytes (0.9 before);
 #:   dirty_fraction 0.4: at most 0.4 x L2 (20 MB on the H100) of dirty data, the oldest
-#:       cleaned beyond it: what standard's S and the backward's dP, which only write,
-#:       leave dirty at their end (Nsight Compute: 19-22 MB);
+#:       cleaned beyond it;
 #:   keep_fraction 0: no cyclic-set protection (it lost fit rows: see docs/measurements.md).
-#: Score: 21 of 30 fit rows inside the bound, median |log| 0.029 (the grid's plateau is
-#: flat: several points reach 21; dirty_fraction 0.5 gives 20 with fa1's writes closer).
+#: The same revision corrected the registers of the tensor-core fa2 backward from
+#: Nsight Compute (REGISTERS: 213-252, not an assumed 128, so 1 CTA per SM, not 2),
+#: which alone brought its causal rows from +196 % / +556 % DRAM reads to -8 % / +65 %;
+#: home_written brings the second to +10 %.
 #: History: the first fit (2026-11-25, no dirty cap, per-CTA spill frames) chose C = 0.8,
-#: 16 ways, private x1.0 (19 of 30 fit rows inside); its grid's fractional footprints
-#: (x1.25, x1.5) were scored with a rounding bug in the stack distances (fixed, see
-#: iosim.hierarchy._distances), so that choice was not a fair comparison.
-FITTED = L2Model(capacity_fraction=0.8, associativity=16, replicate=True, private_footprint=0.9,
-                 dirty_fraction=0.4)
+#: 16 ways, private x1.0 (19 of 30 fit rows inside); the second, on the levels_split "fit"
+#: half, C = 0.8, 16 ways, private x0.9, dirty 0.4, no home_written (FITTED_V2: H100
+#: 34 / 49 and H200 33 / 49 LEVELS rows, LEVELS_NEW 13 / 16 inside the bound).
+FITTED = L2Model(capacity_fraction=0.8, associativity=16, replicate=True, private_footprint=1.0,
+                 dirty_fraction=0.4, home_written=True)
+#: the previous FITTED (for comparisons)
+FITTED_V2 = L2Model(capacity_fraction=0.8, associativity=16, replicate=True,
+                    private_footprint=0.9, dirty_fraction=0.4)
 
 
 def requested(p: Problem, plan: Plan):
@@ -695,6 +761,7 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
                          "shared_footprint": 2.0 if model.replicate else 1.0,
                          "dirty_fraction": model.dirty_fraction,
                          "keep_fraction": model.keep_fraction,
+                         "home_written": model.home_written,
                          "capacity_bytes": cap}, "warnings": warnings}
 
 
@@ -722,9 +789,10 @@ def predict_row(c: dict, gpu: str, model: L2Model | None = None) -> dict:
                   tiling=tiling, model=model)
 
 
-#: (capacity_fraction, associativity, private_footprint, dirty_fraction); all replicate
-FIT_GRID = tuple((f, a, pf, df) for f in (0.7, 0.8, 0.9, 1.0) for a in (16, 32)
-                 for pf in (0.8, 0.9, 1.0, 1.5) for df in (0.0, 0.4, 0.5))
+#: (capacity_fraction, associativity, private_footprint, dirty_fraction); all replicate,
+#: home_written
+FIT_GRID = tuple((f, a, pf, df) for f in (0.7, 0.8, 0.9) for a in (16,)
+                 for pf in (0.9, 1.0) for df in (0.3, 0.4, 0.5))
 
 
 def fit_l2(rows, grid=FIT_GRID) -> L2Model:
@@ -733,7 +801,8 @@ def fit_l2(rows, grid=FIT_GRID) -> L2Model:
     broken by the smallest median |log(pred / meas)| of DRAM bytes."""
     best = None
     for f, a, pf, df in grid:
-        m = L2Model(f, a, replicate=True, private_footprint=pf, dirty_fraction=df)
+        m = L2Model(f, a, replicate=True, private_footprint=pf, dirty_fraction=df,
+                    home_written=True)
         res = compare(rows, m)
         errs = [abs(math.log(max(p[k], 1e6) / max(r["measured"][k], 1e6)))
                 for r, p, _, _ in res for k in ("dram_read_bytes", "dram_write_bytes")]
@@ -768,4 +837,4 @@ def compare(rows, model: L2Model | None = None):
 
 
 __all__ = ["Launch", "Plan", "kernel_plan", "levels", "occupancy", "compare", "predict_row",
-           "within", "FITTED", "TC_CPASYNC_SECTOR_FACTOR", "REGISTERS", "NOT_VALIDATED"]
+           "within", "FITTED", "FITTED_V2", "TC_CPASYNC_SECTOR_FACTOR", "REGISTERS", "NOT_VALIDATED"]

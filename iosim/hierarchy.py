@@ -29,7 +29,12 @@ next access | D_next), where D_next counts the distinct bytes until the next acc
 until the kernel ends. Dirty lines still resident when the kernel ends are not written
 during it (measured: fa2 at N=4096 wrote 2 of its 8 MB of O to DRAM inside the kernel).
 
-The two constants are fitted on measured configurations and printed with every result
+Footprints (L2Model.replicate): the H100's L2 is two partitions; a line read by SMs of
+both is cached in both, so a tile many CTAs share counts twice its bytes against C, a
+tile one CTA touches private_footprint times; with home_written, written bytes (stores,
+atomics) count once, in their home partition.
+
+The constants are fitted on measured configurations and printed with every result
 (`L2Model`); validation is against Nsight Compute on held-out configurations (see
 `analysis.levels`). Distances are exact for the stream (a Fenwick tree over the access
 sequence); to stay fast, CTAs that start together on the same data are merged (they touch
@@ -74,6 +79,11 @@ class L2Model:
         access at stack distance D > C still hits with probability rho x C / D (a loop of
         footprint F > C keeps about C of its F bytes), where the LRU would miss:
         P(hit | D) = max(P_lru(D), rho x min(1, C / D)). 0: plain (set-associative) LRU.
+    home_written: with replicate, the written part of a shared tile (wb bytes of a tile
+        accessed with wr: stores, atomics / reductions such as the fa2 backward's dQ
+        accumulator) counts once: writes are resolved at the line's home partition, its
+        point of coherence, so only clean read data gains a copy in the far partition.
+        Its footprint is then 2 x nbytes - wb.
     dirty_fraction: the L2 keeps at most C_w = dirty_fraction x the L2's bytes of dirty
         data; beyond that the oldest dirty lines are cleaned (written to DRAM, kept valid,
         so reads still hit). A write then reaches DRAM if the tile is evicted before its
@@ -89,6 +99,7 @@ class L2Model:
     private_footprint: float = 1.5
     keep_fraction: float = 0.0
     dirty_fraction: float = 0.0
+    home_written: bool = False
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
@@ -290,7 +301,13 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     blk, nb, rd, wr, w, wb, sh = (x[order] for x in (blk, nb, rd, wr, w, wb, sh))
     # dense tile ids for the Fenwick pass
     _, dense = np.unique(blk, return_inverse=True)
-    foot = nb * np.where(sh, 2.0, model.private_footprint) if model.replicate else nb
+    if model.replicate:
+        foot = nb * np.where(sh, 2.0, model.private_footprint)
+        if model.home_written:
+            # written bytes (stores, atomics) live in their home partition only
+            foot = np.where(sh & wr, 2.0 * nb - np.minimum(wb, nb), foot)
+    else:
+        foot = nb
     d_prev, d_next = _distances(dense.astype(np.int64), foot)
     if model.policy == "random":
         miss_prev, evict = _random_replacement(dense, foot * w, d_prev, d_next, capacity)

@@ -120,25 +120,27 @@ def test_kernel_plan_is_what_the_gpu_runs(args, want):
     assert (plan.kernel, plan.tiling.B_r, plan.tiling.B_c) == want
 
 
-@pytest.mark.parametrize("alg, pass_, dt, runs, names", [
-    ("standard", "fwd", "fp16", "tc", ["std_tc_S", "std_tc_softmax", "std_tc_PV"]),
-    ("fa1", "fwd", "fp16", "tc", ["fa1_tc"]),
-    ("fa2", "bwd", "fp16", "tc", ["fa2_bwd_pre", "fa2_bwd_tc", "bwd_convert"]),
-    ("fa2", "bwd", "fp32", "fast", ["fa2_bwd_pre_fast", "fa2_bwd_fast", "bwd_convert"]),
+@pytest.mark.parametrize("alg, pass_, dt, runs, names, flagged", [
+    ("standard", "fwd", "fp16", "tc", ["std_tc_S", "std_tc_softmax", "std_tc_PV"], False),
+    ("fa1", "fwd", "fp16", "tc", ["fa1_tc"], False),
+    ("fa2", "bwd", "fp16", "tc", ["fa2_bwd_pre", "fa2_bwd_tc", "bwd_convert"], False),
+    ("fa2", "bwd", "fp32", "fast", ["fa2_bwd_pre_fast", "fa2_bwd_fast", "bwd_convert"], False),
     ("standard", "bwd", "fp16", "tc", ["std_tc_bwd_dV", "std_tc_bwd_dP", "std_tc_bwd_dS",
-                                       "std_tc_bwd_dQ", "std_tc_bwd_dK"])])
-def test_newer_default_kernels_are_planned_and_flagged(alg, pass_, dt, runs, names):
+                                       "std_tc_bwd_dQ", "std_tc_bwd_dK"], False),
+    ("standard", "fwd", "fp32", "fast", ["std_fast_S", "std_fast_softmax", "std_fast_PV"], True),
+    ("fa1", "fwd", "fp32", "fast", ["fa1_fast"], True)])
+def test_newer_default_kernels_are_planned_and_flagged(alg, pass_, dt, runs, names, flagged):
     """Where gpu now runs the tensor-core fa1 / standard / backward kernels or the fast fp32
-    backward by default, levels models those launches (their default tilings and
-    geometry) and says they are not yet validated; kernel='plain' still models the plain
-    ones (what the measurements ran)."""
+    kernels by default, levels models those launches (their default tilings and
+    geometry); those without Nsight Compute rows (the fast fp32 standard / fa1 forward)
+    are flagged as not yet validated; kernel='plain' still models the plain ones."""
     p = Problem(N=2048, d=64, heads=4, dtype=dt)
     hw = get_hardware("H100-SXM")
     plan = L.kernel_plan(alg, p, hw, pass_=pass_)
     assert plan.kernel == runs
     r = L.levels(alg, p, hw, pass_=pass_)
     assert [k["name"] for k in r["kernels"]] == names
-    assert any("not yet validated" in w for w in r["warnings"])
+    assert any("not yet validated" in w for w in r["warnings"]) == flagged
     assert 0 < r["dram_read_bytes"] <= 1.01 * r["requested_read_bytes"]
     assert L.kernel_plan(alg, p, hw, pass_=pass_, kernel="plain").kernel == "default"
     plain = L.levels(alg, p, hw, pass_=pass_, kernel="plain")
@@ -156,17 +158,20 @@ def test_levels_new_configurations_are_planned():
         assert plan.kernel == c["kernel"], c["id"]
 
 
-@pytest.mark.parametrize("alg", ["standard", "fa1"])
-def test_fast_fp32_forward_is_refused_by_name(alg):
+@pytest.mark.parametrize("alg, want", [("standard", (128, 128, 256)), ("fa1", (128, 128, 512))])
+def test_fast_fp32_forward_plan(alg, want):
     """gpu runs the fast fp32 standard / fa1 forward kernels (gpu.forward.standard_fast,
-    fa1_fast) by default; levels does not model them yet and says so, naming
-    kernel='plain', which still models the plain ones."""
+    fa1_fast) by default: levels plans them with gpu.api's default tiling at d = 64 and
+    the plain kernels' schedule (same ledger); kernel='plain' still models the plain ones."""
     p = Problem(N=1024, d=64, heads=4, dtype="fp32")
     hw = get_hardware("H100-SXM")
-    with pytest.raises(ValueError, match=f"runs its 'fast' kernels for fp32.*{alg}_fast"
-                                         f".*kernel='plain'"):
-        L.kernel_plan(alg, p, hw)
+    plan = L.kernel_plan(alg, p, hw)
+    assert (plan.kernel, plan.tiling.B_r, plan.tiling.B_c, plan.threads) == ("fast",) + want
     assert L.kernel_plan(alg, p, hw, kernel="plain").kernel == "default"
+    r = L.levels(alg, p, hw)
+    led = closed_form(alg, p, Tiling(*want[:2]))
+    assert r["requested_read_bytes"] == led.hbm_read_bytes
+    assert 0 < r["dram_read_bytes"] <= r["requested_read_bytes"]
 
 
 def test_occupancy_limits():
@@ -394,3 +399,31 @@ def test_spill_frames_are_one_tile_per_slot():
     assert np.unique(blk[frames]).size <= 4 and nb[frames].sum() == pytest.approx(50.0 * n)
     r, wrt, _ = dram_from_stream(st, 1e6, L2Model(1.0, 4096))
     assert wrt == pytest.approx(0.0, abs=1e-6)                 # all still resident at the end
+
+
+def test_levels_blind_predictions_and_scorer(tmp_path):
+    """The frozen LEVELS_BLIND predictions cover the 14 passes, name a commit of this
+    repository's history, and the scorer joins measured counter rows with them (rows with
+    an error skipped), writing levels_validation rows with split "blind"."""
+    import json
+    import subprocess
+    from analysis import validate as V
+    from analysis.validation_configs import LEVELS_BLIND
+    frozen = json.loads(V.BLIND_PREDICTIONS.read_text())
+    assert [p["id"] for p in frozen["predictions"]] == [c["id"] for c in LEVELS_BLIND]
+    ok = subprocess.run(["git", "merge-base", "--is-ancestor", frozen["frozen_commit"], "HEAD"],
+                        cwd=V.ROOT, capture_output=True)
+    assert ok.returncode == 0
+    meas = []
+    for i, p in enumerate(frozen["predictions"][:3]):
+        m = {k: p["predicted"][k] * (1.2 if i == 1 else 1.0) for k in V.LEVEL_KEYS}
+        meas.append({"config": p["config"], "measured": m, "run_id": "r", "device": "d",
+                     "date": "x", "commit": "c", "versions": {}})
+    meas.append({"config": frozen["predictions"][3]["config"], "error": "failed"})
+    f = tmp_path / "m.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in meas))
+    rows = V.levels_blind(f, V.BLIND_PREDICTIONS, tmp_path / "v.jsonl")
+    assert len(rows) == 3 and all(r["split"] == "blind" for r in rows)
+    assert all(rows[0]["within_bound"].values())
+    assert rows[1]["rel_error"]["dram_read_bytes"] == pytest.approx(1 / 1.2 - 1)
+    assert len((tmp_path / "v.jsonl").read_text().splitlines()) == 3
