@@ -185,3 +185,23 @@ def test_quick_variants_on_gpu():
     failed = [(r["name"], r["failures"]) for r in result["rows"] if r["status"] == "fail"]
     assert result["rows"] and not failed, failed
     assert result["n_passed"] + result["n_refused"] == result["n_rows"]
+
+
+def test_variants_table_from_the_data_set(tmp_path):
+    """README's variants table: the latest full run on the H100, passed / rows per (d,
+    dtype), failures and refusals named by count; an earlier run is not mixed in."""
+    from analysis import results as R
+    from analysis import tables as T
+    mk = lambda run, d, dt, st: R.make_row(
+        "check", run_id=run, device="NVIDIA H100 80GB HBM3", date="2026-11-25", commit="c",
+        versions={}, mode="full", suite="variants", d=d, dtype=dt, status=st,
+        ok=st == "pass", name=f"{run}{d}{dt}{st}")
+    R.append([mk("old", 64, "fp16", "fail"), mk("new", 64, "fp16", "pass"),
+              mk("new", 64, "fp16", "refused"), mk("new", 32, "bf16", "fail"),
+              mk("new", 32, "fp32", "pass")], data=tmp_path)
+    text = T.table_variants(tmp_path)
+    lines = {ln.split(" | ")[0]: ln for ln in text.splitlines() if ln.startswith("| ")}
+    assert lines["| 64"] == "| 64 | 1/2 (1 refused) | – | – |"
+    assert lines["| 32"] == "| 32 | – | 0/1 (1 fail) | 1/1 |"
+    assert "2 passed, 1 failed, 1 refused of 4 rows" in text and "`new`" in text
+    assert "`old`" not in text
