@@ -205,3 +205,18 @@ def test_variants_table_from_the_data_set(tmp_path):
     assert lines["| 32"] == "| 32 | – | 0/1 (1 fail) | 1/1 |"
     assert "2 passed, 1 failed, 1 refused of 4 rows" in text and "`new`" in text
     assert "`old`" not in text
+
+
+def test_kernel_of_reads_the_launches():
+    """tc / fast / plain from the recorded launches' defining modules; the fast backward's
+    pre-pass (run before every fa2 backward on a GPU) does not make a row 'fast'."""
+    def k(mod, name):
+        def f():
+            pass
+        f.__module__, f.__name__ = mod, name
+        return type("K", (), {"py_func": f})()
+    pre = (k("gpu.backward.fa2_fast", "fa2_bwd_pre_fast_d64"),)
+    assert V.kernel_of([pre, (k("gpu.backward.fa2_tc", "fa2_bwd_tc"),)]) == "tc"
+    assert V.kernel_of([pre, (k("gpu.backward.fa2_fast", "fa2_bwd_fast_Br64"),)]) == "fast"
+    assert V.kernel_of([pre, (k("gpu.backward.flash", "fa2_bwd_Br16"),)]) == "plain"
+    assert V.kernel_of([(k("gpu.forward.fa2", "fa2_fwd_Br64"),)]) == "plain"

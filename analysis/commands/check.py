@@ -169,8 +169,9 @@ def main(args) -> int:
     return _checks(args, suites, has_gpu, shard)
 
 
-def _report(result) -> int:
-    """Print the summary line, the failures and refusals; write --json; exit status."""
+def _report(args, result) -> int:
+    """Print the summary line, the failures and refusals; write --json; --record; the
+    exit status."""
     rows = result["rows"]
     extra = []
     if result.get("n_refused"):
@@ -186,6 +187,11 @@ def _report(result) -> int:
     for r in rows:
         if r.get("status") == "refused":
             print(f"  REFUSED {r['suite']} {r['name']}: {r.get('refused', '')}")
+    _write_json(args.json, result)
+    if args.json:
+        print(f"JSON: {args.json}")
+    if args.record:
+        _record(result, args.run_id)
     return 1 if result["n_failed"] else 0
 
 
@@ -201,13 +207,7 @@ def _merge(args) -> int:
             raise ConfigError(f"merge={p!r} is not a JSON check result ({e.msg})") from None
     result = C.merge(results)
     print(f"flashsim check --merge: {len(paths)} results")
-    status = _report(result)
-    _write_json(args.json, result)
-    if args.json:
-        print(f"JSON: {args.json}")
-    if args.record:
-        _record(result, args.run_id)
-    return status
+    return _report(args, result)
 
 
 def _checks(args, suites, has_gpu, shard=None) -> int:
@@ -240,13 +240,7 @@ def _checks(args, suites, has_gpu, shard=None) -> int:
                               shard=shard)
     for s in result["skipped"]:
         print(f"SKIP {s['suite']}: {s['reason']}")
-    status = _report(result)
-    _write_json(args.json, result)
-    if args.json:
-        print(f"JSON: {args.json}")
-    if args.record:
-        _record(result, args.run_id)
-    return status
+    return _report(args, result)
 
 
 def _record(result, run_id=None) -> None:
