@@ -37,10 +37,15 @@ def register(sub):
                     "float64 attention within bounds (fp16: 2x PyTorch SDPA's own error when "
                     "torch is installed). On a CUDA GPU at full sizes (--quick: tiny); "
                     "without one in Numba's CUDA simulator at tiny sizes, where the "
-                    "tensor-core suite is skipped (it needs a GPU) and says so.",
+                    "tensor-core suite is skipped (it needs a GPU) and says so. --suite "
+                    "variants: the flash-attn test matrix (head dims 32..256, N_q != N_k, "
+                    "causal, windows, fp16 / bf16 / fp32, grouped K/V; fa2 forward and "
+                    "backward against PyTorch SDPA's error in the same dtype); rows a "
+                    "kernel refuses are counted as refused.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help="tiny sizes (seconds); what --sanitizer re-runs")
+                   help="tiny sizes (seconds; variants: 24 rows of the matrix); what "
+                        "--sanitizer re-runs")
     p.add_argument("--suite", default="forward,tc,backward", metavar="S,...",
                    help="comma-separated suites from forward, tc, backward, variants "
                         "(default: forward,tc,backward; variants: the flash-attn test "
