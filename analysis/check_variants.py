@@ -57,7 +57,9 @@ launches), d, N_q, N_k, dtype, mask, heads / kv_heads, the errors, bounds and se
 
 Sharding (`shard`): groups of rows that share compiled kernels (same d and dtype) are
 dealt out round-robin, so `--shard I/N` runs every N-th group starting at I and no two
-shards compile the same kernels.
+shards compile the same kernels. The groups run d by d with the dtypes in an order
+rotated by d's index, so that with N = 12 (3 groups each) every shard gets one group of
+each dtype.
 """
 from __future__ import annotations
 
@@ -105,7 +107,11 @@ def configs(mode: str) -> list[dict]:
     masks = tuple(MASKS)
     out = []
     for i, d in enumerate(DS):
-        for j, dt in enumerate(DTYPES):
+        for jj in range(len(DTYPES)):
+            # dtypes in rotated order per d: round-robin shards (`shard`) then mix the
+            # dtypes (their kernels differ in compile time: fp16's link tensor-core C++)
+            j = (jj + i) % len(DTYPES)
+            dt = DTYPES[j]
             g = i * len(DTYPES) + j
             ts = range(ROWS_PER_GROUP)
             if mode == "quick":
@@ -229,8 +235,8 @@ def _reference_torch(T, q, k, v, do, allowed, seen, scale):
     """float64 (O, L, dQ, dK, dV) by autograd of dense attention with the mask, on the
     rows that see a key (the others: O = 0, L = -inf, dQ = 0)."""
     G = q.shape[1] // k.shape[1]
-    al = T.as_tensor(allowed, device="cuda")
-    sv = T.as_tensor(seen, device="cuda")
+    al = T.as_tensor(allowed, device=q.device)
+    sv = T.as_tensor(seen, device=q.device)
     q64 = q[:, :, sv].double().requires_grad_(True)
     k64 = k.double().requires_grad_(True)
     v64 = v.double().requires_grad_(True)
@@ -240,8 +246,8 @@ def _reference_torch(T, q, k, v, do, allowed, seen, scale):
     Os = T.softmax(S, -1) @ vv
     Os.backward(do[:, :, sv].double())
     B, H, Nq, d = q.shape
-    O = T.zeros((B, H, Nq, d), dtype=T.float64, device="cuda")
-    L = T.full((B, H, Nq), float("-inf"), dtype=T.float64, device="cuda")
+    O = T.zeros((B, H, Nq, d), dtype=T.float64, device=q.device)
+    L = T.full((B, H, Nq), float("-inf"), dtype=T.float64, device=q.device)
     dq = T.zeros_like(O)
     O[:, :, sv] = Os.detach()
     L[:, :, sv] = Ls.detach()
@@ -253,7 +259,7 @@ def _torch_errors(T, q, k, v, do, allowed, seen, scale, mask, ref):
     """PyTorch SDPA's errors in the row's dtype: {O, dq, dk, dv} (O, dQ over the rows that
     see a key), by autograd through scaled_dot_product_attention."""
     G = q.shape[1] // k.shape[1]
-    sv = T.as_tensor(seen, device="cuda")
+    sv = T.as_tensor(seen, device=q.device)
     qs = q[:, :, sv].detach().clone().requires_grad_(True)
     kl, vl = (x.detach().clone().requires_grad_(True) for x in (k, v))
     kk, vv = kl.repeat_interleave(G, 1), vl.repeat_interleave(G, 1)
@@ -261,7 +267,7 @@ def _torch_errors(T, q, k, v, do, allowed, seen, scale, mask, ref):
     if mask == "none":
         O = F.scaled_dot_product_attention(qs, kk, vv, scale=scale)
     else:
-        am = T.as_tensor(allowed, device="cuda")[sv]
+        am = T.as_tensor(allowed, device=q.device)[sv]
         O = F.scaled_dot_product_attention(qs, kk, vv, attn_mask=am, scale=scale)
     O.backward(do[:, :, sv])
     O_ref, _, dq_ref, dk_ref, dv_ref = ref
@@ -378,7 +384,7 @@ def check(cfg: dict, T=None) -> dict:
     unseen = ~seen
     if unseen.any():
         if T is not None:
-            uv = T.as_tensor(unseen, device="cuda")
+            uv = T.as_tensor(unseen, device=q.device)
             zero_O = bool((O[:, :, uv] == 0).all()) and bool(T.isneginf(L[:, :, uv]).all())
         else:
             zero_O = bool((np.asarray(O, np.float64)[:, :, unseen] == 0).all() and
@@ -388,7 +394,7 @@ def check(cfg: dict, T=None) -> dict:
             failures.append("rows that see no key: O != 0 or L != -inf")
     if seen.any():
         if T is not None:
-            sv = T.as_tensor(seen, device="cuda")
+            sv = T.as_tensor(seen, device=q.device)
             row["L_err"] = float((L[:, :, sv].double() - ref[1][:, :, sv]).abs().max())
         else:
             row["L_err"] = float(np.abs(np.asarray(L, np.float64)[:, :, seen]
@@ -421,7 +427,7 @@ def check(cfg: dict, T=None) -> dict:
         dq, dk, dv = grads
         if unseen.any():
             if T is not None:
-                row["dq_zero_ok"] = bool((dq[:, :, T.as_tensor(unseen, device="cuda")] == 0)
+                row["dq_zero_ok"] = bool((dq[:, :, T.as_tensor(unseen, device=q.device)] == 0)
                                          .all())
             else:
                 row["dq_zero_ok"] = bool((np.asarray(dq, np.float64)[:, :, unseen] == 0).all())

@@ -57,6 +57,8 @@ def test_shards_split_the_plan_by_compile_group():
     # (d, dtype) is the group: no two shards compile the same kernels
     keys = [{(c["d"], c["dtype"]) for _, c in s} for s in shards]
     assert all(not (a & b) for i, a in enumerate(keys) for b in keys[i + 1:])
+    # and each of the 12 gets one group of each dtype (their compile times differ)
+    assert all(sorted(dt for _, dt in k) == sorted(V.DTYPES) for k in keys)
     # other suites: every configuration its own group
     fw = C.plan("full", ["forward"])
     assert C.shard_plan(fw, 1, 4) == fw[1::4]
