@@ -36,6 +36,19 @@ backward  gpu.backward (standard, fa1, fa2): counts equal iosim.backward_closed_
           max|b| + rtol |b|, rtol 1e-5 fp32 / 2^-10 fp16); fp32 max rel err of dQ, dK, dV
           <= 1e-4; fp16 each <= 2 x a float64 model of the schedule's own fp16 roundings
           (PyTorch's SDPA backward error recorded beside it); fwd+bwd ms against SDPA.
+variants  the flash-attn test matrix (analysis/check_variants.py: its covering design):
+          d in 32..256 (odd ones too), N_q != N_k, causal, local windows, fp16 / bf16 /
+          fp32, grouped K/V; fa2 forward and backward as gpu.attention's kernel='auto'
+          runs them; counts exact, outputs written, errors <= 2 x PyTorch SDPA's in the
+          same dtype + 1e-5 (a rounding model without torch). A row gpu.attention or
+          attention_backward refuses (ValueError) is `refused`: counted apart from
+          passes and failures, never hidden. Not in the default suites (288 rows).
+
+Every row has `status` ("pass", "fail" or "refused") and `ok` (status == "pass").
+Sharding (`run_checks(..., shard=(i, n))`, `flashsim check --shard I/N`): every n-th
+group of configurations that share compiled kernels, from group i (variants: a group is
+one (d, dtype); other suites: one configuration), so n processes can split a run;
+`merge` joins their results.
 
 Modes: `full` (N in {1024, 4096}, 16 heads; what the H100 runs verified), `quick` (tiny
 sizes: seconds; what the sanitizers re-run), `sim` (tiny sizes in Numba's CUDA simulator,
@@ -59,12 +72,14 @@ import numpy as np
 import iosim
 
 MODES = ("full", "quick", "sim")
-SUITES = ("forward", "tc", "backward")
+SUITES = ("forward", "tc", "backward", "variants")
+#: what `flashsim check` and run_checks run when no suite is named
+DEFAULT_SUITES = ("forward", "tc", "backward")
 FP32_BOUND = 1e-5
 BWD_FP32_BOUND = 1e-4
 TC_L_BOUND = 1e-2
 #: fa2 backward: plain vs counted dQ tolerance (float32 atomics: order not reproducible)
-DQ_RTOL = {"fp32": 1e-5, "fp16": 2.0 ** -10}
+DQ_RTOL = {"fp32": 1e-5, "fp16": 2.0 ** -10, "bf16": 2.0 ** -7}
 DQ_ATOL = 1e-6
 TC_NEEDS_GPU = ("needs a CUDA GPU: the CUDA simulator cannot run the tensor-core kernel's "
                 "linked C++ tile functions (its PTX builds without a GPU: "
@@ -188,7 +203,9 @@ def plan(mode: str, suites=SUITES, algorithms=ALGORITHMS) -> list[tuple[str, dic
     if bad or not algorithms:
         raise ValueError(f"algorithms={list(algorithms)!r} is not allowed; allowed: a non-empty "
                          f"subset of {', '.join(ALGORITHMS)}")
-    makers = {"forward": forward_configs, "tc": tc_configs, "backward": backward_configs}
+    from analysis import check_variants
+    makers = {"forward": forward_configs, "tc": tc_configs, "backward": backward_configs,
+              "variants": check_variants.configs}
     out = []
     for s in suites:
         if s not in makers:
@@ -205,6 +222,13 @@ def plan(mode: str, suites=SUITES, algorithms=ALGORITHMS) -> list[tuple[str, dic
 
 def n_rows(suite: str, cfg: dict) -> int:
     return len(cfg["algs"]) if suite == "backward" else 1
+
+
+def shard_plan(cases: list, index: int, count: int) -> list:
+    """Shard `index` of `count` of a plan (module docstring: Sharding)."""
+    from analysis.check_variants import shard
+    return shard(cases, index, count,
+                 group=lambda c: (c[0], c[1]["group"]) if c[0] == "variants" else id(c[1]))
 
 
 # ---------------------------------------------------------------------------------------
@@ -811,6 +835,9 @@ def summary(row: dict) -> str:
         return (f"counts {'ok' if row['counts_equal'] else 'FAIL'}  err {_fmt(row['rel_err'])} "
                 f"bound {_fmt(row['bound'])}  sdpa {_fmt(row.get('sdpa_err'))}  "
                 f"L_err {_fmt(row['L_err'], '.1e')}  masked rows {row['masked_rows']}")
+    if s == "variants":
+        from analysis.check_variants import summary as variants_summary
+        return variants_summary(row)
     if s == "backward":
         em = max(row["err_model"].values()) if "err_model" in row else None
         et = max(row["err_torch"].values()) if "err_torch" in row else None
@@ -868,15 +895,18 @@ def torch_available() -> bool:
         return False
 
 
-def run_checks(mode: str, suites=SUITES, *, algorithms=ALGORITHMS,
+def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
                use_torch: bool | None = None, repeats: int = 3,
                on_row: Callable[[dict], None] | None = None,
-               on_case: Callable[[int, int, str], None] | None = None) -> dict:
+               on_case: Callable[[int, int, str], None] | None = None,
+               shard: tuple[int, int] | None = None) -> dict:
     """Run the checks of `suites` in `mode` and return the result:
     {kind: "check", mode, device, versions, date, commit, reference, suites, skipped:
-    [{suite, reason}], rows: [...], n_rows, n_failed, ok}. Each row carries suite, name,
-    ok, failures. on_row(row) is called as each row is made; on_case(done, total, name)
-    after each configuration (progress)."""
+    [{suite, reason}], shard, rows: [...], n_rows, n_passed, n_failed, n_refused, ok}.
+    Each row carries suite, name, status (pass / fail / refused), ok, failures; `ok` of
+    the result: no row failed (refused rows are counted in n_refused, not as failures).
+    shard=(i, n): only shard i of n (`shard_plan`). on_row(row) is called as each row is
+    made; on_case(done, total, name) after each configuration (progress)."""
     global _T
     from gpu import _launch
     if mode != "sim" and _launch.SIM:
@@ -898,6 +928,8 @@ def run_checks(mode: str, suites=SUITES, *, algorithms=ALGORITHMS,
     if "tc" in suites and mode == "sim":
         skipped.append({"suite": "tc", "reason": TC_NEEDS_GPU})
     cases = plan(mode, suites, algorithms)
+    if shard is not None:
+        cases = shard_plan(cases, *shard)
     total = len(cases)
     rows = []
     t_start = time.perf_counter()
@@ -905,6 +937,7 @@ def run_checks(mode: str, suites=SUITES, *, algorithms=ALGORITHMS,
     poison_before = _api.set_poison(True)   # validation: unwritten elements show as NaN
 
     def add(row):
+        row.setdefault("status", "pass" if row["ok"] else "fail")
         rows.append(row)
         if on_row:
             on_row(row)
@@ -932,6 +965,19 @@ def run_checks(mode: str, suites=SUITES, *, algorithms=ALGORITHMS,
                                failures=[f"{type(exc).__name__}: {exc}"[:400]])
                 row.update(suite=suite, name=name, s=round(time.perf_counter() - t0, 2))
                 add(row)
+            elif suite == "variants":
+                from analysis import check_variants
+                name = check_variants.name(cfg)
+                try:
+                    row = check_variants.check(cfg, _T)
+                except Exception as exc:   # not a refusal (check_variants.check keeps those)
+                    row = dict(cfg, ok=False, status="fail",
+                               error=f"{type(exc).__name__}: {exc}"[:400],
+                               failures=[f"{type(exc).__name__}: {exc}"[:400]])
+                row.update(suite=suite, name=name, s=round(time.perf_counter() - t0, 2))
+                add(row)
+                if _T is not None:
+                    _T.cuda.empty_cache()
             else:
                 name = f"backward N={cfg['N']} {cfg['dtype']}{' causal' if cfg['causal'] else ''}"
                 try:
@@ -950,20 +996,56 @@ def run_checks(mode: str, suites=SUITES, *, algorithms=ALGORITHMS,
     finally:
         _T = None
         _api.set_poison(poison_before)
-    failed = [r for r in rows if not r["ok"]]
-    return {"kind": "check", "mode": mode, "device": device_name(), "versions": versions(),
+    return finish_result({
+            "kind": "check", "mode": mode, "device": device_name(), "versions": versions(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": current_commit(),
             "reference": "torch float64 on the GPU" if use_torch else "NumPy float64",
             "suites": list(suites), "skipped": skipped,
+            "shard": None if shard is None else list(shard),
             "criteria": {"ledger": "counts == iosim.closed_form exactly",
                          "forward fp32": f"rel err <= {FP32_BOUND:g}",
                          "fp16": "rel err <= 2 x PyTorch SDPA's fp16 error (with torch), "
                                  "else 2 x e_model",
                          "backward fp32": f"max rel err <= {BWD_FP32_BOUND:g}",
-                         "backward fp16": "each rel err <= 2 x the schedule's fp16 model"},
-            "rows": rows, "n_rows": len(rows), "n_failed": len(failed), "ok": not failed,
-            "total_s": round(time.perf_counter() - t_start, 1)}
+                         "backward fp16": "each rel err <= 2 x the schedule's fp16 model",
+                         "variants": "max|x - ref| / max|ref| <= 2 x PyTorch SDPA's in the "
+                                     "same dtype + 1e-5 (without torch: 2 x the storage "
+                                     "rounding model + 1e-5), x in O, dQ, dK, dV"},
+            "rows": rows, "total_s": round(time.perf_counter() - t_start, 1)})
+
+
+def finish_result(result: dict) -> dict:
+    """Set n_rows, n_passed, n_failed, n_refused and ok from result["rows"]."""
+    rows = result["rows"]
+    status = [r.get("status", "pass" if r["ok"] else "fail") for r in rows]
+    result.update(n_rows=len(rows), n_passed=status.count("pass"),
+                  n_failed=status.count("fail"), n_refused=status.count("refused"),
+                  ok=status.count("fail") == 0)
+    return result
+
+
+def merge(results: list[dict]) -> dict:
+    """One result from the results of shards (or any runs) of the same mode: their rows
+    concatenated, skipped suites joined, totals recounted; device, versions, commit and
+    reference from the first (a ValueError if they differ in mode, device or commit)."""
+    if not results:
+        raise ValueError("results=[] is not allowed; allowed: one or more check results")
+    first = results[0]
+    for r in results[1:]:
+        for key in ("kind", "mode", "device", "commit", "reference"):
+            if r.get(key) != first.get(key):
+                raise ValueError(f"results differ in {key}: {first.get(key)!r} and "
+                                 f"{r.get(key)!r}; allowed: results of one run")
+    out = {k: v for k, v in first.items() if not k.startswith("n_")}
+    out["rows"] = [row for r in results for row in r["rows"]]
+    out["suites"] = sorted({s for r in results for s in r["suites"]},
+                           key=lambda s: SUITES.index(s) if s in SUITES else len(SUITES))
+    out["skipped"] = [s for i, r in enumerate(results) for s in r["skipped"]
+                      if s not in [x for q in results[:i] for x in q["skipped"]]]
+    out["shard"] = [r.get("shard") for r in results]
+    out["total_s"] = round(sum(r.get("total_s", 0) for r in results), 1)
+    return finish_result(out)
 
 
 # ---------------------------------------------------------------------------------------

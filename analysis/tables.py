@@ -201,6 +201,38 @@ def table_checks(data=None) -> str:
     return "\n".join(lines) + "\n" + _source("check", used)
 
 
+def table_variants(data=None) -> str:
+    """The latest full run of the variants suite (the flash-attn test matrix,
+    analysis/check_variants.py): per head dim and dtype, rows passed / run, with the
+    failed and refused ones named by count."""
+    from analysis.check_variants import DS, DTYPES
+    rows = [r for r in R.load("check", device=DEVICE, data=data)
+            if r.get("suite") == "variants" and not r.get("under")
+            and r.get("mode") in (None, "full")]
+    if not rows:
+        return ("_No run of `flashsim check --suite variants` on the H100 in the data set "
+                "yet (`flashsim check --suite variants --record`)._\n")
+    run = rows[-1]["run_id"]
+    rs = [r for r in rows if r["run_id"] == run]
+    lines = ["| d | " + " | ".join(DTYPES) + " |", "|---" * (len(DTYPES) + 1) + "|"]
+
+    def cell(group):
+        if not group:
+            return "–"
+        st = [r.get("status", "pass" if r.get("ok") else "fail") for r in group]
+        text = f"{st.count('pass')}/{len(st)}"
+        extra = [f"{st.count(x)} {x}" for x in ("fail", "refused") if st.count(x)]
+        return text + (f" ({', '.join(extra)})" if extra else "")
+    for d in DS:
+        lines.append(f"| {d} | " + " | ".join(
+            cell([r for r in rs if r.get("d") == d and r.get("dtype") == dt])
+            for dt in DTYPES) + " |")
+    st = [r.get("status", "pass" if r.get("ok") else "fail") for r in rs]
+    note = (f"{st.count('pass')} passed, {st.count('fail')} failed, {st.count('refused')} "
+            f"refused of {len(rs)} rows; passed / rows per cell; ")
+    return "\n".join(lines) + "\n" + _source("check", rs, note)
+
+
 def table_ncu(data=None) -> str:
     """Nsight Compute's global load/store bytes against the ledger (latest per kernel)."""
     rows = [r for r in R.load("ncu", device=DEVICE, data=data) if r.get("compare")]
@@ -293,6 +325,7 @@ TABLES: dict[str, Callable] = {
     "fa1_vs_fa2": table_fa1_vs_fa2,
     "fwd_bwd": table_fwd_bwd,
     "checks": table_checks,
+    "variants": table_variants,
     "ncu": table_ncu,
     "sanitizer": table_sanitizer,
     "levels_validation": table_levels_validation,

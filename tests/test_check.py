@@ -127,7 +127,7 @@ def test_ptx_no_float64_and_no_atomics_without_counting():
 # On a GPU: the quick checks of every suite, as `flashsim check --quick` runs them
 # ---------------------------------------------------------------------------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("suite", C.SUITES)
+@pytest.mark.parametrize("suite", C.DEFAULT_SUITES)
 def test_quick_checks_on_gpu(suite):
     result = C.run_checks("quick", [suite], repeats=1)
     failed = [(r["name"], r["failures"]) for r in result["rows"] if not r["ok"]]

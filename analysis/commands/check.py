@@ -17,8 +17,12 @@ EPILOG = """examples:
   flashsim check --sanitizer racecheck # the quick checks under compute-sanitizer
   flashsim check --ncu                 # Nsight Compute's load/store bytes against the ledger
   flashsim check --ptx                 # no GPU needed: compile PTX, no float64, atomics only when counting
+  flashsim check --suite variants      # the flash-attn matrix: d, N_q != N_k, masks, dtypes, GQA
+  flashsim check --suite variants --shard 0/18 --json out/v0.json   # one of 18 processes
+  flashsim check --merge out/v0.json,out/v1.json --record            # join shards, record once
 
-Exit status: 0 all checks passed, 1 a check failed, 2 bad input or a missing tool."""
+Exit status: 0 no check failed (refused rows are counted and listed, not failures), 1 a
+check failed, 2 bad input or a missing tool."""
 
 
 def register(sub):
@@ -33,12 +37,29 @@ def register(sub):
                     "float64 attention within bounds (fp16: 2x PyTorch SDPA's own error when "
                     "torch is installed). On a CUDA GPU at full sizes (--quick: tiny); "
                     "without one in Numba's CUDA simulator at tiny sizes, where the "
-                    "tensor-core suite is skipped (it needs a GPU) and says so.",
+                    "tensor-core suite is skipped (it needs a GPU) and says so. --suite "
+                    "variants: the flash-attn test matrix (head dims 32..256, N_q != N_k, "
+                    "causal, windows, fp16 / bf16 / fp32, grouped K/V; fa2 forward and "
+                    "backward against PyTorch SDPA's error in the same dtype); rows a "
+                    "kernel refuses are counted as refused.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help="tiny sizes (seconds); what --sanitizer re-runs")
+                   help="tiny sizes (seconds; variants: 24 rows of the matrix); what "
+                        "--sanitizer re-runs")
     p.add_argument("--suite", default="forward,tc,backward", metavar="S,...",
-                   help="comma-separated suites from forward, tc, backward (default: all)")
+                   help="comma-separated suites from forward, tc, backward, variants "
+                        "(default: forward,tc,backward; variants: the flash-attn test "
+                        "matrix, analysis/check_variants.py)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run shard I of N (0 <= I < N): every N-th group of configurations "
+                        "that share compiled kernels, from group I; run N processes and "
+                        "join their --json files with --merge")
+    p.add_argument("--merge", default=None, metavar="PATH,...",
+                   help="join the --json results of shards (comma-separated paths) into one "
+                        "result: print its summary, write --json, --record it once; runs "
+                        "no kernels")
+    p.add_argument("--run-id", default=None,
+                   help="run_id of the rows --record appends (default: a new one)")
     p.add_argument("--algorithms", default="standard,fa1,fa2", metavar="A,...",
                    help="comma-separated algorithms whose configurations run (default: "
                         "standard,fa1,fa2; the tc suite is fa2's)")
@@ -104,6 +125,21 @@ def _write_json(path, result) -> None:
     path.write_text(json.dumps(result, indent=1, default=str) + "\n")
 
 
+def _shard(text):
+    """'I/N' -> (I, N), or None."""
+    from iosim import ConfigError
+    if text is None:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        i = n = None
+    if n is None or n < 1 or not 0 <= i < n:
+        raise ConfigError(f"shard={text!r} is not allowed; allowed: I/N with integers "
+                          f"0 <= I < N, e.g. 0/12")
+    return i, n
+
+
 def _err(msg: str) -> int:
     print(f"flashsim check: error: {msg}", file=sys.stderr)
     return 2
@@ -114,6 +150,9 @@ def main(args) -> int:
     suites = _suites(args.suite)
     if args.repeats < 0:
         raise ConfigError(f"repeats={args.repeats} must be >= 0")
+    shard = _shard(args.shard)
+    if args.merge:
+        return _merge(args)
     if args.ptx:
         return _ptx(args)
     from analysis.sweeps import ensure_cuda_env
@@ -132,10 +171,51 @@ def main(args) -> int:
             return _err(f"--{'sanitizer' if args.sanitizer else 'ncu'} needs {tool} (CUDA "
                         f"toolkit) on PATH; not found")
         return _sanitizer(args, path, suites) if args.sanitizer else _ncu(args)
-    return _checks(args, suites, has_gpu)
+    return _checks(args, suites, has_gpu, shard)
 
 
-def _checks(args, suites, has_gpu) -> int:
+def _report(args, result) -> int:
+    """Print the summary line, the failures and refusals; write --json; --record; the
+    exit status."""
+    rows = result["rows"]
+    extra = []
+    if result.get("n_refused"):
+        extra.append(f"{result['n_refused']} refused")
+    if result["skipped"]:
+        extra.append(f"suite {', '.join(s['suite'] for s in result['skipped'])} skipped")
+    print(f"{result['n_rows']} checks on {result['device']} ({result['reference']} "
+          f"reference): {result['n_passed']} passed, {result['n_failed']} failed"
+          + "".join(f", {x}" for x in extra) + f" ({result['total_s']} s)")
+    for r in rows:
+        if r.get("status") == "fail":
+            print(f"  FAIL {r['suite']} {r['name']}: {'; '.join(r['failures'])}")
+    for r in rows:
+        if r.get("status") == "refused":
+            print(f"  REFUSED {r['suite']} {r['name']}: {r.get('refused', '')}")
+    _write_json(args.json, result)
+    if args.json:
+        print(f"JSON: {args.json}")
+    if args.record:
+        _record(result, args.run_id)
+    return 1 if result["n_failed"] else 0
+
+
+def _merge(args) -> int:
+    from iosim import ConfigError
+    from analysis import check as C
+    paths = [x.strip() for x in args.merge.split(",") if x.strip()]
+    results = []
+    for p in paths:
+        try:
+            results.append(json.loads(Path(p).read_text()))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"merge={p!r} is not a JSON check result ({e.msg})") from None
+    result = C.merge(results)
+    print(f"flashsim check --merge: {len(paths)} results")
+    return _report(args, result)
+
+
+def _checks(args, suites, has_gpu, shard=None) -> int:
     from analysis import check as C
     from analysis.progress import Progress
     mode = "sim" if not has_gpu else ("quick" if args.quick else "full")
@@ -143,42 +223,34 @@ def _checks(args, suites, has_gpu) -> int:
         print("flashsim check: no CUDA GPU: running in Numba's CUDA simulator at tiny sizes")
     algs = _algorithms(args.algorithms)
     cases = C.plan(mode, suites, algs)
+    if shard is not None:
+        cases = C.shard_plan(cases, *shard)
     total = len(cases)
     bar = Progress(total, "check")
     lines = []
 
     def on_row(row):
-        line = (f"{'PASS' if row['ok'] else 'FAIL'} {row['suite']:<8} {row['name']:<46} "
+        line = (f"{row['status'].upper():<7} {row['suite']:<8} {row['name']:<46} "
                 f"{C.summary(row)}")
         lines.append(line)
         bar.write(line)
 
-    print(f"flashsim check ({mode}): {total} configurations of {', '.join(suites)}")
+    print(f"flashsim check ({mode}): {total} configurations of {', '.join(suites)}"
+          + (f" (shard {shard[0]}/{shard[1]})" if shard else ""))
     with bar:
         result = C.run_checks(mode, suites, algorithms=algs,
                               use_torch=False if args.no_torch else None,
                               repeats=args.repeats, on_row=on_row,
-                              on_case=lambda done, tot, name: bar.set(done, name))
+                              on_case=lambda done, tot, name: bar.set(done, name),
+                              shard=shard)
     for s in result["skipped"]:
         print(f"SKIP {s['suite']}: {s['reason']}")
-    failed = [r for r in result["rows"] if not r["ok"]]
-    print(f"{result['n_rows']} checks on {result['device']} ({result['reference']} "
-          f"reference): {result['n_rows'] - len(failed)} passed, {len(failed)} failed"
-          + (f", suite {', '.join(s['suite'] for s in result['skipped'])} skipped"
-             if result["skipped"] else "") + f" ({result['total_s']} s)")
-    for r in failed:
-        print(f"  FAIL {r['suite']} {r['name']}: {'; '.join(r['failures'])}")
-    _write_json(args.json, result)
-    if args.json:
-        print(f"JSON: {args.json}")
-    if args.record:
-        _record(result)
-    return 1 if failed else 0
+    return _report(args, result)
 
 
-def _record(result) -> None:
+def _record(result, run_id=None) -> None:
     from analysis import results as R
-    run_id = R.new_run_id("check")
+    run_id = run_id or R.new_run_id("check")
     rows = [R.make_row("check", run_id=run_id, device=result["device"], date=result["date"],
                        commit=result["commit"], versions=result["versions"],
                        mode=result["mode"], reference=result["reference"], **row)
