@@ -1,0 +1,380 @@
+"""bfloat16 (bf16) end to end: iosim's dtype and rounding model, the kernels' bit
+conversions, the plain forward and backward kernels, the input kinds, the CLI.
+
+Simulator cases are tiny (N <= 45, d <= 16, 8 x 8 or 16 x 16 tiles). Criteria:
+  * counts: the instrumented kernels' ledger == iosim's closed form == the executed
+    schedule's ledger, and bf16 counts the same bytes as fp16 (2 per element).
+  * accuracy (rel err = ||x - ref||_F / ||ref||_F, ref = float64 attention of the very
+    bf16 inputs): <= 2 x the rel err of iosim.rounding_model_attention /
+    rounding_model_backward (the storage roundings the schedule cannot avoid, in bf16).
+  * every output is NaN-poisoned first (poison=True): finite outputs were all written; a
+    row that sees no key gets exactly O = 0 (L = -inf).
+GPU tests (@pytest.mark.gpu): torch.bfloat16 in and out, against PyTorch's own bf16 SDPA
+error (ours <= 2 x torch's + 1e-5), forward and backward, N = 1000, d = 64 and 128.
+"""
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from numba import cuda
+
+import iosim
+from gpu import _launch
+from gpu.api import attention
+from gpu.backward import attention_backward
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def rel_err(x, ref):
+    return float(np.linalg.norm(np.asarray(x, np.float64) - ref) / np.linalg.norm(ref))
+
+
+# ---------------------------------------------------------------------------------------
+# iosim: the dtype, its bytes, its rounding model
+# ---------------------------------------------------------------------------------------
+def test_dtype_names_and_bytes():
+    for name in ("bf16", "bfloat16", ml_dtypes.bfloat16, BF16):
+        assert iosim.check_dtype(name) == "bf16"
+    with pytest.raises(ValueError, match=r"dtype='fp8' is not supported; allowed: fp32, fp16, "
+                                         r"bf16"):
+        iosim.check_dtype("fp8")
+    p = iosim.Problem(N=37, d=16, dtype="bfloat16")
+    assert p.dtype == "bf16" and p.itemsize == 2 and p.np_dtype == BF16
+    assert p.itemsize_of("L") == 4
+    t = iosim.Tiling(8, 16)
+    for alg in iosim.ALGORITHMS:
+        kw = dict(N=37, N_k=45, d=16, heads=4, kv_heads=2, causal=True, window=(20, 0))
+        b, h = (iosim.closed_form(alg, iosim.Problem(dtype=dt, **kw), t) for dt in ("bf16", "fp16"))
+        assert b.counts() == h.counts() and b.hbm_bytes == h.hbm_bytes > 0
+        kw = dict(N=37, d=16, heads=4, kv_heads=2, causal=True)
+        b, h = (iosim.backward_closed_form(alg, iosim.Problem(dtype=dt, **kw), t)
+                for dt in ("bf16", "fp16"))
+        assert b.counts() == h.counts() and b.hbm_bytes == h.hbm_bytes > 0
+        assert iosim.sram_footprint_bytes(alg, 8, 16, 16, "bf16") == \
+            iosim.sram_footprint_bytes(alg, 8, 16, 16, "fp16")
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("alg", ["standard", "fa1", "fa2"])
+def test_rounding_model_matches_the_executed_schedule(alg, dtype):
+    """The float64 rounding model against iosim.execute (float32 arithmetic, HBM tensors
+    stored in the dtype): their difference is far below the model's own error, so the
+    model does describe the schedule's roundings (fa1: O after every key block)."""
+    kw = dict(causal=True, window=(20, 0))
+    p = iosim.Problem(N=37, N_k=45, d=16, heads=2, kv_heads=1, dtype=dtype, **kw)
+    q, k, v = iosim.random_inputs(p, 1)
+    ex = iosim.execute(alg, p, iosim.Tiling(8, 8), q, k, v)
+    ref = iosim.reference_attention(q, k, v, **kw)
+    model = iosim.rounding_model_attention(alg, q, k, v, dtype=dtype, B_r=8, B_c=8, **kw)
+    e_model = rel_err(model, ref)
+    assert e_model > (1e-3 if dtype == "bf16" else 1e-4)        # bf16: 8 mantissa bits
+    assert rel_err(ex.O, model) <= 0.1 * e_model
+    # and the backward model against the executed backward
+    pb = iosim.Problem(N=37, d=16, heads=2, kv_heads=1, dtype=dtype, causal=True)
+    q, k, v = iosim.random_inputs(pb, 2)
+    do = np.random.default_rng(3).standard_normal(q.shape).astype(q.dtype)
+    exb = iosim.execute_backward(alg, pb, iosim.Tiling(8, 8), q, k, v, do)
+    o = iosim.execute(alg, pb, iosim.Tiling(8, 8), q, k, v).O
+    refb = iosim.reference_attention_backward(q, k, v, do, causal=True)
+    mdl = iosim.rounding_model_backward(alg, q, k, v, o, do, dtype=dtype, causal=True,
+                                        B_r=8, B_c=8)
+    for g, m, r in zip((exb.dq, exb.dk, exb.dv), mdl, refb):
+        assert rel_err(g, r) <= 2 * rel_err(m, r), (rel_err(g, r), rel_err(m, r))
+
+
+# ---------------------------------------------------------------------------------------
+# The kernels' conversions
+# ---------------------------------------------------------------------------------------
+@cuda.jit
+def _convert(x, bits, back):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        bits[i] = _launch.f32_to_bf16(x[i])
+        back[i] = _launch.bf16_to_f32(bits[i])
+
+
+def test_bit_conversions_match_ml_dtypes():
+    """f32_to_bf16 (round to nearest even; overflow to inf; NaN stays NaN) and bf16_to_f32
+    (exact) on the device functions the kernels call, against ml_dtypes, for special
+    values, ties, and random bit patterns."""
+    rng = np.random.default_rng(0)
+    special = np.array([0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, np.nan, -np.nan, 3.4e38,
+                        -3.4e38, 1e-45, 1.00390625, 1.01171875, 1.0 + 2 ** -8, 65504.0,
+                        3.3895314e38, 3.3961776e38], np.float32)   # ties; max; overflow
+    x = np.concatenate([special, rng.integers(0, 2 ** 32, 400, dtype=np.uint64)
+                        .astype(np.uint32).view(np.float32)])
+    bits = cuda.to_device(np.zeros(x.size, np.uint16))
+    back = cuda.to_device(np.zeros(x.size, np.float32))
+    _convert[-(-x.size // 64), 64](cuda.to_device(x), bits, back)
+    got, wide = bits.copy_to_host(), back.copy_to_host()
+    want = x.astype(BF16)
+    nan = np.isnan(x)
+    assert (got[~nan] == want.view(np.uint16)[~nan]).all()
+    assert np.isnan(got[nan].view(BF16).astype(np.float32)).all()
+    assert (wide.view(np.uint32)[~nan] == want.astype(np.float32).view(np.uint32)[~nan]).all()
+    assert np.isnan(wide[nan]).all()
+    # poison fill of a bf16 (uint16) output: bf16 NaN bits
+    assert np.isnan(_launch.filled((3,), np.uint16, np.nan).copy_to_host().view(BF16)
+                    .astype(np.float32)).all()
+
+
+# ---------------------------------------------------------------------------------------
+# Forward kernels (the plain ones: the simulator runs no tensor-core kernel)
+# ---------------------------------------------------------------------------------------
+FWD_CASES = {
+    # N_q != N_k (odd), grouped heads, causal + window: bottom-right band
+    "band": dict(N=37, N_k=45, heads=2, kv_heads=1, causal=True, window=(20, 0)),
+    # causal with N_q > N_k: rows 0..15 see no key (O = 0, L = -inf)
+    "masked_rows": dict(N=40, N_k=24, heads=1, kv_heads=1, causal=True),
+}
+
+
+def _fwd(alg, q, k, v, tiles, **kw):
+    out = attention(q, k, v, algorithm=alg, count_traffic=True, poison=True,
+                    return_stats=alg != "standard", block_rows=tiles[0], block_cols=tiles[1],
+                    **kw)
+    return out[0], (out[1] if alg != "standard" else None), out[-1]
+
+
+@pytest.mark.parametrize("case", sorted(FWD_CASES))
+@pytest.mark.parametrize("alg", ["standard", "fa1", "fa2"])
+def test_forward(alg, case):
+    cfg = dict(FWD_CASES[case])
+    mask_kw = dict(causal=cfg.pop("causal"), window=cfg.pop("window", (-1, -1)))
+    p = iosim.Problem(d=16, dtype="bf16", **cfg, **mask_kw)
+    q, k, v = iosim.random_inputs(p, 4)
+    assert q.dtype == BF16
+    tiles = (8, 8) if case == "band" else (16, 8)
+    O, L, ledger = _fwd(alg, q, k, v, tiles, **mask_kw)
+    t = iosim.Tiling(*tiles)
+    cf = iosim.closed_form(alg, p, t)
+    assert ledger.counts() == cf.counts() == iosim.execute(alg, p, t, q, k, v).ledger.counts()
+    assert ledger.hbm_bytes == cf.hbm_bytes
+    assert O.dtype == BF16 and O.shape == q.shape
+    assert np.isfinite(O.astype(np.float32)).all()           # poisoned: all written
+    ref, lse = iosim.reference_attention(q, k, v, return_lse=True, **mask_kw)
+    model = iosim.rounding_model_attention(alg, q, k, v, dtype="bf16", B_r=t.B_r, B_c=t.B_c,
+                                           **mask_kw)
+    assert rel_err(O, ref) <= 2 * rel_err(model, ref), (rel_err(O, ref), rel_err(model, ref))
+    sees = np.isfinite(lse)
+    assert (O.astype(np.float32)[~sees] == 0).all()
+    if case == "masked_rows":
+        assert (~sees[0, 0, :16]).all() and sees[0, 0, 16:].all()
+    if L is not None:
+        L = np.asarray(L)
+        assert np.isneginf(L[~sees]).all()
+        assert np.abs(L[sees] - lse[sees]).max() <= 1e-5 * np.abs(lse[sees]).max() + 1e-5
+
+
+@pytest.mark.parametrize("alg", ["standard", "fa1", "fa2"])
+def test_forward_huge_logits_and_block_mask(alg):
+    """Scores up to ~2.5e4 (integer q, k, exact in bf16 and in the float32 dot products;
+    scale 1) need the running max; a block mask leaves query block 1 without keys."""
+    rng = np.random.default_rng(5)
+    q = rng.integers(-40, 41, (1, 1, 33, 16)).astype(BF16)
+    k = rng.integers(-40, 41, (1, 1, 33, 16)).astype(BF16)
+    v = rng.standard_normal((1, 1, 33, 16)).astype(BF16)
+    mask = np.array([[True, False, True], [False, False, False], [True, True, False]])
+    assert np.abs(q[0, 0].astype(np.float64) @ k[0, 0].T.astype(np.float64)).max() > 5e3
+    O, _L, ledger = _fwd(alg, q, k, v, (16, 16), scale=1.0, block_mask=mask)
+    p = iosim.Problem(N=33, d=16, dtype="bf16", block_mask=mask)
+    assert ledger.counts() == iosim.closed_form(alg, p, iosim.Tiling(16, 16)).counts()
+    ref = iosim.reference_attention(q, k, v, scale=1.0, block_mask=mask, B_r=16, B_c=16)
+    model = iosim.rounding_model_attention(alg, q, k, v, dtype="bf16", scale=1.0,
+                                           block_mask=mask, B_r=16, B_c=16)
+    assert np.isfinite(O.astype(np.float32)).all()
+    assert (O.astype(np.float32)[0, 0, 16:32] == 0).all()
+    assert rel_err(O, ref) <= 2 * rel_err(model, ref), (rel_err(O, ref), rel_err(model, ref))
+
+
+# ---------------------------------------------------------------------------------------
+# Backward kernels
+# ---------------------------------------------------------------------------------------
+def _stats(alg, p, t, q, k, v, **kw):
+    """(o, stats) as the backward takes them: the GPU forward's own (fa2: L; fa1: (1, L),
+    which gives the same P; standard: P of gpu.backward.standard.standard_forward)."""
+    if alg == "standard":
+        from gpu.backward.standard import standard_forward
+        return standard_forward(q, k, v, block_rows=t.B_r, block_cols=t.B_c, poison=True, **kw)
+    o, L = attention(q, k, v, algorithm=alg, return_stats=True, block_rows=t.B_r,
+                     block_cols=t.B_c, **kw)
+    return o, (L if alg == "fa2" else (np.ones_like(L), L))
+
+
+BWD_CASES = [
+    ("standard", dict(N=21, heads=2, kv_heads=1, causal=True)),
+    ("fa1", dict(N=21, heads=2, kv_heads=1, causal=True)),
+    ("fa2", dict(N=21, heads=2, kv_heads=1, causal=True)),
+    # fa2 only: N_q != N_k with a window, and causal with N_q > N_k (rows without keys)
+    ("fa2", dict(N=27, N_k=35, heads=2, kv_heads=1, causal=True, window=(12, 0))),
+    ("fa2", dict(N=30, N_k=18, heads=1, kv_heads=1, causal=True)),
+]
+
+
+@pytest.mark.parametrize("alg, cfg", BWD_CASES,
+                         ids=[f"{a}-{i}" for i, (a, _c) in enumerate(BWD_CASES)])
+def test_backward(alg, cfg):
+    cfg = dict(cfg)
+    mask_kw = dict(causal=cfg.pop("causal"), window=cfg.pop("window", (-1, -1)))
+    if mask_kw["window"] == (-1, -1):
+        del mask_kw["window"]
+    p = iosim.Problem(d=8, dtype="bf16", **cfg, **mask_kw)
+    q, k, v = iosim.random_inputs(p, 6)
+    do = np.random.default_rng(7).standard_normal(q.shape).astype(BF16)
+    t = iosim.Tiling(8, 8)
+    o, stats = _stats(alg, p, t, q, k, v, **mask_kw)
+    assert o.dtype == BF16
+    grads, ledger = attention_backward(q, k, v, o, do, stats, algorithm=alg, block_rows=8,
+                                       block_cols=8, count_traffic=True, poison=True, **mask_kw)
+    cf = iosim.backward_closed_form(alg, p, t)
+    assert ledger.counts() == cf.counts()
+    ex = iosim.execute_backward(alg, p, t, q, k, v, do)
+    assert ex.ledger.counts() == cf.counts()
+    ref = iosim.reference_attention_backward(q, k, v, do, **mask_kw)
+    model = iosim.rounding_model_backward(alg, q, k, v, o, do, dtype="bf16", B_r=8, B_c=8,
+                                          **mask_kw)
+    for g, want, r, m, name in zip(grads, (q, k, v), ref, model, ("dq", "dk", "dv")):
+        assert g.dtype == BF16 and g.shape == want.shape, name
+        assert np.isfinite(g.astype(np.float32)).all(), f"{name}: unwritten (NaN) elements"
+        assert rel_err(g, r) <= 2 * rel_err(m, r), (name, rel_err(g, r), rel_err(m, r))
+    if p.N > p.N_k:         # rows that see no key: dQ = 0 there
+        assert (grads[0].astype(np.float32)[0, 0, :p.N - p.N_k] == 0).all()
+
+
+# ---------------------------------------------------------------------------------------
+# Input kinds, kernel choice, errors, CLI
+# ---------------------------------------------------------------------------------------
+def test_numba_device_arrays_and_thin_path():
+    """Numba device arrays holding ml_dtypes.bfloat16 in -> the same kind (bf16) out; the
+    repeat call takes the thin path and gives the same O."""
+    from gpu import api
+    p = iosim.Problem(N=20, d=8, dtype="bf16")
+    q, k, v = iosim.random_inputs(p, 8)
+    dq, dk, dv = (cuda.to_device(x) for x in (q, k, v))
+    kw = dict(block_rows=8, block_cols=8, poison=True)
+    O1 = attention(dq, dk, dv, **kw)
+    n = api.thin_calls
+    O2 = attention(dq, dk, dv, **kw)
+    assert api.thin_calls == n + 1
+    assert hasattr(O1, "copy_to_host") and np.dtype(O1.dtype) == BF16
+    h1, h2 = O1.copy_to_host(), O2.copy_to_host()
+    assert h1.dtype == BF16 and (h1.view(np.uint16) == h2.view(np.uint16)).all()
+    np.testing.assert_array_equal(h1.view(np.uint16), attention(q, k, v, **kw).view(np.uint16))
+
+
+def test_kernel_choice_and_errors():
+    from gpu import api
+    from gpu.forward import fa2_tc
+    rng = np.random.default_rng(9)
+    q, k, v = (rng.standard_normal((1, 1, 16, 16)).astype(BF16) for _ in range(3))
+    with pytest.raises(ValueError, match="kernel='fast' is not allowed for bf16"):
+        attention(q, k, v, kernel="fast")
+    with pytest.raises(ValueError, match="kernel='fast'.*bf16"):
+        attention_backward(q, k, v, q, q, np.zeros((1, 1, 16), np.float32), kernel="fast",
+                           block_rows=16, block_cols=16)
+    if "bf16" not in api.tc_dtypes(fa2_tc):
+        with pytest.raises(ValueError, match="kernel='tc' needs float16 inputs.*got bf16"):
+            attention(q, k, v, kernel="tc")
+    else:      # the tensor-core module takes bf16: in the simulator it still cannot run
+        with pytest.raises(ValueError, match="kernel='tc'"):
+            attention(q, k, v, kernel="tc")
+    with pytest.raises(ValueError, match="dtypes are bfloat16, float16, bfloat16"):
+        attention(q, k.astype(np.float16), v)
+    with pytest.raises(ValueError, match="dtype int16; allowed: float32, float16, bfloat16"):
+        attention(q.view(np.int16), k, v)
+    # the default tiling of bf16 is the plain kernels' square tiles (as fp16 in the simulator)
+    assert api.default_tiling("fa2", 64, "bf16") == api.default_tiling("fa2", 64, "fp16")
+
+
+def test_cli_traffic_bf16(capsys):
+    from analysis.cli import main as cli
+    argv = ["traffic", "--algorithm", "fa2", "--seq-len", "1000", "--head-dim", "64",
+            "--causal", "--gpu", "H100-SXM", "--json"]
+    assert cli(argv + ["--dtype", "bf16"]) == 0
+    b = json.loads(capsys.readouterr().out)
+    assert cli(argv + ["--dtype", "fp16"]) == 0
+    h = json.loads(capsys.readouterr().out)
+    assert b["dtype"] == "bf16" and h["dtype"] == "fp16"
+    assert b["hbm_bytes"] == h["hbm_bytes"] > 0
+    assert cli(["traffic", "--algorithm", "fa2", "--seq-len", "1024", "--head-dim", "64",
+                "--dtype", "bf16", "--levels"]) == 2
+    err = capsys.readouterr().err
+    assert "--dtype=bf16 does not go with --levels" in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# On a GPU: torch.bfloat16 against PyTorch's own bf16 error
+# ---------------------------------------------------------------------------------------
+def _torch_case(torch, N, d, causal, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v, do = (torch.randn((1, 4, N, d), device="cuda", generator=g, dtype=torch.float32)
+                   .to(torch.bfloat16) for _ in range(4))
+    return q, k, v, do
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_torch_bf16_forward_and_backward(d, causal):
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    from gpu import api
+    N = 1000
+    q, k, v, do = _torch_case(torch, N, d, causal, seed=d + causal)
+    h = lambda x: x.float().cpu().numpy()
+    ref = iosim.reference_attention(h(q), h(k), h(v), causal=causal)
+    with api.poison_outputs(True):
+        O, L = attention(q, k, v, causal=causal, return_stats=True)
+    assert isinstance(O, torch.Tensor) and O.dtype == torch.bfloat16 and O.shape == q.shape
+    assert torch.isfinite(O).all()
+    qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
+    Ot = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
+    e, e_t = rel_err(h(O), ref), rel_err(h(Ot.detach()), ref)
+    assert e <= 2 * e_t + 1e-5, (e, e_t)
+    # backward: ours from our forward's O and L; torch's by autograd on its SDPA
+    Ot.backward(do)
+    with api.poison_outputs(True):
+        grads = attention_backward(q, k, v, O, do, L, causal=causal)
+    refg = iosim.reference_attention_backward(h(q), h(k), h(v), h(do), causal=causal)
+    for g, gt, r, name in zip(grads, (qs.grad, ks.grad, vs.grad), refg, ("dq", "dk", "dv")):
+        assert isinstance(g, torch.Tensor) and g.dtype == torch.bfloat16
+        assert torch.isfinite(g).all(), name
+        e, e_t = rel_err(h(g), r), rel_err(h(gt), r)
+        assert e <= 2 * e_t + 1e-5, (name, d, causal, e, e_t)
+
+
+@pytest.mark.gpu
+def test_gpu_torch_bf16_every_algorithm_counts_and_autograd():
+    """torch.bfloat16 through each algorithm's kernels with counts (= closed form), the
+    repeat (thin) call, and gpu.autograd's flash_attention."""
+    torch = pytest.importorskip("torch")
+    from gpu import api
+    from gpu.autograd import flash_attention
+    q, k, v, do = _torch_case(torch, 257, 64, True, seed=3)
+    p = iosim.Problem(N=257, d=64, heads=4, dtype="bf16", causal=True)
+    h = lambda x: x.float().cpu().numpy()
+    ref = iosim.reference_attention(h(q), h(k), h(v), causal=True)
+    for alg in ("standard", "fa1", "fa2"):
+        O, ledger = attention(q, k, v, algorithm=alg, causal=True, count_traffic=True,
+                              block_rows=32, block_cols=32, poison=True)
+        assert O.dtype == torch.bfloat16
+        assert ledger.counts() == iosim.closed_form(alg, p, iosim.Tiling(32, 32)).counts()
+        model = iosim.rounding_model_attention(alg, h(q), h(k), h(v), dtype="bf16",
+                                               causal=True, B_r=32, B_c=32)
+        assert rel_err(h(O), ref) <= 2 * rel_err(model, ref), alg
+        O2 = attention(q, k, v, algorithm=alg, causal=True, block_rows=32, block_cols=32,
+                       poison=True)
+        O3 = attention(q, k, v, algorithm=alg, causal=True, block_rows=32, block_cols=32,
+                       poison=True)                         # thin path
+        assert torch.equal(O2, O3)
+    n = api.thin_calls
+    assert n > 0
+    qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
+    out = flash_attention(qs, ks, vs, causal=True)
+    out.backward(do)
+    assert out.dtype == torch.bfloat16 and qs.grad.dtype == torch.bfloat16
+    refg = iosim.reference_attention_backward(h(q), h(k), h(v), h(do), causal=True)
+    assert rel_err(h(qs.grad), refg[0]) < 2e-2
