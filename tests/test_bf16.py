@@ -278,6 +278,32 @@ def test_varlen_forward_and_backward():
         assert rel_err(g, r) <= 2 * rel_err(e, r), (name, rel_err(g, r), rel_err(e, r))
 
 
+@pytest.mark.parametrize("S, page, kv_reads", [(1, None, "per_query_head"),
+                                                (3, 8, "per_group")])
+def test_decode(S, page, kv_reads):
+    """gpu.decode with bf16 caches (fa2_decode and paged split-KV, grouped heads): counts =
+    iosim.decode's closed form; O (and L) against float64: O is rounded to bf16 once (the
+    split partials are float32), so error <= 2 x that one rounding's."""
+    import gpu
+    from iosim.decode import (DecodeProblem, decode_closed_form, paged_cache,
+                              random_decode_inputs, reference_decode)
+    p = DecodeProblem(N_kv=37, d=16, heads=4, kv_heads=2, N_q=3, dtype="bf16", page_size=page)
+    q, k, v = random_decode_inputs(p, seed=12)
+    kw = dict(num_splits=S, kv_reads=kv_reads, return_stats=True, count_traffic=True)
+    if page:
+        kp, vp, table = paged_cache(p, k, v, seed=13)
+        O, L, led = gpu.decode(q, kp, vp, block_table=table, cache_seqlens=37, **kw)
+    else:
+        O, L, led = gpu.decode(q, k, v, **kw)
+    cf = decode_closed_form("split_kv" if S > 1 else "fa2_decode", p, num_splits=S,
+                            kv_reads=kv_reads)
+    assert led.counts() == cf.counts() and led.hbm_bytes == cf.hbm_bytes
+    ref, lse = reference_decode(q, k, v, return_lse=True)
+    assert O.dtype == BF16 and np.isfinite(O.astype(np.float32)).all()
+    assert rel_err(O, ref) <= 2 * rel_err(iosim.rounder("bf16")(ref), ref)
+    assert np.abs(np.asarray(L) - lse).max() <= 1e-4
+
+
 # ---------------------------------------------------------------------------------------
 # Input kinds, kernel choice, errors, CLI
 # ---------------------------------------------------------------------------------------
