@@ -124,6 +124,20 @@ def rounder(dtype):
     return lambda x: np.asarray(x, np.float64).astype(npdt).astype(np.float64)
 
 
+def _model_inputs(arrays, k_index, causal, scale, window, block_mask, B_r, B_c):
+    """(float64 arrays with K/V-like ones (index >= k_index, < k_index + 2) repeated over
+    the query heads, scale, allowed mask) of the rounding models."""
+    arrays = [np.asarray(x, np.float64) for x in arrays]
+    H, G = arrays[0].shape[-3], arrays[k_index].shape[-3]
+    for i in (k_index, k_index + 1):
+        arrays[i] = np.repeat(arrays[i], H // G, axis=-3)
+    N, d = arrays[0].shape[-2:]
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    allowed = element_mask(N, causal, block_mask, B_r, B_c, N_k=arrays[k_index].shape[-2],
+                           window=window)
+    return arrays, scale, allowed
+
+
 def _probs(q, k, scale, allowed, round_s):
     """(P, sees) of softmax(round_s(scale Q K^T)) over the allowed keys, float64."""
     s = round_s(scale * (q @ np.swapaxes(k, -1, -2)))
@@ -151,13 +165,9 @@ def rounding_model_attention(algorithm: str, q, k, v, *, dtype, causal: bool = F
     project's criterion is 2x). Shapes and masks as `reference_attention` (grouped heads,
     bottom-right causal / window, block mask with B_r, B_c); rows that see no key: 0."""
     r = rounder(dtype)
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    H, G = q.shape[-3], k.shape[-3]
-    k, v = np.repeat(k, H // G, axis=-3), np.repeat(v, H // G, axis=-3)
-    N, d = q.shape[-2:]
-    N_k = k.shape[-2]
-    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
-    allowed = element_mask(N, causal, block_mask, B_r, B_c, N_k=N_k, window=window)
+    (q, k, v), scale, allowed = _model_inputs((q, k, v), 1, causal, scale, window,
+                                              block_mask, B_r, B_c)
+    d, N_k = q.shape[-1], k.shape[-2]
     if algorithm == "standard":
         p, _ = _probs(q, k, scale, allowed, r)
         return r(r(p) @ v)
@@ -200,13 +210,10 @@ def rounding_model_backward(algorithm: str, q, k, v, o, do, *, dtype, causal: bo
     grouped-head sum, and the final gradients rounded. Masks as `rounding_model_attention`;
     no dropout."""
     r = rounder(dtype)
-    q, k, v, o, do = (np.asarray(x, np.float64) for x in (q, k, v, o, do))
-    H, G = q.shape[-3], k.shape[-3]
-    kr, vr = np.repeat(k, H // G, axis=-3), np.repeat(v, H // G, axis=-3)
-    N, d = q.shape[-2:]
-    N_k = k.shape[-2]
-    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
-    allowed = element_mask(N, causal, block_mask, B_r, B_c, N_k=N_k, window=window)
+    H, G = np.shape(q)[-3], np.shape(k)[-3]
+    (q, kr, vr, o, do), scale, allowed = _model_inputs((q, k, v, o, do), 1, causal, scale,
+                                                       window, block_mask, B_r, B_c)
+    N_k, d = kr.shape[-2:]
     std = algorithm == "standard"
     p, _ = _probs(q, kr, scale, allowed, r if std else (lambda x: x))
     dp = do @ np.swapaxes(vr, -1, -2)
