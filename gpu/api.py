@@ -31,6 +31,12 @@ Default tiling (no block_rows/block_cols/sram_bytes given):
   fp16 d=64 -> 32, fp32 d=128 -> 16, d=16 -> 64, fp32 d=192 and 256 -> 8; standard:
   fp32 d=64 -> 64.
 
+bfloat16: inputs of ml_dtypes.bfloat16 (NumPy, Numba), torch.bfloat16 or a '<V2'
+__cuda_array_interface__ run on the plain kernels as uint16 bits (`_launch.loader` /
+`storer`), or on a tensor-core kernel whose module lists "bf16" in DTYPES (`tc_dtypes`);
+the fast kernels take fp32 and fp16 only (`FAST_DTYPES`). Outputs: bf16 of the caller's
+kind.
+
 Head dims: any d in 1..256 (`HEAD_DIMS`). The plain kernels run every d and load exactly
 d elements per row (no padding: the ledger is iosim's unchanged). The fast fp32 kernel
 needs d a multiple of 4 TC with d / TC <= 16 (`fa2_fast.plan`: e.g. 24, 64, 192, 256, not
@@ -642,8 +648,11 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     """Exact attention O = softmax(scale Q K^T [+ causal/block mask]) V on the GPU.
 
     q: (batch, heads, N_q, d); k, v: (batch, kv_heads, N_k, d) with kv_heads dividing heads
-    (query head h uses K/V head h // (heads // kv_heads)). float32 or float16, all the
-    same dtype, C-contiguous; d any integer in 1..256 (module docstring: Head dims).
+    (query head h uses K/V head h // (heads // kv_heads)). float32, float16 or bfloat16
+    (NumPy / Numba: ml_dtypes.bfloat16; torch.bfloat16; a '<V2' __cuda_array_interface__),
+    all the same dtype, C-contiguous; d any integer in 1..256 (module docstring: Head
+    dims). bf16 runs on the plain kernels (or a tensor-core kernel whose module lists
+    "bf16" in DTYPES), never the fast ones, and comes back bf16 in the caller's kind.
     NumPy in -> NumPy out (copied); a device array in (numba, or any __cuda_array_interface__ object such as a torch tensor; not
     in the simulator) -> the same kind out, without copying the inputs.
 

@@ -572,8 +572,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                        dropout_p=0.0, dropout_seed=0, dropout_offset=0, window=(-1, -1)):
     """Gradients (dq, dk, dv) of O = softmax(scale Q K^T [+ mask]) V given dO, on the GPU.
 
-    q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N_k, d); one dtype (float32 or
-    float16), C-contiguous, all NumPy or all device arrays (as `gpu.attention`).
+    q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N_k, d); one dtype (float32,
+    float16 or bfloat16: the plain kernels, or a tensor-core kernel whose module lists
+    bf16), C-contiguous, all NumPy or all device arrays (as `gpu.attention`).
     N_k != N and window=(left, right) (as `gpu.attention`: bottom-right aligned causal,
     flash-attn's window_size, -1 unbounded; same ValueErrors for a bad window) run on the
     plain and fast fa2 kernels (algorithm='fa2', kernel 'plain', 'fast', or 'auto', which
