@@ -46,6 +46,7 @@ import threading
 
 import numpy as np
 from numba import config, cuda, float32  # noqa: F401  (float32 re-exported for kernels)
+from numba import int32, int64, uint16
 from numba.cuda import types as nbtypes
 
 from iosim.ledger import TENSOR_ORDER, Ledger
@@ -99,9 +100,9 @@ def dtype_name(dtype) -> str:
 # ---------------------------------------------------------------------------------------
 # Storage dtype <-> float32 in kernels (bf16 as uint16 bits)
 # ---------------------------------------------------------------------------------------
-# Bit casts between 32 bits (held in an int64, 0..2^32-1) and float32. On a GPU libdevice's __nv_int_as_float /
-# __nv_float_as_int (a register move); the simulator runs kernels as Python, where
-# libdevice is a stub, so there NumPy views do it.
+# Bit casts between 32 bits (held in an int64, 0..2^32-1) and float32. On a GPU
+# libdevice's __nv_int_as_float / __nv_float_as_int (a register move); the simulator runs
+# kernels as Python, where libdevice is a stub, so there NumPy views do it.
 if SIM:
     def _u32_as_f32(u):
         return np.uint32(int(u) & 0xFFFFFFFF).view(np.float32)
@@ -112,10 +113,10 @@ else:
     from numba.cuda import libdevice as _libdevice
 
     def _u32_as_f32(u):             # u: int64 holding 32 bits; int32() keeps the low 32
-        return _libdevice.int_as_float(nbtypes.int32(u))
+        return _libdevice.int_as_float(int32(u))
 
     def _f32_as_u32(f):             # int64 0..2^32-1 (signed: no float64 in mixed sums)
-        return nbtypes.int64(_libdevice.float_as_int(f)) & 0xFFFFFFFF
+        return int64(_libdevice.float_as_int(f)) & 0xFFFFFFFF
 _u32_as_f32 = cuda.jit(device=True, inline=True)(_u32_as_f32)
 _f32_as_u32 = cuda.jit(device=True, inline=True)(_f32_as_u32)
 
@@ -123,7 +124,7 @@ _f32_as_u32 = cuda.jit(device=True, inline=True)(_f32_as_u32)
 @cuda.jit(device=True, inline=True)
 def bf16_to_f32(b):
     """float32 of bf16 bits b (uint16): the bits are float32's upper half, exactly."""
-    return _u32_as_f32(nbtypes.int64(b) << 16)
+    return _u32_as_f32(int64(b) << 16)
 
 
 @cuda.jit(device=True, inline=True)
@@ -133,8 +134,8 @@ def f32_to_bf16(x):
     rounds to +-inf by itself. NaN stays NaN (quiet, sign kept)."""
     u = _f32_as_u32(x)
     if x != x:
-        return nbtypes.uint16(((u >> 16) | 0x40) & 0xFFFF)
-    return nbtypes.uint16(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
+        return uint16(((u >> 16) | 0x40) & 0xFFFF)
+    return uint16(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
 
 
 @cuda.jit(device=True, inline=True)
