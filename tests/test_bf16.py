@@ -13,6 +13,8 @@ GPU tests (@pytest.mark.gpu): torch.bfloat16 in and out, against PyTorch's own b
 error (ours <= 2 x torch's + 1e-5), forward and backward, N = 1000, d = 64 and 128.
 """
 import json
+import os
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -20,12 +22,14 @@ import pytest
 
 from numba import cuda
 
+import _background
 import iosim
 from gpu import _launch
 from gpu.api import attention
 from gpu.backward import attention_backward
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def rel_err(x, ref):
@@ -363,6 +367,80 @@ def test_cli_traffic_bf16(capsys):
                 "--dtype", "bf16", "--levels"]) == 2
     err = capsys.readouterr().err
     assert "--dtype=bf16 does not go with --levels" in err and len(err.strip().splitlines()) == 1
+
+
+# the bf16 builds of every kernel that runs bf16, compiled for sm_90 by NVVM (no GPU):
+# the hardware path of the conversions (libdevice bit casts) types and lowers
+PTX_SCRIPT = """
+import re
+from numba import cuda, types as t
+from gpu.forward import fa2, fa1, standard
+from gpu.backward import flash, standard as bstd
+from gpu.decode import split_kv as K
+X = t.uint16
+A1, A2, A3, A4 = (t.Array(X, n, "C") for n in (1, 2, 3, 4))
+F1, F2, F3, F4, F5 = (t.Array(t.float32, n, "C") for n in (1, 2, 3, 4, 5))
+M, Z3 = t.Array(t.uint8, 2, "C"), t.Array(t.uint8, 3, "C")
+C, T2 = t.Array(t.int64, 2, "C"), t.Array(t.int32, 2, "C")
+I, U, F = t.int64, t.uint64, t.float32
+lay = K.plan(64, "bf16", 2, vec_ok=True, sim=False)
+builds = {
+    "fa2_fwd": (fa2.fa2_forward_kernel(16, 16, 16, "bf16", True, True, True, 128, True, True),
+                (A3, A3, A3, A3, F2, F, I, I, I, I, I, I, M, C, U, U, U, U, F)),
+    "fa1_fwd": (fa1.fa1_forward_kernel(16, 16, 16, "bf16", True, True, True, 128, True),
+                (A3, A3, A3, A3, F2, F2, F, I, I, I, I, I, I, M, C)),
+    "std_S": (standard.s_kernel(16, 16, 16, "bf16", True, True, 128, True),
+              (A3, A3, A3, T2, F, I, I, I, I, I, I, C)),
+    "std_softmax": (standard.softmax_kernel(16, 16, True, True, True, 128, True, True, False,
+                                            "bf16"), (A3, A3, M, I, I, I, I, C, Z3, U, U, U, U)),
+    "std_PV": (standard.pv_kernel(16, 16, 16, "bf16", True, True, True, 128, True, True),
+               (A3, A3, A3, F, M, I, I, I, I, I, I, C, Z3, F)),
+    "bwd_pre": (flash.fa2_pre_kernel(16, 16, "bf16", True, 128), (A3, A3, F2, F3, I, C)),
+    "bwd_fa2": (flash.bwd_main_kernel("fa2", 16, 16, 16, "bf16", True, True, True, 128, True,
+                                      True),
+                (A3, A3, A3, A3, A3, F2, F2, F2, F3, A3, A3, F, I, I, I, I, I, I, M, C, U, U,
+                 U, U, F)),
+    "bwd_fa1": (flash.bwd_main_kernel("fa1", 16, 16, 16, "bf16", True, True, True, 128),
+                (A3, A3, A3, A3, A3, F2, F2, F2, A3, A3, A3, F, I, I, I, I, I, I, M, C, U, U,
+                 U, U, F)),
+    "bwd_convert": (flash.convert_kernel("bf16", True), (F1, A1, C)),
+    "bwd_gsum": (flash.group_sum_kernel("bf16", True), (A2, A2, A2, A2, I, C)),
+    "std_bwd_dV": (bstd.tposed_kernel("dV", 16, 16, 16, "bf16", True, True, True, 128, True),
+                   (A3, A3, A3, F, M, I, C, Z3, F)),
+    "std_bwd_dS": (bstd.ds_kernel(16, 16, "bf16", True, True, True, 128), (A3, A3, A3, M, I, C)),
+    "decode": (K.decode_kernel(64, "bf16", 2, 1, True, True, True, True, lay["NT"], lay["VW"],
+                               lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"], lay["red"]),
+               (A4, A4, A4, T2, A4, F3, F5, F4, F, I, I, I, I, I, C)),
+    "combine": (K.combine_kernel(64, "bf16", 2, True, 128), (F5, F4, A4, F3, I, I, C)),
+}
+for name, (kern, sig) in builds.items():
+    ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))
+    body = "\\n".join(l for l in ptx.splitlines() if not l.strip().startswith("//"))
+    print(name, len(re.findall(r"\\.f64", body)), len(re.findall(r"\\bcall", body)),
+          int(lay["vec"]))
+"""
+
+
+def _ptx_job():
+    """PTX_SCRIPT in a subprocess without the simulator (started early)."""
+    env = dict(_background.environ(), PYTHONPATH=ROOT)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    return _background.run([sys.executable, "-c", PTX_SCRIPT], env=env, timeout=300, cwd=ROOT)
+
+
+@pytest.mark.prestart(job=_ptx_job)
+def test_bf16_builds_compile_to_ptx():
+    """Every bf16 build compiles for sm_90 (NVVM, no GPU): no float64 instruction, no
+    function call (the libdevice bit casts inline to moves), and the decode kernel's bf16
+    layout without the fp16-converting 16-byte loads. Skipped where NVVM is missing."""
+    r = _background.result(_ptx_job)
+    if r.returncode != 0 and "NVVM" in r.stderr + r.stdout:
+        pytest.skip("no NVVM here: " + r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.strip().splitlines()]
+    assert len(rows) == 14
+    for name, f64, calls, vec in rows:
+        assert (int(f64), int(calls), int(vec)) == (0, 0, 0), (name, f64, calls, vec)
 
 
 # ---------------------------------------------------------------------------------------
