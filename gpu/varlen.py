@@ -132,7 +132,8 @@ def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, 
     per pass (gpu.backward.fa2_varlen).
 
     q, o, do: (total_q, heads, d); k, v: (total_k, kv_heads, d); one dtype (float32,
-    float16 or bfloat16), C-contiguous, all NumPy or all Numba device arrays (NumPy in -> NumPy out).
+    float16 or bfloat16), C-contiguous, all NumPy or all Numba device arrays (NumPy in ->
+    NumPy out).
     L: the forward's logsumexp, float32 (heads, total_q), as
     `attention_varlen(..., return_stats=True)` returns it. cu_seqlens_q, cu_seqlens_k,
     causal, window, scale: as `attention_varlen` (must match the forward).

@@ -505,11 +505,11 @@ def test_gpu_torch_bf16_every_algorithm_counts_and_autograd():
         assert rel_err(h(O), ref) <= 2 * rel_err(model, ref), alg
         O2 = attention(q, k, v, algorithm=alg, causal=True, block_rows=32, block_cols=32,
                        poison=True)
+        n = api.thin_calls
         O3 = attention(q, k, v, algorithm=alg, causal=True, block_rows=32, block_cols=32,
-                       poison=True)                         # thin path
-        assert torch.equal(O2, O3)
-    n = api.thin_calls
-    assert n > 0
+                       poison=True)                         # the thin path
+        assert api.thin_calls == n + 1, alg
+        assert O3.dtype == torch.bfloat16 and torch.equal(O2, O3)
     qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
     out = flash_attention(qs, ks, vs, causal=True)
     out.backward(do)
