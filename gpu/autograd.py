@@ -14,7 +14,8 @@ algorithm (forward -> what it saves -> backward, `gpu.backward.attention_backwar
 Tensors must be CUDA, C-contiguous, float32, float16 or bfloat16 (bf16 runs where
 gpu.attention runs it: the plain kernels, or a tensor-core one that lists bf16; the
 simulator takes no torch tensors). block_rows/block_cols pass to both forward and
-backward; without them each side takes its default, except for 'standard' (both take the backward default
+backward; without them each side takes its default, except for 'standard' (both take the
+backward default
 `default_backward_tiling(d, dtype, 'standard')`: the backward reads P over its own
 active tiles, so the two tilings must agree). A block_mask is (T_r, T_c) of one tiling,
 so it needs block_rows and block_cols.
