@@ -248,6 +248,31 @@ def test_backward(alg, cfg):
         assert (grads[0].astype(np.float32)[0, 0, :p.N - p.N_k] == 0).all()
 
 
+@pytest.mark.parametrize("alg", ["standard", "fa1", "fa2"])
+def test_backward_huge_logits(alg):
+    """Scores up to ~1e4 (integer q, k exact in bf16, scale 1): the backward's P = exp(S -
+    L) (fa1: exp(S - m) / l) must not overflow; causal, odd N, grouped heads."""
+    rng = np.random.default_rng(14)
+    q = rng.integers(-30, 31, (1, 2, 19, 8)).astype(BF16)
+    k = rng.integers(-30, 31, (1, 1, 19, 8)).astype(BF16)
+    v = rng.standard_normal((1, 1, 19, 8)).astype(BF16)
+    do = rng.standard_normal(q.shape).astype(BF16)
+    assert np.abs(q[0, 0].astype(np.float64) @ k[0, 0].T.astype(np.float64)).max() > 3e3
+    p = iosim.Problem(N=19, d=8, heads=2, kv_heads=1, dtype="bf16", causal=True)
+    t = iosim.Tiling(8, 8)
+    o, stats = _stats(alg, p, t, q, k, v, causal=True, scale=1.0)
+    grads, ledger = attention_backward(q, k, v, o, do, stats, algorithm=alg, causal=True,
+                                       scale=1.0, block_rows=8, block_cols=8,
+                                       count_traffic=True, poison=True)
+    assert ledger.counts() == iosim.backward_closed_form(alg, p, t).counts()
+    ref = iosim.reference_attention_backward(q, k, v, do, causal=True, scale=1.0)
+    model = iosim.rounding_model_backward(alg, q, k, v, o, do, dtype="bf16", causal=True,
+                                          scale=1.0, B_r=8, B_c=8)
+    for g, r, m, name in zip(grads, ref, model, ("dq", "dk", "dv")):
+        assert np.isfinite(g.astype(np.float32)).all(), name
+        assert rel_err(g, r) <= 2 * rel_err(m, r), (name, rel_err(g, r), rel_err(m, r))
+
+
 def test_varlen_forward_and_backward():
     """Packed variable-length batches (gpu.attention_varlen / _backward, the plain fa2
     block bodies): a sequence without queries, one without keys, N_q_b != N_k_b, causal;
