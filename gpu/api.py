@@ -484,7 +484,8 @@ def _to_device(x, kind):
         # the int16 view has a __cuda_array_interface__ (bfloat16 has none); same stream
         # rule as below
         import torch
-        return cuda.as_cuda_array(x.view(torch.int16), sync=False).view(NP_DTYPE["bf16"])
+        return cuda.as_cuda_array(x.detach().view(torch.int16), sync=False).view(
+            NP_DTYPE["bf16"])
     if _torch_like(x) is not None:
         # our kernels run on torch's current stream (`_torch_stream`), the stream torch
         # reports as the producer's: ordered after it without a host-blocking sync
