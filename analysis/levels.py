@@ -713,6 +713,10 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
     if problem.block_mask is not None:
         raise ValueError("block_mask: the hierarchy model covers dense and causal problems; "
                          "block-sparse masks are not modelled")
+    if problem.dtype == "bf16":
+        raise ValueError("dtype='bf16': the hierarchy and time models know the fp16 and fp32 "
+                         "kernels only; the bf16 ledger (iosim.closed_form) counts 2 bytes an "
+                         "element as fp16")
     if problem.N_k != problem.N or problem.window != (-1, -1):
         raise ValueError(f"N_k={problem.N_k} (N={problem.N}), window={problem.window}: the "
                          f"hierarchy model covers N_k = N without a window; those variants "

@@ -46,9 +46,11 @@ import threading
 
 import numpy as np
 from numba import config, cuda, float32  # noqa: F401  (float32 re-exported for kernels)
+from numba import int32, int64, uint16
 from numba.cuda import types as nbtypes
 
 from iosim.ledger import TENSOR_ORDER, Ledger
+from iosim.problem import BFLOAT16
 
 SIM = bool(config.ENABLE_CUDASIM)
 
@@ -57,9 +59,17 @@ TENSORS = TENSOR_ORDER
 T = {name: i for i, name in enumerate(TENSORS)}
 READ, WRITE = 0, 1
 
-#: Numba element types of the storage dtypes (statistics are always float32).
-NB_DTYPE = {"fp32": nbtypes.float32, "fp16": nbtypes.float16}
-NP_DTYPE = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
+#: Numba element types of the storage dtypes on the device (statistics are always
+#: float32). bf16 travels as its bits, uint16: Numba has no bfloat16 arithmetic type that
+#: the simulator runs too; kernels widen with `loader(dt)` and round with `storer(dt)`.
+NB_DTYPE = {"fp32": nbtypes.float32, "fp16": nbtypes.float16, "bf16": nbtypes.uint16}
+NP_DTYPE = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16),
+            "bf16": np.dtype(np.uint16)}
+#: The dtype callers see for each storage dtype (NumPy's bfloat16 is ml_dtypes').
+HOST_DTYPE = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16),
+              "bf16": BFLOAT16}
+#: bf16 bits of the NaN the poison fill writes into bf16 outputs (a quiet NaN)
+BF16_NAN_BITS = 0x7FC0
 
 #: Default shared memory per block without opt-in, and in the simulator (bytes).
 DEFAULT_SMEM_BYTES = 48 * 1024
@@ -78,12 +88,76 @@ def default_threads() -> int:
 
 
 def dtype_name(dtype) -> str:
-    """'fp32' or 'fp16' for a NumPy dtype (ValueError otherwise)."""
+    """'fp32', 'fp16' or 'bf16' for a NumPy dtype (float32, float16, ml_dtypes.bfloat16;
+    ValueError otherwise)."""
     dt = np.dtype(dtype)
-    for name, npdt in NP_DTYPE.items():
+    for name, npdt in HOST_DTYPE.items():
         if dt == npdt:
             return name
-    raise ValueError(f"dtype={dt} is not supported; allowed: float32, float16")
+    raise ValueError(f"dtype={dt} is not supported; allowed: float32, float16, bfloat16")
+
+
+# ---------------------------------------------------------------------------------------
+# Storage dtype <-> float32 in kernels (bf16 as uint16 bits)
+# ---------------------------------------------------------------------------------------
+# Bit casts between 32 bits (held in an int64, 0..2^32-1) and float32. On a GPU
+# libdevice's __nv_int_as_float / __nv_float_as_int (a register move); the simulator runs
+# kernels as Python, where libdevice is a stub, so there NumPy views do it.
+if SIM:
+    def _u32_as_f32(u):
+        return np.uint32(int(u) & 0xFFFFFFFF).view(np.float32)
+
+    def _f32_as_u32(f):
+        return int(np.float32(f).view(np.uint32))
+else:
+    from numba.cuda import libdevice as _libdevice
+
+    def _u32_as_f32(u):             # u: int64 holding 32 bits; int32() keeps the low 32
+        return _libdevice.int_as_float(int32(u))
+
+    def _f32_as_u32(f):             # int64 0..2^32-1 (signed: no float64 in mixed sums)
+        return int64(_libdevice.float_as_int(f)) & 0xFFFFFFFF
+_u32_as_f32 = cuda.jit(device=True, inline=True)(_u32_as_f32)
+_f32_as_u32 = cuda.jit(device=True, inline=True)(_f32_as_u32)
+
+
+@cuda.jit(device=True, inline=True)
+def bf16_to_f32(b):
+    """float32 of bf16 bits b (uint16): the bits are float32's upper half, exactly."""
+    return _u32_as_f32(int64(b) << 16)
+
+
+@cuda.jit(device=True, inline=True)
+def f32_to_bf16(x):
+    """bf16 bits (uint16) of float32 x, rounded to nearest, ties to even (as PyTorch and
+    ml_dtypes): add 0x7FFF plus the lowest kept bit, drop the low 16 bits; overflow
+    rounds to +-inf by itself. NaN stays NaN (quiet, sign kept)."""
+    u = _f32_as_u32(x)
+    if x != x:
+        return uint16(((u >> 16) | 0x40) & 0xFFFF)
+    return uint16(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
+
+
+@cuda.jit(device=True, inline=True)
+def _to_f32_float(x):
+    return float32(x)
+
+
+@cuda.jit(device=True, inline=True)
+def _store_float(x):
+    return x        # the store into an fp16 / fp32 array converts (round to nearest)
+
+
+def loader(dt: str):
+    """Device function ld(x) -> float32 of one stored element of dtype `dt` (a compile-time
+    choice: float32(x) for fp32 / fp16, `bf16_to_f32` for bf16 bits)."""
+    return bf16_to_f32 if dt == "bf16" else _to_f32_float
+
+
+def storer(dt: str):
+    """Device function st(x) giving what to store for float32 x in an array of dtype `dt`
+    (x itself for fp32 / fp16, whose store rounds; `f32_to_bf16` bits for bf16)."""
+    return f32_to_bf16 if dt == "bf16" else _store_float
 
 
 def lane_group_reducer(n: int, op: str):
@@ -501,7 +575,10 @@ def _fill_kernel(flat, value):
 def filled(shape, dtype, value):
     """A new device array of `shape`/`dtype` filled with `value` (e.g. NaN poison for
     outputs, so unwritten elements show). On a GPU the fill runs on the device (no host
-    copy of N x N buffers); in the simulator a host array is copied."""
+    copy of N x N buffers); in the simulator a host array is copied. uint16 is bf16's
+    storage (NP_DTYPE['bf16']): a uint16 array gets the bf16 bits of `value`."""
+    if np.dtype(dtype) == NP_DTYPE["bf16"]:
+        value = int(np.array(value, np.float32).astype(BFLOAT16).view(np.uint16))
     if SIM:
         return cuda.to_device(np.full(shape, value, dtype=dtype))
     arr = cuda.device_array(shape, dtype=dtype)
@@ -554,7 +631,8 @@ def counters_to_ledger(counters, algorithm, problem, tiling) -> Ledger:
     return Ledger(algorithm, problem, tiling, reads, writes)
 
 
-__all__ = ["SIM", "TENSORS", "T", "READ", "WRITE", "NB_DTYPE", "NP_DTYPE", "NEG_INF", "ZERO",
+__all__ = ["SIM", "TENSORS", "T", "READ", "WRITE", "NB_DTYPE", "NP_DTYPE", "HOST_DTYPE",
+           "loader", "storer", "bf16_to_f32", "f32_to_bf16", "NEG_INF", "ZERO",
            "ONE", "NAN", "sees_key", "DEFAULT_SMEM_BYTES", "default_threads", "dtype_name", "kernel_name",
            "jit_options", "specialisation", "device_smem_limit", "check_fits", "launch", "filled",
            "on_stream", "recording", "thin_launch", "core_stream", "numba_stream",

@@ -31,6 +31,12 @@ Default tiling (no block_rows/block_cols/sram_bytes given):
   fp16 d=64 -> 32, fp32 d=128 -> 16, d=16 -> 64, fp32 d=192 and 256 -> 8; standard:
   fp32 d=64 -> 64.
 
+bfloat16: inputs of ml_dtypes.bfloat16 (NumPy, Numba), torch.bfloat16 or a '<V2'
+__cuda_array_interface__ run on the plain kernels as uint16 bits (`_launch.loader` /
+`storer`), or on a tensor-core kernel whose module lists "bf16" in DTYPES (`tc_dtypes`);
+the fast kernels take fp32 and fp16 only (`FAST_DTYPES`). Outputs: bf16 of the caller's
+kind.
+
 Head dims: any d in 1..256 (`HEAD_DIMS`). The plain kernels run every d and load exactly
 d elements per row (no padding: the ledger is iosim's unchanged). The fast fp32 kernel
 needs d a multiple of 4 TC with d / TC <= 16 (`fa2_fast.plan`: e.g. 24, 64, 192, 256, not
@@ -86,8 +92,22 @@ from iosim.tiling import ALGORITHMS, Tiling, resolve_tiling, sram_footprint_byte
 from . import _launch
 from .forward import (fa1, fa1_fast, fa1_tc, fa2, fa2_fast, fa2_tc, standard, standard_fast,
                       standard_tc)
-from ._launch import (DEFAULT_SMEM_BYTES, NP_DTYPE, SIM, check_fits, counters_to_ledger,
-                      default_threads, device_smem_limit, filled, new_counters)
+from ._launch import (DEFAULT_SMEM_BYTES, HOST_DTYPE, NP_DTYPE, SIM, check_fits,
+                      counters_to_ledger, default_threads, device_smem_limit, dtype_name,
+                      filled, new_counters)
+
+BF16 = HOST_DTYPE["bf16"]
+
+
+def tc_dtypes(module) -> tuple:
+    """The storage dtypes a tensor-core kernel module runs: its DTYPES (e.g. ("fp16",
+    "bf16")), or ("fp16",) for a module that does not declare them."""
+    return tuple(getattr(module, "DTYPES", ("fp16",)))
+
+
+#: storage dtypes of the register-tiled (fast) kernels; bf16 runs on the plain kernels
+#: (and the tensor-core ones whose module lists it in DTYPES)
+FAST_DTYPES = ("fp32", "fp16")
 
 
 def clear_plans() -> None:
@@ -210,15 +230,16 @@ def fa2_fast_default(d: int) -> tuple[int, int, int] | None:
     return None
 
 
-def fa2_tc_default(d: int, causal: bool = False) -> tuple[int, int] | None:
-    """(B_r, B_c) of the tensor-core fa2 kernel's default tiling for fp16 at head dim d, or
-    None where it cannot run (the simulator; d not a multiple of 16)."""
-    if SIM:
+def fa2_tc_default(d: int, causal: bool = False, dtype: str = "fp16") -> tuple[int, int] | None:
+    """(B_r, B_c) of the tensor-core fa2 kernel's default tiling for fp16 (or bf16, where
+    gpu.forward.fa2_tc runs it) at head dim d, or None where it cannot run (the simulator;
+    d not a multiple of 16; a dtype it does not take)."""
+    if SIM or dtype not in tc_dtypes(fa2_tc):
         return None
     limit = device_smem_limit()
     tuned = (FA2_TC_TILES_CAUSAL if causal else FA2_TC_TILES).get(d)
     for B_r, B_c in ((tuned,) if tuned else ()) + FA2_TC_FALLBACK:
-        if fa2_tc.supports(B_r, B_c, d, "fp16", smem_limit=limit, MT=fa2_tc_mt(B_r, B_c, d)):
+        if fa2_tc.supports(B_r, B_c, d, dtype, smem_limit=limit, MT=fa2_tc_mt(B_r, B_c, d)):
             return B_r, B_c
     return None
 
@@ -228,6 +249,8 @@ def _aligned16(x, kind) -> bool:
     NumPy inputs are copied into fresh, aligned device arrays."""
     if kind == "numpy":
         return True
+    if _torch_like(x) is not None:      # bfloat16 tensors have no __cuda_array_interface__
+        return x.data_ptr() % 16 == 0
     return x.__cuda_array_interface__["data"][0] % 16 == 0
 
 
@@ -346,17 +369,21 @@ def other_tc_module(algorithm: str):
     return {"fa1": fa1_tc, "standard": standard_tc}[algorithm]
 
 
-def other_tc_default(algorithm: str, d: int, causal: bool = False) -> dict | None:
+def other_tc_default(algorithm: str, d: int, causal: bool = False,
+                     dtype: str = "fp16") -> dict | None:
     """dict(B_r, B_c[, MT, stages]) the fa1 / standard tensor-core kernels run by default
-    (fp16, on a GPU where the tiling fits), else None (the simulator; no fit)."""
+    (fp16, or bf16 where the module lists it in DTYPES; on a GPU where the tiling fits),
+    else None (the simulator; no fit; a dtype it does not take)."""
     if SIM or algorithm not in ("fa1", "standard"):
         return None
     mod = other_tc_module(algorithm)
+    if dtype not in tc_dtypes(mod):
+        return None
     t = mod.default_tiling(d, causal)
     if algorithm == "fa1":
-        ok = mod.supports(t["B_r"], t["B_c"], d, "fp16", MT=t["MT"], stages=t["stages"])
+        ok = mod.supports(t["B_r"], t["B_c"], d, dtype, MT=t["MT"], stages=t["stages"])
     else:
-        ok = mod.supports(t["B_r"], t["B_c"], d, "fp16")
+        ok = mod.supports(t["B_r"], t["B_c"], d, dtype)
     return t if ok else None
 
 
@@ -365,15 +392,20 @@ def default_tiling(algorithm: str, d: int, dtype: str, causal: bool = False,
     """The tiling `attention` uses when none is given (see the module docstring): for fp16
     on a GPU the tensor-core kernels' defaults (fa2, fa1, standard; they may depend on
     `causal`), unless kernel='plain' (or 'fast'); for fp32 (or kernel='fast') fa2's and
-    standard's fast kernels' defaults (FA2_FAST_TILES, STANDARD_FAST_TILES)."""
-    if algorithm in ("fa1", "standard") and dtype == "fp16" and kernel in ("auto", "tc"):
-        t = other_tc_default(algorithm, d, causal)
+    standard's fast kernels' defaults (FA2_FAST_TILES, STANDARD_FAST_TILES). bf16: the
+    tensor-core defaults where the module takes bf16 (`tc_dtypes`), else the plain
+    kernels' square tiles (the fast kernels take fp32 and fp16 only)."""
+    dtype = iosim.check_dtype(dtype)
+    if algorithm in ("fa1", "standard") and dtype != "fp32" and kernel in ("auto", "tc"):
+        t = other_tc_default(algorithm, d, causal, dtype)
         if t is not None:
             return Tiling(t["B_r"], t["B_c"])
-    if algorithm == "fa2" and dtype == "fp16" and kernel in ("auto", "tc"):
-        tc = fa2_tc_default(d, causal)
+    if algorithm == "fa2" and dtype != "fp32" and kernel in ("auto", "tc"):
+        tc = fa2_tc_default(d, causal, dtype)
         if tc is not None:
             return Tiling(*tc)
+    if dtype not in FAST_DTYPES:
+        kernel = "plain"
     if algorithm == "fa2" and kernel != "plain":
         fast = fa2_fast_default(d)
         if fast is not None:
@@ -397,6 +429,12 @@ def _check(name, x, dims=("batch", "heads", "N", "d"), layout=""):
     if isinstance(x, np.ndarray):
         kind = "numpy"
         shape, dt, contig = x.shape, x.dtype, x.flags.c_contiguous
+    elif _torch_bf16(x):    # torch refuses __cuda_array_interface__ for bfloat16
+        if not x.is_cuda:
+            raise ValueError(f"{name} is a torch.bfloat16 tensor on {x.device}; allowed: "
+                             f"CUDA tensors (or NumPy arrays)")
+        kind = "cai"
+        shape, dt, contig = tuple(x.shape), BF16, x.is_contiguous()
     elif hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"):  # numba device array
         kind = "numba"
         shape, dt, contig = x.shape, np.dtype(x.dtype), x.is_c_contiguous()
@@ -404,7 +442,8 @@ def _check(name, x, dims=("batch", "heads", "N", "d"), layout=""):
         kind = "cai"
         cai = x.__cuda_array_interface__
         shape = tuple(cai["shape"])
-        dt = np.dtype(cai["typestr"])
+        # ml_dtypes' bfloat16 describes itself as the 2-byte void '<V2': taken as bf16
+        dt = BF16 if cai["typestr"] == BF16.str else np.dtype(cai["typestr"])
         strides = cai.get("strides")
         contig = strides is None or tuple(strides) == tuple(
             int(np.prod(shape[i + 1:])) * dt.itemsize for i in range(len(shape)))
@@ -414,18 +453,39 @@ def _check(name, x, dims=("batch", "heads", "N", "d"), layout=""):
     if len(shape) != len(dims):
         raise ValueError(f"{name} has shape {tuple(shape)} (ndim={len(shape)}); "
                          f"expected {len(dims)} dimensions ({', '.join(dims)}){layout}")
-    if dt not in (np.dtype(np.float32), np.dtype(np.float16)):
-        raise ValueError(f"{name} has dtype {dt}; allowed: float32, float16")
+    if dt not in HOST_DTYPE.values():
+        raise ValueError(f"{name} has dtype {dt}; allowed: float32, float16, bfloat16")
     if not contig:
         raise ValueError(f"{name} must be C-contiguous (row-major); make a contiguous copy")
     return tuple(int(s) for s in shape), dt, kind
 
 
+def _torch_bf16(x) -> bool:
+    """Whether x is a torch.bfloat16 tensor."""
+    return _torch_like(x) is not None and str(getattr(x, "dtype", "")) == "torch.bfloat16"
+
+
+def _bf16_bits(dev):
+    """A Numba device array of bf16 (ml_dtypes.bfloat16 or '<V2') as the uint16 bits the
+    kernels take (a view, no copy); other arrays unchanged."""
+    if np.dtype(dev.dtype) == BF16 or np.dtype(dev.dtype) == np.dtype("V2"):
+        return dev.view(NP_DTYPE["bf16"])
+    return dev
+
+
 def _to_device(x, kind):
+    """The input as a Numba device array in its storage dtype (bf16: uint16 bits, a view
+    of the caller's memory for device inputs)."""
     if kind == "numpy":
-        return cuda.to_device(x)
+        return cuda.to_device(x.view(NP_DTYPE["bf16"]) if x.dtype == BF16 else x)
     if kind == "numba":
-        return x
+        return _bf16_bits(x)
+    if _torch_bf16(x):
+        # the int16 view has a __cuda_array_interface__ (bfloat16 has none); same stream
+        # rule as below
+        import torch
+        return cuda.as_cuda_array(x.detach().view(torch.int16), sync=False).view(
+            NP_DTYPE["bf16"])
     if _torch_like(x) is not None:
         # our kernels run on torch's current stream (`_torch_stream`), the stream torch
         # reports as the producer's: ordered after it without a host-blocking sync
@@ -435,7 +495,7 @@ def _to_device(x, kind):
     # that same stream (stream 1, or None = unspecified/legacy): skip the host-blocking
     # sync there, keep it for any other stream.
     stream = x.__cuda_array_interface__.get("stream")
-    return cuda.as_cuda_array(x, sync=stream not in (None, 1))
+    return _bf16_bits(cuda.as_cuda_array(x, sync=stream not in (None, 1)))
 
 
 def _torch_like(like):
@@ -464,13 +524,21 @@ def _output(shape, npdt, kind, like, poison=True):
     others a Numba device array."""
     torch = _torch_like(like) if kind == "cai" else None
     if torch is None:
-        if poison:
+        if poison:       # bf16 (uint16 storage): the bits of a bf16 NaN
             return None, filled(shape, npdt, np.nan)
         return None, cuda.device_array(shape, dtype=npdt)
-    tdt = torch.float16 if npdt == np.float16 else torch.float32
+    tdt = _torch_dtype(torch, npdt)
     t = (torch.full(shape, float("nan"), device=like.device, dtype=tdt) if poison
          else torch.empty(shape, device=like.device, dtype=tdt))
+    if tdt == torch.bfloat16:
+        return t, cuda.as_cuda_array(t.view(torch.int16), sync=False).view(npdt)
     return t, cuda.as_cuda_array(t, sync=False)
+
+
+def _torch_dtype(torch, npdt):
+    """The torch dtype of an output whose device storage dtype is npdt (uint16: bf16)."""
+    return {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32,
+            NP_DTYPE["bf16"]: torch.bfloat16}[np.dtype(npdt)]
 
 
 def _no_band(common: dict) -> dict:
@@ -479,14 +547,19 @@ def _no_band(common: dict) -> dict:
 
 
 def _return_like(dev, kind, like):
-    """Convert a numba device array back to the caller's kind."""
+    """Convert a numba device array back to the caller's kind (uint16 storage is bf16:
+    NumPy / Numba callers get ml_dtypes.bfloat16, torch callers torch.bfloat16)."""
+    bf16 = np.dtype(dev.dtype) == NP_DTYPE["bf16"]
     if kind == "numpy":
-        return dev.copy_to_host()
-    if kind == "numba":
-        return dev
+        host = dev.copy_to_host()
+        return host.view(BF16) if bf16 else host
+    if kind == "numba" or (bf16 and _torch_like(like) is None):
+        return dev.view(BF16) if bf16 else dev     # CuPy has no bfloat16: a Numba array
     mod = type(like).__module__.split(".")[0]
     if mod == "torch":
         import torch
+        if bf16:
+            return torch.as_tensor(dev.view(np.int16), device=like.device).view(torch.bfloat16)
         return torch.as_tensor(dev, device=like.device)
     if mod == "cupy":
         import cupy
@@ -535,10 +608,17 @@ def _pick_kernel(kernel, fast, tensor_cores, algorithm, dname):
         raise ValueError(f"kernel='fast' is not allowed for algorithm={algorithm!r}; allowed "
                          f"for: {', '.join(FAST_ALGORITHMS)}; {algorithm!r} has "
                          f"kernel='auto', 'plain' or (fp16) 'tc'")
-    if kernel == "tc" and dname != "fp16":
-        raise ValueError(f"kernel='tc' needs float16 inputs: the tensor-core {algorithm} "
-                         f"kernels multiply fp16 tiles (got {dname}); use kernel='auto'"
-                         + (" or 'fast'" if algorithm == "fa2" else " or 'plain'"))
+    if kernel == "fast" and dname not in FAST_DTYPES:
+        raise ValueError(f"kernel='fast' is not allowed for {dname}: the fast kernels take "
+                         f"{', '.join(FAST_DTYPES)}; use kernel='auto' or 'plain'")
+    dts = tc_dtypes(fa2_tc if algorithm == "fa2" else other_tc_module(algorithm))
+    if kernel == "tc" and dname not in dts:
+        names = " or ".join({"fp16": "float16", "bf16": "bfloat16"}.get(x, x) for x in dts)
+        raise ValueError(f"kernel='tc' needs {names} inputs: the tensor-core {algorithm} "
+                         f"kernels multiply {' or '.join(dts)} tiles (got {dname}); use "
+                         f"kernel='auto'"
+                         + (" or 'fast'" if algorithm == "fa2" and dname in FAST_DTYPES
+                            else " or 'plain'"))
     return kernel, allow_tc
 
 
@@ -569,8 +649,11 @@ def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=
     """Exact attention O = softmax(scale Q K^T [+ causal/block mask]) V on the GPU.
 
     q: (batch, heads, N_q, d); k, v: (batch, kv_heads, N_k, d) with kv_heads dividing heads
-    (query head h uses K/V head h // (heads // kv_heads)). float32 or float16, all the
-    same dtype, C-contiguous; d any integer in 1..256 (module docstring: Head dims).
+    (query head h uses K/V head h // (heads // kv_heads)). float32, float16 or bfloat16
+    (NumPy / Numba: ml_dtypes.bfloat16; torch.bfloat16; a '<V2' __cuda_array_interface__),
+    all the same dtype, C-contiguous; d any integer in 1..256 (module docstring: Head
+    dims). bf16 runs on the plain kernels (or a tensor-core kernel whose module lists
+    "bf16" in DTYPES), never the fast ones, and comes back bf16 in the caller's kind.
     NumPy in -> NumPy out (copied); a device array in (numba, or any __cuda_array_interface__ object such as a torch tensor; not
     in the simulator) -> the same kind out, without copying the inputs.
 
@@ -692,7 +775,7 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
     if return_stats and algorithm == "standard":
         raise ValueError("return_stats=True is supported for algorithm='fa1' or 'fa2', "
                          "not 'standard'")
-    dname = "fp32" if dt == np.float32 else "fp16"
+    dname = dtype_name(dt)
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
     if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
         raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32 "
@@ -734,7 +817,8 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
                              f"with {tiles}: {why}")
         use_tc = why is None
     use_fast = False
-    if algorithm == "fa2" and kernel in ("auto", "fast") and not use_tc:
+    if algorithm == "fa2" and kernel in ("auto", "fast") and not use_tc and \
+            dname in FAST_DTYPES:
         t_fast = fa2_fast_threads(B_r, B_c, d, None if threads is None else int(threads))
         if t_fast is None and kernel == "fast":
             raise ValueError(f"kernel='fast': the fast fa2 kernel cannot run {dname} with "
@@ -1097,7 +1181,7 @@ class _Plan:
         p.outs = tuple((name, user.get(name, tuple(a.shape)), tuple(a.shape), np.dtype(a.dtype))
                        for name, a in views.items() if name not in ("q", "k", "v"))
         if torch is not None:
-            p.tdt = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
+            p.tdt = {npdt: _torch_dtype(torch, npdt) for _n, _s, _s3, npdt in p.outs}
         return p
 
     def __call__(self, q, k, v, ptrs):
@@ -1116,9 +1200,9 @@ class _Plan:
         B, H, N, d = self.shape
         arrays = {}
         if SIM:     # the simulator launches through Numba: it needs the input views
-            arrays["q"] = q.reshape(B * H, N, d)
-            arrays["k"] = k.reshape(k.shape[0] * k.shape[1], N, d)
-            arrays["v"] = v.reshape(v.shape[0] * v.shape[1], N, d)
+            arrays["q"] = _bf16_bits(q).reshape(B * H, N, d)
+            arrays["k"] = _bf16_bits(k).reshape(k.shape[0] * k.shape[1], N, d)
+            arrays["v"] = _bf16_bits(v).reshape(v.shape[0] * v.shape[1], N, d)
         for name, _shape, shape3, npdt in self.outs:
             a = filled(shape3, npdt, np.nan) if self.poison else cuda.device_array(shape3, npdt)
             arrays[name] = a
@@ -1160,7 +1244,8 @@ def kernel_launcher(q, k, v, **kwargs):
             a = cuda.device_array(shape3, npdt)
             arrays[name] = a
             fixed[name] = 0 if SIM else (a.device_ctypes_pointer.value or 0)
-    o_ret = arrays["o"] if plan.torch is not None else arrays["o"].reshape(B, H, N, d)
+    o_ret = (arrays["o"] if plan.torch is not None
+             else _return_like(arrays["o"].reshape(B, H, N, d), "numba", q))
     launches = plan.launches
     describe = (_describer(type(q)), _describer(type(k)), _describer(type(v)))
     torch = plan.torch
@@ -1168,8 +1253,8 @@ def kernel_launcher(q, k, v, **kwargs):
     def launch(q, k, v):
         ptrs = dict(fixed, q=describe[0](q)[1], k=describe[1](k)[1], v=describe[2](v)[1])
         if SIM:
-            arrays.update(q=q.reshape(B * H, N, d), k=k.reshape(-1, N, d),
-                          v=v.reshape(-1, N, d))
+            arrays.update(q=_bf16_bits(q).reshape(B * H, N, d),
+                          k=_bf16_bits(k).reshape(-1, N, d), v=_bf16_bits(v).reshape(-1, N, d))
         stream = (None if SIM else _launch.core_stream(
             _torch_stream(torch, q.device) if torch is not None else 0))
         for t in launches:

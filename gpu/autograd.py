@@ -11,9 +11,11 @@ algorithm (forward -> what it saves -> backward, `gpu.backward.attention_backwar
                    with (l, m) = (1, L), which gives the same P
   'standard'       gpu.backward.standard.standard_forward -> O, P  -> Algorithm 3's five
                    kernels; P is N x N per head, kept between forward and backward.
-Tensors must be CUDA, C-contiguous, float32 or float16 (the simulator takes no torch
-tensors). block_rows/block_cols pass to both forward and backward; without them each
-side takes its default, except for 'standard' (both take the backward default
+Tensors must be CUDA, C-contiguous, float32, float16 or bfloat16 (bf16 runs where
+gpu.attention runs it: the plain kernels, or a tensor-core one that lists bf16; the
+simulator takes no torch tensors). block_rows/block_cols pass to both forward and
+backward; without them each side takes its default, except for 'standard' (both take the
+backward default
 `default_backward_tiling(d, dtype, 'standard')`: the backward reads P over its own
 active tiles, so the two tilings must agree). A block_mask is (T_r, T_c) of one tiling,
 so it needs block_rows and block_cols.
@@ -52,7 +54,8 @@ class FlashAttentionFunction(torch.autograd.Function):
         # detached: torch refuses __cuda_array_interface__ on tensors that require grad
         q, k, v = (x.detach().contiguous() for x in (q, k, v))
         if algorithm == "standard" and block_rows is None:
-            dname = "fp32" if q.dtype == torch.float32 else "fp16"
+            dname = {torch.float32: "fp32", torch.float16: "fp16",
+                     torch.bfloat16: "bf16"}.get(q.dtype, "fp16")   # others: attention refuses
             t = default_backward_tiling(q.shape[-1], dname, "standard")
             block_rows, block_cols = t.B_r, t.B_c
         tiles = {} if block_rows is None else dict(block_rows=block_rows, block_cols=block_cols)

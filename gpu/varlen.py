@@ -17,7 +17,8 @@ import iosim
 from iosim.tiling import resolve_tiling, sram_footprint_bytes
 
 from . import api
-from ._launch import NP_DTYPE, check_fits, counters_to_dicts, default_threads, new_counters
+from ._launch import (NP_DTYPE, check_fits, counters_to_dicts, default_threads, dtype_name,
+                      new_counters)
 from .forward import fa2_varlen
 
 #: the values of attention_varlen's kernel= parameter
@@ -44,7 +45,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
     """FlashAttention-2 forward over a packed batch of sequences of different lengths.
 
     q: (total_q, heads, d); k, v: (total_k, kv_heads, d), kv_heads dividing heads (query
-    head h uses K/V head h // (heads // kv_heads)); float32 or float16, all the same
+    head h uses K/V head h // (heads // kv_heads)); float32, float16 or bfloat16
+    (ml_dtypes; as gpu.attention), all the same
     dtype, C-contiguous; NumPy in -> NumPy out, Numba device arrays in -> device arrays
     out. cu_seqlens_q, cu_seqlens_k: integer arrays (batch + 1,): sequence b is q rows
     cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 (N_q_b of them) against k, v rows
@@ -82,7 +84,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
         raise ValueError(f"q, k, v dtypes are {dt}, {dtk}, {dtv}; they must be the same")
     if len({kind, kindk, kindv}) != 1:
         raise ValueError("q, k, v must all be NumPy arrays or all be Numba device arrays")
-    dname = "fp32" if dt == np.float32 else "fp16"
+    dname = dtype_name(dt)
     problem = iosim.VarlenProblem.from_cu_seqlens(
         _host_ints(cu_seqlens_q), _host_ints(cu_seqlens_k), d, total_q=Tq, total_k=Tk,
         heads=H, kv_heads=Hk, dtype=dname, causal=causal, window=window)
@@ -129,8 +131,9 @@ def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, 
     backward (gpu.backward.flash's schedule and block body) per sequence, in one launch
     per pass (gpu.backward.fa2_varlen).
 
-    q, o, do: (total_q, heads, d); k, v: (total_k, kv_heads, d); one dtype (float32 or
-    float16), C-contiguous, all NumPy or all Numba device arrays (NumPy in -> NumPy out).
+    q, o, do: (total_q, heads, d); k, v: (total_k, kv_heads, d); one dtype (float32,
+    float16 or bfloat16), C-contiguous, all NumPy or all Numba device arrays (NumPy in ->
+    NumPy out).
     L: the forward's logsumexp, float32 (heads, total_q), as
     `attention_varlen(..., return_stats=True)` returns it. cu_seqlens_q, cu_seqlens_k,
     causal, window, scale: as `attention_varlen` (must match the forward).
@@ -169,7 +172,7 @@ def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, 
     if len({kind, kindk, kindv, kindo, kinddo}) != 1:
         raise ValueError("q, k, v, o, do must all be NumPy arrays or all be Numba device "
                          "arrays")
-    dname = "fp32" if dt == np.float32 else "fp16"
+    dname = dtype_name(dt)
     problem = iosim.VarlenProblem.from_cu_seqlens(
         _host_ints(cu_seqlens_q), _host_ints(cu_seqlens_k), d, total_q=Tq, total_k=Tk,
         heads=H, kv_heads=Hk, dtype=dname, causal=causal, window=window)

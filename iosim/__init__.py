@@ -15,7 +15,8 @@ from .closed_form import closed_form, closed_form_arrays, floor_sum, tile_sums
 from .hardware import PRESETS, Hardware, get_hardware
 from .ledger import CountingMemory, Ledger
 from .problem import DTYPES, MAX_HEAD_DIM, ConfigError, Problem, check_dtype, check_head_dim
-from .reference import element_mask, reference_attention
+from .reference import (element_mask, reference_attention, rounder, rounding_model_attention,
+                        rounding_model_backward)
 from .schedules import FORWARD, Execution, active_tiles, block_bounds, execute, random_inputs
 from .varlen import (VarlenExecution, VarlenLedger, VarlenProblem, check_cu_seqlens,
                      execute_varlen, random_varlen_inputs, reference_varlen,
@@ -38,7 +39,8 @@ __all__ = [
     "CountingMemory", "Execution", "FORWARD",
     "Hardware", "Ledger", "Problem", "Tiling", "active_tiles", "block_bounds", "check_dtype",
     "closed_form", "closed_form_arrays", "element_mask", "execute", "floor_sum", "get_hardware",
-    "paper_tiling", "random_inputs", "reference_attention", "resolve_tiling",
+    "paper_tiling", "random_inputs", "reference_attention", "resolve_tiling", "rounder",
+    "rounding_model_attention", "rounding_model_backward",
     "sram_footprint_bytes", "sram_to_elements", "tile_sums",
     "VarlenExecution", "VarlenLedger", "VarlenProblem", "check_cu_seqlens", "execute_varlen",
     "random_varlen_inputs", "reference_varlen", "varlen_closed_form",

@@ -44,7 +44,7 @@ class Hardware:
         return self.smem_per_block_bytes
 
     def peak_flops(self, dtype: str) -> float:
-        return self.fp16_tensor_flops if dtype == "fp16" else self.fp32_flops
+        return self.fp16_tensor_flops if dtype in ("fp16", "bf16") else self.fp32_flops
 
 
 PRESETS: dict[str, Hardware] = {

@@ -17,10 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
-#: Storage dtypes and their size in bytes. Statistics (l, m, L, D) are always float32.
-DTYPES = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16)}
+#: NumPy's bfloat16 (ml_dtypes: NumPy has none of its own): 8 exponent bits like float32,
+#: 7 mantissa bits, 2 bytes.
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+#: Storage dtypes and their size in bytes (bf16 is 2 bytes, counted exactly as fp16).
+#: Statistics (l, m, L, D) are always float32.
+DTYPES = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "bf16": BFLOAT16}
 STAT_DTYPE = np.dtype(np.float32)
 #: Tensors kept in float32 whatever the problem dtype.
 STAT_TENSORS = frozenset({"l", "m", "L", "D"})
@@ -33,9 +38,11 @@ class ConfigError(ValueError):
 
 
 def check_dtype(dtype) -> str:
-    """Normalise 'fp32'/'float32'/np.float32/... to 'fp32' or 'fp16'."""
+    """Normalise 'fp32'/'float32'/np.float32/... to 'fp32', 'fp16' or 'bf16' ('bfloat16',
+    ml_dtypes.bfloat16)."""
     aliases = {"fp32": "fp32", "float32": "fp32", "f4": "fp32",
-               "fp16": "fp16", "float16": "fp16", "half": "fp16", "f2": "fp16"}
+               "fp16": "fp16", "float16": "fp16", "half": "fp16", "f2": "fp16",
+               "bf16": "bf16", "bfloat16": "bf16"}
     key = dtype
     if not isinstance(dtype, str):
         try:
@@ -43,7 +50,7 @@ def check_dtype(dtype) -> str:
         except TypeError:
             key = str(dtype)
     if key not in aliases:
-        raise ConfigError(f"dtype={dtype!r} is not supported; allowed: fp32, fp16")
+        raise ConfigError(f"dtype={dtype!r} is not supported; allowed: fp32, fp16, bf16")
     return aliases[key]
 
 

@@ -111,3 +111,126 @@ def reference_attention(q, k, v, *, causal: bool = False, scale: float | None = 
     if not return_lse:
         return o
     return o, lse
+
+
+# ---------------------------------------------------------------------------------------
+# Rounding models: what storing HBM tensors in fp16 / bf16 costs, in float64
+# ---------------------------------------------------------------------------------------
+def rounder(dtype):
+    """x -> x rounded to the storage dtype ('fp32', 'fp16', 'bf16'; round to nearest even)
+    and back to float64: the one rounding an HBM store makes."""
+    from .problem import DTYPES, check_dtype
+    npdt = DTYPES[check_dtype(dtype)]
+    return lambda x: np.asarray(x, np.float64).astype(npdt).astype(np.float64)
+
+
+def _model_inputs(arrays, k_index, causal, scale, window, block_mask, B_r, B_c):
+    """(float64 arrays with K/V-like ones (index >= k_index, < k_index + 2) repeated over
+    the query heads, scale, allowed mask) of the rounding models."""
+    arrays = [np.asarray(x, np.float64) for x in arrays]
+    H, G = arrays[0].shape[-3], arrays[k_index].shape[-3]
+    for i in (k_index, k_index + 1):
+        arrays[i] = np.repeat(arrays[i], H // G, axis=-3)
+    N, d = arrays[0].shape[-2:]
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    allowed = element_mask(N, causal, block_mask, B_r, B_c, N_k=arrays[k_index].shape[-2],
+                           window=window)
+    return arrays, scale, allowed
+
+
+def _probs(q, k, scale, allowed, round_s):
+    """(P, sees) of softmax(round_s(scale Q K^T)) over the allowed keys, float64."""
+    s = round_s(scale * (q @ np.swapaxes(k, -1, -2)))
+    s = np.where(allowed, s, -np.inf)
+    sees = allowed.any(-1)
+    m = np.where(sees[:, None], s.max(-1, keepdims=True), 0.0)
+    e = np.where(allowed, np.exp(s - m), 0.0)
+    l = e.sum(-1, keepdims=True)
+    return np.where(sees[:, None], e / np.where(l > 0, l, 1.0), 0.0), sees
+
+
+def rounding_model_attention(algorithm: str, q, k, v, *, dtype, causal: bool = False,
+                             scale: float | None = None, window=(-1, -1), block_mask=None,
+                             B_r: int | None = None, B_c: int | None = None):
+    """O of a float64 model of the storage roundings a schedule cannot avoid when its HBM
+    tensors are in `dtype` (fp16 or bf16; the inputs q, k, v as given, i.e. already in
+    it), everything else exact:
+      fa2:       O rounded once (it is written once).
+      fa1:       O rounded after every key block of B_c keys (Algorithm 1 step 12 stores
+                 O_i after each K_j, V_j; needs B_c); the statistics l, m are float32 in
+                 HBM, modelled exact.
+      standard:  S rounded, P = softmax(S) rounded, O = P V rounded (S and P are HBM
+                 buffers in the problem dtype).
+    The kernels' own error must stay within a small multiple of this model's (the
+    project's criterion is 2x). Shapes and masks as `reference_attention` (grouped heads,
+    bottom-right causal / window, block mask with B_r, B_c); rows that see no key: 0."""
+    r = rounder(dtype)
+    (q, k, v), scale, allowed = _model_inputs((q, k, v), 1, causal, scale, window,
+                                              block_mask, B_r, B_c)
+    d, N_k = q.shape[-1], k.shape[-2]
+    if algorithm == "standard":
+        p, _ = _probs(q, k, scale, allowed, r)
+        return r(r(p) @ v)
+    if algorithm == "fa2":
+        p, _ = _probs(q, k, scale, allowed, lambda x: x)
+        return r(p @ v)
+    if algorithm != "fa1":
+        raise ValueError(f"algorithm={algorithm!r} is not known; allowed: standard, fa1, fa2")
+    if B_c is None:
+        raise ValueError("the fa1 rounding model needs B_c (O is rounded after every key "
+                         "block)")
+    s = np.where(allowed, scale * (q @ np.swapaxes(k, -1, -2)), -np.inf)
+    O = np.zeros(q.shape[:-1] + (d,))
+    m = np.full(q.shape[:-1] + (1,), -np.inf)
+    l = np.zeros(q.shape[:-1] + (1,))
+    for c0 in range(0, N_k, B_c):
+        blk = slice(c0, c0 + B_c)
+        seen = allowed[:, blk].any(-1)[:, None]         # rows that see a key of this block
+        m_t = np.where(seen, s[..., blk].max(-1, keepdims=True), 0.0)
+        e = np.where(allowed[:, blk], np.exp(s[..., blk] - m_t), 0.0)
+        m_new = np.where(seen, np.maximum(m, m_t), m)
+        with np.errstate(invalid="ignore"):
+            a = np.where(seen, np.exp(np.where(np.isfinite(m), m - m_new, -np.inf)) * l, l)
+        b = np.where(seen, np.exp(m_t - m_new), 0.0)
+        l_new = a + b * e.sum(-1, keepdims=True)
+        upd = (a * O + b * (e @ v[..., blk, :])) / np.where(l_new > 0, l_new, 1.0)
+        O = np.where(seen, r(upd), O)
+        m, l = m_new, np.where(seen, l_new, l)
+    return O
+
+
+def rounding_model_backward(algorithm: str, q, k, v, o, do, *, dtype, causal: bool = False,
+                            scale: float | None = None, window=(-1, -1), block_mask=None,
+                            B_r: int | None = None, B_c: int | None = None):
+    """(dq, dk, dv) of a float64 model of the storage roundings of the backward schedules in
+    `dtype` (fp16 or bf16; inputs, o and do as given, already in it): fa1 / fa2: D from O
+    as stored; fa1's dQ_i rounded after every key block (Algorithm 4 line 22 writes it to
+    HBM; needs B_c); standard: S and P stored rounded by the forward, dP and dS stored
+    rounded (Algorithm 3 lines 2-3); all: each query head's dK_h, dV_h rounded before the
+    grouped-head sum, and the final gradients rounded. Masks as `rounding_model_attention`;
+    no dropout."""
+    r = rounder(dtype)
+    H, G = np.shape(q)[-3], np.shape(k)[-3]
+    (q, kr, vr, o, do), scale, allowed = _model_inputs((q, k, v, o, do), 1, causal, scale,
+                                                       window, block_mask, B_r, B_c)
+    N_k, d = kr.shape[-2:]
+    std = algorithm == "standard"
+    p, _ = _probs(q, kr, scale, allowed, r if std else (lambda x: x))
+    dp = do @ np.swapaxes(vr, -1, -2)
+    if std:                                     # P (forward), dP (line 2), dS (line 3)
+        p, dp = r(p), r(dp)
+        ds = r(p * (dp - (p * dp).sum(-1, keepdims=True)))
+    else:
+        ds = p * (dp - (do * o).sum(-1, keepdims=True))
+    ds = ds * scale
+    if algorithm == "fa1":                      # dQ rounded after every key block
+        if B_c is None:
+            raise ValueError("the fa1 rounding model needs B_c")
+        dq = np.zeros_like(q)
+        for c0 in range(0, N_k, B_c):
+            dq = r(dq + ds[..., c0:c0 + B_c] @ kr[..., c0:c0 + B_c, :])
+    else:
+        dq = ds @ kr
+    dk_h, dv_h = r(np.swapaxes(ds, -1, -2) @ q), r(np.swapaxes(p, -1, -2) @ do)
+    sh = dk_h.shape[:-3] + (G, H // G, N_k, d)
+    return r(dq), r(dk_h.reshape(sh).sum(-3)), r(dv_h.reshape(sh).sum(-3))

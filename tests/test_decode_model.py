@@ -204,7 +204,7 @@ def test_nan_in_a_visible_cache_row_gives_nan():
     (dict(N_kv=80, d=4, N_q=17), r"N_q=17 .*allowed: integers 1\.\.16"),
     (dict(N_kv=3, d=4, N_q=4), r"N_q=4 .*N_kv=3.*1\.\.3"),
     (dict(N_kv=8, d=4, heads=4, kv_heads=3), "kv_heads=3.*divisor"),
-    (dict(N_kv=8, d=4, dtype="bf16"), "dtype='bf16'"),
+    (dict(N_kv=8, d=4, dtype="fp8"), "dtype='fp8'"),
     (dict(N_kv=8, d=4, page_size=0), r"page_size=0 .*None \(contiguous cache\)"),
     (dict(N_kv=8, d=4, page_size=2.5), r"page_size=2.5"),
 ])

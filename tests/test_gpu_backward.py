@@ -67,35 +67,10 @@ def setup(alg, N=40, d=16, heads=2, kv_heads=1, dtype="fp32", causal=False, bloc
 
 
 def fp16_model(alg, q, k, v, o, do, causal=False, B_c=16):
-    """(dq, dk, dv) of the module docstring's rounding model (float64 otherwise)."""
-    q, k, v, o, do = (np.asarray(x, np.float64) for x in (q, k, v, o, do))
-    H, G = q.shape[1], k.shape[1]
-    kr, vr = np.repeat(k, H // G, axis=1), np.repeat(v, H // G, axis=1)
-    N, d = q.shape[-2:]
-    r16 = lambda x: x.astype(np.float16).astype(np.float64)
-    s = q @ np.swapaxes(kr, -1, -2) / np.sqrt(d)
-    if alg == "standard":                           # the forward stores S in fp16
-        s = r16(s)
-    if causal:
-        s = np.where(np.tril(np.ones((N, N), bool)), s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    if alg == "standard":                           # P (forward), dP (line 2) in fp16
-        p = r16(p)
-        dp = r16(do @ np.swapaxes(vr, -1, -2))
-        ds = r16(p * (dp - (p * dp).sum(-1, keepdims=True))) / np.sqrt(d)   # line 3
-    else:
-        D = (do * o).sum(-1, keepdims=True)         # O as stored (fp16)
-        ds = p * (do @ np.swapaxes(vr, -1, -2) - D) / np.sqrt(d)
-    if alg == "fa1":                                # dQ rounded after every key block
-        dq = np.zeros_like(q)
-        for c0 in range(0, N, B_c):
-            dq = r16(dq + ds[..., c0:c0 + B_c] @ kr[..., c0:c0 + B_c, :])
-    else:
-        dq = ds @ kr
-    dk_h, dv_h = r16(np.swapaxes(ds, -1, -2) @ q), r16(np.swapaxes(p, -1, -2) @ do)
-    sh = (q.shape[0], G, H // G, N, d)
-    return r16(dq), r16(dk_h.reshape(sh).sum(2)), r16(dv_h.reshape(sh).sum(2))
+    """(dq, dk, dv) of the module docstring's rounding model (float64 otherwise):
+    iosim.rounding_model_backward in fp16."""
+    return iosim.rounding_model_backward(alg, q, k, v, o, do, dtype="fp16", causal=causal,
+                                         B_c=B_c)
 
 
 def check(alg, p, q, k, v, o, do, grads, ledger, causal, block_mask=None, tiling=TILING):

@@ -170,7 +170,7 @@ def test_cli_traffic_json(capsys):
     (["--seq-len", "64", "--head-dim", "64", "--gpu", "B300"], "gpu='B300'"),
     (["--seq-len", "64", "--head-dim", "64", "--sram-bytes", "64"], "head_dim d=64 is too large"),
     (["--seq-len", "64", "--head-dim", "64", "--heads", "3", "--kv-heads", "2", "--gpu", "H200"], "kv_heads=2"),
-    (["--seq-len", "64", "--head-dim", "64", "--dtype", "bf16", "--gpu", "H200"], "dtype='bf16'"),
+    (["--seq-len", "64", "--head-dim", "64", "--dtype", "fp8", "--gpu", "H200"], "dtype='fp8'"),
 ])
 def test_cli_bad_input_exit_2(argv, match, capsys):
     assert cli(["traffic", "--algorithm", "fa1", *argv]) == 2

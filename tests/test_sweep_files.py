@@ -188,8 +188,8 @@ def test_dtype_aliases_share_one_key(tmp_path, capsys):
 
 def test_parameters_are_checked_before_the_first_point(tmp_path, capsys):
     out = tmp_path / "b.jsonl"
-    assert cli(["sweep", "--out", str(out), "--dtype", "fp16,bf16", "--sram-bytes", "16384"]) == 2
-    _one_error_line(capsys, "bf16")
+    assert cli(["sweep", "--out", str(out), "--dtype", "fp16,fp8", "--sram-bytes", "16384"]) == 2
+    _one_error_line(capsys, "fp8")
     assert not out.exists()
     calls = []
     with pytest.raises(ValueError, match="causal"):
@@ -265,7 +265,7 @@ def test_every_command_rejects_a_bad_out(tmp_path, capsys):
         (["traffic", "--algorithm", "fa2", "--seq-len", "0", "--head-dim", "64",
           "--sram-bytes", "16384"], "0"),
         (["traffic", "--algorithm", "fa2", "--seq-len", "64", "--head-dim", "64",
-          "--sram-bytes", "16384", "--dtype", "bf16"], "bf16"),
+          "--sram-bytes", "16384", "--dtype", "fp8"], "fp8"),
         (["reproduce", "gpt2-table", "--sram-bytes", "-5"], "-5"),
     ]
     for argv, needle in cases:

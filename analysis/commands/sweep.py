@@ -50,7 +50,7 @@ def register(sub):
     p.add_argument("--block-cols", default=None, metavar="B_c,...", help="key/value rows per tile")
     p.add_argument("--batch", default="1", metavar="B,...", help="batch sizes")
     p.add_argument("--heads", default="1", metavar="H,...", help="query heads")
-    p.add_argument("--dtype", default="fp16", help="comma-separated list from fp16, fp32")
+    p.add_argument("--dtype", default="fp16", help="comma-separated list from fp16, bf16, fp32")
     p.add_argument("--causal", default="false", help="comma-separated list from false, true")
     p.add_argument("--sparsity", default="1.0",
                    help="fractions s in (0, 1] of nonzero blocks of a random block mask")

@@ -21,7 +21,8 @@ def register(sub):
     g.add_argument("--gpu", metavar="PRESET", help=f"hardware preset for M: {', '.join(PRESETS)}")
     p.add_argument("--block-rows", type=int, metavar="B_r", help="query rows per tile")
     p.add_argument("--block-cols", type=int, metavar="B_c", help="key/value rows per tile")
-    p.add_argument("--dtype", default="fp16", help="fp16 (default) or fp32")
+    p.add_argument("--dtype", default="fp16",
+                   help="fp16 (default), bf16 (2 bytes, counted as fp16) or fp32")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--heads", type=int, default=1)
     p.add_argument("--kv-heads", type=int, default=None, help="K/V heads (default: heads)")
@@ -232,6 +233,10 @@ def levels_main(args, problem) -> int:
     if (args.block_rows is None) != (args.block_cols is None):
         raise ConfigError("block_rows and block_cols must be given together "
                           f"(got block_rows={args.block_rows}, block_cols={args.block_cols})")
+    if problem.dtype == "bf16":
+        raise ConfigError("--dtype=bf16 does not go with --levels: the L2/DRAM and time "
+                          "models know the fp16 and fp32 kernels only (drop --levels for "
+                          "the bf16 ledger, which counts 2 bytes an element as fp16)")
     gpu = get_hardware(args.gpu or "H100-SXM")
     tiling = None if args.block_rows is None else Tiling(args.block_rows, args.block_cols)
     lv = levels(args.algorithm, problem, gpu, pass_=args.pass_, kernel=args.kernel,

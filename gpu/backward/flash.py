@@ -64,8 +64,8 @@ from iosim.backward import BackwardLedger
 from iosim.tiling import Tiling
 
 from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE,
-                      ZERO, T, add_count, check_fits, default_threads, kernel_name,
-                      dummy_mask, launch, new_counters, specialisation)
+                      ZERO, T, add_count, check_fits, default_threads, dtype_name, kernel_name,
+                      dummy_mask, launch, loader, new_counters, specialisation, storer)
 from .. import api as _api
 from ..api import _check, _output, _return_like, _to_device
 from .. import _philox
@@ -115,16 +115,19 @@ def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2",
     (above 48 KB by opt-in, as before any d was allowed). E.g. d=64: fa1/fa2 fp32 16,
     fp16 32; standard fp32 and fp16 64; d=128: fa1/fa2 fp32 16 (51,392 bytes), fp16 16;
     d=256: fa1/fa2 fp32 4, fp16 8."""
-    if algorithm == "standard" and kernel in ("auto", "tc") and dt == "fp16" and not SIM:
+    if algorithm == "standard" and kernel in ("auto", "tc") and \
+            dt in _api.tc_dtypes(standard_tc) and not SIM:
         t = standard_tc.default_tiling(d, bool(causal))
         if standard_tc.supports(t["B_r"], t["B_c"], d, dt):
             return Tiling(t["B_r"], t["B_c"])
-    if algorithm == "fa2" and kernel in ("auto", "tc") and dt == "fp16" and not SIM:
+    if algorithm == "fa2" and kernel in ("auto", "tc") and dt in _api.tc_dtypes(fa2_tc) \
+            and not SIM:
         t = fa2_tc.default_tiling(d, bool(causal))
         if fa2_tc.supports(t["B_r"], t["B_c"], d, dt, MT=t["MT"]):
             return Tiling(t["B_r"], t["B_c"])
     # --- fast-kernel hook (gpu.backward.fa2_fast) ---
-    if algorithm == "fa2" and kernel in ("auto", "fast") and not SIM:
+    if algorithm == "fa2" and kernel in ("auto", "fast") and not SIM and \
+            dt in _api.FAST_DTYPES:
         fast = fa2_fast.default_tiling(d, dt)
         if fast is not None:
             return Tiling(fast[0], fast[1])
@@ -161,6 +164,7 @@ def fa2_pre_kernel(B_r, d, dt, count, threads, packed=False):
     dqacc are (N, instances, d) (flash-attn's (total_q, heads, d); grid (ceil(total_q /
     B_r), heads)), D is (instances, N) either way."""
     IO, IdO, ID, IA = BT["O"], BT["dO"], BT["D"], BT["dQacc"]
+    ldx = loader(dt)                    # element -> float32 (bf16: uint16 bits)
 
     def kernel(o, do, D, dqacc, N, counters):
         i = cuda.blockIdx.x
@@ -175,9 +179,9 @@ def fa2_pre_kernel(B_r, d, dt, count, threads, packed=False):
             acc = ZERO
             for x in range(d):
                 if packed:
-                    acc += float32(do[r0 + r, z, x]) * float32(o[r0 + r, z, x])
+                    acc += ldx(do[r0 + r, z, x]) * ldx(o[r0 + r, z, x])
                 else:
-                    acc += float32(do[z, r0 + r, x]) * float32(o[z, r0 + r, x])
+                    acc += ldx(do[z, r0 + r, x]) * ldx(o[z, r0 + r, x])
             D[z, r0 + r] = acc
             nO += d
             nD += 1
@@ -223,6 +227,7 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
     if dropout and FA1:
         raise ValueError("dropout: only the fa2 variant of bwd_main applies it")
     DT = NB_DTYPE[dt]
+    ldx, stx = loader(dt), storer(dt)      # element -> float32, float32 -> element
     F32_ELEMS = 2 * B_c * d + 2 * B_r * B_c + 3 * B_r
     X0 = F32_ELEMS * 4 // NP_DTYPE[dt].itemsize
     dK0, dV0, P0 = 0, B_c * d, 2 * B_c * d
@@ -264,9 +269,9 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
         if FA1:
             # line 6: dQ = 0, dK = 0, dV = 0 in HBM
             for e in range(t, N * d, threads):
-                dq[z, e // d, e % d] = ZERO
-                dk[z, e // d, e % d] = ZERO
-                dv[z, e // d, e % d] = ZERO
+                dq[z, e // d, e % d] = stx(ZERO)
+                dk[z, e // d, e % d] = stx(ZERO)
+                dv[z, e // d, e % d] = stx(ZERO)
                 nZ += 1
         for j in range(j_lo, j_hi):                     # line 7
             c0 = j * B_c
@@ -307,7 +312,7 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
                         ls[r] = s2[z, r0 + r]
                         acc = ZERO                      # lines 19-20: D_i = rowsum(dO_i o O_i)
                         for x in range(d):
-                            acc += float32(do[z, r0 + r, x]) * float32(o[z, r0 + r, x])
+                            acc += ldx(do[z, r0 + r, x]) * ldx(o[z, r0 + r, x])
                         Ds[r] = acc
                         nO += d
                     else:
@@ -333,7 +338,7 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
                     if visible:
                         s = ZERO                        # line 12: S = scale Q_i K_j^T
                         for x in range(d):
-                            s += float32(Qs[r * d + x]) * float32(Ks[c * d + x])
+                            s += ldx(Qs[r * d + x]) * ldx(Ks[c * d + x])
                         s = s * scale
                         if FA1:                         # lines 13-14: P = exp(S - m) / l
                             p = math.exp(s - st) / ls[r]
@@ -341,7 +346,7 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
                             p = math.exp(s - st)
                     dp = ZERO                           # line 18: dP = dO_i V_j^T
                     for x in range(d):
-                        dp += float32(dOs[r * d + x]) * float32(Vs[c * d + x])
+                        dp += ldx(dOs[r * d + x]) * ldx(Vs[c * d + x])
                     if dropout:                         # lines 15-19: Z_ij by Philox,
                         if _philox.keep(key0, key1, offset, z, r0 + r, c0 + c, thr):
                             Ps[r * B_c + c] = p * rp    # P o Z / (1 - p) for dV
@@ -360,8 +365,8 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
                     av = ZERO
                     ak = ZERO
                     for r in range(rows):
-                        av += Ps[r * B_c + c] * float32(dOs[r * d + x])
-                        ak += dSs[r * B_c + c] * float32(Qs[r * d + x])
+                        av += Ps[r * B_c + c] * ldx(dOs[r * d + x])
+                        ak += dSs[r * B_c + c] * ldx(Qs[r * d + x])
                     dVs[e] += av
                     dKs[e] += scale * ak
                 # C, line 22: dQ_i += scale dS K_j
@@ -370,10 +375,10 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
                     x = e % d
                     aq = ZERO
                     for c in range(cols):
-                        aq += dSs[r * B_c + c] * float32(Ks[c * d + x])
+                        aq += dSs[r * B_c + c] * ldx(Ks[c * d + x])
                     aq = scale * aq
                     if FA1:                             # read-modify-write of dQ_i in HBM
-                        dq[z, r0 + r, x] = float32(dq[z, r0 + r, x]) + aq
+                        dq[z, r0 + r, x] = stx(ldx(dq[z, r0 + r, x]) + aq)
                     else:                               # one float32 atomic add
                         if packed:
                             cuda.atomic.add(dq, (qoff + r0 + r, z, x), aq)
@@ -383,11 +388,11 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
             cuda.syncthreads()
             for e in range(t, cols * d, threads):       # line 25: write dK_j, dV_j
                 if packed:
-                    dk[koff + c0 + e // d, z, e % d] = dKs[e]
-                    dv[koff + c0 + e // d, z, e % d] = dVs[e]
+                    dk[koff + c0 + e // d, z, e % d] = stx(dKs[e])
+                    dv[koff + c0 + e // d, z, e % d] = stx(dVs[e])
                 else:
-                    dk[z, c0 + e // d, e % d] = dKs[e]
-                    dv[z, c0 + e // d, e % d] = dVs[e]
+                    dk[z, c0 + e // d, e % d] = stx(dKs[e])
+                    dv[z, c0 + e // d, e % d] = stx(dVs[e])
                 nW += 1
         if count:
             add_count(counters, IQ, READ, nQ)
@@ -460,11 +465,12 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
 def convert_kernel(dt, count):
     """Kernel convert(dqacc, dq, counters): dq = dqacc (problem dtype); flat views."""
     IA, IdQ = BT["dQacc"], BT["dQ"]
+    stx = storer(dt)                    # float32 -> element (bf16: rounded bits)
 
     def kernel(acc, dq, counters):
         n = int64(0)
         for e in range(cuda.grid(1), dq.shape[0], cuda.gridsize(1)):
-            dq[e] = acc[e]
+            dq[e] = stx(acc[e])
             n += 1
         if count:
             add_count(counters, IA, READ, n)
@@ -479,6 +485,7 @@ def group_sum_kernel(dt, count):
     heads of dk_h (same for dv); dk_h, dv_h: (batch * heads, N*d), dk, dv: (batch *
     kv_heads, N*d); head h of batch b belongs to kv instance (b*heads + h) // group."""
     IdK, IdV = BT["dK"], BT["dV"]
+    ldx, stx = loader(dt), storer(dt)
 
     def kernel(dk_h, dv_h, dk, dv, group, counters):
         nd = dk.shape[1]
@@ -490,11 +497,11 @@ def group_sum_kernel(dt, count):
             ak = ZERO
             av = ZERO
             for h in range(group):
-                ak += float32(dk_h[zg * group + h, x])
-                av += float32(dv_h[zg * group + h, x])
+                ak += ldx(dk_h[zg * group + h, x])
+                av += ldx(dv_h[zg * group + h, x])
                 nr += 1
-            dk[zg, x] = ak
-            dv[zg, x] = av
+            dk[zg, x] = stx(ak)
+            dv[zg, x] = stx(av)
             nw += 1
         if count:
             add_count(counters, IdK, READ, nr)
@@ -532,21 +539,29 @@ def _check_stats(name, x, shape, kind):
 
 def _check_P(x, shape, dt, name="P"):
     """Device array of the forward's P: `shape` (B, H, N, N), the problem dtype `dt`
-    (name='Z': its dropout keep mask, uint8)."""
+    (name='Z': its dropout keep mask, uint8); bf16 as its uint16 bits (as the kernels
+    take it)."""
     if isinstance(x, np.ndarray):
         if x.shape != shape or x.dtype != dt:
             raise ValueError(f"stats ({name}) has shape {x.shape} and dtype {x.dtype}; expected "
                              f"{shape} {np.dtype(dt)} (batch, heads, N, N)"
                              + (", the problem dtype" if name == "P" else ""))
-        return cuda.to_device(np.ascontiguousarray(x))
-    if hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host"):
-        dev = x if hasattr(x, "copy_to_host") else cuda.as_cuda_array(x)
-        if tuple(dev.shape) != shape or np.dtype(dev.dtype) != dt:
+        return _to_device(np.ascontiguousarray(x), "numpy")
+    if (hasattr(x, "__cuda_array_interface__") or hasattr(x, "copy_to_host")
+            or _api._torch_bf16(x)):
+        if hasattr(x, "copy_to_host"):
+            dev = x
+        elif _api._torch_bf16(x):           # no __cuda_array_interface__ for bfloat16
+            dev = _to_device(x, "cai")      # its uint16 bits
+        else:
+            dev = cuda.as_cuda_array(x)
+        got = _api.BF16 if _api._torch_bf16(x) else np.dtype(dev.dtype)
+        if tuple(dev.shape) != shape or got != dt:
             raise ValueError(f"stats ({name}) has shape {tuple(dev.shape)} and dtype "
-                             f"{dev.dtype}; expected {shape} {np.dtype(dt)}")
+                             f"{got}; expected {shape} {np.dtype(dt)}")
         if not dev.is_c_contiguous():
             raise ValueError(f"stats ({name}) must be C-contiguous")
-        return dev
+        return _api._bf16_bits(dev)
     raise ValueError(f"stats for algorithm='standard' must be the forward's {name}, an array "
                      f"of shape {shape} and dtype {np.dtype(dt)}; got {type(x).__name__}")
 
@@ -557,8 +572,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                        dropout_p=0.0, dropout_seed=0, dropout_offset=0, window=(-1, -1)):
     """Gradients (dq, dk, dv) of O = softmax(scale Q K^T [+ mask]) V given dO, on the GPU.
 
-    q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N_k, d); one dtype (float32 or
-    float16), C-contiguous, all NumPy or all device arrays (as `gpu.attention`).
+    q, o, do: (batch, heads, N, d); k, v: (batch, kv_heads, N_k, d); one dtype (float32,
+    float16 or bfloat16: the plain kernels, or a tensor-core kernel whose module lists
+    bf16), C-contiguous, all NumPy or all device arrays (as `gpu.attention`).
     N_k != N and window=(left, right) (as `gpu.attention`: bottom-right aligned causal,
     flash-attn's window_size, -1 unbounded; same ValueErrors for a bad window) run on the
     plain and fast fa2 kernels (algorithm='fa2', kernel 'plain', 'fast', or 'auto', which
@@ -647,7 +663,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if len({x == "numpy" for x in (kind, kindk, kindv, kindo, kinddo)}) != 1:
         raise ValueError("q, k, v, o, do must all be NumPy arrays or all be device arrays")
     iosim.check_head_dim(d)     # ValueError naming d and 1..256
-    dname = "fp32" if dt == np.float32 else "fp16"
+    dname = dtype_name(dt)
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
     if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
         raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32 "
@@ -663,6 +679,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         else:
             tr, tcol = block_rows, block_cols
         use_tc = (isinstance(tr, (int, np.integer)) and isinstance(tcol, (int, np.integer))
+                  and dname in _api.tc_dtypes(fa2_tc)
                   and fa2_tc.supports(tr, tcol, d, dname, MT=int(tc_options.get("MT", 1))))
         if use_tc and block_rows is None and block_cols is None:
             block_rows, block_cols = tr, tcol
@@ -670,7 +687,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError("kernel='tc': the fa1 backward (Algorithm 4 as written) has no "
                          "tensor-core kernel; use kernel='auto' or 'plain'")
     if kernel == "tc" and algorithm == "fa2" and not use_tc:
-        why = ("no GPU (the CUDA simulator cannot run it)" if SIM else
+        dts = _api.tc_dtypes(fa2_tc)
+        why = (f"it takes {', '.join(dts)} only" if dname not in dts else
+               "no GPU (the CUDA simulator cannot run it)" if SIM else
                fa2_tc.plan_error(block_rows or 64, block_cols or 64, d, dname)
                or "its shared memory does not fit this device")
         raise ValueError(f"kernel='tc' cannot run algorithm={algorithm!r}, dtype {dname}, "
@@ -690,7 +709,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     # the standard backward on the tensor cores (fp16): gpu.backward.standard_tc
     use_std_tc = False
     if algorithm == "standard" and kernel in ("auto", "tc"):
-        why = ("the CUDA simulator cannot run it" if SIM else
+        dts = _api.tc_dtypes(standard_tc)
+        why = (f"it takes {', '.join(dts)} only" if dname not in dts else
+               "the CUDA simulator cannot run it" if SIM else
                standard_tc.plan_error(B_r, B_c, d, dname) or
                (None if standard_tc.supports(B_r, B_c, d, dname, N=N) else
                 "its shared memory does not fit this device"))

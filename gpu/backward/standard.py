@@ -55,7 +55,7 @@ import numpy as np
 from numba import cuda, float32, int64
 
 from .._launch import (NB_DTYPE, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count, kernel_name,
-                      dummy_mask, launch, specialisation)
+                      dummy_mask, launch, loader, specialisation, storer)
 from .. import _philox
 from ..forward.standard import rowblock_product_kernel, tile_product_kernel
 
@@ -99,6 +99,7 @@ def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
     out_j = mul * sum over active i of x_ij^T y_i, accumulated in float32.
     """
     DT = NB_DTYPE[dt]
+    ldx, stx = loader(dt), storer(dt)      # element -> float32, float32 -> element
     X0 = B_c * d * 4 // NP_DTYPE[dt].itemsize   # input-dtype tiles after the float32 acc
     Y0 = X0 + B_r * B_c
     IX, IY, IOUT = (IP, IdO, IdV) if which == "dV" else (IdS, IQ, IdK)
@@ -133,8 +134,8 @@ def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
                 if dropout:                             # P_ij o Z_ij / (1 - p)
                     w = ZERO
                     if zm[z, r0 + e // cols, c0 + e % cols] != 0:
-                        w = float32(x_hbm[z, r0 + e // cols, c0 + e % cols]) * rp
-                    Xs[(e // cols) * B_c + e % cols] = w
+                        w = ldx(x_hbm[z, r0 + e // cols, c0 + e % cols]) * rp
+                    Xs[(e // cols) * B_c + e % cols] = stx(w)
                 else:
                     Xs[(e // cols) * B_c + e % cols] = x_hbm[z, r0 + e // cols, c0 + e % cols]
                 nX += 1
@@ -147,10 +148,10 @@ def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
                 x = e % d
                 a = ZERO
                 for r in range(rows):
-                    a += float32(Xs[r * B_c + c]) * float32(Ys[r * d + x])
+                    a += ldx(Xs[r * B_c + c]) * ldx(Ys[r * d + x])
                 acc[e] += a
         for e in range(t, cols * d, threads):       # write dV_j (dK_j) once
-            out[z, c0 + e // d, e % d] = mul * acc[e]
+            out[z, c0 + e // d, e % d] = stx(mul * acc[e])
             nW += 1
         if count:
             add_count(counters, IX, READ, nX)
@@ -197,6 +198,7 @@ def ds_kernel(B_r, B_c, dt, causal, has_mask, count, threads):
     tiles (i, j) of its query block i = r // B_r (the forward softmax's rule).
     """
     DT = NB_DTYPE[dt]
+    ldx, stx = loader(dt), storer(dt)
     IP_, IdP_, IdS_ = IP, IdP, IdS
 
     def kernel(p_hbm, dp_hbm, ds_hbm, mask, N, counters):
@@ -224,7 +226,7 @@ def ds_kernel(B_r, B_c, dt, causal, has_mask, count, threads):
                 dpv = dp_hbm[z, r, c]
                 Prow[c] = pv
                 dProw[c] = dpv
-                acc += float32(pv) * float32(dpv)
+                acc += ldx(pv) * ldx(dpv)
                 nR += 1
         red[t] = acc
         cuda.syncthreads()
@@ -238,7 +240,7 @@ def ds_kernel(B_r, B_c, dt, causal, has_mask, count, threads):
             if has_mask and mask[i, j] == 0:
                 continue
             for c in range(c0 + t, min(c0 + B_c, N), threads):
-                ds_hbm[z, r, c] = float32(Prow[c]) * (float32(dProw[c]) - D)
+                ds_hbm[z, r, c] = stx(ldx(Prow[c]) * (ldx(dProw[c]) - D))
                 nW += 1
         if count:
             add_count(counters, IP_, READ, nR)
@@ -323,13 +325,13 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     stats = (P, Z); runs the plain kernels."""
     import iosim
     from ..forward import standard, standard_tc
-    from .._launch import SIM, default_threads, new_counters
+    from .._launch import SIM, default_threads, dtype_name, new_counters
     from .. import api as _api
     from ..api import _check, _output, _return_like, _to_device
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, _, _ = _check("k", k)
     Hk = shape_k[1]
-    dname = "fp32" if dt == np.float32 else "fp16"
+    dname = dtype_name(dt)
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
     threads = default_threads() if threads is None else int(threads)
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,

@@ -19,8 +19,8 @@ from iosim.decode import (KV_READS, DecodeLedger, DecodeProblem, check_num_split
                           choose_num_splits)
 from iosim.problem import ConfigError
 
-from .._launch import NP_DTYPE, READ, SIM, WRITE, check_fits, filled, launch
-from ..api import _output, _return_like, _to_device
+from .._launch import HOST_DTYPE, NP_DTYPE, READ, SIM, WRITE, check_fits, dtype_name, filled, launch
+from ..api import BF16, _output, _return_like, _to_device, _torch_bf16
 from . import split_kv as K
 
 #: GPU preset whose SM count the "auto" rule uses where no GPU is present (the simulator)
@@ -34,15 +34,15 @@ def _kind_of(name, x):
         return x.shape, x.dtype, "numpy", x.flags.c_contiguous
     if hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"):
         return x.shape, np.dtype(x.dtype), "numba", x.is_c_contiguous()
-    mod = type(x).__module__.split(".")[0]
-    if mod == "torch" and str(getattr(x, "dtype", "")) == "torch.bfloat16":
-        raise ValueError(f"{name} has dtype torch.bfloat16; allowed: float16, float32. "
-                         f"bfloat16 is refused: NumPy has no bfloat16 to hand results back "
-                         f"in, and iosim.decode (whose counts the kernels must equal) models "
-                         f"fp16 and fp32 only")
+    if _torch_bf16(x):          # torch has no __cuda_array_interface__ for bfloat16
+        if not x.is_cuda:
+            raise ValueError(f"{name} is a torch.bfloat16 tensor on {x.device}; allowed: "
+                             f"CUDA tensors (or NumPy arrays)")
+        return tuple(x.shape), BF16, "cai", x.is_contiguous()
     if hasattr(x, "__cuda_array_interface__"):
         cai = x.__cuda_array_interface__
-        shape, dt = tuple(cai["shape"]), np.dtype(cai["typestr"])
+        shape = tuple(cai["shape"])
+        dt = BF16 if cai["typestr"] == BF16.str else np.dtype(cai["typestr"])
         strides = cai.get("strides")
         contig = strides is None or tuple(strides) == tuple(
             int(np.prod(shape[i + 1:])) * dt.itemsize for i in range(len(shape)))
@@ -56,9 +56,8 @@ def _check_float(name, x, ndim, dims):
     if len(shape) != ndim:
         raise ValueError(f"{name} has shape {tuple(shape)} (ndim={len(shape)}); expected "
                          f"{ndim} dimensions {dims}")
-    if dt not in (np.dtype(np.float32), np.dtype(np.float16)):
-        raise ValueError(f"{name} has dtype {dt}; allowed: float16, float32 (bfloat16 is "
-                         f"refused: iosim.decode models fp16 and fp32 only)")
+    if dt not in HOST_DTYPE.values():
+        raise ValueError(f"{name} has dtype {dt}; allowed: float16, float32, bfloat16")
     if not contig:
         raise ValueError(f"{name} must be C-contiguous (row-major); make a contiguous copy")
     return tuple(int(s) for s in shape), dt, kind
@@ -67,6 +66,8 @@ def _check_float(name, x, ndim, dims):
 def _aligned16(x, kind) -> bool:
     if kind == "numpy":
         return True
+    if _torch_bf16(x):
+        return x.data_ptr() % 16 == 0
     return x.__cuda_array_interface__["data"][0] % 16 == 0
 
 
@@ -113,7 +114,8 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, num_spl
     d), or with block_table (batch, pages) int32: (num_pages, page_size, kv_heads, d)
     pages (a NumPy block_table is range-checked; a device one is used as given).
     kv_heads divides heads (query head h reads K/V head h // (heads // kv_heads)).
-    float16 or float32, all the same, C-contiguous; d / (16 / itemsize) a power of two
+    float16, float32 or bfloat16 (ml_dtypes / torch; K/V loaded element by element, not
+    16 bytes at a time), all the same, C-contiguous; d / (16 / itemsize) a power of two
     on a GPU (16, 32, 64, 128, 256). NumPy in -> NumPy out; device arrays (numba, or
     __cuda_array_interface__ such as torch; not in the simulator) -> the same kind out.
     cache_seqlens: N_kv, the cache length of every sequence (an int, or batch equal
@@ -176,7 +178,7 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, num_spl
         raise ValueError(f"kv_reads={kv_reads!r} is not known; allowed: {', '.join(KV_READS)}")
     if causal not in (True, False):
         raise ValueError(f"causal={causal!r} is not allowed; allowed: True, False")
-    dname = "fp32" if dt == np.float32 else "fp16"
+    dname = dtype_name(dt)
     try:
         problem = DecodeProblem(N_kv=N_kv, d=d, batch=B, heads=H, kv_heads=Hk, N_q=N_q,
                                 dtype=dname, page_size=P)

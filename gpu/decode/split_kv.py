@@ -66,7 +66,7 @@ from numba import cuda, float32, int32, int64
 from iosim.decode import DECODE_ORDER
 
 from .._launch import (NAN, NEG_INF, NP_DTYPE, READ, SIM, WRITE, ZERO, add_count,
-                       kernel_name, lane_group_reducer, specialisation)
+                       kernel_name, lane_group_reducer, loader, specialisation, storer)
 
 #: rows of the decode counters array (same names and order as iosim.decode's ledger)
 COUNTED = DECODE_ORDER
@@ -156,7 +156,8 @@ def plan(d: int, dt: str, NR: int, vec_ok: bool = True, sim: bool = SIM,
             raise ValueError(f"d={d} is not supported by gpu.decode ({dt}); allowed: "
                              f"head dims with d / {16 // itemsize} a power of two, e.g. "
                              f"16, 32, 64, 128, 256")
-        vec = bool(vec_ok) and VW * itemsize == 16
+        # 16-byte loads convert fp16 in PTX; bf16 (uint16 bits) loads element by element
+        vec = bool(vec_ok) and VW * itemsize == 16 and dt != "bf16"
     A = -(-NR * d // NT)
     while A > MAX_ACC and NT < 1024:
         NT *= 2
@@ -202,6 +203,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
     IQ, IK, IV, IO, IL = C["Q"], C["K"], C["V"], C["O"], C["L"]
     IOP, ILP, IBT = C["Opart"], C["Lpart"], C["block_table"]
     ld16 = _LD16.get(VW) if vec else None
+    ld, st = loader(dt), storer(dt)     # element -> float32, float32 -> element
     lanes_sum = lane_group_reducer(LPR, "sum") if (shfl or LPR == 1) else None
 
     @cuda.jit(device=True, inline=True)
@@ -227,7 +229,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
                 dst[kk, w] = t4[w]
         else:
             for w in range(VW):
-                dst[kk, w] = float32(arr[i0, i1, i2, x0 + w])
+                dst[kk, w] = ld(arr[i0, i1, i2, x0 + w])
 
     @cuda.jit(device=True, inline=True)
     def load_tile(k, v, b, g, phys, r0, cols, gi, x0, kreg, vreg):
@@ -274,7 +276,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
         for i in range(t, NR * d, NT):
             r = i // d
             Qv = q[b, h0 + r // N_q, r % N_q, i % d]
-            sm[QO + i] = float32(Qv)
+            sm[QO + i] = ld(Qv)
             if count:
                 nQ += 1
         for r in range(t, NR, NT):
@@ -421,7 +423,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
                 if split:
                     opart[b, h0 + r // N_q, s, qr, x] = val
                 else:
-                    o[b, h0 + r // N_q, qr, x] = val
+                    o[b, h0 + r // N_q, qr, x] = st(val)
                 if count:
                     nO += 1
         for r in range(t, NR, NT):
@@ -459,6 +461,7 @@ def combine_kernel(d, dt, N_q, count, NT):
     (batch, query head) (grid batch x heads), NT threads, 4 (S N_q + N_q) dynamic shared
     bytes: the weights w_s of every row and each row's sum_s w_s."""
     IO, IL, IOP, ILP = C["O"], C["L"], C["Opart"], C["Lpart"]
+    st = storer(dt)                     # float32 -> element (bf16: rounded bits)
 
     def kernel(opart, lpart, o, L, S, H, counters):
         z = cuda.blockIdx.x
@@ -505,7 +508,7 @@ def combine_kernel(d, dt, N_q, count, NT):
                 if count:
                     nOp += 1
             sw = ws[SW + r]
-            o[b, h, r, x] = acc / sw if sw != ZERO else ZERO
+            o[b, h, r, x] = st(acc / sw if sw != ZERO else ZERO)
             if count:
                 nO += 1
         if count:

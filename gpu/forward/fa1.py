@@ -23,7 +23,8 @@ Numerics: because step 12 stores O_i in the problem dtype after every K/V block,
 rounded T_c times, not once: measured on the H100 (d=64, 16 heads) rel. error 8.4e-4 at
 N=1024 and 1.7e-3 at N=4096 against 2.8e-4 for PyTorch's fp16 SDPA, outside the
 project's 2x criterion, where fa2 (one rounding) gives 2.1e-4. This is Algorithm 1 as
-written; a float32 O in HBM would remove it at twice the O bytes (not modelled).
+written; a float32 O in HBM would remove it at twice the O bytes (not modelled). bf16
+(uint16 bits, `_launch.loader` / `storer`) rounds O as often, with 8 bits of mantissa.
 
 Shared memory: the same layout and size as fa2 (`iosim.sram_footprint_bytes('fa1', ...)`):
     float32: O_i (B_r*d) | S/P tile (B_r*B_c) | m_i (B_r) | l_i (B_r);
@@ -39,7 +40,7 @@ from numba import cuda, float32, int64
 from iosim.tiling import sram_footprint_bytes
 
 from .._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, specialisation)
+                      dummy_mask, kernel_name, loader, specialisation, storer)
 from ._band import band_args, tile_in_band
 
 
@@ -52,6 +53,7 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
     """
     banded = causal or window
     DT = NB_DTYPE[dt]
+    ld, st = loader(dt), storer(dt)        # element -> float32, float32 -> element
     F32_ELEMS = B_r * d + B_r * B_c + 2 * B_r
     X0 = F32_ELEMS * 4 // NP_DTYPE[dt].itemsize
     S0, M0, L0 = B_r * d, B_r * d + B_r * B_c, B_r * d + B_r * B_c + B_r
@@ -83,7 +85,7 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
 
         # step 2: initialise O, l, m in HBM
         for e in range(t, N * d, threads):
-            o[z, e // d, e % d] = ZERO
+            o[z, e // d, e % d] = st(ZERO)
             wO += 1
         for r in range(t, N, threads):
             l_hbm[z, r] = ZERO
@@ -111,7 +113,7 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
                 cuda.syncthreads()                         # K_j/V_j loaded; last O_i written
                 for e in range(t, rows * d, threads):      # step 8
                     Qs[e] = q[z, r0 + e // d, e % d]
-                    Os[e] = float32(o[z, r0 + e // d, e % d])
+                    Os[e] = ld(o[z, r0 + e // d, e % d])
                     rQ += 1
                     rO += 1
                 for r in range(t, rows, threads):
@@ -125,7 +127,7 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
                     c = e % cols
                     s = ZERO
                     for x in range(d):
-                        s += float32(Qs[r * d + x]) * float32(Ks[c * d + x])
+                        s += ld(Qs[r * d + x]) * ld(Ks[c * d + x])
                     s = s * scale
                     if banded and (c0 + c - r0 - r > hi or c0 + c - r0 - r < lo):
                         s = NEG_INF
@@ -165,8 +167,8 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
                     x = e % d
                     pv = ZERO
                     for c in range(cols):
-                        pv += S[r * B_c + c] * float32(Vs[c * d + x])
-                    o[z, r0 + r, x] = Os[e] + pv
+                        pv += S[r * B_c + c] * ld(Vs[c * d + x])
+                    o[z, r0 + r, x] = st(Os[e] + pv)
                     wO += 1
                 for r in range(t, rows, threads):          # step 13
                     l_hbm[z, r0 + r] = ls[r]

@@ -15,6 +15,8 @@ that sees a key and meets a NaN or Inf (in q, k, v) gets NaN, never a finite num
 Shared memory (one dynamic buffer, `iosim.sram_footprint_bytes('fa2', ...)` bytes):
     float32:      O_i acc (B_r*d) | S/P tile (B_r*B_c) | m_i (B_r) | l_i (B_r)
     input dtype:  Q_i (B_r*d) | K_j (B_c*d) | V_j (B_c*d)
+fp32, fp16 and bf16 (carried as uint16 bits): tiles are copied as stored, widened to
+float32 where used (`_launch.loader`) and O rounded once on its store (`_launch.storer`).
 Per tile three phases, each over all threads of the block:
     A  S[r, c] = scale * Q_i[r] . K_j[c]  (entries outside the band -inf), entries strided
     B  per row: m_new = max(m, rowmax S); P = exp(S - m_new) in place; l = alpha l + sum P;
@@ -35,7 +37,7 @@ from numba import cuda, float32, int64
 from iosim.tiling import sram_footprint_bytes
 
 from .._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, specialisation)
+                      dummy_mask, kernel_name, loader, specialisation, storer)
 from .. import _philox
 from ._band import band_args, sees_key_band, tile_in_band
 
@@ -54,6 +56,7 @@ def fa2_block(B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=False,
     Element (row r, column x) of q is q[z, qoff + r, x], or q[qoff + r, z, x] when
     `packed` (flash-attn's (total, heads, d)); L is L[z, qoff + r] either way."""
     DT = NB_DTYPE[dt]
+    ld, st = loader(dt), storer(dt)        # element -> float32, float32 -> element
     F32_ELEMS = B_r * d + B_r * B_c + 2 * B_r
     X0 = F32_ELEMS * 4 // NP_DTYPE[dt].itemsize   # first input-dtype element
     S0, M0, L0 = B_r * d, B_r * d + B_r * B_c, B_r * d + B_r * B_c + B_r
@@ -119,7 +122,7 @@ def fa2_block(B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=False,
                 c = e % cols
                 s = ZERO
                 for x in range(d):
-                    s += float32(Qs[r * d + x]) * float32(Ks[c * d + x])
+                    s += ld(Qs[r * d + x]) * ld(Ks[c * d + x])
                 s = s * scale
                 if banded and (c0 + c - r0 - r > hi or c0 + c - r0 - r < lo):
                     s = NEG_INF
@@ -156,7 +159,7 @@ def fa2_block(B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=False,
                 x = e % d
                 pv = ZERO
                 for c in range(cols):
-                    pv += S[r * B_c + c] * float32(Vs[c * d + x])
+                    pv += S[r * B_c + c] * ld(Vs[c * d + x])
                 acc[e] += pv
         cuda.syncthreads()
         # write O_i = acc / l and L_i = m + log l; l > 0 fails for l = NaN (a NaN or Inf
@@ -171,9 +174,9 @@ def fa2_block(B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=False,
             else:
                 val = ZERO
             if packed:
-                o[qoff + r0 + e // d, z, e % d] = val
+                o[qoff + r0 + e // d, z, e % d] = st(val)
             else:
-                o[z, r0 + e // d, e % d] = val
+                o[z, r0 + e // d, e % d] = st(val)
             nO += 1
         for r in range(t, rows, threads):
             li = l[r]

@@ -11,7 +11,8 @@
     PV kernel  one thread block per (query block i, instance): for each active j read
                P_ij and V_j; accumulate O_i in float32; write O_i once (0 for rows with
                no visible key).
-S and P are N_q x N_k HBM buffers per instance, in the problem dtype. Active tiles: as
+S and P are N_q x N_k HBM buffers per instance, in the problem dtype (bf16: uint16 bits,
+widened by `_launch.loader`, rounded by `_launch.storer`). Active tiles: as
 iosim.active_tiles (the band and the block mask).
 
 Shared memory of the two tiled kernels: one dynamic buffer of
@@ -29,7 +30,8 @@ from numba import cuda, float32, int64
 from iosim.tiling import sram_footprint_bytes
 
 from .._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
-                      dummy_mask, kernel_name, lane_group_reducer, launch, specialisation)
+                      dummy_mask, kernel_name, lane_group_reducer, launch, loader, specialisation,
+                      storer)
 from .. import _philox
 from ._band import BIG, band_args, sees_key_band, tile_in_band
 
@@ -58,6 +60,7 @@ def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx, wi
     (counted under "Z"), rp = 1/(1-p).
     """
     DT = NB_DTYPE[dt]
+    ld, st = loader(dt), storer(dt)        # element -> float32, float32 -> element
     B0 = B_r * d
     IZ = T["Z"]
     IA, IB, IOUT = idx
@@ -93,7 +96,7 @@ def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx, wi
             c = e % cols
             s = ZERO
             for x in range(d):
-                s += float32(As[r * d + x]) * float32(Bs[c * d + x])
+                s += ld(As[r * d + x]) * ld(Bs[c * d + x])
             s = s * scale
             if banded and (c0 + c - r0 - r > hi or c0 + c - r0 - r < lo):
                 s = NEG_INF
@@ -102,7 +105,7 @@ def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx, wi
                     s = s * rp
                 else:
                     s = ZERO
-            out[z, r0 + r, c0 + c] = s
+            out[z, r0 + r, c0 + c] = st(s)
             nO += 1
         if count:
             add_count(counters, IA, READ, nA)
@@ -136,7 +139,7 @@ def s_kernel(B_r, B_c, d, dt, causal, count, threads, window=False):
 
 @specialisation
 def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dropout=False,
-                   shfl=False):
+                   shfl=False, dt="fp32"):
     """Kernel softmax(s, p, mask, N, N_k, lo, hi, counters); grid (N, instances); dynamic
     shared memory N_k float32 (the row), plus a static `threads` float32 reduction
     buffer. The row's active entries: those of the active tiles of its query block.
@@ -151,6 +154,7 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dro
     thr) also writes the keep mask Z (uint8 0/1, Philox: gpu._philox) over the same
     entries into zm (instances, N, N_k), as the unfused graph's dropout stores its mask."""
     IS, IP, IZ = T["S"], T["P"], T["Z"]
+    ld, st = loader(dt), storer(dt)  # fp32 / fp16: as the arrays' type; bf16: uint16 bits
     banded = causal or window
     if shfl:
         assert threads % 32 == 0, "shfl needs whole warps"
@@ -174,10 +178,10 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dro
         mx = NEG_INF
         if FLAT:                                 # every entry is active: 4 per thread a step
             for c4 in range(4 * t, N_k, 4 * threads):
-                v0 = float32(s_hbm[z, r, c4]) if c4 < N_k else NEG_INF
-                v1 = float32(s_hbm[z, r, c4 + 1]) if c4 + 1 < N_k else NEG_INF
-                v2 = float32(s_hbm[z, r, c4 + 2]) if c4 + 2 < N_k else NEG_INF
-                v3 = float32(s_hbm[z, r, c4 + 3]) if c4 + 3 < N_k else NEG_INF
+                v0 = ld(s_hbm[z, r, c4]) if c4 < N_k else NEG_INF
+                v1 = ld(s_hbm[z, r, c4 + 1]) if c4 + 1 < N_k else NEG_INF
+                v2 = ld(s_hbm[z, r, c4 + 2]) if c4 + 2 < N_k else NEG_INF
+                v3 = ld(s_hbm[z, r, c4 + 3]) if c4 + 3 < N_k else NEG_INF
                 row[c4] = v0
                 if c4 + 1 < N_k:
                     row[c4 + 1] = v1
@@ -197,7 +201,7 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dro
             if has_mask and mask[i, j] == 0:
                 continue
             for c in range(c0 + t, c_end, threads):
-                val = float32(s_hbm[z, r, c])
+                val = ld(s_hbm[z, r, c])
                 row[c] = val
                 mx = max(mx, val)
                 nS += 1
@@ -256,7 +260,7 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dro
             for c4 in range(4 * t, N_k, 4 * threads):
                 for w in range(4):
                     if c4 + w < N_k:
-                        p_hbm[z, r, c4 + w] = row[c4 + w] * inv
+                        p_hbm[z, r, c4 + w] = st(row[c4 + w] * inv)
                 nP += min(4, N_k - c4)
         for j in range(0 if FLAT else T_c):
             c0 = j * B_c
@@ -268,7 +272,7 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dro
             if has_mask and mask[i, j] == 0:
                 continue
             for c in range(c0 + t, c_end, threads):
-                p_hbm[z, r, c] = row[c] * inv
+                p_hbm[z, r, c] = st(row[c] * inv)
                 nP += 1
                 if dropout:
                     if _philox.keep(key0, key1, offset, z, r, c, thr):
@@ -291,7 +295,7 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dro
 
     return kernel, kernel_name("std_softmax", Br=B_r, Bc=B_c, causal=causal, window=window,
                                mask=has_mask, dropout=dropout,
-                               count=count, t=threads, shfl=shfl)
+                               count=count, t=threads, shfl=shfl, bf16=dt == "bf16")
 
 
 @specialisation
@@ -312,6 +316,7 @@ def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, p
     with Z_ij read from zm (instances, N, N_k) uint8 (counted under "Z"), rp = 1/(1-p).
     """
     DT = NB_DTYPE[dt]
+    ld, st = loader(dt), storer(dt)        # element -> float32, float32 -> element
     X0 = B_r * d * 4 // NP_DTYPE[dt].itemsize   # input-dtype tiles after the float32 acc
     A0, B0 = X0, X0 + B_r * B_c
     IA, IB, IOUT = idx
@@ -352,8 +357,8 @@ def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, p
                 if dropout:                             # P_ij o Z_ij / (1 - p)
                     w = ZERO
                     if zm[z, r0 + e // cols, c0 + e % cols] != 0:
-                        w = float32(a_hbm[z, r0 + e // cols, c0 + e % cols]) * rp
-                    As[(e // cols) * B_c + e % cols] = w
+                        w = ld(a_hbm[z, r0 + e // cols, c0 + e % cols]) * rp
+                    As[(e // cols) * B_c + e % cols] = st(w)
                 else:
                     As[(e // cols) * B_c + e % cols] = a_hbm[z, r0 + e // cols, c0 + e % cols]
                 nA += 1
@@ -366,10 +371,10 @@ def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, p
                 x = e % d
                 s = ZERO
                 for c in range(cols):
-                    s += float32(As[r * B_c + c]) * float32(Bs[c * d + x])
+                    s += ld(As[r * B_c + c]) * ld(Bs[c * d + x])
                 acc[e] += s
         for e in range(t, rows * d, threads):       # write Out_i once
-            out[z, r0 + e // d, e % d] = scale * acc[e]
+            out[z, r0 + e // d, e % d] = st(scale * acc[e])
             nO += 1
         if count:
             add_count(counters, IA, READ, nA)
@@ -438,7 +443,7 @@ def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, 
     drop = bool(dropout and dropout[0] > 0)
     key0, key1, off, thr, rp = _philox.kernel_args(*(dropout or ()))
     ts = softmax_threads(N_k, threads)
-    kSM = softmax_kernel(B_r, B_c, causal, has_mask, count, ts, windowed, drop)
+    kSM = softmax_kernel(B_r, B_c, causal, has_mask, count, ts, windowed, drop, False, dt)
     launch(kSM, (N, inst), ts, 4 * N_k, s3, p3, mk, np.int64(N), np.int64(N_k), lo, hi,
            counters, *((z3, key0, key1, off, thr) if drop else ()))
     kPV = pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, windowed, drop)
