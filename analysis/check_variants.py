@@ -276,38 +276,20 @@ def _torch_errors(T, q, k, v, do, allowed, seen, scale, mask, ref):
             "dk": _maxrel(kl.grad, dk_ref, T=T), "dv": _maxrel(vl.grad, dv_ref, T=T)}
 
 
-def rounding_model(q, k, v, do, allowed, scale, dtype) -> dict:
-    """e_model for x in O, dq, dk, dv (NumPy, float64): the error of attention computed
-    exactly but for the storage roundings to `dtype`: O; D = rowsum(dO o O) from the
-    rounded O (as the fa2 backward reads it); dQ; each query head's dK, dV before the
-    grouped-heads sum; the sum."""
-    npdt = _np_dtype(dtype)
-    r = lambda x: x.astype(npdt).astype(np.float64)
+def rounding_model(q, k, v, do, causal, window, dtype) -> dict:
+    """e_model for x in O, dq, dk, dv (NumPy, float64): the error of fa2's float64
+    rounding model in `dtype` (iosim.rounding_model_attention / _backward: O rounded once,
+    D from the stored O, each query head's dK, dV rounded before the grouped-heads sum)
+    against exact float64 attention, over the query rows that see a key."""
     q, k, v, do = (np.asarray(x, np.float64) for x in (q, k, v, do))
-    H, Hk = q.shape[1], k.shape[1]
-    G = H // Hk
-    kr, vr = np.repeat(k, G, axis=1), np.repeat(v, G, axis=1)
-    S = np.where(allowed, scale * (q @ np.swapaxes(kr, -1, -2)), -np.inf)
-    m = S.max(-1, keepdims=True)
-    seen = np.isfinite(m)
-    E = np.exp(S - np.where(seen, m, 0))
-    l = E.sum(-1, keepdims=True)
-    P = np.where(seen, E / np.where(seen, l, 1), 0)
-    O = P @ vr
-    Or = r(O)
-    dP = do @ np.swapaxes(vr, -1, -2)
-    dS = P * (dP - (do * O).sum(-1, keepdims=True))
-    dSr = P * (dP - (do * Or).sum(-1, keepdims=True))
-    exact = (scale * dS @ kr, scale * np.swapaxes(dS, -1, -2) @ q,
-             np.swapaxes(P, -1, -2) @ do)
-    dq_m = r(scale * dSr @ kr)
-    dk_h, dv_h = r(scale * np.swapaxes(dSr, -1, -2) @ q), r(np.swapaxes(P, -1, -2) @ do)
-    sh = (q.shape[0], Hk, G) + dk_h.shape[2:]
-    dk_m, dv_m = r(dk_h.reshape(sh).sum(2)), r(dv_h.reshape(sh).sum(2))
-    dk_x, dv_x = (x.reshape(sh).sum(2) for x in exact[1:])
-    rows = seen[0, 0, :, 0]
-    return {"O": _maxrel(Or, O, rows), "dq": _maxrel(dq_m, exact[0], rows),
-            "dk": _maxrel(dk_m, dk_x), "dv": _maxrel(dv_m, dv_x)}
+    kw = dict(causal=causal, window=window)
+    O = iosim.reference_attention(q, k, v, **kw)
+    exact = iosim.reference_attention_backward(q, k, v, do, **kw)
+    O_m = iosim.rounding_model_attention("fa2", q, k, v, dtype=dtype, **kw)
+    model = iosim.rounding_model_backward("fa2", q, k, v, O_m, do, dtype=dtype, **kw)
+    rows = iosim.element_mask(q.shape[-2], causal, N_k=k.shape[-2], window=window).any(-1)
+    return {"O": _maxrel(O_m, O, rows), "dq": _maxrel(model[0], exact[0], rows),
+            "dk": _maxrel(model[1], exact[1]), "dv": _maxrel(model[2], exact[2])}
 
 
 def check(cfg: dict, T=None) -> dict:
@@ -448,7 +430,7 @@ def check(cfg: dict, T=None) -> dict:
             row["sdpa_error"] = f"{type(exc).__name__}: {exc}"[:300]
             q, k, v, do = (x.float().cpu().numpy() for x in (q, k, v, do))
     if base is None:
-        row["err_model"] = base = rounding_model(q, k, v, do, allowed, scale, dt)
+        row["err_model"] = base = rounding_model(q, k, v, do, causal, window, dt)
         row["bound_from"] = "model"
     row["bound"] = {n: 2 * base[n] + ABS_SLACK for n in err}
     for n in err:
