@@ -12,7 +12,8 @@
 # tc / backward (one suite), sanitize (memcheck and racecheck over the quick checks;
 # memcheck / racecheck: one tool, a longer limit),
 # ncu (flashsim check --ncu), ncu_tc (scripts/ncu_tc_metrics.sh), pytest (the tests
-# marked gpu; PYTEST_FILES narrows them, xdist spreads them over PYTEST_WORKERS), fast (scripts/fa2_fast_variants.py), bench (the sweep: fa2 call and kernel
+# marked gpu; PYTEST_FILES narrows them, xdist spreads them over PYTEST_WORKERS), matrix
+# (flashsim check --suite variants in MATRIX_SHARDS processes, merged), fast (scripts/fa2_fast_variants.py), bench (the sweep: fa2 call and kernel
 # alone, fa1, standard, torch SDPA; BENCH_IMPLS narrows it), call (scripts/call_overhead.py:
 # gpu.attention's per-call host time against its kernel and torch SDPA).
 # Everything lands in $OUT (default ./out); each stage has its own time limit so one hang
@@ -43,6 +44,13 @@ for s in $STAGES; do
               XD=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${PYTEST_WORKERS:-12}")
               timeout ${T_PYTEST:-300} python3 -m pytest -q -m gpu -p no:cacheprovider $XD \
                   --junitxml="$OUT/gpu_tests.xml" ${PYTEST_FILES:-tests} > /tmp/$s.log 2>&1 ;;
+    matrix)   # flashsim check --suite variants (the flash-attn matrix), MATRIX_SHARDS processes
+              mkdir -p "$OUT/matrix"; NS=${MATRIX_SHARDS:-12}
+              for i in $(seq 0 $((NS - 1))); do
+                OMP_NUM_THREADS=1 FLASHSIM_PROGRESS=0 timeout ${T_MATRIX:-420} $FS check --suite variants \
+                    ${MATRIX_QUICK:+--quick} --shard $i/$NS --json "$OUT/matrix/s$i.json" > "$OUT/matrix/s$i.log" 2>&1 &
+              done; wait
+              $FS check --merge "$(ls "$OUT"/matrix/s*.json | paste -sd, -)" --json "$OUT/matrix/variants.json" > /tmp/$s.log 2>&1 ;;
     fast)     timeout ${T_FAST:-200} python3 scripts/fa2_fast_variants.py > /tmp/$s.log 2>&1 ;;
     bench)    timeout ${T_BENCH:-420} $FS bench --impls ${BENCH_IMPLS:-fa2,fa2_kernel,fa1,standard,torch_math,torch_efficient,torch_flash} \
                   --budget-s ${BENCH_BUDGET:-380} --out "$OUT/bench.json" > /tmp/$s.log 2>&1 ;;
