@@ -259,6 +259,12 @@ def runtime_blind_rows(measured: list[dict], predictions: dict) -> list[dict]:
     "measurement_failed"; configurations the model could not predict, "cannot_predict";
     predicted configurations with no measured row, "not_measured"."""
     from analysis.runtime import family_key
+
+    def fk(name):
+        try:
+            return family_key(name)
+        except ValueError:
+            return None
     pred = {p["id"]: p for p in predictions["configs"]}
     seen = set()
     out = []
@@ -288,10 +294,10 @@ def runtime_blind_rows(measured: list[dict], predictions: dict) -> list[dict]:
         else:
             launches = []
             for x in p["launches"]:
-                k = family_key(x["name"])
+                k = fk(x["name"])
                 hit = [q["ms"] for q in m.get("kernels", [])
-                       if family_key(q["name"]) == k or (k == "fa2_bwd_pre"
-                                                         and family_key(q["name"]) == "fa2_bwd_pre_fast")]
+                       if fk(q["name"]) == k or (k == "fa2_bwd_pre"
+                                                 and fk(q["name"]) == "fa2_bwd_pre_fast")]
                 launches.append({"name": x["name"], "predicted_ms": x["predicted_ms"],
                                  "measured_ms": hit[0] if len(hit) == 1 else None,
                                  "binds": x["binds"]})
@@ -327,6 +333,16 @@ def format_blind(rows) -> str:
         lines.append(f"warning: {len(bad)} rows ran a tiling other than the predicted one: "
                      + ", ".join(r["config"]["id"] for r in bad))
     return "\n".join(lines)
+
+
+def blind_rows_kept(data=None) -> list[dict]:
+    """The split "blind" rows already in runtime_validation.jsonl (scored against the
+    frozen predictions, not the current model): `flashsim validate runtime` keeps them."""
+    path = results.path_of("runtime_validation", data)
+    if not path.exists():
+        return []
+    return [r for r in (json.loads(line) for line in open(path) if line.strip())
+            if r.get("split") == "blind"]
 
 
 def score_runtime_blind(measured_path, predictions_path=BLIND_PREDICTIONS, write=True, data=None):
