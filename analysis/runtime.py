@@ -3,8 +3,10 @@ fitted constants.
 
 For each kernel launch of a pass (the launches of `analysis.levels`):
 
-    T = t_launch + imbalance x ( t_work^p + (B_L2 / (R_L2 e_L2))^p
-                                 + (B_DRAM / (R_DRAM e_DRAM))^p [+ t_smem^p + t_local^p] )^(1/p)
+    T = t_launch + imbalance x ( t_work^p + (B_L2 / (R_L2 e_L2))^p + t_DRAM^p
+                                 [+ t_smem^p + t_local^p] )^(1/p)
+
+    t_DRAM = ( B_DRAM,read / e_DRAM + B_DRAM,write / e_DRAM_w ) / R_DRAM
 
     t_work = ( W / R + ops / R_fp32 ) / e_k
 
@@ -26,7 +28,9 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   every key tile whatever its width, so narrow key tiles cost more per entry).
 * B_L2, B_DRAM: the bytes the pass's kernel moves at L2 (requested sectors) and DRAM
   (`iosim.hierarchy`'s prediction), over the preset's L2 and HBM bandwidths times the
-  fitted fractions e_L2, e_DRAM (shared by all kernels).
+  fitted fractions e_L2, e_DRAM (shared by all kernels); DRAM writes at their own
+  fraction e_DRAM_w (the N x N S / P / dP write-backs of the standard kernels run at
+  about half the read rate).
 * t_smem (the fast fp32 fa2 forward): its shared-memory loads, from its register tile
   (RM x RN for S, RM x DN for O: RM + RN words per RM RN FMAs), over 128 bytes per clock
   per SM times e_smem: the tiling's arithmetic intensity on shared memory.
@@ -123,6 +127,7 @@ class RuntimeModel:
     kappa_c: float = 0.0
     e_smem: float = 0.5
     kappa_b: float = 0.0
+    e_dram_w: float = 0.0
 
     @classmethod
     def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
@@ -131,7 +136,7 @@ class RuntimeModel:
         return cls(d["e"], d["e_l2"], d["e_dram"], d["t_launch_ms"], d.get("w_sat", 8.0),
                    d.get("e_local", 0.2), d.get("kappa", 0.0), d.get("source", ""),
                    d.get("rho", 0.0), d.get("kappa_c", 0.0),
-                   d.get("e_smem", 0.5), d.get("kappa_b", 0.0))
+                   d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.0))
 
     def save(self, path: str = CONSTANTS_PATH):
         with open(path, "w") as f:
@@ -139,7 +144,7 @@ class RuntimeModel:
                        "t_launch_ms": self.t_launch_ms, "w_sat": self.w_sat,
                        "kappa": self.kappa, "e_local": self.e_local, "rho": self.rho,
                        "kappa_c": self.kappa_c, "e_smem": self.e_smem,
-                       "kappa_b": self.kappa_b,
+                       "kappa_b": self.kappa_b, "e_dram_w": self.e_dram_w,
                        "source": self.source}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
@@ -148,6 +153,7 @@ class RuntimeModel:
         rows = [f"  e[{k}] = {v:.4f}" for k, v in sorted(self.e.items())]
         return "\n".join([f"time-model constants ({self.source}):"] + rows +
                          [f"  e_l2 = {self.e_l2:.4f}", f"  e_dram = {self.e_dram:.4f}",
+                          f"  e_dram_w = {self.e_dram_w:.4f} (DRAM writes; 0: as e_dram)",
                           f"  t_launch = {self.t_launch_ms * 1e3:.2f} us",
                           f"  w_sat = {self.w_sat:.2f} warps", f"  e_local = {self.e_local:.4f}",
                           f"  e_smem = {self.e_smem:.4f}",
@@ -252,6 +258,7 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                     "rows": float(RA * I) if (loop and fam != "fa2_bwd_main") else 0.0,
                     "B_l2": float(B2), "B_local": local,
                     "B_dram": float(k["dram_read_bytes"] + k["dram_write_bytes"]),
+                    "B_dram_write": float(k["dram_write_bytes"]),
                     **makespans(work, hw, k["ctas_per_sm"]),
                     "warps": -(-k["threads"] // 32),
                     "ctas": k["ctas"], "ctas_per_sm": k["ctas_per_sm"]})
@@ -315,7 +322,9 @@ def terms(f: dict, m: RuntimeModel, hw) -> dict:
            + m.rho * f.get("rows", 0.0))
     out = {"work": (f["W"] / f["R"] + ops / hw.fp32_flops) / e * 1e3,
            "l2": f["B_l2"] / (hw.l2_bandwidth * m.e_l2) * 1e3,
-           "dram": f["B_dram"] / (hw.hbm_bandwidth * m.e_dram) * 1e3}
+           "dram": ((f["B_dram"] - f.get("B_dram_write", 0.0)) / m.e_dram
+                    + f.get("B_dram_write", 0.0) / (m.e_dram_w or m.e_dram))
+                   / hw.hbm_bandwidth * 1e3}
     if f.get("B_smem"):                 # 128 bytes per clock per SM: fp32_flops / 2 bytes/s
         out["smem"] = f["B_smem"] / (hw.fp32_flops / 2 * m.e_smem) * 1e3
     if f.get("B_local"):
@@ -391,7 +400,7 @@ SHARED_PARAMS = {"e_l2": (0.5, 0.05, 1.0), "e_dram": (0.7, 0.05, 1.0),
                  "e_local": (0.2, 0.005, 1.0), "kappa": (20.0, 0.1, 1000.0),
                  "kappa_c": (2.0, 1e-3, 200.0), "rho": (10.0, 1e-3, 2000.0),
                  "e_smem": (0.5, 0.01, 1.0),
-                 "kappa_b": (20.0, 0.1, 1000.0)}
+                 "kappa_b": (20.0, 0.1, 1000.0), "e_dram_w": (0.7, 0.05, 1.0)}
 
 
 def fit_data(data: list, hw, source: str = "", fixed: dict | None = None,
