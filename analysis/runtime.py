@@ -3,20 +3,42 @@ fitted constants.
 
 For each kernel launch of a pass (the launches of `analysis.levels`):
 
-    T = t_launch + imbalance x ( (W / (R e_k))^p + (B_L2 / (R_L2 e_L2))^p
-                                 + (B_DRAM / (R_DRAM e_DRAM))^p )^(1/p)
+    T = t_launch + imbalance x ( t_work^p + (B_L2 / (R_L2 e_L2))^p + t_DRAM^p
+                                 [+ t_smem^p + t_local^p] )^(1/p)
 
-* W is the kernel's work on the unit that does it: FLOPs on the tensor cores (fa2_tc)
-  or the CUDA cores (every other compute kernel: 4 d per active score entry in the
-  forward, 10 d in the fa2 backward, 2 d per tile product), or, for the kernels that only
-  move data (softmax, dS, the backward's pre/convert/group-sum passes), its requested
-  bytes; R is that unit's peak (`Hardware.fp16_tensor_flops`, `fp32_flops`, or the HBM
-  bandwidth) and e_k the kernel family's achieved fraction of it (fitted).
+    t_DRAM = ( B_DRAM,read / e_DRAM + B_DRAM,write / e_DRAM_w ) / R_DRAM
+
+    t_work = ( W / R + ops / R_fp32 ) / e_k
+
+* W is the kernel's work on the unit that does it: FLOPs on the tensor cores (fa2_tc,
+  fa1_tc, the standard tensor-core products, the fa2 tensor-core backward) or the CUDA
+  cores (4 d per active score entry in the forward, 10 d in the fa2 backward, 2 d per
+  tile product), or, for the kernels that only move data (softmax, dS, the backward's
+  pre/convert/group-sum passes), its requested bytes; R is that unit's peak
+  (`Hardware.fp16_tensor_flops`, `fp32_flops`, or the HBM bandwidth) and e_k the kernel
+  family's achieved fraction of it (fitted; sibling launches share one: the standard
+  tensor-core products `std_tc_mm`, its row passes `std_tc_row`; the grouped-K/V
+  backward's group sum, never measured alone, takes bwd_convert's).
+* ops: the CUDA-core operations besides the products, at the fp32 rate, counted from the
+  launch's tiling: kappa per score entry (online softmax: scale, max, exp, sum) in the
+  forward kernels, kappa_c more per entry in a causal fa2 forward build (the band test),
+  kappa_b per entry and product in the CUDA-core fa2 backward (P and dS recomputed; the
+  tensor-core backward is bound by its MMAs: no such term), and rho per query row and
+  key tile visited (RA: the running max / sum update and the rescaling of O, the same for
+  every key tile whatever its width, so narrow key tiles cost more per entry).
 * B_L2, B_DRAM: the bytes the pass's kernel moves at L2 (requested sectors) and DRAM
   (`iosim.hierarchy`'s prediction), over the preset's L2 and HBM bandwidths times the
-  fitted fractions e_L2, e_DRAM (shared by all kernels).
-* p = 4 blends the three terms (a smooth maximum: the binding resource dominates, the
-  others add a little where they are close).
+  fitted fractions e_L2, e_DRAM (shared by all kernels); DRAM writes at their own
+  fraction e_DRAM_w (the N x N S / P / dP write-backs of the standard kernels run at
+  about half the read rate).
+* t_smem (the fast fp32 fa2 forward): its shared-memory loads, from its register tile
+  (RM x RN for S, RM x DN for O: RM + RN words per RM RN FMAs), over 128 bytes per clock
+  per SM times e_smem: the tiling's arithmetic intensity on shared memory.
+* t_local: register spills and local arrays (`analysis.levels.SPILLS`), where the resident
+  CTAs' spills overflow the L1 (256 KB per SM less the shared memory in use), over
+  R_L2 e_local.
+* p = 4 blends the terms (a smooth maximum: the binding resource dominates, the others
+  add a little where they are close).
 * imbalance: the makespan of the kernel's CTAs over the perfectly balanced time, with
   each SM a machine that shares its throughput among its resident CTAs: CTAs go to the
   SM that frees first (list scheduling, a CTA's work proportional to its tiles), so the
@@ -25,21 +47,19 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
 * w_sat: warps an SM needs to reach its throughput: a CTA of w warps progresses at no
   more than min(1, w / w_sat) of its SM's rate, so a lone CTA (a small grid, or the
   longest CTAs of a causal grid) is latency-bound (fitted, shared by all kernels).
-* kappa: CUDA-core operations per score entry of the online softmax / gradient (scale,
-  max, exp, sum; P and dS in the backward), charged at the fp32 rate beside the tile
-  products: the part of the work that does not grow with d (fitted, shared).
 * t_launch: a fixed cost per launch (fitted). A CTA's prologue and epilogue (Q_i in,
   O_i out) count as one tile of work in its duration.
-* Register spills and local arrays (`analysis.levels.SPILLS`): local-memory traffic
-  (loads and stores of the spilled bytes per thread and tile), where the resident CTAs'
-  spills overflow the L1 (256 KB per SM less the shared memory in use), is a fourth term,
-  B_local / (R_L2 e_local).
 
 Every prediction reports each term's time and share, so the model says which resource
-binds. The constants are fitted (`fit`) on the "fit" half of the H100 runtime
-measurements (analysis.validation_configs.RUNTIME, split fixed before fitting) and
-validated on the "heldout" half; for another preset only its published peaks and L2 size
-change. Times are milliseconds, the kernels' own (CUPTI), warm clocks.
+binds. The constants are fitted (`fit`, robust least squares on log(predicted /
+measured) per launch, bounded, best of three starts) on every H100 development row:
+analysis.validation_configs.RUNTIME (all splits) and LEVELS_NEW (the newer default
+kernels); the model form was chosen by 5-fold cross-validation within them
+(analysis.validate.runtime_rows). The H200 rows are never fitted: for another preset
+only its published peaks and L2 size change. The fp32 fast standard and fa1 forward
+kernels (gpu.forward.standard_fast, fa1_fast) have no launch plan in analysis.levels:
+`predict` says it cannot predict them. Times are milliseconds, the kernels' own (CUPTI),
+warm clocks.
 """
 from __future__ import annotations
 
@@ -60,9 +80,30 @@ MEMORY_KERNELS = ("std_softmax", "std_bwd_dS", "fa2_bwd_pre", "bwd_convert", "bw
 CONSTANTS_PATH = os.path.join(os.path.dirname(__file__), "runtime_constants.json")
 
 
+#: the newer default kernels (analysis.levels._newer_plan's launch names) -> the kernel
+#: whose work and traffic formulas they share (same products, same operands)
+NEWER = {"fa1_tc": "fa1_fwd", "std_tc_softmax": "std_softmax", "std_tc_S": "std_S",
+         "std_tc_PV": "std_PV", "std_tc_bwd_dV": "std_bwd_dV", "std_tc_bwd_dP": "std_bwd_dP",
+         "std_tc_bwd_dS": "std_bwd_dS", "std_tc_bwd_dQ": "std_bwd_dQ",
+         "std_tc_bwd_dK": "std_bwd_dK", "fa2_bwd_tc": "fa2_bwd_main",
+         "fa2_bwd_fast": "fa2_bwd_main", "fa2_bwd_pre_fast": "fa2_bwd_pre"}
+#: kernels on the tensor cores (W over Hardware.fp16_tensor_flops)
+TENSOR_KERNELS = ("fa2_tc", "fa1_tc", "std_tc_S", "std_tc_PV", "std_tc_bwd_dV", "std_tc_bwd_dP",
+                  "std_tc_bwd_dQ", "std_tc_bwd_dK", "fa2_bwd_tc")
+#: constants shared by sibling launches (few measured rows each): the standard tensor-core
+#: tile products share one efficiency, its two row passes (softmax, dS) another
+SHARED = {"std_tc_S": "std_tc_mm", "std_tc_PV": "std_tc_mm", "std_tc_bwd_dV": "std_tc_mm",
+          "std_tc_bwd_dP": "std_tc_mm", "std_tc_bwd_dQ": "std_tc_mm", "std_tc_bwd_dK": "std_tc_mm",
+          "std_tc_softmax": "std_tc_row", "std_tc_bwd_dS": "std_tc_row"}
+
+
 def family_key(name: str) -> str:
-    """The constant a kernel launch uses: its name's prefix (fa2_tc, std_S, ...)."""
-    for k in ("fa2_tc", "fa2_fast", "fa2_fwd", "fa1_fwd", "std_softmax", "std_S", "std_PV",
+    """The kernel a launch is (fa2_tc, std_S, std_tc_S, fa2_bwd_fast, ...), from its name
+    (a launch name of analysis.levels or a measured CUDA kernel name)."""
+    for k in ("fa2_bwd_pre_fast", "fa2_bwd_tc", "fa2_bwd_fast", "fa1_tc", "std_tc_softmax",
+              "std_tc_S", "std_tc_PV", "std_tc_bwd_dV", "std_tc_bwd_dP", "std_tc_bwd_dS",
+              "std_tc_bwd_dQ", "std_tc_bwd_dK",
+              "fa2_tc", "fa2_fast", "fa2_fwd", "fa1_fwd", "std_softmax", "std_S", "std_PV",
               "fa2_bwd_pre", "fa2_bwd_main", "bwd_convert", "bwd_group_sum", "std_bwd_dV",
               "std_bwd_dP", "std_bwd_dS", "std_bwd_dQ", "std_bwd_dK"):
         if k in name:
@@ -82,19 +123,28 @@ class RuntimeModel:
     e_local: float = 0.2
     kappa: float = 0.0
     source: str = ""
+    rho: float = 0.0
+    kappa_c: float = 0.0
+    e_smem: float = 0.5
+    kappa_b: float = 0.0
+    e_dram_w: float = 0.0
 
     @classmethod
     def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
         with open(path) as f:
             d = json.load(f)
         return cls(d["e"], d["e_l2"], d["e_dram"], d["t_launch_ms"], d.get("w_sat", 8.0),
-                   d.get("e_local", 0.2), d.get("kappa", 0.0), d.get("source", ""))
+                   d.get("e_local", 0.2), d.get("kappa", 0.0), d.get("source", ""),
+                   d.get("rho", 0.0), d.get("kappa_c", 0.0),
+                   d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.0))
 
     def save(self, path: str = CONSTANTS_PATH):
         with open(path, "w") as f:
             json.dump({"e": self.e, "e_l2": self.e_l2, "e_dram": self.e_dram,
                        "t_launch_ms": self.t_launch_ms, "w_sat": self.w_sat,
-                       "kappa": self.kappa, "e_local": self.e_local,
+                       "kappa": self.kappa, "e_local": self.e_local, "rho": self.rho,
+                       "kappa_c": self.kappa_c, "e_smem": self.e_smem,
+                       "kappa_b": self.kappa_b, "e_dram_w": self.e_dram_w,
                        "source": self.source}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
@@ -103,9 +153,14 @@ class RuntimeModel:
         rows = [f"  e[{k}] = {v:.4f}" for k, v in sorted(self.e.items())]
         return "\n".join([f"time-model constants ({self.source}):"] + rows +
                          [f"  e_l2 = {self.e_l2:.4f}", f"  e_dram = {self.e_dram:.4f}",
+                          f"  e_dram_w = {self.e_dram_w:.4f} (DRAM writes; 0: as e_dram)",
                           f"  t_launch = {self.t_launch_ms * 1e3:.2f} us",
                           f"  w_sat = {self.w_sat:.2f} warps", f"  e_local = {self.e_local:.4f}",
+                          f"  e_smem = {self.e_smem:.4f}",
                           f"  kappa = {self.kappa:.1f} FLOP-equivalents per score entry",
+                          f"  kappa_c = {self.kappa_c:.1f} more per score entry of a causal fa2 forward build",
+                          f"  kappa_b = {self.kappa_b:.1f} per score entry and product of the fa2 backward",
+                          f"  rho = {self.rho:.1f} FLOP-equivalents per query row and key tile",
                           f"  p = {P_NORM}"])
 
 
@@ -133,7 +188,10 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
     out = []
     for k in lv["kernels"]:
         name = k["name"]
-        fam = family_key(name)
+        kern = family_key(name)
+        if kern == "fa2_bwd_pre" and lv["kernel"] in ("tc", "fast") and lv.get("pass") != "fwd":
+            kern = "fa2_bwd_pre_fast"          # the tensor-core backward runs the fast pre-pass
+        fam = NEWER.get(kern, kern)            # whose work / traffic formulas it shares
         mem = fam in MEMORY_KERNELS
         if fam in ("fa2_tc", "fa2_fast", "fa2_fwd"):
             W, work, B2 = 4.0 * RCA * d * I, np.tile(a + 1, I), lv["l2_read_bytes"] + lv["l2_write_bytes"]
@@ -165,7 +223,7 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             raise ValueError(f"kernel {name!r}: no work model")
         if mem:
             R = hw.hbm_bandwidth
-        elif fam == "fa2_tc" and tc:
+        elif kern in TENSOR_KERNELS and (tc or kern != "fa2_tc"):
             R = hw.fp16_tensor_flops
         else:
             R = hw.fp32_flops
@@ -181,17 +239,46 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
         entries = {"fa2_tc": 1, "fa2_fast": 1, "fa2_fwd": 1, "fa1_fwd": 1, "std_S": 0,
                    "std_PV": 0, "fa2_bwd_main": 2, "std_bwd_dP": 0, "std_bwd_dQ": 0,
                    "std_bwd_dK": 0, "std_bwd_dV": 0}.get(fam, 0) * float(RCA) * I
+        if kern == "fa2_bwd_tc":       # measured: tensor-FLOP-bound (~180 TFLOP/s at d 64 and 128)
+            entries = 0.0
         # fp16 and fp32 builds of a CUDA-core kernel are different specialisations (the
         # fp16 ones convert every load): one constant each
-        key = fam if (mem or fam == "fa2_tc") else f"{fam}_{p.dtype}"
-        out.append({"name": name, "family": key, "kernel": fam, "W": float(W), "R": float(R),
-                    "entries": entries,
+        if kern in NEWER:
+            key = SHARED.get(kern, kern)
+        elif kern == "bwd_group_sum":          # no measured rows: the backward's other
+            key = "bwd_convert"                # elementwise memory pass's constant
+        else:
+            key = fam if (mem or fam == "fa2_tc") else f"{fam}_{p.dtype}"
+        loop = fam in ("fa2_tc", "fa2_fast", "fa2_fwd", "fa1_fwd", "fa2_bwd_main")
+        smem = _fast_smem_bytes(p, t, k["threads"]) if kern == "fa2_fast" else 0.0
+        out.append({"name": name, "family": key, "kernel": kern, "W": float(W), "R": float(R),
+                    "entries": entries, "backward": fam == "fa2_bwd_main",
+                    "causal": bool(p.causal) and fam in ("fa2_tc", "fa2_fast", "fa2_fwd"),
+                    "B_smem": smem,
+                    "rows": float(RA * I) if (loop and fam != "fa2_bwd_main") else 0.0,
                     "B_l2": float(B2), "B_local": local,
                     "B_dram": float(k["dram_read_bytes"] + k["dram_write_bytes"]),
+                    "B_dram_write": float(k["dram_write_bytes"]),
                     **makespans(work, hw, k["ctas_per_sm"]),
                     "warps": -(-k["threads"] // 32),
                     "ctas": k["ctas"], "ctas_per_sm": k["ctas_per_sm"]})
     return out
+
+
+def _fast_smem_bytes(p: Problem, t: Tiling, threads: int) -> float:
+    """Shared-memory bytes the fast fp32 fa2 forward loads: each thread's register tile
+    (RM query rows x RN keys for S = QK^T, RM x DN head columns for O += PV) loads
+    RM + RN (RM + DN) words per d step (key step) for RM RN (RM DN) FMAs, so the
+    loads per FMA fall as the register tile grows (gpu.forward.fa2_fast.plan)."""
+    from gpu import api
+    from gpu.forward import fa2_fast
+    opts = api.FA2_FAST_TUNED.get((t.B_r, t.B_c, threads), {})
+    pl = fa2_fast.plan(t.B_r, t.B_c, p.d, threads, opts.get("TC"))
+    if pl is None:
+        pl = fa2_fast.plan(t.B_r, t.B_c, p.d, threads)
+    _, _, RM, RN, DN = pl
+    fma = float(iosim.tile_sums(p.N, t.B_r, t.B_c, p.causal)[3]) * p.d * p.instances
+    return 4.0 * fma * ((RM + RN) / (RM * RN) + (RM + DN) / (RM * DN))
 
 
 def _makespan(work, machines):
@@ -230,9 +317,16 @@ def terms(f: dict, m: RuntimeModel, hw) -> dict:
     e = m.e.get(f["family"])
     if e is None:
         raise ValueError(f"no fitted constant for kernel family {f['family']!r}")
-    out = {"work": (f["W"] / f["R"] + m.kappa * f.get("entries", 0.0) / hw.fp32_flops) / e * 1e3,
+    kap = m.kappa_b if f.get("backward") else m.kappa + (m.kappa_c if f.get("causal") else 0.0)
+    ops = (kap * f.get("entries", 0.0)
+           + m.rho * f.get("rows", 0.0))
+    out = {"work": (f["W"] / f["R"] + ops / hw.fp32_flops) / e * 1e3,
            "l2": f["B_l2"] / (hw.l2_bandwidth * m.e_l2) * 1e3,
-           "dram": f["B_dram"] / (hw.hbm_bandwidth * m.e_dram) * 1e3}
+           "dram": ((f["B_dram"] - f.get("B_dram_write", 0.0)) / m.e_dram
+                    + f.get("B_dram_write", 0.0) / (m.e_dram_w or m.e_dram))
+                   / hw.hbm_bandwidth * 1e3}
+    if f.get("B_smem"):                 # 128 bytes per clock per SM: fp32_flops / 2 bytes/s
+        out["smem"] = f["B_smem"] / (hw.fp32_flops / 2 * m.e_smem) * 1e3
     if f.get("B_local"):
         out["local"] = f["B_local"] / (hw.l2_bandwidth * m.e_local) * 1e3
     return out
@@ -256,11 +350,17 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
     from analysis.levels import levels
     hw = get_hardware(gpu) if isinstance(gpu, str) else gpu
     m = model or RuntimeModel.load()
-    lv = levels_result or levels(algorithm, problem, hw, pass_=pass_, kernel=kernel, tiling=tiling)
+    try:
+        lv = levels_result or levels(algorithm, problem, hw, pass_=pass_, kernel=kernel,
+                                     tiling=tiling)
+    except ValueError as e:
+        raise ValueError(f"the time model cannot predict this pass: {e}") from e
     launches = [predict_launch(f, m, hw) for f in launch_features(problem, lv, hw)]
     return {"predicted_ms": sum(x["predicted_ms"] for x in launches), "launches": launches,
             "constants": {"e": m.e, "e_l2": m.e_l2, "e_dram": m.e_dram,
-                          "t_launch_ms": m.t_launch_ms, "p": P_NORM, "source": m.source}}
+                          "t_launch_ms": m.t_launch_ms, "w_sat": m.w_sat, "e_local": m.e_local,
+                          "e_smem": m.e_smem, "kappa": m.kappa, "kappa_c": m.kappa_c,
+                          "kappa_b": m.kappa_b, "rho": m.rho, "p": P_NORM, "source": m.source}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -291,31 +391,61 @@ def fit(rows: list[dict], gpu: str = "H100-SXM", source: str = "") -> RuntimeMod
     for r in rows:
         feats, ms = row_features(r, gpu)
         data += list(zip(feats, ms))
+    return fit_data(data, hw, source)
+
+
+#: the shared constants the fit adjusts: (start, lower bound, upper bound)
+SHARED_PARAMS = {"e_l2": (0.5, 0.05, 1.0), "e_dram": (0.7, 0.05, 1.0),
+                 "t_launch_ms": (0.004, 1e-4, 0.05), "w_sat": (8.0, 1.0, 64.0),
+                 "e_local": (0.2, 0.005, 1.0), "kappa": (20.0, 0.1, 1000.0),
+                 "kappa_c": (2.0, 1e-3, 200.0), "rho": (10.0, 1e-3, 2000.0),
+                 "e_smem": (0.5, 0.01, 1.0),
+                 "kappa_b": (20.0, 0.1, 1000.0), "e_dram_w": (0.7, 0.05, 1.0)}
+
+
+def fit_data(data: list, hw, source: str = "", fixed: dict | None = None,
+             start_scale: float = 1.0, return_cost: bool = False) -> RuntimeModel:
+    """The fit on (launch features, measured ms) pairs (robust least squares on the log
+    ratio per launch, every constant bounded). fixed: constants held at a value;
+    start_scale: multiplies every start value (to check that different starts agree)."""
+    from scipy.optimize import least_squares
     fams = sorted({f["family"] for f, _ in data})
+    names = [k for k in SHARED_PARAMS if k not in (fixed or {})]
 
     def unpack(x):
         e = {k: math.exp(v) for k, v in zip(fams, x[:len(fams)])}
-        return RuntimeModel(e, math.exp(x[-6]), math.exp(x[-5]), math.exp(x[-4]),
-                            math.exp(x[-3]), math.exp(x[-2]), math.exp(x[-1]), source)
+        kw = dict(fixed or {})
+        kw.update({k: math.exp(v) for k, v in zip(names, x[len(fams):])})
+        return RuntimeModel(e, source=source, **kw)
 
     def resid(x):
         m = unpack(x)
         return [math.log(predict_launch(f, m, hw)["predicted_ms"] / ms) for f, ms in data]
-    x0 = [math.log(0.3)] * len(fams) + [math.log(0.5), math.log(0.7), math.log(0.004),
-                                         math.log(8.0), math.log(0.2), math.log(20.0)]
-    lo = [math.log(1e-5)] * len(fams) + [math.log(0.05), math.log(0.05), math.log(1e-4),
-                                         math.log(1.0), math.log(0.005), math.log(0.1)]
-    hi = [math.log(1.0)] * len(fams) + [math.log(1.0), math.log(1.0), math.log(0.05),
-                                        math.log(64.0), math.log(1.0), math.log(1000.0)]
+    x0 = [math.log(0.3 * start_scale)] * len(fams) + \
+        [min(math.log(SHARED_PARAMS[k][2]), math.log(SHARED_PARAMS[k][0] * start_scale))
+         for k in names]
+    lo = [math.log(1e-5)] * len(fams) + [math.log(SHARED_PARAMS[k][1]) for k in names]
+    hi = [math.log(1.0)] * len(fams) + [math.log(SHARED_PARAMS[k][2]) for k in names]
     sol = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05)
-    return unpack(sol.x)
+    m = unpack(sol.x)
+    return (m, float(sol.cost)) if return_cost else m
 
 
-def validate(rows: list[dict], model: RuntimeModel, gpu: str) -> list[dict]:
-    """One runtime_validation row per measured row: measured and predicted pass time."""
+def fit_best(data: list, hw, source: str = "", starts=(1.0, 0.5, 2.0), **kw) -> RuntimeModel:
+    """fit_data from several starts; the fit of the lowest cost (the starts' costs go in
+    `fit_starts` of the printed report by `fit_report`)."""
+    fits = [fit_data(data, hw, source, start_scale=s, return_cost=True, **kw) for s in starts]
+    best = min(fits, key=lambda mc: mc[1])[0]
+    fit_best.last = [(s, c) for s, (_, c) in zip(starts, fits)]
+    return best
+
+
+def validate(rows: list[dict], model: RuntimeModel, gpu: str, features=None) -> list[dict]:
+    """One runtime_validation row per measured row: measured and predicted pass time.
+    features: (launch features, measured ms) of a single row, computed already."""
     out = []
     for r in rows:
-        feats, ms = row_features(r, gpu)
+        feats, ms = features or row_features(r, gpu)
         hw = get_hardware(gpu)
         launches = [predict_launch(f, model, hw) for f in feats]
         pred = sum(x["predicted_ms"] for x in launches)

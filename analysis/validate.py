@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import results
-from analysis.validation_configs import LEVELS_BLIND, RUNTIME, family_of, levels_split
+from analysis.validation_configs import LEVELS_BLIND, LEVELS_NEW, RUNTIME, family_of, levels_split
 
 ROOT = Path(__file__).resolve().parents[1]
 BLIND_IDS = {c["id"] for c in LEVELS_BLIND}
@@ -111,7 +111,7 @@ def levels_summary(rows) -> list[dict]:
 # The blind levels set (analysis.validation_configs.LEVELS_BLIND): frozen predictions,
 # written before the measured rows are read, then scored against them
 # ---------------------------------------------------------------------------------------
-BLIND_PREDICTIONS = ROOT / "benchmarks" / "results" / "runs" / "levels-blind-predictions" / "predictions.json"
+LEVELS_BLIND_PREDICTIONS = ROOT / "benchmarks" / "results" / "runs" / "levels-blind-predictions" / "predictions.json"
 LEVEL_KEYS = ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes", "l2_write_bytes")
 
 
@@ -146,7 +146,7 @@ def levels_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
             "predictions": preds}
 
 
-def write_levels_blind_predictions(path=BLIND_PREDICTIONS, model=None) -> Path:
+def write_levels_blind_predictions(path=LEVELS_BLIND_PREDICTIONS, model=None) -> Path:
     out = levels_blind_predictions(model)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +183,7 @@ def levels_blind_rows(measured: list[dict], frozen: dict) -> list[dict]:
     return out
 
 
-def format_blind(rows: list[dict], n_expected: int | None = None) -> str:
+def format_levels_blind(rows: list[dict], n_expected: int | None = None) -> str:
     """Per family and overall: rows, inside the bound (DRAM reads and writes within 15 %
     or 16 MB), median and worst |relative error| of DRAM reads and writes, and each row."""
     lines = [f"{'family':<16}{'rows':>5}{'in bound':>9}{'DRAM rd med':>12}{'worst':>8}"
@@ -206,7 +206,7 @@ def format_blind(rows: list[dict], n_expected: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def levels_blind(measured_path, predictions_path=BLIND_PREDICTIONS, out=None) -> list[dict]:
+def levels_blind(measured_path, predictions_path=LEVELS_BLIND_PREDICTIONS, out=None) -> list[dict]:
     """Score the frozen blind predictions against measured counter rows (a JSONL file);
     print the table; write the validation rows to `out` (JSONL) if given."""
     frozen = json.loads(Path(predictions_path).read_text())
@@ -215,7 +215,7 @@ def levels_blind(measured_path, predictions_path=BLIND_PREDICTIONS, out=None) ->
     rows = levels_blind_rows(measured, frozen)
     print(f"frozen commit {frozen['frozen_commit']}, model {frozen['model_version']}, "
           f"preset {frozen['gpu_preset']}")
-    print(format_blind(rows, len(frozen["predictions"])))
+    print(format_levels_blind(rows, len(frozen["predictions"])))
     if out:
         for r in rows:
             results.validate(r)
@@ -227,50 +227,266 @@ def levels_blind(measured_path, predictions_path=BLIND_PREDICTIONS, out=None) ->
 
 
 # ---------------------------------------------------------------------------------------
+#: the measured configurations the time model is developed on: RUNTIME (every split) and
+#: LEVELS_NEW (the newer default kernels, run 2026-11-25-h100-runtime-new)
 SPLIT_OF = {c["id"]: c for c in RUNTIME}
+SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split="new", split3="new")
+                 for c in LEVELS_NEW})
+#: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS
+CV_FOLDS = 5
+RUNTIME_BLIND_PREDICTIONS = ROOT / "benchmarks" / "results" / "runs" / "runtime-blind-predictions" / \
+    "predictions.json"
 
 
-def runtime_fit(split_key: str = "split3", data=None):
+def cv_fold(cid: str, k: int = CV_FOLDS) -> int:
+    return hashlib.sha256(cid.encode()).digest()[1] % k
+
+
+def runtime_measured(data=None) -> list[dict]:
+    """The measured rows the time model is fitted and checked on (H100 and H200)."""
+    return [r for r in results.load("runtime_measurement", data=data) if r.get("status") == "ok"
+            and r["config"]["id"] in SPLIT_OF]
+
+
+def _features(rows):
     from analysis import runtime
-    rows = [r for r in results.load("runtime_measurement", data=data) if r.get("status") == "ok"
-            and "H100" in r["device"] and r["config"]["id"] in SPLIT_OF
-            and SPLIT_OF[r["config"]["id"]][split_key] == "fit"]
-    run = sorted({r["run_id"] for r in rows})
-    return runtime.fit(rows, "H100-SXM", source=f"{split_key}=fit rows ({len(rows)}) of {', '.join(run)}")
+    from analysis.levels import GPU_OF_DEVICE
+    return [runtime.row_features(r, GPU_OF_DEVICE[r["device"]]) for r in rows]
 
 
-def runtime_rows(model=None, split_key: str = "split3", data=None) -> list[dict]:
+def _fit_on(rows, feats, keep, source):
+    from analysis import runtime
+    from iosim import get_hardware
+    data = [(f, m) for r, (fs, ms) in zip(rows, feats) if "H100" in r["device"] and keep(r)
+            for f, m in zip(fs, ms)]
+    return runtime.fit_best(data, get_hardware("H100-SXM"), source=source)
+
+
+def runtime_fit(data=None):
+    """The constants fitted on every H100 development row (RUNTIME, all splits, and the
+    newer kernels' LEVELS_NEW rows); the H200 rows are never fitted."""
+    rows = runtime_measured(data)
+    feats = _features(rows)
+    h = [r for r in rows if "H100" in r["device"]]
+    run = sorted({r["run_id"] for r in h})
+    return _fit_on(rows, feats, lambda r: True, f"all H100 rows ({len(h)}) of {', '.join(run)}")
+
+
+def _pass_ms(feats, model, gpu):
+    from analysis import runtime
+    from iosim import get_hardware
+    hw = get_hardware(gpu)
+    return sum(runtime.predict_launch(f, model, hw)["predicted_ms"] for f in feats)
+
+
+def runtime_rows(model=None, data=None, cv: bool = True) -> list[dict]:
+    """One validation row per measured row: the model's prediction (in-sample on the
+    H100, where every row is fitted; held out on the H200), and on the H100 the 5-fold
+    cross-validated prediction (cv_predicted_ms: the model refitted without the row's fold)
+    and the prediction of a refit on split3's "fit" half of RUNTIME plus the LEVELS_NEW rows
+    (heldout3_predicted_ms, on split3's "heldout" rows: the old held-out half)."""
     from analysis import runtime
     from analysis.levels import GPU_OF_DEVICE
     model = model or runtime.RuntimeModel.load()
-    meas = [r for r in results.load("runtime_measurement", data=data) if r.get("status") == "ok"
-            and r["config"]["id"] in SPLIT_OF]
+    meas = runtime_measured(data)
+    feats = _features(meas)
     version = model_version()
+    folds = {}
+    if cv:
+        for i in range(CV_FOLDS):
+            folds[i] = _fit_on(meas, feats, lambda r, i=i: cv_fold(r["config"]["id"]) != i,
+                               f"cv fold {i}")
+        half = _fit_on(meas, feats, lambda r: SPLIT_OF[r["config"]["id"]]["split3"] != "heldout",
+                       "split3 fit half + LEVELS_NEW")
     out = []
-    for r in meas:
+    for r, (fs, ms) in zip(meas, feats):
         gpu = GPU_OF_DEVICE[r["device"]]
-        v = runtime.validate([r], model, gpu)[0]
+        v = runtime.validate([r], model, gpu, features=(fs, ms))[0]
         c = SPLIT_OF[r["config"]["id"]]
-        v.update(split=c[split_key] if gpu == "H100-SXM" else "heldout", split_key=split_key,
+        v.update(split="fit" if gpu == "H100-SXM" else "heldout", split3=c["split3"],
                  split_preregistered=c["split"], gpu_preset=gpu, model_version=version,
                  family=c["family"])
+        if cv and gpu == "H100-SXM":
+            meas_ms = r["measured"]["measured_ms"]
+            p = _pass_ms(fs, folds[cv_fold(c["id"])], gpu)
+            v.update(cv_fold=cv_fold(c["id"]), cv_predicted_ms=p, cv_rel_error=p / meas_ms - 1)
+            if c["split3"] == "heldout":
+                p = _pass_ms(fs, half, gpu)
+                v.update(heldout3_predicted_ms=p, heldout3_rel_error=p / meas_ms - 1)
         out.append(v)
     return out
 
 
+#: summary splits: which error field of which rows
+SUMMARY_SPLITS = {"cv": "cv_rel_error", "heldout3": "heldout3_rel_error", "fit": "rel_error",
+                  "heldout": "rel_error", "blind": "rel_error"}
+
+
 def runtime_summary(rows, split_field="split") -> list[dict]:
+    """Per device and family: median / worst |error| of the 5-fold CV ("cv", H100), of the
+    refit on split3's fit half on its held-out half ("heldout3"), in-sample ("fit"), of
+    the H200 rows ("heldout") and of the blind rows ("blind")."""
     out = []
     for dev in sorted({r["device"] for r in rows}):
-        for split in ("fit", "heldout"):
-            sel = [r for r in rows if r["device"] == dev and r[split_field] == split]
+        for split, field in SUMMARY_SPLITS.items():
+            if split in ("cv", "heldout3"):
+                sel = [r for r in rows if r["device"] == dev and r.get(field) is not None]
+            else:
+                sel = [r for r in rows if r["device"] == dev and r[split_field] == split
+                       and r.get(field) is not None]
             if not sel:
                 continue
             for fam in sorted({r["family"] for r in sel}) + ["all"]:
                 ss = [r for r in sel if fam == "all" or r["family"] == fam]
-                e = [r["rel_error"] for r in ss]
+                e = [r[field] for r in ss]
                 out.append({"device": dev, "split": split, "family": fam, **_stats(e),
                             "within_10pct": int(np.sum(np.abs(e) <= 0.10))})
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# The blind set: frozen predictions, scored once the measured rows arrive
+# ---------------------------------------------------------------------------------------
+def runtime_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
+    """The time model's prediction for every RUNTIME_BLIND configuration, with the tiling
+    the kernel runs by default on `gpu` (analysis.levels.kernel_plan: gpu.api's and
+    gpu.backward's rules for the preset, no GPU needed); configurations the model cannot
+    predict carry status "cannot_predict" and the reason."""
+    from analysis import runtime
+    from analysis.levels import predict_row, problem_of
+    from analysis.validation_configs import RUNTIME_BLIND
+    model = model or runtime.RuntimeModel.load()
+    out = []
+    for c in RUNTIME_BLIND:
+        rec = {"id": c["id"], "config": c, "family": family_of(c)}
+        try:
+            lv = predict_row(c, gpu)
+            p = runtime.predict(c["algorithm"], problem_of(c), gpu, model=model, levels_result=lv)
+        except ValueError as e:
+            rec.update(status="cannot_predict", reason=str(e))
+        else:
+            rec.update(status="ok", kernel=lv["kernel"], tiling=[lv["block_rows"], lv["block_cols"]],
+                       predicted_ms=p["predicted_ms"],
+                       launches=[{k: x[k] for k in ("name", "family", "predicted_ms", "binds",
+                                                    "share", "terms_ms", "imbalance")}
+                                 for x in p["launches"]])
+        out.append(rec)
+    return {"gpu": gpu, "model_version": model_version(), "constants": model.source,
+            "configs": out}
+
+
+def runtime_blind_rows(measured: list[dict], predictions: dict) -> list[dict]:
+    """runtime_validation rows (split "blind") joining measured rows (analysis.hwmeasure
+    times rows: {config: {id, ...}, measured: {measured_ms, kernels: [{name, ms}]}, error?})
+    with the frozen predictions. Rows whose measurement failed get status
+    "measurement_failed"; configurations the model could not predict, "cannot_predict";
+    predicted configurations with no measured row, "not_measured"."""
+    from analysis.runtime import family_key
+
+    def fk(name):
+        try:
+            return family_key(name)
+        except ValueError:
+            return None
+    pred = {p["id"]: p for p in predictions["configs"]}
+    seen = set()
+    out = []
+    for r in measured:
+        cid = r["config"]["id"]
+        if cid not in pred:
+            continue
+        seen.add(cid)
+        p = pred[cid]
+        row = {"kind": "runtime_validation", "run_id": r.get("run_id", "blind"),
+               "device": r.get("device", ""), "date": r.get("date", ""),
+               "commit": r.get("commit"), "versions": r.get("versions", {}),
+               "algorithm": p["config"]["algorithm"], "kernel": p["config"]["kernel"],
+               "config": p["config"], "family": p["family"], "split": "blind",
+               "tiling": r.get("tiling"), "predicted_tiling": p.get("tiling"),
+               "frozen_model_commit": predictions.get("frozen_commit"),
+               "model_version": predictions.get("model_version"),
+               "constants_source": predictions.get("constants")}
+        m = r.get("measured") or {}
+        if r.get("error") or r.get("status", "ok") != "ok" or m.get("measured_ms") is None:
+            row.update(status="measurement_failed",
+                       error=str(r.get("error") or r.get("status") or "no measured_ms"),
+                       measured_ms=None, predicted_ms=p.get("predicted_ms"), rel_error=None)
+        elif p["status"] != "ok":
+            row.update(status="cannot_predict", reason=p["reason"],
+                       measured_ms=m["measured_ms"], predicted_ms=None, rel_error=None)
+        else:
+            launches = []
+            for x in p["launches"]:
+                k = fk(x["name"])
+                hit = [q["ms"] for q in m.get("kernels", [])
+                       if fk(q["name"]) == k or (k == "fa2_bwd_pre"
+                                                 and fk(q["name"]) == "fa2_bwd_pre_fast")]
+                launches.append({"name": x["name"], "predicted_ms": x["predicted_ms"],
+                                 "measured_ms": hit[0] if len(hit) == 1 else None,
+                                 "binds": x["binds"]})
+            row.update(status="ok", measured_ms=m["measured_ms"], predicted_ms=p["predicted_ms"],
+                       rel_error=p["predicted_ms"] / m["measured_ms"] - 1, launches=launches,
+                       tiling_matches=(r.get("tiling") is None
+                                       or list(r["tiling"]) == list(p["tiling"])))
+        out.append(row)
+    for cid, p in pred.items():
+        if cid not in seen:
+            out.append({"kind": "runtime_validation", "run_id": "blind", "device": "", "date": "",
+                        "commit": None, "versions": {}, "config": p["config"],
+                        "family": p["family"], "split": "blind", "status": "not_measured",
+                        "measured_ms": None, "predicted_ms": p.get("predicted_ms"),
+                        "rel_error": None})
+    return out
+
+
+def format_runtime_blind(rows) -> str:
+    lines = [f"{'family':<18}{'rows':>5}{'scored':>7}{'median':>9}{'worst':>8}{'<=10%':>7}"
+             f"{'failed':>8}{'no model':>9}{'missing':>8}"]
+    fams = sorted({r["family"] for r in rows})
+    for fam in fams + ["all"]:
+        ss = [r for r in rows if fam == "all" or r["family"] == fam]
+        e = np.abs([r["rel_error"] for r in ss if r["status"] == "ok"])
+        med = f"{np.median(e):>9.1%}{e.max():>8.1%}" if e.size else f"{'-':>9}{'-':>8}"
+        lines.append(f"{fam:<18}{len(ss):>5}{e.size:>7}{med}{int((e <= 0.10).sum()):>7}"
+                     f"{sum(r['status'] == 'measurement_failed' for r in ss):>8}"
+                     f"{sum(r['status'] == 'cannot_predict' for r in ss):>9}"
+                     f"{sum(r['status'] == 'not_measured' for r in ss):>8}")
+    bad = [r for r in rows if r["status"] == "ok" and not r.get("tiling_matches", True)]
+    if bad:
+        lines.append(f"warning: {len(bad)} rows ran a tiling other than the predicted one: "
+                     + ", ".join(r["config"]["id"] for r in bad))
+    return "\n".join(lines)
+
+
+def blind_rows_kept(data=None) -> list[dict]:
+    """The split "blind" rows already in runtime_validation.jsonl (scored against the
+    frozen predictions, not the current model): `flashsim validate runtime` keeps them."""
+    path = results.path_of("runtime_validation", data)
+    if not path.exists():
+        return []
+    return [r for r in (json.loads(line) for line in open(path) if line.strip())
+            if r.get("split") == "blind"]
+
+
+def score_runtime_blind(measured_path, predictions_path=RUNTIME_BLIND_PREDICTIONS, write=True, data=None):
+    """Score the frozen blind predictions against measured rows (a JSONL file); replace
+    the split "blind" rows of runtime_validation.jsonl with the result; print the summary."""
+    with open(predictions_path) as f:
+        predictions = json.load(f)
+    with open(measured_path) as f:
+        measured = [json.loads(line) for line in f if line.strip()]
+    rows = runtime_blind_rows(measured, predictions)
+    print(f"frozen model: commit {predictions.get('frozen_commit')}, "
+          f"model_version {predictions.get('model_version')}")
+    print(format_runtime_blind(rows))
+    if write:
+        path = results.path_of("runtime_validation", data)
+        keep = []
+        if path.exists():
+            keep = [json.loads(line) for line in open(path) if line.strip()]
+            keep = [r for r in keep if r.get("split") != "blind"]
+        print(f"wrote {len(rows)} blind rows to {_write('runtime_validation', keep + rows, data)}")
+    return rows
 
 
 def format_summary(summary, what: str) -> str:
@@ -293,28 +509,37 @@ def format_summary(summary, what: str) -> str:
 
 __all__ = ["levels_rows", "levels_summary", "runtime_fit", "runtime_rows", "runtime_summary",
            "format_summary", "model_version", "levels_blind_predictions",
-           "write_levels_blind_predictions", "levels_blind_rows", "levels_blind"]
+           "write_levels_blind_predictions", "levels_blind_rows", "levels_blind",
+           "runtime_blind_predictions", "runtime_blind_rows", "score_runtime_blind"]
 
 
 def _main(argv=None) -> int:
     import argparse
     ap = argparse.ArgumentParser(
         prog="python3 -m analysis.validate",
-        description="levels-blind MEASURED.jsonl: score the frozen LEVELS_BLIND predictions "
-                    "(benchmarks/results/runs/levels-blind-predictions/predictions.json) "
-                    "against measured counter rows; levels-blind-predict: write them "
-                    "(only from a clean, committed tree: the frozen model)")
-    ap.add_argument("what", choices=("levels-blind", "levels-blind-predict"))
+        description="Blind validation sets (analysis.validation_configs.LEVELS_BLIND, "
+                    "RUNTIME_BLIND): levels-blind MEASURED.jsonl scores the frozen L2-model "
+                    "predictions (benchmarks/results/runs/levels-blind-predictions/) against "
+                    "measured counter rows; levels-blind-predict writes them (only from a "
+                    "clean, committed tree: the frozen model); runtime-blind MEASURED.jsonl "
+                    "scores the frozen time-model predictions "
+                    "(benchmarks/results/runs/runtime-blind-predictions/) against measured "
+                    "time rows and adds the blind runtime_validation rows")
+    ap.add_argument("what", choices=("levels-blind", "levels-blind-predict", "runtime-blind"))
     ap.add_argument("measured", nargs="?")
-    ap.add_argument("--predictions", default=str(BLIND_PREDICTIONS))
-    ap.add_argument("--out", default=None, help="JSONL file for the blind validation rows")
+    ap.add_argument("--predictions", default=None,
+                    help="the frozen predictions file (default: the set's own)")
+    ap.add_argument("--out", default=None, help="levels-blind: JSONL file for the blind rows")
     a = ap.parse_args(argv)
     if a.what == "levels-blind-predict":
-        print(f"wrote {write_levels_blind_predictions(a.predictions)}")
+        print(f"wrote {write_levels_blind_predictions(a.predictions or LEVELS_BLIND_PREDICTIONS)}")
         return 0
     if not a.measured:
-        ap.error("levels-blind needs MEASURED.jsonl")
-    levels_blind(a.measured, a.predictions, a.out)
+        ap.error(f"{a.what} needs MEASURED.jsonl")
+    if a.what == "levels-blind":
+        levels_blind(a.measured, a.predictions or LEVELS_BLIND_PREDICTIONS, a.out)
+    else:
+        score_runtime_blind(a.measured, a.predictions or RUNTIME_BLIND_PREDICTIONS)
     return 0
 
 

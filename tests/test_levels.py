@@ -256,7 +256,7 @@ def test_committed_validation_rows_are_current():
     rows = results.load("runtime_validation")
     meas = {(r["run_id"], r["config"]["id"]): r for r in results.load("runtime_measurement")}
     m = RuntimeModel.load()
-    for v in rows[::97]:
+    for v in [r for r in rows if r["split"] != "blind"][::97]:
         r = meas[(v["run_id"], v["config"]["id"])]
         again = validate([r], m, v["gpu_preset"])[0]
         assert again["predicted_ms"] == pytest.approx(v["predicted_ms"], rel=1e-6)
@@ -409,7 +409,7 @@ def test_levels_blind_predictions_and_scorer(tmp_path):
     import subprocess
     from analysis import validate as V
     from analysis.validation_configs import LEVELS_BLIND
-    frozen = json.loads(V.BLIND_PREDICTIONS.read_text())
+    frozen = json.loads(V.LEVELS_BLIND_PREDICTIONS.read_text())
     assert [p["id"] for p in frozen["predictions"]] == [c["id"] for c in LEVELS_BLIND]
     ok = subprocess.run(["git", "merge-base", "--is-ancestor", frozen["frozen_commit"], "HEAD"],
                         cwd=V.ROOT, capture_output=True)
@@ -422,8 +422,32 @@ def test_levels_blind_predictions_and_scorer(tmp_path):
     meas.append({"config": frozen["predictions"][3]["config"], "error": "failed"})
     f = tmp_path / "m.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in meas))
-    rows = V.levels_blind(f, V.BLIND_PREDICTIONS, tmp_path / "v.jsonl")
+    rows = V.levels_blind(f, V.LEVELS_BLIND_PREDICTIONS, tmp_path / "v.jsonl")
     assert len(rows) == 3 and all(r["split"] == "blind" for r in rows)
     assert all(rows[0]["within_bound"].values())
     assert rows[1]["rel_error"]["dram_read_bytes"] == pytest.approx(1 / 1.2 - 1)
     assert len((tmp_path / "v.jsonl").read_text().splitlines()) == 3
+
+
+def test_runtime_blind_scoring_joins_frozen_predictions(tmp_path):
+    """The blind scorer joins measured rows with the frozen predictions: failed
+    measurements and configurations the model cannot predict are reported, not dropped."""
+    from analysis import validate as V
+    pred = json.load(open(V.RUNTIME_BLIND_PREDICTIONS))
+    assert pred["frozen_commit"] and len(pred["configs"]) == 47
+    meas = []
+    for i, c in enumerate(pred["configs"][:-1]):
+        if i == 0:
+            meas.append({"config": c["config"], "error": "RuntimeError: boom"})
+            continue
+        ms = 1.1 * (c.get("predicted_ms") or 1.0)
+        meas.append({"config": c["config"], "tiling": c.get("tiling"),
+                     "measured": {"measured_ms": ms, "kernels": [{"name": "x", "ms": ms}]}})
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in meas) + "\n")
+    rows = V.score_runtime_blind(str(path), write=False)
+    status = [r["status"] for r in rows]
+    assert len(rows) == 47 and status.count("measurement_failed") == 1
+    assert status.count("not_measured") == 1 and status.count("cannot_predict") == 4
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert all(r["split"] == "blind" and abs(r["rel_error"] + 1 / 11) < 1e-9 for r in ok)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(sub):
@@ -14,11 +15,16 @@ def register(sub):
                     "predicted side by side) to benchmarks/results/data/ (replacing the "
                     "previous ones) and prints median and worst errors per kernel family, "
                     "fit and held-out halves apart. No GPU needed.",
-        epilog="examples:\n  flashsim validate levels\n  flashsim validate runtime --refit")
-    p.add_argument("what", choices=("levels", "runtime"))
+        epilog="examples:\n  flashsim validate levels\n  flashsim validate runtime --refit\n"
+               "  flashsim validate runtime-blind --measured times.jsonl")
+    p.add_argument("what", choices=("levels", "runtime", "runtime-blind"))
+    p.add_argument("--measured", metavar="FILE",
+                   help="runtime-blind: the measured rows (JSONL of analysis.hwmeasure times) to "
+                        "score the frozen predictions "
+                        "(benchmarks/results/runs/runtime-blind-predictions/) against")
     p.add_argument("--refit", action="store_true",
-                   help="refit the model's constants on the fit half first (levels: the L2 "
-                        "model grid; runtime: analysis/runtime_constants.json)")
+                   help="refit the model's constants first (levels: the L2 model grid on the "
+                        "fit half; runtime: analysis/runtime_constants.json on every H100 row)")
     p.add_argument("--no-write", action="store_true", help="print only; leave the data set alone")
     p.set_defaults(func=main)
 
@@ -40,6 +46,12 @@ def main(args) -> int:
         if not args.no_write:
             print(f"wrote {len(rows)} rows to {V._write('levels_validation', rows)}")
         return 0
+    if args.what == "runtime-blind":
+        if not args.measured:
+            print("flashsim validate runtime-blind: --measured FILE is required", file=sys.stderr)
+            return 2
+        V.score_runtime_blind(args.measured, write=not args.no_write)
+        return 0
     from analysis import runtime
     model = None
     if args.refit:
@@ -51,5 +63,7 @@ def main(args) -> int:
     rows = V.runtime_rows(model)
     print(V.format_summary(V.runtime_summary(rows), "runtime"))
     if not args.no_write:
-        print(f"wrote {len(rows)} rows to {V._write('runtime_validation', rows)}")
+        blind = V.blind_rows_kept()          # scored against the frozen predictions: kept
+        print(f"wrote {len(rows)} rows (and {len(blind)} blind rows kept) to "
+              f"{V._write('runtime_validation', rows + blind)}")
     return 0

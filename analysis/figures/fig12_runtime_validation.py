@@ -6,10 +6,12 @@ results data set (H100 and H200; forward and backward; the pass's kernels summed
 milliseconds, log-log, y = x with a +-10 % band. Measured: CUPTI kernel times (median
 over repetitions, warm clocks, inputs rotated so the L2 does not keep them;
 `analysis.hwmeasure.time_config`). Predicted: `analysis.runtime` with the constants
-fitted on the H100 "fit" rows (the row's `split`: hash of the configuration id); every
-H200 row is held out (only the preset changes). Colour: kernel family; marker: H100 fit
-(filled circle), H100 held out (open circle), H200 held out (triangle). The title gives
-the median and worst |predicted / measured - 1| of the held-out rows per device.
+fitted on every H100 row; each H100 row is drawn at its 5-fold cross-validated
+prediction (the model refitted without the row's fold: `cv_predicted_ms`); every H200
+row is held out (only the preset changes). Colour: kernel family; marker: H100
+cross-validated (open circle), H200 held out (triangle), H100 blind (square, frozen
+predictions, once scored). The title gives the median and worst |predicted / measured - 1|
+per device.
 
 (b), (c) A roofline of the H100-SXM preset (`iosim.get_hardware("H100-SXM")`: dense fp16
 tensor-core and fp32 CUDA-core peaks, HBM and L2 bandwidths) with each measured H100
@@ -42,8 +44,11 @@ FAMILY_COLORS = {"fa2_tc": "#2ca02c", "fa2_fast": "#17becf", "fa2_plain": "#bcbd
                  "standard_bwd": "#8c564b"}
 #: (device preset, split) -> (marker, filled)
 CLASSES = {("H100-SXM", "fit"): ("o", True), ("H100-SXM", "heldout"): ("o", False),
+           ("H100-SXM", "cv"): ("o", False), ("H100-SXM", "blind"): ("s", True),
            ("H200", "heldout"): ("^", True), ("H200", "fit"): ("^", True)}
 CLASS_LABELS = {("H100-SXM", "fit"): "H100, fit", ("H100-SXM", "heldout"): "H100, held out",
+                ("H100-SXM", "cv"): "H100, 5-fold cross-validated",
+                ("H100-SXM", "blind"): "H100, blind (frozen predictions)",
                 ("H200", "heldout"): "H200, held out (preset change only)"}
 BAND = 0.10
 MAX_CALLS = 80
@@ -87,7 +92,8 @@ def _evenly(rows, k):
 def select_roofline_rows(rows, gpu: str, max_calls: int | None):
     """The forward rows measured on `gpu`, at most max_calls, evenly spaced per family
     (each family keeps a share proportional to its size, at least one)."""
-    fwd = [r for r in rows if r["config"]["pass"] == "fwd" and _gpu_of(r["device"]) == gpu]
+    fwd = [r for r in rows if r["config"]["pass"] == "fwd" and _gpu_of(r["device"]) == gpu
+           and r.get("split") != "blind"]
     if max_calls is None or len(fwd) <= max_calls:
         return fwd
     fams: dict = {}
@@ -113,11 +119,18 @@ def generate(rows=None, data=None, gpu: str = "H100-SXM", max_calls: int | None 
         if g is None:
             skipped.append({"id": r["config"]["id"], "device": r["device"]})
             continue
-        points.append({"id": r["config"]["id"], "gpu": g, "split": r["split"],
+        if r.get("measured_ms") is None or r.get("predicted_ms") is None:
+            skipped.append({"id": r["config"]["id"], "device": r["device"],
+                            "status": r.get("status")})
+            continue
+        split, pred = r["split"], float(r["predicted_ms"])
+        if r.get("cv_predicted_ms") is not None:      # H100: every row is fitted; plot its
+            split, pred = "cv", float(r["cv_predicted_ms"])   # cross-validated prediction
+        points.append({"id": r["config"]["id"], "gpu": g, "split": split,
                        "family": r.get("family") or r["config"].get("family"),
                        "pass": r["config"]["pass"], "measured_ms": float(r["measured_ms"]),
-                       "predicted_ms": float(r["predicted_ms"]),
-                       "rel_error": float(r["predicted_ms"]) / float(r["measured_ms"]) - 1})
+                       "predicted_ms": pred,
+                       "rel_error": pred / float(r["measured_ms"]) - 1})
     stats = {}
     for key in sorted({(p["gpu"], p["split"]) for p in points}):
         ps = [p for p in points if (p["gpu"], p["split"]) == key]
@@ -186,9 +199,10 @@ def _families(fams):
 def _stat_line(data):
     parts = []
     for g in ("H100-SXM", "H200"):
-        s = data["stats"].get((g, "heldout"))
+        s = data["stats"].get((g, "heldout")) or data["stats"].get((g, "cv"))
         if s:
-            parts.append(f"{g.split('-')[0]} held out ({s['n']}): |error| median "
+            what = "held out" if data["stats"].get((g, "heldout")) else "cross-validated"
+            parts.append(f"{g.split('-')[0]} {what} ({s['n']}): |error| median "
                          f"{100 * s['median_abs']:.1f} %, worst {100 * s['worst_abs']:.0f} %")
     return "\n".join(parts)
 
