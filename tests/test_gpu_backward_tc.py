@@ -58,10 +58,13 @@ def test_layout_regions_are_16_byte_aligned_and_disjoint(B_r, B_c, d):
 
 def test_default_tiling_is_supported_by_the_rules():
     from gpu.backward import fa2_tc
-    for d in (16, 32, 64, 128):
+    for d in (16, 32, 48, 64, 80, 96, 112, 128):
         for causal in (False, True):
             t = fa2_tc.default_tiling(d, causal)
             assert fa2_tc.plan_error(t["B_r"], t["B_c"], d, "fp16", t["MT"]) is None
+            # dQ_i's work items: DN columns, a multiple of 16 that divides d (d = 80 once
+            # got DN = 32 and the backward was refused on the GPU: variants run)
+            assert t["DN"] % 16 == 0 and d % t["DN"] == 0, (d, causal, t["DN"])
 
 
 def test_tc_refused_or_auto_falls_back():

@@ -141,7 +141,7 @@ def default_tiling(d: int, causal: bool = False) -> dict:
     tile keep S^T and dP^T in registers beside dK_j, dV_j: 2.45 ms; 64 x 128 was 2.23 ms
     but spills 40 bytes), causal 32 x 128 (at 32 x 64 the masking code spilled 12 bytes)."""
     if d <= 64:
-        return dict(B_r=64, B_c=128, MT=1, kreg=False, DN=d if causal else min(d, 32))
+        return dict(B_r=64, B_c=128, MT=1, kreg=False, DN=d if causal else dq_cols(d, 32))
     return dict(B_r=32, B_c=128 if causal else 64, MT=1, kreg=False, DN=dq_cols(d))
 
 
@@ -174,11 +174,13 @@ def externs(d: int, B_c: int, B_r: int, MT: int, DN: int) -> dict:
     return _tc.declare(src, f"bwd_tc{suffix}.cu", "bwdtc_", suffix, sigs)
 
 
-def dq_cols(d: int) -> int:
-    """Head columns of dQ_i computed per work item (DN): d up to 64 at once; at d = 128 in
-    32-wide pieces, so the dQ accumulators (16 x DN per warp) fit in registers beside
-    dK_j's and dV_j's (64-wide ones spilled at 32 x 64, causal)."""
-    return d if d <= 64 else 32
+def dq_cols(d: int, widest: int | None = None) -> int:
+    """Head columns of dQ_i computed per work item (DN): d up to 64 at once; above, the
+    widest multiple of 16 up to 32 that divides d (32 at d = 96, 128; 16 at d = 80, 112),
+    so the dQ accumulators (16 x DN per warp) fit in registers beside dK_j's and dV_j's
+    (64-wide ones spilled at 32 x 64, causal). `widest` caps DN (a multiple of 16)."""
+    cap = widest if widest is not None else (d if d <= 64 else 32)
+    return next(w for w in range(min(cap, d) // 16 * 16, 0, -16) if d % w == 0)
 
 
 # ---------------------------------------------------------------------------------------
