@@ -322,9 +322,17 @@ def table_runtime_validation(data=None) -> str:
         lines.append(f"| {f} | {cell(summ.get(('H100', 'cv', f)))} | "
                      f"{cell(summ.get(('H200', 'heldout', f)))} |"
                      + (f" {cell(summ.get(('H100', 'blind', f)))} |" if blind else ""))
-    src = rows[0]["constants_source"] if rows else ""
-    return "\n".join(lines) + "\n" + _source("runtime_validation", rows,
-                                               f"constants fitted on {src}; ")
+    fitted = [r for r in rows if r.get("split") != "blind"]
+    src = fitted[0]["constants_source"] if fitted else ""
+    note = f"constants fitted on {src}; "
+    br = [r for r in rows if r.get("split") == "blind"]
+    if br:
+        frozen = sorted({str(r.get("frozen_model_commit"))[:7] for r in br})
+        unscored = sum(r.get("status") != "ok" for r in br)
+        note += (f"blind: {len(br)} passes of RUNTIME_BLIND, predicted by the model frozen at "
+                 f"{', '.join(frozen)} before the measured rows were read, {unscored} without a score "
+                 f"(no prediction or a failed measurement); ")
+    return "\n".join(lines) + "\n" + _source("runtime_validation", rows, note)
 
 
 #: table name -> function(data) -> Markdown; the README's markers name these
