@@ -58,14 +58,14 @@ from pathlib import Path
 
 SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
-DTYPES = ("fp32", "fp16")
+DTYPES = ("fp32", "fp16", "bf16")
 CAUSAL_MODES = ("off", "on", "both")
 IMPLS = ("fa2", "fa2_kernel", "fa1", "standard", "torch_math", "torch_efficient",
          "torch_flash")
 GPU_IMPLS = ("fa2", "fa1", "standard")
 #: the Numba kernels alone, launched on preallocated outputs: impl -> the algorithm
 KERNEL_IMPLS = {"fa2_kernel": "fa2"}
-ITEMSIZE = {"fp32": 4, "fp16": 2}
+ITEMSIZE = {"fp32": 4, "fp16": 2, "bf16": 2}
 L2_BYTES = 50 * 10**6
 MIN_REPS = 10
 #: Points measured first (the most important), in this order: d=64, N=4096 then 8192,
@@ -180,7 +180,7 @@ def predicted_extra_bytes(impl: str, N: int, d: int, batch_heads: int, dtype: st
 
 def unsupported_reason(impl: str, dtype: str, d: int, pass_: str = "fwd") -> str | None:
     """Why an impl cannot run this dtype/d/pass at all (a skipped row), or None."""
-    if impl == "torch_flash" and dtype != "fp16":
+    if impl == "torch_flash" and dtype not in ("fp16", "bf16"):
         return "torch FLASH backend supports fp16/bf16 only"
     if pass_ == "fwd+bwd" and impl in KERNEL_IMPLS:
         return f"{impl} times the forward kernels alone; the fwd+bwd pass runs through autograd"
@@ -572,7 +572,8 @@ class TorchBackend:
         self.launcher = self.launcher_key = None
         self.cleanup()
         torch = self.torch
-        dt = {"fp32": torch.float32, "fp16": torch.float16}[point.dtype]
+        dt = {"fp32": torch.float32, "fp16": torch.float16,
+              "bf16": torch.bfloat16}[point.dtype]
         g = torch.Generator(device="cuda").manual_seed(self.seed)
         shape = (1, point.batch_heads, point.N, point.d)
         for _ in range(n_sets):

@@ -68,7 +68,8 @@ def test_sweep_priority_first_then_rest_with_N_ascending():
     pts = B.sweep()
     n = len(B.IMPLS)
     assert n == 7 and B.IMPLS[:2] == ("fa2", "fa2_kernel")   # the kernel alone next to the call
-    assert len(pts) == 6 * 2 * 2 * 2 * n == len({p.key() for p in pts})
+    assert len(pts) == 6 * 2 * len(B.DTYPES) * 2 * n == len({p.key() for p in pts})
+    assert B.DTYPES == ("fp32", "fp16", "bf16")
     first = pts[:4 * n]
     assert [(p.d, p.N, p.dtype, p.causal) for p in first[::n]] == B.PRIORITY
     assert {p.impl for p in first[:n]} == set(B.IMPLS)

@@ -17,7 +17,7 @@ def register(sub):
                    help="sequence lengths (default: %(default)s)")
     p.add_argument("--head-dims", default=",".join(map(str, B.HEAD_DIMS)), metavar="d,...",
                    help="head dimensions (default: %(default)s)")
-    p.add_argument("--dtypes", default=",".join(B.DTYPES), help="fp32,fp16 (default: both)")
+    p.add_argument("--dtypes", default=",".join(B.DTYPES), help="fp32,fp16,bf16 (default: all three; bf16 inputs are torch.bfloat16)")
     p.add_argument("--causal", default="both", choices=B.CAUSAL_MODES)
     p.add_argument("--impls", default=",".join(B.IMPLS),
                    help=f"implementations (default: {','.join(B.IMPLS)})")
