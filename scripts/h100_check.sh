@@ -61,3 +61,7 @@ for s in $STAGES; do
   echo "stage $s: rc=$rc $(( $(date +%s) - t0 )) s" >> "$OUT/device.txt"
 done
 cat "$OUT/device.txt"; for s in $STAGES; do echo "=== $s (tail)"; tail -n 25 /tmp/$s.log; done
+# PACK=1: everything under $OUT in one archive (the device tool returns a few files only)
+if [ -n "${PACK:-}" ]; then
+  tar czf /tmp/out.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/out.tgz "$OUT/out.tgz"
+fi
