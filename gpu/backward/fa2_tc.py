@@ -1,4 +1,4 @@
-"""FlashAttention-2 backward for fp16 on the tensor cores: the main kernel.
+"""FlashAttention-2 backward for fp16 and bf16 on the tensor cores: the main kernel.
 
 Same schedule, hence the same HBM traffic and the same iosim ledger, as the plain fa2
 backward (`gpu.backward.flash`, `iosim.backward.fa2_backward`): one thread block per (key
@@ -25,7 +25,7 @@ fwd+bwd: 1.33 ms with the forward at d = 64, N = 4096, 16 heads; 1.50x torch FLA
       so S^T = K_w Q_i^T and dP^T = V_w dO_i^T come out as accumulator fragments whose
       pairs are exactly the A fragments of dV_w += P^T dO_i and dK_w += dS^T Q_i: P^T and
       dS^T never leave registers for those two. dQ_i = dS K_j needs all of dS's key
-      columns per query row, so each warp writes its dS^T rows to shared memory (fp16) and
+      columns per query row, so each warp writes its dS^T rows to shared memory (fp16 or bf16) and
       after a barrier the warps read it back transposed (ldmatrix.trans), 16 query rows
       x DN columns of dQ_i at a time, added to dQacc with float32 vector atomics. K_j, V_j's
       A fragments are re-read from shared memory at each product (holding them in
@@ -50,7 +50,8 @@ halves, dS^T rows to B_r + 8, so that no ldmatrix is bank-conflicted):
     Qs, dOs      2 buffers x B_r x (d + 8) halves each
     Ls, Ds       2 buffers x B_r float32 each
     dSs          B_c x (B_r + 8) halves          (dS^T of the current tile)
-fp16 only; d a multiple of 16 (16..128). The CUDA simulator cannot run linked device
+fp16 or bf16 (DTYPES; bf16 data as uint16 arrays of the bits, the products on
+mma.sync's bf16 form, P^T and dS^T rounded to bf16); d a multiple of 16 (16..128). The CUDA simulator cannot run linked device
 functions: without a GPU this kernel is built (`linked_ptx`) but not run; tests marked `gpu`
 and `flashsim check --suite backward` run it on a GPU.
 """
@@ -73,6 +74,8 @@ CU_PATH = os.path.join(os.path.dirname(__file__), "fa2_tc.cu")
 WARPS = (2, 4, 8)
 #: m-tiles of 16 key rows per warp.
 M_TILES = (1, 2)
+#: Element types this kernel runs (bf16 data arrive as uint16 arrays of the bits).
+DTYPES = ("fp16", "bf16")
 LOG2E = math.log2(math.e)
 INF = np.float32(np.inf)
 
@@ -106,8 +109,8 @@ def layout(B_r: int, B_c: int, d: int) -> dict:
 def plan_error(B_r: int, B_c: int, d: int, dt: str, MT: int = 1) -> str | None:
     """Why this kernel cannot run the configuration, or None if it can (shared memory
     aside: see `supports`)."""
-    if dt != "fp16":
-        return f"dtype {dt}: the tensor-core backward takes fp16 only"
+    if dt not in DTYPES:
+        return f"dtype {dt}: the tensor-core backward takes {' or '.join(DTYPES)} only"
     if d % 16 or not 16 <= d <= 128:
         return f"d={d}: must be a multiple of 16 in 16..128"
     if MT not in M_TILES:
@@ -157,9 +160,10 @@ def holds_kv(d: int, kreg=None) -> bool:
 # The linked C++ functions
 # ---------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
-def externs(d: int, B_c: int, B_r: int, MT: int, DN: int) -> dict:
-    """The C++ entry points (fa2_tc.cu) for one shape, declared to Numba (C ABI, return 0;
-    generic pointers, offsets in 4-byte words, strides in halves)."""
+def externs(d: int, B_c: int, B_r: int, MT: int, DN: int, dt: str = "fp16") -> dict:
+    """The C++ entry points (fa2_tc.cu) for one shape and element type (dt: "fp16" or
+    "bf16"), declared to Numba (C ABI, return 0; generic pointers, offsets in 4-byte words,
+    strides in 16-bit elements)."""
     from numba.cuda import types as nb
     pu, pf, i32, i64 = nb.CPointer(nb.uint32), nb.CPointer(nb.float32), nb.int32, nb.int64
     sigs = dict(load_a=i32(pu, pu, i32, i32), qk=i32(pf, pu, pu, i32, i32),
@@ -169,8 +173,9 @@ def externs(d: int, B_c: int, B_r: int, MT: int, DN: int) -> dict:
                 cp16=i32(pu, i32, pu, i64, i32), st16=i32(pu, i64, pu, i32),
                 red2=i32(pf, i64, nb.float32, nb.float32),
                 cp_commit=i32(), cp_wait1=i32(), cp_wait0=i32())
-    suffix = f"_d{d}_bc{B_c}_br{B_r}_mt{MT}_dn{DN}"
-    src = _tc.source(CU_PATH, f"BWDTC_INSTANTIATE({d}, {B_c}, {B_r}, {MT}, {DN})")
+    elem, sfx = _tc.ELEMENTS[dt]
+    suffix = f"_d{d}_bc{B_c}_br{B_r}_mt{MT}_dn{DN}{sfx}"
+    src = _tc.source(CU_PATH, f"BWDTC_INSTANTIATE({d}, {B_c}, {B_r}, {MT}, {DN}, {elem}, {sfx})")
     return _tc.declare(src, f"bwd_tc{suffix}.cu", "bwdtc_", suffix, sigs)
 
 
@@ -185,17 +190,19 @@ def dq_cols(d: int) -> int:
 # The kernel
 # ---------------------------------------------------------------------------------------
 @specialisation
-def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None):
+def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None,
+                      dt="fp16"):
     """Kernel(q, k, v, do, L, Dst, dqacc, dk, dv, scale, scale2, N, H, G, mask, counters).
 
-    q, do: (instances, N, d) fp16; k, v: (kv instances, N, d) fp16; L, Dst: (instances, N)
+    q, do: (instances, N, d); k, v: (kv instances, N, d); dk, dv: (instances, N, d): fp16
+    (float16 arrays) or bf16 (uint16 arrays of the bits), as `dt` says; L, Dst: (instances, N)
     float32 (the forward's L, the pre-pass's D); dqacc: (instances, N, d) float32, zeroed;
-    dk, dv: (instances, N, d) fp16 per query head; scale; scale2 = scale log2 e; N, H, G as
+    dk, dv per query head; scale; scale2 = scale log2 e; N, H, G as
     the plain backward; mask uint8 (T_r, T_c); counters int64 (gpu.backward.BT rows). Grid
     (T_c, instances), 32 warps_of(B_c, MT) threads, `layout(...)["bytes"]` shared bytes.
-    The global fp16 arrays must be 16-byte aligned (`run` checks).
+    The global 16-bit arrays must be 16-byte aligned (`run` checks).
     """
-    err = plan_error(B_r, B_c, d, "fp16", MT)
+    err = plan_error(B_r, B_c, d, dt, MT)
     if err:
         raise ValueError(err)
     from .flash import BT
@@ -206,7 +213,7 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
     # dQ_i's work items: (16 query rows, DN head columns) pieces, dealt to the warps in turn
     ITEMS = (B_r // 16) * NDN
     KREG = holds_kv(d, kreg)
-    X = externs(d, B_c, B_r, MT, DN)
+    X = externs(d, B_c, B_r, MT, DN, dt)
     load_a, qk, qk_smem, pv = X["load_a"], X["qk"], X["qk_smem"], X["pv"]
     store_s, store_o, dq = X["store_s"], X["store_o"], X["dq"]
     cp16, st16, red2 = X["cp16"], X["st16"], X["red2"]
@@ -453,33 +460,37 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
             add_count(counters, IdK, WRITE, nW)
             add_count(counters, IdV, WRITE, nW)
 
-    name = kernel_name("fa2_bwd_tc", Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal,
+    name = kernel_name("fa2_bwd_tc", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                        mask=has_mask, count=count, mt=MT if MT > 1 else False,
                        kreg=KREG, dn=DN)
     return kernel, name
 
 
-def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None):
-    """The compiled dispatcher for one specialisation."""
-    err = plan_error(B_r, B_c, d, "fp16", MT)
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None, dt="fp16"):
+    """The compiled dispatcher for one specialisation (dt: "fp16" or "bf16")."""
+    err = plan_error(B_r, B_c, d, dt, MT)
     if err:
         raise ValueError(f"fa2_bwd_tc: {err}")
     DN = dq_cols(d) if DN is None else int(DN)
     if DN % 16 or d % DN:
         raise ValueError(f"fa2_bwd_tc: DN={DN} must be a multiple of 16 dividing d={d}")
     return fa2_bwd_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                             bool(count), int(MT), holds_kv(d, kreg), DN)
+                             bool(count), int(MT), holds_kv(d, kreg), DN, str(dt))
 
 
 def run(q3, k3, v3, do3, L2, D2, acc, dk3, dv3, scale, N, H, G, mask, counters, *, B_r, B_c,
-        causal, count, MT=1, kreg=None, DN=None):
-    """Launch the main kernel on 3-D fp16 device views (instances, N, d): adds scale dS K
-    into acc (float32, zeroed by the pre-pass), writes dk3, dv3 (per query head)."""
+        causal, count, MT=1, kreg=None, DN=None, dt="fp16"):
+    """Launch the main kernel on 3-D 16-bit device views (instances, N, d): float16 arrays
+    for dt="fp16", uint16 arrays of the bfloat16 bits for dt="bf16"; adds scale dS K into
+    acc (float32, zeroed by the pre-pass), writes dk3, dv3 (per query head, same kind)."""
     from .._launch import launch
+    if dt not in DTYPES:
+        raise ValueError(f"fa2_bwd_tc: dt={dt!r}; the tensor-core backward takes {DTYPES}")
     d = q3.shape[2]
     for name, arr in (("q", q3), ("k", k3), ("v", v3), ("do", do3), ("dk", dk3), ("dv", dv3)):
+        _tc.check_dtype("fa2_bwd_tc", name, arr, dt)
         _tc.check_aligned("fa2_bwd_tc", name, arr)
-    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, kreg, DN)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, kreg, DN, dt)
     T_c = -(-N // B_c)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_c, q3.shape[0]), 32 * warps_of(B_c, MT), layout(B_r, B_c, d)["bytes"],
@@ -487,10 +498,11 @@ def run(q3, k3, v3, do3, L2, D2, acc, dk3, dv3, scale, N, H, G, mask, counters, 
            np.float32(scale * LOG2E), np.int64(N), np.int64(H), np.int64(G), mk, counters)
 
 
-def signature():
-    """Argument types of the kernel (for compiling without a GPU)."""
+def signature(dt="fp16"):
+    """Argument types of the kernel (for compiling without a GPU): 16-bit arrays as dt
+    arrives (gpu._tc.ARRAY_DTYPES)."""
     from numba.cuda import types as nb
-    W = nb.Array(nb.float16, 3, "C")
+    W = _tc.array_type(dt)
     F2 = nb.Array(nb.float32, 2, "C")
     return (W, W, W, W, F2, F2, nb.Array(nb.float32, 3, "C"), W, W, nb.float32, nb.float32,
             nb.int64, nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"),
@@ -498,12 +510,12 @@ def signature():
 
 
 def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1, kreg=None,
-               DN=None, cc=(9, 0)) -> str:
+               DN=None, cc=(9, 0), dt="fp16") -> str:
     """The PTX of one specialisation after link-time optimisation (no GPU needed; see
     gpu._tc.linked_ptx): tests check mma.sync present, no `.local`, no calls."""
-    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, kreg, DN),
-                          signature(), cc)
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, kreg, DN, dt),
+                          signature(dt), cc)
 
 
-__all__ = ["layout", "plan_error", "supports", "default_tiling", "externs",
+__all__ = ["DTYPES", "layout", "plan_error", "supports", "default_tiling", "externs",
            "fa2_bwd_tc_kernel", "get_kernel", "run", "linked_ptx", "signature"]
