@@ -1,4 +1,5 @@
-"""gpu.forward.fa2_tc: fp16 FlashAttention-2 on the tensor cores (linked CUDA C++ tile products).
+"""gpu.forward.fa2_tc: fp16 / bf16 FlashAttention-2 on the tensor cores (linked CUDA C++ tile
+products), any head dim d in 1..256 (padded to 16 in shared memory).
 
 The simulator cannot run linked device functions, so without a GPU this file checks what
 can be checked: the argument rules, the shared-memory layout, that `gpu.attention` falls
@@ -32,8 +33,16 @@ def test_plan_error_names_the_parameter():
     from gpu.forward import fa2_tc
     assert fa2_tc.plan_error(128, 64, 64, "fp16") is None
     assert fa2_tc.plan_error(16, 16, 16, "fp16") is None
-    assert "fp16" in fa2_tc.plan_error(128, 64, 64, "fp32")
-    assert "d=40" in fa2_tc.plan_error(128, 64, 40, "fp16")
+    assert "fp16 or bf16" in fa2_tc.plan_error(128, 64, 64, "fp32")
+    assert fa2_tc.DTYPES == ("fp16", "bf16")
+    assert fa2_tc.plan_error(128, 64, 64, "bf16") is None
+    for d in (1, 40, 59, 111, 160, 192, 224, 256):          # padded to 16 on chip
+        assert fa2_tc.plan_error(128, 64, d, "fp16") is None, d
+    for d in (0, 257):
+        assert f"d={d}" in fa2_tc.plan_error(128, 64, d, "fp16") and "1..256" in \
+            fa2_tc.plan_error(128, 64, d, "fp16")
+    # above d = 128 only one m-tile per warp (O's accumulators)
+    assert "MT=2 at d=160" in fa2_tc.plan_error(128, 64, 160, "fp16", MT=2)
     assert "B_r=48" in fa2_tc.plan_error(48, 64, 64, "fp16")       # 3 warps: not generated
     assert "B_r=256" in fa2_tc.plan_error(256, 64, 64, "fp16")
     assert "B_c=8" in fa2_tc.plan_error(128, 8, 64, "fp16")
@@ -43,12 +52,15 @@ def test_plan_error_names_the_parameter():
     assert "B_r=16" in fa2_tc.plan_error(16, 64, 64, "fp16", MT=2)
 
 
-@pytest.mark.parametrize("B_r,B_c,d", [(128, 64, 64), (64, 64, 128), (16, 48, 48)])
+@pytest.mark.parametrize("B_r,B_c,d", [(128, 64, 64), (64, 64, 128), (16, 48, 48),
+                                       (128, 64, 40), (64, 32, 59), (128, 64, 256)])
 def test_layout_regions_are_16_byte_aligned_and_disjoint(B_r, B_c, d):
     from gpu.forward import fa2_tc
     lay = fa2_tc.layout(B_r, B_c, d)
-    SW = (d + 8) // 2
-    assert lay["SH"] == d + 8 and lay["SW"] == SW
+    D = -(-d // 16) * 16                   # the padded head dim of the tile products
+    assert fa2_tc.padded(d) == D
+    SW = (D + 8) // 2
+    assert lay["SH"] == D + 8 and lay["SW"] == SW
     # ldmatrix / cp.async need 16-byte rows and region starts (4-byte words: multiples of 4)
     assert (2 * lay["SH"]) % 16 == 0
     for off in (lay["QO"], lay["KO"], lay["VO"], lay["KO"] + lay["KV"], lay["VO"] + lay["KV"],
@@ -61,6 +73,15 @@ def test_layout_regions_are_16_byte_aligned_and_disjoint(B_r, B_c, d):
     # the row stride keeps the 8 rows one ldmatrix phase reads in distinct 16-byte bank
     # groups: stride mod 128 bytes is an odd multiple of 16
     assert ((2 * lay["SH"]) % 128) // 16 % 2 == 1
+
+
+def test_d256_default_tiling_fits_the_h100():
+    """d = 256 at 128 x 64 (FA2_TC_FALLBACK's first): Q_i, two K/V buffers and L_i in
+    the H100's 227 KB opt-in shared memory (232,448 bytes)."""
+    from gpu.forward import fa2_tc
+    b = fa2_tc.layout(128, 64, 256)["bytes"]
+    assert b == 2 * (128 + 4 * 64) * (256 + 8) + 4 * 128 == 203264
+    assert fa2_tc.plan_error(128, 64, 256, "fp16") is None and b <= 232448
 
 
 def test_attention_kernel_argument_rules():
@@ -145,16 +166,18 @@ import json, sys
 from gpu.forward import fa2_tc
 out = []
 for cfg in json.loads(sys.argv[1]):
-    B_r, B_c, d, causal, mask, count, MT, *window = cfg     # window: optional 8th flag
-    p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, window=bool(window and window[0]))
-    out.append(dict(cfg=cfg, mma=p.count("mma.sync"),
+    B_r, B_c, d, causal, mask, count, MT, *rest = cfg  # optional 8th: window, 9th: dtype
+    window = bool(rest and rest[0])
+    dt = rest[1] if len(rest) > 1 else "fp16"
+    p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, window=window, dt=dt)
+    out.append(dict(cfg=cfg, mma=p.count("mma.sync"), bf16_mma=p.count(".bf16.bf16.f32"),
                     ldmatrix=p.count("ldmatrix"), local=p.count(".local"),
                     call=len([l for l in p.splitlines() if l.strip().startswith("call")]),
                     f64=p.count(".f64"), cp_async=p.count("cp.async.cg"),
-                    atom=p.count("atom."), st_v4=p.count("st.global.v4")))
+                    atom=p.count("atom."), st_v4=p.count("st.global.v4"),
+                    ld_u16=p.count("ld.global.u16"), st_u16=p.count("st.global.u16")))
     if len(sys.argv) > 2:
-        open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}_{int(bool(window and window[0]))}.ptx",
-             "w").write(p)
+        open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}_{int(window)}_{dt}.ptx", "w").write(p)
 print(json.dumps(out))
 """
 
@@ -169,7 +192,16 @@ CONFIGS = [(128, 64, 64, False, False, False, 1),  # d = 64 default
            # local window (issue 18; N_k != N_q needs no flag: lo, hi are arguments)
            (64, 64, 128, True, False, False, 1, True),
            (128, 64, 64, False, False, False, 2, True),
-           (64, 32, 48, True, True, True, 1, True)]
+           (64, 32, 48, True, True, True, 1, True),
+           # bf16 (issue 18): mma.sync's bf16 form, same layouts
+           (128, 64, 64, False, False, False, 1, False, "bf16"),
+           (64, 32, 48, True, True, True, 2, True, "bf16"),
+           # head dims padded to 16 on chip: 16-byte copies (d % 8 == 0) or element-wise
+           # ones (59: odd); above 128 Q_w read from shared at each k step
+           (128, 64, 40, True, False, True, 1),
+           (64, 64, 59, True, True, True, 1, False, "bf16"),
+           (128, 64, 256, False, False, False, 1),
+           (128, 64, 160, True, True, True, 1, False, "bf16")]
 
 
 def _build_job():
@@ -194,13 +226,21 @@ def test_linked_build_uses_tensor_cores_and_registers_only():
     rows = json.loads(r.stdout.strip().splitlines()[-1])
     for row in rows:
         B_r, B_c, d, causal, mask, count, MT = row["cfg"][:7]
-        steps = (B_c // 16) * (d // 16)
+        bf16 = row["cfg"][8:9] == ["bf16"]
+        D = -(-d // 16) * 16                   # the padded head dim of the products
+        steps = (B_c // 16) * D // 16
         # S: 2 mma per (key pair, k step, m-tile); O += P V: the same number
         assert row["mma"] == 4 * steps * MT, row
-        # Q once per m-tile; each K and V fragment once per step, shared by the m-tiles
-        assert row["ldmatrix"] == MT * (d // 16) + 2 * steps, row
+        assert row["bf16_mma"] == (row["mma"] if bf16 else 0), row
+        # Q once per m-tile (D > 128: once per m-tile and k step of the unrolled S loop);
+        # each K and V fragment once per step, shared by the m-tiles
+        assert row["ldmatrix"] == MT * (D // 16) + 2 * steps, row
         assert row["local"] == 0 and row["call"] == 0 and row["f64"] == 0, row
-        assert row["cp_async"] > 0 and row["st_v4"] > 0, row
+        if d % 8 == 0:      # 16-byte asynchronous copies and stores
+            assert row["cp_async"] > 0 and row["st_v4"] > 0 and row["st_u16"] == 0, row
+        else:               # rows not 16-byte aligned: one element at a time
+            assert row["cp_async"] == 0 and row["st_v4"] == 0, row
+            assert row["ld_u16"] > 0 and row["st_u16"] > 0, row
         assert (row["atom"] > 0) == count, row
     ptxas = shutil.which("ptxas")
     if ptxas is None:
@@ -232,3 +272,69 @@ def test_fa2_tc_counts_and_accuracy_on_gpu(N, d, causal, tiles):
     row = check_tc(dict(N=N, d=d, bh=2, G=1, causal=causal, tiles=tiles, mask="none",
                         logit=1.0, MT=1))
     assert row["ok"], row["failures"]
+
+
+# ---------------------------------------------------------------------------------------
+# bf16 and padded head dims on a GPU (issue 18): the kernel launched directly on 16-bit
+# arrays (bf16 as uint16 bits; tests/_tc_direct.py), whatever gpu.attention routes
+# ---------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt,N,N_k,d,causal,window,tiles,MT", [
+    ("fp16", 200, 333, 40, True, (-1, -1), (128, 64), 1),
+    ("fp16", 333, 200, 59, True, (-1, -1), (128, 64), 1),   # rows 0..132 see no key
+    ("fp16", 257, 300, 111, False, (-1, -1), (64, 64), 1),
+    ("fp16", 300, 257, 160, True, (64, 0), (128, 64), 1),
+    ("fp16", 129, 200, 192, False, (-1, -1), (128, 64), 1),
+    ("fp16", 200, 300, 224, False, (30, 30), (128, 64), 1),
+    ("fp16", 256, 384, 256, True, (-1, -1), (128, 64), 1),
+    ("fp16", 200, 200, 256, False, (-1, -1), (64, 64), 1),
+    ("bf16", 300, 200, 64, True, (-1, -1), (128, 64), 1),
+    ("bf16", 200, 333, 128, False, (-1, -1), (64, 64), 1),
+    ("bf16", 256, 256, 64, False, (-1, -1), (128, 64), 2),
+    ("bf16", 257, 300, 59, True, (-1, -1), (128, 64), 1),
+    ("bf16", 77, 140, 40, False, (16, 8), (32, 16), 1),
+    ("bf16", 200, 300, 256, False, (-1, -1), (128, 64), 1),
+    ("bf16", 300, 200, 160, True, (-1, -1), (128, 64), 1)])
+def test_fa2_tc_bf16_and_padded_d_on_gpu(dt, N, N_k, d, causal, window, tiles, MT):
+    """Counts equal iosim's closed form exactly (the kernel requests the d real columns,
+    never the padding); O within 2 x PyTorch SDPA's error in the same dtype + 1e-5 of
+    float64 (grouped heads: 4 query heads on 2 K/V heads); L within TC_L_BOUND; every
+    element written (outputs poisoned with NaN); rows that see no key O = 0, L = -inf;
+    the counting and plain builds write identical O."""
+    import _tc_direct as tcd
+    from analysis.check import TC_L_BOUND
+    I, I_k = 4, 2
+    (q, k, v), (q64, k64, v64) = tcd.inputs(I, I_k, N, N_k, d, dt, seed=N + d)
+    O, L, counts = tcd.run_forward(q, k, v, dt, tiles, causal, window, MT)
+    O2, _, _ = tcd.run_forward(q, k, v, dt, tiles, causal, window, MT, count=False)
+    assert counts == tcd.model_counts(N, N_k, d, I, I_k, causal, window, tiles)
+    np.testing.assert_array_equal(O.view(np.uint16), O2.view(np.uint16))
+    allow = tcd.allowed(N, N_k, causal, window)
+    scale = 1.0 / np.sqrt(d)
+    ref, Lref = tcd.reference(q64, k64, v64, allow, scale)
+    O64 = tcd.to_f64(O, dt)
+    assert np.isfinite(O64).all() and not np.isnan(L).any()
+    seen = allow.any(-1)
+    err = tcd.rel_err(O64, ref, seen)
+    sdpa = tcd.sdpa_forward_err(q64, k64, v64, allow, scale, dt, ref, seen)
+    assert err <= tcd.bound(dt, ref, seen, sdpa), (err, sdpa)
+    assert (O64[:, ~seen] == 0).all() and np.isneginf(L[:, ~seen]).all()
+    assert np.abs(L[:, seen] - Lref[:, seen]).max() <= TC_L_BOUND
+
+
+@pytest.mark.gpu
+def test_fa2_tc_default_runs_every_listed_head_dim_on_gpu():
+    """gpu.attention picks the tensor-core kernel for fp16 at d = 40, 59, 111, 160, 192,
+    224, 256 (its default tiling is the tc one and kernel='tc' with it runs: counts =
+    closed form)."""
+    import gpu
+    from gpu import api
+    for d in (40, 59, 111, 160, 192, 224, 256):
+        t = api.fa2_tc_default(d)
+        assert t is not None, d
+        assert api.default_tiling("fa2", d, "fp16") == iosim.Tiling(*t)
+        p = iosim.Problem(N=96, d=d, N_k=130, batch=1, heads=2, dtype="fp16", causal=True)
+        q, k, v = iosim.random_inputs(p, d)
+        O, led = gpu.attention(q, k, v, causal=True, kernel="tc", count_traffic=True)
+        assert led.counts() == iosim.closed_form("fa2", p, iosim.Tiling(*t)).counts(), d
+        assert np.isfinite(O).all(), d
