@@ -33,6 +33,7 @@
 //     tc_pv_t<D, BC, MT, E>    c += P B, P = fp32 C fragments (16 MT x BC) rounded to E,
 //                              B = BC rows x D in shared (ldmatrix.trans)
 //     tc_store_o_t<D, MT, E>   C fragments (16 MT x D) -> E rows in shared
+//     tc_pack_t<E>, tc_unpack_t<E>  two fp32 <-> one register of two E values
 //     tc_qk_smem_t<D, BC, MT, E>  as tc_qk_t with A read from shared at each k step
 //     tc_ab_smem_t<TA, ACC, K, N, MT, E>  c (+)= A B, A (row-major or stored transposed) and
 //                              B both E in shared (dQ = dS K_j; standard's P V, P^T dO)
@@ -115,6 +116,20 @@ __device__ __forceinline__ u32 tc_pack_t<tc_bf16>(float lo, float hi) {
     u32 r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+// One register of two E values (low half = lower column) -> two fp32 (exact): the inverse
+// of tc_pack_t. bf16 is the upper half of an fp32, so its conversion is a shift.
+template <class E>
+__device__ __forceinline__ void tc_unpack_t(u32 r, float& lo, float& hi);
+template <>
+__device__ __forceinline__ void tc_unpack_t<tc_fp16>(u32 r, float& lo, float& hi) {
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+        : "=f"(lo), "=f"(hi) : "r"(r));
+}
+template <>
+__device__ __forceinline__ void tc_unpack_t<tc_bf16>(u32 r, float& lo, float& hi) {
+    asm("{ shl.b32 %0, %2, 16; and.b32 %1, %2, 0xFFFF0000; }" : "=f"(lo), "=f"(hi) : "r"(r));
 }
 
 // Asynchronous global -> shared copy of 16 bytes (8 halves), bypassing registers and L1

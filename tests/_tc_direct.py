@@ -135,13 +135,13 @@ def run_forward(q, k, v, dt, tiles, causal, window=(-1, -1), MT=1, count=True, h
     return o.copy_to_host(), L.copy_to_host(), counts
 
 
-def model_counts(N, N_k, d, I, I_k, causal, window, tiles):
+def model_counts(N, N_k, d, I, I_k, causal, window, tiles, algorithm="fa2"):
     """iosim's closed form for the same problem (element counts: the same for fp16 and
     bf16, both 2 bytes), as {tensor: (reads, writes)}."""
     import iosim
     p = iosim.Problem(N=N, N_k=N_k, d=d, batch=1, heads=I, kv_heads=I_k, dtype="fp16",
                       causal=causal, window=window)
-    led = iosim.closed_form("fa2", p, iosim.Tiling(*tiles))
+    led = iosim.closed_form(algorithm, p, iosim.Tiling(*tiles))
     r, w = led.reads, led.writes
     return {t: (r.get(t, 0), w.get(t, 0)) for t in set(r) | set(w) if r.get(t) or w.get(t)}
 

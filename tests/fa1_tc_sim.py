@@ -75,8 +75,11 @@ def _lane():
     return lane, lane >> 2, lane & 3
 
 
-def make_externs(d, B_c, MT):
-    """Python stand-ins for fa1_tc.externs(d, B_c, MT) (same arguments, per lane)."""
+def make_externs(d, B_c, MT, dt="fp16"):
+    """Python stand-ins for fa1_tc.externs(d, B_c, MT, dt) (same arguments, per lane; fp16
+    only: the bf16 roundings are not emulated)."""
+    if dt != "fp16":
+        raise NotImplementedError(f"fa1_tc_sim emulates fp16 only (dt={dt!r})")
     D, BC = d, B_c
 
     def qk(s, sm, aoff, astride, boff, bstride):

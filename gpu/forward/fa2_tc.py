@@ -1,4 +1,4 @@
-"""FlashAttention-2 forward for fp16 on the tensor cores: the fp16 fast path.
+"""FlashAttention-2 forward for fp16 and bf16 on the tensor cores: the 16-bit fast path.
 
 Same schedule, hence the same HBM traffic and the same iosim ledger, as `gpu.fa2`,
 `gpu.fa2_fast` and `iosim.schedules.fa2_forward`: one thread block per (query block i,
@@ -44,17 +44,37 @@ Paper names (Dao et al. 2022, Algorithm 1; FlashAttention-2 Algorithm 1):
                       lanes of a row add theirs (all rescale by the same alpha)
     O_i               16 x d per warp, fp32 accumulators in registers
 
-Shared memory (one dynamic buffer, 16-byte aligned; in 4-byte words, fp16 pairs):
-    Qs  B_r x (d + 8) halves   Q_i (then O_i, fp16, for the coalesced store)
-    Ks  B_c x (d + 8) halves   K_j
-    Vs  B_c x (d + 8) halves   V_j
-    Ls  B_r float32            L_i staging
-Global memory is read and written as 4-byte words (two fp16 elements); counts are in
-elements (2 per word). fp16 only; d a multiple of 16 in 16..128 (other d: no padding to the
-mma granularity yet, so `gpu.attention(kernel='auto')` runs fa2_fast or the plain kernel).
+Element types (DTYPES): fp16, and bf16 (its data arrive as uint16 arrays of the bfloat16
+bits: Numba has no bfloat16 arrays to pass). The two differ only inside gpu/mma.cuh (the
+mma.sync operand type and the fp32 -> 16-bit rounding of P~ and O, both round to nearest
+even); everything here moves 16-bit bits.
+
+Head dims (issue 18): any d in 1..256. The tile products run at D = padded(d) = d rounded
+up to 16 (one mma k step); shared rows are D + 8 elements wide and their columns d .. D - 1
+are zeroed once per block by plain shared stores (they are never loaded from global
+memory, and no later copy writes them; the products then add exact zeros to S = Q K^T,
+and O's padded columns are never stored). What is requested from global memory is the d
+real elements of each row, nothing more: 16-byte cp.async chunks when d % 8 == 0, single
+16-bit elements through registers otherwise (rows of such d are not 16-byte aligned, and
+for odd d not even 4-byte aligned). So the kernel's own counts, iosim's closed form and
+the executed schedule agree exactly, with no term for the padding (the padding costs
+shared memory and tensor-core work only). Above D = 128 (QREG_MAX) the Q_w fragments are
+not held in registers for the block but read from shared memory at each k step of
+S = Q_w K_j^T (`qk_smem`): the O_w accumulators (D / 2 floats a thread) need them; MT = 1
+only there. d = 256 at 128 x 64: 203 KB of shared memory (the H100 allows 227 KB), 249
+registers, no spills (ptxas -v; causal 254).
+
+Shared memory (one dynamic buffer, 16-byte aligned; in 4-byte words, 16-bit pairs):
+    Qs  B_r x (D + 8) elements   Q_i (then O_i, for the coalesced store)
+    Ks  B_c x (D + 8) elements   K_j
+    Vs  B_c x (D + 8) elements   V_j
+    Ls  B_r float32              L_i staging
+Global memory is read and written as 4-byte words (two 16-bit elements; d % 8 != 0:
+single elements); counts are in elements.
 
 `run(...)` has the signature of `gpu.fa2.run` (plus tuning keywords), so
-`gpu.attention(..., algorithm="fa2")` calls it for fp16 on a GPU whenever `supports(...)`.
+`gpu.attention(..., algorithm="fa2")` calls it for 16-bit inputs on a GPU whenever
+`supports(...)`.
 The CUDA simulator cannot run linked device functions: without a GPU this kernel is built
 and linked (to SASS for sm_90) but not run; tests marked `gpu` run it through `device`.
 """
