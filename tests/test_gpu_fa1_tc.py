@@ -90,10 +90,15 @@ def test_run_refuses_fp32_and_a_wrong_thread_count():
     from gpu.forward import fa1_tc
     assert fa1_tc.threads_per_block(128, 1) == 256 and fa1_tc.threads_per_block(128, 2) == 128
     kw = dict(B_r=128, B_c=128, causal=False, count=False)
-    with pytest.raises(ValueError, match="fp16 only"):
+    with pytest.raises(ValueError, match=r"dt='fp32'; the tensor-core kernel takes "
+                                         r"\('fp16', 'bf16'\)"):
         fa1_tc.run(None, None, None, None, None, None, 0.1, 64, 1, 1, None, None, dt="fp32",
                    **kw)
     q = np.zeros((1, 64, 64), np.float16)
+    # bf16 data arrive as uint16 bits: float16 arrays with dt='bf16' are refused
+    with pytest.raises(ValueError, match="q: the tensor-core kernel fa1_tc takes "
+                                         "dt='bf16' data as uint16 arrays"):
+        fa1_tc.run(q, q, q, q, None, None, 0.1, 64, 1, 1, None, None, dt="bf16", **kw)
     with pytest.raises(ValueError, match="threads must be 256"):
         fa1_tc.run(q, q, q, q, None, None, 0.1, 64, 1, 1, None, None, dt="fp16",
                    threads=128, **kw)

@@ -75,6 +75,23 @@ def test_layout_regions_are_16_byte_aligned_and_disjoint(B_r, B_c, d):
     assert ((2 * lay["SH"]) % 128) // 16 % 2 == 1
 
 
+def test_run_refuses_other_dtypes_and_mismatched_arrays():
+    """dt must be one of DTYPES; bf16 data arrive as uint16 bits, fp16 as float16 (the
+    message names the array, the dt and the array dtype wanted)."""
+    from gpu.forward import fa2_tc
+    kw = dict(B_r=64, B_c=64, causal=False, count=False)
+    with pytest.raises(ValueError, match=r"fa2_tc: dt='fp32'; the tensor-core kernel takes "
+                                         r"\('fp16', 'bf16'\)"):
+        fa2_tc.run(None, None, None, None, None, 0.1, 64, 1, 1, None, None, dt="fp32", **kw)
+    h = np.zeros((1, 64, 40), np.float16)
+    with pytest.raises(ValueError, match="q: the tensor-core kernel fa2_tc takes dt='bf16' "
+                                         "data as uint16 arrays \\(got dtype float16\\)"):
+        fa2_tc.run(h, h, h, h, None, 0.1, 64, 1, 1, None, None, dt="bf16", **kw)
+    u = h.view(np.uint16)
+    with pytest.raises(ValueError, match="q: .*dt='fp16' data as float16 arrays"):
+        fa2_tc.run(u, u, u, u, None, 0.1, 64, 1, 1, None, None, dt="fp16", **kw)
+
+
 def test_d256_default_tiling_fits_the_h100():
     """d = 256 at 128 x 64 (FA2_TC_FALLBACK's first): Q_i, two K/V buffers and L_i in
     the H100's 227 KB opt-in shared memory (232,448 bytes)."""
