@@ -972,8 +972,8 @@ def run_checks(mode: str, suites=SUITES, *, algorithms=ALGORITHMS,
 #: Linked builds of the fa2 tensor-core kernels that `flashsim check --ptx` compiles
 #: (tc_ptx_check): forward (B_r, B_c, d, causal, has_mask, count, MT, window, dt) and
 #: backward (B_r, B_c, d, causal, has_mask, count, MT, kreg, DN, dt); the first of each
-#: list are the --quick ones. fp16 and bf16; head dims padded to 16 on chip (40, 59) and
-#: above 128 (160, 256: Q read from shared at each k step).
+#: list are the --quick ones. fp16 and bf16; head dims padded to 16 on chip (40, 59, 111)
+#: and above 128 (forward: 160, 256, Q read from shared at each k step).
 TC_PTX_FORWARD = [(128, 64, 64, True, False, True, 1, False, "bf16"),
                   (128, 64, 59, True, True, True, 1, False, "fp16"),
                   (128, 64, 256, False, False, False, 1, False, "fp16"),
@@ -987,15 +987,17 @@ TC_PTX_FORWARD = [(128, 64, 64, True, False, True, 1, False, "bf16"),
 TC_PTX_FA1 = [(128, 128, 64, True, False, True, 1, 3, "bf16")]
 TC_PTX_BACKWARD = [(64, 128, 64, True, False, True, 1, False, 64, "bf16"),
                    (64, 128, 64, False, False, False, 1, False, 32, "fp16"),
-                   (32, 64, 128, False, False, False, 1, False, 32, "bf16")]
+                   (32, 64, 128, False, False, False, 1, False, 32, "bf16"),
+                   (64, 128, 59, True, True, True, 1, False, 64, "bf16"),
+                   (32, 64, 111, False, False, False, 1, False, 16, "fp16")]
 
 
 def tc_ptx_check(quick: bool = False, out=print) -> list[str]:
-    """The tensor-core kernels' linked PTX (fa2: TC_PTX_FORWARD, TC_PTX_BACKWARD, quick: the
-    first of each; fa1: TC_PTX_FA1, not quick): the C++ inlined (no call), nothing in local memory, no .f64, the
-    mma.sync count its loops imply in the dtype's form (f16 / bf16), atomics in the
-    forward iff counting, vector reductions (dQ) in every backward build. NVVM, NVRTC and
-    nvJitLink, no GPU. Returns the failures."""
+    """The tensor-core kernels' linked PTX (fa2: TC_PTX_FORWARD, TC_PTX_BACKWARD, quick:
+    the first of each; fa1: TC_PTX_FA1, not quick): the C++ inlined (no call), nothing in
+    local memory, no .f64, the mma.sync count its loops imply in the dtype's form (f16 /
+    bf16), atomics in the forward iff counting, dQ reductions in every backward build
+    (vector ones for even d). NVVM, NVRTC and nvJitLink, no GPU. Returns the failures."""
     import re
     from gpu.backward import fa2_tc as bwd_tc
     from gpu.forward import fa2_tc
@@ -1026,8 +1028,11 @@ def tc_ptx_check(quick: bool = False, out=print) -> list[str]:
         ptx = bwd_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, kreg, DN, dt=dt)
         name = bwd_tc.get_kernel(B_r, B_c, d, causal, mask, count, MT, kreg, DN,
                                  dt).py_func.__name__
-        want = 4 * (B_r // 8) * (d // 16) * MT + (B_c // 16) * (DN // 8)
-        failures += one(name, ptx, want, dt, ptx.count("red.global.add.v2") > 0)
+        want = 4 * (B_r // 8) * (bwd_tc.padded(d) // 16) * MT + (B_c // 16) * (DN // 8)
+        # dQ: pairs in vector reductions; odd d (pairs not 8-byte aligned): single floats
+        dq_ok = (ptx.count("red.global.add.v2") > 0 if d % 2 == 0 else
+                 ptx.count("global.add.f32") > 0)
+        failures += one(name, ptx, want, dt, dq_ok)
     from gpu.forward import fa1_tc
     for B_r, B_c, d, causal, mask, count, MT, st, dt in ([] if quick else TC_PTX_FA1):
         ptx = fa1_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, st, dt=dt)

@@ -125,4 +125,5 @@ def linked_ptx(kern, signature, cc=(9, 0)) -> str:
     return lib.get_lto_ptx(cc=cc).rstrip("\x00")
 
 
-__all__ = ["MMA_PATH", "ELEMENTS", "ARRAY_DTYPES", "array_type", "check_dtype", "source", "declare", "ptr", "ptr32", "ptr16", "check_aligned", "linked_ptx"]
+__all__ = ["MMA_PATH", "ELEMENTS", "ARRAY_DTYPES", "array_type", "check_dtype", "source",
+           "declare", "ptr", "ptr32", "ptr16", "check_aligned", "linked_ptx"]

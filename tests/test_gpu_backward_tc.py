@@ -34,8 +34,12 @@ def test_plan_error_names_the_parameter():
     assert "fp16 or bf16" in fa2_tc.plan_error(64, 64, 64, "fp32")
     assert fa2_tc.DTYPES == ("fp16", "bf16")
     assert fa2_tc.plan_error(64, 128, 64, "bf16") is None
-    assert "d=40" in fa2_tc.plan_error(64, 64, 40, "fp16")
+    for d in (1, 40, 59, 111, 128):                       # padded to 16 on chip
+        assert fa2_tc.plan_error(64, 64, d, "fp16") is None, d
     assert "d=256" in fa2_tc.plan_error(64, 64, 256, "fp16")
+    assert "d=129" in fa2_tc.plan_error(64, 64, 129, "fp16")
+    # dQ's column pieces divide the padded head dim
+    assert [fa2_tc.dq_cols(d) for d in (40, 64, 80, 111, 128)] == [48, 64, 16, 16, 32]
     assert "B_c=48" in fa2_tc.plan_error(64, 48, 64, "fp16")      # 3 warps: not generated
     assert "B_c=16" in fa2_tc.plan_error(64, 16, 64, "fp16")      # 1 warp: not generated
     assert "B_r=24" in fa2_tc.plan_error(24, 64, 64, "fp16")
@@ -96,6 +100,7 @@ for B_r, B_c, d, causal, mask, count, MT, *dt in json.loads(sys.argv[1]):
     out.append(dict(cfg=[B_r, B_c, d, causal, mask, count, MT, dt], mma=p.count("mma.sync"),
                     bf16_mma=p.count(".bf16.bf16.f32"),
                     local=p.count(".local"), f64=p.count(".f64"), red=p.count("red.global.add.v2"),
+                    add_f32=p.count("global.add.f32"),
                     call=len([l for l in p.splitlines() if l.strip().startswith("call")])))
     open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}_{int(causal)}_{dt}.ptx", "w").write(p)
 print(json.dumps(out))
@@ -106,7 +111,9 @@ CONFIGS = [(64, 128, 64, False, False, False, 1),    # d = 64 default
            (32, 64, 128, False, False, False, 1),    # d = 128 default
            (32, 128, 128, True, False, False, 1),    # d = 128 causal default
            (64, 128, 64, True, True, True, 1, "bf16"),   # bf16 (issue 18)
-           (32, 64, 128, False, False, False, 1, "bf16")]
+           (32, 64, 128, False, False, False, 1, "bf16"),
+           (64, 128, 59, True, True, True, 1, "bf16"),   # padded d, element copies
+           (32, 64, 111, False, False, True, 1)]
 
 
 def _build_job():
@@ -132,12 +139,15 @@ def test_linked_build_uses_tensor_cores_and_registers_only():
         # per warp and tile: S^T, dP^T (2 (B_r/8) (d/16) MT each), dV, dK (the same), and
         # dQ: (B_r/16)(d/DN) items of (B_c/16)(DN/8) mma (DN = fa2_tc.dq_cols(d)) dealt to warps
         # (each item's code appears once in the loop body)
-        per_prod = (B_r // 8) * (d // 16) * MT
+        per_prod = (B_r // 8) * (-(-d // 16)) * MT       # d padded to 16 on chip
         dn = fa2_tc_dq_cols(d)
         assert row["mma"] == 4 * per_prod + (B_c // 16) * (dn // 8), row
         assert row["bf16_mma"] == (row["mma"] if dt == "bf16" else 0), row
         assert row["local"] == 0 and row["call"] == 0 and row["f64"] == 0, row
-        assert row["red"] > 0, row
+        if d % 2 == 0:      # dQ pairs in vector reductions
+            assert row["red"] > 0, row
+        else:               # odd d: pairs not 8-byte aligned, one float at a time
+            assert row["red"] == 0 and row["add_f32"] > 0, row
     ptxas = shutil.which("ptxas")
     if ptxas is None:
         return
@@ -159,7 +169,13 @@ def test_linked_build_uses_tensor_cores_and_registers_only():
     (333, 128, 2, 1, False, None, False),        # d = 128 default
     (256, 64, 2, 2, False, (64, 64), True),      # block mask with a row that sees nothing
     (100, 32, 2, 2, True, (32, 32), False),
-    (96, 16, 2, 2, False, (16, 32), False)])
+    (96, 16, 2, 2, False, (16, 32), False),
+    # head dims padded to 16 on chip (issue 18): d real columns loaded, stored, added
+    (200, 40, 4, 2, True, None, False),
+    (150, 59, 2, 2, False, None, False),          # odd d: element copies, scalar dQ adds
+    (130, 111, 2, 1, True, None, False),
+    (100, 80, 2, 2, False, (32, 64), False),
+    (120, 10, 2, 2, True, (32, 64), False)])
 def test_fa2_tc_backward_counts_and_accuracy_on_gpu(N, d, heads, kv_heads, causal, tiles,
                                                     mask):
     from gpu.backward import attention_backward, fa2_tc
@@ -200,7 +216,9 @@ def test_fa2_tc_backward_counts_and_accuracy_on_gpu(N, d, heads, kv_heads, causa
     (200, 64, True, (64, 128), 1),       # the d = 64 default tiling, ragged
     (333, 128, False, (32, 64), 1),      # the d = 128 default
     (256, 64, False, (64, 64), 2),
-    (100, 32, True, (32, 32), 1)])
+    (100, 32, True, (32, 32), 1),
+    (150, 59, True, (64, 128), 1),       # padded head dims
+    (130, 111, False, (32, 64), 1)])
 def test_fa2_tc_backward_bf16_on_gpu(N, d, causal, tiles, MT):
     """The main kernel on bf16 (uint16 bits; tests/_tc_direct.py, L and D from float64):
     dQ, dK, dV within 2 x PyTorch's bf16 SDPA gradients' error + 1e-5 of float64, every

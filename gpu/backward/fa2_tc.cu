@@ -13,6 +13,8 @@
 //     dq      : 16 rows x DN columns (n0 ..) of dQ_i = dS K_j, dS^T read back
 //               transposed by ldmatrix.trans
 //     red2    : two float32 atomic adds into dQacc in one red.global.add.v2.f32
+//     cp2, st2: one 16-bit element global <-> shared (head dims d % 8 != 0)
+// D is the head dim rounded up to 16 (the kernel zero-fills the padded columns).
 // E is the element type (tc_fp16 or tc_bf16, gpu/mma.cuh); SFX ends every name: empty for
 // fp16 (the names the fp16 builds always had), _bf16 for bf16.
 #define BWDTC_INSTANTIATE(D, BC, BR, MT, DN, E, SFX)                                                   \
@@ -47,6 +49,14 @@
     extern "C" __device__ int bwdtc_cp16_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN##SFX(               \
         u32* sm, int soff, const u32* g, long long goff, int valid) {                           \
         tc_cp16_t(sm, soff, g, goff, valid); return 0;                                          \
+    }                                                                                           \
+    extern "C" __device__ int bwdtc_cp2_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN##SFX(          \
+        unsigned short* sm, int soff, const unsigned short* g, long long goff, int valid) {     \
+        tc_cp2_t(sm, soff, g, goff, valid); return 0;                                           \
+    }                                                                                           \
+    extern "C" __device__ int bwdtc_st2_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN##SFX(          \
+        unsigned short* g, long long goff, const unsigned short* sm, int soff) {                \
+        tc_st2_t(g, goff, sm, soff); return 0;                                                  \
     }                                                                                           \
     extern "C" __device__ int bwdtc_st16_d##D##_bc##BC##_br##BR##_mt##MT##_dn##DN##SFX(               \
         u32* g, long long goff, const u32* sm, int soff) {                                      \

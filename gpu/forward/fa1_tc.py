@@ -50,9 +50,10 @@ Shared memory (one dynamic buffer, 4-byte words; fp16 rows padded to d + 8 halve
 e.g. 183 KB at the d = 64 default (128 x 128, 3 stages). Registers (ptxas -v, sm_90, no
 spills): 230 at the d = 64 default, 250 causal; 240-254 at the d = 128 default.
 fp16 or bf16 (DTYPES: bf16 data as uint16 arrays of the bits; O in HBM then rounded to
-bf16 after every key block, P~ to bf16 for the products); d a multiple of 16. The simulator cannot run the linked C++: without a GPU this
-kernel is built and linked but not run; tests/fa1_tc_sim.py runs its Python there with
-the C++ pieces emulated (schedule, counts, statistics, cp.async timing hazards).
+bf16 after every key block, P~ to bf16 for the products); d a multiple of 16.
+The simulator cannot run the linked C++: without a GPU this kernel is built and linked but
+not run; tests/fa1_tc_sim.py runs its Python there with the C++ pieces emulated (schedule,
+counts, statistics, cp.async timing hazards).
 """
 from __future__ import annotations
 
