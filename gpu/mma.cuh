@@ -83,22 +83,18 @@ struct tc_bf16 {};
 template <class E>
 __device__ __forceinline__ void tc_mma_t(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
                                          u32 b1);
-template <>
-__device__ __forceinline__ void tc_mma_t<tc_fp16>(float* c, u32 a0, u32 a1, u32 a2, u32 a3,
-                                                  u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void tc_mma_t<tc_bf16>(float* c, u32 a0, u32 a1, u32 a2, u32 a3,
-                                                  u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+// One specialisation per element type; TY is its PTX name in the mma instruction.
+#define TC_MMA_SPECIALISATION(E, TY)                                                            \
+    template <>                                                                                 \
+    __device__ __forceinline__ void tc_mma_t<E>(float* c, u32 a0, u32 a1, u32 a2, u32 a3,       \
+                                                u32 b0, u32 b1) {                               \
+        asm("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 "                          \
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                 \
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                    \
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                            \
+    }
+TC_MMA_SPECIALISATION(tc_fp16, "f16")
+TC_MMA_SPECIALISATION(tc_bf16, "bf16")
 
 // Two fp32 -> one register of two E values (round to nearest even); `lo` is the element with
 // the lower column index (the low 16 bits). cvt.rn.{f16x2,bf16x2}.f32 d, a, b puts a in the
