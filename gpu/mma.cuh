@@ -159,10 +159,10 @@ __device__ __forceinline__ void tc_st16_t(u32* g, long long goff, const u32* sm,
 __device__ __forceinline__ void tc_cp2_t(unsigned short* sm, int soff, const unsigned short* g,
                                          long long goff, int valid) {
     unsigned short v = 0;
-    if (valid) {
+    if (valid) {   // not volatile: the inputs are read-only, so loads may be batched early
         unsigned long long src;
         asm("cvta.to.global.u64 %0, %1;" : "=l"(src) : "l"(g + goff));
-        asm volatile("ld.global.u16 %0, [%1];\n" : "=h"(v) : "l"(src) : "memory");
+        asm("ld.global.nc.u16 %0, [%1];\n" : "=h"(v) : "l"(src));
     }
     asm volatile("st.shared.u16 [%0], %1;\n" :: "r"(tc_smem(sm + soff)), "h"(v) : "memory");
 }

@@ -192,7 +192,7 @@ for cfg in json.loads(sys.argv[1]):
                     call=len([l for l in p.splitlines() if l.strip().startswith("call")]),
                     f64=p.count(".f64"), cp_async=p.count("cp.async.cg"),
                     atom=p.count("atom."), st_v4=p.count("st.global.v4"),
-                    ld_u16=p.count("ld.global.u16"), st_u16=p.count("st.global.u16")))
+                    ld_u16=p.count("ld.global.nc.u16"), st_u16=p.count("st.global.u16")))
     if len(sys.argv) > 2:
         open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}_{int(window)}_{dt}.ptx", "w").write(p)
 print(json.dumps(out))
