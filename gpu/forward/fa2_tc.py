@@ -258,6 +258,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="
     CW = EIGHT if VEC else int64(1)   # elements per copy
     ZROWS = B_r + 4 * B_c         # shared rows with padded columns: Qs, then Ks, Vs x 2
     banded = causal or window
+    ALIGN = None if SIM else 16   # the simulator (tests' emulation) takes no alignment
 
     next_tile = active_tile_finder(B_c, banded, has_mask)
 
@@ -370,8 +371,8 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="
         g = lane >> 2                                   # fragment row (and g + 8)
         qd = lane & 3                                   # fragment column pair 2 qd, 2 qd + 1
         zk = (z // H) * (H // G) + (z % H) // G         # this head's K/V instance
-        sm = cuda.shared.array(0, uint32, alignment=16)
-        smf = cuda.shared.array(0, float32, alignment=16)
+        sm = cuda.shared.array(0, uint32, alignment=ALIGN)
+        smf = cuda.shared.array(0, float32, alignment=ALIGN)
         smp = ptr(sm)
         kp = ptr32(k)                                   # 16-bit arrays as 4-byte words
         vp = ptr32(v)
@@ -399,7 +400,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="
         T_c = (N_k + B_c - 1) // B_c
         # ---- padded columns d .. DP - 1 of every shared row: zeros, never loaded ----
         if PADC:
-            smz = cuda.shared.array(0, uint16, alignment=16)
+            smz = cuda.shared.array(0, uint16, alignment=ALIGN)
             for e in range(t, ZROWS * PADC, THREADS):
                 smz[(e // PADC) * SH + d + e % PADC] = uint16(0)
         # ---- copy group 1: Q_i -> Qs (zero rows past N); group 2: the first K_j, V_j ----

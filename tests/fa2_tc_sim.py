@@ -1,0 +1,120 @@
+"""Run gpu.forward.fa2_tc's Numba kernel in the CUDA simulator, with its C++ pieces emulated.
+
+The same emulation as tests/fa1_tc_sim.py (whose stand-ins this module reuses: per-lane
+fragment layouts of gpu/mma.cuh, cp.async timed adversarially, warp shuffles and
+syncwarp given to the simulator's fake `cuda` module), plus what the fa2 kernel calls
+beyond fa1's: load_q (records where Q_w's rows are; qk then reads them from shared memory,
+the same products as holding the fragments), qk (S = Q_w K_j^T with those rows), and the
+element copies cp2 / st2 of head dims d % 8 != 0 (plain synchronous loads and stores, as on
+the GPU); dynamic shared memory starts as NaN bits (0xFF bytes) instead of the
+simulator's zeros, so a padded column left unzeroed shows. fp16 only. What is checked in the simulator is the kernel's own Python: the
+padded head dims (the zeroed columns, which columns are loaded and stored, the element
+copies), the schedule, the counts, the masking and the online softmax; the tensor-core
+code itself only on a GPU.
+
+Use: `with emulated(): O, L, counters = run_sim(q, k, v, ...)` (simulator only).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+import fa1_tc_sim as fa1sim
+
+
+def make_externs(d, B_c, MT=1, dt="fp16"):
+    """Python stand-ins for fa2_tc.externs(d, B_c, MT, dt) (d: the padded head dim)."""
+    X = fa1sim.make_externs(d, B_c, MT, dt)
+    qk_smem = X["qk"]
+
+    def load_q(qf, sm, off, stride):
+        qf[0] = off                 # where this warp's Q rows start (4-byte words)
+        return 0
+
+    def qk(s, qf, sm, off, stride):
+        return qk_smem(s, sm, int(qf[0]), stride, off, stride)
+
+    def cp2(smh, soff, gh, goff, valid):
+        smh[soff] = gh[goff] if valid else 0
+        return 0
+
+    def st2(gh, goff, smh, soff):
+        gh[goff] = smh[soff]
+        return 0
+
+    return dict(load_q=load_q, qk=qk, qk_smem=qk_smem, pv=X["pv"], store_o=X["store_o"],
+                cp16=X["cp16"], st16=X["st16"], cp2=cp2, st2=st2,
+                cp_commit=X["cp_commit"], cp_wait1=X["cp_wait1"], cp_wait0=X["cp_wait0"])
+
+
+def _ptr32(a):
+    """As fa1_tc_sim's (4-byte words), for arrays of an odd element count too (odd d: the
+    kernel moves them element-wise and never uses these words; the view drops the last)."""
+    ary = getattr(a, "_ary", a).reshape(-1)
+    return ary[:ary.size - ary.size % 2].view(np.uint32) if ary.itemsize == 2 else \
+        fa1sim._ptr32(a)
+
+
+def _ptr16(a):
+    ary = getattr(a, "_ary", a)
+    return ary.reshape(-1).view(np.uint16)
+
+
+@contextlib.contextmanager
+def emulated():
+    """Within: gpu.forward.fa2_tc's kernels build with the Python stand-ins (simulator)."""
+    from numba.cuda.simulator import kernelapi
+    from gpu.forward import fa2_tc
+    saved = (fa2_tc.externs, fa2_tc.ptr, fa2_tc.ptr32, fa2_tc.ptr16)
+    fake = kernelapi.FakeCUDAModule
+    had = {n: getattr(fake, n, None) for n in ("shfl_xor_sync", "syncwarp")}
+    fa2_tc.externs, fa2_tc.ptr, fa2_tc.ptr32, fa2_tc.ptr16 = (make_externs, fa1sim._ptr,
+                                                              _ptr32, _ptr16)
+    fake.shfl_xor_sync = fa1sim._shfl_xor_sync
+    fake.syncwarp = fa1sim._syncwarp
+    shared_init = kernelapi.FakeCUDAShared.__init__
+
+    def poisoned(self, size):   # shared memory starts as NaN bits, not the simulator's 0
+        shared_init(self, size)
+        self._dynshared[:] = -1
+    kernelapi.FakeCUDAShared.__init__ = poisoned
+    fa2_tc.fa2_tc_kernel.cache_clear()
+    try:
+        yield
+    finally:
+        kernelapi.FakeCUDAShared.__init__ = shared_init
+        fa2_tc.externs, fa2_tc.ptr, fa2_tc.ptr32, fa2_tc.ptr16 = saved
+        for n, f in had.items():
+            if f is None:
+                delattr(fake, n)
+            else:
+                setattr(fake, n, f)
+        fa2_tc.fa2_tc_kernel.cache_clear()
+
+
+def run_sim(q, k, v, *, B_r, B_c, MT=1, causal=False, window=(-1, -1), count=True):
+    """fa2_tc on fp16 NumPy q (I, N, d), k, v (I_k, N_k, d) in the simulator (inside
+    `emulated()`): O (NaN-poisoned before the launch), L, the counts {tensor: (reads,
+    writes)} (None when not counting)."""
+    from numba import cuda
+    from gpu import _launch
+    from gpu.forward import fa2_tc
+    from gpu.forward._band import band_args
+    I, N, d = q.shape
+    N_k = k.shape[1]
+    q3, k3, v3 = (cuda.to_device(np.ascontiguousarray(x)) for x in (q, k, v))
+    o3 = cuda.to_device(np.full(q.shape, np.nan, np.float16))
+    L2 = cuda.to_device(np.full((I, N), np.nan, np.float32))
+    counters = _launch.new_counters(count)
+    windowed, lo, hi = band_args(N, N_k, causal, window)
+    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, False, count, MT, windowed)
+    _launch.launch(kern, (-(-N // B_r), I), fa2_tc.threads_per_block(B_r, MT),
+                   fa2_tc.layout(B_r, B_c, d)["bytes"], q3, k3, v3, o3, L2,
+                   np.float32(fa2_tc.LOG2E / np.sqrt(d)), np.int64(N), np.int64(N_k), lo, hi,
+                   np.int64(I), np.int64(I // k.shape[0]), _launch.dummy_mask(), counters)
+    counts = None
+    if count:
+        r, w = _launch.counters_to_dicts(counters)
+        counts = {t: (r.get(t, 0), w.get(t, 0)) for t in set(r) | set(w)}
+    return o3.copy_to_host(), L2.copy_to_host(), counts
