@@ -183,7 +183,6 @@ def run_backward(q, k, v, do, dt, tiles, causal, MT=1, count=True):
     (the float32 accumulator), dK, dV (host arrays of q's kind, poisoned with NaN before
     the launch), counts {tensor: (reads, writes)} or None)."""
     from numba import cuda
-    from gpu import _launch
     from gpu.backward import fa2_tc
     I, N, d = q.shape
     scale = 1.0 / math.sqrt(d)
@@ -195,13 +194,44 @@ def run_backward(q, k, v, do, dt, tiles, causal, MT=1, count=True):
     poison = lambda: dev(np.full(q.shape, NAN_BITS[dt], np.uint16).view(q.dtype))
     acc = dev(np.zeros(q.shape, np.float32))
     dk, dv = poison(), poison()
-    counters = _launch.new_counters(count)
+    counters = backward_counters(count)
     fa2_tc.run(dev(q), dev(k), dev(v), dev(do), dev(L.astype(np.float32)),
                dev(D.astype(np.float32)), acc, dk, dv, scale, N, I, 1, None, counters,
                B_r=tiles[0], B_c=tiles[1], causal=causal, count=count, MT=MT, dt=dt)
     cuda.synchronize()
-    counts = None
-    if count:
-        r, w = _launch.counters_to_dicts(counters)
-        counts = {t: (r.get(t, 0), w.get(t, 0)) for t in set(r) | set(w)}
-    return acc.copy_to_host(), dk.copy_to_host(), dv.copy_to_host(), counts
+    return (acc.copy_to_host(), dk.copy_to_host(), dv.copy_to_host(),
+            backward_counts(counters) if count else None)
+
+
+def backward_counters(count):
+    """Counters of the backward kernels (rows: gpu.backward.flash.BW_TENSORS)."""
+    from gpu.backward.flash import _new_counters
+    return _new_counters(count)
+
+
+def backward_counts(counters):
+    """{tensor: (reads, writes)} of a backward counters array (nonzero rows)."""
+    from gpu._launch import READ, WRITE
+    from gpu.backward.flash import BW_TENSORS
+    host = counters.copy_to_host()
+    return {t: (int(host[i, READ]), int(host[i, WRITE])) for i, t in enumerate(BW_TENSORS)
+            if host[i].any()}
+
+
+def bwd_main_model_counts(N, d, I, causal, tiles):
+    """What iosim's fa2 backward closed form leaves for the main kernel alone (one K/V
+    head per query head, I instances): the closed form less the pre-pass (reads O and dO,
+    writes D and dQacc = 0: N d, N d, N, N d per instance) and the dQ conversion (reads
+    dQacc, writes dQ: N d each), as {tensor: (reads, writes)}."""
+    import iosim
+    p = iosim.Problem(N=N, d=d, batch=1, heads=I, dtype="fp16", causal=causal)
+    led = iosim.backward_closed_form("fa2", p, iosim.Tiling(*tiles))
+    r, w = dict(led.reads), dict(led.writes)
+    nd = I * N * d
+    r["O"] -= nd
+    r["dO"] -= nd
+    w["D"] -= I * N
+    w["dQacc"] -= nd
+    r["dQacc"] -= nd
+    w["dQ"] -= nd
+    return {t: (r.get(t, 0), w.get(t, 0)) for t in set(r) | set(w) if r.get(t) or w.get(t)}

@@ -118,3 +118,105 @@ def run_sim(q, k, v, *, B_r, B_c, MT=1, causal=False, window=(-1, -1), count=Tru
         r, w = _launch.counters_to_dicts(counters)
         counts = {t: (r.get(t, 0), w.get(t, 0)) for t in set(r) | set(w)}
     return o3.copy_to_host(), L2.copy_to_host(), counts
+
+
+# ---------------------------------------------------------------------------------------
+# The backward main kernel (gpu.backward.fa2_tc)
+# ---------------------------------------------------------------------------------------
+_RED_LOCK = __import__("threading").Lock()
+
+
+def make_bwd_externs(d, B_c, B_r, MT, DN, dt="fp16"):
+    """Python stand-ins for gpu.backward.fa2_tc.externs(d, B_c, B_r, MT, DN, dt) (d: the
+    padded head dim): the products over B_r query columns are fa1_tc_sim's with B_c = B_r;
+    dq is tc_ab_smem_t<TA=true, ACC=false, K=B_c, N=DN, MT=1> (dS^T stored transposed)."""
+    F = make_externs(d, B_r, MT, dt)              # qk / qk_smem / pv over B_r columns
+    S = fa1sim.make_externs(B_r, B_r, MT, dt)      # store_s: rows of B_r columns
+
+    def dq(c, sm, aoff, astride, boff, bstride, n0):
+        _, g, q = fa1sim._lane()
+        h = sm.view(np.float16)
+        A = np.stack([h[2 * aoff + kk * astride:2 * aoff + kk * astride + 16]
+                      for kk in range(B_c)]).astype(np.float32)          # (keys, 16 rows)
+        Bm = np.stack([h[2 * boff + kk * bstride + n0:2 * boff + kk * bstride + n0 + DN]
+                       for kk in range(B_c)]).astype(np.float32)         # (keys, DN)
+        for nt in range(DN // 8):
+            for e in range(4):
+                r = g + 8 * (e >> 1)
+                col = 8 * nt + 2 * q + (e & 1)
+                c[4 * nt + e] = np.float32(np.dot(A[:, r], Bm[:, col]))
+        return 0
+
+    def red2(gp, off, a, b):
+        with _RED_LOCK:
+            gp[off] += a
+            gp[off + 1] += b
+        return 0
+
+    return dict(load_a=F["load_q"], qk=F["qk"], qk_smem=F["qk_smem"], pv=F["pv"],
+                store_s=S["store_o"], store_o=F["store_o"], dq=dq, cp16=F["cp16"],
+                st16=F["st16"], cp2=F["cp2"], st2=F["st2"], red2=red2,
+                cp_commit=F["cp_commit"], cp_wait1=F["cp_wait1"], cp_wait0=F["cp_wait0"])
+
+
+def _ptr_flat(a):
+    """As fa1_tc_sim's `ptr`, but a global array (dQacc) flat, as the C++ sees it."""
+    ary = getattr(a, "_ary", a)
+    return ary.reshape(-1) if ary.ndim > 1 else a
+
+
+@contextlib.contextmanager
+def emulated_backward():
+    """Within: gpu.backward.fa2_tc's kernels build with the Python stand-ins (simulator)."""
+    from numba.cuda.simulator import kernelapi
+    from gpu.backward import fa2_tc
+    saved = (fa2_tc.externs, fa2_tc._tc.ptr, fa2_tc._tc.ptr32, fa2_tc._tc.ptr16)
+    fake = kernelapi.FakeCUDAModule
+    had = {n: getattr(fake, n, None) for n in ("shfl_xor_sync", "syncwarp")}
+    fa2_tc.externs = make_bwd_externs
+    fa2_tc._tc.ptr, fa2_tc._tc.ptr32, fa2_tc._tc.ptr16 = _ptr_flat, _ptr32, _ptr16
+    fake.shfl_xor_sync = fa1sim._shfl_xor_sync
+    fake.syncwarp = fa1sim._syncwarp
+    shared_init = kernelapi.FakeCUDAShared.__init__
+
+    def poisoned(self, size):
+        shared_init(self, size)
+        self._dynshared[:] = -1
+    kernelapi.FakeCUDAShared.__init__ = poisoned
+    fa2_tc.fa2_bwd_tc_kernel.cache_clear()
+    try:
+        yield
+    finally:
+        kernelapi.FakeCUDAShared.__init__ = shared_init
+        fa2_tc.externs = saved[0]
+        fa2_tc._tc.ptr, fa2_tc._tc.ptr32, fa2_tc._tc.ptr16 = saved[1:]
+        for n, f in had.items():
+            if f is None:
+                delattr(fake, n)
+            else:
+                setattr(fake, n, f)
+        fa2_tc.fa2_bwd_tc_kernel.cache_clear()
+
+
+def run_bwd_sim(q, k, v, do, L, D, *, B_r, B_c, causal=False, MT=1, count=True):
+    """The backward main kernel on fp16 NumPy q, k, v, do (I, N, d; one K/V head per query
+    head), L, D (I, N) float32, in the simulator (inside `emulated_backward()`): (dQ (the
+    float32 accumulator), dK, dV (NaN-poisoned before the launch), counts or None)."""
+    import _tc_direct as tcd
+    from numba import cuda
+    from gpu import _launch
+    from gpu.backward import fa2_tc
+    I, N, d = q.shape
+    dev = lambda x: cuda.to_device(np.ascontiguousarray(x))
+    acc = dev(np.zeros(q.shape, np.float32))
+    dk, dv = dev(np.full(q.shape, np.nan, np.float16)), dev(np.full(q.shape, np.nan, np.float16))
+    counters = tcd.backward_counters(count)
+    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, False, count, MT)
+    scale = 1.0 / np.sqrt(d)
+    _launch.launch(kern, (-(-N // B_c), I), 32 * fa2_tc.warps_of(B_c, MT),
+                   fa2_tc.layout(B_r, B_c, d)["bytes"], dev(q), dev(k), dev(v), dev(do),
+                   dev(L.astype(np.float32)), dev(D.astype(np.float32)), acc, dk, dv,
+                   np.float32(scale), np.float32(scale * fa2_tc.LOG2E), np.int64(N),
+                   np.int64(I), np.int64(1), _launch.dummy_mask(), counters)
+    return (acc.copy_to_host(), dk.copy_to_host(), dv.copy_to_host(),
+            tcd.backward_counts(counters) if count else None)

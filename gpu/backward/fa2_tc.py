@@ -270,6 +270,7 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
     CW = EIGHT if VEC else int64(1)   # elements per copy
     ZROWS = 2 * B_c + 4 * B_r         # shared rows with padded columns: Ks, Vs, Qs, dOs x 2
     L2E = np.float32(LOG2E)
+    ALIGN = None if SIM else 16   # the simulator (tests' emulation) takes no alignment
 
     @cuda.jit(device=True, inline=True)
     def next_tile(i, T_r, mask, j):
@@ -388,8 +389,8 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
         g = lane >> 2
         qd = lane & 3
         zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
-        sm = cuda.shared.array(0, uint32, alignment=16)
-        smf = cuda.shared.array(0, float32, alignment=16)
+        sm = cuda.shared.array(0, uint32, alignment=ALIGN)
+        smf = cuda.shared.array(0, float32, alignment=ALIGN)
         smp = ptr(sm)
         qp, dop, kp, vp = ptr32(q), ptr32(do), ptr32(k), ptr32(v)
         dqp = ptr(dqacc)
@@ -411,7 +412,7 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
         T_r = (N + B_r - 1) // B_r
         # ---- copy group 1: K_j, V_j (zeros past N); group 2: the first Q_i, dO_i ----
         if PADC:     # padded columns d .. DP - 1 of every shared row: zeros, never loaded
-            smz = cuda.shared.array(0, uint16, alignment=16)
+            smz = cuda.shared.array(0, uint16, alignment=ALIGN)
             for e in range(t, ZROWS * PADC, THREADS):
                 smz[(e // PADC) * SH + d + e % PADC] = uint16(0)
         smh = ptr16(sm)
