@@ -151,9 +151,16 @@ def tc_configs(mode: str) -> list[dict]:
             dict(base, N=1000, d=64, MT=2), dict(base, N=1000, d=64, MT=2, causal=True),
             dict(base, N=333, d=48, MT=2, tiles=(64, 32), causal=True, mask="sparse"),
             dict(base, N=4096, d=64, bh=16, MT=2, causal=True)]
+    # head dims padded to 16 on chip (d real columns loaded and stored); above 128 Q_w is
+    # read from shared memory at each k step
+    padded = [dict(base, N=1000, d=d, causal=causal) for d in (40, 59, 111, 160, 192, 256)
+              for causal in (False, True)]
+    out += padded + [dict(base, N=4096, d=256, bh=16), dict(base, N=4096, d=256, bh=16,
+                                                            causal=True)]
     if mode == "quick":
         small = [c for c in out if c["N"] <= 1024]
-        out = small[:8] + [c for c in small[8:] if c["MT"] == 2]   # and every MT=2 build
+        out = (small[:8] + [c for c in small[8:] if c["MT"] == 2]   # and every MT=2 build
+               + [padded[2], padded[11]])                          # d = 59; 256 causal
     return out
 
 
