@@ -92,6 +92,19 @@ def test_run_refuses_other_dtypes_and_mismatched_arrays():
         fa2_tc.run(u, u, u, u, None, 0.1, 64, 1, 1, None, None, dt="fp16", **kw)
 
 
+def test_listed_head_dims_have_a_tc_default_on_the_h100():
+    """What gpu.api.fa2_tc_default picks on an H100 (227 KB of shared memory) for fp16 at
+    d = 40, 59, 111, 160, 192, 224, 256: FA2_TC_FALLBACK's first tiling, which the kernel's
+    rules accept and whose shared memory fits (on a GPU the test below runs them)."""
+    from gpu import api
+    from gpu.forward import fa2_tc
+    B_r, B_c = api.FA2_TC_FALLBACK[0]
+    for d in (40, 59, 111, 160, 192, 224, 256):
+        assert d not in api.FA2_TC_TILES and d not in api.FA2_TC_TILES_CAUSAL
+        assert fa2_tc.plan_error(B_r, B_c, d, "fp16", api.fa2_tc_mt(B_r, B_c, d)) is None
+        assert fa2_tc.layout(B_r, B_c, d)["bytes"] <= 232448, d
+
+
 def test_d256_default_tiling_fits_the_h100():
     """d = 256 at 128 x 64 (FA2_TC_FALLBACK's first): Q_i, two K/V buffers and L_i in
     the H100's 227 KB opt-in shared memory (232,448 bytes)."""
