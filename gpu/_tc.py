@@ -38,9 +38,10 @@ def array_type(dt: str, ndim: int = 3):
 
 def check_dtype(kernel: str, name: str, arr, dt: str) -> None:
     """A 16-bit input of a tensor-core kernel has the array dtype that `dt` arrives as
-    (ARRAY_DTYPES): float16 for fp16, uint16 (the bits) for bf16."""
+    (ARRAY_DTYPES): float16 for fp16, uint16 (the bits) for bf16. Numba / NumPy / CuPy
+    arrays and torch tensors (torch.float16, torch.uint16) alike."""
     want = ARRAY_DTYPES[dt]
-    got = str(getattr(arr, "dtype", "?"))
+    got = str(getattr(arr, "dtype", "?")).replace("torch.", "")
     if got != want:
         raise ValueError(f"{name}: the tensor-core kernel {kernel} takes dt={dt!r} data as "
                          f"{want} arrays (got dtype {got})")
