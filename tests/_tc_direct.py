@@ -25,7 +25,8 @@ def to_dtype(x, dt):
     if dt == "fp16":
         return x32.astype(np.float16)
     u = x32.view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x32), np.uint16(NAN_BITS["bf16"]), bits).astype(np.uint16)
 
 
 def to_f64(a, dt):

@@ -75,23 +75,33 @@ def _lane():
     return lane, lane >> 2, lane & 3
 
 
+def _codec(dt):
+    """(decode, encode) between the 16-bit bits of dt ("fp16", "bf16") held as uint16 and
+    float32 (encode rounds to nearest even, as cvt.rn does)."""
+    import _tc_direct
+    if dt == "fp16":
+        return (lambda u: np.asarray(u, np.uint16).view(np.float16).astype(np.float32),
+                lambda x: np.asarray(x, np.float32).astype(np.float16).view(np.uint16))
+    return (lambda u: (np.asarray(u, np.uint16).astype(np.uint32) << 16).view(np.float32),
+            lambda x: _tc_direct.to_dtype(x, "bf16").reshape(np.shape(x)))
+
+
 def make_externs(d, B_c, MT, dt="fp16"):
-    """Python stand-ins for fa1_tc.externs(d, B_c, MT, dt) (same arguments, per lane; fp16
-    only: the bf16 roundings are not emulated)."""
-    if dt != "fp16":
-        raise NotImplementedError(f"fa1_tc_sim emulates fp16 only (dt={dt!r})")
+    """Python stand-ins for fa1_tc.externs(d, B_c, MT, dt) (same arguments, per lane; dt:
+    the 16-bit element type the shared tiles hold and P, O are rounded to)."""
     D, BC = d, B_c
+    dec, enc = _codec(dt)
 
     def qk(s, sm, aoff, astride, boff, bstride):
         _, g, q = _lane()
-        h = sm.view(np.float16)
+        h = sm.view(np.uint16)
         for mt in range(MT):
             for nt in range(BC // 8):
                 for e in range(4):
                     r = 16 * mt + g + 8 * (e >> 1)
                     c = 8 * nt + 2 * q + (e & 1)
-                    a = h[2 * aoff + r * astride:2 * aoff + r * astride + D].astype(np.float32)
-                    b = h[2 * boff + c * bstride:2 * boff + c * bstride + D].astype(np.float32)
+                    a = dec(h[2 * aoff + r * astride:2 * aoff + r * astride + D])
+                    b = dec(h[2 * boff + c * bstride:2 * boff + c * bstride + D])
                     s[mt * (BC // 2) + 4 * nt + e] = np.float32(np.dot(a, b))
         return 0
 
@@ -106,10 +116,10 @@ def make_externs(d, B_c, MT, dt="fp16"):
                     for e in range(4):
                         P[16 * mt + gL + 8 * (e >> 1), 8 * nt + 2 * qL + (e & 1)] = \
                             f[mt * (BC // 2) + 4 * nt + e]
-        P = P.astype(np.float16).astype(np.float32)          # P enters in fp16
-        h = sm.view(np.float16)
-        V = np.stack([h[2 * off + kk * stride:2 * off + kk * stride + D]
-                      for kk in range(BC)]).astype(np.float32)
+        P = dec(enc(P))                                      # P enters in dt
+        h = sm.view(np.uint16)
+        V = dec(np.stack([h[2 * off + kk * stride:2 * off + kk * stride + D]
+                          for kk in range(BC)]))
         for mt in range(MT):
             for nt in range(D // 8):
                 for e in range(4):
@@ -120,24 +130,24 @@ def make_externs(d, B_c, MT, dt="fp16"):
 
     def load_o(o, sm, off, stride):
         _, g, q = _lane()
-        h = sm.view(np.float16)
+        h = sm.view(np.uint16)
         for mt in range(MT):
             for nt in range(D // 8):
                 for e in range(4):
                     r = 16 * mt + g + 8 * (e >> 1)
                     c = 8 * nt + 2 * q + (e & 1)
-                    o[mt * (D // 2) + 4 * nt + e] = np.float32(h[2 * off + r * stride + c])
+                    o[mt * (D // 2) + 4 * nt + e] = dec(h[2 * off + r * stride + c])
         return 0
 
     def store_o(sm, off, stride, o):
         _, g, q = _lane()
-        h = sm.view(np.float16)
+        h = sm.view(np.uint16)
         for mt in range(MT):
             for nt in range(D // 8):
                 for e in range(4):
                     r = 16 * mt + g + 8 * (e >> 1)
                     c = 8 * nt + 2 * q + (e & 1)
-                    h[2 * off + r * stride + c] = np.float16(o[mt * (D // 2) + 4 * nt + e])
+                    h[2 * off + r * stride + c] = enc(o[mt * (D // 2) + 4 * nt + e])
         return 0
 
     # cp.async, adversarially timed: the source is read when the copy is issued (the

@@ -7,7 +7,8 @@ beyond fa1's: load_q (records where Q_w's rows are; qk then reads them from shar
 the same products as holding the fragments), qk (S = Q_w K_j^T with those rows), and the
 element copies cp2 / st2 of head dims d % 8 != 0 (plain synchronous loads and stores, as on
 the GPU); dynamic shared memory starts as NaN bits (0xFF bytes) instead of the
-simulator's zeros, so a padded column left unzeroed shows. fp16 only. What is checked in the simulator is the kernel's own Python: the
+simulator's zeros, so a padded column left unzeroed shows. fp16 and bf16 (roundings of P
+and O to the element type included). What is checked in the simulator is the kernel's own Python: the
 padded head dims (the zeroed columns, which columns are loaded and stored, the element
 copies), the schedule, the counts, the masking and the online softmax; the tensor-core
 code itself only on a GPU.
@@ -93,10 +94,12 @@ def emulated():
         fa2_tc.fa2_tc_kernel.cache_clear()
 
 
-def run_sim(q, k, v, *, B_r, B_c, MT=1, causal=False, window=(-1, -1), count=True):
-    """fa2_tc on fp16 NumPy q (I, N, d), k, v (I_k, N_k, d) in the simulator (inside
-    `emulated()`): O (NaN-poisoned before the launch), L, the counts {tensor: (reads,
-    writes)} (None when not counting)."""
+def run_sim(q, k, v, *, B_r, B_c, MT=1, causal=False, window=(-1, -1), count=True,
+            dt="fp16"):
+    """fa2_tc on 16-bit NumPy q (I, N, d), k, v (I_k, N_k, d) (float16, or uint16 bits for
+    dt="bf16") in the simulator (inside `emulated()`): O (NaN-poisoned before the launch),
+    L, the counts {tensor: (reads, writes)} (None when not counting)."""
+    import _tc_direct as tcd
     from numba import cuda
     from gpu import _launch
     from gpu.forward import fa2_tc
@@ -104,11 +107,11 @@ def run_sim(q, k, v, *, B_r, B_c, MT=1, causal=False, window=(-1, -1), count=Tru
     I, N, d = q.shape
     N_k = k.shape[1]
     q3, k3, v3 = (cuda.to_device(np.ascontiguousarray(x)) for x in (q, k, v))
-    o3 = cuda.to_device(np.full(q.shape, np.nan, np.float16))
+    o3 = cuda.to_device(np.full(q.shape, tcd.NAN_BITS[dt], np.uint16).view(q.dtype))
     L2 = cuda.to_device(np.full((I, N), np.nan, np.float32))
     counters = _launch.new_counters(count)
     windowed, lo, hi = band_args(N, N_k, causal, window)
-    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, False, count, MT, windowed)
+    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, False, count, MT, windowed, dt)
     _launch.launch(kern, (-(-N // B_r), I), fa2_tc.threads_per_block(B_r, MT),
                    fa2_tc.layout(B_r, B_c, d)["bytes"], q3, k3, v3, o3, L2,
                    np.float32(fa2_tc.LOG2E / np.sqrt(d)), np.int64(N), np.int64(N_k), lo, hi,
@@ -133,13 +136,15 @@ def make_bwd_externs(d, B_c, B_r, MT, DN, dt="fp16"):
     F = make_externs(d, B_r, MT, dt)              # qk / qk_smem / pv over B_r columns
     S = fa1sim.make_externs(B_r, B_r, MT, dt)      # store_s: rows of B_r columns
 
+    dec, _enc = fa1sim._codec(dt)
+
     def dq(c, sm, aoff, astride, boff, bstride, n0):
         _, g, q = fa1sim._lane()
-        h = sm.view(np.float16)
-        A = np.stack([h[2 * aoff + kk * astride:2 * aoff + kk * astride + 16]
-                      for kk in range(B_c)]).astype(np.float32)          # (keys, 16 rows)
-        Bm = np.stack([h[2 * boff + kk * bstride + n0:2 * boff + kk * bstride + n0 + DN]
-                       for kk in range(B_c)]).astype(np.float32)         # (keys, DN)
+        h = sm.view(np.uint16)
+        A = dec(np.stack([h[2 * aoff + kk * astride:2 * aoff + kk * astride + 16]
+                          for kk in range(B_c)]))                        # (keys, 16 rows)
+        Bm = dec(np.stack([h[2 * boff + kk * bstride + n0:2 * boff + kk * bstride + n0 + DN]
+                           for kk in range(B_c)]))                       # (keys, DN)
         for nt in range(DN // 8):
             for e in range(4):
                 r = g + 8 * (e >> 1)
@@ -198,9 +203,10 @@ def emulated_backward():
         fa2_tc.fa2_bwd_tc_kernel.cache_clear()
 
 
-def run_bwd_sim(q, k, v, do, L, D, *, B_r, B_c, causal=False, MT=1, count=True):
-    """The backward main kernel on fp16 NumPy q, k, v, do (I, N, d; one K/V head per query
-    head), L, D (I, N) float32, in the simulator (inside `emulated_backward()`): (dQ (the
+def run_bwd_sim(q, k, v, do, L, D, *, B_r, B_c, causal=False, MT=1, count=True,
+                dt="fp16"):
+    """The backward main kernel on 16-bit NumPy q, k, v, do (I, N, d; one K/V head per
+    query head; float16, or uint16 bits for dt="bf16"), L, D (I, N) float32, in the simulator (inside `emulated_backward()`): (dQ (the
     float32 accumulator), dK, dV (NaN-poisoned before the launch), counts or None)."""
     import _tc_direct as tcd
     from numba import cuda
@@ -209,9 +215,10 @@ def run_bwd_sim(q, k, v, do, L, D, *, B_r, B_c, causal=False, MT=1, count=True):
     I, N, d = q.shape
     dev = lambda x: cuda.to_device(np.ascontiguousarray(x))
     acc = dev(np.zeros(q.shape, np.float32))
-    dk, dv = dev(np.full(q.shape, np.nan, np.float16)), dev(np.full(q.shape, np.nan, np.float16))
+    poison = lambda: dev(np.full(q.shape, tcd.NAN_BITS[dt], np.uint16).view(q.dtype))
+    dk, dv = poison(), poison()
     counters = tcd.backward_counters(count)
-    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, False, count, MT)
+    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, False, count, MT, dt=dt)
     scale = 1.0 / np.sqrt(d)
     _launch.launch(kern, (-(-N // B_c), I), 32 * fa2_tc.warps_of(B_c, MT),
                    fa2_tc.layout(B_r, B_c, d)["bytes"], dev(q), dev(k), dev(v), dev(do),

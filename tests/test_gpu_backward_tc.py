@@ -116,16 +116,18 @@ CONFIGS = [(64, 128, 64, False, False, False, 1),    # d = 64 default
            (32, 64, 111, False, False, True, 1)]
 
 
-@pytest.mark.parametrize("N,d,causal,tiles", [
-    (40, 16, False, (16, 32)),           # no padding
-    (40, 40, True, (16, 32)),            # padded 40 -> 48, 16-byte copies
-    (37, 59, True, (16, 32)),            # odd d: element copies, scalar dQ adds
-    (30, 10, False, (16, 32))])          # even d % 8 != 0: element copies, pair adds
-def test_padded_head_dims_in_the_simulator(N, d, causal, tiles):
+@pytest.mark.parametrize("dt,N,d,causal,tiles", [
+    ("fp16", 40, 16, False, (16, 32)),   # no padding
+    ("fp16", 40, 40, True, (16, 32)),    # padded 40 -> 48, 16-byte copies
+    ("fp16", 37, 59, True, (16, 32)),    # odd d: element copies, scalar dQ adds
+    ("fp16", 30, 10, False, (16, 32)),   # even d % 8 != 0: element copies, pair adds
+    ("bf16", 40, 32, True, (16, 32)),    # bf16
+    ("bf16", 37, 59, False, (16, 32))])
+def test_padded_head_dims_in_the_simulator(dt, N, d, causal, tiles):
     """The backward main kernel's Python in the simulator, its C++ pieces emulated
     (tests/fa2_tc_sim.py; shared memory starting as NaN bits), L and D from float64: its
     counts equal what iosim's closed form leaves for the main kernel (the d real columns
-    only), every dK, dV element written, dQ, dK, dV within 2 x the fp16 rounding of the
+    only), every dK, dV element written, dQ, dK, dV within 2 x the dt rounding of the
     float64 gradients + 1e-5."""
     from gpu._launch import SIM
     if not SIM:
@@ -133,22 +135,23 @@ def test_padded_head_dims_in_the_simulator(N, d, causal, tiles):
     import _tc_direct as tcd
     import fa2_tc_sim
     I = 2
-    (q, k, v), (q64, k64, v64) = tcd.inputs(I, I, N, N, d, "fp16", seed=N + d)
-    do = tcd.to_dtype(np.random.default_rng(d).standard_normal((I, N, d)), "fp16")
-    do64 = do.astype(np.float64)
+    (q, k, v), (q64, k64, v64) = tcd.inputs(I, I, N, N, d, dt, seed=N + d)
+    do = tcd.to_dtype(np.random.default_rng(d).standard_normal((I, N, d)), dt)
+    do64 = tcd.to_f64(do, dt)
     scale = 1.0 / np.sqrt(d)
     allow = tcd.allowed(N, N, causal)
     O, L = tcd.reference(q64, k64, v64, allow, scale)
-    D = (do64 * O.astype(np.float16).astype(np.float64)).sum(-1)
+    D = (do64 * tcd.to_f64(tcd.to_dtype(O, dt), dt)).sum(-1)
     with fa2_tc_sim.emulated_backward():
         dq, dk, dv, counts = fa2_tc_sim.run_bwd_sim(q, k, v, do, L, D, B_r=tiles[0],
-                                                    B_c=tiles[1], causal=causal)
+                                                    B_c=tiles[1], causal=causal, dt=dt)
     assert counts == tcd.bwd_main_model_counts(N, d, I, causal, tiles)
     rows = np.ones(N, bool)
-    for g, r in zip((dq, dk, dv), tcd.reference_backward(q64, k64, v64, do64, allow, scale)):
+    for g, r in zip((dq, tcd.to_f64(dk, dt), tcd.to_f64(dv, dt)),
+                    tcd.reference_backward(q64, k64, v64, do64, allow, scale)):
         g = np.asarray(g, np.float64)
         assert np.isfinite(g).all()
-        assert tcd.rel_err(g, r, rows) <= tcd.bound("fp16", r, rows, None)
+        assert tcd.rel_err(g, r, rows) <= tcd.bound(dt, r, rows, None)
 
 
 def _build_job():

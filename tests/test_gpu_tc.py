@@ -190,17 +190,19 @@ def test_tensor_cores_unavailable_is_refused_or_falls_back():
 # ---------------------------------------------------------------------------------------
 # The kernel's Python in the simulator, its C++ pieces emulated (tests/fa2_tc_sim.py)
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("N,N_k,d,causal,window,tiles,MT", [
-    (40, 50, 40, True, (-1, -1), (16, 16), 1),     # padded 40 -> 48, 16-byte copies
-    (37, 29, 59, True, (-1, -1), (16, 16), 1),     # odd d: element copies; rows see no key
-    (33, 20, 10, False, (4, 2), (16, 16), 1),      # even d % 8 != 0, a local window
-    (24, 40, 40, False, (-1, -1), (32, 16), 2),    # two m-tiles per warp
-    (20, 33, 130, False, (-1, -1), (16, 16), 1),   # padded 144 > 128: Q_w read from shared
-    (20, 33, 16, True, (-1, -1), (16, 16), 1)])    # no padding
-def test_padded_head_dims_in_the_simulator(N, N_k, d, causal, window, tiles, MT):
+@pytest.mark.parametrize("dt,N,N_k,d,causal,window,tiles,MT", [
+    ("fp16", 40, 50, 40, True, (-1, -1), (16, 16), 1),     # padded 40 -> 48, 16-byte copies
+    ("fp16", 37, 29, 59, True, (-1, -1), (16, 16), 1),     # odd d: element copies; rows
+    ("fp16", 33, 20, 10, False, (4, 2), (16, 16), 1),      # that see no key; d % 8 != 0,
+    ("fp16", 24, 40, 40, False, (-1, -1), (32, 16), 2),    # a window; two m-tiles per warp
+    ("fp16", 20, 33, 130, False, (-1, -1), (16, 16), 1),   # padded 144 > 128: Q_w from shared
+    ("fp16", 20, 33, 16, True, (-1, -1), (16, 16), 1),     # no padding
+    ("bf16", 40, 50, 32, True, (-1, -1), (16, 16), 1),     # bf16
+    ("bf16", 37, 29, 59, True, (-1, -1), (16, 16), 1)])
+def test_padded_head_dims_in_the_simulator(dt, N, N_k, d, causal, window, tiles, MT):
     """The padded-d logic runs in the simulator (C++ pieces emulated, shared memory starting
     as NaN bits): counts equal iosim's closed form (the d real columns only), every O
-    element written, O within 2 x the fp16 rounding of the float64 reference + 1e-5, L to
+    element written, O within 2 x the dt rounding of the float64 reference + 1e-5, L to
     1e-3, rows that see no key O = 0 and L = -inf, counting and plain builds identical."""
     from gpu._launch import SIM
     if not SIM:
@@ -208,19 +210,21 @@ def test_padded_head_dims_in_the_simulator(N, N_k, d, causal, window, tiles, MT)
     import _tc_direct as tcd
     import fa2_tc_sim
     I, I_k = 2, 1
-    (q, k, v), (q64, k64, v64) = tcd.inputs(I, I_k, N, N_k, d, "fp16", seed=N + d)
+    (q, k, v), (q64, k64, v64) = tcd.inputs(I, I_k, N, N_k, d, dt, seed=N + d)
     with fa2_tc_sim.emulated():
         O, L, counts = fa2_tc_sim.run_sim(q, k, v, B_r=tiles[0], B_c=tiles[1], MT=MT,
-                                          causal=causal, window=window)
+                                          causal=causal, window=window, dt=dt)
         O2, _, _ = fa2_tc_sim.run_sim(q, k, v, B_r=tiles[0], B_c=tiles[1], MT=MT,
-                                      causal=causal, window=window, count=False)
+                                      causal=causal, window=window, count=False, dt=dt)
+    O = tcd.to_f64(O, dt)
+    O2 = tcd.to_f64(O2, dt)
     assert counts == tcd.model_counts(N, N_k, d, I, I_k, causal, window, tiles)
     np.testing.assert_array_equal(O, O2)
     allow = tcd.allowed(N, N_k, causal, window)
     ref, Lref = tcd.reference(q64, k64, v64, allow, 1.0 / np.sqrt(d))
     seen = allow.any(-1)
     assert not np.isnan(O).any() and not np.isnan(L).any()
-    assert tcd.rel_err(O, ref, seen) <= tcd.bound("fp16", ref, seen, None)
+    assert tcd.rel_err(O, ref, seen) <= tcd.bound(dt, ref, seen, None)
     assert np.abs(L[:, seen] - Lref[:, seen]).max() <= 1e-3
     assert (O[:, ~seen] == 0).all() and np.isneginf(L[:, ~seen]).all()
 
