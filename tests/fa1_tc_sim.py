@@ -231,9 +231,10 @@ def emulated():
 
 
 def run_sim(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None, count=True,
-            scale=None, poison=True):
-    """fa1_tc on (batch, heads, N, d) fp16 NumPy arrays in the simulator (inside
-    `emulated()`): returns O, l, m (NaN-poisoned before the launch) and the counters."""
+            scale=None, poison=True, dt="fp16"):
+    """fa1_tc on (batch, heads, N, d) 16-bit NumPy arrays (float16, or uint16 bits for
+    dt="bf16") in the simulator (inside `emulated()`): returns O, l, m (NaN-poisoned before
+    the launch) and the counters."""
     from numba import cuda
     from gpu import _launch
     from gpu.forward import fa1_tc
@@ -243,7 +244,10 @@ def run_sim(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None,
     k3 = cuda.to_device(np.ascontiguousarray(k).reshape(B * Hk, N, d))
     v3 = cuda.to_device(np.ascontiguousarray(v).reshape(B * Hk, N, d))
     fill = np.nan if poison else 0
-    o3 = cuda.to_device(np.full((B * H, N, d), fill, np.float16))
+    if dt == "fp16":
+        o3 = cuda.to_device(np.full((B * H, N, d), fill, np.float16))
+    else:
+        o3 = cuda.to_device(np.full((B * H, N, d), 0x7FC0 if poison else 0, np.uint16))
     l2 = cuda.to_device(np.full((B * H, N), fill, np.float32))
     m2 = cuda.to_device(np.full((B * H, N), fill, np.float32))
     counters = _launch.new_counters(count)
@@ -251,7 +255,7 @@ def run_sim(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None,
     if block_mask is not None:
         mask = cuda.to_device(np.ascontiguousarray(block_mask, dtype=np.uint8))
     scale = 1.0 / np.sqrt(d) if scale is None else scale
-    kern = fa1_tc.get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages)
+    kern = fa1_tc.get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages, dt)
     mk = mask if mask is not None else _launch.dummy_mask()
     _launch.launch(kern, (B * H,), fa1_tc.threads_per_block(B_r, MT),
                    fa1_tc.layout(B_r, B_c, d, stages)["bytes"], q3, k3, v3, o3, l2, m2,

@@ -383,6 +383,35 @@ def test_fa1_tc_bf16_on_gpu(N, d, causal, t):
     assert err <= 2 * max(sdpa or 0.0, model) + 1e-5, (err, sdpa, model)
 
 
+@pytest.mark.parametrize("N,d,causal,t", [(40, 16, True, (16, 16, 1, 3)),
+                                          (33, 32, False, (32, 16, 2, 2))])
+def test_fa1_tc_bf16_in_the_simulator(N, d, causal, t):
+    """fa1_tc's Python with dt='bf16' in the simulator (C++ pieces emulated with bf16
+    roundings, tests/fa1_tc_sim.py): counts equal iosim's fa1 closed form, every element
+    written, O within 2 x the bf16 rounding model of Algorithm 1 + 1e-5 of float64."""
+    from gpu._launch import SIM
+    if not SIM:
+        pytest.skip("the emulation is for the simulator")
+    import _tc_direct as tcd
+    from fa1_tc_sim import emulated, run_sim
+    B_r, B_c, MT, st = t
+    H, Hk = 2, 1
+    (q, k, v), (q64, k64, v64) = tcd.inputs(H, Hk, N, N, d, "bf16", seed=N + d)
+    with emulated():
+        O, l, m, counters = run_sim(q[None], k[None], v[None], B_r=B_r, B_c=B_c, MT=MT,
+                                    stages=st, causal=causal, dt="bf16")
+    assert _counts(counters) == tcd.model_counts(N, N, d, H, Hk, causal, (-1, -1),
+                                                 (B_r, B_c), algorithm="fa1")
+    allow = tcd.allowed(N, N, causal)
+    scale = 1.0 / np.sqrt(d)
+    ref, _ = tcd.reference(q64, k64, v64, allow, scale)
+    O64 = tcd.to_f64(O[0], "bf16")
+    assert np.isfinite(O64).all()
+    rows = np.ones(N, bool)
+    model = tcd.rel_err(_fa1_bf16_model(q64, k64, v64, allow, scale, B_c), ref, rows)
+    assert tcd.rel_err(O64, ref, rows) <= 2 * model + 1e-5
+
+
 def _fa1_bf16_model(q, k, v, allow, scale, B_c):
     """Algorithm 1 in float64 with O rounded to bf16 each time it is stored to HBM (after
     every key block j a row sees), l, m float64: the rounding model of fa1 in bf16."""
