@@ -207,27 +207,46 @@ def _ptr32(a):
 
 
 @contextlib.contextmanager
-def emulated():
-    """Within: gpu.forward.fa1_tc's kernels build with the Python stand-ins (simulator)."""
+def patched(attrs, caches, poison_shared=False):
+    """Within: each (object, name, value) of `attrs` set (restored after), the simulator's
+    fake `cuda` module given shfl_xor_sync and syncwarp, the kernel factories' `caches`
+    cleared on entry and exit (their kernels rebuild with the stand-ins); poison_shared:
+    dynamic shared memory starts as NaN bits (0xFF bytes) instead of zeros."""
     from numba.cuda.simulator import kernelapi
-    from gpu.forward import fa1_tc
-    saved = (fa1_tc.externs, fa1_tc.ptr, fa1_tc.ptr32)
     fake = kernelapi.FakeCUDAModule
-    had = {n: getattr(fake, n, None) for n in ("shfl_xor_sync", "syncwarp")}
-    fa1_tc.externs, fa1_tc.ptr, fa1_tc.ptr32 = make_externs, _ptr, _ptr32
-    fake.shfl_xor_sync = _shfl_xor_sync
-    fake.syncwarp = _syncwarp
-    fa1_tc.fa1_tc_kernel.cache_clear()
+    attrs = list(attrs) + [(fake, "shfl_xor_sync", _shfl_xor_sync),
+                           (fake, "syncwarp", _syncwarp)]
+    if poison_shared:
+        shared_init = kernelapi.FakeCUDAShared.__init__
+
+        def poisoned(self, size):
+            shared_init(self, size)
+            self._dynshared[:] = -1
+        attrs.append((kernelapi.FakeCUDAShared, "__init__", poisoned))
+    missing = object()
+    saved = [(o, n, o.__dict__.get(n, missing) if isinstance(o, type) else getattr(o, n))
+             for o, n, _ in attrs]
+    for o, n, v in attrs:
+        setattr(o, n, v)
+    for c in caches:
+        c.cache_clear()
     try:
         yield
     finally:
-        fa1_tc.externs, fa1_tc.ptr, fa1_tc.ptr32 = saved
-        for n, f in had.items():
-            if f is None:
-                delattr(fake, n)
+        for o, n, v in saved:
+            if v is missing:
+                delattr(o, n)
             else:
-                setattr(fake, n, f)
-        fa1_tc.fa1_tc_kernel.cache_clear()
+                setattr(o, n, v)
+        for c in caches:
+            c.cache_clear()
+
+
+def emulated():
+    """Within: gpu.forward.fa1_tc's kernels build with the Python stand-ins (simulator)."""
+    from gpu.forward import fa1_tc
+    return patched([(fa1_tc, "externs", make_externs), (fa1_tc, "ptr", _ptr),
+                    (fa1_tc, "ptr32", _ptr32)], [fa1_tc.fa1_tc_kernel])
 
 
 def run_sim(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None, count=True,

@@ -17,8 +17,6 @@ Use: `with emulated(): O, L, counters = run_sim(q, k, v, ...)` (simulator only).
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 import fa1_tc_sim as fa1sim
@@ -62,36 +60,13 @@ def _ptr16(a):
     return ary.reshape(-1).view(np.uint16)
 
 
-@contextlib.contextmanager
 def emulated():
-    """Within: gpu.forward.fa2_tc's kernels build with the Python stand-ins (simulator)."""
-    from numba.cuda.simulator import kernelapi
+    """Within: gpu.forward.fa2_tc's kernels build with the Python stand-ins (simulator),
+    dynamic shared memory starting as NaN bits."""
     from gpu.forward import fa2_tc
-    saved = (fa2_tc.externs, fa2_tc.ptr, fa2_tc.ptr32, fa2_tc.ptr16)
-    fake = kernelapi.FakeCUDAModule
-    had = {n: getattr(fake, n, None) for n in ("shfl_xor_sync", "syncwarp")}
-    fa2_tc.externs, fa2_tc.ptr, fa2_tc.ptr32, fa2_tc.ptr16 = (make_externs, fa1sim._ptr,
-                                                              _ptr32, _ptr16)
-    fake.shfl_xor_sync = fa1sim._shfl_xor_sync
-    fake.syncwarp = fa1sim._syncwarp
-    shared_init = kernelapi.FakeCUDAShared.__init__
-
-    def poisoned(self, size):   # shared memory starts as NaN bits, not the simulator's 0
-        shared_init(self, size)
-        self._dynshared[:] = -1
-    kernelapi.FakeCUDAShared.__init__ = poisoned
-    fa2_tc.fa2_tc_kernel.cache_clear()
-    try:
-        yield
-    finally:
-        kernelapi.FakeCUDAShared.__init__ = shared_init
-        fa2_tc.externs, fa2_tc.ptr, fa2_tc.ptr32, fa2_tc.ptr16 = saved
-        for n, f in had.items():
-            if f is None:
-                delattr(fake, n)
-            else:
-                setattr(fake, n, f)
-        fa2_tc.fa2_tc_kernel.cache_clear()
+    return fa1sim.patched([(fa2_tc, "externs", make_externs), (fa2_tc, "ptr", fa1sim._ptr),
+                           (fa2_tc, "ptr32", _ptr32), (fa2_tc, "ptr16", _ptr16)],
+                          [fa2_tc.fa2_tc_kernel], poison_shared=True)
 
 
 def run_sim(q, k, v, *, B_r, B_c, MT=1, causal=False, window=(-1, -1), count=True,
@@ -170,44 +145,22 @@ def _ptr_flat(a):
     return ary.reshape(-1) if ary.ndim > 1 else a
 
 
-@contextlib.contextmanager
 def emulated_backward():
-    """Within: gpu.backward.fa2_tc's kernels build with the Python stand-ins (simulator)."""
-    from numba.cuda.simulator import kernelapi
+    """Within: gpu.backward.fa2_tc's kernels build with the Python stand-ins (simulator),
+    dynamic shared memory starting as NaN bits."""
+    from gpu import _tc
     from gpu.backward import fa2_tc
-    saved = (fa2_tc.externs, fa2_tc._tc.ptr, fa2_tc._tc.ptr32, fa2_tc._tc.ptr16)
-    fake = kernelapi.FakeCUDAModule
-    had = {n: getattr(fake, n, None) for n in ("shfl_xor_sync", "syncwarp")}
-    fa2_tc.externs = make_bwd_externs
-    fa2_tc._tc.ptr, fa2_tc._tc.ptr32, fa2_tc._tc.ptr16 = _ptr_flat, _ptr32, _ptr16
-    fake.shfl_xor_sync = fa1sim._shfl_xor_sync
-    fake.syncwarp = fa1sim._syncwarp
-    shared_init = kernelapi.FakeCUDAShared.__init__
-
-    def poisoned(self, size):
-        shared_init(self, size)
-        self._dynshared[:] = -1
-    kernelapi.FakeCUDAShared.__init__ = poisoned
-    fa2_tc.fa2_bwd_tc_kernel.cache_clear()
-    try:
-        yield
-    finally:
-        kernelapi.FakeCUDAShared.__init__ = shared_init
-        fa2_tc.externs = saved[0]
-        fa2_tc._tc.ptr, fa2_tc._tc.ptr32, fa2_tc._tc.ptr16 = saved[1:]
-        for n, f in had.items():
-            if f is None:
-                delattr(fake, n)
-            else:
-                setattr(fake, n, f)
-        fa2_tc.fa2_bwd_tc_kernel.cache_clear()
+    return fa1sim.patched([(fa2_tc, "externs", make_bwd_externs), (_tc, "ptr", _ptr_flat),
+                           (_tc, "ptr32", _ptr32), (_tc, "ptr16", _ptr16)],
+                          [fa2_tc.fa2_bwd_tc_kernel], poison_shared=True)
 
 
 def run_bwd_sim(q, k, v, do, L, D, *, B_r, B_c, causal=False, MT=1, count=True,
                 dt="fp16"):
     """The backward main kernel on 16-bit NumPy q, k, v, do (I, N, d; one K/V head per
-    query head; float16, or uint16 bits for dt="bf16"), L, D (I, N) float32, in the simulator (inside `emulated_backward()`): (dQ (the
-    float32 accumulator), dK, dV (NaN-poisoned before the launch), counts or None)."""
+    query head; float16, or uint16 bits for dt="bf16"), L, D (I, N) float32, in the
+    simulator (inside `emulated_backward()`): (dQ (the float32 accumulator), dK, dV
+    (NaN-poisoned before the launch), counts or None)."""
     import _tc_direct as tcd
     from numba import cuda
     from gpu import _launch
