@@ -166,9 +166,16 @@ def tc_configs(mode: str) -> list[dict]:
             dict(base, N=1000, d=64, MT=2), dict(base, N=1000, d=64, MT=2, causal=True),
             dict(base, N=333, d=48, MT=2, tiles=(64, 32), causal=True, mask="sparse"),
             dict(base, N=4096, d=64, bh=16, MT=2, causal=True)]
+    # head dims padded to 16 on chip (d real columns loaded and stored); above 128 Q_w is
+    # read from shared memory at each k step
+    padded = [dict(base, N=1000, d=d, causal=causal) for d in (40, 59, 111, 160, 192, 256)
+              for causal in (False, True)]
+    out += padded + [dict(base, N=4096, d=256, bh=16), dict(base, N=4096, d=256, bh=16,
+                                                            causal=True)]
     if mode == "quick":
         small = [c for c in out if c["N"] <= 1024]
-        out = small[:8] + [c for c in small[8:] if c["MT"] == 2]   # and every MT=2 build
+        out = (small[:8] + [c for c in small[8:] if c["MT"] == 2]   # and every MT=2 build
+               + [padded[2], padded[11]])                          # d = 59; 256 causal
     return out
 
 
@@ -1051,13 +1058,88 @@ def merge(results: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------
 # PTX (no GPU needed: NVVM only)
 # ---------------------------------------------------------------------------------------
+#: Linked builds of the fa2 tensor-core kernels that `flashsim check --ptx` compiles
+#: (tc_ptx_check): forward (B_r, B_c, d, causal, has_mask, count, MT, window, dt) and
+#: backward (B_r, B_c, d, causal, has_mask, count, MT, kreg, DN, dt); the first of each
+#: list are the --quick ones. fp16 and bf16; head dims padded to 16 on chip (40, 59, 111)
+#: and above 128 (forward: 160, 256, Q read from shared at each k step).
+TC_PTX_FORWARD = [(128, 64, 64, True, False, True, 1, False, "bf16"),
+                  (128, 64, 59, True, True, True, 1, False, "fp16"),
+                  (128, 64, 256, False, False, False, 1, False, "fp16"),
+                  (128, 64, 64, False, False, False, 1, False, "fp16"),
+                  (64, 64, 128, True, False, False, 1, True, "bf16"),
+                  (128, 64, 40, False, False, True, 1, False, "bf16"),
+                  (128, 64, 160, True, False, False, 1, False, "fp16"),
+                  (128, 64, 256, True, True, True, 1, False, "bf16")]
+#: fa1's tensor-core kernel (gpu.forward.fa1_tc) in bf16: (B_r, B_c, d, causal, has_mask,
+#: count, MT, stages, dt) (not in --quick)
+TC_PTX_FA1 = [(128, 128, 64, True, False, True, 1, 3, "bf16")]
+TC_PTX_BACKWARD = [(64, 128, 64, True, False, True, 1, False, 64, "bf16"),
+                   (64, 128, 64, False, False, False, 1, False, 32, "fp16"),
+                   (32, 64, 128, False, False, False, 1, False, 32, "bf16"),
+                   (64, 128, 59, True, True, True, 1, False, 64, "bf16"),
+                   (32, 64, 111, False, False, False, 1, False, 16, "fp16")]
+
+
+def tc_ptx_check(quick: bool = False, out=print) -> list[str]:
+    """The tensor-core kernels' linked PTX (fa2: TC_PTX_FORWARD, TC_PTX_BACKWARD, quick:
+    the first of each; fa1: TC_PTX_FA1, not quick): the C++ inlined (no call), nothing in
+    local memory, no .f64, the mma.sync count its loops imply in the dtype's form (f16 /
+    bf16), atomics in the forward iff counting, dQ reductions in every backward build
+    (vector ones for even d). NVVM, NVRTC and nvJitLink, no GPU. Returns the failures."""
+    import re
+    from gpu.backward import fa2_tc as bwd_tc
+    from gpu.forward import fa2_tc
+
+    def one(name, ptx, want_mma, dt, atom_ok):
+        mma = ptx.count("mma.sync")
+        bf = ptx.count(".bf16.bf16.f32")
+        local = ptx.count(".local")
+        call = len([ln for ln in ptx.splitlines() if ln.strip().startswith("call")])
+        f64 = len(re.findall(r"\.f64\b", ptx))
+        ok = (mma == want_mma and bf == (mma if dt == "bf16" else 0) and not local
+              and not call and not f64 and atom_ok)
+        out(f"{name:<52} mma={mma:<4} {dt} local={local} call={call} f64={f64} "
+            f"{'ok' if ok else 'FAIL'}")
+        return [] if ok else [name]
+
+    failures = []
+    for B_r, B_c, d, causal, mask, count, MT, window, dt in (
+            TC_PTX_FORWARD[:1] if quick else TC_PTX_FORWARD):
+        ptx = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, window=window, dt=dt)
+        D = fa2_tc.padded(d)
+        name = fa2_tc.get_kernel(B_r, B_c, d, causal, mask, count, MT, window,
+                                 dt).py_func.__name__
+        failures += one(name, ptx, 4 * (B_c // 16) * (D // 16) * MT, dt,
+                        (ptx.count("atom.") > 0) == count)
+    for B_r, B_c, d, causal, mask, count, MT, kreg, DN, dt in (
+            TC_PTX_BACKWARD[:1] if quick else TC_PTX_BACKWARD):
+        ptx = bwd_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, kreg, DN, dt=dt)
+        name = bwd_tc.get_kernel(B_r, B_c, d, causal, mask, count, MT, kreg, DN,
+                                 dt).py_func.__name__
+        want = 4 * (B_r // 8) * (bwd_tc.padded(d) // 16) * MT + (B_c // 16) * (DN // 8)
+        # dQ: pairs in vector reductions; odd d (pairs not 8-byte aligned): single floats
+        dq_ok = (ptx.count("red.global.add.v2") > 0 if d % 2 == 0 else
+                 ptx.count("global.add.f32") > 0)
+        failures += one(name, ptx, want, dt, dq_ok)
+    from gpu.forward import fa1_tc
+    for B_r, B_c, d, causal, mask, count, MT, st, dt in ([] if quick else TC_PTX_FA1):
+        ptx = fa1_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, st, dt=dt)
+        name = fa1_tc.get_kernel(B_r, B_c, d, causal, mask, count, MT, st,
+                                 dt).py_func.__name__
+        failures += one(name, ptx, 4 * (B_c // 16) * (d // 16) * MT, dt,
+                        (ptx.count("atom.") > 0) == count)
+    return failures
+
+
 def ptx_check(quick: bool = False, out=print) -> list[str]:
     """Compile every CUDA-core forward kernel (d=64, 64x64 tiles, all flags) for cc 9.0
     and check: no .f64 instruction; atomics present iff the counting build; the fast fa2,
     standard and fa1 kernels use 16-byte shared loads (ld.shared.v4.f32). The plain fa2
     backward's main kernel and its varlen twin: no .f64, atomics (dQ) in every build, more
-    in the counting one. quick: fp16 causal only. Needs
-    NUMBA_ENABLE_CUDASIM=0 (NVVM), not a GPU. Returns the failures."""
+    in the counting one. Then the fa2 tensor-core kernels' linked builds (tc_ptx_check).
+    quick: fp16 causal only (tensor cores: one forward, one backward build). Needs
+    NUMBA_ENABLE_CUDASIM=0 (NVVM, NVRTC, nvJitLink), not a GPU. Returns the failures."""
     import re
     from numba import cuda
     from numba.cuda import types as T
@@ -1137,6 +1219,7 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
                         f"{'ok' if ok else 'FAIL'}")
                     if not ok:
                         failures.append(kern.py_func.__name__)
+    failures += tc_ptx_check(quick, out)
     for dt in (T.float32, T.float16):   # the NaN-poison fill
         ptx, _ = cuda.compile_ptx(_launch._fill_kernel.py_func, (T.Array(dt, 1, "C"), T.float32),
                                   cc=(9, 0))

@@ -22,6 +22,29 @@ from ._launch import SIM
 
 #: The shared templates (gpu/mma.cuh).
 MMA_PATH = os.path.join(os.path.dirname(__file__), "mma.cuh")
+#: Element types of the tensor-core kernels: dtype name -> (gpu/mma.cuh's element type E,
+#: the suffix of the extern "C" names; fp16's names keep their old form).
+ELEMENTS = {"fp16": ("tc_fp16", ""), "bf16": ("tc_bf16", "_bf16")}
+#: What the 16-bit data arrive as: fp16 as float16 arrays, bf16 as uint16 arrays of the
+#: bfloat16 bits (Numba has no bfloat16 arrays to pass through the CUDA array interface).
+ARRAY_DTYPES = {"fp16": "float16", "bf16": "uint16"}
+
+
+def array_type(dt: str, ndim: int = 3):
+    """The Numba array type (C layout) of a 16-bit tensor of dtype `dt` ("fp16", "bf16")."""
+    from numba.cuda import types as nb
+    return nb.Array(getattr(nb, ARRAY_DTYPES[dt]), ndim, "C")
+
+
+def check_dtype(kernel: str, name: str, arr, dt: str) -> None:
+    """A 16-bit input of a tensor-core kernel has the array dtype that `dt` arrives as
+    (ARRAY_DTYPES): float16 for fp16, uint16 (the bits) for bf16. Numba / NumPy / CuPy
+    arrays and torch tensors (torch.float16, torch.uint16) alike."""
+    want = ARRAY_DTYPES[dt]
+    got = str(getattr(arr, "dtype", "?")).replace("torch.", "")
+    if got != want:
+        raise ValueError(f"{name}: the tensor-core kernel {kernel} takes dt={dt!r} data as "
+                         f"{want} arrays (got dtype {got})")
 
 
 def source(cu_path: str, instantiate: str) -> str:
@@ -47,7 +70,8 @@ def declare(src: str, src_name: str, prefix: str, suffix: str, sigs: dict) -> di
 def _data_ptr_intrinsics():
     """`ptr(arr)`: the data pointer of a Numba array (shared, local or global) as a
     CPointer of its dtype, to hand to the C++ functions (what cffi's ffi.from_buffer does,
-    without needing cffi); `ptr32(arr)`: the same pointer as uint32* (fp16 pairs)."""
+    without needing cffi); `ptr32(arr)`: the same pointer as uint32* (pairs of 16-bit
+    elements); `ptr16(arr)`: as uint16* (single fp16 / bf16 elements)."""
     from llvmlite import ir
     from numba.cuda import types as nb
     from numba.cuda.extending import intrinsic
@@ -60,18 +84,20 @@ def _data_ptr_intrinsics():
             return context.make_array(signature.args[0])(context, builder, args[0]).data
         return sig, codegen
 
-    @intrinsic
-    def ptr32(typingctx, arr):
-        sig = nb.CPointer(nb.uint32)(arr)
+    def as_uint(bits, ty):
+        @intrinsic
+        def ptr_bits(typingctx, arr):
+            sig = nb.CPointer(ty)(arr)
 
-        def codegen(context, builder, signature, args):
-            data = context.make_array(signature.args[0])(context, builder, args[0]).data
-            return builder.bitcast(data, ir.PointerType(ir.IntType(32)))
-        return sig, codegen
-    return ptr, ptr32
+            def codegen(context, builder, signature, args):
+                data = context.make_array(signature.args[0])(context, builder, args[0]).data
+                return builder.bitcast(data, ir.PointerType(ir.IntType(bits)))
+            return sig, codegen
+        return ptr_bits
+    return ptr, as_uint(32, nb.uint32), as_uint(16, nb.uint16)
 
 
-ptr, ptr32 = (None, None) if SIM else _data_ptr_intrinsics()
+ptr, ptr32, ptr16 = (None, None, None) if SIM else _data_ptr_intrinsics()
 
 
 def check_aligned(kernel: str, name: str, arr) -> None:
@@ -100,4 +126,5 @@ def linked_ptx(kern, signature, cc=(9, 0)) -> str:
     return lib.get_lto_ptx(cc=cc).rstrip("\x00")
 
 
-__all__ = ["MMA_PATH", "source", "declare", "ptr", "ptr32", "check_aligned", "linked_ptx"]
+__all__ = ["MMA_PATH", "ELEMENTS", "ARRAY_DTYPES", "array_type", "check_dtype", "source",
+           "declare", "ptr", "ptr32", "ptr16", "check_aligned", "linked_ptx"]

@@ -3,7 +3,7 @@
 Three fa2 kernels run the same schedule (hence the same traffic and the same ledger):
 `gpu.forward.fa2` (the plain one: one thread per tile element, S and O tiles in shared memory,
 easy to hold next to the paper), `gpu.forward.fa2_fast` (register-tiled S = Q K^T and P V
-micro-products on the CUDA cores, fp32 math) and `gpu.forward.fa2_tc` (fp16 only: the tile
+micro-products on the CUDA cores, fp32 math) and `gpu.forward.fa2_tc` (fp16, bf16: the tile
 products on the tensor cores through linked CUDA C++). One parameter picks among them,
 `kernel=`: "auto" (default: the tensor-core kernel for fp16 where it runs, else the fast
 kernel where it supports the tiling and thread count, else the plain one), "plain",
@@ -14,8 +14,9 @@ DeprecationWarning, mapped onto `kernel=`.
 Default tiling (no block_rows/block_cols/sram_bytes given):
 * fa2 with fp16 on a GPU: `FA2_TC_TILES[d]` (`FA2_TC_TILES_CAUSAL[d]` when causal)
   (B_r, B_c) of the tensor-core kernel `gpu.forward.fa2_tc` (one warp per 16 MT query rows, MT
-  from `FA2_TC_MT`), when it runs there (d a multiple of 16): d=64 128 x 64 (causal
-  64 x 64), d=128 64 x 64;
+  from `FA2_TC_MT`), when it runs there (any d in 1..256, padded to 16 on chip): d=64
+  128 x 64 (causal 64 x 64), d=128 64 x 64, other d the first of FA2_TC_FALLBACK that
+  fits (d=256: 128 x 64);
 * fa2 otherwise on a GPU: `FA2_FAST_TILES[d]` (B_r, B_c, threads), the fastest fp32 variant of
   the fast kernel measured on the H100 at N=4096 (tuning notes: docs/measurements.md):
   256 x 32 tiles, 512 threads,
@@ -40,9 +41,10 @@ kind.
 Head dims: any d in 1..256 (`HEAD_DIMS`). The plain kernels run every d and load exactly
 d elements per row (no padding: the ledger is iosim's unchanged). The fast fp32 kernel
 needs d a multiple of 4 TC with d / TC <= 16 (`fa2_fast.plan`: e.g. 24, 64, 192, 256, not
-40, 80, 160) and the tensor-core kernels d a multiple of 16 in 16..128 (their plan_error); kernel='auto' runs the plain kernel where they cannot, and
-kernel='fast' / 'tc' raise ValueError saying why. (A tensor-core kernel for other d would
-pad the head dim to the mma granularity in shared memory; none does yet.)
+40, 80, 160), the fa2 tensor-core kernel any d in 1..256 (padded to 16 in shared memory, d
+elements per row loaded: README, "Head dims") and the other tensor-core kernels d a
+multiple of 16 in 16..128 (their plan_error); kernel='auto' runs the plain kernel where
+they cannot, and kernel='fast' / 'tc' raise ValueError saying why.
 
 Call path. The full path checks the inputs (type, ndim, dtype, layout, shapes, head dim,
 options), chooses kernel and tiling (device limits, alignment), builds the iosim
@@ -233,7 +235,9 @@ def fa2_fast_default(d: int) -> tuple[int, int, int] | None:
 def fa2_tc_default(d: int, causal: bool = False, dtype: str = "fp16") -> tuple[int, int] | None:
     """(B_r, B_c) of the tensor-core fa2 kernel's default tiling for fp16 (or bf16, where
     gpu.forward.fa2_tc runs it) at head dim d, or None where it cannot run (the simulator;
-    d not a multiple of 16; a dtype it does not take)."""
+    a dtype it does not take). Head dims without a tuned entry take the first of
+    FA2_TC_FALLBACK that fits (not timed: d=40..256 all get 128 x 64; d=256 uses 203 KB
+    of shared memory and 249 registers, no spills)."""
     if SIM or dtype not in tc_dtypes(fa2_tc):
         return None
     limit = device_smem_limit()

@@ -1,4 +1,4 @@
-// Warp-level tile products on the tensor cores (fp16 in, fp32 accumulate): the CUDA C++ that
+// Warp-level tile products on the tensor cores (fp16 or bf16 in, fp32 accumulate): the CUDA C++ that
 // every tensor-core kernel of flashsim links into its Numba kernel (gpu/_tc.py prepends this
 // file to the kernel's own .cu: gpu/forward/fa2_tc.cu, gpu/backward/fa2_tc.cu).
 //
@@ -26,17 +26,22 @@
 // groups of 4 banks (stride = 16 bytes mod 128 for widths that are multiples of 64), so no
 // ldmatrix is bank-conflicted.
 //
-// The templates (sizes are template parameters; MT = m-tiles of 16 rows per warp):
+// The templates (sizes are template parameters; MT = m-tiles of 16 rows per warp; E = the
+// element type, tc_fp16 (default) or tc_bf16: see tc_mma_t):
 //     tc_load_q_t<D, MT>       A fragments of the warp's 16 MT x D rows (ldmatrix)
-//     tc_qk_t<D, BC, MT>       c = A B^T, A in registers, B = BC rows x D in shared (16 MT x BC)
-//     tc_pv_t<D, BC, MT>       c += P B, P = fp32 C fragments (16 MT x BC) rounded to fp16,
+//     tc_qk_t<D, BC, MT, E>    c = A B^T, A in registers, B = BC rows x D in shared (16 MT x BC)
+//     tc_pv_t<D, BC, MT, E>    c += P B, P = fp32 C fragments (16 MT x BC) rounded to E,
 //                              B = BC rows x D in shared (ldmatrix.trans)
-//     tc_store_o_t<D, MT>      C fragments (16 MT x D) -> fp16 rows in shared
-//     tc_qk_smem_t<D, BC, MT>  as tc_qk_t with A read from shared at each k step
-//     tc_ab_smem_t<TA, ACC, K, N, MT>  c (+)= A B, A (row-major or stored transposed) and B
-//                              both fp16 in shared (dQ = dS K_j; standard's P V, P^T dO)
+//     tc_store_o_t<D, MT, E>   C fragments (16 MT x D) -> E rows in shared
+//     tc_pack_t<E>, tc_unpack_t<E>  two fp32 <-> one register of two E values
+//     tc_qk_smem_t<D, BC, MT, E>  as tc_qk_t with A read from shared at each k step
+//     tc_ab_smem_t<TA, ACC, K, N, MT, E>  c (+)= A B, A (row-major or stored transposed) and
+//                              B both E in shared (dQ = dS K_j; standard's P V, P^T dO)
 //     tc_cp16_t, tc_st16_t     16-byte global <-> shared copies (cp.async; vector store)
+//     tc_cp2_t, tc_st2_t       one 16-bit element global <-> shared (head dims d % 8 != 0)
 //     tc_red2_t                two float32 atomic adds in one vector reduction (sm_90)
+// Head dims that are not a multiple of 16 run these at D = d rounded up to 16, the padded
+// columns of the shared tiles zero (the kernels' business: gpu/forward/fa2_tc.py).
 
 typedef unsigned int u32;
 
@@ -66,21 +71,61 @@ __device__ __forceinline__ void tc_ldsm_x4_t(u32& r0, u32& r1, u32& r2, u32& r3,
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
 }
 
-// c (16 x 8 fp32) += A (16 x 16 fp16) B (16 x 8 fp16) on the tensor cores.
-__device__ __forceinline__ void tc_mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
-                                          u32 b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+// The 16-bit element type E of the operands: tc_fp16 (IEEE half) or tc_bf16 (bfloat16).
+// Both share every layout above (ldmatrix and cp.async move bits, whatever they hold); they
+// differ only in the mma instruction's operand type and in the rounding of fp32 pairs to
+// 16-bit pairs, the two specialised functions below. Every tile product takes E as its last
+// template parameter (default tc_fp16).
+struct tc_fp16 {};
+struct tc_bf16 {};
 
-// Two fp32 -> one register of two fp16 (round to nearest even); `lo` is the element with the
-// lower column index (the low 16 bits). cvt.f16x2.f32 d, a, b puts a in the upper half.
-__device__ __forceinline__ u32 tc_pack(float lo, float hi) {
+// c (16 x 8 fp32) += A (16 x 16, E) B (16 x 8, E) on the tensor cores.
+template <class E>
+__device__ __forceinline__ void tc_mma_t(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                         u32 b1);
+// One specialisation per element type; TY is its PTX name in the mma instruction.
+#define TC_MMA_SPECIALISATION(E, TY)                                                            \
+    template <>                                                                                 \
+    __device__ __forceinline__ void tc_mma_t<E>(float* c, u32 a0, u32 a1, u32 a2, u32 a3,       \
+                                                u32 b0, u32 b1) {                               \
+        asm("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 "                          \
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                 \
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                    \
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                            \
+    }
+TC_MMA_SPECIALISATION(tc_fp16, "f16")
+TC_MMA_SPECIALISATION(tc_bf16, "bf16")
+
+// Two fp32 -> one register of two E values (round to nearest even); `lo` is the element with
+// the lower column index (the low 16 bits). cvt.rn.{f16x2,bf16x2}.f32 d, a, b puts a in the
+// upper half.
+template <class E>
+__device__ __forceinline__ u32 tc_pack_t(float lo, float hi);
+template <>
+__device__ __forceinline__ u32 tc_pack_t<tc_fp16>(float lo, float hi) {
     u32 r;
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+template <>
+__device__ __forceinline__ u32 tc_pack_t<tc_bf16>(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// One register of two E values (low half = lower column) -> two fp32 (exact): the inverse
+// of tc_pack_t. bf16 is the upper half of an fp32, so its conversion is a shift.
+template <class E>
+__device__ __forceinline__ void tc_unpack_t(u32 r, float& lo, float& hi);
+template <>
+__device__ __forceinline__ void tc_unpack_t<tc_fp16>(u32 r, float& lo, float& hi) {
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
+        : "=f"(lo), "=f"(hi) : "r"(r));
+}
+template <>
+__device__ __forceinline__ void tc_unpack_t<tc_bf16>(u32 r, float& lo, float& hi) {
+    asm("{ shl.b32 %0, %2, 16; and.b32 %1, %2, 0xFFFF0000; }" : "=f"(lo), "=f"(hi) : "r"(r));
 }
 
 // Asynchronous global -> shared copy of 16 bytes (8 halves), bypassing registers and L1
@@ -105,6 +150,32 @@ __device__ __forceinline__ void tc_st16_t(u32* g, long long goff, const u32* sm,
     asm("cvta.to.global.u64 %0, %1;" : "=l"(dst) : "l"(g + goff));
     asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};\n"
                  :: "l"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
+// One 16-bit element from global to shared memory through a register (plain loads), 0 when
+// !valid; offsets in 16-bit elements. For head dims d that are not a multiple of 8: their
+// rows are not 16-byte aligned in global memory, so cp.async cannot move them in 16-byte
+// pieces (nor, for odd d, in 4-byte ones).
+__device__ __forceinline__ void tc_cp2_t(unsigned short* sm, int soff, const unsigned short* g,
+                                         long long goff, int valid) {
+    unsigned short v = 0;
+    if (valid) {   // not volatile: the inputs are read-only, so loads may be batched early
+        unsigned long long src;
+        asm("cvta.to.global.u64 %0, %1;" : "=l"(src) : "l"(g + goff));
+        asm("ld.global.nc.u16 %0, [%1];\n" : "=h"(v) : "l"(src));
+    }
+    asm volatile("st.shared.u16 [%0], %1;\n" :: "r"(tc_smem(sm + soff)), "h"(v) : "memory");
+}
+
+// One 16-bit element from shared to global memory (the O_i write-back when d is not a multiple
+// of 8); offsets in 16-bit elements.
+__device__ __forceinline__ void tc_st2_t(unsigned short* g, long long goff,
+                                         const unsigned short* sm, int soff) {
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(tc_smem(sm + soff)) : "memory");
+    unsigned long long dst;
+    asm("cvta.to.global.u64 %0, %1;" : "=l"(dst) : "l"(g + goff));
+    asm volatile("st.global.u16 [%0], %1;\n" :: "l"(dst), "h"(v) : "memory");
 }
 
 // A warp owns MT m-tiles of 16 query rows (16 MT rows): each K or V fragment it loads from
@@ -133,7 +204,7 @@ __device__ __forceinline__ void tc_load_q_t(u32* qf, const u32* sm, int off, int
 // matrix 0: keys 16 np + 0..7, dims 16 kt + 0..7 (b0 of 2np); 1: same keys, dims + 8 (b1);
 // 2, 3: keys 16 np + 8..15 (tile 2np + 1). Lane address: key (lane & 7) + 8 (lane >> 4),
 // dim 8 ((lane >> 3) & 1).
-template <int D, int BC, int MT>
+template <int D, int BC, int MT, class E = tc_fp16>
 __device__ __forceinline__ void tc_qk_t(float* s, const u32* qf, const u32* sm, int off,
                                            int stride) {
     const u32 lane = tc_lane();
@@ -151,8 +222,8 @@ __device__ __forceinline__ void tc_qk_t(float* s, const u32* qf, const u32* sm, 
             for (int mt = 0; mt < MT; ++mt) {
                 const u32* a = qf + mt * (D / 4) + 4 * kt;
                 float* c = s + mt * (BC / 2) + 8 * np;
-                tc_mma(c, a[0], a[1], a[2], a[3], b0, b1);
-                tc_mma(c + 4, a[0], a[1], a[2], a[3], b2, b3);
+                tc_mma_t<E>(c, a[0], a[1], a[2], a[3], b0, b1);
+                tc_mma_t<E>(c + 4, a[0], a[1], a[2], a[3], b2, b3);
             }
         }
     }
@@ -163,7 +234,7 @@ __device__ __forceinline__ void tc_qk_t(float* s, const u32* qf, const u32* sm, 
 // rows start at word `off`. One ldmatrix.x4.trans gives the B fragments of two head-column
 // tiles (2np, 2np + 1) at key step kt: matrix 0: keys 16 kt + 0..7, dims 16 np + 0..7 (b0);
 // 1: keys + 8 (b1); 2, 3: dims + 8. Lane address: key lane & 15, dim 8 (lane >> 4).
-template <int D, int BC, int MT>
+template <int D, int BC, int MT, class E = tc_fp16>
 __device__ __forceinline__ void tc_pv_t(float* o, const float* p, const u32* sm, int off,
                                            int stride) {
     const u32 lane = tc_lane();
@@ -175,10 +246,10 @@ __device__ __forceinline__ void tc_pv_t(float* o, const float* p, const u32* sm,
         for (int mt = 0; mt < MT; ++mt) {
             const float* p0 = p + mt * (BC / 2) + 8 * kt;   // key tile 2 kt: cols 16 kt + 2q..
             const float* p1 = p0 + 4;                        // key tile 2 kt + 1
-            a[mt][0] = tc_pack(p0[0], p0[1]);
-            a[mt][1] = tc_pack(p0[2], p0[3]);
-            a[mt][2] = tc_pack(p1[0], p1[1]);
-            a[mt][3] = tc_pack(p1[2], p1[3]);
+            a[mt][0] = tc_pack_t<E>(p0[0], p0[1]);
+            a[mt][1] = tc_pack_t<E>(p0[2], p0[3]);
+            a[mt][2] = tc_pack_t<E>(p1[0], p1[1]);
+            a[mt][3] = tc_pack_t<E>(p1[2], p1[3]);
         }
 #pragma unroll
         for (int np = 0; np < D / 16; ++np) {
@@ -187,8 +258,8 @@ __device__ __forceinline__ void tc_pv_t(float* o, const float* p, const u32* sm,
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 float* c = o + mt * (D / 2) + 8 * np;
-                tc_mma(c, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
-                tc_mma(c + 4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
+                tc_mma_t<E>(c, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+                tc_mma_t<E>(c + 4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
             }
         }
     }
@@ -196,7 +267,7 @@ __device__ __forceinline__ void tc_pv_t(float* o, const float* p, const u32* sm,
 
 // O_w (fragments o, already divided by l) -> fp16 rows in shared memory starting at word
 // `off` (row r of the warp at word off + r * stride / 2).
-template <int D, int MT>
+template <int D, int MT, class E = tc_fp16>
 __device__ __forceinline__ void tc_store_o_t(u32* sm, int off, int stride, const float* o) {
     const u32 lane = tc_lane();
     const u32 g = lane >> 2, q = lane & 3u;
@@ -207,8 +278,8 @@ __device__ __forceinline__ void tc_store_o_t(u32* sm, int off, int stride, const
         const float* om = o + mt * (D / 2);
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt) {
-            row0[4 * nt] = tc_pack(om[4 * nt], om[4 * nt + 1]);
-            row8[4 * nt] = tc_pack(om[4 * nt + 2], om[4 * nt + 3]);
+            row0[4 * nt] = tc_pack_t<E>(om[4 * nt], om[4 * nt + 1]);
+            row8[4 * nt] = tc_pack_t<E>(om[4 * nt + 2], om[4 * nt + 3]);
         }
     }
 }
@@ -222,7 +293,7 @@ __device__ __forceinline__ void tc_store_o_t(u32* sm, int off, int stride, const
 // warp's 16 MT rows x D at word `aoff` (stride `astride` halves), B = BC rows x D at word
 // `boff` (stride `bstride`). Same result and layout as tc_qk_t; for kernels whose resident
 // operand would not fit in registers (the backward's K_j, V_j at d = 128).
-template <int D, int BC, int MT>
+template <int D, int BC, int MT, class E = tc_fp16>
 __device__ __forceinline__ void tc_qk_smem_t(float* s, const u32* sm, int aoff, int astride,
                                              int boff, int bstride) {
     const u32 lane = tc_lane();
@@ -245,8 +316,8 @@ __device__ __forceinline__ void tc_qk_smem_t(float* s, const u32* sm, int aoff, 
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 float* c = s + mt * (BC / 2) + 8 * np;
-                tc_mma(c, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
-                tc_mma(c + 4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
+                tc_mma_t<E>(c, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+                tc_mma_t<E>(c + 4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
             }
         }
     }
@@ -265,7 +336,7 @@ __device__ __forceinline__ void tc_qk_smem_t(float* s, const u32* sm, int aoff, 
 //               the A layout wants (fa2's dQ_i = dS K_j from the dS^T the key-row warps
 //               wrote; standard's dV += P^T dO, dK += dS^T Q from P, dS as stored).
 // c[mt * N/2 + nt * 4 + e] as every C fragment here.
-template <bool TA, bool ACC, int K, int N, int MT>
+template <bool TA, bool ACC, int K, int N, int MT, class E = tc_fp16>
 __device__ __forceinline__ void tc_ab_smem_t(float* c, const u32* sm, int aoff, int astride,
                                              int boff, int bstride, int n0) {
     const u32 lane = tc_lane();
@@ -297,8 +368,8 @@ __device__ __forceinline__ void tc_ab_smem_t(float* c, const u32* sm, int aoff, 
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 float* cc = c + mt * (N / 2) + 8 * np;
-                tc_mma(cc, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
-                tc_mma(cc + 4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
+                tc_mma_t<E>(cc, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+                tc_mma_t<E>(cc + 4, a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
             }
         }
     }

@@ -3,6 +3,13 @@ checking that a refactoring leaves what they compile to unchanged.
 
     NUMBA_ENABLE_CUDASIM=0 PYTHONPATH=$PWD python3 scripts/ptx_snapshot.py OUTDIR [-j 2]
     diff -r BEFORE AFTER
+    NUMBA_ENABLE_CUDASIM=0 PYTHONPATH=$PWD python3 scripts/ptx_snapshot.py OUTDIR --tc
+
+--tc: the tensor-core kernels' linked PTX instead (NVVM, NVRTC and nvJitLink; no GPU):
+gpu.forward.fa2_tc (d = 64 and 128 defaults, MT = 2, causal / mask / window / counting,
+d = 48 and 80), gpu.backward.fa2_tc (the default tilings at d = 64 and 128, MT = 2, kreg),
+gpu.forward.fa1_tc, gpu.forward.standard_tc and gpu.backward.standard_tc (one build each):
+every user of gpu/mma.cuh, for checking that a change to the templates leaves them alone.
 
 Builds: gpu.forward.fa2_fast, fa1_fast, standard_fast (S and PV kernels) and
 gpu.backward.fa2_fast (main and preprocessing kernels); fp32 and fp16; causal or not;
@@ -75,6 +82,41 @@ def builds():
     return out
 
 
+def tc_builds():
+    """(file name, module, linked_ptx args, kwargs) of the tensor-core builds (--tc)."""
+    out = []
+    for i, a in enumerate(((128, 64, 64, False, False, False, 1),
+                           (128, 64, 64, True, True, True, 1),
+                           (64, 64, 128, True, False, False, 1),
+                           (128, 32, 128, False, False, False, 2),
+                           (64, 32, 48, True, True, True, 2),
+                           (32, 48, 80, False, True, False, 1))):
+        out.append((f"fa2_tc_{i}", "gpu.forward.fa2_tc", a, {}))
+    out.append(("fa2_tc_win", "gpu.forward.fa2_tc", (64, 64, 128, True, False, False, 1),
+                dict(window=True)))
+    # fa2 backward: (B_r, B_c, d, causal, has_mask, count, MT, kreg, DN)
+    for i, a in enumerate(((64, 128, 64, False, False, False, 1, False, 32),
+                           (64, 128, 64, True, True, True, 1, False, 64),
+                           (32, 64, 128, False, False, False, 1, False, 32),
+                           (64, 64, 64, False, False, True, 2, True, 64))):
+        out.append((f"fa2_bwd_tc_{i}", "gpu.backward.fa2_tc", a, {}))
+    out.append(("fa1_tc_0", "gpu.forward.fa1_tc", (128, 64, 64, True, False, True), {}))
+    out.append(("std_tc_fwd_0", "gpu.forward.standard_tc", (128, 128, 64, True, False, True),
+                {}))
+    out.append(("std_tc_bwd_0", "gpu.backward.standard_tc", (64, 64, 64, True, False, True),
+                {}))
+    return out
+
+
+def one_tc(job):
+    fname, mod, args, kw = job
+    import importlib
+    ptx = importlib.import_module(mod).linked_ptx(*args, **kw)
+    if isinstance(ptx, dict):
+        return fname, mod, "".join(f"// {k}\n{normalise(v)}" for k, v in sorted(ptx.items()))
+    return fname, mod, normalise(ptx)
+
+
 def normalise(ptx: str) -> str:
     names = {}
 
@@ -109,12 +151,13 @@ def main():
     outdir = sys.argv[1]
     jobs = int(sys.argv[sys.argv.index("-j") + 1]) if "-j" in sys.argv else 2
     only = [a for a in sys.argv[2:] if a.startswith("--only=")]
-    bs = builds()
+    tc = "--tc" in sys.argv
+    bs = tc_builds() if tc else builds()
     if only:
         bs = [b for b in bs if b[0].startswith(only[0][7:])]
     os.makedirs(outdir, exist_ok=True)
     with ProcessPoolExecutor(jobs) as ex:
-        for fname, name, text in ex.map(one, bs):
+        for fname, name, text in ex.map(one_tc if tc else one, bs):
             with open(os.path.join(outdir, fname + ".ptx"), "w") as f:
                 f.write(f"// {name}\n" + text)
     print(f"{len(bs)} builds -> {outdir}")

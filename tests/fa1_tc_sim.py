@@ -75,20 +75,33 @@ def _lane():
     return lane, lane >> 2, lane & 3
 
 
-def make_externs(d, B_c, MT):
-    """Python stand-ins for fa1_tc.externs(d, B_c, MT) (same arguments, per lane)."""
+def _codec(dt):
+    """(decode, encode) between the 16-bit bits of dt ("fp16", "bf16") held as uint16 and
+    float32 (encode rounds to nearest even, as cvt.rn does)."""
+    import _tc_direct
+    if dt == "fp16":
+        return (lambda u: np.asarray(u, np.uint16).view(np.float16).astype(np.float32),
+                lambda x: np.asarray(x, np.float32).astype(np.float16).view(np.uint16))
+    return (lambda u: (np.asarray(u, np.uint16).astype(np.uint32) << 16).view(np.float32),
+            lambda x: _tc_direct.to_dtype(x, "bf16").reshape(np.shape(x)))
+
+
+def make_externs(d, B_c, MT, dt="fp16"):
+    """Python stand-ins for fa1_tc.externs(d, B_c, MT, dt) (same arguments, per lane; dt:
+    the 16-bit element type the shared tiles hold and P, O are rounded to)."""
     D, BC = d, B_c
+    dec, enc = _codec(dt)
 
     def qk(s, sm, aoff, astride, boff, bstride):
         _, g, q = _lane()
-        h = sm.view(np.float16)
+        h = sm.view(np.uint16)
         for mt in range(MT):
             for nt in range(BC // 8):
                 for e in range(4):
                     r = 16 * mt + g + 8 * (e >> 1)
                     c = 8 * nt + 2 * q + (e & 1)
-                    a = h[2 * aoff + r * astride:2 * aoff + r * astride + D].astype(np.float32)
-                    b = h[2 * boff + c * bstride:2 * boff + c * bstride + D].astype(np.float32)
+                    a = dec(h[2 * aoff + r * astride:2 * aoff + r * astride + D])
+                    b = dec(h[2 * boff + c * bstride:2 * boff + c * bstride + D])
                     s[mt * (BC // 2) + 4 * nt + e] = np.float32(np.dot(a, b))
         return 0
 
@@ -103,10 +116,10 @@ def make_externs(d, B_c, MT):
                     for e in range(4):
                         P[16 * mt + gL + 8 * (e >> 1), 8 * nt + 2 * qL + (e & 1)] = \
                             f[mt * (BC // 2) + 4 * nt + e]
-        P = P.astype(np.float16).astype(np.float32)          # P enters in fp16
-        h = sm.view(np.float16)
-        V = np.stack([h[2 * off + kk * stride:2 * off + kk * stride + D]
-                      for kk in range(BC)]).astype(np.float32)
+        P = dec(enc(P))                                      # P enters in dt
+        h = sm.view(np.uint16)
+        V = dec(np.stack([h[2 * off + kk * stride:2 * off + kk * stride + D]
+                          for kk in range(BC)]))
         for mt in range(MT):
             for nt in range(D // 8):
                 for e in range(4):
@@ -117,24 +130,24 @@ def make_externs(d, B_c, MT):
 
     def load_o(o, sm, off, stride):
         _, g, q = _lane()
-        h = sm.view(np.float16)
+        h = sm.view(np.uint16)
         for mt in range(MT):
             for nt in range(D // 8):
                 for e in range(4):
                     r = 16 * mt + g + 8 * (e >> 1)
                     c = 8 * nt + 2 * q + (e & 1)
-                    o[mt * (D // 2) + 4 * nt + e] = np.float32(h[2 * off + r * stride + c])
+                    o[mt * (D // 2) + 4 * nt + e] = dec(h[2 * off + r * stride + c])
         return 0
 
     def store_o(sm, off, stride, o):
         _, g, q = _lane()
-        h = sm.view(np.float16)
+        h = sm.view(np.uint16)
         for mt in range(MT):
             for nt in range(D // 8):
                 for e in range(4):
                     r = 16 * mt + g + 8 * (e >> 1)
                     c = 8 * nt + 2 * q + (e & 1)
-                    h[2 * off + r * stride + c] = np.float16(o[mt * (D // 2) + 4 * nt + e])
+                    h[2 * off + r * stride + c] = enc(o[mt * (D // 2) + 4 * nt + e])
         return 0
 
     # cp.async, adversarially timed: the source is read when the copy is issued (the
@@ -194,33 +207,53 @@ def _ptr32(a):
 
 
 @contextlib.contextmanager
-def emulated():
-    """Within: gpu.forward.fa1_tc's kernels build with the Python stand-ins (simulator)."""
+def patched(attrs, caches, poison_shared=False):
+    """Within: each (object, name, value) of `attrs` set (restored after), the simulator's
+    fake `cuda` module given shfl_xor_sync and syncwarp, the kernel factories' `caches`
+    cleared on entry and exit (their kernels rebuild with the stand-ins); poison_shared:
+    dynamic shared memory starts as NaN bits (0xFF bytes) instead of zeros."""
     from numba.cuda.simulator import kernelapi
-    from gpu.forward import fa1_tc
-    saved = (fa1_tc.externs, fa1_tc.ptr, fa1_tc.ptr32)
     fake = kernelapi.FakeCUDAModule
-    had = {n: getattr(fake, n, None) for n in ("shfl_xor_sync", "syncwarp")}
-    fa1_tc.externs, fa1_tc.ptr, fa1_tc.ptr32 = make_externs, _ptr, _ptr32
-    fake.shfl_xor_sync = _shfl_xor_sync
-    fake.syncwarp = _syncwarp
-    fa1_tc.fa1_tc_kernel.cache_clear()
+    attrs = list(attrs) + [(fake, "shfl_xor_sync", _shfl_xor_sync),
+                           (fake, "syncwarp", _syncwarp)]
+    if poison_shared:
+        shared_init = kernelapi.FakeCUDAShared.__init__
+
+        def poisoned(self, size):
+            shared_init(self, size)
+            self._dynshared[:] = -1
+        attrs.append((kernelapi.FakeCUDAShared, "__init__", poisoned))
+    missing = object()
+    saved = [(o, n, o.__dict__.get(n, missing) if isinstance(o, type) else getattr(o, n))
+             for o, n, _ in attrs]
+    for o, n, v in attrs:
+        setattr(o, n, v)
+    for c in caches:
+        c.cache_clear()
     try:
         yield
     finally:
-        fa1_tc.externs, fa1_tc.ptr, fa1_tc.ptr32 = saved
-        for n, f in had.items():
-            if f is None:
-                delattr(fake, n)
+        for o, n, v in saved:
+            if v is missing:
+                delattr(o, n)
             else:
-                setattr(fake, n, f)
-        fa1_tc.fa1_tc_kernel.cache_clear()
+                setattr(o, n, v)
+        for c in caches:
+            c.cache_clear()
+
+
+def emulated():
+    """Within: gpu.forward.fa1_tc's kernels build with the Python stand-ins (simulator)."""
+    from gpu.forward import fa1_tc
+    return patched([(fa1_tc, "externs", make_externs), (fa1_tc, "ptr", _ptr),
+                    (fa1_tc, "ptr32", _ptr32)], [fa1_tc.fa1_tc_kernel])
 
 
 def run_sim(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None, count=True,
-            scale=None, poison=True):
-    """fa1_tc on (batch, heads, N, d) fp16 NumPy arrays in the simulator (inside
-    `emulated()`): returns O, l, m (NaN-poisoned before the launch) and the counters."""
+            scale=None, poison=True, dt="fp16"):
+    """fa1_tc on (batch, heads, N, d) 16-bit NumPy arrays (float16, or uint16 bits for
+    dt="bf16") in the simulator (inside `emulated()`): returns O, l, m (NaN-poisoned before
+    the launch) and the counters."""
     from numba import cuda
     from gpu import _launch
     from gpu.forward import fa1_tc
@@ -230,7 +263,10 @@ def run_sim(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None,
     k3 = cuda.to_device(np.ascontiguousarray(k).reshape(B * Hk, N, d))
     v3 = cuda.to_device(np.ascontiguousarray(v).reshape(B * Hk, N, d))
     fill = np.nan if poison else 0
-    o3 = cuda.to_device(np.full((B * H, N, d), fill, np.float16))
+    if dt == "fp16":
+        o3 = cuda.to_device(np.full((B * H, N, d), fill, np.float16))
+    else:
+        o3 = cuda.to_device(np.full((B * H, N, d), 0x7FC0 if poison else 0, np.uint16))
     l2 = cuda.to_device(np.full((B * H, N), fill, np.float32))
     m2 = cuda.to_device(np.full((B * H, N), fill, np.float32))
     counters = _launch.new_counters(count)
@@ -238,7 +274,7 @@ def run_sim(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None,
     if block_mask is not None:
         mask = cuda.to_device(np.ascontiguousarray(block_mask, dtype=np.uint8))
     scale = 1.0 / np.sqrt(d) if scale is None else scale
-    kern = fa1_tc.get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages)
+    kern = fa1_tc.get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages, dt)
     mk = mask if mask is not None else _launch.dummy_mask()
     _launch.launch(kern, (B * H,), fa1_tc.threads_per_block(B_r, MT),
                    fa1_tc.layout(B_r, B_c, d, stages)["bytes"], q3, k3, v3, o3, l2, m2,

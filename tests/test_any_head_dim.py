@@ -190,26 +190,33 @@ def test_default_tilings_fit_every_d():
 
 
 def test_fast_and_tc_refuse_unsupported_d():
-    """The fast kernels need d % 4 == 0 (forward: of 4 TC), the tensor-core ones d % 16 == 0
-    and d <= 128: they say no cleanly (plan / supports / plan_error), so 'auto' falls back,
-    and an explicit choice raises naming d."""
+    """The fast kernels need d % 4 == 0 (forward: of 4 TC), the tensor-core fa1 and standard
+    ones d % 16 == 0 and d <= 128: they say no cleanly (plan / supports / plan_error), so
+    'auto' falls back, and an explicit choice raises naming d. The fa2 tensor-core kernels
+    pad d to 16 on chip: the forward takes every d in 1..256, the backward 1..128."""
     for d in (5, 59, 111):
         assert fa2_fast.plan(64, 32, d, 256) is None
         assert not fa2_fast.supports(64, 32, d, 256)
         assert not bwd_fast.supports(64, 64, d, "fp32", 256)
         assert "multiples of 4" in bwd_fast.plan_error(64, 64, d, "fp32", 256)
     for d in (5, 40, 59, 160, 192, 256):
-        for err in (fa2_tc.plan_error(64, 64, d, "fp16"), fa1_tc.plan_error(64, 64, d, "fp16"),
-                    standard_tc.plan_error(64, 64, d, "fp16"),
-                    bwd_tc.plan_error(64, 64, d, "fp16")):
+        for err in (fa1_tc.plan_error(64, 64, d, "fp16"),
+                    standard_tc.plan_error(64, 64, d, "fp16")):
             assert err is not None and f"d={d}" in err and "16..128" in err, err
+        assert fa2_tc.plan_error(64, 64, d, "fp16") is None
+        # the fa2 tensor-core backward pads d to 16 up to 128
+        err = bwd_tc.plan_error(64, 64, d, "fp16")
+        if d <= 128:
+            assert err is None, err
+        else:
+            assert f"d={d}" in err and "1..128" in err, err
     p = problem(59, 8)
     q, k, v = iosim.random_inputs(p, 0)
     with pytest.raises(ValueError, match=r"kernel='fast'.*d=59"):
         attention(q, k, v, kernel="fast", block_rows=8, block_cols=8)
     q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
-    with pytest.raises(ValueError, match=r"kernel='tc'.*d=59"):
-        attention(q16, k16, v16, kernel="tc", block_rows=16, block_cols=16)
+    with pytest.raises(ValueError, match=r"kernel='tc'.*fa1.*d=59"):
+        attention(q16, k16, v16, algorithm="fa1", kernel="tc", block_rows=16, block_cols=16)
     L = np.zeros(q.shape[:3], np.float32)
     with pytest.raises(ValueError, match=r"kernel='fast'.*d=59.*multiples of 4"):
         attention_backward(q, k, v, q, q, L, kernel="fast", block_rows=8, block_cols=8)

@@ -15,12 +15,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_plans():
-    """The configurations the H100 runs verified: 35 forward and 33 tensor-core ones at
-    full size; quick mode keeps every MT = 2 build; the simulator has no tc suite."""
+    """The configurations the H100 runs verified: 35 forward and 47 tensor-core ones at
+    full size (14 of them at head dims padded to 16 on chip: 40, 59, 111, 160, 192, 256);
+    quick mode keeps every MT = 2 build and two padded ones (d = 59, 256); the simulator
+    has no tc suite."""
     count = lambda mode, s: sum(1 for x, _ in C.plan(mode) if x == s)
-    assert (count("full", "forward"), count("full", "tc"), count("full", "backward")) == (35, 33, 8)
+    assert (count("full", "forward"), count("full", "tc"), count("full", "backward")) == (35, 47, 8)
     quick_tc = [c for s, c in C.plan("quick", ["tc"])]
-    assert len(quick_tc) == 11 and sum(c["MT"] == 2 for c in quick_tc) == 3
+    assert len(quick_tc) == 13 and sum(c["MT"] == 2 for c in quick_tc) == 3
+    assert {c["d"] for c in quick_tc if c["d"] % 16} == {59}
+    assert any(c["d"] == 256 for c in quick_tc)
     assert count("sim", "tc") == 0 and count("sim", "forward") >= 7
     kernels = {c.get("kernel") for s, c in C.plan("full", ["forward"])}
     assert "plain" in kernels

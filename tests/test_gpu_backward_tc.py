@@ -31,9 +31,15 @@ def test_plan_error_names_the_parameter():
     from gpu.backward import fa2_tc
     assert fa2_tc.plan_error(64, 128, 64, "fp16", MT=2) is None
     assert fa2_tc.plan_error(32, 64, 128, "fp16") is None
-    assert "fp16" in fa2_tc.plan_error(64, 64, 64, "fp32")
-    assert "d=40" in fa2_tc.plan_error(64, 64, 40, "fp16")
+    assert "fp16 or bf16" in fa2_tc.plan_error(64, 64, 64, "fp32")
+    assert fa2_tc.DTYPES == ("fp16", "bf16")
+    assert fa2_tc.plan_error(64, 128, 64, "bf16") is None
+    for d in (1, 40, 59, 111, 128):                       # padded to 16 on chip
+        assert fa2_tc.plan_error(64, 64, d, "fp16") is None, d
     assert "d=256" in fa2_tc.plan_error(64, 64, 256, "fp16")
+    assert "d=129" in fa2_tc.plan_error(64, 64, 129, "fp16")
+    # dQ's column pieces divide the padded head dim
+    assert [fa2_tc.dq_cols(d) for d in (40, 64, 80, 111, 128)] == [48, 64, 16, 16, 32]
     assert "B_c=48" in fa2_tc.plan_error(64, 48, 64, "fp16")      # 3 warps: not generated
     assert "B_c=16" in fa2_tc.plan_error(64, 16, 64, "fp16")      # 1 warp: not generated
     assert "B_r=24" in fa2_tc.plan_error(24, 64, 64, "fp16")
@@ -91,19 +97,64 @@ BUILD = r"""
 import json, sys
 from gpu.backward import fa2_tc
 out = []
-for B_r, B_c, d, causal, mask, count, MT in json.loads(sys.argv[1]):
-    p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT)
-    out.append(dict(cfg=[B_r, B_c, d, causal, mask, count, MT], mma=p.count("mma.sync"),
+for B_r, B_c, d, causal, mask, count, MT, *dt in json.loads(sys.argv[1]):
+    dt = dt[0] if dt else "fp16"
+    p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, dt=dt)
+    out.append(dict(cfg=[B_r, B_c, d, causal, mask, count, MT, dt], mma=p.count("mma.sync"),
+                    bf16_mma=p.count(".bf16.bf16.f32"),
                     local=p.count(".local"), f64=p.count(".f64"), red=p.count("red.global.add.v2"),
+                    add_f32=p.count("global.add.f32"),
                     call=len([l for l in p.splitlines() if l.strip().startswith("call")])))
-    open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}_{int(causal)}.ptx", "w").write(p)
+    open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}_{int(causal)}_{dt}.ptx", "w").write(p)
 print(json.dumps(out))
 """
 
 CONFIGS = [(64, 128, 64, False, False, False, 1),    # d = 64 default
            (64, 128, 64, True, True, True, 1),       # causal default, mask, instrumented
            (32, 64, 128, False, False, False, 1),    # d = 128 default
-           (32, 128, 128, True, False, False, 1)]    # d = 128 causal default
+           (32, 128, 128, True, False, False, 1),    # d = 128 causal default
+           (64, 128, 64, True, True, True, 1, "bf16"),   # bf16 (issue 18)
+           (32, 64, 128, False, False, False, 1, "bf16"),
+           (64, 128, 59, True, True, True, 1, "bf16"),   # padded d, element copies
+           (32, 64, 111, False, False, True, 1)]
+
+
+@pytest.mark.parametrize("dt,N,d,causal,tiles", [
+    ("fp16", 40, 16, False, (16, 32)),   # no padding
+    ("fp16", 40, 40, True, (16, 32)),    # padded 40 -> 48, 16-byte copies
+    ("fp16", 37, 59, True, (16, 32)),    # odd d: element copies, scalar dQ adds
+    ("fp16", 30, 10, False, (16, 32)),   # even d % 8 != 0: element copies, pair adds
+    ("bf16", 40, 32, True, (16, 32)),    # bf16
+    ("bf16", 37, 59, False, (16, 32))])
+def test_padded_head_dims_in_the_simulator(dt, N, d, causal, tiles):
+    """The backward main kernel's Python in the simulator, its C++ pieces emulated
+    (tests/fa2_tc_sim.py; shared memory starting as NaN bits), L and D from float64: its
+    counts equal what iosim's closed form leaves for the main kernel (the d real columns
+    only), every dK, dV element written, dQ, dK, dV within 2 x the dt rounding of the
+    float64 gradients + 1e-5."""
+    from gpu._launch import SIM
+    if not SIM:
+        pytest.skip("the emulation runs in the CUDA simulator")
+    import _tc_direct as tcd
+    import fa2_tc_sim
+    I = 2
+    (q, k, v), (q64, k64, v64) = tcd.inputs(I, I, N, N, d, dt, seed=N + d)
+    do = tcd.to_dtype(np.random.default_rng(d).standard_normal((I, N, d)), dt)
+    do64 = tcd.to_f64(do, dt)
+    scale = 1.0 / np.sqrt(d)
+    allow = tcd.allowed(N, N, causal)
+    O, L = tcd.reference(q64, k64, v64, allow, scale)
+    D = (do64 * tcd.to_f64(tcd.to_dtype(O, dt), dt)).sum(-1)
+    with fa2_tc_sim.emulated_backward():
+        dq, dk, dv, counts = fa2_tc_sim.run_bwd_sim(q, k, v, do, L, D, B_r=tiles[0],
+                                                    B_c=tiles[1], causal=causal, dt=dt)
+    assert counts == tcd.bwd_main_model_counts(N, d, I, causal, tiles)
+    rows = np.ones(N, bool)
+    for g, r in zip((dq, tcd.to_f64(dk, dt), tcd.to_f64(dv, dt)),
+                    tcd.reference_backward(q64, k64, v64, do64, allow, scale)):
+        g = np.asarray(g, np.float64)
+        assert np.isfinite(g).all()
+        assert tcd.rel_err(g, r, rows) <= tcd.bound(dt, r, rows, None)
 
 
 def _build_job():
@@ -125,15 +176,19 @@ def test_linked_build_uses_tensor_cores_and_registers_only():
         pytest.skip("cannot build linked code here: " + r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, r.stdout + r.stderr
     for row in json.loads(r.stdout.strip().splitlines()[-1]):
-        B_r, B_c, d, causal, mask, count, MT = row["cfg"]
+        B_r, B_c, d, causal, mask, count, MT, dt = row["cfg"]
         # per warp and tile: S^T, dP^T (2 (B_r/8) (d/16) MT each), dV, dK (the same), and
         # dQ: (B_r/16)(d/DN) items of (B_c/16)(DN/8) mma (DN = fa2_tc.dq_cols(d)) dealt to warps
         # (each item's code appears once in the loop body)
-        per_prod = (B_r // 8) * (d // 16) * MT
+        per_prod = (B_r // 8) * (-(-d // 16)) * MT       # d padded to 16 on chip
         dn = fa2_tc_dq_cols(d)
         assert row["mma"] == 4 * per_prod + (B_c // 16) * (dn // 8), row
+        assert row["bf16_mma"] == (row["mma"] if dt == "bf16" else 0), row
         assert row["local"] == 0 and row["call"] == 0 and row["f64"] == 0, row
-        assert row["red"] > 0, row
+        if d % 2 == 0:      # dQ pairs in vector reductions
+            assert row["red"] > 0, row
+        else:               # odd d: pairs not 8-byte aligned, one float at a time
+            assert row["red"] == 0 and row["add_f32"] > 0, row
     ptxas = shutil.which("ptxas")
     if ptxas is None:
         return
@@ -155,7 +210,13 @@ def test_linked_build_uses_tensor_cores_and_registers_only():
     (333, 128, 2, 1, False, None, False),        # d = 128 default
     (256, 64, 2, 2, False, (64, 64), True),      # block mask with a row that sees nothing
     (100, 32, 2, 2, True, (32, 32), False),
-    (96, 16, 2, 2, False, (16, 32), False)])
+    (96, 16, 2, 2, False, (16, 32), False),
+    # head dims padded to 16 on chip (issue 18): d real columns loaded, stored, added
+    (200, 40, 4, 2, True, None, False),
+    (150, 59, 2, 2, False, None, False),          # odd d: element copies, scalar dQ adds
+    (130, 111, 2, 1, True, None, False),
+    (100, 80, 2, 2, False, (32, 64), False),
+    (120, 10, 2, 2, True, (32, 64), False)])
 def test_fa2_tc_backward_counts_and_accuracy_on_gpu(N, d, heads, kv_heads, causal, tiles,
                                                     mask):
     from gpu.backward import attention_backward, fa2_tc
@@ -189,3 +250,40 @@ def test_fa2_tc_backward_counts_and_accuracy_on_gpu(N, d, heads, kv_heads, causa
             e = np.linalg.norm(g.astype(np.float64) - r) / np.linalg.norm(r)
             ep = np.linalg.norm(gp.astype(np.float64) - r) / np.linalg.norm(r)
             assert e <= 2 * ep, (e, ep)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N,d,causal,tiles,MT", [
+    (200, 64, True, (64, 128), 1),       # the d = 64 default tiling, ragged
+    (333, 128, False, (32, 64), 1),      # the d = 128 default
+    (256, 64, False, (64, 64), 2),
+    (100, 32, True, (32, 32), 1),
+    (150, 59, True, (64, 128), 1),       # padded head dims
+    (130, 111, False, (32, 64), 1)])
+def test_fa2_tc_backward_bf16_on_gpu(N, d, causal, tiles, MT):
+    """The main kernel on bf16 (uint16 bits; tests/_tc_direct.py, L and D from float64):
+    dQ, dK, dV within 2 x PyTorch's bf16 SDPA gradients' error + 1e-5 of float64, every
+    element written (dK, dV poisoned with NaN), and its own counts equal the fp16 build's
+    and what iosim's closed form leaves for the main kernel (tests/_tc_direct.py)."""
+    import _tc_direct as tcd
+    I = 3
+    scale = 1.0 / np.sqrt(d)
+    got = {}
+    for dt in ("bf16", "fp16"):
+        (q, k, v), (q64, k64, v64) = tcd.inputs(I, I, N, N, d, dt, seed=N + d)
+        do = tcd.to_dtype(np.random.default_rng(d).standard_normal((I, N, d)), dt)
+        dq, dk, dv, counts = tcd.run_backward(q, k, v, do, dt, tiles, causal, MT)
+        got[dt] = counts
+        if dt != "bf16":
+            continue
+        allow = tcd.allowed(N, N, causal)
+        refs = tcd.reference_backward(q64, k64, v64, tcd.to_f64(do, dt), allow, scale)
+        sd = tcd.sdpa_backward_errs(q64, k64, v64, tcd.to_f64(do, dt), allow, scale, dt, refs)
+        rows = np.ones(N, bool)
+        for i, (g, r) in enumerate(zip((dq, tcd.to_f64(dk, dt), tcd.to_f64(dv, dt)), refs)):
+            assert np.isfinite(g).all(), i
+            e = tcd.rel_err(g, r, rows)
+            b = 2 * sd[i] + 1e-5 if sd else 2 * tcd.rel_err(
+                tcd.to_f64(tcd.to_dtype(r, dt), dt), r, rows) + 1e-5
+            assert e <= b, (["dQ", "dK", "dV"][i], e, b)
+    assert got["bf16"] == got["fp16"] == tcd.bwd_main_model_counts(N, d, I, causal, tiles)

@@ -39,7 +39,9 @@ def test_plan_error_names_the_parameter():
     assert fa1_tc.plan_error(128, 128, 64, "fp16") is None
     assert fa1_tc.plan_error(16, 16, 16, "fp16") is None
     assert fa1_tc.plan_error(128, 64, 64, "fp16", MT=2) is None
-    assert "fp16" in fa1_tc.plan_error(128, 64, 64, "fp32")
+    assert "fp16 or bf16" in fa1_tc.plan_error(128, 64, 64, "fp32")
+    assert fa1_tc.DTYPES == ("fp16", "bf16")
+    assert fa1_tc.plan_error(128, 64, 64, "bf16") is None
     assert "d=40" in fa1_tc.plan_error(128, 64, 40, "fp16")
     assert "d=256" in fa1_tc.plan_error(128, 64, 256, "fp16")
     assert "B_r=48" in fa1_tc.plan_error(48, 64, 64, "fp16")
@@ -88,10 +90,15 @@ def test_run_refuses_fp32_and_a_wrong_thread_count():
     from gpu.forward import fa1_tc
     assert fa1_tc.threads_per_block(128, 1) == 256 and fa1_tc.threads_per_block(128, 2) == 128
     kw = dict(B_r=128, B_c=128, causal=False, count=False)
-    with pytest.raises(ValueError, match="fp16 only"):
+    with pytest.raises(ValueError, match=r"dt='fp32'; the tensor-core kernel takes "
+                                         r"\('fp16', 'bf16'\)"):
         fa1_tc.run(None, None, None, None, None, None, 0.1, 64, 1, 1, None, None, dt="fp32",
                    **kw)
     q = np.zeros((1, 64, 64), np.float16)
+    # bf16 data arrive as uint16 bits: float16 arrays with dt='bf16' are refused
+    with pytest.raises(ValueError, match="q: the tensor-core kernel fa1_tc takes "
+                                         "dt='bf16' data as uint16 arrays"):
+        fa1_tc.run(q, q, q, q, None, None, 0.1, 64, 1, 1, None, None, dt="bf16", **kw)
     with pytest.raises(ValueError, match="threads must be 256"):
         fa1_tc.run(q, q, q, q, None, None, 0.1, 64, 1, 1, None, None, dt="fp16",
                    threads=128, **kw)
@@ -279,22 +286,26 @@ def _check_build(r, ptx_dir):
 # ---------------------------------------------------------------------------------------
 # On a GPU
 # ---------------------------------------------------------------------------------------
-def run_gpu(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None, count=True):
-    """fa1_tc on a GPU from NumPy (batch, heads, N, d) fp16: O, l, m (poisoned with NaN
-    before the launch) and the counters."""
+def run_gpu(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None, count=True,
+            dt="fp16"):
+    """fa1_tc on a GPU from NumPy (batch, heads, N, d) fp16 (dt="bf16": uint16 bits): O, l,
+    m (poisoned with NaN before the launch) and the counters."""
     from numba import cuda
     from gpu import _launch
     from gpu.forward import fa1_tc
     B, H, N, d = q.shape
     Hk = k.shape[1]
     q3, k3, v3 = (cuda.to_device(np.ascontiguousarray(x).reshape(-1, N, d)) for x in (q, k, v))
-    o3 = _launch.filled((B * H, N, d), np.float16, np.nan)
+    if dt == "fp16":
+        o3 = _launch.filled((B * H, N, d), np.float16, np.nan)
+    else:
+        o3 = cuda.to_device(np.full((B * H, N, d), 0x7FC0, np.uint16))     # bf16 NaN
     l2 = _launch.filled((B * H, N), np.float32, np.nan)
     m2 = _launch.filled((B * H, N), np.float32, np.nan)
     counters = _launch.new_counters(count)
     mask = None if block_mask is None else cuda.to_device(np.asarray(block_mask, np.uint8))
     fa1_tc.run(q3, k3, v3, o3, l2, m2, 1.0 / np.sqrt(d), N, H, H // Hk, mask, counters,
-               B_r=B_r, B_c=B_c, dt="fp16", causal=causal, count=count, MT=MT, stages=stages)
+               B_r=B_r, B_c=B_c, dt=dt, causal=causal, count=count, MT=MT, stages=stages)
     cuda.synchronize()
     return (o3.copy_to_host().reshape(B, H, N, d), l2.copy_to_host().reshape(B, H, N),
             m2.copy_to_host().reshape(B, H, N), counters)
@@ -336,3 +347,95 @@ def test_fa1_tc_counts_and_accuracy_on_gpu(c):
                             block_mask=mask, count=False)
     # the plain build gives the same bits as the counted one
     assert np.array_equal(O, O2, equal_nan=True) and np.array_equal(l, l2, equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N,d,causal,t", [(333, 64, True, (128, 128, 1, 3)),
+                                          (300, 128, False, (128, 64, 1, 2)),
+                                          (200, 32, False, (64, 64, 2, 2))])
+def test_fa1_tc_bf16_on_gpu(N, d, causal, t):
+    """bf16 (uint16 bits; tests/_tc_direct.py): counts equal iosim's fa1 closed form, every
+    element written, the counting and plain builds agree bit for bit, and O is within
+    2 x the larger of PyTorch's bf16 SDPA error and the bf16 rounding model of Algorithm 1
+    (O stored to HBM in bf16 after every key block: `_fa1_bf16_model`), + 1e-5, of float64
+    (4 query heads on 2 K/V heads). The model term is there because Algorithm 1 as written
+    rounds O T_c times, SDPA once."""
+    import _tc_direct as tcd
+    B_r, B_c, MT, st = t
+    H, Hk = 4, 2
+    (q, k, v), (q64, k64, v64) = tcd.inputs(H, Hk, N, N, d, "bf16", seed=N + d)
+    O, l, m, counters = run_gpu(q[None], k[None], v[None], B_r=B_r, B_c=B_c, MT=MT,
+                                stages=st, causal=causal, dt="bf16")
+    O2, _, _, _ = run_gpu(q[None], k[None], v[None], B_r=B_r, B_c=B_c, MT=MT, stages=st,
+                          causal=causal, dt="bf16", count=False)
+    np.testing.assert_array_equal(O, O2)
+    _check_bf16(O, counters, q64, k64, v64, causal, B_r, B_c, Hk, sdpa=True)
+
+
+def _check_bf16(O, counters, q64, k64, v64, causal, B_r, B_c, Hk, sdpa):
+    """fa1 in bf16: counts equal iosim's fa1 closed form, every O element written, error
+    within 2 x the larger of SDPA's bf16 error (sdpa: where torch runs) and the bf16
+    rounding model of Algorithm 1, + 1e-5."""
+    import _tc_direct as tcd
+    H, N, d = q64.shape
+    assert _counts(counters) == tcd.model_counts(N, N, d, H, Hk, causal, (-1, -1), (B_r, B_c),
+                                                 algorithm="fa1")
+    allow = tcd.allowed(N, N, causal)
+    scale = 1.0 / np.sqrt(d)
+    ref, _ = tcd.reference(q64, k64, v64, allow, scale)
+    O64 = tcd.to_f64(O[0], "bf16")
+    assert np.isfinite(O64).all()
+    rows = np.ones(N, bool)
+    err = tcd.rel_err(O64, ref, rows)
+    e_sdpa = tcd.sdpa_forward_err(q64, k64, v64, allow, scale, "bf16", ref, rows) if sdpa \
+        else None
+    model = tcd.rel_err(_fa1_bf16_model(q64, k64, v64, allow, scale, B_c), ref, rows)
+    assert err <= 2 * max(e_sdpa or 0.0, model) + 1e-5, (err, e_sdpa, model)
+
+
+@pytest.mark.parametrize("N,d,causal,t", [(40, 16, True, (16, 16, 1, 3)),
+                                          (33, 32, False, (32, 16, 2, 2))])
+def test_fa1_tc_bf16_in_the_simulator(N, d, causal, t):
+    """fa1_tc's Python with dt='bf16' in the simulator (C++ pieces emulated with bf16
+    roundings, tests/fa1_tc_sim.py): counts equal iosim's fa1 closed form, every element
+    written, O within 2 x the bf16 rounding model of Algorithm 1 + 1e-5 of float64."""
+    from gpu._launch import SIM
+    if not SIM:
+        pytest.skip("the emulation is for the simulator")
+    import _tc_direct as tcd
+    from fa1_tc_sim import emulated, run_sim
+    B_r, B_c, MT, st = t
+    H, Hk = 2, 1
+    (q, k, v), (q64, k64, v64) = tcd.inputs(H, Hk, N, N, d, "bf16", seed=N + d)
+    with emulated():
+        O, l, m, counters = run_sim(q[None], k[None], v[None], B_r=B_r, B_c=B_c, MT=MT,
+                                    stages=st, causal=causal, dt="bf16")
+    _check_bf16(O, counters, q64, k64, v64, causal, B_r, B_c, Hk, sdpa=False)
+
+
+def _fa1_bf16_model(q, k, v, allow, scale, B_c):
+    """Algorithm 1 in float64 with O rounded to bf16 each time it is stored to HBM (after
+    every key block j a row sees), l, m float64: the rounding model of fa1 in bf16."""
+    import _tc_direct as tcd
+    G = q.shape[0] // k.shape[0]
+    k, v = np.repeat(k, G, 0), np.repeat(v, G, 0)
+    I, N, d = q.shape
+    O = np.zeros((I, N, d))
+    l = np.zeros((I, N, 1))
+    m = np.full((I, N, 1), -np.inf)
+    for c0 in range(0, k.shape[1], B_c):
+        a = allow[:, c0:c0 + B_c]
+        S = np.where(a, scale * q @ k[:, c0:c0 + B_c].transpose(0, 2, 1), -np.inf)
+        mt = S.max(-1, keepdims=True)
+        seen = np.isfinite(mt)
+        P = np.where(a, np.exp(S - np.where(seen, mt, 0.0)), 0.0)
+        m_new = np.maximum(m, mt)
+        fm = np.where(np.isfinite(m), np.exp(m - np.where(seen | np.isfinite(m), m_new, 0.0)), 0.0)
+        ft = np.where(seen, np.exp(mt - np.where(seen, m_new, 0.0)), 0.0)
+        l_new = fm * l + ft * P.sum(-1, keepdims=True)
+        On = (l * fm * O + ft * (P @ v[:, c0:c0 + B_c])) / np.where(l_new > 0, l_new, 1.0)
+        On = tcd.to_f64(tcd.to_dtype(On, "bf16"), "bf16")
+        O = np.where(seen, On, O)
+        l = np.where(seen, l_new, l)
+        m = np.where(seen, m_new, m)
+    return O

@@ -405,7 +405,14 @@ def test_kernel_refuses_a_bad_window():
     (256, 512, True, (64, 0), 128, (64, 64)),
     (512, 256, True, (-1, -1), 64, (64, 64)),        # rows 0..255 see no key
     (1000, 1000, False, (100, 100), 64, (128, 64)),
-    (333, 77, False, (5, 5), 48, (32, 16))])         # windows smaller than a tile
+    (333, 77, False, (5, 5), 48, (32, 16)),          # windows smaller than a tile
+    # head dims padded to 16 on chip (issue 18): d real columns loaded and stored
+    (200, 333, True, (-1, -1), 40, (128, 64)),
+    (333, 200, True, (-1, -1), 59, (128, 64)),
+    (257, 300, False, (32, 16), 111, (64, 64)),
+    (300, 257, True, (64, 0), 160, (128, 64)),
+    (129, 200, False, (-1, -1), 192, (128, 64)),
+    (256, 384, True, (-1, -1), 256, (128, 64))])
 def test_fa2_tc_variants_on_gpu(N, Nk, causal, w, d, tiles):
     """Tensor-core kernel: counts = closed form exactly, O within the fp16 error of the
     plain kernel's own (P is rounded to fp16 before P V, as FlashAttention-2 does: bound

@@ -1,4 +1,4 @@
-"""FlashAttention-2 backward for fp16 on the tensor cores: the main kernel.
+"""FlashAttention-2 backward for fp16 and bf16 on the tensor cores: the main kernel.
 
 Same schedule, hence the same HBM traffic and the same iosim ledger, as the plain fa2
 backward (`gpu.backward.flash`, `iosim.backward.fa2_backward`): one thread block per (key
@@ -25,7 +25,7 @@ fwd+bwd: 1.33 ms with the forward at d = 64, N = 4096, 16 heads; 1.50x torch FLA
       so S^T = K_w Q_i^T and dP^T = V_w dO_i^T come out as accumulator fragments whose
       pairs are exactly the A fragments of dV_w += P^T dO_i and dK_w += dS^T Q_i: P^T and
       dS^T never leave registers for those two. dQ_i = dS K_j needs all of dS's key
-      columns per query row, so each warp writes its dS^T rows to shared memory (fp16) and
+      columns per query row, so each warp writes its dS^T rows to shared memory (fp16 or bf16) and
       after a barrier the warps read it back transposed (ldmatrix.trans), 16 query rows
       x DN columns of dQ_i at a time, added to dQacc with float32 vector atomics. K_j, V_j's
       A fragments are re-read from shared memory at each product (holding them in
@@ -44,15 +44,25 @@ Paper names (FlashAttention-2 backward):
     L_i, D_i               float32 in shared; L is stored base 2 (L log2 e; +inf for a row
                            that saw no key, or past N, so that P = 0 there)
 
-Shared memory (one dynamic buffer, 16-byte aligned; 4-byte words; rows padded to d + 8
-halves, dS^T rows to B_r + 8, so that no ldmatrix is bank-conflicted):
-    Ks, Vs       B_c x (d + 8) halves each       (then dK_j, dV_j for the 16-byte stores)
-    Qs, dOs      2 buffers x B_r x (d + 8) halves each
+Shared memory (one dynamic buffer, 16-byte aligned; 4-byte words; rows padded to D + 8
+elements, dS^T rows to B_r + 8, so that no ldmatrix is bank-conflicted):
+    Ks, Vs       B_c x (D + 8) elements each     (then dK_j, dV_j for the stores)
+    Qs, dOs      2 buffers x B_r x (D + 8) elements each
     Ls, Ds       2 buffers x B_r float32 each
     dSs          B_c x (B_r + 8) halves          (dS^T of the current tile)
-fp16 only; d a multiple of 16 (16..128). The CUDA simulator cannot run linked device
-functions: without a GPU this kernel is built (`linked_ptx`) but not run; tests marked `gpu`
-and `flashsim check --suite backward` run it on a GPU.
+fp16 or bf16 (DTYPES; bf16 data as uint16 arrays of the bits, the products on
+mma.sync's bf16 form, P^T and dS^T rounded to bf16). Head dims 1..128, padded to
+D = padded(d) (a multiple of 16) in shared memory as the forward does
+(`gpu.forward.fa2_tc`): columns d .. D - 1 of Ks, Vs, Qs, dOs zeroed once per block and
+never loaded; the products run at D (the zeros add nothing to S^T, dP^T, and give zero
+padded columns of dK, dV, dQ); what is requested from and written to global memory is
+the d real columns of each row (16-byte copies when d % 8 == 0, single elements
+otherwise; dQacc: float32 pair reductions for even d, scalar atomics for odd d), so the
+counts are iosim's backward closed form unchanged. Above 128 dK_j's and dV_j's
+accumulators (D floats a thread together) would not fit in registers.
+The CUDA simulator cannot run linked device functions: without a GPU this kernel is built
+(`linked_ptx`) but not run; tests marked `gpu` and `flashsim check --suite backward` run it
+on a GPU.
 """
 from __future__ import annotations
 
@@ -61,7 +71,7 @@ import math
 import os
 
 import numpy as np
-from numba import cuda, float32, int64, uint32
+from numba import cuda, float32, int64, uint16, uint32
 
 from .. import _tc
 from .._launch import (NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask, kernel_name,
@@ -73,8 +83,16 @@ CU_PATH = os.path.join(os.path.dirname(__file__), "fa2_tc.cu")
 WARPS = (2, 4, 8)
 #: m-tiles of 16 key rows per warp.
 M_TILES = (1, 2)
+#: Element types this kernel runs (bf16 data arrive as uint16 arrays of the bits).
+DTYPES = ("fp16", "bf16")
 LOG2E = math.log2(math.e)
 INF = np.float32(np.inf)
+
+
+def padded(d: int) -> int:
+    """The head dim the tile products run at: d rounded up to 16 (the shared tiles' columns
+    d .. padded(d) - 1 hold zeros; gpu.forward.fa2_tc does the same)."""
+    return -(-d // 16) * 16
 
 
 def warps_of(B_c: int, MT: int) -> int:
@@ -86,7 +104,7 @@ def layout(B_r: int, B_c: int, d: int) -> dict:
     """Offsets (4-byte words) of Ks, Vs, Qs (buffer b at QO + b QB), dOs (DOO + b QB),
     Ls (LO + b B_r), Ds (DSTO + b B_r), dSs; row strides in halves (SH, DSH) and words
     (SW, DSW); total bytes."""
-    SH = d + 8
+    SH = padded(d) + 8
     SW = SH // 2
     DSH = B_r + 8
     DSW = DSH // 2
@@ -106,10 +124,11 @@ def layout(B_r: int, B_c: int, d: int) -> dict:
 def plan_error(B_r: int, B_c: int, d: int, dt: str, MT: int = 1) -> str | None:
     """Why this kernel cannot run the configuration, or None if it can (shared memory
     aside: see `supports`)."""
-    if dt != "fp16":
-        return f"dtype {dt}: the tensor-core backward takes fp16 only"
-    if d % 16 or not 16 <= d <= 128:
-        return f"d={d}: must be a multiple of 16 in 16..128"
+    if dt not in DTYPES:
+        return f"dtype {dt}: the tensor-core backward takes {' or '.join(DTYPES)} only"
+    if not 1 <= d <= 128:
+        return (f"d={d}: the tensor-core backward takes head dims 1..128 (padded to 16 on "
+                f"chip; above 128 dK_j's and dV_j's accumulators would not fit in registers)")
     if MT not in M_TILES:
         return f"MT={MT}: key m-tiles per warp must be one of {M_TILES}"
     if B_c % (16 * MT) or warps_of(B_c, MT) not in WARPS:
@@ -140,8 +159,9 @@ def default_tiling(d: int, causal: bool = False) -> dict:
     faster but spills 700 bytes a thread. d = 128: 32 x 64 (4 warps; few query rows per
     tile keep S^T and dP^T in registers beside dK_j, dV_j: 2.45 ms; 64 x 128 was 2.23 ms
     but spills 40 bytes), causal 32 x 128 (at 32 x 64 the masking code spilled 12 bytes)."""
-    if d <= 64:
-        return dict(B_r=64, B_c=128, MT=1, kreg=False, DN=d if causal else dq_cols(d, 32))
+    if padded(d) <= 64:
+        return dict(B_r=64, B_c=128, MT=1, kreg=False,
+                    DN=padded(d) if causal else _piece(padded(d)))
     return dict(B_r=32, B_c=128 if causal else 64, MT=1, kreg=False, DN=dq_cols(d))
 
 
@@ -150,90 +170,107 @@ def holds_kv(d: int, kreg=None) -> bool:
     do not fit beside the accumulators) or re-read from shared memory at each product
     (the default: as fast on the H100, 2.06 against 2.13 ms at 64 x 64, d = 64, and it
     leaves the registers to the accumulators)."""
-    return False if kreg is None else bool(kreg) and d <= 64
+    return False if kreg is None else bool(kreg) and padded(d) <= 64
 
 
 # ---------------------------------------------------------------------------------------
 # The linked C++ functions
 # ---------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
-def externs(d: int, B_c: int, B_r: int, MT: int, DN: int) -> dict:
-    """The C++ entry points (fa2_tc.cu) for one shape, declared to Numba (C ABI, return 0;
-    generic pointers, offsets in 4-byte words, strides in halves)."""
+def externs(d: int, B_c: int, B_r: int, MT: int, DN: int, dt: str = "fp16") -> dict:
+    """The C++ entry points (fa2_tc.cu) for one shape and element type (dt: "fp16" or
+    "bf16"), declared to Numba (C ABI, return 0; generic pointers, offsets in 4-byte words,
+    strides in 16-bit elements)."""
     from numba.cuda import types as nb
     pu, pf, i32, i64 = nb.CPointer(nb.uint32), nb.CPointer(nb.float32), nb.int32, nb.int64
+    ph = nb.CPointer(nb.uint16)
     sigs = dict(load_a=i32(pu, pu, i32, i32), qk=i32(pf, pu, pu, i32, i32),
                 qk_smem=i32(pf, pu, i32, i32, i32, i32), pv=i32(pf, pf, pu, i32, i32),
                 store_s=i32(pu, i32, i32, pf), store_o=i32(pu, i32, i32, pf),
                 dq=i32(pf, pu, i32, i32, i32, i32, i32),
                 cp16=i32(pu, i32, pu, i64, i32), st16=i32(pu, i64, pu, i32),
+                cp2=i32(ph, i32, ph, i64, i32), st2=i32(ph, i64, ph, i32),
                 red2=i32(pf, i64, nb.float32, nb.float32),
                 cp_commit=i32(), cp_wait1=i32(), cp_wait0=i32())
-    suffix = f"_d{d}_bc{B_c}_br{B_r}_mt{MT}_dn{DN}"
-    src = _tc.source(CU_PATH, f"BWDTC_INSTANTIATE({d}, {B_c}, {B_r}, {MT}, {DN})")
+    elem, sfx = _tc.ELEMENTS[dt]
+    suffix = f"_d{d}_bc{B_c}_br{B_r}_mt{MT}_dn{DN}{sfx}"
+    src = _tc.source(CU_PATH, f"BWDTC_INSTANTIATE({d}, {B_c}, {B_r}, {MT}, {DN}, {elem}, {sfx})")
     return _tc.declare(src, f"bwd_tc{suffix}.cu", "bwdtc_", suffix, sigs)
 
 
-def dq_cols(d: int, widest: int | None = None) -> int:
-    """Head columns of dQ_i computed per work item (DN): d up to 64 at once; above, the
-    widest multiple of 16 up to 32 that divides d (32 at d = 96, 128; 16 at d = 80, 112),
-    so the dQ accumulators (16 x DN per warp) fit in registers beside dK_j's and dV_j's
-    (64-wide ones spilled at 32 x 64, causal). `widest` caps DN (a multiple of 16)."""
-    cap = widest if widest is not None else (d if d <= 64 else 32)
-    return next(w for w in range(min(cap, d) // 16 * 16, 0, -16) if d % w == 0)
+def dq_cols(d: int) -> int:
+    """Head columns of dQ_i computed per work item (DN): d up to 64 at once; at d = 128 in
+    32-wide pieces, so the dQ accumulators (16 x DN per warp) fit in registers beside
+    dK_j's and dV_j's (64-wide ones spilled at 32 x 64, causal)."""
+    D = padded(d)
+    return D if D <= 64 else _piece(D)
+
+
+def _piece(D: int) -> int:
+    """32 columns where they divide the padded head dim D, else 16 (D = 48, 80, 112)."""
+    return 32 if D % 32 == 0 else 16
 
 
 # ---------------------------------------------------------------------------------------
 # The kernel
 # ---------------------------------------------------------------------------------------
 @specialisation
-def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None):
+def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None,
+                      dt="fp16"):
     """Kernel(q, k, v, do, L, Dst, dqacc, dk, dv, scale, scale2, N, H, G, mask, counters).
 
-    q, do: (instances, N, d) fp16; k, v: (kv instances, N, d) fp16; L, Dst: (instances, N)
+    q, do: (instances, N, d); k, v: (kv instances, N, d); dk, dv: (instances, N, d): fp16
+    (float16 arrays) or bf16 (uint16 arrays of the bits), as `dt` says; L, Dst: (instances, N)
     float32 (the forward's L, the pre-pass's D); dqacc: (instances, N, d) float32, zeroed;
-    dk, dv: (instances, N, d) fp16 per query head; scale; scale2 = scale log2 e; N, H, G as
+    dk, dv per query head; scale; scale2 = scale log2 e; N, H, G as
     the plain backward; mask uint8 (T_r, T_c); counters int64 (gpu.backward.BT rows). Grid
     (T_c, instances), 32 warps_of(B_c, MT) threads, `layout(...)["bytes"]` shared bytes.
-    The global fp16 arrays must be 16-byte aligned (`run` checks).
+    The global 16-bit arrays must be 16-byte aligned (`run` checks).
     """
-    err = plan_error(B_r, B_c, d, "fp16", MT)
+    err = plan_error(B_r, B_c, d, dt, MT)
     if err:
         raise ValueError(err)
     from .flash import BT
     NW = warps_of(B_c, MT)
     RK = 16 * MT                      # key rows per warp
+    DP = padded(d)                    # head dim of the tile products (zero columns d ..)
+    PADC = DP - d                     # padded columns per shared row
+    VEC = d % 8 == 0                  # rows move in 16-byte chunks, else element-wise
     DN = dq_cols(d) if DN is None else DN
-    NDN = d // DN
+    NDN = DP // DN
     # dQ_i's work items: (16 query rows, DN head columns) pieces, dealt to the warps in turn
     ITEMS = (B_r // 16) * NDN
     KREG = holds_kv(d, kreg)
-    X = externs(d, B_c, B_r, MT, DN)
+    X = externs(DP, B_c, B_r, MT, DN, dt)
     load_a, qk, qk_smem, pv = X["load_a"], X["qk"], X["qk_smem"], X["pv"]
     store_s, store_o, dq = X["store_s"], X["store_o"], X["dq"]
     cp16, st16, red2 = X["cp16"], X["st16"], X["red2"]
+    cp2, st2 = X["cp2"], X["st2"]
     cp_commit, cp_wait1, cp_wait0 = X["cp_commit"], X["cp_wait1"], X["cp_wait0"]
-    ptr, ptr32 = _tc.ptr, _tc.ptr32
+    ptr, ptr32, ptr16 = _tc.ptr, _tc.ptr32, _tc.ptr16
     THREADS = 32 * NW
     lay = layout(B_r, B_c, d)
     SH, SW, DSH, DSW = lay["SH"], lay["SW"], lay["DSH"], lay["DSW"]
     KO, VO, QO, QB, DOO = lay["KO"], lay["VO"], lay["QO"], lay["QB"], lay["DOO"]
     LO, DSTO, DSO = lay["LO"], lay["DSTO"], lay["DSO"]
-    DW = d // 2                       # words per row in global memory
-    CPR = d // 8                      # 16-byte chunks per row
+    DW = d // 2                       # words per row in global memory (VEC)
+    CPR = d // 8 if VEC else d        # copies per row: 16-byte chunks or elements
     QC, KC = B_r * CPR, B_c * CPR
     LQ, LK = -(-QC // THREADS), -(-KC // THREADS)
     QDIV, KDIV = QC % THREADS == 0, KC % THREADS == 0
     LR = -(-B_r // THREADS)           # statistics rows per thread
     NTB = B_r // 8                    # column tiles (8 queries) of S^T
     NSB = B_r // 2                    # S^T fragment floats per m-tile
-    NOF = d // 2                      # dK / dV fragment floats per m-tile
-    NAF = d // 4                      # A fragment registers of K_w / V_w per m-tile
+    NOF = DP // 2                     # dK / dV fragment floats per m-tile
+    NAF = DP // 4                     # A fragment registers of K_w / V_w per m-tile
     LSB, LOF, LAF, LQA = MT * NSB, MT * NOF, MT * NAF, DN // 2
     IQ, IK, IV, IdO = BT["Q"], BT["K"], BT["V"], BT["dO"]
     IL, ID, IA, IdK, IdV = BT["L"], BT["D"], BT["dQacc"], BT["dK"], BT["dV"]
     EIGHT = int64(8)
+    CW = EIGHT if VEC else int64(1)   # elements per copy
+    ZROWS = 2 * B_c + 4 * B_r         # shared rows with padded columns: Ks, Vs, Qs, dOs x 2
     L2E = np.float32(LOG2E)
+    ALIGN = None if SIM else 16   # the simulator (tests' emulation) takes no alignment
 
     @cuda.jit(device=True, inline=True)
     def next_tile(i, T_r, mask, j):
@@ -247,7 +284,7 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
         return T_r
 
     @cuda.jit(device=True, inline=True)
-    def issue_q(smp, smf, qp, dop, L, Dst, z, i, N, t, buf):
+    def issue_q(smp, smf, qp, dop, L, Dst, z, i, N, t, buf, smh, qh, doh):
         """Start the copies of this thread's chunks of Q_i, dO_i into buffer `buf` (rows
         past N: zeros, not loaded) and store its rows of L_i (base 2; +inf where P must be
         0) and D_i; returns (elements of Q requested (= of dO), statistics rows read)."""
@@ -255,17 +292,26 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
         ns = int64(0)
         r0 = i * B_r
         rows = min(B_r, N - r0)
-        qbase = (int64(z) * N + r0) * DW
+        if VEC:
+            qbase = (int64(z) * N + r0) * DW
+        else:
+            qbase = (int64(z) * N + r0) * d
         for it in range(LQ):
             e = t + it * THREADS
             if QDIV or e < QC:
                 r = e // CPR
-                x = (e % CPR) * 4
-                ok = r < rows
-                cp16(smp, QO + buf * QB + r * SW + x, qp, qbase + r * DW + x, ok)
-                cp16(smp, DOO + buf * QB + r * SW + x, dop, qbase + r * DW + x, ok)
+                if VEC:
+                    x = (e % CPR) * 4
+                    ok = r < rows
+                    cp16(smp, QO + buf * QB + r * SW + x, qp, qbase + r * DW + x, ok)
+                    cp16(smp, DOO + buf * QB + r * SW + x, dop, qbase + r * DW + x, ok)
+                else:
+                    x = e % CPR
+                    ok = r < rows
+                    cp2(smh, 2 * (QO + buf * QB + r * SW) + x, qh, qbase + r * d + x, ok)
+                    cp2(smh, 2 * (DOO + buf * QB + r * SW) + x, doh, qbase + r * d + x, ok)
                 if ok:
-                    n += EIGHT
+                    n += CW
         for it in range(LR):
             r = t + it * THREADS
             if r < B_r:
@@ -305,7 +351,7 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
                     dp[e] = p * (dp[e] - dd)
 
     @cuda.jit(device=True, inline=True)
-    def add_dq(qa, dqp, z, rq, N, n0, scale, g, qd):
+    def add_dq(qa, dqp, z, rq, N, n0, scale, g, qd, dqacc):
         """dQacc[z, rq + row, n0 + col] += scale * dQ fragment (16 rows x DN columns;
         rows < N), the thread's two neighbouring columns in one vector reduction; returns
         the elements added."""
@@ -316,8 +362,22 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
                 base = (int64(z) * N + r) * d + n0 + 2 * qd
                 for nt in range(DN // 8):
                     e = 4 * nt + 2 * hh
-                    red2(dqp, base + 8 * nt, qa[e] * scale, qa[e + 1] * scale)
-                    n += 2
+                    if PADC == 0:
+                        red2(dqp, base + 8 * nt, qa[e] * scale, qa[e + 1] * scale)
+                        n += 2
+                    else:   # padded columns (>= d) are not added (nor counted)
+                        col = n0 + 2 * qd + 8 * nt
+                        if d % 2 == 0:      # pairs stay 8-byte aligned: col, d even
+                            if col < d:
+                                red2(dqp, base + 8 * nt, qa[e] * scale, qa[e + 1] * scale)
+                                n += 2
+                        else:
+                            if col < d:
+                                cuda.atomic.add(dqacc, (z, r, col), qa[e] * scale)
+                                n += 1
+                            if col + 1 < d:
+                                cuda.atomic.add(dqacc, (z, r, col + 1), qa[e + 1] * scale)
+                                n += 1
         return n
 
     def kernel(q, k, v, do, L, Dst, dqacc, dk, dv, scale, scale2, N, H, G, mask, counters):
@@ -329,8 +389,8 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
         g = lane >> 2
         qd = lane & 3
         zk = (z // H) * (H // G) + (z % H) // G        # this head's K/V instance
-        sm = cuda.shared.array(0, uint32, alignment=16)
-        smf = cuda.shared.array(0, float32, alignment=16)
+        sm = cuda.shared.array(0, uint32, alignment=ALIGN)
+        smf = cuda.shared.array(0, float32, alignment=ALIGN)
         smp = ptr(sm)
         qp, dop, kp, vp = ptr32(q), ptr32(do), ptr32(k), ptr32(v)
         dqp = ptr(dqacc)
@@ -351,23 +411,39 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
         cw = c0 + RK * w                                # first key row of this warp
         T_r = (N + B_r - 1) // B_r
         # ---- copy group 1: K_j, V_j (zeros past N); group 2: the first Q_i, dO_i ----
-        kvbase = int64(zk) * N * DW
+        if PADC:     # padded columns d .. DP - 1 of every shared row: zeros, never loaded
+            smz = cuda.shared.array(0, uint16, alignment=ALIGN)
+            for e in range(t, ZROWS * PADC, THREADS):
+                smz[(e // PADC) * SH + d + e % PADC] = uint16(0)
+        smh = ptr16(sm)
+        qh, doh = ptr16(q), ptr16(do)
+        if VEC:
+            kvbase = int64(zk) * N * DW
+        else:
+            kvbase = int64(zk) * N * d
         for it in range(LK):
             e = t + it * THREADS
             if KDIV or e < KC:
                 c = e // CPR
-                x = (e % CPR) * 4
-                ok = c < cols
-                goff = kvbase + (c0 + c) * DW + x
-                cp16(smp, KO + c * SW + x, kp, goff, ok)
-                cp16(smp, VO + c * SW + x, vp, goff, ok)
+                if VEC:
+                    x = (e % CPR) * 4
+                    ok = c < cols
+                    goff = kvbase + (c0 + c) * DW + x
+                    cp16(smp, KO + c * SW + x, kp, goff, ok)
+                    cp16(smp, VO + c * SW + x, vp, goff, ok)
+                else:
+                    x = e % CPR
+                    ok = c < cols
+                    goff = kvbase + (c0 + c) * d + x
+                    cp2(smh, 2 * (KO + c * SW) + x, ptr16(k), goff, ok)
+                    cp2(smh, 2 * (VO + c * SW) + x, ptr16(v), goff, ok)
                 if ok:
-                    nK += EIGHT
+                    nK += CW
         cp_commit()
         i = next_tile(c0 // B_r if causal else 0, T_r, mask, j)
         buf = 0
         if i < T_r:
-            a, b = issue_q(smp, smf, qp, dop, L, Dst, z, i, N, t, buf)
+            a, b = issue_q(smp, smf, qp, dop, L, Dst, z, i, N, t, buf, smh, qh, doh)
             nQ += a
             nS += b
         cp_commit()
@@ -385,7 +461,8 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
             rows = min(B_r, N - r0)
             inext = next_tile(i + 1, T_r, mask, j)
             if inext < T_r:                             # next tile's copies in flight
-                a, b = issue_q(smp, smf, qp, dop, L, Dst, z, inext, N, t, 1 - buf)
+                a, b = issue_q(smp, smf, qp, dop, L, Dst, z, inext, N, t, 1 - buf, smh, qh,
+                               doh)
                 nQ += a
                 nS += b
             cp_commit()
@@ -423,7 +500,7 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
                 n0 = DN * (it % NDN)
                 if rq < rows:
                     dq(ptr(qa), smp, DSO + rq // 2, DSH, KO, SH, n0)
-                    nA += add_dq(qa, dqp, z, r0 + rq, N, n0, scale, g, qd)
+                    nA += add_dq(qa, dqp, z, r0 + rq, N, n0, scale, g, qd, dqacc)
             cuda.syncthreads()                          # all done with buffer buf and dS^T
             buf = 1 - buf
             i = inext
@@ -435,14 +512,23 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
         store_o(smp, KO + RK * w * SW, SH, ptr(dka))
         store_o(smp, VO + RK * w * SW, SH, ptr(dva))
         cuda.syncthreads()
+        # (the real d columns only: the padded ones are never stored)
         dkp, dvp = ptr32(dk), ptr32(dv)
-        obase = (int64(z) * N + c0) * DW
+        if VEC:
+            obase = (int64(z) * N + c0) * DW
+        else:
+            obase = (int64(z) * N + c0) * d
         for e in range(t, cols * CPR, THREADS):
             c = e // CPR
-            x = (e % CPR) * 4
-            st16(dkp, obase + c * DW + x, smp, KO + c * SW + x)
-            st16(dvp, obase + c * DW + x, smp, VO + c * SW + x)
-            nW += EIGHT
+            if VEC:
+                x = (e % CPR) * 4
+                st16(dkp, obase + c * DW + x, smp, KO + c * SW + x)
+                st16(dvp, obase + c * DW + x, smp, VO + c * SW + x)
+            else:
+                x = e % CPR
+                st2(ptr16(dk), obase + c * d + x, smh, 2 * (KO + c * SW) + x)
+                st2(ptr16(dv), obase + c * d + x, smh, 2 * (VO + c * SW) + x)
+            nW += CW
         if count:
             add_count(counters, IQ, READ, nQ)
             add_count(counters, IdO, READ, nQ)
@@ -455,33 +541,38 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
             add_count(counters, IdK, WRITE, nW)
             add_count(counters, IdV, WRITE, nW)
 
-    name = kernel_name("fa2_bwd_tc", Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal,
+    name = kernel_name("fa2_bwd_tc", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                        mask=has_mask, count=count, mt=MT if MT > 1 else False,
                        kreg=KREG, dn=DN)
     return kernel, name
 
 
-def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None):
-    """The compiled dispatcher for one specialisation."""
-    err = plan_error(B_r, B_c, d, "fp16", MT)
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None, dt="fp16"):
+    """The compiled dispatcher for one specialisation (dt: "fp16" or "bf16")."""
+    err = plan_error(B_r, B_c, d, dt, MT)
     if err:
         raise ValueError(f"fa2_bwd_tc: {err}")
     DN = dq_cols(d) if DN is None else int(DN)
-    if DN % 16 or d % DN:
-        raise ValueError(f"fa2_bwd_tc: DN={DN} must be a multiple of 16 dividing d={d}")
+    if DN % 16 or padded(d) % DN:
+        raise ValueError(f"fa2_bwd_tc: DN={DN} must be a multiple of 16 dividing "
+                         f"padded(d)={padded(d)} (d={d})")
     return fa2_bwd_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                             bool(count), int(MT), holds_kv(d, kreg), DN)
+                             bool(count), int(MT), holds_kv(d, kreg), DN, str(dt))
 
 
 def run(q3, k3, v3, do3, L2, D2, acc, dk3, dv3, scale, N, H, G, mask, counters, *, B_r, B_c,
-        causal, count, MT=1, kreg=None, DN=None):
-    """Launch the main kernel on 3-D fp16 device views (instances, N, d): adds scale dS K
-    into acc (float32, zeroed by the pre-pass), writes dk3, dv3 (per query head)."""
+        causal, count, MT=1, kreg=None, DN=None, dt="fp16"):
+    """Launch the main kernel on 3-D 16-bit device views (instances, N, d): float16 arrays
+    for dt="fp16", uint16 arrays of the bfloat16 bits for dt="bf16"; adds scale dS K into
+    acc (float32, zeroed by the pre-pass), writes dk3, dv3 (per query head, same kind)."""
     from .._launch import launch
+    if dt not in DTYPES:
+        raise ValueError(f"fa2_bwd_tc: dt={dt!r}; the tensor-core backward takes {DTYPES}")
     d = q3.shape[2]
     for name, arr in (("q", q3), ("k", k3), ("v", v3), ("do", do3), ("dk", dk3), ("dv", dv3)):
+        _tc.check_dtype("fa2_bwd_tc", name, arr, dt)
         _tc.check_aligned("fa2_bwd_tc", name, arr)
-    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, kreg, DN)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, kreg, DN, dt)
     T_c = -(-N // B_c)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_c, q3.shape[0]), 32 * warps_of(B_c, MT), layout(B_r, B_c, d)["bytes"],
@@ -489,10 +580,11 @@ def run(q3, k3, v3, do3, L2, D2, acc, dk3, dv3, scale, N, H, G, mask, counters, 
            np.float32(scale * LOG2E), np.int64(N), np.int64(H), np.int64(G), mk, counters)
 
 
-def signature():
-    """Argument types of the kernel (for compiling without a GPU)."""
+def signature(dt="fp16"):
+    """Argument types of the kernel (for compiling without a GPU): 16-bit arrays as dt
+    arrives (gpu._tc.ARRAY_DTYPES)."""
     from numba.cuda import types as nb
-    W = nb.Array(nb.float16, 3, "C")
+    W = _tc.array_type(dt)
     F2 = nb.Array(nb.float32, 2, "C")
     return (W, W, W, W, F2, F2, nb.Array(nb.float32, 3, "C"), W, W, nb.float32, nb.float32,
             nb.int64, nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"),
@@ -500,12 +592,12 @@ def signature():
 
 
 def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1, kreg=None,
-               DN=None, cc=(9, 0)) -> str:
+               DN=None, cc=(9, 0), dt="fp16") -> str:
     """The PTX of one specialisation after link-time optimisation (no GPU needed; see
     gpu._tc.linked_ptx): tests check mma.sync present, no `.local`, no calls."""
-    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, kreg, DN),
-                          signature(), cc)
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, kreg, DN, dt),
+                          signature(dt), cc)
 
 
-__all__ = ["layout", "plan_error", "supports", "default_tiling", "externs",
+__all__ = ["DTYPES", "padded", "layout", "plan_error", "supports", "default_tiling", "externs",
            "fa2_bwd_tc_kernel", "get_kernel", "run", "linked_ptx", "signature"]

@@ -786,7 +786,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
             fa2_fast.run_pre(o3, do3, D2, acc, N, counters, dt=dname, count=count)
             fa2_tc.run(q3, k3, v3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h, scale, N, H,
                        G, mask_dev if has_mask else None, counters, B_r=B_r, B_c=B_c,
-                       causal=bool(causal), count=count, **(tc_options or {}))
+                       causal=bool(causal), count=count, dt=dname, **(tc_options or {}))
         elif fast_threads is not None:   # the fast pre-pass and main kernel (CUDA cores)
             fa2_fast.run_pre(o3, do3, D2, acc, N, counters, dt=dname, count=count)
             fa2_fast.run(q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h,

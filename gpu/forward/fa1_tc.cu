@@ -1,30 +1,26 @@
 // FlashAttention (Algorithm 1 as written) forward on the tensor cores: the extern "C" entry
-// points that gpu/forward/fa1_tc.py links into its Numba kernel, one set per (D, BC, MT).
+// points that gpu/forward/fa1_tc.py links into its Numba kernel, one set per (D, BC, MT, E):
+// E the element type (tc_fp16 or tc_bf16, gpu/mma.cuh), SFX the names' ending (empty for
+// fp16, as the fp16 builds always had; _bf16 for bf16).
 // The tile products are the shared templates of gpu/mma.cuh (prepended by gpu/_tc.py);
 // this file adds what Algorithm 1 needs beyond FlashAttention-2's kernel:
-//     fa1tc_load_o_t : the old O_i (fp16 rows in shared memory, read back from HBM at
+//     fa1tc_load_o_t : the old O_i (16-bit rows in shared memory, read back from HBM at
 //                      step 8) -> fp32 accumulator fragments (the inverse of tc_store_o_t)
 //     fa1tc_cp4_t    : one 4-byte asynchronous global -> shared copy (l_i, m_i: float32
 //                      rows, not 16-byte aligned in general)
 //     fa1tc_zero16_t : 16 zero bytes to global memory (step 2: O = 0)
 // One warp computes, for its 16 MT query rows of Q_i and the block's K_j, V_j:
 //     qk     : S_w = Q_w K_j^T (A and B from shared memory: Q_i changes every step)
-//     pv     : O_w += P_w V_j (P rounded to fp16), onto the rescaled old O_w
-//     store_o: O_w -> fp16 rows in shared memory, then 16-byte stores to HBM (st16)
+//     pv     : O_w += P_w V_j (P rounded to E), onto the rescaled old O_w
+//     store_o: O_w -> E rows in shared memory, then 16-byte stores to HBM (st16)
 //
 // Every name carries the sizes, so each kernel links exactly one instantiation. Not
 // `inline`: link-time optimisation inlines them into the kernel. They return 0.
 
-// Two fp16 (low half = lower column) -> two fp32.
-__device__ __forceinline__ void fa1tc_unpack(u32 r, float& lo, float& hi) {
-    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h; }"
-        : "=f"(lo), "=f"(hi) : "r"(r));
-}
-
-// o[mt * D/2 + nt * 4 + e] = the fp16 rows at word `off` of `sm` (row stride `stride`
-// halves) in the C-fragment layout of gpu/mma.cuh: rows 16 mt + g (+ 8), columns
+// o[mt * D/2 + nt * 4 + e] = the E rows (fp16 or bf16) at word `off` of `sm` (row stride
+// `stride` elements) in the C-fragment layout of gpu/mma.cuh: rows 16 mt + g (+ 8), columns
 // 8 nt + 2q, +1. Each thread reads exactly the words tc_store_o_t later writes for it.
-template <int D, int MT>
+template <int D, int MT, class E>
 __device__ __forceinline__ void fa1tc_load_o_t(float* o, const u32* sm, int off, int stride) {
     const u32 lane = tc_lane();
     const u32 g = lane >> 2, q = lane & 3u;
@@ -38,8 +34,8 @@ __device__ __forceinline__ void fa1tc_load_o_t(float* o, const u32* sm, int off,
             u32 r0, r8;
             asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(r0) : "r"(a0 + 16u * nt) : "memory");
             asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(r8) : "r"(a8 + 16u * nt) : "memory");
-            fa1tc_unpack(r0, om[4 * nt], om[4 * nt + 1]);
-            fa1tc_unpack(r8, om[4 * nt + 2], om[4 * nt + 3]);
+            tc_unpack_t<E>(r0, om[4 * nt], om[4 * nt + 1]);
+            tc_unpack_t<E>(r8, om[4 * nt + 2], om[4 * nt + 3]);
         }
     }
 }
@@ -62,48 +58,48 @@ __device__ __forceinline__ void fa1tc_zero16_t(u32* g, long long goff) {
     asm volatile("st.global.v4.u32 [%0], {%1, %1, %1, %1};\n" :: "l"(dst), "r"(0u) : "memory");
 }
 
-#define FA1TC_INSTANTIATE(D, BC, MT)                                                            \
-    extern "C" __device__ int fa1tc_qk_d##D##_bc##BC##_mt##MT(float* s, const u32* sm,          \
+#define FA1TC_INSTANTIATE(D, BC, MT, E, SFX)                                                          \
+    extern "C" __device__ int fa1tc_qk_d##D##_bc##BC##_mt##MT##SFX(float* s, const u32* sm,          \
                                                      int aoff, int astride, int boff,           \
                                                      int bstride) {                             \
-        tc_qk_smem_t<D, BC, MT>(s, sm, aoff, astride, boff, bstride); return 0;                 \
+        tc_qk_smem_t<D, BC, MT, E>(s, sm, aoff, astride, boff, bstride); return 0;                 \
     }                                                                                           \
-    extern "C" __device__ int fa1tc_pv_d##D##_bc##BC##_mt##MT(float* o, const float* p,         \
+    extern "C" __device__ int fa1tc_pv_d##D##_bc##BC##_mt##MT##SFX(float* o, const float* p,         \
                                                      const u32* sm, int off, int stride) {      \
-        tc_pv_t<D, BC, MT>(o, p, sm, off, stride); return 0;                                    \
+        tc_pv_t<D, BC, MT, E>(o, p, sm, off, stride); return 0;                                    \
     }                                                                                           \
-    extern "C" __device__ int fa1tc_load_o_d##D##_bc##BC##_mt##MT(float* o, const u32* sm,      \
+    extern "C" __device__ int fa1tc_load_o_d##D##_bc##BC##_mt##MT##SFX(float* o, const u32* sm,      \
                                                          int off, int stride) {                 \
-        fa1tc_load_o_t<D, MT>(o, sm, off, stride); return 0;                                    \
+        fa1tc_load_o_t<D, MT, E>(o, sm, off, stride); return 0;                                    \
     }                                                                                           \
-    extern "C" __device__ int fa1tc_store_o_d##D##_bc##BC##_mt##MT(u32* sm, int off, int stride, \
+    extern "C" __device__ int fa1tc_store_o_d##D##_bc##BC##_mt##MT##SFX(u32* sm, int off, int stride, \
                                                           const float* o) {                     \
-        tc_store_o_t<D, MT>(sm, off, stride, o); return 0;                                      \
+        tc_store_o_t<D, MT, E>(sm, off, stride, o); return 0;                                      \
     }                                                                                           \
-    extern "C" __device__ int fa1tc_cp16_d##D##_bc##BC##_mt##MT(u32* sm, int soff, const u32* g, \
+    extern "C" __device__ int fa1tc_cp16_d##D##_bc##BC##_mt##MT##SFX(u32* sm, int soff, const u32* g, \
                                                        long long goff, int valid) {             \
         tc_cp16_t(sm, soff, g, goff, valid); return 0;                                          \
     }                                                                                           \
-    extern "C" __device__ int fa1tc_cp4_d##D##_bc##BC##_mt##MT(u32* sm, int soff, const u32* g,  \
+    extern "C" __device__ int fa1tc_cp4_d##D##_bc##BC##_mt##MT##SFX(u32* sm, int soff, const u32* g,  \
                                                       long long goff, int valid) {              \
         fa1tc_cp4_t(sm, soff, g, goff, valid); return 0;                                        \
     }                                                                                           \
-    extern "C" __device__ int fa1tc_st16_d##D##_bc##BC##_mt##MT(u32* g, long long goff,         \
+    extern "C" __device__ int fa1tc_st16_d##D##_bc##BC##_mt##MT##SFX(u32* g, long long goff,         \
                                                        const u32* sm, int soff) {               \
         tc_st16_t(g, goff, sm, soff); return 0;                                                 \
     }                                                                                           \
-    extern "C" __device__ int fa1tc_zero16_d##D##_bc##BC##_mt##MT(u32* g, long long goff) {     \
+    extern "C" __device__ int fa1tc_zero16_d##D##_bc##BC##_mt##MT##SFX(u32* g, long long goff) {     \
         fa1tc_zero16_t(g, goff); return 0;                                                      \
     }                                                                                           \
-    extern "C" __device__ int fa1tc_cp_commit_d##D##_bc##BC##_mt##MT() {                        \
+    extern "C" __device__ int fa1tc_cp_commit_d##D##_bc##BC##_mt##MT##SFX() {                        \
         asm volatile("cp.async.commit_group;\n" ::: "memory"); return 0;                        \
     }                                                                                           \
-    extern "C" __device__ int fa1tc_cp_wait1_d##D##_bc##BC##_mt##MT() {                         \
+    extern "C" __device__ int fa1tc_cp_wait1_d##D##_bc##BC##_mt##MT##SFX() {                         \
         asm volatile("cp.async.wait_group 1;\n" ::: "memory"); return 0;                        \
     }                                                                                           \
-    extern "C" __device__ int fa1tc_cp_wait0_d##D##_bc##BC##_mt##MT() {                         \
+    extern "C" __device__ int fa1tc_cp_wait0_d##D##_bc##BC##_mt##MT##SFX() {                         \
         asm volatile("cp.async.wait_group 0;\n" ::: "memory"); return 0;                        \
     }                                                                                           \
-    extern "C" __device__ int fa1tc_cp_wait2_d##D##_bc##BC##_mt##MT() {                         \
+    extern "C" __device__ int fa1tc_cp_wait2_d##D##_bc##BC##_mt##MT##SFX() {                         \
         asm volatile("cp.async.wait_group 2;\n" ::: "memory"); return 0;                        \
     }

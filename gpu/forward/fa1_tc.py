@@ -1,4 +1,4 @@
-"""FlashAttention (Algorithm 1 of Dao et al. 2022, as written) for fp16 on the tensor cores.
+"""FlashAttention (Algorithm 1 of Dao et al. 2022, as written) for fp16 / bf16 on the tensor cores.
 
 Same schedule, hence the same HBM traffic and the same iosim ledger, as `gpu.forward.fa1`
 and `iosim.schedules.fa1_forward`: ONE thread block per (batch, head) instance runs the
@@ -49,9 +49,11 @@ Shared memory (one dynamic buffer, 4-byte words; fp16 rows padded to d + 8 halve
     buffer b = 0, 1 (KV words each):   Ks B_c x (d+8) | Vs B_c x (d+8)
 e.g. 183 KB at the d = 64 default (128 x 128, 3 stages). Registers (ptxas -v, sm_90, no
 spills): 230 at the d = 64 default, 250 causal; 240-254 at the d = 128 default.
-fp16 only; d a multiple of 16. The simulator cannot run the linked C++: without a GPU this
-kernel is built and linked but not run; tests/fa1_tc_sim.py runs its Python there with
-the C++ pieces emulated (schedule, counts, statistics, cp.async timing hazards).
+fp16 or bf16 (DTYPES: bf16 data as uint16 arrays of the bits; O in HBM then rounded to
+bf16 after every key block, P~ to bf16 for the products); d a multiple of 16.
+The simulator cannot run the linked C++: without a GPU this kernel is built and linked but
+not run; tests/fa1_tc_sim.py runs its Python there with the C++ pieces emulated (schedule,
+counts, statistics, cp.async timing hazards).
 """
 from __future__ import annotations
 
@@ -74,6 +76,8 @@ WARPS = (1, 2, 4, 8)
 M_TILES = (1, 2)
 #: Q/O/l/m slots (pipeline depth: the current tile and up to STAGES - 1 in flight).
 STAGES = (2, 3)
+#: Element types this kernel runs (bf16 data arrive as uint16 arrays of the bits).
+DTYPES = ("fp16", "bf16")
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
 #: Default (B_r, B_c, MT, stages) per head dim: B_c large, because every key block costs one
@@ -124,8 +128,8 @@ def plan_error(B_r: int, B_c: int, d: int, dt: str, MT: int = 1, stages: int = 2
     `supports`)."""
     if stages not in STAGES:
         return f"stages={stages}: the pipeline depth must be one of {STAGES}"
-    if dt != "fp16":
-        return f"dtype {dt}: the tensor-core kernel takes fp16 only"
+    if dt not in DTYPES:
+        return f"dtype {dt}: the tensor-core kernel takes {' or '.join(DTYPES)} only"
     if d % 16 or not 16 <= d <= 128:
         return f"d={d}: must be a multiple of 16 in 16..128"
     if MT not in M_TILES:
@@ -153,10 +157,10 @@ def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", smem_limit=None, MT: 
 # The linked C++ functions
 # ---------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
-def externs(d: int, B_c: int, MT: int = 1) -> dict:
-    """The C++ functions for (d, B_c, MT), declared to Numba (C ABI, each returns int 0;
+def externs(d: int, B_c: int, MT: int = 1, dt: str = "fp16") -> dict:
+    """The C++ functions for (d, B_c, MT) and element type dt ("fp16", "bf16"), declared to Numba (C ABI, each returns int 0;
     generic pointers, offsets in 4-byte words, strides in halves): qk (S = Q K^T, both from
-    shared), pv (O += P V), load_o / store_o (fp16 rows <-> fp32 fragments), cp16 / cp4
+    shared), pv (O += P V), load_o / store_o (16-bit rows <-> fp32 fragments), cp16 / cp4
     (asynchronous 16- / 4-byte copies, zero-filled when not valid), st16 (16 bytes shared ->
     global), zero16 (16 zero bytes to global), cp_commit, cp_wait1, cp_wait0."""
     from numba.cuda import types as nb
@@ -166,9 +170,10 @@ def externs(d: int, B_c: int, MT: int = 1) -> dict:
                 cp16=i32(pu, i32, pu, i64, i32), cp4=i32(pu, i32, pu, i64, i32),
                 st16=i32(pu, i64, pu, i32), zero16=i32(pu, i64),
                 cp_commit=i32(), cp_wait0=i32(), cp_wait1=i32(), cp_wait2=i32())
-    src = _tc.source(CU_PATH, f"FA1TC_INSTANTIATE({d}, {B_c}, {MT})")
-    return _tc.declare(src, f"fa1_tc_d{d}_bc{B_c}_mt{MT}.cu", "fa1tc_",
-                       f"_d{d}_bc{B_c}_mt{MT}", sigs)
+    elem, sfx = _tc.ELEMENTS[dt]
+    src = _tc.source(CU_PATH, f"FA1TC_INSTANTIATE({d}, {B_c}, {MT}, {elem}, {sfx})")
+    return _tc.declare(src, f"fa1_tc_d{d}_bc{B_c}_mt{MT}{sfx}.cu", "fa1tc_",
+                       f"_d{d}_bc{B_c}_mt{MT}{sfx}", sigs)
 
 
 ptr, ptr32 = _tc.ptr, _tc.ptr32
@@ -178,18 +183,19 @@ ptr, ptr32 = _tc.ptr, _tc.ptr32
 # The kernel
 # ---------------------------------------------------------------------------------------
 @specialisation
-def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2):
+def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2, dt="fp16"):
     """Kernel(q, k, v, o, l, m, scale2, N, H, G, mask, counters).
 
-    q, o: (instances, N, d) fp16; k, v: (kv instances, N, d) fp16; l, m: (instances, N)
+    q, o: (instances, N, d); k, v: (kv instances, N, d): fp16 (float16 arrays) or bf16
+    (uint16 arrays of the bits) as dt says; l, m: (instances, N)
     float32 (Algorithm 1's HBM statistics, m in natural units); scale2 = scale * log2(e);
     N, H, G, mask, counters as gpu.forward.fa1. Grid (instances,), 2 B_r / MT threads,
     `layout(...)["bytes"]` dynamic shared bytes; q, k, v, o 16-byte aligned (`run` checks).
     """
-    err = plan_error(B_r, B_c, d, "fp16", MT, STAGES)
+    err = plan_error(B_r, B_c, d, dt, MT, STAGES)
     if err:
         raise ValueError(err)
-    X = externs(d, B_c, MT)
+    X = externs(d, B_c, MT, dt)
     qk, pv, load_o, store_o = X["qk"], X["pv"], X["load_o"], X["store_o"]
     cp16, cp4, st16, zero16 = X["cp16"], X["cp4"], X["st16"], X["zero16"]
     cp_commit, cp_wait0 = X["cp_commit"], X["cp_wait0"]
@@ -574,60 +580,63 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2):
             add_count(counters, Il, WRITE, nlw)
             add_count(counters, Im, WRITE, nlw)
 
-    name = kernel_name("fa1_tc", Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal, mask=has_mask,
+    name = kernel_name("fa1_tc", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, mask=has_mask,
                        count=count, mt=MT if MT > 1 else False,
                        st=STAGES if STAGES != 2 else False)
     return kernel, name
 
 
-def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, stages=2):
-    """The compiled dispatcher for one specialisation."""
-    err = plan_error(B_r, B_c, d, "fp16", MT, stages)
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, stages=2, dt="fp16"):
+    """The compiled dispatcher for one specialisation (dt: "fp16" or "bf16")."""
+    err = plan_error(B_r, B_c, d, dt, MT, stages)
     if err:
         raise ValueError(f"fa1_tc: {err}")
     return fa1_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                         bool(count), int(MT), int(stages))
+                         bool(count), int(MT), int(stages), str(dt))
 
 
 def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
         count, threads=None, MT=1, stages=2):
-    """Launch on 3-D fp16 device views (instances, N, d); writes o3, l2, m2 (the
-    arguments of gpu.forward.fa1.run; threads, if given, must be 2 B_r / MT)."""
+    """Launch on 3-D 16-bit device views (instances, N, d): float16 arrays for dt="fp16",
+    uint16 arrays of the bfloat16 bits for dt="bf16"; writes o3, l2, m2 (the arguments of
+    gpu.forward.fa1.run; threads, if given, must be 2 B_r / MT)."""
     from .._launch import launch
-    if dt != "fp16":
-        raise ValueError(f"fa1_tc takes fp16 only (got dt={dt!r})")
+    if dt not in DTYPES:
+        raise ValueError(f"fa1_tc: dt={dt!r}; the tensor-core kernel takes {DTYPES}")
     d = q3.shape[2]
     want = threads_per_block(B_r, MT)
     if threads is not None and int(threads) != want:
         raise ValueError(f"fa1_tc runs one warp per {16 * MT} query rows: threads must be "
                          f"{want} for B_r={B_r}, MT={MT} (got threads={threads})")
     for name, arr in (("q", q3), ("k", k3), ("v", v3), ("o", o3)):
+        _tc.check_dtype("fa1_tc", name, arr, dt)
         _tc.check_aligned("fa1_tc", name, arr)
-    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages, dt)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (q3.shape[0],), want, layout(B_r, B_c, d, stages)["bytes"],
            q3, k3, v3, o3, l2, m2, np.float32(scale * LOG2E),
            np.int64(N), np.int64(H), np.int64(G), mk, counters)
 
 
-def signature():
-    """Argument types of the kernel (for compiling without a GPU)."""
+def signature(dt="fp16"):
+    """Argument types of the kernel (for compiling without a GPU): 16-bit arrays as dt
+    arrives (gpu._tc.ARRAY_DTYPES)."""
     from numba.cuda import types as nb
-    W = nb.Array(nb.float16, 3, "C")
+    W = _tc.array_type(dt)
     F = nb.Array(nb.float32, 2, "C")
     return (W, W, W, W, F, F, nb.float32, nb.int64, nb.int64, nb.int64,
             nb.Array(nb.uint8, 2, "C"), nb.Array(nb.int64, 2, "C"))
 
 
 def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1, stages=2,
-               cc=(9, 0)) -> str:
+               cc=(9, 0), dt="fp16") -> str:
     """The PTX of one specialisation after link-time optimisation with its C++ functions,
     built without a GPU (see gpu._tc.linked_ptx): mma.sync, ldmatrix, cp.async; a correct
     build has no `call`, no `.local`, no float64."""
-    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, stages),
-                          signature(), cc)
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, stages, dt),
+                          signature(dt), cc)
 
 
-__all__ = ["DEFAULT_TILES", "default_tiling", "layout", "threads_per_block", "plan_error",
+__all__ = ["DTYPES", "DEFAULT_TILES", "default_tiling", "layout", "threads_per_block", "plan_error",
            "supports", "externs", "fa1_tc_kernel", "get_kernel", "run", "signature",
            "linked_ptx"]

@@ -1,4 +1,4 @@
-"""FlashAttention-2 forward for fp16 on the tensor cores: the fp16 fast path.
+"""FlashAttention-2 forward for fp16 and bf16 on the tensor cores: the 16-bit fast path.
 
 Same schedule, hence the same HBM traffic and the same iosim ledger, as `gpu.fa2`,
 `gpu.fa2_fast` and `iosim.schedules.fa2_forward`: one thread block per (query block i,
@@ -44,17 +44,37 @@ Paper names (Dao et al. 2022, Algorithm 1; FlashAttention-2 Algorithm 1):
                       lanes of a row add theirs (all rescale by the same alpha)
     O_i               16 x d per warp, fp32 accumulators in registers
 
-Shared memory (one dynamic buffer, 16-byte aligned; in 4-byte words, fp16 pairs):
-    Qs  B_r x (d + 8) halves   Q_i (then O_i, fp16, for the coalesced store)
-    Ks  B_c x (d + 8) halves   K_j
-    Vs  B_c x (d + 8) halves   V_j
-    Ls  B_r float32            L_i staging
-Global memory is read and written as 4-byte words (two fp16 elements); counts are in
-elements (2 per word). fp16 only; d a multiple of 16 in 16..128 (other d: no padding to the
-mma granularity yet, so `gpu.attention(kernel='auto')` runs fa2_fast or the plain kernel).
+Element types (DTYPES): fp16, and bf16 (its data arrive as uint16 arrays of the bfloat16
+bits: Numba has no bfloat16 arrays to pass). The two differ only inside gpu/mma.cuh (the
+mma.sync operand type and the fp32 -> 16-bit rounding of P~ and O, both round to nearest
+even); everything here moves 16-bit bits.
+
+Head dims (issue 18): any d in 1..256. The tile products run at D = padded(d) = d rounded
+up to 16 (one mma k step); shared rows are D + 8 elements wide and their columns d .. D - 1
+are zeroed once per block by plain shared stores (they are never loaded from global
+memory, and no later copy writes them; the products then add exact zeros to S = Q K^T,
+and O's padded columns are never stored). What is requested from global memory is the d
+real elements of each row, nothing more: 16-byte cp.async chunks when d % 8 == 0, single
+16-bit elements through registers otherwise (rows of such d are not 16-byte aligned, and
+for odd d not even 4-byte aligned). So the kernel's own counts, iosim's closed form and
+the executed schedule agree exactly, with no term for the padding (the padding costs
+shared memory and tensor-core work only). Above D = 128 (QREG_MAX) the Q_w fragments are
+not held in registers for the block but read from shared memory at each k step of
+S = Q_w K_j^T (`qk_smem`): the O_w accumulators (D / 2 floats a thread) need them; MT = 1
+only there. d = 256 at 128 x 64: 203 KB of shared memory (the H100 allows 227 KB), 249
+registers, no spills (ptxas -v; causal 254).
+
+Shared memory (one dynamic buffer, 16-byte aligned; in 4-byte words, 16-bit pairs):
+    Qs  B_r x (D + 8) elements   Q_i (then O_i, for the coalesced store)
+    Ks  B_c x (D + 8) elements   K_j
+    Vs  B_c x (D + 8) elements   V_j
+    Ls  B_r float32              L_i staging
+Global memory is read and written as 4-byte words (two 16-bit elements; d % 8 != 0:
+single elements); counts are in elements.
 
 `run(...)` has the signature of `gpu.fa2.run` (plus tuning keywords), so
-`gpu.attention(..., algorithm="fa2")` calls it for fp16 on a GPU whenever `supports(...)`.
+`gpu.attention(..., algorithm="fa2")` calls it for 16-bit inputs on a GPU whenever
+`supports(...)`.
 The CUDA simulator cannot run linked device functions: without a GPU this kernel is built
 and linked (to SASS for sm_90) but not run; tests marked `gpu` run it through `device`.
 """
@@ -65,7 +85,7 @@ import math
 import os
 
 import numpy as np
-from numba import cuda, float32, int64, uint32
+from numba import cuda, float32, int64, uint16, uint32
 
 from .. import _tc
 from .._launch import (NAN, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
@@ -78,14 +98,29 @@ CU_PATH = os.path.join(os.path.dirname(__file__), "fa2_tc.cu")
 WARPS = (1, 2, 4, 8)
 #: m-tiles of 16 query rows per warp (MT): each K / V fragment feeds MT tensor-core products.
 M_TILES = (1, 2)
+#: Element types this kernel runs (bf16 data arrive as uint16 arrays of the bits).
+DTYPES = ("fp16", "bf16")
+#: Largest head dim.
+D_MAX = 256
+#: Largest padded head dim whose Q_w fragments are held in registers for the whole block;
+#: above it S_w = Q_w K_j^T reads Q_w from shared memory at each k step (the O_w
+#: accumulators, MT d/2 floats a thread, need the registers).
+QREG_MAX = 128
 LOG2E = math.log2(math.e)
 LN2 = math.log(2.0)
 
 
+def padded(d: int) -> int:
+    """The head dim the tile products run at: d rounded up to 16 (one mma k step); the
+    shared tiles' columns d .. padded(d) - 1 hold zeros."""
+    return -(-d // 16) * 16
+
+
 def _stride(d: int) -> int:
-    """Shared row stride in halves: d + 8 (16 bytes past a multiple of 128 bytes when d is
-    a multiple of 64; in general 2 (d + 8) bytes = 16 mod 32... see gpu/mma.cuh)."""
-    return d + 8
+    """Shared row stride in 16-bit elements: padded(d) + 8, i.e. 2 padded(d) + 16 bytes, an
+    odd multiple of 16 modulo 128, so the 8 rows one ldmatrix phase reads fall in 8 distinct
+    groups of 4 banks (gpu/mma.cuh)."""
+    return padded(d) + 8
 
 
 def layout(B_r: int, B_c: int, d: int) -> dict:
@@ -111,13 +146,15 @@ def threads_per_block(B_r: int, MT: int = 1) -> int:
 def plan_error(B_r: int, B_c: int, d: int, dt: str, MT: int = 1) -> str | None:
     """Why this kernel cannot run the configuration, or None if it can (shared memory
     aside: see `supports`). MT: m-tiles of 16 query rows per warp (B_r = 16 MT warps)."""
-    if dt != "fp16":
-        return f"dtype {dt}: the tensor-core kernel takes fp16 only"
-    if d % 16 or not 16 <= d <= 128:
-        return (f"d={d}: must be a multiple of 16 (one mma k step) in 16..128 (padding d to "
-                f"16 is not implemented; d above 128 is not built or tested on a GPU)")
+    if dt not in DTYPES:
+        return f"dtype {dt}: the tensor-core kernel takes {' or '.join(DTYPES)} only"
+    if not 1 <= d <= D_MAX:
+        return f"d={d}: the tensor-core kernel takes head dims 1..{D_MAX}"
     if MT not in M_TILES:
         return f"MT={MT}: m-tiles per warp must be one of {M_TILES}"
+    if MT > 1 and padded(d) > QREG_MAX:
+        return (f"MT={MT} at d={d}: above d={QREG_MAX} only MT=1 (the O accumulators, "
+                f"MT x {padded(d) // 2} floats a thread, would not fit in registers)")
     if B_r % (16 * MT) or B_r // (16 * MT) not in WARPS:
         return f"B_r={B_r}: must be 16 x MT x warps (MT={MT}), warps in {WARPS}"
     if B_c % 16 or not 16 <= B_c <= 128:
@@ -141,48 +178,60 @@ def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", smem_limit=None, MT: 
 # The linked C++ functions
 # ---------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
-def externs(d: int, B_c: int, MT: int = 1) -> dict:
-    """The C++ functions for (d, B_c, MT), declared to Numba (C ABI, each returns int 0;
-    pointers are generic addresses, offsets in 4-byte words, strides in halves):
-    load_q, qk, pv, store_o (tile products, gpu/mma.cuh), cp16 (one 16-byte
-    asynchronous global -> shared copy, zero-filled when not valid), st16 (16 bytes shared
-    -> global), cp_commit, cp_wait1, cp_wait0 (cp.async groups)."""
+def externs(d: int, B_c: int, MT: int = 1, dt: str = "fp16") -> dict:
+    """The C++ functions for (d, B_c, MT, dt), d the padded head dim (a multiple of 16),
+    declared to Numba (C ABI, each returns int 0; pointers are generic addresses, offsets
+    in 4-byte words, strides in 16-bit elements): load_q, qk, qk_smem, pv, store_o (tile
+    products, gpu/mma.cuh, on dt's element type), cp16 (one 16-byte asynchronous global ->
+    shared copy, zero-filled when not valid), st16 (16 bytes shared -> global), cp2, st2
+    (one 16-bit element each way, offsets in elements), cp_commit, cp_wait1, cp_wait0
+    (cp.async groups)."""
     from numba.cuda import types as nb
     pu, pf, i32, i64 = nb.CPointer(nb.uint32), nb.CPointer(nb.float32), nb.int32, nb.int64
+    ph = nb.CPointer(nb.uint16)
     sigs = dict(load_q=i32(pu, pu, i32, i32), qk=i32(pf, pu, pu, i32, i32),
+                qk_smem=i32(pf, pu, i32, i32, i32, i32),
                 pv=i32(pf, pf, pu, i32, i32), store_o=i32(pu, i32, i32, pf),
                 cp16=i32(pu, i32, pu, i64, i32), st16=i32(pu, i64, pu, i32),
+                cp2=i32(ph, i32, ph, i64, i32), st2=i32(ph, i64, ph, i32),
                 cp_commit=i32(), cp_wait1=i32(),
                 cp_wait0=i32())
-    src = _tc.source(CU_PATH, f"FA2TC_INSTANTIATE({d}, {B_c}, {MT})")
-    return _tc.declare(src, f"fa2_tc_d{d}_bc{B_c}_mt{MT}.cu", "fa2tc_",
-                       f"_d{d}_bc{B_c}_mt{MT}", sigs)
+    elem, sfx = _tc.ELEMENTS[dt]
+    src = _tc.source(CU_PATH, f"FA2TC_INSTANTIATE({d}, {B_c}, {MT}, {elem}, {sfx})")
+    return _tc.declare(src, f"fa2_tc_d{d}_bc{B_c}_mt{MT}{sfx}.cu", "fa2tc_",
+                       f"_d{d}_bc{B_c}_mt{MT}{sfx}", sigs)
 
 
-ptr, ptr32 = _tc.ptr, _tc.ptr32
+ptr, ptr32, ptr16 = _tc.ptr, _tc.ptr32, _tc.ptr16
 
 
 # ---------------------------------------------------------------------------------------
 # The kernel
 # ---------------------------------------------------------------------------------------
 @specialisation
-def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
+def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="fp16"):
     """Kernel(q, k, v, o, L, scale2, N, N_k, lo, hi, H, G, mask, counters).
 
-    q, o: (instances, N, d) fp16; k, v: (kv instances, N_k, d) fp16 (the C++ copies read and
-    write them as 16-byte chunks); L: (instances, N) float32; scale2 = scale * log2(e) (float32: S is formed in
+    q, o: (instances, N, d); k, v: (kv instances, N_k, d); all fp16 (float16 arrays) or bf16
+    (uint16 arrays of the bits), as `dt` says (the C++ copies read and write them as 16-byte
+    chunks when d % 8 == 0, else element by element); L: (instances, N) float32; scale2 = scale * log2(e) (float32: S is formed in
     base 2, so P = exp2(S - m) and L = m ln 2 + log l); N, N_k, lo, hi, H, G as
     gpu.forward.fa2 (the band of gpu.forward._band; window its compile-time flag); mask uint8
     (T_r, T_c); counters int64 (gpu._launch). Grid (T_r, instances), 2 B_r / MT threads
     (one warp per 16 MT query rows), `layout(...)["bytes"]` dynamic shared bytes. The
     global arrays must be 16-byte aligned (`run` checks).
     """
-    err = plan_error(B_r, B_c, d, "fp16", MT)
+    err = plan_error(B_r, B_c, d, dt, MT)
     if err:
         raise ValueError(err)
-    X = externs(d, B_c, MT)
-    load_q, qk, pv, store_o = X["load_q"], X["qk"], X["pv"], X["store_o"]
-    cp16, st16 = X["cp16"], X["st16"]
+    DP = padded(d)                # head dim of the tile products (zero columns d .. DP - 1)
+    PADC = DP - d                 # padded columns per shared row
+    VEC = d % 8 == 0              # rows move in 16-byte chunks (cp.async), else element-wise
+    QREG = DP <= QREG_MAX         # Q_w's A fragments held in registers
+    X = externs(DP, B_c, MT, dt)
+    load_q, qk, qk_smem, pv, store_o = (X["load_q"], X["qk"], X["qk_smem"], X["pv"],
+                                        X["store_o"])
+    cp16, st16, cp2, st2 = X["cp16"], X["st16"], X["cp2"], X["st2"]
     cp_commit, cp_wait1, cp_wait0 = X["cp_commit"], X["cp_wait1"], X["cp_wait0"]
     RW = 16 * MT                  # query rows per warp
     NW = B_r // RW
@@ -190,44 +239,55 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
     lay = layout(B_r, B_c, d)
     SH, SW = lay["SH"], lay["SW"]
     QO, KO, VO, LO, KV = lay["QO"], lay["KO"], lay["VO"], lay["LO"], lay["KV"]
-    DW = d // 2                   # words per row in global memory
-    CPR = d // 8                  # 16-byte chunks per row (8 halves, 4 words each)
+    DW = d // 2                   # words per row in global memory (VEC)
+    CPR = d // 8 if VEC else d    # copies per row: 16-byte chunks (8 elements) or elements
     QC, KC = B_r * CPR, B_c * CPR  # chunks per Q_i and per K_j tile
     LQ = -(-QC // THREADS)
     LK = -(-KC // THREADS)
     QDIV = QC % THREADS == 0
     KDIV = KC % THREADS == 0
     NTS = B_c // 8                # key-column fragments of S (4 floats each)
-    NTO = d // 8                  # head-column fragments of O
-    NQF, NSF, NOF = d // 4, B_c // 2, d // 2   # fragment lengths per m-tile (registers)
+    NTO = DP // 8                 # head-column fragments of O
+    NQF, NSF, NOF = DP // 4, B_c // 2, DP // 2   # fragment lengths per m-tile (registers)
     NH = 2 * MT                   # rows per thread: g + 8 h' in each m-tile
-    LQF, LSF, LOF = MT * NQF, MT * NSF, MT * NOF   # whole fragment arrays
+    LQF, LSF, LOF = MT * NQF if QREG else 1, MT * NSF, MT * NOF   # whole fragment arrays
     IQ, IK, IV, IO, IL = T["Q"], T["K"], T["V"], T["O"], T["L"]
     FULL = 0xFFFFFFFF
     LN2_ = np.float32(LN2)
     EIGHT = int64(8)              # elements per 16-byte chunk
+    CW = EIGHT if VEC else int64(1)   # elements per copy
+    ZROWS = B_r + 4 * B_c         # shared rows with padded columns: Qs, then Ks, Vs x 2
     banded = causal or window
+    ALIGN = None if SIM else 16   # the simulator (tests' emulation) takes no alignment
 
     next_tile = active_tile_finder(B_c, banded, has_mask)
 
     @cuda.jit(device=True, inline=True)
-    def issue_kv(smp, kp, vp, kvbase, j, N_k, t, buf):
+    def issue_kv(smp, kp, vp, kvbase, j, N_k, t, buf, smh, kh, vh):
         """Start the asynchronous copies of this thread's chunks of K_j and V_j into
         buffer `buf` (rows past N_k: zeros, not loaded); returns the elements of K it
-        requested from global memory (= of V)."""
+        requested from global memory (= of V). d % 8 != 0: element-wise copies through
+        registers instead (kvbase then in elements, kh, vh, smh 16-bit pointers)."""
         n = int64(0)
         c0 = j * B_c
         for it in range(LK):
             e = t + it * THREADS
             if KDIV or e < KC:
                 c = e // CPR
-                x = (e % CPR) * 4
-                ok = c0 + c < N_k
-                goff = kvbase + (c0 + c) * DW + x
-                cp16(smp, KO + buf * KV + c * SW + x, kp, goff, ok)
-                cp16(smp, VO + buf * KV + c * SW + x, vp, goff, ok)
+                if VEC:
+                    x = (e % CPR) * 4
+                    ok = c0 + c < N_k
+                    goff = kvbase + (c0 + c) * DW + x
+                    cp16(smp, KO + buf * KV + c * SW + x, kp, goff, ok)
+                    cp16(smp, VO + buf * KV + c * SW + x, vp, goff, ok)
+                else:
+                    x = e % CPR
+                    ok = c0 + c < N_k
+                    goff = kvbase + (c0 + c) * d + x
+                    cp2(smh, 2 * (KO + buf * KV + c * SW) + x, kh, goff, ok)
+                    cp2(smh, 2 * (VO + buf * KV + c * SW) + x, vh, goff, ok)
                 if ok:
-                    n += EIGHT
+                    n += CW
         return n
 
     # The online softmax and the final normalisation act on one m-tile (16 rows) at a time:
@@ -311,13 +371,19 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
         g = lane >> 2                                   # fragment row (and g + 8)
         qd = lane & 3                                   # fragment column pair 2 qd, 2 qd + 1
         zk = (z // H) * (H // G) + (z % H) // G         # this head's K/V instance
-        sm = cuda.shared.array(0, uint32, alignment=16)
-        smf = cuda.shared.array(0, float32, alignment=16)
+        sm = cuda.shared.array(0, uint32, alignment=ALIGN)
+        smf = cuda.shared.array(0, float32, alignment=ALIGN)
         smp = ptr(sm)
-        kp = ptr32(k)                                   # fp16 arrays as 4-byte words
+        kp = ptr32(k)                                   # 16-bit arrays as 4-byte words
         vp = ptr32(v)
-        kvbase = int64(zk) * N_k * DW                   # word offset of this head's K, V
-        qf = cuda.local.array(LQF, uint32)         # A fragments of Q_w (fp16 pairs)
+        if VEC:
+            kvbase = int64(zk) * N_k * DW               # word offset of this head's K, V
+        else:
+            kvbase = int64(zk) * N_k * d                # element offset
+        smh = ptr16(sm)
+        kh = ptr16(k)
+        vh = ptr16(v)
+        qf = cuda.local.array(LQF, uint32)         # A fragments of Q_w (16-bit pairs)
         s = cuda.local.array(LSF, float32)         # S_w, then P~_w
         oa = cuda.local.array(LOF, float32)        # O_w accumulators
         m2 = cuda.local.array(NH, float32)              # running max (base 2), rows g, g + 8
@@ -332,27 +398,42 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
         last = r0 + rows - 1
         rw = r0 + RW * w                                # first query row of this warp
         T_c = (N_k + B_c - 1) // B_c
+        # ---- padded columns d .. DP - 1 of every shared row: zeros, never loaded ----
+        if PADC:
+            smz = cuda.shared.array(0, uint16, alignment=ALIGN)
+            for e in range(t, ZROWS * PADC, THREADS):
+                smz[(e // PADC) * SH + d + e % PADC] = uint16(0)
         # ---- copy group 1: Q_i -> Qs (zero rows past N); group 2: the first K_j, V_j ----
         qp = ptr32(q)
-        qbase = (int64(z) * N + r0) * DW
+        qh = ptr16(q)
+        if VEC:
+            qbase = (int64(z) * N + r0) * DW
+        else:
+            qbase = (int64(z) * N + r0) * d
         for it in range(LQ):
             e = t + it * THREADS
             if QDIV or e < QC:
                 r = e // CPR
-                x = (e % CPR) * 4
-                ok = r < rows
-                cp16(smp, QO + r * SW + x, qp, qbase + r * DW + x, ok)
+                if VEC:
+                    x = (e % CPR) * 4
+                    ok = r < rows
+                    cp16(smp, QO + r * SW + x, qp, qbase + r * DW + x, ok)
+                else:
+                    x = e % CPR
+                    ok = r < rows
+                    cp2(smh, 2 * (QO + r * SW) + x, qh, qbase + r * d + x, ok)
                 if count and ok:
-                    nQ += EIGHT
+                    nQ += CW
         cp_commit()
         j = next_tile(0, T_c, r0, last, N_k, lo, hi, mask, i)
         buf = 0
         if j < T_c:
-            nK += issue_kv(smp, kp, vp, kvbase, j, N_k, t, buf)
+            nK += issue_kv(smp, kp, vp, kvbase, j, N_k, t, buf, smh, kh, vh)
         cp_commit()
         cp_wait1()                                      # Q_i has landed (this thread's part)
         cuda.syncthreads()                              # ... and everyone's
-        load_q(ptr(qf), smp, QO + RW * w * SW, SH)
+        if QREG:
+            load_q(ptr(qf), smp, QO + RW * w * SW, SH)
         for h in range(NH):
             m2[h] = NEG_INF
             l2[h] = ZERO
@@ -364,7 +445,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
             # next active tile's copies into the other buffer, in flight during this one
             jn = next_tile(j + 1, T_c, r0, last, N_k, lo, hi, mask, i)
             if jn < T_c:
-                nK += issue_kv(smp, kp, vp, kvbase, jn, N_k, t, 1 - buf)
+                nK += issue_kv(smp, kp, vp, kvbase, jn, N_k, t, 1 - buf, smh, kh, vh)
             cp_commit()
             cp_wait1()                                  # tile j has landed
             cuda.syncthreads()
@@ -375,7 +456,10 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
             c_last = min(c0 + B_c, N_k) - 1
             if not banded or tile_in_band(rw, rw + RW - 1, c0, c_last, lo, hi):
                 # ---- S_w = Q_w K_j^T on the tensor cores (fp32 accumulators) ----
-                qk(ptr(s), ptr(qf), smp, ko, SH)
+                if QREG:
+                    qk(ptr(s), ptr(qf), smp, ko, SH)
+                else:
+                    qk_smem(ptr(s), smp, QO + RW * w * SW, SH, ko, SH)
                 # ---- scale (base 2), mask, online softmax, one m-tile at a time ----
                 # edge: some entry of the warp's 16 MT x B_c tile is past N_k or outside
                 # the band (c - r over it spans c0 - (rw + RW - 1) .. c0 + B_c - 1 - rw)
@@ -384,7 +468,7 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
                 softmax_mtile(s, oa, m2, l2, 0, rw, c0, N_k, lo, hi, edge, scale2, g, qd)
                 if MT > 1:
                     softmax_mtile(s, oa, m2, l2, 1, rw, c0, N_k, lo, hi, edge, scale2, g, qd)
-                # ---- O_w += P~_w V_j on the tensor cores (P rounded to fp16) ----
+                # ---- O_w += P~_w V_j on the tensor cores (P rounded to fp16 / bf16) ----
                 pv(ptr(oa), ptr(s), smp, vo, SH)
             cuda.syncthreads()                          # all done with buffer `buf`
             buf = 1 - buf
@@ -401,14 +485,23 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
         store_o(smp, QO + RW * w * SW, SH, ptr(oa))
         cuda.syncthreads()
         # O_i and L_i leave row by row: consecutive threads store consecutive 16-byte chunks
+        # (the real d columns only: the padded ones are never stored)
         op = ptr32(o)
-        obase = (int64(z) * N + r0) * DW
+        if VEC:
+            obase = (int64(z) * N + r0) * DW
+        else:
+            obase = (int64(z) * N + r0) * d
+        oh = ptr16(o)
         for e in range(t, rows * CPR, THREADS):
             r = e // CPR
-            x = (e % CPR) * 4
-            st16(op, obase + r * DW + x, smp, QO + r * SW + x)
+            if VEC:
+                x = (e % CPR) * 4
+                st16(op, obase + r * DW + x, smp, QO + r * SW + x)
+            else:
+                x = e % CPR
+                st2(oh, obase + r * d + x, smh, 2 * (QO + r * SW) + x)
             if count:
-                nO += EIGHT
+                nO += CW
         for r in range(t, rows, THREADS):
             L[z, r0 + r] = smf[LO + r]
             if count:
@@ -420,40 +513,42 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
             add_count(counters, IO, WRITE, nO)
             add_count(counters, IL, WRITE, nL)
 
-    name = kernel_name("fa2_tc", Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal, window=window,
+    name = kernel_name("fa2_tc", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
                        mask=has_mask,
                        count=count, mt=MT if MT > 1 else False)
     return kernel, name
 
 
-def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False):
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="fp16"):
     """The compiled dispatcher for one specialisation (window: a local window is given,
-    gpu.forward._band)."""
-    err = plan_error(B_r, B_c, d, "fp16", MT)
+    gpu.forward._band; dt: "fp16" or "bf16")."""
+    err = plan_error(B_r, B_c, d, dt, MT)
     if err:
         raise ValueError(f"fa2_tc: {err}")
     return fa2_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                         bool(count), int(MT), bool(window))
+                         bool(count), int(MT), bool(window), str(dt))
 
 
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal, count,
         threads=None, MT=1, N_k=None, window=(-1, -1)):
-    """Launch on 3-D fp16 device views q3, o3 (instances, N, d), k3, v3 (kv instances,
-    N_k, d; N_k default N); writes o3 and L2. Same signature as gpu.forward.fa2.run
+    """Launch on 3-D 16-bit device views q3, o3 (instances, N, d), k3, v3 (kv instances,
+    N_k, d; N_k default N): float16 arrays for dt="fp16", uint16 arrays of the bfloat16
+    bits for dt="bf16"; writes o3 (same kind) and L2. Same signature as gpu.forward.fa2.run
     (threads, if given, must be 2 B_r / MT: one warp per 16 MT query rows)."""
     from .._launch import launch
-    if dt != "fp16":
-        raise ValueError(f"fa2_tc takes fp16 only (got dt={dt!r})")
+    if dt not in DTYPES:
+        raise ValueError(f"fa2_tc: dt={dt!r}; the tensor-core kernel takes {DTYPES}")
     d = q3.shape[2]
     want = threads_per_block(B_r, MT)
     if threads is not None and int(threads) != want:
         raise ValueError(f"fa2_tc runs one warp per {16 * MT} query rows: threads must be "
                          f"{want} for B_r={B_r}, MT={MT} (got threads={threads})")
     for name, arr in (("q", q3), ("k", k3), ("v", v3), ("o", o3)):
+        _tc.check_dtype("fa2_tc", name, arr, dt)
         _tc.check_aligned("fa2_tc", name, arr)
     N_k = N if N_k is None else int(N_k)
     windowed, lo, hi = band_args(N, N_k, causal, window)
-    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, windowed)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, windowed, dt)
     T_r = -(-N // B_r)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_r, q3.shape[0]), want, layout(B_r, B_c, d)["bytes"],
@@ -462,25 +557,26 @@ def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, cau
 
 
 def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1,
-               cc=(9, 0), window=False) -> str:
+               cc=(9, 0), window=False, dt="fp16") -> str:
     """The PTX of one specialisation after link-time optimisation with its C++ functions,
     built without a GPU (Numba's NVVM, NVRTC and nvJitLink only): what runs, for
     inspection. A correct build has the tile functions inlined (no `call`), its fragments
     in registers (no `.local`), mma.sync and ldmatrix, and no float64 (tests/test_gpu_tc.py
     checks these; ptxas -v on it reports registers and spills). Uses numba-cuda's internal
     compile entry point (numba-cuda 0.30.4); the PTX .version is nvJitLink's."""
-    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, window),
-                          signature(), cc)
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, window, dt),
+                          signature(dt), cc)
 
 
-def signature():
-    """Argument types of the kernel (for compiling without a GPU)."""
+def signature(dt="fp16"):
+    """Argument types of the kernel (for compiling without a GPU): 16-bit arrays as dt
+    arrives (gpu._tc.ARRAY_DTYPES)."""
     from numba.cuda import types as nb
-    W = nb.Array(nb.float16, 3, "C")
+    W = _tc.array_type(dt)
     return (W, W, W, W, nb.Array(nb.float32, 2, "C"), nb.float32, nb.int64, nb.int64,
             nb.int64, nb.int64, nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"),
             nb.Array(nb.int64, 2, "C"))
 
 
-__all__ = ["layout", "plan_error", "supports", "externs", "fa2_tc_kernel", "get_kernel",
+__all__ = ["DTYPES", "D_MAX", "padded", "layout", "plan_error", "supports", "externs", "fa2_tc_kernel", "get_kernel",
            "run", "linked_ptx", "signature"]
