@@ -544,3 +544,25 @@ def test_gpu_torch_bf16_every_algorithm_counts_and_autograd():
     assert out.dtype == torch.bfloat16 and qs.grad.dtype == torch.bfloat16
     refg = iosim.reference_attention_backward(h(q), h(k), h(v), h(do), causal=True)
     assert rel_err(h(qs.grad), refg[0]) < 2e-2
+
+
+@pytest.mark.parametrize("dt", ["fp16", "bf16"])
+def test_fast_pre_pass_reads_the_stored_dtype(dt):
+    """The pre-pass the tensor-core fa2 backward runs first (gpu.backward.fa2_fast.run_pre):
+    D = rowsum(dO o O) from O, dO as stored (bf16: uint16 bits, widened, not converted as
+    integers), dQacc zeroed; in float32 against float64 of the stored values."""
+    from gpu.backward import fa2_fast
+    from gpu.backward.flash import BW_TENSORS
+    rng = np.random.default_rng(3)
+    I, N, d = 3, 37, 24
+    npdt = BF16 if dt == "bf16" else np.float16
+    o, do = (rng.standard_normal((I, N, d)).astype(npdt) for _ in range(2))
+    bits = (lambda x: x.view(np.uint16)) if dt == "bf16" else (lambda x: x)
+    D2 = cuda.to_device(np.full((I, N), np.nan, np.float32))
+    acc = cuda.to_device(np.full((I, N, d), np.nan, np.float32))
+    counters = cuda.to_device(np.zeros((len(BW_TENSORS), 2), np.int64))
+    fa2_fast.run_pre(cuda.to_device(bits(o)), cuda.to_device(bits(do)), D2, acc, N, counters,
+                     dt=dt, count=True, threads=32)
+    want = (o.astype(np.float64) * do.astype(np.float64)).sum(-1)
+    np.testing.assert_allclose(D2.copy_to_host(), want, rtol=1e-5, atol=1e-5)
+    assert (acc.copy_to_host() == 0).all()

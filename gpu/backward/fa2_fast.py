@@ -124,7 +124,7 @@ from numba import cuda, float32, int64
 from ..forward.fa2_fast import (ALIGN, IMASK, TC_CHOICES, W, _pad_ps, _stride,
                                pair_row_loader, pair_tile_loader)
 from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask,
-                       jit_options, kernel_name, specialisation)
+                       jit_options, kernel_name, loader, specialisation)
 
 #: Largest side of the phase-A register tiles (S and dP are RA x CA each).
 MAX_R = 8
@@ -295,6 +295,7 @@ def fa2_pre_fast_kernel(d, dt, count, threads, shfl, rpw):
     XL = -(-d // 32)               # elements of a row per lane
     XDIV = d % 32 == 0
     FULL = 0xFFFFFFFF
+    ldx = loader(dt)               # element -> float32 (bf16: its uint16 bits widened)
 
     def kernel(o, do, D, dqacc, N, counters):
         z = cuda.blockIdx.y
@@ -314,7 +315,7 @@ def fa2_pre_fast_kernel(d, dt, count, threads, shfl, rpw):
                 for u in range(XL):
                     x = lane + 32 * u
                     if XDIV or x < d:
-                        acc += float32(do[z, r0 + r, x]) * float32(o[z, r0 + r, x])
+                        acc += ldx(do[z, r0 + r, x]) * ldx(o[z, r0 + r, x])
                         if count:
                             nO += 1
             if shfl:
