@@ -41,7 +41,10 @@ NAME = "fig12_runtime_validation"
 
 FAMILY_COLORS = {"fa2_tc": "#2ca02c", "fa2_fast": "#17becf", "fa2_plain": "#bcbd22",
                  "fa1": "#1f77b4", "standard": "#d62728", "fa2_bwd": "#9467bd",
-                 "standard_bwd": "#8c564b"}
+                 "standard_bwd": "#8c564b", "fa1_tc": "#aec7e8", "standard_tc": "#ff9896",
+                 "fa2_bwd_tc": "#c5b0d5", "fa2_bwd_fast": "#e377c2",
+                 "standard_bwd_tc": "#c49c94", "fa1_fast": "#393b79",
+                 "standard_fast": "#7f7f7f"}
 #: (device preset, split) -> (marker, filled)
 CLASSES = {("H100-SXM", "fit"): ("o", True), ("H100-SXM", "heldout"): ("o", False),
            ("H100-SXM", "cv"): ("o", False), ("H100-SXM", "blind"): ("s", True),
@@ -204,6 +207,10 @@ def _stat_line(data):
             what = "held out" if data["stats"].get((g, "heldout")) else "cross-validated"
             parts.append(f"{g.split('-')[0]} {what} ({s['n']}): |error| median "
                          f"{100 * s['median_abs']:.1f} %, worst {100 * s['worst_abs']:.0f} %")
+    s = data["stats"].get(("H100-SXM", "blind"))
+    if s:
+        parts.append(f"H100 blind, frozen predictions ({s['n']}): |error| median "
+                     f"{100 * s['median_abs']:.1f} %, worst {100 * s['worst_abs']:.0f} %")
     return "\n".join(parts)
 
 
