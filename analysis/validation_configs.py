@@ -217,6 +217,18 @@ LEVELS_BLIND = [dict(c, split="blind") for c in [
 ]]
 
 
+#: The fp32 fast standard and fa1 forward (the default fp32 kernels), whose L2 plans were
+#: added with the L2 model v3 (frozen c9b0b77) but never measured under Nsight Compute:
+#: declared 2026-11-25 (fifth session) before measuring, with the model unchanged since.
+LEVELS_FP32_FAST = [dict(c, split="blind") for c in [
+    cfg(F, "standard", "fast", "fp32", 1, 16, 4 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 8, 4 * K, 128, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 16, 4 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 64, 2 * K, 64, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 16, 8 * K, 64),
+]]
+
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -300,7 +312,7 @@ def levels_split(c: dict) -> str:
 
 SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
         "variants": FAST_VARIANTS, "runtime_blind": RUNTIME_BLIND,
-        "levels_blind": LEVELS_BLIND}
+        "levels_blind": LEVELS_BLIND, "levels_fp32_fast": LEVELS_FP32_FAST}
 
 
 def family_of(c: dict) -> str:
