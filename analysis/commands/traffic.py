@@ -241,14 +241,13 @@ def levels_main(args, problem) -> int:
     tiling = None if args.block_rows is None else Tiling(args.block_rows, args.block_cols)
     lv = levels(args.algorithm, problem, gpu, pass_=args.pass_, kernel=args.kernel,
                 tiling=tiling, grid_order=args.grid_order)
-    from analysis.levels import NOT_VALIDATED
-    if (args.algorithm, args.pass_, lv["kernel"]) in NOT_VALIDATED:
-        t = None                # the time model has no constants for these kernels yet
-        lv["warnings"].append(f"no predicted time: the time model (analysis.runtime) has no "
-                              f"constants for the {args.algorithm} {args.pass_} "
-                              f"'{lv['kernel']}' kernels yet")
-    else:
+    try:
         t = predict(args.algorithm, problem, gpu, levels_result=lv)
+    except ValueError as exc:   # a kernel the time model has no family (constants) for
+        t = None
+        lv["warnings"].append(f"no predicted time: the time model (analysis.runtime) cannot "
+                              f"predict the {args.algorithm} {args.pass_} '{lv['kernel']}' "
+                              f"kernels: {exc}")
     out = dict(lv, predicted_ms=t["predicted_ms"] if t else None, time=t)
     if args.json:
         print(json.dumps(out, indent=2, default=float))
