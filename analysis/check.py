@@ -906,14 +906,18 @@ def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
                use_torch: bool | None = None, repeats: int = 3,
                on_row: Callable[[dict], None] | None = None,
                on_case: Callable[[int, int, str], None] | None = None,
-               shard: tuple[int, int] | None = None) -> dict:
+               shard: tuple[int, int] | None = None,
+               done_rows: list[dict] | None = None) -> dict:
     """Run the checks of `suites` in `mode` and return the result:
     {kind: "check", mode, device, versions, date, commit, reference, suites, skipped:
     [{suite, reason}], shard, rows: [...], n_rows, n_passed, n_failed, n_refused, ok}.
     Each row carries suite, name, status (pass / fail / refused), ok, failures; `ok` of
     the result: no row failed (refused rows are counted in n_refused, not as failures).
     shard=(i, n): only shard i of n (`shard_plan`). on_row(row) is called as each row is
-    made; on_case(done, total, name) after each configuration (progress)."""
+    made; on_case(done, total, name) after each configuration (progress). done_rows: rows
+    an interrupted run of the same plan already made (each carries `case`, the name of the
+    configuration that made it): those configurations are not run again and their rows
+    are part of the result."""
     global _T
     from gpu import _launch
     if mode != "sim" and _launch.SIM:
@@ -938,13 +942,15 @@ def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
     if shard is not None:
         cases = shard_plan(cases, *shard)
     total = len(cases)
-    rows = []
+    rows = list(done_rows or [])
+    done = {r.get("case") for r in rows}
     t_start = time.perf_counter()
     from gpu import api as _api
     poison_before = _api.set_poison(True)   # validation: unwritten elements show as NaN
 
     def add(row):
         row.setdefault("status", "pass" if row["ok"] else "fail")
+        row["case"] = case
         rows.append(row)
         if on_row:
             on_row(row)
@@ -952,6 +958,11 @@ def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
     try:
         for i, (suite, cfg) in enumerate(cases):
             t0 = time.perf_counter()
+            case = case_name(suite, cfg)
+            if case in done:             # made by the interrupted run: kept, not rerun
+                if on_case:
+                    on_case(i + 1, total, case)
+                continue
             if suite == "forward":
                 name = forward_name(cfg)
                 try:
@@ -986,7 +997,7 @@ def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
                 if _T is not None:
                     _T.cuda.empty_cache()
             else:
-                name = f"backward N={cfg['N']} {cfg['dtype']}{' causal' if cfg['causal'] else ''}"
+                name = case
                 try:
                     made = check_backward(cfg, repeats=repeats)
                 except Exception as exc:
@@ -1020,6 +1031,18 @@ def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
                                      "same dtype + 1e-5 (without torch: 2 x the storage "
                                      "rounding model + 1e-5), x in O, dQ, dK, dV"},
             "rows": rows, "total_s": round(time.perf_counter() - t_start, 1)})
+
+
+def case_name(suite: str, cfg: dict) -> str:
+    """The name of one configuration of a plan (its rows carry it as `case`)."""
+    if suite == "forward":
+        return forward_name(cfg)
+    if suite == "tc":
+        return tc_name(cfg)
+    if suite == "variants":
+        from analysis import check_variants
+        return check_variants.name(cfg)
+    return f"backward N={cfg['N']} {cfg['dtype']}{' causal' if cfg['causal'] else ''}"
 
 
 def finish_result(result: dict) -> dict:

@@ -222,3 +222,37 @@ def test_kernel_of_reads_the_launches():
     assert V.kernel_of([pre, (k("gpu.backward.fa2_fast", "fa2_bwd_fast_Br64"),)]) == "fast"
     assert V.kernel_of([pre, (k("gpu.backward.flash", "fa2_bwd_Br16"),)]) == "plain"
     assert V.kernel_of([(k("gpu.forward.fa2", "fa2_fwd_Br64"),)]) == "plain"
+
+
+def test_an_interrupted_run_resumes_with_its_rows(tmp_path, monkeypatch, capsys):
+    """Each row is appended to PATH.rows.jsonl as it is made; a run killed after 3 rows
+    resumes with --resume: the 3 rows are kept, only the other configurations run, the
+    result holds every row once; a rows file of another plan is refused."""
+    _sim()
+    calls = []
+
+    def fake(cfg, T=None):
+        calls.append(V.name(cfg))
+        if len(calls) == 4 and not resumed:
+            raise KeyboardInterrupt            # the run is killed while on its 4th row
+        return {"ok": True, "status": "pass", "err": {}, "bound": {}, "d": cfg["d"],
+                "dtype": cfg["dtype"]}
+    monkeypatch.setattr(V, "check", fake)
+    out = tmp_path / "v.json"
+    resumed = False
+    with pytest.raises(KeyboardInterrupt):
+        cli(["check", "--suite", "variants", "--json", str(out)])
+    rows_file = tmp_path / "v.json.rows.jsonl"
+    assert not out.exists() and len(rows_file.read_text().splitlines()) == 1 + 3
+    first = calls[:3]
+    resumed, calls[:] = True, []
+    assert cli(["check", "--suite", "variants", "--json", str(out), "--resume"]) == 0
+    data = json.loads(out.read_text())
+    n = len(V.SIM_ROWS)
+    assert len(calls) == n - 3 and not set(calls) & set(first)
+    assert data["n_rows"] == n and sorted(r["case"] for r in data["rows"]) == sorted(first + calls)
+    assert not rows_file.exists()                        # removed once the JSON is written
+    capsys.readouterr()
+    rows_file.write_text(json.dumps({"plan": {"mode": "full"}}) + "\n")
+    assert cli(["check", "--suite", "variants", "--json", str(out), "--resume"]) == 2
+    assert "another plan" in capsys.readouterr().err

@@ -63,7 +63,13 @@ def register(sub):
     p.add_argument("--algorithms", default="standard,fa1,fa2", metavar="A,...",
                    help="comma-separated algorithms whose configurations run (default: "
                         "standard,fa1,fa2; the tc suite is fa2's)")
-    p.add_argument("--json", default=None, metavar="PATH", help="write the result as JSON")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help="write the result as JSON; while the checks run, each row is also "
+                        "appended to PATH.rows.jsonl as it is made (removed once PATH is "
+                        "written)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --json: keep the rows of an interrupted run of the same plan "
+                        "(PATH.rows.jsonl) and run only the configurations it had not done")
     p.add_argument("--no-torch", action="store_true",
                    help="NumPy float64 reference and no PyTorch kernels, even if torch is there")
     p.add_argument("--repeats", type=int, default=3,
@@ -228,12 +234,34 @@ def _checks(args, suites, has_gpu, shard=None) -> int:
     total = len(cases)
     bar = Progress(total, "check")
     lines = []
+    rows_path = Path(args.json + ".rows.jsonl") if args.json else None
+    head = {"plan": {"mode": mode, "suites": list(suites), "algorithms": list(algs),
+                     "shard": list(shard) if shard else None}}
+    done_rows = []
+    if args.resume:
+        if rows_path is None:
+            return _err("--resume needs --json PATH (the interrupted run's rows are in "
+                        "PATH.rows.jsonl)")
+        if rows_path.exists():
+            got = [json.loads(ln) for ln in rows_path.read_text().splitlines() if ln.strip()]
+            if not got or got[0] != head:
+                return _err(f"--resume: {rows_path} holds rows of another plan "
+                            f"({got[0] if got else 'no header'}); allowed: the same mode, "
+                            f"suites, algorithms and shard as {head['plan']}")
+            done_rows = got[1:]
+            print(f"flashsim check: resuming with {len(done_rows)} rows from {rows_path}")
+    if rows_path is not None and not done_rows:
+        rows_path.parent.mkdir(parents=True, exist_ok=True)
+        rows_path.write_text(json.dumps(head) + "\n")
 
     def on_row(row):
         line = (f"{row['status'].upper():<7} {row['suite']:<8} {row['name']:<46} "
                 f"{C.summary(row)}")
         lines.append(line)
         bar.write(line)
+        if rows_path is not None:          # each row as it is made: a killed run resumes
+            with open(rows_path, "a") as f:
+                f.write(json.dumps(row, default=str) + "\n")
 
     print(f"flashsim check ({mode}): {total} configurations of {', '.join(suites)}"
           + (f" (shard {shard[0]}/{shard[1]})" if shard else ""))
@@ -242,10 +270,13 @@ def _checks(args, suites, has_gpu, shard=None) -> int:
                               use_torch=False if args.no_torch else None,
                               repeats=args.repeats, on_row=on_row,
                               on_case=lambda done, tot, name: bar.set(done, name),
-                              shard=shard)
+                              shard=shard, done_rows=done_rows)
     for s in result["skipped"]:
         print(f"SKIP {s['suite']}: {s['reason']}")
-    return _report(args, result)
+    status = _report(args, result)
+    if rows_path is not None and Path(args.json).exists():
+        rows_path.unlink(missing_ok=True)
+    return status
 
 
 def _record(result, run_id=None) -> None:
