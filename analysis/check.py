@@ -1197,6 +1197,10 @@ def ptx_check(quick: bool = False, out=print) -> list[str]:
                       (standard.softmax_kernel(128, 128, causal, True, count, 256, False,
                                                False, True), standard_fast.signatures(dt)[
                                                    "softmax"]),
+                      # the dense rows' flat sweep (no band, no mask: FLAT)
+                      (standard.softmax_kernel(128, 128, False, False, count, 256, False,
+                                               False, True), standard_fast.signatures(dt)[
+                                                   "softmax"]),
                       (fa1_fast.fa1_fast_kernel(128, 64, 64, dt, causal, False, True, count,
                                                 256, True), fa1_fast.signature(dt)),
                       (fa2_varlen.fa2_varlen_kernel(64, 64, 64, dt, causal, count, 128),
