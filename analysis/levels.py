@@ -90,9 +90,8 @@ REGISTERS = {
 #: 2026-11-25-h100-levels-fp32-fast), measured after their plans were frozen.
 FEW_ROWS = {
     ("fa1", "fwd", "fast"): "3 passes measured: DRAM inside the bound in 2 (writes up to +17 %)",
-    ("standard", "fwd", "fast"): "2 passes measured, DRAM inside the bound in both; its S "
-                                 "stores fill partial 32-byte sectors, so L2 write sectors "
-                                 "were 2.3x the bytes this model counts at d = 64"}
+    ("standard", "fwd", "fast"): "2 passes measured (before and after the softmax's P "
+                                 "stores were coalesced), DRAM inside the bound in all"}
 #: Kernels that spill registers to local memory: (prefix, B_r, B_c[, d]) -> bytes of
 #: local-memory loads per thread per K/V tile. fa2_fast: ptxas -v's spill loads (88 and
 #: 500 bytes at d = 64 and 128), which Nsight Compute's local loads matched (88 and 388 per
