@@ -166,21 +166,6 @@ def name(cfg) -> str:
 # ---------------------------------------------------------------------------------------
 # one row
 # ---------------------------------------------------------------------------------------
-class Refused(Exception):
-    """gpu.attention / attention_backward refused the input with a ValueError."""
-
-
-def _np_dtype(dtype):
-    if dtype == "bf16":
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise Refused("bf16 NumPy arrays need the ml_dtypes package, not installed") \
-                from None
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype({"fp16": np.float16, "fp32": np.float32}[dtype])
-
-
 def _inputs(cfg, T):
     """q, k, v, dO in the row's dtype (torch CUDA tensors with torch T, else NumPy)."""
     B, H, Hk, Nq, Nk, d = (cfg[x] for x in ("batch", "heads", "kv_heads", "N_q", "N_k", "d"))
@@ -190,7 +175,7 @@ def _inputs(cfg, T):
         dt = {"fp16": T.float16, "bf16": T.bfloat16, "fp32": T.float32}[cfg["dtype"]]
         g = T.Generator(device="cuda").manual_seed(seed)
         return [T.randn(s, generator=g, device="cuda", dtype=T.float32).to(dt) for s in shapes]
-    npdt = _np_dtype(cfg["dtype"])
+    npdt = iosim.problem.DTYPES[cfg["dtype"]]
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(s, dtype=np.float32).astype(npdt) for s in shapes]
 
@@ -321,10 +306,7 @@ def check(cfg: dict, T=None) -> dict:
         row["row_s"] = round(time.perf_counter() - t0, 2)
         return row
 
-    try:
-        q, k, v, do = _inputs(cfg, T)
-    except Refused as exc:
-        return finish("refused", f"inputs: {exc}")
+    q, k, v, do = _inputs(cfg, T)
     # -- forward ---------------------------------------------------------------------
     try:
         with _launch.recording() as rec:

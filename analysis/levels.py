@@ -829,21 +829,31 @@ def within(pred: float, meas: float, rel: float = 0.15, floor: float = 16e6) -> 
 GPU_OF_DEVICE = {"NVIDIA H100 80GB HBM3": "H100-SXM", "NVIDIA H200": "H200"}
 
 
+#: the byte counts a levels prediction is compared on (bytes, whole pass)
+LEVEL_KEYS = ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes", "l2_write_bytes")
+
+
+def errors(pred: dict, measured: dict) -> tuple[dict, dict]:
+    """(relative error of each LEVEL_KEYS count, None where nothing was measured; whether
+    DRAM reads and writes are inside the bound, `within`)."""
+    err = {k: (pred[k] - measured[k]) / measured[k] if measured[k] else None
+           for k in LEVEL_KEYS}
+    ok = {k: within(pred[k], measured[k]) for k in ("dram_read_bytes", "dram_write_bytes")}
+    return err, ok
+
+
 def compare(rows, model: L2Model | None = None):
-    """[(row, prediction, errors)] for measured levels rows (status ok)."""
+    """[(row, prediction, errors, inside the bound)] for measured levels rows (status ok)."""
     out = []
     for r in rows:
         if r.get("status") != "ok":
             continue
         gpu = GPU_OF_DEVICE.get(r["device"], "H100-SXM")
         pred = predict_row(r["config"], gpu, model)
-        m = r["measured"]
-        err = {k: (pred[k] - m[k]) / m[k] if m[k] else None
-               for k in ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes", "l2_write_bytes")}
-        ok = {k: within(pred[k], m[k]) for k in ("dram_read_bytes", "dram_write_bytes")}
-        out.append((r, pred, err, ok))
+        out.append((r, pred, *errors(pred, r["measured"])))
     return out
 
 
 __all__ = ["Launch", "Plan", "kernel_plan", "levels", "occupancy", "compare", "predict_row",
-           "within", "FITTED", "FITTED_V2", "TC_CPASYNC_SECTOR_FACTOR", "REGISTERS", "FEW_ROWS"]
+           "within", "errors", "LEVEL_KEYS", "FITTED", "FITTED_V2", "TC_CPASYNC_SECTOR_FACTOR",
+           "REGISTERS", "FEW_ROWS"]

@@ -43,7 +43,12 @@ def model_version() -> str:
 
 
 def _write(kind: str, rows: list[dict], data=None) -> Path:
-    path = results.path_of(kind, data)
+    return _write_jsonl(results.path_of(kind, data), rows)
+
+
+def _write_jsonl(path, rows: list[dict]) -> Path:
+    """Validated rows to `path` as JSON lines, replacing it whole (through a temporary)."""
+    path = Path(path)
     for r in rows:
         results.validate(r)
     tmp = path.with_suffix(".tmp")
@@ -62,7 +67,7 @@ def _stats(errs):
 
 # ---------------------------------------------------------------------------------------
 def levels_rows(model=None, data=None) -> list[dict]:
-    from analysis.levels import FITTED, GPU_OF_DEVICE, compare
+    from analysis.levels import FITTED, GPU_OF_DEVICE, LEVEL_KEYS, compare
     model = model or FITTED
     meas = [r for r in results.load("levels_measurement", data=data) if r.get("status") == "ok"]
     version = model_version()
@@ -80,11 +85,9 @@ def levels_rows(model=None, data=None) -> list[dict]:
             split=split, gpu_preset=p["gpu"], kernel=p["kernel"],
             tiling=[p["block_rows"], p["block_cols"]], model_version=version,
             l2_model=p["l2_model"], warnings=p["warnings"],
-            measured={k: m[k] for k in ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes",
-                                        "l2_write_bytes")},
-            predicted={k: p[k] for k in ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes",
-                                         "l2_write_bytes", "requested_read_bytes",
-                                         "requested_write_bytes")},
+            measured={k: m[k] for k in LEVEL_KEYS},
+            predicted={k: p[k] for k in LEVEL_KEYS + ("requested_read_bytes",
+                                                      "requested_write_bytes")},
             rel_error=err, within_bound=ok))
     return out
 
@@ -115,7 +118,6 @@ def levels_summary(rows) -> list[dict]:
 # written before the measured rows are read, then scored against them
 # ---------------------------------------------------------------------------------------
 LEVELS_BLIND_PREDICTIONS = ROOT / "benchmarks" / "results" / "runs" / "levels-blind-predictions" / "predictions.json"
-LEVEL_KEYS = ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes", "l2_write_bytes")
 
 
 def levels_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
@@ -125,8 +127,7 @@ def levels_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
     the device) and the pass's DRAM / L2 bytes. With the frozen commit (git HEAD, which
     must be clean: the model's code and constants committed) and the model version."""
     import datetime as _dt
-    from analysis.levels import FITTED, predict_row
-    from analysis.validation_configs import LEVELS_BLIND
+    from analysis.levels import FITTED, LEVEL_KEYS, predict_row
     model = model or FITTED
     commit = results.current_commit()
     if commit is None or commit.endswith("+dirty"):
@@ -161,7 +162,7 @@ def levels_blind_rows(measured: list[dict], frozen: dict) -> list[dict]:
     """levels_validation-style rows (split "blind") joining measured counter rows
     (analysis.hwmeasure's format: config.id, measured.{dram,l2}_{read,write}_bytes; rows
     with an error or a status other than ok are skipped) with the frozen predictions."""
-    from analysis.levels import within
+    from analysis.levels import LEVEL_KEYS, errors
     by_id = {p["id"]: p for p in frozen["predictions"]}
     out = []
     for r in measured:
@@ -173,8 +174,7 @@ def levels_blind_rows(measured: list[dict], frozen: dict) -> list[dict]:
         p = by_id[cid]
         m = {k: float(r["measured"][k]) for k in LEVEL_KEYS}
         pr = p["predicted"]
-        err = {k: (pr[k] - m[k]) / m[k] if m[k] else None for k in LEVEL_KEYS}
-        ok = {k: within(pr[k], m[k]) for k in ("dram_read_bytes", "dram_write_bytes")}
+        err, ok = errors(pr, m)
         out.append(results.make_row(
             "levels_validation", run_id=r.get("run_id", "blind"), device=r.get("device", "?"),
             date=r.get("date", "?"), commit=r.get("commit"), versions=r.get("versions", {}),
@@ -220,12 +220,7 @@ def levels_blind(measured_path, predictions_path=LEVELS_BLIND_PREDICTIONS, out=N
           f"preset {frozen['gpu_preset']}")
     print(format_levels_blind(rows, len(frozen["predictions"])))
     if out:
-        for r in rows:
-            results.validate(r)
-        with open(out, "w") as f:
-            for r in rows:
-                f.write(json.dumps(r, default=float, allow_nan=False) + "\n")
-        print(f"wrote {len(rows)} rows to {out}")
+        print(f"wrote {len(rows)} rows to {_write_jsonl(out, rows)}")
     return rows
 
 

@@ -416,7 +416,7 @@ def test_levels_blind_predictions_and_scorer(tmp_path):
     assert ok.returncode == 0
     meas = []
     for i, p in enumerate(frozen["predictions"][:3]):
-        m = {k: p["predicted"][k] * (1.2 if i == 1 else 1.0) for k in V.LEVEL_KEYS}
+        m = {k: p["predicted"][k] * (1.2 if i == 1 else 1.0) for k in L.LEVEL_KEYS}
         meas.append({"config": p["config"], "measured": m, "run_id": "r", "device": "d",
                      "date": "x", "commit": "c", "versions": {}})
     meas.append({"config": frozen["predictions"][3]["config"], "error": "failed"})
