@@ -229,6 +229,95 @@ LEVELS_FP32_FAST = [dict(c, split="blind") for c in [
 ]]
 
 
+#: Second blind sets, declared 2026-11-25 (sixth session) before any of them was measured
+#: and before either model was changed that session; same rules as RUNTIME_BLIND (never
+#: fitted on, never used to choose a form; each model frozen and its predictions committed
+#: before the measured rows are read). Shapes not in any earlier set. RUNTIME_BLIND2 covers
+#: every default kernel family (and the plain fa2 forward and backward), including the fp32
+#: fast standard and fa1 forward that the time model could not predict when declared.
+RUNTIME_BLIND2 = [dict(c, split="blind") for c in [
+    # fa2 forward, tensor cores
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 12 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 2, 32, 4 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 24 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 3, 16, 6 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 40, 8 * K, 64, kv_heads=8, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 32, 8, 1 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 48 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 2, 8, 16 * K, 64, tiles=(64, 128)),
+    # fa2 forward, fast fp32
+    cfg(F, "fa2", "fast", "fp32", 1, 24, 4 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 12 * K, 64, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 2, 8, 6 * K, 128),
+    cfg(F, "fa2", "fast", "fp32", 4, 16, 2 * K, 128, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 1, 48, 4 * K, 64, kv_heads=16),
+    # fa2 forward, plain
+    cfg(F, "fa2", "plain", "fp32", 1, 32, 2 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp16", 2, 16, 3 * K, 64, causal=True, tiles=(32, 32)),
+    cfg(F, "fa2", "plain", "fp32", 8, 8, 1 * K, 64, causal=True, tiles=(64, 64)),
+    # fa1 forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "fa1", "tc", "fp16", 1, 48, 4 * K, 64, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 4, 16, 4 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 1, 24, 12 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 2, 64, 1 * K, 128, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 32, 4 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 2, 16, 2 * K, 128, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 128, 1 * K, 64),
+    # standard forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "standard", "tc", "fp16", 1, 24, 4 * K, 128),
+    cfg(F, "standard", "tc", "fp16", 1, 16, 6 * K, 64, causal=True),
+    cfg(F, "standard", "tc", "fp16", 8, 16, 1 * K, 128, causal=True),
+    cfg(F, "standard", "tc", "fp16", 1, 32, 3 * K, 64, kv_heads=8),
+    cfg(F, "standard", "fast", "fp32", 1, 16, 2 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 2, 8, 4 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 8, 3 * K, 128),
+    # fa2 backward: tensor cores (fp16), fast (fp32), plain
+    cfg(B, "fa2", "tc", "fp16", 1, 24, 6 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 12 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 8, 16, 1 * K, 64, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 2, 32, 3 * K, 128),
+    cfg(B, "fa2", "tc", "fp16", 1, 48, 4 * K, 64, kv_heads=8, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 24, 4 * K, 64, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 2, 16, 3 * K, 128),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 12 * K, 64),
+    cfg(B, "fa2", "fast", "fp32", 4, 8, 2 * K, 64, kv_heads=2),
+    cfg(B, "fa2", "plain", "fp32", 1, 8, 4 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp16", 1, 16, 3 * K, 64),
+    cfg(B, "fa2", "plain", "fp32", 2, 16, 1 * K, 128),
+    # standard backward: tensor cores (fp16), plain (fp32)
+    cfg(B, "standard", "tc", "fp16", 1, 24, 3 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 2, 8, 6 * K, 64, causal=True),
+    cfg(B, "standard", "tc", "fp16", 4, 16, 1 * K, 128),
+    cfg(B, "standard", "default", "fp32", 1, 16, 3 * K, 64),
+    cfg(B, "standard", "default", "fp32", 2, 8, 2 * K, 64, causal=True),
+]]
+
+#: The hierarchy model's second blind set (same rules): the regimes still outside the
+#: bound after LEVELS_BLIND (fa2's K/V re-read regime over N, heads, d and grouped K/V;
+#: fa1 near a 35 MB working set; the plain fa2's writes) and a cover of the other default
+#: kernels, at shapes not measured before.
+LEVELS_BLIND2 = [dict(c, split="blind") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 48 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 80 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 48 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 24, 32 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 48, 24 * K, 64, kv_heads=8),
+    cfg(F, "fa2", "tc", "fp16", 2, 16, 24 * K, 128, kv_heads=4),
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 24 * K, 64),
+    cfg(F, "fa2", "plain", "fp32", 1, 16, 8 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa1", "tc", "fp16", 1, 48, 4 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 32, 8 * K, 64),
+    cfg(F, "fa1", "default", "fp16", 1, 96, 2 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 32, 4 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 24, 4 * K, 128),
+    cfg(F, "standard", "fast", "fp32", 1, 16, 2 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 24, 12 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 24 * K, 64, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 24, 6 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 1, 16, 3 * K, 64),
+]]
+
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -312,7 +401,8 @@ def levels_split(c: dict) -> str:
 
 SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
         "variants": FAST_VARIANTS, "runtime_blind": RUNTIME_BLIND,
-        "levels_blind": LEVELS_BLIND, "levels_fp32_fast": LEVELS_FP32_FAST}
+        "levels_blind": LEVELS_BLIND, "levels_fp32_fast": LEVELS_FP32_FAST,
+        "runtime_blind2": RUNTIME_BLIND2, "levels_blind2": LEVELS_BLIND2}
 
 
 def family_of(c: dict) -> str:
@@ -326,4 +416,4 @@ def family_of(c: dict) -> str:
     return c["algorithm"] + ("_bwd" if c["pass"] == "bwd" else "") + newer
 
 
-__all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+__all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME_BLIND2", "LEVELS_BLIND2", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
