@@ -20,13 +20,28 @@ from pathlib import Path
 import numpy as np
 
 from analysis import results
-from analysis.validation_configs import (LEVELS_BLIND, LEVELS_FP32_FAST, LEVELS_NEW, RUNTIME,
+from analysis.validation_configs import (LEVELS_BLIND, LEVELS_BLIND2, LEVELS_FP32_FAST,
+                                         LEVELS_NEW, RUNTIME, RUNTIME_BLIND, RUNTIME_BLIND2,
                                          family_of, levels_split)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: measured after the L2 model was frozen (c9b0b77) and never fitted on: the blind set and
 #: the fp32 fast forward kernels' first Nsight Compute rows
 BLIND_IDS = {c["id"] for c in LEVELS_BLIND + LEVELS_FP32_FAST}
+#: the second blind set (declared in the sixth session, scored against the L2 model frozen
+#: then): split "blind2", never pooled with the first set's rows
+BLIND2_IDS = {c["id"] for c in LEVELS_BLIND2}
+RUNS = ROOT / "benchmarks" / "results" / "runs"
+#: each blind set: (its configurations, the split its scored rows carry, the frozen
+#: predictions file)
+LEVELS_BLIND_SETS = {
+    "levels_blind": (LEVELS_BLIND, "blind", RUNS / "levels-blind-predictions" / "predictions.json"),
+    "levels_blind2": (LEVELS_BLIND2, "blind2", RUNS / "levels-blind2-predictions" / "predictions.json")}
+RUNTIME_BLIND_SETS = {
+    "runtime_blind": (RUNTIME_BLIND, "blind", RUNS / "runtime-blind-predictions" / "predictions.json"),
+    "runtime_blind2": (RUNTIME_BLIND2, "blind2",
+                       RUNS / "runtime-blind2-predictions" / "predictions.json")}
+BLIND_SPLITS = ("blind", "blind2")
 
 
 def model_version() -> str:
@@ -76,6 +91,8 @@ def levels_rows(model=None, data=None) -> list[dict]:
         c = r["config"]
         if c["id"] in BLIND_IDS:     # LEVELS_BLIND: never fitted on (see levels_blind)
             split = "blind"
+        elif c["id"] in BLIND2_IDS:
+            split = "blind2"
         else:
             split = levels_split(c) if GPU_OF_DEVICE.get(r["device"]) == "H100-SXM" else "heldout"
         m = r["measured"]
@@ -97,7 +114,7 @@ def levels_summary(rows) -> list[dict]:
     writes, and how many rows are inside the bound (15 % or 16 MB)."""
     out = []
     for dev in sorted({r["device"] for r in rows}):
-        for split in ("fit", "heldout", "blind", "all"):
+        for split in ("fit", "heldout") + BLIND_SPLITS + ("all",):
             sel = [r for r in rows if r["device"] == dev and (split == "all" or r["split"] == split)]
             if not sel:
                 continue
@@ -117,11 +134,20 @@ def levels_summary(rows) -> list[dict]:
 # The blind levels set (analysis.validation_configs.LEVELS_BLIND): frozen predictions,
 # written before the measured rows are read, then scored against them
 # ---------------------------------------------------------------------------------------
-LEVELS_BLIND_PREDICTIONS = ROOT / "benchmarks" / "results" / "runs" / "levels-blind-predictions" / "predictions.json"
+LEVELS_BLIND_PREDICTIONS = LEVELS_BLIND_SETS["levels_blind"][2]
 
 
-def levels_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
-    """The L2 model's predictions for every LEVELS_BLIND pass on `gpu` (the H100 it was
+def _frozen_commit() -> str:
+    commit = results.current_commit()
+    if commit is None or commit.endswith("+dirty"):
+        raise RuntimeError(f"commit the model first (git HEAD {commit}): the predictions name "
+                           f"the frozen commit")
+    return commit
+
+
+def levels_blind_predictions(model=None, gpu: str = "H100-SXM", set_name: str = "levels_blind") -> dict:
+    """The L2 model's predictions for every pass of a blind set (`set_name`, a key of
+    LEVELS_BLIND_SETS) on `gpu` (the H100 it was
     measured on): per configuration the kernel and tiling the plan runs (the default of
     each kernel on that preset, as analysis.hwmeasure.resolved_tiling resolves it on
     the device) and the pass's DRAM / L2 bytes. With the frozen commit (git HEAD, which
@@ -129,12 +155,10 @@ def levels_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
     import datetime as _dt
     from analysis.levels import FITTED, LEVEL_KEYS, predict_row
     model = model or FITTED
-    commit = results.current_commit()
-    if commit is None or commit.endswith("+dirty"):
-        raise RuntimeError(f"commit the model first (git HEAD {commit}): the predictions name "
-                           f"the frozen commit")
+    commit = _frozen_commit()
+    configs, split, _ = LEVELS_BLIND_SETS[set_name]
     preds = []
-    for c in LEVELS_BLIND:
+    for c in configs:
         p = predict_row(c, gpu, model)
         preds.append({"id": c["id"], "config": c, "family": family_of(c), "kernel": p["kernel"],
                       "tiling": [p["block_rows"], p["block_cols"]],
@@ -142,24 +166,24 @@ def levels_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
                                                                    "requested_write_bytes")},
                       "kernels": [{k: v for k, v in kk.items()} for kk in p["kernels"]],
                       "warnings": p["warnings"]})
-    return {"what": "levels predictions for analysis.validation_configs.LEVELS_BLIND, frozen "
-                    "before the measured rows were read",
-            "frozen_commit": commit, "model_version": model_version(), "gpu_preset": gpu,
+    return {"what": f"levels predictions for analysis.validation_configs.{set_name.upper()}, "
+                    "frozen before the measured rows were read",
+            "set": set_name, "split": split, "frozen_commit": commit, "model_version": model_version(), "gpu_preset": gpu,
             "l2_model": {f: getattr(model, f) for f in model.__dataclass_fields__},
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "predictions": preds}
 
 
-def write_levels_blind_predictions(path=LEVELS_BLIND_PREDICTIONS, model=None) -> Path:
-    out = levels_blind_predictions(model)
-    path = Path(path)
+def write_levels_blind_predictions(path=None, model=None, set_name: str = "levels_blind") -> Path:
+    out = levels_blind_predictions(model, set_name=set_name)
+    path = Path(path or LEVELS_BLIND_SETS[set_name][2])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1, default=float, allow_nan=False) + "\n")
     return path
 
 
 def levels_blind_rows(measured: list[dict], frozen: dict) -> list[dict]:
-    """levels_validation-style rows (split "blind") joining measured counter rows
+    """levels_validation-style rows (split "blind", or the frozen set's own) joining measured counter rows
     (analysis.hwmeasure's format: config.id, measured.{dram,l2}_{read,write}_bytes; rows
     with an error or a status other than ok are skipped) with the frozen predictions."""
     from analysis.levels import LEVEL_KEYS, errors
@@ -178,7 +202,7 @@ def levels_blind_rows(measured: list[dict], frozen: dict) -> list[dict]:
         out.append(results.make_row(
             "levels_validation", run_id=r.get("run_id", "blind"), device=r.get("device", "?"),
             date=r.get("date", "?"), commit=r.get("commit"), versions=r.get("versions", {}),
-            config=p["config"], family=p["family"], split="blind",
+            config=p["config"], family=p["family"], split=frozen.get("split", "blind"),
             gpu_preset=frozen["gpu_preset"], kernel=p["kernel"], tiling=p["tiling"],
             measured_tiling=r.get("tiling"), model_version=frozen["model_version"],
             frozen_commit=frozen["frozen_commit"], l2_model=frozen["l2_model"],
@@ -213,6 +237,7 @@ def levels_blind(measured_path, predictions_path=LEVELS_BLIND_PREDICTIONS, out=N
     """Score the frozen blind predictions against measured counter rows (a JSONL file);
     print the table; write the validation rows to `out` (JSONL) if given."""
     frozen = json.loads(Path(predictions_path).read_text())
+    print(f"set {frozen.get('set', 'levels_blind')} (split {frozen.get('split', 'blind')})")
     with open(measured_path) as f:
         measured = [json.loads(line) for line in f if line.strip()]
     rows = levels_blind_rows(measured, frozen)
@@ -232,8 +257,7 @@ SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split="new", split3="new"
                  for c in LEVELS_NEW})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS
 CV_FOLDS = 5
-RUNTIME_BLIND_PREDICTIONS = ROOT / "benchmarks" / "results" / "runs" / "runtime-blind-predictions" / \
-    "predictions.json"
+RUNTIME_BLIND_PREDICTIONS = RUNTIME_BLIND_SETS["runtime_blind"][2]
 
 
 def cv_fold(cid: str, k: int = CV_FOLDS) -> int:
@@ -317,13 +341,13 @@ def runtime_rows(model=None, data=None, cv: bool = True) -> list[dict]:
 
 #: summary splits: which error field of which rows
 SUMMARY_SPLITS = {"cv": "cv_rel_error", "heldout3": "heldout3_rel_error", "fit": "rel_error",
-                  "heldout": "rel_error", "blind": "rel_error"}
+                  "heldout": "rel_error", "blind": "rel_error", "blind2": "rel_error"}
 
 
 def runtime_summary(rows, split_field="split") -> list[dict]:
     """Per device and family: median / worst |error| of the 5-fold CV ("cv", H100), of the
     refit on split3's fit half on its held-out half ("heldout3"), in-sample ("fit"), of
-    the H200 rows ("heldout") and of the blind rows ("blind")."""
+    the H200 rows ("heldout") and of each blind set's rows ("blind", "blind2")."""
     out = []
     for dev in sorted({r["device"] for r in rows}):
         for split, field in SUMMARY_SPLITS.items():
@@ -345,17 +369,18 @@ def runtime_summary(rows, split_field="split") -> list[dict]:
 # ---------------------------------------------------------------------------------------
 # The blind set: frozen predictions, scored once the measured rows arrive
 # ---------------------------------------------------------------------------------------
-def runtime_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
-    """The time model's prediction for every RUNTIME_BLIND configuration, with the tiling
+def runtime_blind_predictions(model=None, gpu: str = "H100-SXM", set_name: str = "runtime_blind") -> dict:
+    """The time model's prediction for every configuration of a blind set (`set_name`, a
+    key of RUNTIME_BLIND_SETS), with the tiling
     the kernel runs by default on `gpu` (analysis.levels.kernel_plan: gpu.api's and
     gpu.backward's rules for the preset, no GPU needed); configurations the model cannot
     predict carry status "cannot_predict" and the reason."""
     from analysis import runtime
     from analysis.levels import predict_row, problem_of
-    from analysis.validation_configs import RUNTIME_BLIND
     model = model or runtime.RuntimeModel.load()
+    configs, split, _ = RUNTIME_BLIND_SETS[set_name]
     out = []
-    for c in RUNTIME_BLIND:
+    for c in configs:
         rec = {"id": c["id"], "config": c, "family": family_of(c)}
         try:
             lv = predict_row(c, gpu)
@@ -369,12 +394,30 @@ def runtime_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
                                                     "share", "terms_ms", "imbalance")}
                                  for x in p["launches"]])
         out.append(rec)
-    return {"gpu": gpu, "model_version": model_version(), "constants": model.source,
-            "configs": out}
+    return {"gpu": gpu, "set": set_name, "split": split, "model_version": model_version(),
+            "constants": model.source, "configs": out}
+
+
+def write_runtime_blind_predictions(set_name: str = "runtime_blind2", path=None, model=None) -> Path:
+    """Freeze the time model's predictions for a blind set (only from a clean, committed
+    tree: the file names the frozen commit)."""
+    import datetime as _dt
+    out = {"frozen_commit": _frozen_commit(),
+           "made_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "what": f"analysis.runtime predictions for analysis.validation_configs."
+                   f"{set_name.upper()} on the H100-SXM preset, tilings by "
+                   f"analysis.levels.kernel_plan (host-only), frozen before the measured rows "
+                   f"were read. Score with: python3 -m analysis.validate runtime-blind "
+                   f"MEASURED.jsonl --set {set_name}",
+           **runtime_blind_predictions(model, set_name=set_name)}
+    path = Path(path or RUNTIME_BLIND_SETS[set_name][2])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1, default=float, allow_nan=False) + "\n")
+    return path
 
 
 def runtime_blind_rows(measured: list[dict], predictions: dict) -> list[dict]:
-    """runtime_validation rows (split "blind") joining measured rows (analysis.hwmeasure
+    """runtime_validation rows (split "blind", or the frozen set's own) joining measured rows (analysis.hwmeasure
     times rows: {config: {id, ...}, measured: {measured_ms, kernels: [{name, ms}]}, error?})
     with the frozen predictions. Rows whose measurement failed get status
     "measurement_failed"; configurations the model could not predict, "cannot_predict";
@@ -387,6 +430,7 @@ def runtime_blind_rows(measured: list[dict], predictions: dict) -> list[dict]:
         except ValueError:
             return None
     pred = {p["id"]: p for p in predictions["configs"]}
+    split = predictions.get("split", "blind")
     seen = set()
     out = []
     for r in measured:
@@ -399,7 +443,7 @@ def runtime_blind_rows(measured: list[dict], predictions: dict) -> list[dict]:
                "device": r.get("device", ""), "date": r.get("date", ""),
                "commit": r.get("commit"), "versions": r.get("versions", {}),
                "algorithm": p["config"]["algorithm"], "kernel": p["config"]["kernel"],
-               "config": p["config"], "family": p["family"], "split": "blind",
+               "config": p["config"], "family": p["family"], "split": split,
                "tiling": r.get("tiling"), "predicted_tiling": p.get("tiling"),
                "frozen_model_commit": predictions.get("frozen_commit"),
                "model_version": predictions.get("model_version"),
@@ -431,7 +475,7 @@ def runtime_blind_rows(measured: list[dict], predictions: dict) -> list[dict]:
         if cid not in seen:
             out.append({"kind": "runtime_validation", "run_id": "blind", "device": "", "date": "",
                         "commit": None, "versions": {}, "config": p["config"],
-                        "family": p["family"], "split": "blind", "status": "not_measured",
+                        "family": p["family"], "split": split, "status": "not_measured",
                         "measured_ms": None, "predicted_ms": p.get("predicted_ms"),
                         "rel_error": None})
     return out
@@ -457,20 +501,24 @@ def format_runtime_blind(rows) -> str:
 
 
 def blind_rows_kept(data=None) -> list[dict]:
-    """The split "blind" rows already in runtime_validation.jsonl (scored against the
-    frozen predictions, not the current model): `flashsim validate runtime` keeps them."""
+    """The blind rows (splits BLIND_SPLITS) already in runtime_validation.jsonl (scored
+    against the frozen predictions, not the current model): `flashsim validate runtime`
+    keeps them."""
     path = results.path_of("runtime_validation", data)
     if not path.exists():
         return []
     return [r for r in (json.loads(line) for line in open(path) if line.strip())
-            if r.get("split") == "blind"]
+            if r.get("split") in BLIND_SPLITS]
 
 
-def score_runtime_blind(measured_path, predictions_path=RUNTIME_BLIND_PREDICTIONS, write=True, data=None):
-    """Score the frozen blind predictions against measured rows (a JSONL file); replace
-    the split "blind" rows of runtime_validation.jsonl with the result; print the summary."""
-    with open(predictions_path) as f:
+def score_runtime_blind(measured_path, predictions_path=None, write=True, data=None,
+                        set_name: str = "runtime_blind"):
+    """Score the frozen blind predictions of a set against measured rows (a JSONL file);
+    replace that set's rows (its split) in runtime_validation.jsonl with the result; print
+    the summary."""
+    with open(predictions_path or RUNTIME_BLIND_SETS[set_name][2]) as f:
         predictions = json.load(f)
+    split = predictions.get("split", "blind")
     with open(measured_path) as f:
         measured = [json.loads(line) for line in f if line.strip()]
     rows = runtime_blind_rows(measured, predictions)
@@ -482,7 +530,7 @@ def score_runtime_blind(measured_path, predictions_path=RUNTIME_BLIND_PREDICTION
         keep = []
         if path.exists():
             keep = [json.loads(line) for line in open(path) if line.strip()]
-            keep = [r for r in keep if r.get("split") != "blind"]
+            keep = [r for r in keep if r.get("split") != split]
         print(f"wrote {len(rows)} blind rows to {_write('runtime_validation', keep + rows, data)}")
     return rows
 
@@ -508,7 +556,8 @@ def format_summary(summary, what: str) -> str:
 __all__ = ["levels_rows", "levels_summary", "runtime_fit", "runtime_rows", "runtime_summary",
            "format_summary", "model_version", "levels_blind_predictions",
            "write_levels_blind_predictions", "levels_blind_rows", "levels_blind",
-           "runtime_blind_predictions", "runtime_blind_rows", "score_runtime_blind"]
+           "runtime_blind_predictions", "runtime_blind_rows", "score_runtime_blind",
+           "write_runtime_blind_predictions", "LEVELS_BLIND_SETS", "RUNTIME_BLIND_SETS"]
 
 
 def _main(argv=None) -> int:
@@ -523,21 +572,32 @@ def _main(argv=None) -> int:
                     "scores the frozen time-model predictions "
                     "(benchmarks/results/runs/runtime-blind-predictions/) against measured "
                     "time rows and adds the blind runtime_validation rows")
-    ap.add_argument("what", choices=("levels-blind", "levels-blind-predict", "runtime-blind"))
+    ap.add_argument("what", choices=("levels-blind", "levels-blind-predict", "runtime-blind",
+                                     "runtime-blind-predict"))
     ap.add_argument("measured", nargs="?")
+    ap.add_argument("--set", default=None, metavar="NAME",
+                    help="the blind set: levels_blind (default) or levels_blind2 for the levels "
+                         "commands, runtime_blind (default) or runtime_blind2 for the runtime ones")
     ap.add_argument("--predictions", default=None,
                     help="the frozen predictions file (default: the set's own)")
     ap.add_argument("--out", default=None, help="levels-blind: JSONL file for the blind rows")
     a = ap.parse_args(argv)
+    sets = LEVELS_BLIND_SETS if a.what.startswith("levels") else RUNTIME_BLIND_SETS
+    name = a.set or next(iter(sets))
+    if name not in sets:
+        ap.error(f"--set {name!r} is not a {a.what.split('-')[0]} blind set; allowed: {', '.join(sets)}")
     if a.what == "levels-blind-predict":
-        print(f"wrote {write_levels_blind_predictions(a.predictions or LEVELS_BLIND_PREDICTIONS)}")
+        print(f"wrote {write_levels_blind_predictions(a.predictions, set_name=name)}")
+        return 0
+    if a.what == "runtime-blind-predict":
+        print(f"wrote {write_runtime_blind_predictions(name, a.predictions)}")
         return 0
     if not a.measured:
         ap.error(f"{a.what} needs MEASURED.jsonl")
     if a.what == "levels-blind":
-        levels_blind(a.measured, a.predictions or LEVELS_BLIND_PREDICTIONS, a.out)
+        levels_blind(a.measured, a.predictions or sets[name][2], a.out)
     else:
-        score_runtime_blind(a.measured, a.predictions or RUNTIME_BLIND_PREDICTIONS)
+        score_runtime_blind(a.measured, a.predictions, set_name=name)
     return 0
 
 

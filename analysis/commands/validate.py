@@ -22,6 +22,9 @@ def register(sub):
                    help="runtime-blind: the measured rows (JSONL of analysis.hwmeasure times) to "
                         "score the frozen predictions "
                         "(benchmarks/results/runs/runtime-blind-predictions/) against")
+    p.add_argument("--set", default="runtime_blind", metavar="NAME",
+                   help="runtime-blind: which blind set's frozen predictions (runtime_blind, "
+                        "runtime_blind2)")
     p.add_argument("--refit", action="store_true",
                    help="refit the model's constants first (levels: the L2 model grid on the "
                         "fit half; runtime: analysis/runtime_constants.json on every H100 row)")
@@ -50,7 +53,11 @@ def main(args) -> int:
         if not args.measured:
             print("flashsim validate runtime-blind: --measured FILE is required", file=sys.stderr)
             return 2
-        V.score_runtime_blind(args.measured, write=not args.no_write)
+        if args.set not in V.RUNTIME_BLIND_SETS:
+            print(f"flashsim validate runtime-blind: --set {args.set!r} is not allowed; allowed: "
+                  f"{', '.join(V.RUNTIME_BLIND_SETS)}", file=sys.stderr)
+            return 2
+        V.score_runtime_blind(args.measured, write=not args.no_write, set_name=args.set)
         return 0
     from analysis import runtime
     model = None
