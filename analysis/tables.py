@@ -278,20 +278,28 @@ def _pct(x) -> str:
 def table_levels_validation(data=None) -> str:
     """The L2 / DRAM model against Nsight Compute, per kernel family: rows inside the bound
     (15 % or 16 MB, reads and writes), median and worst |relative error| of DRAM reads and
-    writes, on the H100 (fit and held-out rows) and the H200 (all held out)."""
-    from analysis.validate import levels_summary
+    writes, on the H100 (all rows: development and blind), the H200 (all held out), and
+    each H100 blind set apart ("blind", "blind2": frozen predictions), where scored."""
+    from analysis.validate import BLIND_SPLITS, levels_summary
     rows = R.load("levels_validation", data=data)
-    summ = {(("H200" if "H200" in s["device"] else "H100"), s["family"]): s
-            for s in levels_summary(rows) if s["split"] == "all"}
-    fams = sorted({f for _, f in summ}, key=lambda f: (f == "all", f))
+    summ = {}
+    for s in levels_summary(rows):
+        dev = "H200" if "H200" in s["device"] else "H100"
+        if s["split"] == "all" or (dev == "H100" and s["split"] in BLIND_SPLITS):
+            summ[(dev, s["split"], s["family"])] = s
+    fams = sorted({k[2] for k in summ}, key=lambda f: (f == "all", f))
+    blinds = [b for b in BLIND_SPLITS if any(k[:2] == ("H100", b) for k in summ)]
     cell = lambda s: (f"{s['inside_bound']}/{s['rows']} | {_pct(s['dram_read']['median'])}, "
                       f"{_pct(s['dram_read']['worst'])} | {_pct(s['dram_write']['median'])}, "
                       f"{_pct(s['dram_write']['worst'])}") if s else "– | – | –"
     lines = ["| family | H100: in bound | DRAM read med, worst | DRAM write med, worst "
-             "| H200: in bound | DRAM read med, worst | DRAM write med, worst |",
-             "|---|---|---|---|---|---|---|"]
+             "| H200: in bound | DRAM read med, worst | DRAM write med, worst |"
+             + "".join(f" H100 {b}: in bound | DRAM read | DRAM write |" for b in blinds),
+             "|---|---|---|---|---|---|---|" + "---|---|---|" * len(blinds)]
     for f in fams:
-        lines.append(f"| {f} | {cell(summ.get(('H100', f)))} | {cell(summ.get(('H200', f)))} |")
+        lines.append(f"| {f} | {cell(summ.get(('H100', 'all', f)))} | "
+                     f"{cell(summ.get(('H200', 'all', f)))} |"
+                     + "".join(f" {cell(summ.get(('H100', b, f)))} |" for b in blinds))
     m = rows[0]["l2_model"] if rows else {}
     note = (f"L2 model: C = {m.get('capacity_fraction')} x L2, {m.get('associativity')} ways, "
             f"shared tiles x{m.get('shared_footprint', 2.0)}, private x"
@@ -303,35 +311,37 @@ def table_levels_validation(data=None) -> str:
 def table_runtime_validation(data=None) -> str:
     """The time model against CUPTI kernel times, per kernel family: median and worst
     |relative error| of the H100's 5-fold cross-validation (each row predicted by the
-    model refitted without its fold), of the H200 (never fitted) and of the blind rows
-    (frozen predictions), where scored."""
-    from analysis.validate import runtime_summary
+    model refitted without its fold), of the H200 (never fitted) and of each blind set
+    (frozen predictions: "blind", "blind2"), where scored."""
+    from analysis.validate import BLIND_SPLITS, RUNTIME_BLIND_SETS, runtime_summary
     rows = R.load("runtime_validation", data=data)
     summ = {}
     for s in runtime_summary(rows):
         dev = "H200" if "H200" in s["device"] else "H100"
-        if (dev, s["split"]) in (("H100", "cv"), ("H200", "heldout"), ("H100", "blind")):
+        if (dev, s["split"]) in (("H100", "cv"), ("H200", "heldout")) or (
+                dev == "H100" and s["split"] in BLIND_SPLITS):
             summ[(dev, s["split"], s["family"])] = s
     fams = sorted({k[2] for k in summ}, key=lambda f: (f == "all", f))
     cell = lambda s: (f"{s['n']} | {_pct(s['median'])} | {_pct(s['worst'])}") if s else "– | – | –"
-    blind = any(k[1] == "blind" for k in summ)
+    blinds = [b for b in BLIND_SPLITS if any(k[1] == b for k in summ)]
     lines = ["| family | H100 CV rows | median | worst | H200 rows | median | worst |"
-             + (" H100 blind rows | median | worst |" if blind else ""),
-             "|---|---|---|---|---|---|---|" + ("---|---|---|" if blind else "")]
+             + "".join(f" H100 {b} rows | median | worst |" for b in blinds),
+             "|---|---|---|---|---|---|---|" + "---|---|---|" * len(blinds)]
     for f in fams:
         lines.append(f"| {f} | {cell(summ.get(('H100', 'cv', f)))} | "
                      f"{cell(summ.get(('H200', 'heldout', f)))} |"
-                     + (f" {cell(summ.get(('H100', 'blind', f)))} |" if blind else ""))
-    fitted = [r for r in rows if r.get("split") != "blind"]
+                     + "".join(f" {cell(summ.get(('H100', b, f)))} |" for b in blinds))
+    fitted = [r for r in rows if r.get("split") not in BLIND_SPLITS]
     src = fitted[0]["constants_source"] if fitted else ""
     note = f"constants fitted on {src}; "
-    br = [r for r in rows if r.get("split") == "blind"]
-    if br:
+    set_of = {split: name for name, (_, split, _) in RUNTIME_BLIND_SETS.items()}
+    for b in blinds:
+        br = [r for r in rows if r.get("split") == b]
         frozen = sorted({str(r.get("frozen_model_commit"))[:7] for r in br})
         unscored = sum(r.get("status") != "ok" for r in br)
-        note += (f"blind: {len(br)} passes of RUNTIME_BLIND, predicted by the model frozen at "
-                 f"{', '.join(frozen)} before the measured rows were read, {unscored} without a score "
-                 f"(no prediction or a failed measurement); ")
+        note += (f"{b}: {len(br)} passes of {set_of[b].upper()}, predicted by the model frozen "
+                 f"at {', '.join(frozen)} before the measured rows were read, {unscored} without "
+                 f"a score (no prediction or a failed measurement); ")
     return "\n".join(lines) + "\n" + _source("runtime_validation", rows, note)
 
 

@@ -81,21 +81,63 @@ def _stats(errs):
 
 
 # ---------------------------------------------------------------------------------------
+def _frozen_levels(gpu_preset: str = "H100-SXM") -> dict:
+    """{config id: (set name, split, frozen predictions file's record, its header)} over
+    the blind sets whose frozen predictions exist."""
+    out = {}
+    for name, (_, split, path) in LEVELS_BLIND_SETS.items():
+        if Path(path).exists():
+            frozen = json.loads(Path(path).read_text())
+            if frozen.get("gpu_preset", gpu_preset) == gpu_preset:
+                for p in frozen["predictions"]:
+                    out[p["id"]] = (name, split, p, frozen)
+    return out
+
+
+def _same_prediction(pred: dict, frozen: dict) -> bool:
+    from analysis.levels import LEVEL_KEYS
+    return all(abs(pred[k] - frozen[k]) <= 1e-9 * max(1.0, abs(frozen[k])) for k in LEVEL_KEYS)
+
+
 def levels_rows(model=None, data=None) -> list[dict]:
+    """One levels_validation row per measured pass, predicted by the current model (split:
+    levels_split's fit / heldout on the H100, heldout on the H200). A pass of a blind set
+    whose frozen predictions exist keeps the set's split ("blind", "blind2") while the
+    current model still predicts exactly the frozen figures; once the model has changed,
+    its current-model row is a development row (`blind_set` names the set it was scored
+    in) and the frozen score is kept beside it as a row of the set's split
+    (levels_blind_rows). LEVELS_FP32_FAST (no predictions file: measured with the L2
+    model v3 unchanged) is "blind" while the LEVELS_BLIND passes are."""
     from analysis.levels import FITTED, GPU_OF_DEVICE, LEVEL_KEYS, compare
     model = model or FITTED
     meas = [r for r in results.load("levels_measurement", data=data) if r.get("status") == "ok"]
     version = model_version()
-    out = []
+    frozen = _frozen_levels()
+    out, rescored = [], {}
+    current = []
     for r, p, err, ok in compare(meas, model):
         c = r["config"]
-        if c["id"] in BLIND_IDS:     # LEVELS_BLIND: never fitted on (see levels_blind)
-            split = "blind"
-        elif c["id"] in BLIND2_IDS:
-            split = "blind2"
-        else:
-            split = levels_split(c) if GPU_OF_DEVICE.get(r["device"]) == "H100-SXM" else "heldout"
+        h100 = GPU_OF_DEVICE.get(r["device"]) == "H100-SXM"
+        split, blind_set = (levels_split(c) if h100 else "heldout"), None
+        if h100 and c["id"] in frozen:
+            name, bsplit, fp, _ = frozen[c["id"]]
+            if _same_prediction(p, fp["predicted"]):
+                split = bsplit
+            else:
+                blind_set = name
+                rescored.setdefault(name, []).append(r)
+        elif h100 and c["id"] in BLIND_IDS:
+            blind_set = "levels_fp32_fast"
+        current.append((r, p, err, ok, split, blind_set))
+    still_blind = all(s == frozen[r["config"]["id"]][1] for r, _, _, _, s, _ in current
+                      if r["config"]["id"] in frozen and frozen[r["config"]["id"]][0] == "levels_blind"
+                      and GPU_OF_DEVICE.get(r["device"]) == "H100-SXM")
+    for r, p, err, ok, split, blind_set in current:
+        c = r["config"]
+        if blind_set == "levels_fp32_fast" and still_blind:
+            split, blind_set = "blind", None
         m = r["measured"]
+        extra = {"blind_set": blind_set} if blind_set else {}
         out.append(results.make_row(
             "levels_validation", run_id=r["run_id"], device=r["device"], date=r["date"],
             commit=r["commit"], versions=r["versions"], config=c, family=family_of(c),
@@ -105,7 +147,10 @@ def levels_rows(model=None, data=None) -> list[dict]:
             measured={k: m[k] for k in LEVEL_KEYS},
             predicted={k: p[k] for k in LEVEL_KEYS + ("requested_read_bytes",
                                                       "requested_write_bytes")},
-            rel_error=err, within_bound=ok))
+            rel_error=err, within_bound=ok, **extra))
+    for name, rows in rescored.items():      # the frozen score of a set the model has left
+        hdr = next(f for _, (n, _, _, f) in frozen.items() if n == name)
+        out += levels_blind_rows(rows, hdr)
     return out
 
 
@@ -115,7 +160,10 @@ def levels_summary(rows) -> list[dict]:
     out = []
     for dev in sorted({r["device"] for r in rows}):
         for split in ("fit", "heldout") + BLIND_SPLITS + ("all",):
-            sel = [r for r in rows if r["device"] == dev and (split == "all" or r["split"] == split)]
+            # "all": the current model's rows (a blind set's frozen score, kept beside its
+            # current-model row once the model has changed, is not counted twice)
+            sel = [r for r in rows if r["device"] == dev and (
+                r["split"] == split if split != "all" else "frozen_commit" not in r)]
             if not sel:
                 continue
             for fam in sorted({r["family"] for r in sel}) + ["all"]:
