@@ -1,4 +1,4 @@
-"""The plain fa2 backward (gpu.backward.attention_backward) with N_k != N_q and local
+"""The plain fa2 and fa1 backward (gpu.backward.attention_backward) with N_k != N_q and local
 windows (issue 18): bottom-right aligned causal and window=(left, right) as gpu.attention
 and iosim.Problem.
 
@@ -126,15 +126,47 @@ def test_auto_matches_plain():
     assert ledger.counts() == iosim.backward_closed_form("fa2", p, TILING).counts()
 
 
+def check_fa1(p, q, k, v, o, do, grads, ledger, causal, window):
+    """As `check`, for fa1: its counts (iosim's fa1 backward schedule at 16 x 16 tiles),
+    every output written, rows without a key dQ = 0, fp32 within 1e-4 of float64."""
+    closed = iosim.backward_closed_form("fa1", p, TILING)
+    executed = iosim.execute_backward("fa1", p, TILING, q, k, v, do)
+    assert ledger.counts() == closed.counts() == executed.ledger.counts()
+    for g, want, name in zip(grads, (q, k, v), ("dq", "dk", "dv")):
+        assert g.shape == want.shape and g.dtype == want.dtype, name
+        assert np.isfinite(g).all(), f"{name} has unwritten (NaN) elements"
+    ref = iosim.reference_attention_backward(q, k, v, do, causal=causal, window=window)
+    allowed = element_mask(q.shape[2], causal, N_k=k.shape[2], window=window)
+    assert not np.asarray(grads[0])[:, :, ~allowed.any(axis=1)].any()
+    for g, r, name in zip(grads, ref, ("dq", "dk", "dv")):
+        assert rel_err(g, r) <= 1e-4, (name, rel_err(g, r))
+
+
+@pytest.mark.parametrize("Nq, Nk, causal, window, heads, kv_heads",
+                         [CASES[1], CASES[3], CASES[4], CASES[5]])
+def test_fa1_plain_fp32(Nq, Nk, causal, window, heads, kv_heads):
+    """fa1's backward (Algorithm 4 as written: one block per instance, dQ read-modify-
+    written in HBM) with N_k != N_q and windows; l, m from iosim's fa1 forward (a row that
+    sees no key has l = 0, m = -inf)."""
+    p = iosim.Problem(N=Nq, N_k=Nk, d=16, batch=1, heads=heads, kv_heads=kv_heads,
+                      dtype="fp32", causal=causal, window=window)
+    q, k, v = iosim.random_inputs(p, 0)
+    do = np.random.default_rng(7).standard_normal(q.shape).astype(q.dtype)
+    ex = iosim.execute("fa1", p, TILING, q, k, v)
+    grads, ledger = attention_backward(q, k, v, ex.O, do, (ex.stats["l"], ex.stats["m"]),
+                                       algorithm="fa1", causal=causal, window=window,
+                                       count_traffic=True, poison=True, **T16)
+    check_fa1(p, q, k, v, ex.O, do, grads, ledger, causal, window)
+
+
 def test_refusals():
     p, q, k, v, O, do, L = setup(24, 40, False, (-1, -1), 1, 1)
     with pytest.raises(ValueError, match=r"kernel='tc'.*N_k = N_q.*N_k=40 != "
                                          r"N_q=24.*allowed: kernel='plain', 'fast' or 'auto'"):
         attention_backward(q, k, v, O, do, L, kernel="tc", **T16)
-    for alg in ("fa1", "standard"):
-        with pytest.raises(ValueError, match=rf"algorithm='{alg}'.*N_k = N_q and no window"
-                                             rf".*allowed: algorithm='fa2'"):
-            attention_backward(q, k, v, O, do, L, algorithm=alg, **T16)
+    with pytest.raises(ValueError, match=r"algorithm='standard'.*N_k = N_q and no window"
+                                         r".*allowed: algorithm='fa2'.*or 'fa1'"):
+        attention_backward(q, k, v, O, do, L, algorithm="standard", **T16)
     qs, ks, vs, Os, dos = (x[:, :, :24] for x in (q, k, v, O, do))
     with pytest.raises(ValueError, match=r"kernel='tc'.*window=\(5, 3\)"):
         attention_backward(qs, ks, vs, Os, dos, L, kernel="tc", window=(5, 3), **T16)

@@ -265,14 +265,17 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
         nA = int64(0)
         nW = int64(0)
         nZ = int64(0)
+        nZk = int64(0)
         T_r = (N + B_r - 1) // B_r
         if FA1:
-            # line 6: dQ = 0, dK = 0, dV = 0 in HBM
+            # line 6: dQ = 0 (N_q rows), dK = 0, dV = 0 (N_k rows) in HBM
             for e in range(t, N * d, threads):
                 dq[z, e // d, e % d] = stx(ZERO)
+                nZ += 1
+            for e in range(t, N_k * d, threads):
                 dk[z, e // d, e % d] = stx(ZERO)
                 dv[z, e // d, e % d] = stx(ZERO)
-                nZ += 1
+                nZk += 1
         for j in range(j_lo, j_hi):                     # line 7
             c0 = j * B_c
             cols = min(B_c, N_k - c0)
@@ -405,8 +408,8 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
                 add_count(counters, Il, READ, nS)
                 add_count(counters, IdQ, READ, nA)
                 add_count(counters, IdQ, WRITE, nA + nZ)
-                add_count(counters, IdK, WRITE, nW + nZ)
-                add_count(counters, IdV, WRITE, nW + nZ)
+                add_count(counters, IdK, WRITE, nW + nZk)
+                add_count(counters, IdV, WRITE, nW + nZk)
             else:
                 add_count(counters, IL, READ, nS)
                 add_count(counters, ID, READ, nS)
@@ -428,8 +431,7 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
     d) per query head; N: query rows N_q, N_k: key rows; lo, hi: the int64 band of
     gpu.forward._band (row r sees key c iff lo <= c - r <= hi), read only when `causal` or
     `window` (compile flags; `band_args`): tiles outside it are skipped (`tile_in_band`,
-    iosim's active tiles), entries outside it have P = dS = 0 (the fa1 variant is launched
-    with N_k = N only); fa2: s1 = L (instances, N), D (instances, N), dq = dQacc float32;
+    iosim's active tiles), entries outside it have P = dS = 0; fa2: s1 = L (instances, N), D (instances, N), dq = dQacc float32;
     fa1: s1 = m, s2 = l (instances, N), D unused, dq = dQ in the problem dtype.
     key0, key1, offset, thr (uint64), rp (float32): the dropout (gpu._philox.kernel_args),
     read only when `dropout` (fa2 only). Grid fa2 (T_c, instances), fa1 (1, instances);
@@ -643,10 +645,10 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         what = (f"N_k={Nk} != N_q={N}" if Nk != N else "") + \
             (" and " if Nk != N and windowed else "") + \
             (f"window={tuple(window)}" if windowed else "")
-        if algorithm != "fa2":
+        if algorithm == "standard":
             raise ValueError(f"algorithm={algorithm!r}: the {algorithm} backward takes N_k = "
                              f"N_q and no window only (got {what}); allowed: "
-                             f"algorithm='fa2' with kernel='plain', 'fast' or 'auto'")
+                             f"algorithm='fa2' (kernel='plain', 'fast' or 'auto') or 'fa1'")
         if kernel == "tc":
             raise ValueError(f"kernel='tc': the tc fa2 backward takes N_k = N_q and no "
                              f"window only (got {what}); allowed: kernel='plain', 'fast' or "
@@ -805,10 +807,11 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         _flat_launch(convert_kernel(dname, count), I * N * d, acc.reshape(I * N * d),
                      dq3.reshape(I * N * d), counters)
     elif algorithm == "fa1":
-        kern = bwd_main_kernel("fa1", B_r, B_c, d, dname, bool(causal), has_mask, count, threads)
+        kern = bwd_main_kernel("fa1", B_r, B_c, d, dname, bool(causal), has_mask, count, threads,
+                               False, windowed)
         launch(kern, (1, I), threads, shm, q3, k3, v3, o3, do3, m_dev.reshape(I, N),
                l_dev.reshape(I, N), m_dev.reshape(I, N), dq3, dk_h, dv_h, np.float32(scale),
-               np.int64(N), np.int64(N), lo, hi, np.int64(H), np.int64(G), mask_dev, counters,
+               np.int64(N), np.int64(Nk), lo, hi, np.int64(H), np.int64(G), mask_dev, counters,
                *_philox.kernel_args())
     else:   # standard: Algorithm 3, five kernels through HBM (gpu.backward_standard)
         _dp, dp3 = _output((I, N, N), npdt, kind, like, poison)
