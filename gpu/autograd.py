@@ -20,10 +20,11 @@ backward default
 active tiles, so the two tilings must agree). A block_mask is (T_r, T_c) of one tiling,
 so it needs block_rows and block_cols.
 k, v may have N_k != N rows and window=(left, right) a local window (as gpu.attention:
-bottom-right aligned) with algorithm='fa2' only: its forward takes them, and its backward
-runs the fast fa2 kernels where they support the tiling, else the plain ones
-(`attention_backward(kernel='auto')`; never the tensor-core kernel). 'fa1' and
-'standard' refuse them in the forward (a ValueError), as their backward would.
+bottom-right aligned) with every algorithm: the forwards take them, and the backward runs
+fa2's fast kernels where they support the tiling, else the plain ones
+(`attention_backward(kernel='auto')`; never a tensor-core kernel), fa1's and standard's
+plain kernels. A query row that sees no key gets O = 0 and dQ = 0 (fa1's backward is
+given l = 0 there: P = 0).
 """
 from __future__ import annotations
 
@@ -42,10 +43,6 @@ class FlashAttentionFunction(torch.autograd.Function):
             raise ValueError(f"algorithm={algorithm!r}; allowed: {', '.join(BACKWARD_ALGORITHMS)}")
         window = (-1, -1) if window is None else (
             tuple(window) if isinstance(window, (list, tuple)) else window)  # gpu.attention checks it
-        if algorithm != "fa2" and (k.shape[-2] != q.shape[-2] or window != (-1, -1)):
-            raise ValueError(f"algorithm={algorithm!r}: its backward takes N_k = N_q and no "
-                             f"window only (got N_k={k.shape[-2]}, N_q={q.shape[-2]}, "
-                             f"window={window}); allowed: algorithm='fa2'")
         if (block_rows is None) != (block_cols is None):
             raise ValueError("give both block_rows and block_cols, or neither")
         if block_mask is not None and block_rows is None:
@@ -67,7 +64,10 @@ class FlashAttentionFunction(torch.autograd.Function):
             stats = (P,)
         else:
             o, L = attention(q, k, v, algorithm=algorithm, return_stats=True, **opts)
-            stats = (L,) if algorithm == "fa2" else (torch.ones_like(L), L)
+            # fa1's backward takes (l, m): with m = L, l = 1 gives P = exp(S - L); a row
+            # that saw no key (L = -inf) gets l = 0, which its backward reads as P = 0
+            stats = (L,) if algorithm == "fa2" else (
+                torch.where(torch.isneginf(L), torch.zeros_like(L), torch.ones_like(L)), L)
         ctx.save_for_backward(q, k, v, o, *stats)
         ctx.opts = dict(algorithm=algorithm, **opts)
         return o
@@ -85,7 +85,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, block_mask=None, algor
                     block_rows=None, block_cols=None, window=(-1, -1)):
     """softmax(scale Q K^T [+ mask]) V with `algorithm`'s forward and backward kernels
     (autograd; module docstring). k, v: (batch, kv_heads, N_k, d); window=(left, right)
-    as gpu.attention (N_k != N and windows: algorithm='fa2' only)."""
+    as gpu.attention (every algorithm)."""
     return FlashAttentionFunction.apply(q, k, v, causal, scale, block_mask, algorithm,
                                         block_rows, block_cols, window)
 

@@ -1,4 +1,4 @@
-"""The plain fa2 and fa1 backward (gpu.backward.attention_backward) with N_k != N_q and local
+"""The plain fa2, fa1 and standard backward (gpu.backward.attention_backward) with N_k != N_q and local
 windows (issue 18): bottom-right aligned causal and window=(left, right) as gpu.attention
 and iosim.Problem.
 
@@ -126,11 +126,11 @@ def test_auto_matches_plain():
     assert ledger.counts() == iosim.backward_closed_form("fa2", p, TILING).counts()
 
 
-def check_fa1(p, q, k, v, o, do, grads, ledger, causal, window):
-    """As `check`, for fa1: its counts (iosim's fa1 backward schedule at 16 x 16 tiles),
-    every output written, rows without a key dQ = 0, fp32 within 1e-4 of float64."""
-    closed = iosim.backward_closed_form("fa1", p, TILING)
-    executed = iosim.execute_backward("fa1", p, TILING, q, k, v, do)
+def check_fa1(p, q, k, v, o, do, grads, ledger, causal, window, algorithm="fa1"):
+    """As `check`, for fa1 (or standard): its counts (iosim's backward schedule at 16 x 16
+    tiles), every output written, rows without a key dQ = 0, fp32 within 1e-4 of float64."""
+    closed = iosim.backward_closed_form(algorithm, p, TILING)
+    executed = iosim.execute_backward(algorithm, p, TILING, q, k, v, do)
     assert ledger.counts() == closed.counts() == executed.ledger.counts()
     for g, want, name in zip(grads, (q, k, v), ("dq", "dk", "dv")):
         assert g.shape == want.shape and g.dtype == want.dtype, name
@@ -159,14 +159,31 @@ def test_fa1_plain_fp32(Nq, Nk, causal, window, heads, kv_heads):
     check_fa1(p, q, k, v, ex.O, do, grads, ledger, causal, window)
 
 
+@pytest.mark.parametrize("Nq, Nk, causal, window, heads, kv_heads",
+                         [CASES[1], CASES[2], CASES[3], CASES[4]])
+def test_standard_plain_fp32(Nq, Nk, causal, window, heads, kv_heads):
+    """The standard backward (Algorithm 3's five plain kernels) with N_k != N_q and
+    windows; P (N_q x N_k) from standard_forward with the same band."""
+    from gpu.backward.standard import standard_forward
+    p = iosim.Problem(N=Nq, N_k=Nk, d=16, batch=1, heads=heads, kv_heads=kv_heads,
+                      dtype="fp32", causal=causal, window=window)
+    q, k, v = iosim.random_inputs(p, 0)
+    do = np.random.default_rng(7).standard_normal(q.shape).astype(q.dtype)
+    O, P = standard_forward(q, k, v, causal=causal, window=window, **T16)
+    assert P.shape == (1, heads, Nq, Nk)
+    grads, ledger = attention_backward(q, k, v, O, do, P, algorithm="standard", causal=causal,
+                                       window=window, count_traffic=True, poison=True, **T16)
+    check_fa1(p, q, k, v, O, do, grads, ledger, causal, window, algorithm="standard")
+
+
 def test_refusals():
     p, q, k, v, O, do, L = setup(24, 40, False, (-1, -1), 1, 1)
     with pytest.raises(ValueError, match=r"kernel='tc'.*N_k = N_q.*N_k=40 != "
                                          r"N_q=24.*allowed: kernel='plain', 'fast' or 'auto'"):
         attention_backward(q, k, v, O, do, L, kernel="tc", **T16)
-    with pytest.raises(ValueError, match=r"algorithm='standard'.*N_k = N_q and no window"
-                                         r".*allowed: algorithm='fa2'.*or 'fa1'"):
-        attention_backward(q, k, v, O, do, L, algorithm="standard", **T16)
+    with pytest.raises(ValueError, match=r"kernel='tc': the tensor-core standard backward "
+                                         r"takes N_k = N_q.*N_k=40 != N_q=24"):
+        attention_backward(q, k, v, O, do, L, algorithm="standard", kernel="tc", **T16)
     qs, ks, vs, Os, dos = (x[:, :, :24] for x in (q, k, v, O, do))
     with pytest.raises(ValueError, match=r"kernel='tc'.*window=\(5, 3\)"):
         attention_backward(qs, ks, vs, Os, dos, L, kernel="tc", window=(5, 3), **T16)
@@ -202,3 +219,30 @@ def test_gpu_forward_and_dropout():
                                              dropout_keep=Z)
     for g, r, name in zip(grads, ref, ("dq", "dk", "dv")):
         assert np.isfinite(g).all() and rel_err(g, r) <= 1e-4, (name, rel_err(g, r))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("algorithm", ["fa1", "standard", "fa2"])
+def test_gpu_autograd_every_algorithm_takes_N_k_and_windows(algorithm):
+    """gpu.autograd.flash_attention with N_k != N_q (rows that see no key) and a window:
+    every algorithm's forward and backward, fp32, against float64 autograd; rows without a
+    key get O = 0 and dQ = 0."""
+    torch = pytest.importorskip("torch")
+    from gpu.autograd import flash_attention
+    for Nq, Nk, causal, w in ((40, 24, True, (-1, -1)), (33, 57, False, (5, 3))):
+        g = torch.Generator(device="cuda").manual_seed(Nq)
+        q, k, v, do = (torch.randn(s, generator=g, device="cuda") for s in
+                       ((1, 2, Nq, 16), (1, 1, Nk, 16), (1, 1, Nk, 16), (1, 2, Nq, 16)))
+        qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
+        out = flash_attention(qs, ks, vs, causal=causal, window=w, algorithm=algorithm,
+                              block_rows=16, block_cols=16)
+        out.backward(do)
+        h = lambda x: x.detach().double().cpu().numpy()
+        ref_o = iosim.reference_attention(h(q), h(k), h(v), causal=causal, window=w)
+        ref_g = iosim.reference_attention_backward(h(q), h(k), h(v), h(do), causal=causal,
+                                                   window=w)
+        assert rel_err(h(out), ref_o) <= 1e-5, (algorithm, Nq, Nk)
+        for x, r, name in zip((qs.grad, ks.grad, vs.grad), ref_g, ("dq", "dk", "dv")):
+            assert torch.isfinite(x).all() and rel_err(h(x), r) <= 1e-4, (algorithm, name)
+        empty = ~element_mask(Nq, causal, N_k=Nk, window=w).any(axis=1)
+        assert not h(out)[:, :, empty].any() and not h(qs.grad)[:, :, empty].any()

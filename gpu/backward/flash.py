@@ -582,8 +582,10 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     plain and fast fa2 kernels (algorithm='fa2', kernel 'plain', 'fast', or 'auto', which
     then picks 'fast' where it supports the tiling, else 'plain'); tiles outside the band
     are skipped, as in iosim.backward (counts equal its closed form), and a row that sees
-    no key gets dQ = 0 and adds nothing to dK, dV. kernel 'tc' and algorithms 'fa1' /
-    'standard' refuse them with a ValueError.
+    no key gets dQ = 0 and adds nothing to dK, dV. algorithm='fa1' (its one plain kernel)
+    and 'standard' (its five plain kernels; stats P of shape (batch, heads, N, N_k) from
+    `standard_forward(..., window=...)`; not with dropout) run them too; kernel 'tc'
+    refuses them with a ValueError.
     algorithm: 'fa2' (default), 'fa1' or 'standard' (module docstring).
     stats: what the forward left in HBM: fa2: L (batch, heads, N) float32 (e.g.
     `gpu.attention(..., algorithm='fa2', return_stats=True)`); fa1: (l, m), each
@@ -645,10 +647,10 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         what = (f"N_k={Nk} != N_q={N}" if Nk != N else "") + \
             (" and " if Nk != N and windowed else "") + \
             (f"window={tuple(window)}" if windowed else "")
-        if algorithm == "standard":
-            raise ValueError(f"algorithm={algorithm!r}: the {algorithm} backward takes N_k = "
-                             f"N_q and no window only (got {what}); allowed: "
-                             f"algorithm='fa2' (kernel='plain', 'fast' or 'auto') or 'fa1'")
+        if algorithm == "standard" and kernel == "tc":
+            raise ValueError(f"kernel='tc': the tensor-core standard backward takes N_k = N_q "
+                             f"and no window only (got {what}); allowed: kernel='plain' or "
+                             f"'auto' (which runs the plain standard backward)")
         if kernel == "tc":
             raise ValueError(f"kernel='tc': the tc fa2 backward takes N_k = N_q and no "
                              f"window only (got {what}); allowed: kernel='plain', 'fast' or "
@@ -710,7 +712,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     B_r, B_c = tiling.B_r, tiling.B_c
     # the standard backward on the tensor cores (fp16): gpu.backward.standard_tc
     use_std_tc = False
-    if algorithm == "standard" and kernel in ("auto", "tc"):
+    if algorithm == "standard" and kernel in ("auto", "tc") and not general:
         dts = _api.tc_dtypes(standard_tc)
         why = (f"it takes {', '.join(dts)} only" if dname not in dts else
                "the CUDA simulator cannot run it" if SIM else
@@ -743,18 +745,22 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     if not use_tc and fast_threads is None and not use_std_tc:
         check_fits(shm, f"the {algorithm} backward with B_r={B_r}, B_c={B_c}, d={d}, {dname}")
     if algorithm == "standard" and not use_std_tc:
-        check_fits(backward_standard.ds_shared_bytes(N, dname),
-                   f"the standard backward's dS row of N={N} (P and dP, {dname})")
+        check_fits(backward_standard.ds_shared_bytes(Nk, dname),
+                   f"the standard backward's dS row of N_k={Nk} (P and dP, {dname})")
     Z_dev = None
     if algorithm == "standard" and dropout is not None:
         if not (isinstance(stats, (tuple, list)) and len(stats) == 2):
             raise ValueError(f"stats for algorithm='standard' with dropout_p={dropout[0]} must "
                              f"be the pair (P, Z) of gpu.backward.standard.standard_forward("
                              f"..., dropout_p=...); got {type(stats).__name__}")
+        if general:
+            raise ValueError(f"dropout_p={dropout[0]}: the standard backward with dropout "
+                             f"takes N_k = N_q and no window only (got {what}); allowed: "
+                             f"algorithm='fa2' (its plain kernel regenerates the mask)")
         P_dev = _check_P(stats[0], (B, H, N, N), dt)
         Z_dev = _check_P(stats[1], (B, H, N, N), np.uint8, "Z")
     elif algorithm == "standard":
-        P_dev = _check_P(stats, (B, H, N, N), dt)
+        P_dev = _check_P(stats, (B, H, N, Nk), dt)
     elif algorithm == "fa2":
         L_dev = _check_stats("stats (L)", stats, (B, H, N), kind)
     elif algorithm == "fa1":
@@ -814,13 +820,15 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                np.int64(N), np.int64(Nk), lo, hi, np.int64(H), np.int64(G), mask_dev, counters,
                *_philox.kernel_args())
     else:   # standard: Algorithm 3, five kernels through HBM (gpu.backward_standard)
-        _dp, dp3 = _output((I, N, N), npdt, kind, like, poison)
-        _ds, ds3 = _output((I, N, N), npdt, kind, like, poison)
+        _dp, dp3 = _output((I, N, Nk), npdt, kind, like, poison)
+        _ds, ds3 = _output((I, N, Nk), npdt, kind, like, poison)
+        extra = {} if Z_dev is None else dict(z3=Z_dev.reshape(I, N, N), dropout=dropout)
+        if general:                        # the plain kernels only
+            extra.update(N_k=Nk, window=window)
         (standard_tc if use_std_tc else backward_standard).run(
-            q3, k3, v3, do3, P_dev.reshape(I, N, N), dp3, ds3, dq3, dk_h, dv_h, scale, N, H, G,
-            mask_dev if has_mask else None, active, counters, B_r=B_r, B_c=B_c, dt=dname,
-            causal=bool(causal), count=count, threads=threads,
-            **({} if Z_dev is None else dict(z3=Z_dev.reshape(I, N, N), dropout=dropout)))
+            q3, k3, v3, do3, P_dev.reshape(I, N, Nk), dp3, ds3, dq3, dk_h, dv_h, scale, N, H,
+            G, mask_dev if has_mask else None, active, counters, B_r=B_r, B_c=B_c, dt=dname,
+            causal=bool(causal), count=count, threads=threads, **extra)
         del dp3, ds3
     if G == 1:
         dk3, dv3 = dk_h, dv_h

@@ -57,6 +57,7 @@ from numba import cuda, float32, int64
 from .._launch import (NB_DTYPE, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count, kernel_name,
                       dummy_mask, launch, loader, specialisation, storer)
 from .. import _philox
+from ..forward._band import band_args, tile_in_band
 from ..forward.standard import rowblock_product_kernel, tile_product_kernel
 
 #: Counter rows: the same indices as gpu.backward.BT (BW_TENSORS starts with _launch.T).
@@ -88,15 +89,19 @@ def ds_threads(N: int, threads: int) -> int:
 # Lines 1 and 5: dV_j = sum_i P_ij^T dO_i,  dK_j = scale sum_i dS_ij^T Q_i
 # ---------------------------------------------------------------------------------------
 @specialisation
-def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads, dropout=False):
-    """Kernel (x, y, out, mul, mask, N, counters); grid (T_c, instances). dropout=True
-    (which='dV'): Kernel (x, y, out, mul, mask, N, counters, zm, rp), x_ij dropped as it
-    is loaded (x o Z/(1-p), Z read from zm (instances, N, N) uint8, counted under "Z").
+def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads, dropout=False,
+                  window=False):
+    """Kernel (x, y, out, mul, mask, N, N_k, lo, hi, counters); grid (T_c, instances), T_c
+    key blocks of N_k. dropout=True (which='dV'): Kernel (x, y, out, mul, mask, N, N_k, lo,
+    hi, counters, zm, rp), x_ij dropped as it is loaded (x o Z/(1-p), Z read from zm
+    (instances, N, N_k) uint8, counted under "Z").
 
     which='dV' (Algorithm 3 line 1): x = P, y = dO, mul = 1, out = dV_h.
     which='dK' (line 5):             x = dS, y = Q, mul = scale, out = dK_h.
-    x: (instances, N, N); y, out: (instances, N, d); all in the problem dtype.
-    out_j = mul * sum over active i of x_ij^T y_i, accumulated in float32.
+    x: (instances, N, N_k); y: (instances, N, d); out: (instances, N_k, d); all in the
+    problem dtype. out_j = mul * sum over active i of x_ij^T y_i, accumulated in float32.
+    causal or window: tiles with no pair in the band lo <= c - r <= hi (gpu.forward._band)
+    are skipped (read only then).
     """
     DT = NB_DTYPE[dt]
     ldx, stx = loader(dt), storer(dt)      # element -> float32, float32 -> element
@@ -104,8 +109,9 @@ def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
     Y0 = X0 + B_r * B_c
     IX, IY, IOUT = (IP, IdO, IdV) if which == "dV" else (IdS, IQ, IdK)
     IZ = T["Z"]
+    banded = causal or window
 
-    def body(x_hbm, y, out, mul, mask, N, counters, zm, rp):
+    def body(x_hbm, y, out, mul, mask, N, N_k, lo, hi, counters, zm, rp):
         j = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -118,15 +124,15 @@ def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
         nY = int64(0)
         nW = int64(0)
         c0 = j * B_c
-        cols = min(B_c, N - c0)
+        cols = min(B_c, N_k - c0)
         for e in range(t, B_c * d, threads):
             acc[e] = ZERO
         T_r = (N + B_r - 1) // B_r
         for i in range(T_r):
             r0 = i * B_r
             rows = min(B_r, N - r0)
-            if causal and c0 > r0 + rows - 1:       # inactive tile
-                continue
+            if banded and not tile_in_band(r0, r0 + rows - 1, c0, c0 + cols - 1, lo, hi):
+                continue                            # inactive tile (outside the band)
             if has_mask and mask[i, j] == 0:
                 continue
             cuda.syncthreads()                      # previous tile's Xs, Ys consumed
@@ -162,27 +168,29 @@ def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
 
     body = cuda.jit(device=True, inline=True)(body)
     if dropout:
-        def kernel(x_hbm, y, out, mul, mask, N, counters, zm, rp):
-            body(x_hbm, y, out, mul, mask, N, counters, zm, rp)
+        def kernel(x_hbm, y, out, mul, mask, N, N_k, lo, hi, counters, zm, rp):
+            body(x_hbm, y, out, mul, mask, N, N_k, lo, hi, counters, zm, rp)
     else:
-        def kernel(x_hbm, y, out, mul, mask, N, counters):
-            body(x_hbm, y, out, mul, mask, N, counters, x_hbm, ONE)
+        def kernel(x_hbm, y, out, mul, mask, N, N_k, lo, hi, counters):
+            body(x_hbm, y, out, mul, mask, N, N_k, lo, hi, counters, x_hbm, ONE)
 
     return kernel, kernel_name(f"std_bwd_{which}", Br=B_r, Bc=B_c, d=d, dt=dt,
-                               causal=causal, mask=has_mask, dropout=dropout, count=count,
-                               t=threads)
+                               causal=causal, window=window, mask=has_mask, dropout=dropout,
+                               count=count, t=threads)
 
 
 # ---------------------------------------------------------------------------------------
 # Line 2: dP_ij = dO_i V_j^T, one block per active tile
 # ---------------------------------------------------------------------------------------
-def dp_kernel(B_r, B_c, d, dt, count, threads, dropout=False):
+def dp_kernel(B_r, B_c, d, dt, count, threads, dropout=False, general=False):
     """Kernel dP(do, v, dp, tiles, scale=1, N, H, G, counters [, zm, rp]); grid
     (n_active, instances). The forward's tile product (gpu.standard.tile_product_kernel,
     which also computes S = scale Q K^T) with A = dO, B = V, Out = dP, unmasked: whole
-    tiles are written; dropout: dP = (dO V^T) o Z/(1-p), Z read from zm."""
+    tiles are written; dropout: dP = (dO V^T) o Z/(1-p), Z read from zm. general=True
+    (N_k != N or a window; no dropout): Kernel dP(do, v, dp, tiles, scale=1, N, N_k, lo,
+    hi, H, G, counters), dp (instances, N, N_k), lo / hi unread (whole tiles)."""
     return tile_product_kernel(B_r, B_c, d, dt, False, count, threads, "std_bwd_dP",
-                               (IdO, IV, IdP), False, False, dropout)
+                               (IdO, IV, IdP), False, general, dropout)
 
 
 
@@ -190,38 +198,42 @@ def dp_kernel(B_r, B_c, d, dt, count, threads, dropout=False):
 # Line 3: dS = P o (dP - D), D = rowsum(P o dP), one block per query row
 # ---------------------------------------------------------------------------------------
 @specialisation
-def ds_kernel(B_r, B_c, dt, causal, has_mask, count, threads):
-    """Kernel dS(p, dp, ds, mask, N, counters); grid (N, instances); dynamic shared memory
-    2 N elements of the problem dtype (`ds_shared_bytes`), static `threads` float32.
+def ds_kernel(B_r, B_c, dt, causal, has_mask, count, threads, window=False):
+    """Kernel dS(p, dp, ds, mask, N, N_k, lo, hi, counters); grid (N, instances); dynamic
+    shared memory 2 N_k elements of the problem dtype (`ds_shared_bytes`), static
+    `threads` float32.
 
-    p, dp, ds: (instances, N, N) problem dtype. Row r's entries are those of the active
-    tiles (i, j) of its query block i = r // B_r (the forward softmax's rule).
+    p, dp, ds: (instances, N, N_k) problem dtype. Row r's entries are those of the active
+    tiles (i, j) of its query block i = r // B_r (the forward softmax's rule: tiles with a
+    pair in the band lo <= c - r <= hi when causal or window, and the block mask).
     """
     DT = NB_DTYPE[dt]
     ldx, stx = loader(dt), storer(dt)
     IP_, IdP_, IdS_ = IP, IdP, IdS
+    banded = causal or window
 
-    def kernel(p_hbm, dp_hbm, ds_hbm, mask, N, counters):
+    def kernel(p_hbm, dp_hbm, ds_hbm, mask, N, N_k, lo, hi, counters):
         r = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
         sx = cuda.shared.array(0, DT)
         red = cuda.shared.array(threads, float32)
-        Prow = sx[0:N]
-        dProw = sx[N:2 * N]
+        Prow = sx[0:N_k]
+        dProw = sx[N_k:2 * N_k]
         nR = int64(0)
         nW = int64(0)
         i = r // B_r
-        last = min((i + 1) * B_r, N) - 1            # last row of this row's query block
-        T_c = (N + B_c - 1) // B_c
+        first = i * B_r                             # this row's query block
+        last = min((i + 1) * B_r, N) - 1
+        T_c = (N_k + B_c - 1) // B_c
         acc = ZERO
         for j in range(T_c):                        # read P, dP over the active entries
             c0 = j * B_c
-            if causal and c0 > last:
-                break
+            if banded and not tile_in_band(first, last, c0, min(c0 + B_c, N_k) - 1, lo, hi):
+                continue
             if has_mask and mask[i, j] == 0:
                 continue
-            for c in range(c0 + t, min(c0 + B_c, N), threads):
+            for c in range(c0 + t, min(c0 + B_c, N_k), threads):
                 pv = p_hbm[z, r, c]
                 dpv = dp_hbm[z, r, c]
                 Prow[c] = pv
@@ -235,11 +247,11 @@ def ds_kernel(B_r, B_c, dt, causal, has_mask, count, threads):
             D += red[u]
         for j in range(T_c):                        # each thread revisits its own entries
             c0 = j * B_c
-            if causal and c0 > last:
-                break
+            if banded and not tile_in_band(first, last, c0, min(c0 + B_c, N_k) - 1, lo, hi):
+                continue
             if has_mask and mask[i, j] == 0:
                 continue
-            for c in range(c0 + t, min(c0 + B_c, N), threads):
+            for c in range(c0 + t, min(c0 + B_c, N_k), threads):
                 ds_hbm[z, r, c] = stx(ldx(Prow[c]) * (ldx(dProw[c]) - D))
                 nW += 1
         if count:
@@ -248,72 +260,85 @@ def ds_kernel(B_r, B_c, dt, causal, has_mask, count, threads):
             add_count(counters, IdS_, WRITE, nW)
 
     return kernel, kernel_name("std_bwd_dS", Br=B_r, Bc=B_c, dt=dt, causal=causal,
-                               mask=has_mask, count=count, t=threads)
+                               window=window, mask=has_mask, count=count, t=threads)
 
 
 # ---------------------------------------------------------------------------------------
 # Line 4: dQ_i = scale sum_j dS_ij K_j, one block per query block
 # ---------------------------------------------------------------------------------------
-def dq_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads):
-    """Kernel dQ(ds, k, dq, scale, mask, N, H, G, counters); grid (T_r, instances).
-    The forward's row-block product (gpu.standard.rowblock_product_kernel, which also
-    computes O = P V) with A = dS, B = K, Out = dQ: dQ_i = scale sum_j dS_ij K_j."""
+def dq_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False):
+    """Kernel dQ(ds, k, dq, scale, mask, N, N_k, lo, hi, H, G, counters); grid (T_r,
+    instances). The forward's row-block product (gpu.standard.rowblock_product_kernel,
+    which also computes O = P V) with A = dS (instances, N, N_k), B = K, Out = dQ:
+    dQ_i = scale sum_j dS_ij K_j over the active tiles of the band."""
     return rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads,
-                                   "std_bwd_dQ", (IdS, IK, IdQ))
+                                   "std_bwd_dQ", (IdS, IK, IdQ), window, True)
 
 
 # ---------------------------------------------------------------------------------------
 # Host side
 # ---------------------------------------------------------------------------------------
 def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, active,
-        counters, *, B_r, B_c, dt, causal, count, threads, z3=None, dropout=None):
+        counters, *, B_r, B_c, dt, causal, count, threads, z3=None, dropout=None, N_k=None,
+        window=(-1, -1)):
     """Launch Algorithm 3's five kernels, lines 1..5 in order, on 3-D device views.
 
-    q3, do3, p3, dq3, dk3, dv3 per query head (instances = batch * heads); k3, v3 per K/V
-    head; dp3, ds3: (instances, N, N) scratch (poisoned by the caller); dk3, dv3 receive
-    each query head's own dK_h, dV_h (the caller sums groups). mask: device uint8
-    (T_r, T_c) or None; active: host boolean (T_r, T_c) (iosim.active_tiles).
+    q3, do3, p3, dq3 per query head (instances = batch * heads); k3, v3 per K/V head
+    (N_k rows, default N); dk3, dv3 (instances, N_k, d); dp3, ds3: (instances, N, N_k)
+    scratch (poisoned by the caller); dk3, dv3 receive each query head's own dK_h, dV_h
+    (the caller sums groups). mask: device uint8 (T_r, T_c) or None; active: host boolean
+    (T_r, T_c) (iosim.active_tiles: band and block mask). window=(left, right) as
+    iosim.Problem (bottom-right aligned band, gpu.forward._band).
     dropout: None, or (dropout_p, seed, offset) with p > 0 and z3 the forward's keep mask
-    (instances, N, N) uint8: lines 1 and 2 read it.
+    (instances, N, N) uint8: lines 1 and 2 read it (N_k = N, no window only).
     """
+    N_k = N if N_k is None else int(N_k)
+    windowed, lo, hi = band_args(N, N_k, causal, window)
+    general = N_k != N or windowed
     drop = bool(dropout and dropout[0] > 0)
+    if drop and general:
+        raise ValueError(f"dropout in the standard backward takes N_k = N_q and no window "
+                         f"(got N_k={N_k}, N_q={N}, window={tuple(window)})")
     zargs = (z3, _philox.kernel_args(*dropout)[4]) if drop else ()
     d = q3.shape[2]
     inst = q3.shape[0]
     has_mask = mask is not None
     mk = mask if has_mask else dummy_mask()
     shm = std_bwd_shared_bytes(B_r, B_c, d, dt)
-    T_r, T_c = -(-N // B_r), -(-N // B_c)
-    n, h, g = np.int64(N), np.int64(H), np.int64(G)
+    T_r, T_c = -(-N // B_r), -(-N_k // B_c)
+    n, nk, h, g = np.int64(N), np.int64(N_k), np.int64(H), np.int64(G)
     flags = (bool(causal), has_mask, bool(count), threads)
     # line 1: dV = P^T dO
-    launch(tposed_kernel("dV", B_r, B_c, d, dt, *flags, drop), (T_c, inst), threads, shm,
-           p3, do3, dv3, np.float32(1.0), mk, n, counters, *zargs)
+    launch(tposed_kernel("dV", B_r, B_c, d, dt, *flags, drop, windowed), (T_c, inst), threads,
+           shm, p3, do3, dv3, np.float32(1.0), mk, n, nk, lo, hi, counters, *zargs)
     # line 2: dP = dO V^T, active tiles only
     tiles = np.argwhere(active).astype(np.int32)
     if len(tiles):
-        launch(dp_kernel(B_r, B_c, d, dt, bool(count), threads, drop), (len(tiles), inst),
-               threads, shm, do3, v3, dp3, cuda.to_device(tiles), np.float32(1.0), n, h, g,
-               counters, *zargs)
+        sizes = (n, nk, lo, hi) if general else (n,)
+        launch(dp_kernel(B_r, B_c, d, dt, bool(count), threads, drop, general),
+               (len(tiles), inst), threads, shm, do3, v3, dp3, cuda.to_device(tiles),
+               np.float32(1.0), *sizes, h, g, counters, *zargs)
     # line 3: dS = P o (dP - rowsum(P o dP))
-    ts = ds_threads(N, threads)
-    launch(ds_kernel(B_r, B_c, dt, bool(causal), has_mask, bool(count), ts), (N, inst), ts,
-           ds_shared_bytes(N, dt), p3, dp3, ds3, mk, n, counters)
+    ts = ds_threads(N_k, threads)
+    launch(ds_kernel(B_r, B_c, dt, bool(causal), has_mask, bool(count), ts, windowed), (N, inst),
+           ts, ds_shared_bytes(N_k, dt), p3, dp3, ds3, mk, n, nk, lo, hi, counters)
     # line 4: dQ = scale dS K
-    launch(dq_kernel(B_r, B_c, d, dt, *flags), (T_r, inst), threads, shm,
-           ds3, k3, dq3, np.float32(scale), mk, n, h, g, counters)
+    launch(dq_kernel(B_r, B_c, d, dt, *flags, windowed), (T_r, inst), threads, shm,
+           ds3, k3, dq3, np.float32(scale), mk, n, nk, lo, hi, h, g, counters)
     # line 5: dK = scale dS^T Q
-    launch(tposed_kernel("dK", B_r, B_c, d, dt, *flags), (T_c, inst), threads, shm,
-           ds3, q3, dk3, np.float32(scale), mk, n, counters)
+    launch(tposed_kernel("dK", B_r, B_c, d, dt, *flags, False, windowed), (T_c, inst), threads,
+           shm, ds3, q3, dk3, np.float32(scale), mk, n, nk, lo, hi, counters)
 
 
 def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_cols,
                      block_mask=None, threads=None, kernel="auto", poison=None,
-                     dropout_p=0.0, dropout_seed=0, dropout_offset=0):
+                     dropout_p=0.0, dropout_seed=0, dropout_offset=0, window=(-1, -1)):
     """(O, P) of the standard forward (gpu.standard's S / softmax / PV kernels): the P that
-    the standard backward needs. q (batch, heads, N, d), k, v (batch, kv_heads, N, d), as
-    for `gpu.attention` (NumPy in -> NumPy out; device arrays in -> the same kind out).
-    O: (batch, heads, N, d), P: (batch, heads, N, N), both in the input dtype. Entries of
+    the standard backward needs. q (batch, heads, N, d), k, v (batch, kv_heads, N_k, d), as
+    for `gpu.attention` (NumPy in -> NumPy out; device arrays in -> the same kind out;
+    window=(left, right) and causal bottom-right aligned as there; N_k != N or a window
+    runs the plain kernels). O: (batch, heads, N, d), P: (batch, heads, N, N_k), both in
+    the input dtype. Entries of
     P outside the tiling's active tiles stay NaN (never written; the backward with the
     same tiling never reads them). `gpu.attention(algorithm='standard')` runs the same
     kernels but does not return P. kernel: 'auto' (fp16 on a GPU: the tensor-core kernels
@@ -330,12 +355,13 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     from ..api import _check, _output, _return_like, _to_device
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, _, _ = _check("k", k)
-    Hk = shape_k[1]
+    Hk, Nk = shape_k[1], shape_k[2]
     dname = dtype_name(dt)
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
     threads = default_threads() if threads is None else int(threads)
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
-                            causal=causal, block_mask=block_mask)
+                            causal=causal, block_mask=block_mask, N_k=Nk, window=window)
+    general = Nk != N or tuple(window) != (-1, -1)
     active = iosim.active_tiles(problem, iosim.Tiling(block_rows, block_cols))
     mask_dev = None if block_mask is None else cuda.to_device(
         np.ascontiguousarray(problem.block_mask, dtype=np.uint8))
@@ -345,6 +371,7 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     if dropout is not None:
         kernel = "plain"
     why = ("the CUDA simulator cannot run it" if SIM else
+           "N_k != N or a window (the plain kernels run those)" if general else
            standard_tc.plan_error(block_rows, block_cols, d, dname) or
            (None if standard_tc.supports(block_rows, block_cols, d, dname, N=N) else
             "its shared memory does not fit this device"))
@@ -356,28 +383,30 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     npdt = NP_DTYPE[dname]
     qd, kd, vd = (_to_device(x, kind) for x in (q, k, v))
     o_obj, o3 = _output((B * H, N, d), npdt, kind, q, poison)
-    _s, s3 = _output((B * H, N, N), npdt, kind, q, poison)
-    p_obj, p3 = _output((B * H, N, N), npdt, kind, q, poison)
+    _s, s3 = _output((B * H, N, Nk), npdt, kind, q, poison)
+    p_obj, p3 = _output((B * H, N, Nk), npdt, kind, q, poison)
     drop = {}
     if dropout is not None:
-        drop = dict(z3=cuda.device_array((B * H, N, N), dtype=np.uint8), dropout=dropout)
+        drop = dict(z3=cuda.device_array((B * H, N, Nk), dtype=np.uint8), dropout=dropout)
+    if general:
+        drop.update(N_k=Nk, window=window)
     (standard_tc if use_tc else standard).run(
-        qd.reshape(B * H, N, d), kd.reshape(B * Hk, N, d), vd.reshape(B * Hk, N, d),
+        qd.reshape(B * H, N, d), kd.reshape(B * Hk, Nk, d), vd.reshape(B * Hk, Nk, d),
         o3, s3, p3, scale, N, H, H // Hk, mask_dev, active, new_counters(False),
         B_r=block_rows, B_c=block_cols, dt=dname, causal=bool(causal), count=False,
         threads=threads, **drop)
     del s3, _s
     if dropout is not None:
-        z_host = drop["z3"].reshape(B, H, N, N)
+        z_host = drop["z3"].reshape(B, H, N, Nk)
         if o_obj is not None:
-            return (o_obj.view(B, H, N, d), p_obj.view(B, H, N, N),
+            return (o_obj.view(B, H, N, d), p_obj.view(B, H, N, Nk),
                     _return_like(z_host, kind, q))
         return (_return_like(o3.reshape(B, H, N, d), kind, q),
-                _return_like(p3.reshape(B, H, N, N), kind, q), _return_like(z_host, kind, q))
+                _return_like(p3.reshape(B, H, N, Nk), kind, q), _return_like(z_host, kind, q))
     if o_obj is not None:
-        return o_obj.view(B, H, N, d), p_obj.view(B, H, N, N)
+        return o_obj.view(B, H, N, d), p_obj.view(B, H, N, Nk)
     return (_return_like(o3.reshape(B, H, N, d), kind, q),
-            _return_like(p3.reshape(B, H, N, N), kind, q))
+            _return_like(p3.reshape(B, H, N, Nk), kind, q))
 
 
 __all__ = ["run", "standard_forward", "std_bwd_shared_bytes", "ds_shared_bytes", "ds_threads",
