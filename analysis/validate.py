@@ -81,16 +81,23 @@ def _stats(errs):
 
 
 # ---------------------------------------------------------------------------------------
-def _frozen_levels(gpu_preset: str = "H100-SXM") -> dict:
-    """{config id: (set name, split, frozen predictions file's record, its header)} over
-    the blind sets whose frozen predictions exist."""
+def predictions_path(path, gpu: str) -> Path:
+    """A blind set's frozen predictions file for a GPU preset: `path` itself for the
+    H100-SXM (where the sets are measured first), predictions-<preset>.json beside it for
+    another preset (the same frozen model, only the preset changed)."""
+    path = Path(path)
+    return path if gpu == "H100-SXM" else path.with_name(f"predictions-{gpu}.json")
+
+
+def _frozen_levels() -> dict:
+    """{(GPU preset, config id): (set name, split, frozen prediction record, the file's
+    header)} over the blind sets whose frozen predictions exist (every preset's file)."""
     out = {}
     for name, (_, split, path) in LEVELS_BLIND_SETS.items():
-        if Path(path).exists():
-            frozen = json.loads(Path(path).read_text())
-            if frozen.get("gpu_preset", gpu_preset) == gpu_preset:
-                for p in frozen["predictions"]:
-                    out[p["id"]] = (name, split, p, frozen)
+        for f in sorted(Path(path).parent.glob("predictions*.json")):
+            frozen = json.loads(f.read_text())
+            for p in frozen["predictions"]:
+                out[(frozen.get("gpu_preset", "H100-SXM"), p["id"])] = (name, split, p, frozen)
     return out
 
 
@@ -117,21 +124,23 @@ def levels_rows(model=None, data=None) -> list[dict]:
     current = []
     for r, p, err, ok in compare(meas, model):
         c = r["config"]
-        h100 = GPU_OF_DEVICE.get(r["device"]) == "H100-SXM"
+        gpu = GPU_OF_DEVICE.get(r["device"])
+        h100 = gpu == "H100-SXM"
         split, blind_set = (levels_split(c) if h100 else "heldout"), None
-        if h100 and c["id"] in frozen:
-            name, bsplit, fp, _ = frozen[c["id"]]
+        if (gpu, c["id"]) in frozen:
+            name, bsplit, fp, _ = frozen[(gpu, c["id"])]
             if _same_prediction(p, fp["predicted"]):
                 split = bsplit
             else:
                 blind_set = name
-                rescored.setdefault(name, []).append(r)
+                rescored.setdefault((name, gpu), []).append(r)
         elif h100 and c["id"] in BLIND_IDS:
             blind_set = "levels_fp32_fast"
         current.append((r, p, err, ok, split, blind_set))
-    still_blind = all(s == frozen[r["config"]["id"]][1] for r, _, _, _, s, _ in current
-                      if r["config"]["id"] in frozen and frozen[r["config"]["id"]][0] == "levels_blind"
-                      and GPU_OF_DEVICE.get(r["device"]) == "H100-SXM")
+    first = [(r, s) for r, _, _, _, s, _ in current
+             if GPU_OF_DEVICE.get(r["device"]) == "H100-SXM"
+             and frozen.get(("H100-SXM", r["config"]["id"]), ("",))[0] == "levels_blind"]
+    still_blind = all(s == "blind" for _, s in first)
     for r, p, err, ok, split, blind_set in current:
         c = r["config"]
         if blind_set == "levels_fp32_fast" and still_blind:
@@ -148,8 +157,8 @@ def levels_rows(model=None, data=None) -> list[dict]:
             predicted={k: p[k] for k in LEVEL_KEYS + ("requested_read_bytes",
                                                       "requested_write_bytes")},
             rel_error=err, within_bound=ok, **extra))
-    for name, rows in rescored.items():      # the frozen score of a set the model has left
-        hdr = next(f for _, (n, _, _, f) in frozen.items() if n == name)
+    for (name, gpu), rows in rescored.items():   # the frozen score of a set the model left
+        hdr = next(f for (g, _), (n, _, _, f) in frozen.items() if n == name and g == gpu)
         out += levels_blind_rows(rows, hdr)
     return out
 
@@ -222,9 +231,10 @@ def levels_blind_predictions(model=None, gpu: str = "H100-SXM", set_name: str = 
             "predictions": preds}
 
 
-def write_levels_blind_predictions(path=None, model=None, set_name: str = "levels_blind") -> Path:
-    out = levels_blind_predictions(model, set_name=set_name)
-    path = Path(path or LEVELS_BLIND_SETS[set_name][2])
+def write_levels_blind_predictions(path=None, model=None, set_name: str = "levels_blind",
+                                   gpu: str = "H100-SXM") -> Path:
+    out = levels_blind_predictions(model, gpu=gpu, set_name=set_name)
+    path = Path(path or predictions_path(LEVELS_BLIND_SETS[set_name][2], gpu))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1, default=float, allow_nan=False) + "\n")
     return path
@@ -446,19 +456,20 @@ def runtime_blind_predictions(model=None, gpu: str = "H100-SXM", set_name: str =
             "constants": model.source, "configs": out}
 
 
-def write_runtime_blind_predictions(set_name: str = "runtime_blind2", path=None, model=None) -> Path:
+def write_runtime_blind_predictions(set_name: str = "runtime_blind2", path=None, model=None,
+                                    gpu: str = "H100-SXM") -> Path:
     """Freeze the time model's predictions for a blind set (only from a clean, committed
     tree: the file names the frozen commit)."""
     import datetime as _dt
     out = {"frozen_commit": _frozen_commit(),
            "made_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "what": f"analysis.runtime predictions for analysis.validation_configs."
-                   f"{set_name.upper()} on the H100-SXM preset, tilings by "
+                   f"{set_name.upper()} on the {gpu} preset, tilings by "
                    f"analysis.levels.kernel_plan (host-only), frozen before the measured rows "
                    f"were read. Score with: python3 -m analysis.validate runtime-blind "
-                   f"MEASURED.jsonl --set {set_name}",
-           **runtime_blind_predictions(model, set_name=set_name)}
-    path = Path(path or RUNTIME_BLIND_SETS[set_name][2])
+                   f"MEASURED.jsonl --set {set_name} --gpu {gpu}",
+           **runtime_blind_predictions(model, gpu=gpu, set_name=set_name)}
+    path = Path(path or predictions_path(RUNTIME_BLIND_SETS[set_name][2], gpu))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1, default=float, allow_nan=False) + "\n")
     return path
@@ -559,12 +570,12 @@ def blind_rows_kept(data=None) -> list[dict]:
             if r.get("split") in BLIND_SPLITS]
 
 
-def score_runtime_blind(measured_path, predictions_path=None, write=True, data=None,
-                        set_name: str = "runtime_blind"):
-    """Score the frozen blind predictions of a set against measured rows (a JSONL file);
-    replace that set's rows (its split) in runtime_validation.jsonl with the result; print
-    the summary."""
-    with open(predictions_path or RUNTIME_BLIND_SETS[set_name][2]) as f:
+def score_runtime_blind(measured_path, predictions_file=None, write=True, data=None,
+                        set_name: str = "runtime_blind", gpu: str = "H100-SXM"):
+    """Score the frozen blind predictions of a set (for `gpu`'s preset) against measured
+    rows (a JSONL file); replace that set's rows on that device (its split, the measured
+    rows' device) in runtime_validation.jsonl with the result; print the summary."""
+    with open(predictions_file or predictions_path(RUNTIME_BLIND_SETS[set_name][2], gpu)) as f:
         predictions = json.load(f)
     split = predictions.get("split", "blind")
     with open(measured_path) as f:
@@ -578,7 +589,9 @@ def score_runtime_blind(measured_path, predictions_path=None, write=True, data=N
         keep = []
         if path.exists():
             keep = [json.loads(line) for line in open(path) if line.strip()]
-            keep = [r for r in keep if r.get("split") != split]
+            devices = {r["device"] for r in rows if r.get("device")}
+            keep = [r for r in keep if not (r.get("split") == split and (
+                r.get("device") in devices or not r.get("device")))]
         print(f"wrote {len(rows)} blind rows to {_write('runtime_validation', keep + rows, data)}")
     return rows
 
@@ -629,23 +642,26 @@ def _main(argv=None) -> int:
     ap.add_argument("--predictions", default=None,
                     help="the frozen predictions file (default: the set's own)")
     ap.add_argument("--out", default=None, help="levels-blind: JSONL file for the blind rows")
+    ap.add_argument("--gpu", default="H100-SXM", metavar="PRESET",
+                    help="the preset the predictions are for (default H100-SXM; another "
+                         "preset's file is predictions-<PRESET>.json beside the set's own)")
     a = ap.parse_args(argv)
     sets = LEVELS_BLIND_SETS if a.what.startswith("levels") else RUNTIME_BLIND_SETS
     name = a.set or next(iter(sets))
     if name not in sets:
         ap.error(f"--set {name!r} is not a {a.what.split('-')[0]} blind set; allowed: {', '.join(sets)}")
     if a.what == "levels-blind-predict":
-        print(f"wrote {write_levels_blind_predictions(a.predictions, set_name=name)}")
+        print(f"wrote {write_levels_blind_predictions(a.predictions, set_name=name, gpu=a.gpu)}")
         return 0
     if a.what == "runtime-blind-predict":
-        print(f"wrote {write_runtime_blind_predictions(name, a.predictions)}")
+        print(f"wrote {write_runtime_blind_predictions(name, a.predictions, gpu=a.gpu)}")
         return 0
     if not a.measured:
         ap.error(f"{a.what} needs MEASURED.jsonl")
     if a.what == "levels-blind":
-        levels_blind(a.measured, a.predictions or sets[name][2], a.out)
+        levels_blind(a.measured, a.predictions or predictions_path(sets[name][2], a.gpu), a.out)
     else:
-        score_runtime_blind(a.measured, a.predictions, set_name=name)
+        score_runtime_blind(a.measured, a.predictions, set_name=name, gpu=a.gpu)
     return 0
 
 

@@ -25,6 +25,9 @@ def register(sub):
     p.add_argument("--set", default="runtime_blind", metavar="NAME",
                    help="runtime-blind: which blind set's frozen predictions (runtime_blind, "
                         "runtime_blind2)")
+    p.add_argument("--gpu", default="H100-SXM", metavar="PRESET",
+                   help="runtime-blind: the preset of the frozen predictions to score "
+                        "(H100-SXM, or H200: predictions-H200.json)")
     p.add_argument("--refit", action="store_true",
                    help="refit the model's constants first (levels: the L2 model grid on the "
                         "fit half; runtime: analysis/runtime_constants.json on every H100 row)")
@@ -57,7 +60,8 @@ def main(args) -> int:
             print(f"flashsim validate runtime-blind: --set {args.set!r} is not allowed; allowed: "
                   f"{', '.join(V.RUNTIME_BLIND_SETS)}", file=sys.stderr)
             return 2
-        V.score_runtime_blind(args.measured, write=not args.no_write, set_name=args.set)
+        V.score_runtime_blind(args.measured, write=not args.no_write, set_name=args.set,
+                              gpu=args.gpu)
         return 0
     from analysis import runtime
     model = None
