@@ -10,7 +10,8 @@ fitted on every H100 row; each H100 row is drawn at its 5-fold cross-validated
 prediction (the model refitted without the row's fold: `cv_predicted_ms`); every H200
 row is held out (only the preset changes). Colour: kernel family; marker: H100
 cross-validated (open circle), H200 held out (triangle), H100 blind (square, frozen
-predictions, once scored). The title gives the median and worst |predicted / measured - 1|
+predictions, once scored), the second blind set (diamond on the H100, down-triangle on
+the H200). The title gives the median and worst |predicted / measured - 1|
 per device.
 
 (b), (c) A roofline of the H100-SXM preset (`iosim.get_hardware("H100-SXM")`: dense fp16
@@ -48,10 +49,13 @@ FAMILY_COLORS = {"fa2_tc": "#2ca02c", "fa2_fast": "#17becf", "fa2_plain": "#bcbd
 #: (device preset, split) -> (marker, filled)
 CLASSES = {("H100-SXM", "fit"): ("o", True), ("H100-SXM", "heldout"): ("o", False),
            ("H100-SXM", "cv"): ("o", False), ("H100-SXM", "blind"): ("s", True),
+           ("H100-SXM", "blind2"): ("D", True), ("H200", "blind2"): ("v", True),
            ("H200", "heldout"): ("^", True), ("H200", "fit"): ("^", True)}
 CLASS_LABELS = {("H100-SXM", "fit"): "H100, fit", ("H100-SXM", "heldout"): "H100, held out",
                 ("H100-SXM", "cv"): "H100, 5-fold cross-validated",
                 ("H100-SXM", "blind"): "H100, blind (frozen predictions)",
+                ("H100-SXM", "blind2"): "H100, second blind set (frozen predictions)",
+                ("H200", "blind2"): "H200, second blind set (frozen, preset change only)",
                 ("H200", "heldout"): "H200, held out (preset change only)"}
 BAND = 0.10
 MAX_CALLS = 80
@@ -96,7 +100,7 @@ def select_roofline_rows(rows, gpu: str, max_calls: int | None):
     """The forward rows measured on `gpu`, at most max_calls, evenly spaced per family
     (each family keeps a share proportional to its size, at least one)."""
     fwd = [r for r in rows if r["config"]["pass"] == "fwd" and _gpu_of(r["device"]) == gpu
-           and r.get("split") != "blind"]
+           and r.get("split") not in ("blind", "blind2")]
     if max_calls is None or len(fwd) <= max_calls:
         return fwd
     fams: dict = {}
@@ -207,10 +211,12 @@ def _stat_line(data):
             what = "held out" if data["stats"].get((g, "heldout")) else "cross-validated"
             parts.append(f"{g.split('-')[0]} {what} ({s['n']}): |error| median "
                          f"{100 * s['median_abs']:.1f} %, worst {100 * s['worst_abs']:.0f} %")
-    s = data["stats"].get(("H100-SXM", "blind"))
-    if s:
-        parts.append(f"H100 blind, frozen predictions ({s['n']}): |error| median "
-                     f"{100 * s['median_abs']:.1f} %, worst {100 * s['worst_abs']:.0f} %")
+    for key, what in ((("H100-SXM", "blind"), "H100 blind"), (("H100-SXM", "blind2"), "H100 blind 2"),
+                      (("H200", "blind2"), "H200 blind 2")):
+        s = data["stats"].get(key)
+        if s:
+            parts.append(f"{what}, frozen predictions ({s['n']}): |error| median "
+                         f"{100 * s['median_abs']:.1f} %, worst {100 * s['worst_abs']:.0f} %")
     return "\n".join(parts)
 
 
