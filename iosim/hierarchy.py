@@ -352,12 +352,14 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
         # was neither evicted nor cleaned before the tile's next access and the tile's last
         # access was not evicted before the end; the counters see up to drain_fraction x
         # L2 of them written back (`L2Model.drain_fraction`)
-        n = dense.size
-        last = n - 1 - np.unique(dense[::-1], return_index=True)[1]        # per tile
+        n, nt = dense.size, int(dense.max()) + 1
+        last = np.full(nt, -1, np.int64)                      # last access, per tile
+        np.maximum.at(last, dense, np.arange(n))
         iw = np.flatnonzero(wr)
-        tiles_w, lw = np.unique(dense[iw][::-1], return_index=True)
-        lw = iw[iw.size - 1 - lw]                                          # last write
-        ll = last[tiles_w]                                                 # last access
+        lw = np.full(nt, -1, np.int64)                        # last write, per tile
+        np.maximum.at(lw, dense[iw], iw)
+        ll = last[lw >= 0]
+        lw = lw[lw >= 0]
         stay = (1.0 - evict[lw]) * np.where(ll == lw, 1.0, 1.0 - evict[ll])
         resident = float(np.sum(w[lw] * wb[lw] * stay))
         writes += min(resident, model.drain_fraction * capacity / model.capacity_fraction)
