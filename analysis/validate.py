@@ -120,8 +120,10 @@ def levels_summary(rows) -> list[dict]:
 LEVELS_BLIND_PREDICTIONS = ROOT / "benchmarks" / "results" / "runs" / "levels-blind-predictions" / "predictions.json"
 
 
-def levels_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
-    """The L2 model's predictions for every LEVELS_BLIND pass on `gpu` (the H100 it was
+def levels_blind_predictions(model=None, gpu: str = "H100-SXM", configs=None,
+                             name: str = "LEVELS_BLIND") -> dict:
+    """The L2 model's predictions for every LEVELS_BLIND pass (or `configs`, the set
+    called `name`, e.g. LEVELS_BLIND2) on `gpu` (the H100 it was
     measured on): per configuration the kernel and tiling the plan runs (the default of
     each kernel on that preset, as analysis.hwmeasure.resolved_tiling resolves it on
     the device) and the pass's DRAM / L2 bytes. With the frozen commit (git HEAD, which
@@ -134,7 +136,7 @@ def levels_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
         raise RuntimeError(f"commit the model first (git HEAD {commit}): the predictions name "
                            f"the frozen commit")
     preds = []
-    for c in LEVELS_BLIND:
+    for c in (LEVELS_BLIND if configs is None else configs):
         p = predict_row(c, gpu, model)
         preds.append({"id": c["id"], "config": c, "family": family_of(c), "kernel": p["kernel"],
                       "tiling": [p["block_rows"], p["block_cols"]],
@@ -142,7 +144,7 @@ def levels_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
                                                                    "requested_write_bytes")},
                       "kernels": [{k: v for k, v in kk.items()} for kk in p["kernels"]],
                       "warnings": p["warnings"]})
-    return {"what": "levels predictions for analysis.validation_configs.LEVELS_BLIND, frozen "
+    return {"what": f"levels predictions for analysis.validation_configs.{name}, frozen "
                     "before the measured rows were read",
             "frozen_commit": commit, "model_version": model_version(), "gpu_preset": gpu,
             "l2_model": {f: getattr(model, f) for f in model.__dataclass_fields__},
@@ -150,8 +152,9 @@ def levels_blind_predictions(model=None, gpu: str = "H100-SXM") -> dict:
             "predictions": preds}
 
 
-def write_levels_blind_predictions(path=LEVELS_BLIND_PREDICTIONS, model=None) -> Path:
-    out = levels_blind_predictions(model)
+def write_levels_blind_predictions(path=LEVELS_BLIND_PREDICTIONS, model=None, configs=None,
+                                   name: str = "LEVELS_BLIND") -> Path:
+    out = levels_blind_predictions(model, configs=configs, name=name)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=1, default=float, allow_nan=False) + "\n")
@@ -528,9 +531,19 @@ def _main(argv=None) -> int:
     ap.add_argument("--predictions", default=None,
                     help="the frozen predictions file (default: the set's own)")
     ap.add_argument("--out", default=None, help="levels-blind: JSONL file for the blind rows")
+    ap.add_argument("--set", choices=("blind", "blind2"), default="blind",
+                    help="levels-blind-predict: LEVELS_BLIND (default; its predictions "
+                         "are frozen already) or LEVELS_BLIND2 (written to "
+                         "benchmarks/results/runs/levels-blind2-predictions/)")
     a = ap.parse_args(argv)
     if a.what == "levels-blind-predict":
-        print(f"wrote {write_levels_blind_predictions(a.predictions or LEVELS_BLIND_PREDICTIONS)}")
+        if a.set == "blind2":
+            from analysis.validation_configs import LEVELS_BLIND2
+            path = a.predictions or LEVELS_BLIND_PREDICTIONS.parent.parent / \
+                "levels-blind2-predictions" / "predictions.json"
+            print(f"wrote {write_levels_blind_predictions(path, configs=LEVELS_BLIND2, name='LEVELS_BLIND2')}")
+        else:
+            print(f"wrote {write_levels_blind_predictions(a.predictions or LEVELS_BLIND_PREDICTIONS)}")
         return 0
     if not a.measured:
         ap.error(f"{a.what} needs MEASURED.jsonl")
