@@ -30,9 +30,15 @@ until the kernel ends. Dirty lines still resident when the kernel ends are not w
 during it (measured: fa2 at N=4096 wrote 2 of its 8 MB of O to DRAM inside the kernel).
 
 Footprints (L2Model.replicate): the H100's L2 is two partitions; a line read by SMs of
-both is cached in both, so a tile many CTAs share counts twice its bytes against C, a
-tile one CTA touches private_footprint times; with home_written, written bytes (stores,
-atomics) count once, in their home partition.
+both is cached in both, so a tile many CTAs share counts shared_footprint (at most twice)
+its bytes against C, a tile one CTA touches private_footprint times; with home_written,
+written bytes (stores, atomics) count once, in their home partition.
+
+End of kernel (L2Model.drain_fraction): the dirty lines still resident when the kernel
+ends are written back as it retires, and Nsight Compute's DRAM counters see the first
+drain_fraction x L2 bytes of that write-back (measured: 2-3 MB of DRAM writes above the
+evictions on the H100 in nearly every kernel launch that ends with dirty data, e.g. fa2 at
+N = 4096, which fits in L2, wrote 2.3 of its 8.4 MB of O).
 
 The constants are fitted on measured configurations and printed with every result
 (`L2Model`); validation is against Nsight Compute on held-out configurations (see
@@ -79,11 +85,20 @@ class L2Model:
         access at stack distance D > C still hits with probability rho x C / D (a loop of
         footprint F > C keeps about C of its F bytes), where the LRU would miss:
         P(hit | D) = max(P_lru(D), rho x min(1, C / D)). 0: plain (set-associative) LRU.
+    shared_footprint: with replicate, the bytes a shared tile (read by CTAs on both
+        partitions) occupies per byte: 2 if every far copy were kept as long as its home
+        copy; less where the L2 drops clean duplicates first (the far copy of a line whose
+        home partition still holds it), so that a shared stream fills the cache more
+        slowly than twice its bytes. v4 fits 1.75.
+    drain_fraction: the part of the dirty data resident at the kernel's end that reaches
+        DRAM inside the measured kernel, at most drain_fraction x the L2's bytes (the
+        write-back as the kernel retires; 2-3 MB measured on the H100). 0: none (the
+        dirty lines at the end are never counted).
     home_written: with replicate, the written part of a shared tile (wb bytes of a tile
         accessed with wr: stores, atomics / reductions such as the fa2 backward's dQ
         accumulator) counts once: writes are resolved at the line's home partition, its
         point of coherence, so only clean read data gains a copy in the far partition.
-        Its footprint is then 2 x nbytes - wb.
+        Its footprint is then shared_footprint x nbytes - (shared_footprint - 1) x wb.
     dirty_fraction: the L2 keeps at most C_w = dirty_fraction x the L2's bytes of dirty
         data; beyond that the oldest dirty lines are cleaned (written to DRAM, kept valid,
         so reads still hit). A write then reaches DRAM if the tile is evicted before its
@@ -100,6 +115,8 @@ class L2Model:
     keep_fraction: float = 0.0
     dirty_fraction: float = 0.0
     home_written: bool = False
+    shared_footprint: float = 2.0
+    drain_fraction: float = 0.0
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
@@ -111,6 +128,9 @@ class L2Model:
         if not 0 <= self.keep_fraction <= 1 or not 0 <= self.dirty_fraction <= 2:
             raise ValueError(f"keep_fraction={self.keep_fraction!r} must be in [0, 1] and "
                              f"dirty_fraction={self.dirty_fraction!r} in [0, 2]")
+        if not 0 <= self.drain_fraction <= 1 or not 1 <= self.shared_footprint <= 2:
+            raise ValueError(f"drain_fraction={self.drain_fraction!r} must be in [0, 1] and "
+                             f"shared_footprint={self.shared_footprint!r} in [1, 2]")
         if self.max_accesses < 1000:
             raise ValueError(f"max_accesses={self.max_accesses!r} must be >= 1000")
 
@@ -302,10 +322,10 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     # dense tile ids for the Fenwick pass
     _, dense = np.unique(blk, return_inverse=True)
     if model.replicate:
-        foot = nb * np.where(sh, 2.0, model.private_footprint)
+        foot = nb * np.where(sh, model.shared_footprint, model.private_footprint)
         if model.home_written:
             # written bytes (stores, atomics) live in their home partition only
-            foot = np.where(sh & wr, 2.0 * nb - np.minimum(wb, nb), foot)
+            foot = np.where(sh & wr, model.shared_footprint * nb - (model.shared_footprint - 1.0) * np.minimum(wb, nb), foot)
     else:
         foot = nb
     d_prev, d_next = _distances(dense.astype(np.int64), foot)
@@ -327,6 +347,22 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
             evict = 1.0 - (1.0 - evict) * keep
     reads = float(np.sum(w * nb * miss_prev * rd))
     writes = float(np.sum(w * wb * evict * wr))
+    if model.drain_fraction > 0 and wr.any():
+        # dirty bytes still resident at the kernel's end: each tile's last write, if it
+        # was neither evicted nor cleaned before the tile's next access and the tile's last
+        # access was not evicted before the end; the counters see up to drain_fraction x
+        # L2 of them written back (`L2Model.drain_fraction`)
+        n, nt = dense.size, int(dense.max()) + 1
+        last = np.full(nt, -1, np.int64)                      # last access, per tile
+        np.maximum.at(last, dense, np.arange(n))
+        iw = np.flatnonzero(wr)
+        lw = np.full(nt, -1, np.int64)                        # last write, per tile
+        np.maximum.at(lw, dense[iw], iw)
+        ll = last[lw >= 0]
+        lw = lw[lw >= 0]
+        stay = (1.0 - evict[lw]) * np.where(ll == lw, 1.0, 1.0 - evict[ll])
+        resident = float(np.sum(w[lw] * wb[lw] * stay))
+        writes += min(resident, model.drain_fraction * capacity / model.capacity_fraction)
     return reads, writes, int(t.size)
 
 

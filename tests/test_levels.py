@@ -385,6 +385,41 @@ def test_dirty_cap_bounds_what_stays_dirty_at_the_end():
     assert r == pytest.approx(300.0) and w == pytest.approx(0.0, abs=1e-6)
 
 
+def test_end_of_kernel_drain_counts_part_of_the_resident_dirty_data():
+    """drain_fraction: of the dirty bytes resident at the kernel's end, at most
+    drain_fraction x L2 are counted as DRAM writes (the write-back as the kernel retires);
+    evicted writes and reads are unchanged."""
+    L2 = 1000.0
+    st = Stream()
+    st.add(np.arange(3, dtype=float), np.arange(3), 100.0, False, True)     # 300 B, all fit
+    base = dram_from_stream(st, 0.8 * L2, L2Model(0.8, 4096))
+    assert base[1] == pytest.approx(0.0, abs=1e-9)
+    for f, want in ((0.06, 60.0), (0.5, 300.0)):
+        r, w, _ = dram_from_stream(st, 0.8 * L2, L2Model(0.8, 4096, drain_fraction=f))
+        assert r == base[0] and w == pytest.approx(want), f
+    # a tile written, then read last: still dirty at the end, counted
+    st = Stream()
+    st.add([0.0, 1.0], [0, 0], 100.0, [False, True], [True, False])
+    assert dram_from_stream(st, 800.0, L2Model(0.8, 4096, drain_fraction=1.0))[1] == \
+        pytest.approx(100.0)
+
+
+def test_shared_footprint_sets_the_replicated_bytes():
+    """shared_footprint: a shared cycle of 0.7 C thrashes at x2 (1.4 C) and fits at x1.25
+    (0.875 C) in a (nearly) fully associative cache."""
+    C = 1000.0
+    for sf, want in ((2.0, 700.0 * 30), (1.25, 700.0)):
+        st = Stream()
+        blk = np.tile(np.arange(7), 30)
+        st.add(np.arange(blk.size, dtype=float), blk, 100.0, True, False, shared=True)
+        m = L2Model(1.0, 4096, replicate=True, private_footprint=1.0, shared_footprint=sf)
+        assert dram_from_stream(st, C, m)[0] == pytest.approx(want, rel=1e-6), sf
+    with pytest.raises(ValueError):
+        L2Model(shared_footprint=2.5)
+    with pytest.raises(ValueError):
+        L2Model(drain_fraction=-0.1)
+
+
 def test_spill_frames_are_one_tile_per_slot():
     """A spilling build's stack frame lives at its SM slot's local-memory addresses: the
     CTAs that follow in a slot rewrite the same lines, so few frames reach DRAM when the
