@@ -31,9 +31,20 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   fitted fractions e_L2, e_DRAM (shared by all kernels); DRAM writes at their own
   fraction e_DRAM_w (the N x N S / P / dP write-backs of the standard kernels run at
   about half the read rate).
-* t_smem (the fast fp32 fa2 forward): its shared-memory loads, from its register tile
-  (RM x RN for S, RM x DN for O: RM + RN words per RM RN FMAs), over 128 bytes per clock
-  per SM times e_smem: the tiling's arithmetic intensity on shared memory.
+* sigma, sigma_r (the plain row passes std_softmax, std_bwd_dS, one CTA a row; the fast
+  fp32 standard runs the same softmax kernel): ops += sigma per warp and row step (a step:
+  an active key tile of the row, or 4 x threads entries of the fast kernel's flat sweep
+  of a dense row) + sigma_r per partial value read in the row's reductions (softmax: max
+  and sum, dS: D = rowsum P dP; every thread reads all `threads` partial values, with
+  warp shuffles (the fast standard) one value a warp): the plain kernels' time is their
+  per-tile loop and their threads^2 reductions, not their bytes.
+* t_smem (the register-tiled fp32 CUDA-core kernels: the fast fa2 forward, the fast fa1
+  forward, the fast standard's S and PV products): their shared-memory loads, from their
+  register tile (RM x RN for S, RM x DN for O: RM + RN words per RM RN FMAs), over 128
+  bytes per clock per SM times e_smem: the tiling's arithmetic intensity on shared memory.
+  The fast fa1 / standard forward launches take fa1's / standard's work and traffic
+  formulas with an efficiency each (fa1_fast, std_fast_S, std_fast_PV: two measured
+  configurations each; a cross-validation fold without them takes fa2_fast_fp32's).
 * t_local: register spills and local arrays (`analysis.levels.SPILLS`), where the resident
   CTAs' spills overflow the L1 (256 KB per SM less the shared memory in use), over
   R_L2 e_local.
@@ -53,13 +64,12 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
 Every prediction reports each term's time and share, so the model says which resource
 binds. The constants are fitted (`fit`, robust least squares on log(predicted /
 measured) per launch, bounded, best of three starts) on every H100 development row:
-analysis.validation_configs.RUNTIME (all splits) and LEVELS_NEW (the newer default
-kernels); the model form was chosen by 5-fold cross-validation within them
+analysis.validation_configs.RUNTIME (all splits), LEVELS_NEW (the newer default
+kernels) and RUNTIME_BLIND (the first blind set, once scored; the latest row per
+configuration); the model form was chosen by 5-fold cross-validation within them
 (analysis.validate.runtime_rows). The H200 rows are never fitted: for another preset
-only its published peaks and L2 size change. The fp32 fast standard and fa1 forward
-kernels (gpu.forward.standard_fast, fa1_fast) have no launch plan in analysis.levels:
-`predict` says it cannot predict them. Times are milliseconds, the kernels' own (CUPTI),
-warm clocks.
+only its published peaks and L2 size change. Times are milliseconds, the kernels' own
+(CUPTI), warm clocks.
 """
 from __future__ import annotations
 
@@ -86,7 +96,8 @@ NEWER = {"fa1_tc": "fa1_fwd", "std_tc_softmax": "std_softmax", "std_tc_S": "std_
          "std_tc_PV": "std_PV", "std_tc_bwd_dV": "std_bwd_dV", "std_tc_bwd_dP": "std_bwd_dP",
          "std_tc_bwd_dS": "std_bwd_dS", "std_tc_bwd_dQ": "std_bwd_dQ",
          "std_tc_bwd_dK": "std_bwd_dK", "fa2_bwd_tc": "fa2_bwd_main",
-         "fa2_bwd_fast": "fa2_bwd_main", "fa2_bwd_pre_fast": "fa2_bwd_pre"}
+         "fa2_bwd_fast": "fa2_bwd_main", "fa2_bwd_pre_fast": "fa2_bwd_pre",
+         "std_fast_S": "std_S", "std_fast_PV": "std_PV", "fa1_fast": "fa1_fwd"}
 #: kernels on the tensor cores (W over Hardware.fp16_tensor_flops)
 TENSOR_KERNELS = ("fa2_tc", "fa1_tc", "std_tc_S", "std_tc_PV", "std_tc_bwd_dV", "std_tc_bwd_dP",
                   "std_tc_bwd_dQ", "std_tc_bwd_dK", "fa2_bwd_tc")
@@ -97,10 +108,18 @@ SHARED = {"std_tc_S": "std_tc_mm", "std_tc_PV": "std_tc_mm", "std_tc_bwd_dV": "s
           "std_tc_softmax": "std_tc_row", "std_tc_bwd_dS": "std_tc_row"}
 
 
+#: a family without a fitted constant (too few rows: a cross-validation fold may hold all
+#: of them) takes its sibling's: the fast fp32 fa2 forward's register-tiled products
+FALLBACK = {"fa1_fast": "fa2_fast_fp32", "std_fast_S": "fa2_fast_fp32",
+            "std_fast_PV": "fa2_fast_fp32"}
+
+
 def family_key(name: str) -> str:
     """The kernel a launch is (fa2_tc, std_S, std_tc_S, fa2_bwd_fast, ...), from its name
     (a launch name of analysis.levels or a measured CUDA kernel name)."""
-    for k in ("fa2_bwd_pre_fast", "fa2_bwd_tc", "fa2_bwd_fast", "fa1_tc", "std_tc_softmax",
+    if "std_fast_softmax" in name:       # the fast standard runs the plain softmax kernel
+        return "std_softmax"
+    for k in ("std_fast_S", "std_fast_PV", "fa1_fast", "fa2_bwd_pre_fast", "fa2_bwd_tc", "fa2_bwd_fast", "fa1_tc", "std_tc_softmax",
               "std_tc_S", "std_tc_PV", "std_tc_bwd_dV", "std_tc_bwd_dP", "std_tc_bwd_dS",
               "std_tc_bwd_dQ", "std_tc_bwd_dK",
               "fa2_tc", "fa2_fast", "fa2_fwd", "fa1_fwd", "std_softmax", "std_S", "std_PV",
@@ -128,6 +147,8 @@ class RuntimeModel:
     e_smem: float = 0.5
     kappa_b: float = 0.0
     e_dram_w: float = 0.0
+    sigma: float = 0.0
+    sigma_r: float = 0.0
 
     @classmethod
     def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
@@ -136,7 +157,8 @@ class RuntimeModel:
         return cls(d["e"], d["e_l2"], d["e_dram"], d["t_launch_ms"], d.get("w_sat", 8.0),
                    d.get("e_local", 0.2), d.get("kappa", 0.0), d.get("source", ""),
                    d.get("rho", 0.0), d.get("kappa_c", 0.0),
-                   d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.0))
+                   d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.0),
+                   d.get("sigma", 0.0), d.get("sigma_r", 0.0))
 
     def save(self, path: str = CONSTANTS_PATH):
         with open(path, "w") as f:
@@ -145,6 +167,7 @@ class RuntimeModel:
                        "kappa": self.kappa, "e_local": self.e_local, "rho": self.rho,
                        "kappa_c": self.kappa_c, "e_smem": self.e_smem,
                        "kappa_b": self.kappa_b, "e_dram_w": self.e_dram_w,
+                       "sigma": self.sigma, "sigma_r": self.sigma_r,
                        "source": self.source}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
@@ -161,6 +184,8 @@ class RuntimeModel:
                           f"  kappa_c = {self.kappa_c:.1f} more per score entry of a causal fa2 forward build",
                           f"  kappa_b = {self.kappa_b:.1f} per score entry and product of the fa2 backward",
                           f"  rho = {self.rho:.1f} FLOP-equivalents per query row and key tile",
+                          f"  sigma = {self.sigma:.0f} FLOP-equivalents per warp and row step of a row pass",
+                          f"  sigma_r = {self.sigma_r:.1f} FLOP-equivalents per partial value read in a row reduction",
                           f"  p = {P_NORM}"])
 
 
@@ -249,12 +274,23 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             key = "bwd_convert"                # elementwise memory pass's constant
         else:
             key = fam if (mem or fam == "fa2_tc") else f"{fam}_{p.dtype}"
+        steps = rows_pass = 0.0
+        if kern in ("std_softmax", "std_bwd_dS"):   # the plain row passes (one CTA a row)
+            thr, warps = k["threads"], -(-k["threads"] // 32)
+            shfl = name == "std_fast_softmax"        # warp shuffles, then one value a warp
+            nred = thr // 32 if shfl else thr        # partial values each thread reads
+            # reductions per row: softmax max and sum, dS one (D = rowsum P dP)
+            rows_pass = float(N * I) * (2 if kern == "std_softmax" else 1) * thr * nred
+            if shfl and not p.causal:                # one flat sweep, 4 entries a thread
+                steps = float(N * I) * -(-N // (4 * thr)) * warps
+            else:                                    # a step per active tile of the row
+                steps = float(RA * I) * warps
         loop = fam in ("fa2_tc", "fa2_fast", "fa2_fwd", "fa1_fwd", "fa2_bwd_main")
-        smem = _fast_smem_bytes(p, t, k["threads"]) if kern == "fa2_fast" else 0.0
+        smem = _fast_smem_bytes(p, t, k["threads"], kern) if kern in FAST_SMEM else 0.0
         out.append({"name": name, "family": key, "kernel": kern, "W": float(W), "R": float(R),
                     "entries": entries, "backward": fam == "fa2_bwd_main",
                     "causal": bool(p.causal) and fam in ("fa2_tc", "fa2_fast", "fa2_fwd"),
-                    "B_smem": smem,
+                    "B_smem": smem, "row_steps": steps, "row_rows": rows_pass,
                     "rows": float(RA * I) if (loop and fam != "fa2_bwd_main") else 0.0,
                     "B_l2": float(B2), "B_local": local,
                     "B_dram": float(k["dram_read_bytes"] + k["dram_write_bytes"]),
@@ -265,19 +301,29 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
     return out
 
 
-def _fast_smem_bytes(p: Problem, t: Tiling, threads: int) -> float:
+#: the register-tiled fp32 CUDA-core kernels (their shared-memory term, `_fast_smem_bytes`)
+FAST_SMEM = ("fa2_fast", "fa1_fast", "std_fast_S", "std_fast_PV")
+
+
+def _fast_smem_bytes(p: Problem, t: Tiling, threads: int, kern: str = "fa2_fast") -> float:
     """Shared-memory bytes the fast fp32 fa2 forward loads: each thread's register tile
     (RM query rows x RN keys for S = QK^T, RM x DN head columns for O += PV) loads
     RM + RN (RM + DN) words per d step (key step) for RM RN (RM DN) FMAs, so the
     loads per FMA fall as the register tile grows (gpu.forward.fa2_fast.plan)."""
     from gpu import api
-    from gpu.forward import fa2_fast
-    opts = api.FA2_FAST_TUNED.get((t.B_r, t.B_c, threads), {})
+    from gpu.forward import fa2_fast, standard_fast
+    fma = float(iosim.tile_sums(p.N, t.B_r, t.B_c, p.causal)[3]) * p.d * p.instances
+    if kern == "std_fast_S":
+        _, _, RM, RN = standard_fast.s_plan(t.B_r, t.B_c, p.d, threads)
+        return 4.0 * fma * (RM + RN) / (RM * RN)
+    if kern == "std_fast_PV":
+        _, _, RM, DN = standard_fast.pv_plan(t.B_r, t.B_c, p.d, threads)
+        return 4.0 * fma * (RM + DN) / (RM * DN)
+    opts = api.FA2_FAST_TUNED.get((t.B_r, t.B_c, threads), {}) if kern == "fa2_fast" else {}
     pl = fa2_fast.plan(t.B_r, t.B_c, p.d, threads, opts.get("TC"))
     if pl is None:
         pl = fa2_fast.plan(t.B_r, t.B_c, p.d, threads)
     _, _, RM, RN, DN = pl
-    fma = float(iosim.tile_sums(p.N, t.B_r, t.B_c, p.causal)[3]) * p.d * p.instances
     return 4.0 * fma * ((RM + RN) / (RM * RN) + (RM + DN) / (RM * DN))
 
 
@@ -314,12 +360,13 @@ def imbalance(f: dict, w_sat: float) -> float:
 # ---------------------------------------------------------------------------------------
 def terms(f: dict, m: RuntimeModel, hw) -> dict:
     """Each resource's time (ms) for one launch, before imbalance and launch cost."""
-    e = m.e.get(f["family"])
+    e = m.e.get(f["family"], m.e.get(FALLBACK.get(f["family"], "")))
     if e is None:
         raise ValueError(f"no fitted constant for kernel family {f['family']!r}")
     kap = m.kappa_b if f.get("backward") else m.kappa + (m.kappa_c if f.get("causal") else 0.0)
     ops = (kap * f.get("entries", 0.0)
-           + m.rho * f.get("rows", 0.0))
+           + m.rho * f.get("rows", 0.0)
+           + m.sigma * f.get("row_steps", 0.0) + m.sigma_r * f.get("row_rows", 0.0))
     out = {"work": (f["W"] / f["R"] + ops / hw.fp32_flops) / e * 1e3,
            "l2": f["B_l2"] / (hw.l2_bandwidth * m.e_l2) * 1e3,
            "dram": ((f["B_dram"] - f.get("B_dram_write", 0.0)) / m.e_dram
@@ -360,7 +407,8 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
             "constants": {"e": m.e, "e_l2": m.e_l2, "e_dram": m.e_dram,
                           "t_launch_ms": m.t_launch_ms, "w_sat": m.w_sat, "e_local": m.e_local,
                           "e_smem": m.e_smem, "kappa": m.kappa, "kappa_c": m.kappa_c,
-                          "kappa_b": m.kappa_b, "rho": m.rho, "p": P_NORM, "source": m.source}}
+                          "kappa_b": m.kappa_b, "rho": m.rho, "sigma": m.sigma,
+                          "sigma_r": m.sigma_r, "p": P_NORM, "source": m.source}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -400,7 +448,8 @@ SHARED_PARAMS = {"e_l2": (0.5, 0.05, 1.0), "e_dram": (0.7, 0.05, 1.0),
                  "e_local": (0.2, 0.005, 1.0), "kappa": (20.0, 0.1, 1000.0),
                  "kappa_c": (2.0, 1e-3, 200.0), "rho": (10.0, 1e-3, 2000.0),
                  "e_smem": (0.5, 0.01, 1.0),
-                 "kappa_b": (20.0, 0.1, 1000.0), "e_dram_w": (0.7, 0.05, 1.0)}
+                 "kappa_b": (20.0, 0.1, 1000.0), "e_dram_w": (0.7, 0.05, 1.0),
+                 "sigma": (2000.0, 1.0, 1e6), "sigma_r": (20.0, 0.01, 1e4)}
 
 
 def fit_data(data: list, hw, source: str = "", fixed: dict | None = None,
