@@ -264,8 +264,9 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
         entries = {"fa2_tc": 1, "fa2_fast": 1, "fa2_fwd": 1, "fa1_fwd": 1, "std_S": 0,
                    "std_PV": 0, "fa2_bwd_main": 2, "std_bwd_dP": 0, "std_bwd_dQ": 0,
                    "std_bwd_dK": 0, "std_bwd_dV": 0}.get(fam, 0) * float(RCA) * I
-        if kern == "fa2_bwd_tc":       # measured: tensor-FLOP-bound (~180 TFLOP/s at d 64 and 128)
-            entries = 0.0
+        if kern in ("fa2_bwd_tc", "fa2_bwd_main"):
+            entries = 0.0   # measured: the tensor-core one tensor-FLOP-bound (~180 TFLOP/s at
+            # d 64 and 128), the plain one shared-memory bound (its bank conflicts, B_smem)
         # fp16 and fp32 builds of a CUDA-core kernel are different specialisations (the
         # fp16 ones convert every load): one constant each
         if kern in NEWER:
@@ -287,6 +288,8 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                 steps = float(RA * I) * warps
         loop = fam in ("fa2_tc", "fa2_fast", "fa2_fwd", "fa1_fwd", "fa2_bwd_main")
         smem = _fast_smem_bytes(p, t, k["threads"], kern) if kern in FAST_SMEM else 0.0
+        if kern == "fa2_bwd_main":
+            smem = 128.0 * nA * I * _bwd_wavefronts(t.B_r, t.B_c, d, s)
         out.append({"name": name, "family": key, "kernel": kern, "W": float(W), "R": float(R),
                     "entries": entries, "backward": fam == "fa2_bwd_main",
                     "causal": bool(p.causal) and fam in ("fa2_tc", "fa2_fast", "fa2_fwd"),
@@ -325,6 +328,24 @@ def _fast_smem_bytes(p: Problem, t: Tiling, threads: int, kern: str = "fa2_fast"
         pl = fa2_fast.plan(t.B_r, t.B_c, p.d, threads)
     _, _, RM, RN, DN = pl
     return 4.0 * fma * ((RM + RN) / (RM * RN) + (RM + DN) / (RM * DN))
+
+
+def _bwd_wavefronts(B_r: int, B_c: int, d: int, s: int) -> float:
+    """Shared-memory wavefronts (128 bytes a clock per SM) of one tile of the plain fa2
+    backward (gpu.backward.flash.bwd_block: a thread per entry, no register tiling).
+    Phase A (S = Q K^T and dP = dO V^T per entry): a warp's 32 consecutive entries span
+    min(B_c, 32) keys and ceil(32 / B_c) query rows; rows of Q, dO, K, V lie d s / 4 words
+    apart in shared memory, so for d a multiple of 32 / s the distinct rows a warp reads
+    fall in one bank: a load of K_c (V_c) takes min(B_c, 32) wavefronts, of Q_r (dO_r)
+    ceil(32 / B_c), per head column x. Phases B (dV, dK: 4 loads per query row, lanes on
+    consecutive columns) and C (dQ: 2 per key) are conflict-free."""
+    words = d * s / 4
+    banks = 32 // math.gcd(int(words), 32) if words == int(words) else 32
+    deg = lambda k: -(-k // banks)                # wavefronts of k distinct rows
+    a = -(-B_r * B_c // 32) * d * 2 * (deg(min(B_c, 32)) + deg(-(-32 // B_c)))
+    b = -(-B_c * d // 32) * B_r * 4
+    c = -(-B_r * d // 32) * B_c * 2
+    return float(a + b + c)
 
 
 def _makespan(work, machines):
