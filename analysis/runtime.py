@@ -22,8 +22,9 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
 * ops: the CUDA-core operations besides the products, at the fp32 rate, counted from the
   launch's tiling: kappa per score entry (online softmax: scale, max, exp, sum) in the
   forward kernels, kappa_c more per entry in a causal fa2 forward build (the band test),
-  kappa_b per entry and product in the CUDA-core fa2 backward (P and dS recomputed; the
-  tensor-core backward is bound by its MMAs: no such term), and rho per query row and
+  kappa_b per entry and product in the fast fp32 fa2 backward (P and dS recomputed; the
+  tensor-core backward is bound by its MMAs, the plain one by its shared-memory bank
+  conflicts, t_smem: no such term in either), and rho per query row and
   key tile visited (RA: the running max / sum update and the rescaling of O, the same for
   every key tile whatever its width, so narrow key tiles cost more per entry).
 * B_L2, B_DRAM: the bytes the pass's kernel moves at L2 (requested sectors) and DRAM
@@ -42,6 +43,12 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   forward, the fast standard's S and PV products): their shared-memory loads, from their
   register tile (RM x RN for S, RM x DN for O: RM + RN words per RM RN FMAs), over 128
   bytes per clock per SM times e_smem: the tiling's arithmetic intensity on shared memory.
+  The plain fa2 backward (one thread per tile entry, no register tile) is bound by its
+  shared-memory wavefronts: in its S / dP phase a warp's 32 entries span min(B_c, 32)
+  keys and ceil(32 / B_c) query rows whose K, V (Q, dO) rows lie d s / 4 words apart,
+  in one bank for d s / 4 a multiple of 32: min(B_c, 32)-way (ceil(32 / B_c)-way)
+  conflicts per head column (`_bwd_wavefronts`); its dV / dK and dQ phases are
+  conflict-free; 128 bytes per wavefront, the same e_smem.
   The fast fa1 / standard forward launches take fa1's / standard's work and traffic
   formulas with an efficiency each (fa1_fast, std_fast_S, std_fast_PV: two measured
   configurations each; a cross-validation fold without them takes fa2_fast_fp32's).
