@@ -58,9 +58,13 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
 * p = 4 blends the terms (a smooth maximum: the binding resource dominates, the others
   add a little where they are close).
 * imbalance: the makespan of the kernel's CTAs over the perfectly balanced time, with
-  each SM a machine that shares its throughput among its resident CTAs: CTAs go to the
-  SM that frees first (list scheduling, a CTA's work proportional to its tiles), so the
-  tail (ceil(CTAs / SMs) against CTAs / SMs) and causal imbalance both show. A grid
+  each SM sharing its throughput equally among its resident CTAs (at most ctas_per_sm):
+  CTAs are dispatched in grid order to the first slot that frees (a CTA's work
+  proportional to its tiles; `_shared_makespan`, an event simulation), so the tail
+  (ceil(CTAs / SMs) against CTAs / SMs) and causal imbalance both show, including a long
+  CTA that starts late and shares its SM to the end (the causal fa2 and standard
+  backward: one CTA per key block, the longest first in each head). Grids of equal CTAs
+  (and, for speed, past SHARED_MAX_CTAS) use the sequential list schedule. A grid
   smaller than the SM count leaves SMs idle (fa1 with few heads).
 * w_sat: warps an SM needs to reach its throughput: a CTA of w warps progresses at no
   more than min(1, w / w_sat) of its SM's rate, so a lone CTA (a small grid, or the
@@ -362,6 +366,42 @@ def _makespan(work, machines):
     return float((_schedule(work, machines) + work).max())
 
 
+#: grids past this many CTAs of unequal work keep the sequential list schedule (speed)
+SHARED_MAX_CTAS = 20000
+
+
+def _shared_makespan(work, sms: int, slots: int) -> float:
+    """Makespan of CTAs (work in units at one SM's full rate) on `sms` SMs of `slots`
+    resident CTAs each, an SM's throughput shared equally among its resident CTAs, the
+    CTAs dispatched in grid order to the first slot that frees: a long CTA that starts
+    late shares its SM until the end (list scheduling with an SM as one sequential machine
+    would let it run alone)."""
+    import heapq
+    w = [float(x) for x in work]
+    n = len(w)
+    res = [[] for _ in range(sms)]                # remaining work of each SM's CTAs
+    for c in range(min(n, sms * slots)):          # breadth first: CTA c on SM c mod sms
+        res[c % sms].append(w[c])
+    nxt = min(n, sms * slots)
+    last = [0.0] * sms
+    heap = [(min(r) * len(r), sm) for sm, r in enumerate(res) if r]
+    heapq.heapify(heap)
+    t_end = 0.0
+    while heap:
+        t, sm = heapq.heappop(heap)
+        r = res[sm]
+        step = (t - last[sm]) / len(r)            # each resident CTA's progress
+        tol = 1e-9 * max(1.0, step)
+        r[:] = [x - step for x in r if x - step > tol]
+        last[sm] = t_end = t
+        while len(r) < slots and nxt < n:         # freed slots take the next CTAs
+            r.append(w[nxt])
+            nxt += 1
+        if r:
+            heapq.heappush(heap, (t + min(r) * len(r), sm))
+    return t_end
+
+
 def makespans(work, hw, ctas_per_sm: int) -> dict:
     """The two schedules of a launch's CTAs, in units of work at one SM's full rate:
     mk_sm, SMs as machines sharing their throughput among resident CTAs; mk_slots, each
@@ -369,7 +409,10 @@ def makespans(work, hw, ctas_per_sm: int) -> dict:
     latency-bound view: divided by the share of an SM one CTA can use, see `imbalance`)."""
     if work.size == 0 or work.sum() == 0:
         return {"mk_sm": 0.0, "mk_slots": 0.0, "balanced": 1.0}
-    return {"mk_sm": _makespan(work, hw.sm_count),
+    uniform = bool(np.all(work == work[0]))
+    mk_sm = _makespan(work, hw.sm_count) if uniform or work.size > SHARED_MAX_CTAS else \
+        _shared_makespan(work, hw.sm_count, max(1, ctas_per_sm))
+    return {"mk_sm": mk_sm,
             "mk_slots": _makespan(work, hw.sm_count * ctas_per_sm),
             "balanced": float(work.sum() / hw.sm_count)}
 
