@@ -3,8 +3,10 @@ fitted constants.
 
 For each kernel launch of a pass (the launches of `analysis.levels`):
 
-    T = t_launch + imbalance x ( t_work^p + (B_L2 / (R_L2 e_L2))^p + t_DRAM^p
-                                 [+ t_smem^p + t_local^p] )^(1/p)
+    T = t_launch + ( (imbalance t_work)^p + (imb_m B_L2 / (R_L2 e_L2))^p + (imb_m t_DRAM)^p
+                     [+ (imbalance t_smem)^p + (imbalance t_local)^p] )^(1/p)
+
+    imb_m = max(1, imbalance / g_mem)
 
     t_DRAM = ( B_DRAM,read / e_DRAM + B_DRAM,write / e_DRAM_w ) / R_DRAM
 
@@ -66,6 +68,9 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   backward: one CTA per key block, the longest first in each head). Grids of equal CTAs
   (and, for speed, past SHARED_MAX_CTAS) use the sequential list schedule. A grid
   smaller than the SM count leaves SMs idle (fa1 with few heads).
+* g_mem: an SM can draw up to g_mem times its even share (1 / SMs) of the L2 and DRAM
+  bandwidth, so the memory terms take imb_m = max(1, imbalance / g_mem) where the compute
+  terms take the full imbalance (fitted, shared; fa1 with one CTA per instance, tails).
 * w_sat: warps an SM needs to reach its throughput: a CTA of w warps progresses at no
   more than min(1, w / w_sat) of its SM's rate, so a lone CTA (a small grid, or the
   longest CTAs of a causal grid) is latency-bound (fitted, shared by all kernels).
@@ -160,6 +165,7 @@ class RuntimeModel:
     e_dram_w: float = 0.0
     sigma: float = 0.0
     sigma_r: float = 0.0
+    g_mem: float = 1.0
 
     @classmethod
     def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
@@ -169,7 +175,7 @@ class RuntimeModel:
                    d.get("e_local", 0.2), d.get("kappa", 0.0), d.get("source", ""),
                    d.get("rho", 0.0), d.get("kappa_c", 0.0),
                    d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.0),
-                   d.get("sigma", 0.0), d.get("sigma_r", 0.0))
+                   d.get("sigma", 0.0), d.get("sigma_r", 0.0), d.get("g_mem", 1.0))
 
     def save(self, path: str = CONSTANTS_PATH):
         with open(path, "w") as f:
@@ -178,7 +184,7 @@ class RuntimeModel:
                        "kappa": self.kappa, "e_local": self.e_local, "rho": self.rho,
                        "kappa_c": self.kappa_c, "e_smem": self.e_smem,
                        "kappa_b": self.kappa_b, "e_dram_w": self.e_dram_w,
-                       "sigma": self.sigma, "sigma_r": self.sigma_r,
+                       "sigma": self.sigma, "sigma_r": self.sigma_r, "g_mem": self.g_mem,
                        "source": self.source}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
@@ -190,6 +196,7 @@ class RuntimeModel:
                           f"  e_dram_w = {self.e_dram_w:.4f} (DRAM writes; 0: as e_dram)",
                           f"  t_launch = {self.t_launch_ms * 1e3:.2f} us",
                           f"  w_sat = {self.w_sat:.2f} warps", f"  e_local = {self.e_local:.4f}",
+                          f"  g_mem = {self.g_mem:.2f} (an SM's L2 / DRAM bandwidth over its even share)",
                           f"  e_smem = {self.e_smem:.4f}",
                           f"  kappa = {self.kappa:.1f} FLOP-equivalents per score entry",
                           f"  kappa_c = {self.kappa_c:.1f} more per score entry of a causal fa2 forward build",
@@ -452,9 +459,11 @@ def terms(f: dict, m: RuntimeModel, hw) -> dict:
 
 def predict_launch(f: dict, m: RuntimeModel, hw) -> dict:
     tt = terms(f, m, hw)
-    blend = sum(v ** P_NORM for v in tt.values()) ** (1 / P_NORM)
     imb = imbalance(f, m.w_sat)
-    ms = m.t_launch_ms + imb * blend
+    imb_m = max(1.0, imb / m.g_mem)
+    blend = sum((v * (imb_m if k in ("l2", "dram") else imb)) ** P_NORM
+                for k, v in tt.items()) ** (1 / P_NORM)
+    ms = m.t_launch_ms + blend
     share = {k: v ** P_NORM / max(1e-300, sum(x ** P_NORM for x in tt.values()))
              for k, v in tt.items()}
     return {"name": f["name"], "family": f["family"], "predicted_ms": ms, "terms_ms": tt,
@@ -479,7 +488,7 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
                           "t_launch_ms": m.t_launch_ms, "w_sat": m.w_sat, "e_local": m.e_local,
                           "e_smem": m.e_smem, "kappa": m.kappa, "kappa_c": m.kappa_c,
                           "kappa_b": m.kappa_b, "rho": m.rho, "sigma": m.sigma,
-                          "sigma_r": m.sigma_r, "p": P_NORM, "source": m.source}}
+                          "sigma_r": m.sigma_r, "g_mem": m.g_mem, "p": P_NORM, "source": m.source}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -520,7 +529,8 @@ SHARED_PARAMS = {"e_l2": (0.5, 0.05, 1.0), "e_dram": (0.7, 0.05, 1.0),
                  "kappa_c": (2.0, 1e-3, 200.0), "rho": (10.0, 1e-3, 2000.0),
                  "e_smem": (0.5, 0.01, 1.0),
                  "kappa_b": (20.0, 0.1, 1000.0), "e_dram_w": (0.7, 0.05, 1.0),
-                 "sigma": (2000.0, 1.0, 1e6), "sigma_r": (20.0, 0.01, 1e4)}
+                 "sigma": (2000.0, 1.0, 1e6), "sigma_r": (20.0, 0.01, 1e4),
+                 "g_mem": (2.0, 1.0, 132.0)}
 
 
 def fit_data(data: list, hw, source: str = "", fixed: dict | None = None,
