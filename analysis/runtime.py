@@ -3,8 +3,10 @@ fitted constants.
 
 For each kernel launch of a pass (the launches of `analysis.levels`):
 
-    T = t_launch + imbalance x ( t_work^p + (B_L2 / (R_L2 e_L2))^p + t_DRAM^p
-                                 [+ t_smem^p + t_local^p] )^(1/p)
+    T = t_launch + ( (imbalance t_work)^p + (imb_m B_L2 / (R_L2 e_L2))^p + (imb_m t_DRAM)^p
+                     [+ (imbalance t_smem)^p + (imbalance t_local)^p] )^(1/p)
+
+    imb_m = max(1, imbalance / g_mem)
 
     t_DRAM = ( B_DRAM,read / e_DRAM + B_DRAM,write / e_DRAM_w ) / R_DRAM
 
@@ -22,8 +24,9 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
 * ops: the CUDA-core operations besides the products, at the fp32 rate, counted from the
   launch's tiling: kappa per score entry (online softmax: scale, max, exp, sum) in the
   forward kernels, kappa_c more per entry in a causal fa2 forward build (the band test),
-  kappa_b per entry and product in the CUDA-core fa2 backward (P and dS recomputed; the
-  tensor-core backward is bound by its MMAs: no such term), and rho per query row and
+  kappa_b per entry and product in the fast fp32 fa2 backward (P and dS recomputed; the
+  tensor-core backward is bound by its MMAs, the plain one by its shared-memory bank
+  conflicts, t_smem: no such term in either), and rho per query row and
   key tile visited (RA: the running max / sum update and the rescaling of O, the same for
   every key tile whatever its width, so narrow key tiles cost more per entry).
 * B_L2, B_DRAM: the bytes the pass's kernel moves at L2 (requested sectors) and DRAM
@@ -31,19 +34,43 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   fitted fractions e_L2, e_DRAM (shared by all kernels); DRAM writes at their own
   fraction e_DRAM_w (the N x N S / P / dP write-backs of the standard kernels run at
   about half the read rate).
-* t_smem (the fast fp32 fa2 forward): its shared-memory loads, from its register tile
-  (RM x RN for S, RM x DN for O: RM + RN words per RM RN FMAs), over 128 bytes per clock
-  per SM times e_smem: the tiling's arithmetic intensity on shared memory.
+* sigma, sigma_r (the plain row passes std_softmax, std_bwd_dS, one CTA a row; the fast
+  fp32 standard runs the same softmax kernel): ops += sigma per warp and row step (a step:
+  an active key tile of the row, or 4 x threads entries of the fast kernel's flat sweep
+  of a dense row) + sigma_r per partial value read in the row's reductions (softmax: max
+  and sum, dS: D = rowsum P dP; every thread reads all `threads` partial values, with
+  warp shuffles (the fast standard) one value a warp): the plain kernels' time is their
+  per-tile loop and their threads^2 reductions, not their bytes.
+* t_smem (the register-tiled fp32 CUDA-core kernels: the fast fa2 forward, the fast fa1
+  forward, the fast standard's S and PV products): their shared-memory loads, from their
+  register tile (RM x RN for S, RM x DN for O: RM + RN words per RM RN FMAs), over 128
+  bytes per clock per SM times e_smem: the tiling's arithmetic intensity on shared memory.
+  The plain fa2 backward (one thread per tile entry, no register tile) is bound by its
+  shared-memory wavefronts: in its S / dP phase a warp's 32 entries span min(B_c, 32)
+  keys and ceil(32 / B_c) query rows whose K, V (Q, dO) rows lie d s / 4 words apart,
+  in one bank for d s / 4 a multiple of 32: min(B_c, 32)-way (ceil(32 / B_c)-way)
+  conflicts per head column (`_bwd_wavefronts`); its dV / dK and dQ phases are
+  conflict-free; 128 bytes per wavefront, the same e_smem.
+  The fast fa1 / standard forward launches take fa1's / standard's work and traffic
+  formulas with an efficiency each (fa1_fast, std_fast_S, std_fast_PV: two measured
+  configurations each; a cross-validation fold without them takes fa2_fast_fp32's).
 * t_local: register spills and local arrays (`analysis.levels.SPILLS`), where the resident
   CTAs' spills overflow the L1 (256 KB per SM less the shared memory in use), over
   R_L2 e_local.
 * p = 4 blends the terms (a smooth maximum: the binding resource dominates, the others
   add a little where they are close).
 * imbalance: the makespan of the kernel's CTAs over the perfectly balanced time, with
-  each SM a machine that shares its throughput among its resident CTAs: CTAs go to the
-  SM that frees first (list scheduling, a CTA's work proportional to its tiles), so the
-  tail (ceil(CTAs / SMs) against CTAs / SMs) and causal imbalance both show. A grid
+  each SM sharing its throughput equally among its resident CTAs (at most ctas_per_sm):
+  CTAs are dispatched in grid order to the first slot that frees (a CTA's work
+  proportional to its tiles; `_shared_makespan`, an event simulation), so the tail
+  (ceil(CTAs / SMs) against CTAs / SMs) and causal imbalance both show, including a long
+  CTA that starts late and shares its SM to the end (the causal fa2 and standard
+  backward: one CTA per key block, the longest first in each head). Grids of equal CTAs
+  (and, for speed, past SHARED_MAX_CTAS) use the sequential list schedule. A grid
   smaller than the SM count leaves SMs idle (fa1 with few heads).
+* g_mem: an SM can draw up to g_mem times its even share (1 / SMs) of the L2 and DRAM
+  bandwidth, so the memory terms take imb_m = max(1, imbalance / g_mem) where the compute
+  terms take the full imbalance (fitted, shared; fa1 with one CTA per instance, tails).
 * w_sat: warps an SM needs to reach its throughput: a CTA of w warps progresses at no
   more than min(1, w / w_sat) of its SM's rate, so a lone CTA (a small grid, or the
   longest CTAs of a causal grid) is latency-bound (fitted, shared by all kernels).
@@ -53,13 +80,12 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
 Every prediction reports each term's time and share, so the model says which resource
 binds. The constants are fitted (`fit`, robust least squares on log(predicted /
 measured) per launch, bounded, best of three starts) on every H100 development row:
-analysis.validation_configs.RUNTIME (all splits) and LEVELS_NEW (the newer default
-kernels); the model form was chosen by 5-fold cross-validation within them
+analysis.validation_configs.RUNTIME (all splits), LEVELS_NEW (the newer default
+kernels) and RUNTIME_BLIND (the first blind set, once scored; the latest row per
+configuration); the model form was chosen by 5-fold cross-validation within them
 (analysis.validate.runtime_rows). The H200 rows are never fitted: for another preset
-only its published peaks and L2 size change. The fp32 fast standard and fa1 forward
-kernels (gpu.forward.standard_fast, fa1_fast) have no launch plan in analysis.levels:
-`predict` says it cannot predict them. Times are milliseconds, the kernels' own (CUPTI),
-warm clocks.
+only its published peaks and L2 size change. Times are milliseconds, the kernels' own
+(CUPTI), warm clocks.
 """
 from __future__ import annotations
 
@@ -86,7 +112,8 @@ NEWER = {"fa1_tc": "fa1_fwd", "std_tc_softmax": "std_softmax", "std_tc_S": "std_
          "std_tc_PV": "std_PV", "std_tc_bwd_dV": "std_bwd_dV", "std_tc_bwd_dP": "std_bwd_dP",
          "std_tc_bwd_dS": "std_bwd_dS", "std_tc_bwd_dQ": "std_bwd_dQ",
          "std_tc_bwd_dK": "std_bwd_dK", "fa2_bwd_tc": "fa2_bwd_main",
-         "fa2_bwd_fast": "fa2_bwd_main", "fa2_bwd_pre_fast": "fa2_bwd_pre"}
+         "fa2_bwd_fast": "fa2_bwd_main", "fa2_bwd_pre_fast": "fa2_bwd_pre",
+         "std_fast_S": "std_S", "std_fast_PV": "std_PV", "fa1_fast": "fa1_fwd"}
 #: kernels on the tensor cores (W over Hardware.fp16_tensor_flops)
 TENSOR_KERNELS = ("fa2_tc", "fa1_tc", "std_tc_S", "std_tc_PV", "std_tc_bwd_dV", "std_tc_bwd_dP",
                   "std_tc_bwd_dQ", "std_tc_bwd_dK", "fa2_bwd_tc")
@@ -97,10 +124,18 @@ SHARED = {"std_tc_S": "std_tc_mm", "std_tc_PV": "std_tc_mm", "std_tc_bwd_dV": "s
           "std_tc_softmax": "std_tc_row", "std_tc_bwd_dS": "std_tc_row"}
 
 
+#: a family without a fitted constant (too few rows: a cross-validation fold may hold all
+#: of them) takes its sibling's: the fast fp32 fa2 forward's register-tiled products
+FALLBACK = {"fa1_fast": "fa2_fast_fp32", "std_fast_S": "fa2_fast_fp32",
+            "std_fast_PV": "fa2_fast_fp32"}
+
+
 def family_key(name: str) -> str:
     """The kernel a launch is (fa2_tc, std_S, std_tc_S, fa2_bwd_fast, ...), from its name
     (a launch name of analysis.levels or a measured CUDA kernel name)."""
-    for k in ("fa2_bwd_pre_fast", "fa2_bwd_tc", "fa2_bwd_fast", "fa1_tc", "std_tc_softmax",
+    if "std_fast_softmax" in name:       # the fast standard runs the plain softmax kernel
+        return "std_softmax"
+    for k in ("std_fast_S", "std_fast_PV", "fa1_fast", "fa2_bwd_pre_fast", "fa2_bwd_tc", "fa2_bwd_fast", "fa1_tc", "std_tc_softmax",
               "std_tc_S", "std_tc_PV", "std_tc_bwd_dV", "std_tc_bwd_dP", "std_tc_bwd_dS",
               "std_tc_bwd_dQ", "std_tc_bwd_dK",
               "fa2_tc", "fa2_fast", "fa2_fwd", "fa1_fwd", "std_softmax", "std_S", "std_PV",
@@ -128,6 +163,9 @@ class RuntimeModel:
     e_smem: float = 0.5
     kappa_b: float = 0.0
     e_dram_w: float = 0.0
+    sigma: float = 0.0
+    sigma_r: float = 0.0
+    g_mem: float = 1.0
 
     @classmethod
     def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
@@ -136,7 +174,8 @@ class RuntimeModel:
         return cls(d["e"], d["e_l2"], d["e_dram"], d["t_launch_ms"], d.get("w_sat", 8.0),
                    d.get("e_local", 0.2), d.get("kappa", 0.0), d.get("source", ""),
                    d.get("rho", 0.0), d.get("kappa_c", 0.0),
-                   d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.0))
+                   d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.0),
+                   d.get("sigma", 0.0), d.get("sigma_r", 0.0), d.get("g_mem", 1.0))
 
     def save(self, path: str = CONSTANTS_PATH):
         with open(path, "w") as f:
@@ -145,6 +184,7 @@ class RuntimeModel:
                        "kappa": self.kappa, "e_local": self.e_local, "rho": self.rho,
                        "kappa_c": self.kappa_c, "e_smem": self.e_smem,
                        "kappa_b": self.kappa_b, "e_dram_w": self.e_dram_w,
+                       "sigma": self.sigma, "sigma_r": self.sigma_r, "g_mem": self.g_mem,
                        "source": self.source}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
@@ -156,11 +196,14 @@ class RuntimeModel:
                           f"  e_dram_w = {self.e_dram_w:.4f} (DRAM writes; 0: as e_dram)",
                           f"  t_launch = {self.t_launch_ms * 1e3:.2f} us",
                           f"  w_sat = {self.w_sat:.2f} warps", f"  e_local = {self.e_local:.4f}",
+                          f"  g_mem = {self.g_mem:.2f} (an SM's L2 / DRAM bandwidth over its even share)",
                           f"  e_smem = {self.e_smem:.4f}",
                           f"  kappa = {self.kappa:.1f} FLOP-equivalents per score entry",
                           f"  kappa_c = {self.kappa_c:.1f} more per score entry of a causal fa2 forward build",
                           f"  kappa_b = {self.kappa_b:.1f} per score entry and product of the fa2 backward",
                           f"  rho = {self.rho:.1f} FLOP-equivalents per query row and key tile",
+                          f"  sigma = {self.sigma:.0f} FLOP-equivalents per warp and row step of a row pass",
+                          f"  sigma_r = {self.sigma_r:.1f} FLOP-equivalents per partial value read in a row reduction",
                           f"  p = {P_NORM}"])
 
 
@@ -239,8 +282,9 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
         entries = {"fa2_tc": 1, "fa2_fast": 1, "fa2_fwd": 1, "fa1_fwd": 1, "std_S": 0,
                    "std_PV": 0, "fa2_bwd_main": 2, "std_bwd_dP": 0, "std_bwd_dQ": 0,
                    "std_bwd_dK": 0, "std_bwd_dV": 0}.get(fam, 0) * float(RCA) * I
-        if kern == "fa2_bwd_tc":       # measured: tensor-FLOP-bound (~180 TFLOP/s at d 64 and 128)
-            entries = 0.0
+        if kern in ("fa2_bwd_tc", "fa2_bwd_main"):
+            entries = 0.0   # measured: the tensor-core one tensor-FLOP-bound (~180 TFLOP/s at
+            # d 64 and 128), the plain one shared-memory bound (its bank conflicts, B_smem)
         # fp16 and fp32 builds of a CUDA-core kernel are different specialisations (the
         # fp16 ones convert every load): one constant each
         if kern in NEWER:
@@ -249,12 +293,25 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             key = "bwd_convert"                # elementwise memory pass's constant
         else:
             key = fam if (mem or fam == "fa2_tc") else f"{fam}_{p.dtype}"
+        steps = rows_pass = 0.0
+        if kern in ("std_softmax", "std_bwd_dS"):   # the plain row passes (one CTA a row)
+            thr, warps = k["threads"], -(-k["threads"] // 32)
+            shfl = name == "std_fast_softmax"        # warp shuffles, then one value a warp
+            nred = thr // 32 if shfl else thr        # partial values each thread reads
+            # reductions per row: softmax max and sum, dS one (D = rowsum P dP)
+            rows_pass = float(N * I) * (2 if kern == "std_softmax" else 1) * thr * nred
+            if shfl and not p.causal:                # one flat sweep, 4 entries a thread
+                steps = float(N * I) * -(-N // (4 * thr)) * warps
+            else:                                    # a step per active tile of the row
+                steps = float(RA * I) * warps
         loop = fam in ("fa2_tc", "fa2_fast", "fa2_fwd", "fa1_fwd", "fa2_bwd_main")
-        smem = _fast_smem_bytes(p, t, k["threads"]) if kern == "fa2_fast" else 0.0
+        smem = _fast_smem_bytes(p, t, k["threads"], kern) if kern in FAST_SMEM else 0.0
+        if kern == "fa2_bwd_main":
+            smem = 128.0 * nA * I * _bwd_wavefronts(t.B_r, t.B_c, d, s)
         out.append({"name": name, "family": key, "kernel": kern, "W": float(W), "R": float(R),
                     "entries": entries, "backward": fam == "fa2_bwd_main",
                     "causal": bool(p.causal) and fam in ("fa2_tc", "fa2_fast", "fa2_fwd"),
-                    "B_smem": smem,
+                    "B_smem": smem, "row_steps": steps, "row_rows": rows_pass,
                     "rows": float(RA * I) if (loop and fam != "fa2_bwd_main") else 0.0,
                     "B_l2": float(B2), "B_local": local,
                     "B_dram": float(k["dram_read_bytes"] + k["dram_write_bytes"]),
@@ -265,20 +322,48 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
     return out
 
 
-def _fast_smem_bytes(p: Problem, t: Tiling, threads: int) -> float:
+#: the register-tiled fp32 CUDA-core kernels (their shared-memory term, `_fast_smem_bytes`)
+FAST_SMEM = ("fa2_fast", "fa1_fast", "std_fast_S", "std_fast_PV")
+
+
+def _fast_smem_bytes(p: Problem, t: Tiling, threads: int, kern: str = "fa2_fast") -> float:
     """Shared-memory bytes the fast fp32 fa2 forward loads: each thread's register tile
     (RM query rows x RN keys for S = QK^T, RM x DN head columns for O += PV) loads
     RM + RN (RM + DN) words per d step (key step) for RM RN (RM DN) FMAs, so the
     loads per FMA fall as the register tile grows (gpu.forward.fa2_fast.plan)."""
     from gpu import api
-    from gpu.forward import fa2_fast
-    opts = api.FA2_FAST_TUNED.get((t.B_r, t.B_c, threads), {})
+    from gpu.forward import fa2_fast, standard_fast
+    fma = float(iosim.tile_sums(p.N, t.B_r, t.B_c, p.causal)[3]) * p.d * p.instances
+    if kern == "std_fast_S":
+        _, _, RM, RN = standard_fast.s_plan(t.B_r, t.B_c, p.d, threads)
+        return 4.0 * fma * (RM + RN) / (RM * RN)
+    if kern == "std_fast_PV":
+        _, _, RM, DN = standard_fast.pv_plan(t.B_r, t.B_c, p.d, threads)
+        return 4.0 * fma * (RM + DN) / (RM * DN)
+    opts = api.FA2_FAST_TUNED.get((t.B_r, t.B_c, threads), {}) if kern == "fa2_fast" else {}
     pl = fa2_fast.plan(t.B_r, t.B_c, p.d, threads, opts.get("TC"))
     if pl is None:
         pl = fa2_fast.plan(t.B_r, t.B_c, p.d, threads)
     _, _, RM, RN, DN = pl
-    fma = float(iosim.tile_sums(p.N, t.B_r, t.B_c, p.causal)[3]) * p.d * p.instances
     return 4.0 * fma * ((RM + RN) / (RM * RN) + (RM + DN) / (RM * DN))
+
+
+def _bwd_wavefronts(B_r: int, B_c: int, d: int, s: int) -> float:
+    """Shared-memory wavefronts (128 bytes a clock per SM) of one tile of the plain fa2
+    backward (gpu.backward.flash.bwd_block: a thread per entry, no register tiling).
+    Phase A (S = Q K^T and dP = dO V^T per entry): a warp's 32 consecutive entries span
+    min(B_c, 32) keys and ceil(32 / B_c) query rows; rows of Q, dO, K, V lie d s / 4 words
+    apart in shared memory, so for d a multiple of 32 / s the distinct rows a warp reads
+    fall in one bank: a load of K_c (V_c) takes min(B_c, 32) wavefronts, of Q_r (dO_r)
+    ceil(32 / B_c), per head column x. Phases B (dV, dK: 4 loads per query row, lanes on
+    consecutive columns) and C (dQ: 2 per key) are conflict-free."""
+    words = d * s / 4
+    banks = 32 // math.gcd(int(words), 32) if words == int(words) else 32
+    deg = lambda k: -(-k // banks)                # wavefronts of k distinct rows
+    a = -(-B_r * B_c // 32) * d * 2 * (deg(min(B_c, 32)) + deg(-(-32 // B_c)))
+    b = -(-B_c * d // 32) * B_r * 4
+    c = -(-B_r * d // 32) * B_c * 2
+    return float(a + b + c)
 
 
 def _makespan(work, machines):
@@ -288,6 +373,42 @@ def _makespan(work, machines):
     return float((_schedule(work, machines) + work).max())
 
 
+#: grids past this many CTAs of unequal work keep the sequential list schedule (speed)
+SHARED_MAX_CTAS = 20000
+
+
+def _shared_makespan(work, sms: int, slots: int) -> float:
+    """Makespan of CTAs (work in units at one SM's full rate) on `sms` SMs of `slots`
+    resident CTAs each, an SM's throughput shared equally among its resident CTAs, the
+    CTAs dispatched in grid order to the first slot that frees: a long CTA that starts
+    late shares its SM until the end (list scheduling with an SM as one sequential machine
+    would let it run alone)."""
+    import heapq
+    w = [float(x) for x in work]
+    n = len(w)
+    res = [[] for _ in range(sms)]                # remaining work of each SM's CTAs
+    for c in range(min(n, sms * slots)):          # breadth first: CTA c on SM c mod sms
+        res[c % sms].append(w[c])
+    nxt = min(n, sms * slots)
+    last = [0.0] * sms
+    heap = [(min(r) * len(r), sm) for sm, r in enumerate(res) if r]
+    heapq.heapify(heap)
+    t_end = 0.0
+    while heap:
+        t, sm = heapq.heappop(heap)
+        r = res[sm]
+        step = (t - last[sm]) / len(r)            # each resident CTA's progress
+        tol = 1e-9 * max(1.0, step)
+        r[:] = [x - step for x in r if x - step > tol]
+        last[sm] = t_end = t
+        while len(r) < slots and nxt < n:         # freed slots take the next CTAs
+            r.append(w[nxt])
+            nxt += 1
+        if r:
+            heapq.heappush(heap, (t + min(r) * len(r), sm))
+    return t_end
+
+
 def makespans(work, hw, ctas_per_sm: int) -> dict:
     """The two schedules of a launch's CTAs, in units of work at one SM's full rate:
     mk_sm, SMs as machines sharing their throughput among resident CTAs; mk_slots, each
@@ -295,7 +416,10 @@ def makespans(work, hw, ctas_per_sm: int) -> dict:
     latency-bound view: divided by the share of an SM one CTA can use, see `imbalance`)."""
     if work.size == 0 or work.sum() == 0:
         return {"mk_sm": 0.0, "mk_slots": 0.0, "balanced": 1.0}
-    return {"mk_sm": _makespan(work, hw.sm_count),
+    uniform = bool(np.all(work == work[0]))
+    mk_sm = _makespan(work, hw.sm_count) if uniform or work.size > SHARED_MAX_CTAS else \
+        _shared_makespan(work, hw.sm_count, max(1, ctas_per_sm))
+    return {"mk_sm": mk_sm,
             "mk_slots": _makespan(work, hw.sm_count * ctas_per_sm),
             "balanced": float(work.sum() / hw.sm_count)}
 
@@ -314,12 +438,13 @@ def imbalance(f: dict, w_sat: float) -> float:
 # ---------------------------------------------------------------------------------------
 def terms(f: dict, m: RuntimeModel, hw) -> dict:
     """Each resource's time (ms) for one launch, before imbalance and launch cost."""
-    e = m.e.get(f["family"])
+    e = m.e.get(f["family"], m.e.get(FALLBACK.get(f["family"], "")))
     if e is None:
         raise ValueError(f"no fitted constant for kernel family {f['family']!r}")
     kap = m.kappa_b if f.get("backward") else m.kappa + (m.kappa_c if f.get("causal") else 0.0)
     ops = (kap * f.get("entries", 0.0)
-           + m.rho * f.get("rows", 0.0))
+           + m.rho * f.get("rows", 0.0)
+           + m.sigma * f.get("row_steps", 0.0) + m.sigma_r * f.get("row_rows", 0.0))
     out = {"work": (f["W"] / f["R"] + ops / hw.fp32_flops) / e * 1e3,
            "l2": f["B_l2"] / (hw.l2_bandwidth * m.e_l2) * 1e3,
            "dram": ((f["B_dram"] - f.get("B_dram_write", 0.0)) / m.e_dram
@@ -334,9 +459,11 @@ def terms(f: dict, m: RuntimeModel, hw) -> dict:
 
 def predict_launch(f: dict, m: RuntimeModel, hw) -> dict:
     tt = terms(f, m, hw)
-    blend = sum(v ** P_NORM for v in tt.values()) ** (1 / P_NORM)
     imb = imbalance(f, m.w_sat)
-    ms = m.t_launch_ms + imb * blend
+    imb_m = max(1.0, imb / m.g_mem)
+    blend = sum((v * (imb_m if k in ("l2", "dram") else imb)) ** P_NORM
+                for k, v in tt.items()) ** (1 / P_NORM)
+    ms = m.t_launch_ms + blend
     share = {k: v ** P_NORM / max(1e-300, sum(x ** P_NORM for x in tt.values()))
              for k, v in tt.items()}
     return {"name": f["name"], "family": f["family"], "predicted_ms": ms, "terms_ms": tt,
@@ -360,7 +487,8 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
             "constants": {"e": m.e, "e_l2": m.e_l2, "e_dram": m.e_dram,
                           "t_launch_ms": m.t_launch_ms, "w_sat": m.w_sat, "e_local": m.e_local,
                           "e_smem": m.e_smem, "kappa": m.kappa, "kappa_c": m.kappa_c,
-                          "kappa_b": m.kappa_b, "rho": m.rho, "p": P_NORM, "source": m.source}}
+                          "kappa_b": m.kappa_b, "rho": m.rho, "sigma": m.sigma,
+                          "sigma_r": m.sigma_r, "g_mem": m.g_mem, "p": P_NORM, "source": m.source}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -400,7 +528,9 @@ SHARED_PARAMS = {"e_l2": (0.5, 0.05, 1.0), "e_dram": (0.7, 0.05, 1.0),
                  "e_local": (0.2, 0.005, 1.0), "kappa": (20.0, 0.1, 1000.0),
                  "kappa_c": (2.0, 1e-3, 200.0), "rho": (10.0, 1e-3, 2000.0),
                  "e_smem": (0.5, 0.01, 1.0),
-                 "kappa_b": (20.0, 0.1, 1000.0), "e_dram_w": (0.7, 0.05, 1.0)}
+                 "kappa_b": (20.0, 0.1, 1000.0), "e_dram_w": (0.7, 0.05, 1.0),
+                 "sigma": (2000.0, 1.0, 1e6), "sigma_r": (20.0, 0.01, 1e4),
+                 "g_mem": (2.0, 1.0, 132.0)}
 
 
 def fit_data(data: list, hw, source: str = "", fixed: dict | None = None,

@@ -313,6 +313,10 @@ def levels_blind(measured_path, predictions_path=LEVELS_BLIND_PREDICTIONS, out=N
 SPLIT_OF = {c["id"]: c for c in RUNTIME}
 SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split="new", split3="new")
                  for c in LEVELS_NEW})
+#: the first blind set, scored against its frozen predictions (the split "blind" rows of
+#: runtime_validation), then taken as development rows like the others
+SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="blind1")
+                 for c in RUNTIME_BLIND if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS
 CV_FOLDS = 5
 RUNTIME_BLIND_PREDICTIONS = RUNTIME_BLIND_SETS["runtime_blind"][2]
@@ -323,9 +327,16 @@ def cv_fold(cid: str, k: int = CV_FOLDS) -> int:
 
 
 def runtime_measured(data=None) -> list[dict]:
-    """The measured rows the time model is fitted and checked on (H100 and H200)."""
-    return [r for r in results.load("runtime_measurement", data=data) if r.get("status") == "ok"
-            and r["config"]["id"] in SPLIT_OF]
+    """The measured rows the time model is fitted and checked on (H100 and H200): per
+    configuration and device the latest row (a kernel changed since may have been
+    measured again: the fp32 fast standard after its softmax was coalesced)."""
+    latest = {}
+    for r in results.load("runtime_measurement", data=data):
+        if r.get("status") == "ok" and r["config"]["id"] in SPLIT_OF:
+            key = (r["config"]["id"], r["device"])
+            if key not in latest or r["date"] >= latest[key]["date"]:
+                latest[key] = r
+    return list(latest.values())
 
 
 def _features(rows):

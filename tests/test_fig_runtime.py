@@ -159,7 +159,8 @@ def test_fig12_generate(tmp_path):
     assert rf["forward_rows"] == sum(1 for r in rows if r["config"]["pass"] == "fwd"
                                      and "H100" in r["device"] and r["split"] != "blind")
     assert {p["family"] for p in rf["points"]} == {"fa2_tc", "fa2_fast", "fa2_plain", "fa1",
-                                                   "standard", "fa1_tc", "standard_tc"}
+                                                   "standard", "fa1_tc", "standard_tc",
+                                                   "fa1_fast", "standard_fast"}
     hw = iosim.get_hardware("H100-SXM")
     for p in rf["points"]:
         assert p["achieved_flops"] < hw.fp16_tensor_flops
