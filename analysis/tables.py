@@ -285,22 +285,23 @@ def table_levels_validation(data=None) -> str:
     summ = {}
     for s in levels_summary(rows):
         dev = "H200" if "H200" in s["device"] else "H100"
-        if s["split"] == "all" or (dev == "H100" and s["split"] in BLIND_SPLITS):
+        if s["split"] == "all" or s["split"] in BLIND_SPLITS:
             summ[(dev, s["split"], s["family"])] = s
     fams = sorted({k[2] for k in summ}, key=lambda f: (f == "all", f))
-    blinds = [b for b in BLIND_SPLITS if any(k[:2] == ("H100", b) for k in summ)]
+    blinds = [(g, b) for b in BLIND_SPLITS for g in ("H100", "H200")
+              if any(k[:2] == (g, b) for k in summ)]
     cell = lambda s: (f"{s['inside_bound']}/{s['rows']} | {_pct(s['dram_read']['median'])}, "
                       f"{_pct(s['dram_read']['worst'])} | {_pct(s['dram_write']['median'])}, "
                       f"{_pct(s['dram_write']['worst'])}") if s else "– | – | –"
     lines = ["| family | H100: in bound | DRAM read med, worst | DRAM write med, worst "
              "| H200: in bound | DRAM read med, worst | DRAM write med, worst |"
-             + "".join(f" H100 {b}: in bound | DRAM read | DRAM write |" for b in blinds),
+             + "".join(f" {g} {b}: in bound | DRAM read | DRAM write |" for g, b in blinds),
              "|---|---|---|---|---|---|---|" + "---|---|---|" * len(blinds)]
     for f in fams:
         lines.append(f"| {f} | {cell(summ.get(('H100', 'all', f)))} | "
                      f"{cell(summ.get(('H200', 'all', f)))} |"
-                     + "".join(f" {cell(summ.get(('H100', b, f)))} |" for b in blinds))
-    m = rows[0]["l2_model"] if rows else {}
+                     + "".join(f" {cell(summ.get((g, b, f)))} |" for g, b in blinds))
+    m = next((r["l2_model"] for r in rows if "frozen_commit" not in r), {})
     note = (f"L2 model: C = {m.get('capacity_fraction')} x L2, {m.get('associativity')} ways, "
             f"shared tiles x{m.get('shared_footprint', 2.0)}, private x"
             f"{m.get('private_footprint', 1.0)}, dirty data <= {m.get('dirty_fraction', 0.0)} x L2, "
@@ -319,30 +320,32 @@ def table_runtime_validation(data=None) -> str:
     summ = {}
     for s in runtime_summary(rows):
         dev = "H200" if "H200" in s["device"] else "H100"
-        if (dev, s["split"]) in (("H100", "cv"), ("H200", "heldout")) or (
-                dev == "H100" and s["split"] in BLIND_SPLITS):
+        if (dev, s["split"]) in (("H100", "cv"), ("H200", "heldout")) or s["split"] in BLIND_SPLITS:
             summ[(dev, s["split"], s["family"])] = s
     fams = sorted({k[2] for k in summ}, key=lambda f: (f == "all", f))
     cell = lambda s: (f"{s['n']} | {_pct(s['median'])} | {_pct(s['worst'])}") if s else "– | – | –"
-    blinds = [b for b in BLIND_SPLITS if any(k[1] == b for k in summ)]
+    blinds = [(g, b) for b in BLIND_SPLITS for g in ("H100", "H200")
+              if any(k[:2] == (g, b) for k in summ)]
     lines = ["| family | H100 CV rows | median | worst | H200 rows | median | worst |"
-             + "".join(f" H100 {b} rows | median | worst |" for b in blinds),
+             + "".join(f" {g} {b} rows | median | worst |" for g, b in blinds),
              "|---|---|---|---|---|---|---|" + "---|---|---|" * len(blinds)]
     for f in fams:
         lines.append(f"| {f} | {cell(summ.get(('H100', 'cv', f)))} | "
                      f"{cell(summ.get(('H200', 'heldout', f)))} |"
-                     + "".join(f" {cell(summ.get(('H100', b, f)))} |" for b in blinds))
+                     + "".join(f" {cell(summ.get((g, b, f)))} |" for g, b in blinds))
     fitted = [r for r in rows if r.get("split") not in BLIND_SPLITS]
     src = fitted[0]["constants_source"] if fitted else ""
     note = f"constants fitted on {src}; "
     set_of = {split: name for name, (_, split, _) in RUNTIME_BLIND_SETS.items()}
-    for b in blinds:
+    for b in dict.fromkeys(b for _, b in blinds):
         br = [r for r in rows if r.get("split") == b]
         frozen = sorted({str(r.get("frozen_model_commit"))[:7] for r in br})
         unscored = sum(r.get("status") != "ok" for r in br)
-        note += (f"{b}: {len(br)} passes of {set_of[b].upper()}, predicted by the model frozen "
-                 f"at {', '.join(frozen)} before the measured rows were read, {unscored} without "
-                 f"a score (no prediction or a failed measurement); ")
+        per = ", ".join(f"{sum(r['device'] == dv for r in br)} on the {dv}"
+                        for dv in sorted({r["device"] for r in br if r.get("device")}))
+        note += (f"{b}: the passes of {set_of[b].upper()} ({per}), predicted by the model "
+                 f"frozen at {', '.join(frozen)} before the measured rows were read, {unscored} "
+                 f"without a score (no prediction or a failed measurement); ")
     return "\n".join(lines) + "\n" + _source("runtime_validation", rows, note)
 
 
