@@ -81,8 +81,10 @@ Every prediction reports each term's time and share, so the model says which res
 binds. The constants are fitted (`fit`, robust least squares on log(predicted /
 measured) per launch, bounded, best of three starts) on every H100 development row:
 analysis.validation_configs.RUNTIME (all splits), LEVELS_NEW (the newer default
-kernels) and RUNTIME_BLIND (the first blind set, once scored; the latest row per
-configuration); the model form was chosen by 5-fold cross-validation within them
+kernels), RUNTIME_BLIND and RUNTIME_BLIND2 (the blind sets, each once scored against
+its frozen predictions; the latest row per configuration); the model form was chosen by
+5-fold cross-validation within them (RUNTIME, LEVELS_NEW and RUNTIME_BLIND: the second
+blind set joined after the form was frozen, for the constants only)
 (analysis.validate.runtime_rows). The H200 rows are never fitted: for another preset
 only its published peaks and L2 size change. Times are milliseconds, the kernels' own
 (CUPTI), warm clocks.

@@ -317,6 +317,10 @@ SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split="new", split3="new"
 #: runtime_validation), then taken as development rows like the others
 SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="blind1")
                  for c in RUNTIME_BLIND if c["id"] not in SPLIT_OF})
+#: the second blind set likewise, once scored against the model frozen at d7c7db6 (its
+#: split "blind2" rows keep those scores)
+SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="blind2")
+                 for c in RUNTIME_BLIND2 if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS
 CV_FOLDS = 5
 RUNTIME_BLIND_PREDICTIONS = RUNTIME_BLIND_SETS["runtime_blind"][2]
