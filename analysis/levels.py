@@ -656,7 +656,7 @@ def _standard_backward(p, B_r, B_c, L, plan, budget):
 # ---------------------------------------------------------------------------------------
 # The levels of one pass
 # ---------------------------------------------------------------------------------------
-#: The fitted L2 model, fourth revision (v4, below); the third (v3, FITTED_V3): (2026-11-25, sixth session): every H100 row
+#: The fitted L2 model is the fourth revision (v4, below). The third (v3, FITTED_V3; 2026-11-25): every H100 row
 #: (LEVELS, 49, and LEVELS_NEW, 16) is development data (the levels_split halves had
 #: been looked at many times); the H200 rows are never used. Grid (18 points):
 #: home_written on / off x capacity 0.7-0.9 x dirty_fraction 0.3-0.5 x private_footprint
@@ -687,7 +687,7 @@ def _standard_backward(p, B_r, B_c, L, plan, budget):
 #: half, C = 0.8, 16 ways, private x0.9, dirty 0.4, no home_written (FITTED_V2: H100
 #: 34 / 49 and H200 33 / 49 LEVELS rows, LEVELS_NEW 13 / 16 inside the bound).
 #:
-#: v4 (2026-11-25, seventh session, "L2 model v4"): two changes on the 86 H100 rows of
+#: v4 (2026-11-25, the session after v3): two changes on the 86 H100 rows of
 #: every run but the H200's (LEVELS, LEVELS_NEW, LEVELS_BLIND, both LEVELS_FP32_FAST
 #: runs; the H200 rows never used):
 #:   drain_fraction 0.06 (new mechanism): the dirty lines resident when a kernel ends are

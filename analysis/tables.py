@@ -275,6 +275,14 @@ def _pct(x) -> str:
     return "–" if x is None else f"{100 * x:.1f} %"
 
 
+def _blind_columns(summ: dict) -> list[tuple[str, str]]:
+    """(device, blind split) pairs with scored rows in `summ` (keys (device, split,
+    family)), each blind set's H100 then H200 column: the validation tables' blind columns."""
+    from analysis.validate import BLIND_SPLITS
+    return [(g, b) for b in BLIND_SPLITS for g in ("H100", "H200")
+            if any(k[:2] == (g, b) for k in summ)]
+
+
 def table_levels_validation(data=None) -> str:
     """The L2 / DRAM model against Nsight Compute, per kernel family: rows inside the bound
     (15 % or 16 MB, reads and writes), median and worst |relative error| of DRAM reads and
@@ -288,8 +296,7 @@ def table_levels_validation(data=None) -> str:
         if s["split"] == "all" or s["split"] in BLIND_SPLITS:
             summ[(dev, s["split"], s["family"])] = s
     fams = sorted({k[2] for k in summ}, key=lambda f: (f == "all", f))
-    blinds = [(g, b) for b in BLIND_SPLITS for g in ("H100", "H200")
-              if any(k[:2] == (g, b) for k in summ)]
+    blinds = _blind_columns(summ)
     cell = lambda s: (f"{s['inside_bound']}/{s['rows']} | {_pct(s['dram_read']['median'])}, "
                       f"{_pct(s['dram_read']['worst'])} | {_pct(s['dram_write']['median'])}, "
                       f"{_pct(s['dram_write']['worst'])}") if s else "– | – | –"
@@ -324,8 +331,7 @@ def table_runtime_validation(data=None) -> str:
             summ[(dev, s["split"], s["family"])] = s
     fams = sorted({k[2] for k in summ}, key=lambda f: (f == "all", f))
     cell = lambda s: (f"{s['n']} | {_pct(s['median'])} | {_pct(s['worst'])}") if s else "– | – | –"
-    blinds = [(g, b) for b in BLIND_SPLITS for g in ("H100", "H200")
-              if any(k[:2] == (g, b) for k in summ)]
+    blinds = _blind_columns(summ)
     lines = ["| family | H100 CV rows | median | worst | H200 rows | median | worst |"
              + "".join(f" {g} {b} rows | median | worst |" for g, b in blinds),
              "|---|---|---|---|---|---|---|" + "---|---|---|" * len(blinds)]

@@ -28,9 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 #: measured after the L2 model was frozen (c9b0b77) and never fitted on: the blind set and
 #: the fp32 fast forward kernels' first Nsight Compute rows
 BLIND_IDS = {c["id"] for c in LEVELS_BLIND + LEVELS_FP32_FAST}
-#: the second blind set (declared in the sixth session, scored against the L2 model frozen
-#: then): split "blind2", never pooled with the first set's rows
-BLIND2_IDS = {c["id"] for c in LEVELS_BLIND2}
 RUNS = ROOT / "benchmarks" / "results" / "runs"
 #: each blind set: (its configurations, the split its scored rows carry, the frozen
 #: predictions file)
@@ -120,8 +117,8 @@ def levels_rows(model=None, data=None) -> list[dict]:
     meas = [r for r in results.load("levels_measurement", data=data) if r.get("status") == "ok"]
     version = model_version()
     frozen = _frozen_levels()
-    out, rescored = [], {}
-    current = []
+    out, current = [], []
+    rescored = {}            # (set, preset) -> (its frozen file, measured rows it scored)
     for r, p, err, ok in compare(meas, model):
         c = r["config"]
         gpu = GPU_OF_DEVICE.get(r["device"])
@@ -133,14 +130,11 @@ def levels_rows(model=None, data=None) -> list[dict]:
                 split = bsplit
             else:
                 blind_set = name
-                rescored.setdefault((name, gpu), []).append(r)
+                rescored.setdefault((name, gpu), (frozen[(gpu, c["id"])][3], []))[1].append(r)
         elif h100 and c["id"] in BLIND_IDS:
             blind_set = "levels_fp32_fast"
         current.append((r, p, err, ok, split, blind_set))
-    first = [(r, s) for r, _, _, _, s, _ in current
-             if GPU_OF_DEVICE.get(r["device"]) == "H100-SXM"
-             and frozen.get(("H100-SXM", r["config"]["id"]), ("",))[0] == "levels_blind"]
-    still_blind = all(s == "blind" for _, s in first)
+    still_blind = ("levels_blind", "H100-SXM") not in rescored
     for r, p, err, ok, split, blind_set in current:
         c = r["config"]
         if blind_set == "levels_fp32_fast" and still_blind:
@@ -157,8 +151,7 @@ def levels_rows(model=None, data=None) -> list[dict]:
             predicted={k: p[k] for k in LEVEL_KEYS + ("requested_read_bytes",
                                                       "requested_write_bytes")},
             rel_error=err, within_bound=ok, **extra))
-    for (name, gpu), rows in rescored.items():   # the frozen score of a set the model left
-        hdr = next(f for (g, _), (n, _, _, f) in frozen.items() if n == name and g == gpu)
+    for hdr, rows in rescored.values():          # the frozen score of a set the model left
         out += levels_blind_rows(rows, hdr)
     return out
 
@@ -192,6 +185,14 @@ def levels_summary(rows) -> list[dict]:
 # written before the measured rows are read, then scored against them
 # ---------------------------------------------------------------------------------------
 LEVELS_BLIND_PREDICTIONS = LEVELS_BLIND_SETS["levels_blind"][2]
+
+
+def _write_frozen(path, obj: dict) -> Path:
+    """A frozen predictions file (JSON) at `path`, its folder made if needed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=1, default=float, allow_nan=False) + "\n")
+    return path
 
 
 def _frozen_commit() -> str:
@@ -233,11 +234,8 @@ def levels_blind_predictions(model=None, gpu: str = "H100-SXM", set_name: str = 
 
 def write_levels_blind_predictions(path=None, model=None, set_name: str = "levels_blind",
                                    gpu: str = "H100-SXM") -> Path:
-    out = levels_blind_predictions(model, gpu=gpu, set_name=set_name)
-    path = Path(path or predictions_path(LEVELS_BLIND_SETS[set_name][2], gpu))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1, default=float, allow_nan=False) + "\n")
-    return path
+    return _write_frozen(path or predictions_path(LEVELS_BLIND_SETS[set_name][2], gpu),
+                         levels_blind_predictions(model, gpu=gpu, set_name=set_name))
 
 
 def levels_blind_rows(measured: list[dict], frozen: dict) -> list[dict]:
@@ -484,10 +482,7 @@ def write_runtime_blind_predictions(set_name: str = "runtime_blind2", path=None,
                    f"were read. Score with: python3 -m analysis.validate runtime-blind "
                    f"MEASURED.jsonl --set {set_name} --gpu {gpu}",
            **runtime_blind_predictions(model, gpu=gpu, set_name=set_name)}
-    path = Path(path or predictions_path(RUNTIME_BLIND_SETS[set_name][2], gpu))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1, default=float, allow_nan=False) + "\n")
-    return path
+    return _write_frozen(path or predictions_path(RUNTIME_BLIND_SETS[set_name][2], gpu), out)
 
 
 def runtime_blind_rows(measured: list[dict], predictions: dict) -> list[dict]:

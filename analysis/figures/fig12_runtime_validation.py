@@ -99,8 +99,9 @@ def _evenly(rows, k):
 def select_roofline_rows(rows, gpu: str, max_calls: int | None):
     """The forward rows measured on `gpu`, at most max_calls, evenly spaced per family
     (each family keeps a share proportional to its size, at least one)."""
+    from analysis.validate import BLIND_SPLITS
     fwd = [r for r in rows if r["config"]["pass"] == "fwd" and _gpu_of(r["device"]) == gpu
-           and r.get("split") not in ("blind", "blind2")]
+           and r.get("split") not in BLIND_SPLITS]
     if max_calls is None or len(fwd) <= max_calls:
         return fwd
     fams: dict = {}

@@ -182,15 +182,14 @@ def tposed_kernel(which, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
 # ---------------------------------------------------------------------------------------
 # Line 2: dP_ij = dO_i V_j^T, one block per active tile
 # ---------------------------------------------------------------------------------------
-def dp_kernel(B_r, B_c, d, dt, count, threads, dropout=False, general=False):
-    """Kernel dP(do, v, dp, tiles, scale=1, N, H, G, counters [, zm, rp]); grid
-    (n_active, instances). The forward's tile product (gpu.standard.tile_product_kernel,
-    which also computes S = scale Q K^T) with A = dO, B = V, Out = dP, unmasked: whole
-    tiles are written; dropout: dP = (dO V^T) o Z/(1-p), Z read from zm. general=True
-    (N_k != N or a window; no dropout): Kernel dP(do, v, dp, tiles, scale=1, N, N_k, lo,
-    hi, H, G, counters), dp (instances, N, N_k), lo / hi unread (whole tiles)."""
+def dp_kernel(B_r, B_c, d, dt, count, threads, dropout=False):
+    """Kernel dP(do, v, dp, tiles, scale=1, N, N_k, lo, hi, H, G, counters [, zm, rp]);
+    grid (n_active, instances). The forward's tile product (gpu.standard.tile_product_kernel,
+    which also computes S = scale Q K^T) with A = dO, B = V, Out = dP (instances, N, N_k),
+    unmasked (lo, hi unread): whole tiles are written; dropout: dP = (dO V^T) o Z/(1-p),
+    Z read from zm."""
     return tile_product_kernel(B_r, B_c, d, dt, False, count, threads, "std_bwd_dP",
-                               (IdO, IV, IdP), False, general, dropout)
+                               (IdO, IV, IdP), False, dropout)
 
 
 
@@ -272,7 +271,7 @@ def dq_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False):
     which also computes O = P V) with A = dS (instances, N, N_k), B = K, Out = dQ:
     dQ_i = scale sum_j dS_ij K_j over the active tiles of the band."""
     return rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads,
-                                   "std_bwd_dQ", (IdS, IK, IdQ), window, True)
+                                   "std_bwd_dQ", (IdS, IK, IdQ), window)
 
 
 # ---------------------------------------------------------------------------------------
@@ -290,15 +289,12 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
     (T_r, T_c) (iosim.active_tiles: band and block mask). window=(left, right) as
     iosim.Problem (bottom-right aligned band, gpu.forward._band).
     dropout: None, or (dropout_p, seed, offset) with p > 0 and z3 the forward's keep mask
-    (instances, N, N) uint8: lines 1 and 2 read it (N_k = N, no window only).
+    (instances, N, N) uint8: lines 1 and 2 read it (`attention_backward` takes dropout
+    with N_k = N and no window only).
     """
     N_k = N if N_k is None else int(N_k)
     windowed, lo, hi = band_args(N, N_k, causal, window)
-    general = N_k != N or windowed
     drop = bool(dropout and dropout[0] > 0)
-    if drop and general:
-        raise ValueError(f"dropout in the standard backward takes N_k = N_q and no window "
-                         f"(got N_k={N_k}, N_q={N}, window={tuple(window)})")
     zargs = (z3, _philox.kernel_args(*dropout)[4]) if drop else ()
     d = q3.shape[2]
     inst = q3.shape[0]
@@ -314,10 +310,9 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
     # line 2: dP = dO V^T, active tiles only
     tiles = np.argwhere(active).astype(np.int32)
     if len(tiles):
-        sizes = (n, nk, lo, hi) if general else (n,)
-        launch(dp_kernel(B_r, B_c, d, dt, bool(count), threads, drop, general),
-               (len(tiles), inst), threads, shm, do3, v3, dp3, cuda.to_device(tiles),
-               np.float32(1.0), *sizes, h, g, counters, *zargs)
+        launch(dp_kernel(B_r, B_c, d, dt, bool(count), threads, drop), (len(tiles), inst),
+               threads, shm, do3, v3, dp3, cuda.to_device(tiles), np.float32(1.0), n, nk, lo,
+               hi, h, g, counters, *zargs)
     # line 3: dS = P o (dP - rowsum(P o dP))
     ts = ds_threads(N_k, threads)
     launch(ds_kernel(B_r, B_c, dt, bool(causal), has_mask, bool(count), ts, windowed), (N, inst),

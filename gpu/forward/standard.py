@@ -33,30 +33,26 @@ from .._launch import (NAN, NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO,
                       dummy_mask, kernel_name, lane_group_reducer, launch, loader, specialisation,
                       storer)
 from .. import _philox
-from ._band import BIG, band_args, sees_key_band, tile_in_band
+from ._band import band_args, sees_key_band, tile_in_band
 
-#: the band of the kernels' old argument lists (N_k = N; causal: hi = 0), int64
-_NO_LO = np.int64(-BIG)
-_NO_HI = np.int64(BIG)
-_ZERO64 = np.int64(0)
 _U0 = np.uint64(0)         # the dropout arguments of a build without dropout (unread)
 
 
 @specialisation
 def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx, window=False,
-                        band_args=False, dropout=False):
-    """Kernel(a, b, out, tiles, scale, N, H, G, counters); grid (n_active, instances).
-    band_args=True: Kernel(a, b, out, tiles, scale, N, N_k, lo, hi, H, G, counters).
+                        dropout=False):
+    """Kernel(a, b, out, tiles, scale, N, N_k, lo, hi, H, G, counters); grid (n_active,
+    instances). dropout=True: Kernel(a, b, out, tiles, scale, N, N_k, lo, hi, H, G,
+    counters, zm, rp).
 
     Out_ij = scale A_i B_j^T for each active tile (i, j) (tiles: int32 (n_active, 2)),
     written whole to an (instances, N, N_k) HBM matrix in the problem dtype; causal or
     window: entries outside the band lo <= c - r <= hi (gpu.forward._band) become -inf
-    (without band_args: N_k = N, causal lo = -inf, hi = 0). A: (instances, N, d); B:
+    (lo, hi unread otherwise). A: (instances, N, d); B:
     (batch * kv_heads, N_k, d). Serves the forward's S = scale Q K^T ('std_S') and the
     standard backward's line 2, dP = dO V^T ('std_bwd_dP', scale 1, not masked).
-    idx = (A, B, Out) counter rows. dropout=True (without band_args; the standard
-    backward's dP): Kernel(a, b, out, tiles, scale, N, H, G, counters, zm, rp), each entry
-    multiplied by Z/(1-p) read from the stored keep mask zm (instances, N, N) uint8
+    idx = (A, B, Out) counter rows. dropout=True (the standard backward's dP): each entry
+    multiplied by Z/(1-p) read from the stored keep mask zm (instances, N, N_k) uint8
     (counted under "Z"), rp = 1/(1-p).
     """
     DT = NB_DTYPE[dt]
@@ -65,7 +61,6 @@ def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx, wi
     IZ = T["Z"]
     IA, IB, IOUT = idx
     banded = causal or window
-    HI = _ZERO64 if causal else _NO_HI
 
     def body(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters, zm, rp):
         a = cuda.blockIdx.x
@@ -115,15 +110,12 @@ def tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, prefix, idx, wi
                 add_count(counters, IZ, READ, nO)
 
     body = cuda.jit(device=True, inline=True)(body)
-    if band_args:
+    if dropout:
+        def kernel(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters, zm, rp):
+            body(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters, zm, rp)
+    else:
         def kernel(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters):
             body(a_hbm, bt, out, tiles, scale, N, N_k, lo, hi, H, G, counters, out, ONE)
-    elif dropout:
-        def kernel(a_hbm, bt, out, tiles, scale, N, H, G, counters, zm, rp):
-            body(a_hbm, bt, out, tiles, scale, N, N, _NO_LO, HI, H, G, counters, zm, rp)
-    else:
-        def kernel(a_hbm, bt, out, tiles, scale, N, H, G, counters):
-            body(a_hbm, bt, out, tiles, scale, N, N, _NO_LO, HI, H, G, counters, out, ONE)
 
     return kernel, kernel_name(prefix, Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                                window=window, dropout=dropout, count=count, t=threads)
@@ -133,7 +125,7 @@ def s_kernel(B_r, B_c, d, dt, causal, count, threads, window=False):
     """S = scale Q K^T per active tile: Kernel(q, k, s, tiles, scale, N, N_k, lo, hi, H, G,
     counters); grid (n_active, instances); s: (instances, N, N_k) problem dtype."""
     return tile_product_kernel(B_r, B_c, d, dt, causal, count, threads, "std_S",
-                               (T["Q"], T["K"], T["S"]), window, True)
+                               (T["Q"], T["K"], T["S"]), window)
 
 
 
@@ -298,18 +290,17 @@ def softmax_kernel(B_r, B_c, causal, has_mask, count, threads, window=False, dro
 
 @specialisation
 def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, prefix, idx,
-                            window=False, band_args=False, dropout=False):
-    """Kernel(a, b, out, scale, mask, N, H, G, counters); grid (T_r, instances).
-    band_args=True: Kernel(a, b, out, scale, mask, N, N_k, lo, hi, H, G, counters), A then
-    (instances, N, N_k) and B (batch * kv_heads, N_k, d), active tiles those of the band
-    lo <= c - r <= hi (gpu.forward._band; without band_args N_k = N, causal hi = 0).
+                            window=False, dropout=False):
+    """Kernel(a, b, out, scale, mask, N, N_k, lo, hi, H, G, counters); grid (T_r,
+    instances); active tiles those of the band lo <= c - r <= hi (gpu.forward._band) when
+    causal or window, and of the block mask.
 
-    Out_i = scale * sum_j A_ij B_j for each query block i: A an (instances, N, N) HBM
-    matrix read tile by tile (active tiles only), B a (batch * kv_heads, N, d) tensor read
+    Out_i = scale * sum_j A_ij B_j for each query block i: A an (instances, N, N_k) HBM
+    matrix read tile by tile (active tiles only), B a (batch * kv_heads, N_k, d) tensor read
     block by block, Out written once. Serves the forward's O = P V (A=P, B=V, scale 1,
     name 'std_PV') and the standard backward's line 4, dQ = scale dS K (Algorithm 3).
     idx = (A, B, Out) rows of the counters table the kernel adds its element counts to.
-    dropout=True (with band_args; the forward's O = (P o Z/(1-p)) V): Kernel(a, b, out,
+    dropout=True (the forward's O = (P o Z/(1-p)) V): Kernel(a, b, out,
     scale, mask, N, N_k, lo, hi, H, G, counters, zm, rp), A_ij dropped as it is loaded,
     with Z_ij read from zm (instances, N, N_k) uint8 (counted under "Z"), rp = 1/(1-p).
     """
@@ -320,7 +311,6 @@ def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, p
     IA, IB, IOUT = idx
     IZ = T["Z"]
     banded = causal or window
-    HI = _ZERO64 if causal else _NO_HI
 
     def body(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters, zm, rp):
         i = cuda.blockIdx.x
@@ -382,15 +372,12 @@ def rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, p
                 add_count(counters, IZ, READ, nA)
 
     body = cuda.jit(device=True, inline=True)(body)
-    if band_args and dropout:
+    if dropout:
         def kernel(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters, zm, rp):
             body(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters, zm, rp)
-    elif band_args:
+    else:
         def kernel(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters):
             body(a_hbm, bt, out, scale, mask, N, N_k, lo, hi, H, G, counters, a_hbm, ONE)
-    else:
-        def kernel(a_hbm, bt, out, scale, mask, N, H, G, counters):
-            body(a_hbm, bt, out, scale, mask, N, N, _NO_LO, HI, H, G, counters, a_hbm, ONE)
 
     return kernel, kernel_name(prefix, Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                                window=window, mask=has_mask, dropout=dropout, count=count,
@@ -402,7 +389,7 @@ def pv_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False,
     """O = P V, one block per query block: Kernel(p, v, o, scale=1, mask, N, N_k, lo, hi,
     H, G, counters [, zm, rp with dropout: O = (P o Z/(1-p)) V]); grid (T_r, instances)."""
     return rowblock_product_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads,
-                                   "std_PV", (T["P"], T["V"], T["O"]), window, True, dropout)
+                                   "std_PV", (T["P"], T["V"], T["O"]), window, dropout)
 
 
 def shared_bytes(B_r, B_c, d, dt) -> int:
