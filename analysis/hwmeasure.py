@@ -57,6 +57,12 @@ COUNTER_METRICS = (
     "launch__grid_size", "launch__shared_mem_per_block_dynamic",
     "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
     "launch__occupancy_limit_warps", "launch__occupancy_limit_blocks",
+    # per kernel, how close each unit ran to its peak (what binds; the time model's terms)
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
 )
 #: Metrics summed over the kernels of a pass (the rest are per-kernel launch facts).
 SUMMED = COUNTER_METRICS[:11]

@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from analysis import results
-from analysis.validation_configs import (LEVELS_BLIND, LEVELS_BLIND2, LEVELS_FP32_FAST,
-                                         LEVELS_NEW, RUNTIME, RUNTIME_BLIND, RUNTIME_BLIND2,
+from analysis.validation_configs import (LEVELS_BLIND, LEVELS_BLIND2, LEVELS_BLIND3,
+                                         LEVELS_FP32_FAST, LEVELS_NEW, RUNTIME, RUNTIME_BLIND,
+                                         RUNTIME_BLIND2, RUNTIME_BLIND3, RUNTIME_DEV3,
                                          family_of, levels_split)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,12 +34,15 @@ RUNS = ROOT / "benchmarks" / "results" / "runs"
 #: predictions file)
 LEVELS_BLIND_SETS = {
     "levels_blind": (LEVELS_BLIND, "blind", RUNS / "levels-blind-predictions" / "predictions.json"),
-    "levels_blind2": (LEVELS_BLIND2, "blind2", RUNS / "levels-blind2-predictions" / "predictions.json")}
+    "levels_blind2": (LEVELS_BLIND2, "blind2", RUNS / "levels-blind2-predictions" / "predictions.json"),
+    "levels_blind3": (LEVELS_BLIND3, "blind3", RUNS / "levels-blind3-predictions" / "predictions.json")}
 RUNTIME_BLIND_SETS = {
     "runtime_blind": (RUNTIME_BLIND, "blind", RUNS / "runtime-blind-predictions" / "predictions.json"),
     "runtime_blind2": (RUNTIME_BLIND2, "blind2",
-                       RUNS / "runtime-blind2-predictions" / "predictions.json")}
-BLIND_SPLITS = ("blind", "blind2")
+                       RUNS / "runtime-blind2-predictions" / "predictions.json"),
+    "runtime_blind3": (RUNTIME_BLIND3, "blind3",
+                       RUNS / "runtime-blind3-predictions" / "predictions.json")}
+BLIND_SPLITS = ("blind", "blind2", "blind3")
 
 
 def model_version() -> str:
@@ -319,6 +323,9 @@ SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="blind1")
 #: split "blind2" rows keep those scores)
 SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="blind2")
                  for c in RUNTIME_BLIND2 if c["id"] not in SPLIT_OF})
+#: the seventh session's development rows (declared before measuring, fitted on)
+SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="dev3")
+                 for c in RUNTIME_DEV3 if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS
 CV_FOLDS = 5
 RUNTIME_BLIND_PREDICTIONS = RUNTIME_BLIND_SETS["runtime_blind"][2]
@@ -412,7 +419,8 @@ def runtime_rows(model=None, data=None, cv: bool = True) -> list[dict]:
 
 #: summary splits: which error field of which rows
 SUMMARY_SPLITS = {"cv": "cv_rel_error", "heldout3": "heldout3_rel_error", "fit": "rel_error",
-                  "heldout": "rel_error", "blind": "rel_error", "blind2": "rel_error"}
+                  "heldout": "rel_error", "blind": "rel_error", "blind2": "rel_error",
+                  "blind3": "rel_error"}
 
 
 def runtime_summary(rows, split_field="split") -> list[dict]:
@@ -647,8 +655,9 @@ def _main(argv=None) -> int:
                                      "runtime-blind-predict"))
     ap.add_argument("measured", nargs="?")
     ap.add_argument("--set", default=None, metavar="NAME",
-                    help="the blind set: levels_blind (default) or levels_blind2 for the levels "
-                         "commands, runtime_blind (default) or runtime_blind2 for the runtime ones")
+                    help="the blind set: levels_blind (default), levels_blind2 or levels_blind3 for "
+                         "the levels commands, runtime_blind (default), runtime_blind2 or "
+                         "runtime_blind3 for the runtime ones")
     ap.add_argument("--predictions", default=None,
                     help="the frozen predictions file (default: the set's own)")
     ap.add_argument("--out", default=None, help="levels-blind: JSONL file for the blind rows")

@@ -318,6 +318,142 @@ LEVELS_BLIND2 = [dict(c, split="blind") for c in [
 ]]
 
 
+#: Development rows of the seventh session (2026-11-27), declared before measuring: more
+#: configurations for the kernel families with the fewest measured rows and the largest
+#: errors (the fp32 fast fa1 and standard forward, fa1 and standard on the tensor cores, the
+#: tensor-core backward passes), and for the L2 model a scan of the fa2 tensor-core
+#: forward across its K/V re-read regime (N at 16 heads, heads at N = 32K, d = 128) and of
+#: fa1 near the L2's capacity. Fitted on (they are not blind).
+RUNTIME_DEV3 = [dict(c, split="dev3") for c in [
+    cfg(F, "fa1", "fast", "fp32", 1, 16, 2 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 16, 2 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 1, 32, 1 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 1, 8, 8 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 4, 16, 1 * K, 64, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 16, 4 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 1, 16, 4 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 16, 1 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 16, 1 * K, 128),
+    cfg(F, "standard", "fast", "fp32", 1, 16, 2 * K, 128),
+    cfg(F, "standard", "fast", "fp32", 2, 16, 2 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 8, 6 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 32, 2 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 2 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 2 * K, 128, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 1, 32, 2 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 4, 16, 1 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 16 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 8, 8 * K, 128),
+    cfg(F, "standard", "tc", "fp16", 1, 16, 1 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 2, 16, 1 * K, 128),
+    cfg(F, "standard", "tc", "fp16", 1, 16, 2 * K, 64, causal=True),
+    cfg(F, "standard", "tc", "fp16", 1, 32, 2 * K, 128),
+    cfg(F, "standard", "tc", "fp16", 1, 8, 12 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 4, 8, 2 * K, 64, causal=True),
+    cfg(B, "standard", "tc", "fp16", 1, 16, 1 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 2, 16, 2 * K, 128),
+    cfg(B, "standard", "tc", "fp16", 1, 16, 6 * K, 64, causal=True),
+    cfg(B, "standard", "tc", "fp16", 1, 32, 1 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 2 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 2, 8, 4 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 1 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 4, 16, 2 * K, 64, causal=True),
+]]
+
+LEVELS_DEV3 = [dict(c, split="dev3") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 22 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 28 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 36 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 44 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 56 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 32 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 32 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 20, 32 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 32 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 20 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 28 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 48 * K, 64, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 1, 32, 6 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 40, 4 * K, 64),
+    cfg(F, "fa1", "default", "fp16", 1, 64, 3 * K, 64),
+]]
+
+
+#: Third blind sets, declared 2026-11-27 (seventh session) before any of them was measured
+#: and before either model was changed that session; the rules of RUNTIME_BLIND (never
+#: fitted on, never used to choose a form; each model frozen and its predictions committed
+#: before the measured rows are read). Every default kernel family and the plain fa2
+#: forward and backward, at shapes in no earlier set.
+RUNTIME_BLIND3 = [dict(c, split="blind") for c in [
+    # fa2 forward, tensor cores
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 20 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 2, 16, 6 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 12 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 8, 8, 3 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 64, 4 * K, 64, kv_heads=16),
+    cfg(F, "fa2", "tc", "fp16", 16, 8, 1 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 40 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 4, 16, 4 * K, 64, tiles=(64, 64)),
+    # fa2 forward, fast fp32
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 6 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 2, 16, 3 * K, 128),
+    cfg(F, "fa2", "fast", "fp32", 1, 32, 2 * K, 64, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 1, 24, 8 * K, 64, kv_heads=8),
+    # fa2 forward, plain
+    cfg(F, "fa2", "plain", "fp32", 1, 16, 3 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp16", 2, 8, 2 * K, 64, causal=True, tiles=(32, 32)),
+    # fa1 forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 6 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 2, 32, 2 * K, 64, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 4 * K, 128, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 16, 3 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 32, 2 * K, 128),
+    # standard forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "standard", "tc", "fp16", 1, 16, 5 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 2, 16, 3 * K, 128, causal=True),
+    cfg(F, "standard", "tc", "fp16", 1, 48, 2 * K, 64, kv_heads=8),
+    cfg(F, "standard", "fast", "fp32", 1, 16, 3 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 8, 2 * K, 128, causal=True),
+    # fa2 backward: tensor cores (fp16), fast (fp32), plain
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 10 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 2, 16, 4 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 32, 6 * K, 64, kv_heads=8, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 4, 16, 2 * K, 128),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 6 * K, 64, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 2, 8, 4 * K, 128),
+    cfg(B, "fa2", "fast", "fp32", 1, 32, 3 * K, 64),
+    cfg(B, "fa2", "plain", "fp16", 1, 16, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp32", 1, 8, 3 * K, 128),
+    # standard backward: tensor cores (fp16), plain (fp32)
+    cfg(B, "standard", "tc", "fp16", 1, 16, 5 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 2, 8, 3 * K, 128, causal=True),
+    cfg(B, "standard", "tc", "fp16", 1, 24, 2 * K, 64, causal=True),
+    cfg(B, "standard", "default", "fp32", 2, 8, 2 * K, 64),
+]]
+
+#: The hierarchy model's third blind set (same rules): the fa2 tensor-core forward's K/V
+#: re-read regime (the blind sets' misses), fa1 near capacity, the plain fa2's writes,
+#: and a cover of the other default kernels, at shapes not measured before.
+LEVELS_BLIND3 = [dict(c, split="blind") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 40 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 20 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 56 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 40 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 64, 16 * K, 64, kv_heads=16),
+    cfg(F, "fa2", "tc", "fp16", 2, 8, 32 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 32, 12 * K, 64),
+    cfg(F, "fa2", "plain", "fp32", 1, 16, 12 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa1", "tc", "fp16", 1, 24, 6 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 64, 2 * K, 64, causal=True),
+    cfg(F, "fa1", "default", "fp16", 1, 48, 3 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 16, 5 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 32, 10 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 20 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 10 * K, 64, causal=True),
+    cfg(B, "standard", "tc", "fp16", 1, 24, 3 * K, 64, causal=True),
+]]
+
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -402,7 +538,9 @@ def levels_split(c: dict) -> str:
 SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
         "variants": FAST_VARIANTS, "runtime_blind": RUNTIME_BLIND,
         "levels_blind": LEVELS_BLIND, "levels_fp32_fast": LEVELS_FP32_FAST,
-        "runtime_blind2": RUNTIME_BLIND2, "levels_blind2": LEVELS_BLIND2}
+        "runtime_blind2": RUNTIME_BLIND2, "levels_blind2": LEVELS_BLIND2,
+        "runtime_dev3": RUNTIME_DEV3, "levels_dev3": LEVELS_DEV3,
+        "runtime_blind3": RUNTIME_BLIND3, "levels_blind3": LEVELS_BLIND3}
 
 
 def family_of(c: dict) -> str:
@@ -416,4 +554,5 @@ def family_of(c: dict) -> str:
     return c["algorithm"] + ("_bwd" if c["pass"] == "bwd" else "") + newer
 
 
-__all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME_BLIND2", "LEVELS_BLIND2", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+__all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME_BLIND2", "LEVELS_BLIND2",
+           "RUNTIME_DEV3", "LEVELS_DEV3", "RUNTIME_BLIND3", "LEVELS_BLIND3", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One device call that measures configuration sets of analysis.validation_configs:
+# `times:SET` (CUPTI kernel times, analysis.hwmeasure times) and `counters:SET` (Nsight
+# Compute counters, analysis.hwmeasure counters), each into $OUT/SET.jsonl, in order.
+# The console gets only each stage's exit status, duration and row count, never a
+# measured value: a blind set's rows stay unread until its predictions are frozen.
+# Run from the repository root on the device machine, a numpy<2.5 wheel in .whl/:
+#   STAGES="times:runtime_dev3 times:runtime_blind3" BUDGET=250 bash scripts/device_measure.sh
+# A stage cut short by its budget resumes when the same stage runs again on the same
+# file (hwmeasure skips configurations already measured).
+set -u
+OUT=${OUT:-out}; mkdir -p "$OUT"; export OUT PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+BUDGET=${BUDGET:-250}
+{ date -u; git rev-parse --short HEAD 2>/dev/null
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; } > "$OUT/device.txt" 2>&1
+for st in ${STAGES:?STAGES=\"times:SET counters:SET ...\"}; do
+  kind=${st%%:*}; set_name=${st#*:}
+  case $kind in times|counters) ;; *) echo "unknown stage kind $kind (times, counters)"; exit 2 ;; esac
+  t0=$(date +%s)
+  timeout $((BUDGET + 60)) python3 -m analysis.hwmeasure "$kind" --set "$set_name" \
+      --budget-s "$BUDGET" --out "$OUT/$set_name.jsonl" > "$OUT/$set_name.log" 2>&1
+  rc=$?
+  n=$(cat "$OUT/$set_name.jsonl" 2>/dev/null | wc -l)
+  echo "$st: rc=$rc $(( $(date +%s) - t0 )) s, $n rows" | tee -a "$OUT/device.txt"
+done
