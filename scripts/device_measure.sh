@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call that measures configuration sets of analysis.validation_configs:
 # `times:SET` (CUPTI kernel times, analysis.hwmeasure times) and `counters:SET` (Nsight
-# Compute counters, analysis.hwmeasure counters), each into $OUT/SET.jsonl, in order.
+# Compute counters, analysis.hwmeasure counters), optionally `KIND:SET:SECONDS` (that
+# stage's budget instead of $BUDGET), each into $OUT/SET.jsonl, in order.
 # The console gets only each stage's exit status, duration and row count, never a
 # measured value: a blind set's rows stay unread until its predictions are frozen.
 # Run from the repository root on the device machine, a numpy<2.5 wheel in .whl/:
@@ -19,11 +20,12 @@ BUDGET=${BUDGET:-250}
 { date -u; git rev-parse --short HEAD 2>/dev/null
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; } > "$OUT/device.txt" 2>&1
 for st in ${STAGES:?STAGES=\"times:SET counters:SET ...\"}; do
-  kind=${st%%:*}; set_name=${st#*:}
+  kind=${st%%:*}; rest=${st#*:}; set_name=${rest%%:*}
+  budget=$BUDGET; [ "$rest" != "$set_name" ] && budget=${rest#*:}
   case $kind in times|counters) ;; *) echo "unknown stage kind $kind (times, counters)"; exit 2 ;; esac
   t0=$(date +%s)
-  timeout $((BUDGET + 60)) python3 -m analysis.hwmeasure "$kind" --set "$set_name" \
-      --budget-s "$BUDGET" --out "$OUT/$set_name.jsonl" > "$OUT/$set_name.log" 2>&1
+  timeout $((budget + 60)) python3 -m analysis.hwmeasure "$kind" --set "$set_name" \
+      --budget-s "$budget" --out "$OUT/$set_name.jsonl" > "$OUT/$set_name.log" 2>&1
   rc=$?
   n=$(cat "$OUT/$set_name.jsonl" 2>/dev/null | wc -l)
   echo "$st: rc=$rc $(( $(date +%s) - t0 )) s, $n rows" | tee -a "$OUT/device.txt"
