@@ -481,7 +481,12 @@ def _to_device(x, kind):
     """The input as a Numba device array in its storage dtype (bf16: uint16 bits, a view
     of the caller's memory for device inputs)."""
     if kind == "numpy":
-        return cuda.to_device(x.view(NP_DTYPE["bf16"]) if x.dtype == BF16 else x)
+        h = x.view(NP_DTYPE["bf16"]) if x.dtype == BF16 else x
+        # A C-contiguous array may carry any stride on a length-1 axis (x[None] has 0):
+        # Numba copies the strides as they are, and its device reshape (the kernels take
+        # (instances, N, d) views) then refuses with "operation requires copying". Copy
+        # it flat and give it its shape on the device, with canonical strides.
+        return cuda.to_device(np.ascontiguousarray(h).reshape(-1)).reshape(h.shape)
     if kind == "numba":
         return _bf16_bits(x)
     if _torch_bf16(x):

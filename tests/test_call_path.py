@@ -455,3 +455,17 @@ def test_no_plan_when_a_run_passes_its_own_view_of_the_call_arrays(api, monkeypa
     assert api.thin_calls == n0
     monkeypatch.setattr(fa2, "run", real)
     np.testing.assert_array_equal(got, _host(_full(api, q2, k2, v2, **kw)))
+
+
+def test_numpy_inputs_reach_the_device_with_canonical_strides():
+    """A C-contiguous NumPy array may carry any stride on a length-1 axis (x[None, None]
+    has 0); Numba's device reshape to the kernels' (instances, N, d) views refused such
+    copies on hardware ("operation requires copying"; the simulator's reshape does not
+    check). _to_device gives every NumPy input canonical strides."""
+    from gpu.api import _to_device
+    x = np.arange(24 * 16, dtype=np.float32).reshape(24, 16)[None, None]
+    assert x.flags.c_contiguous and x.strides[:2] == (0, 0)
+    dev = _to_device(x, "numpy")
+    assert dev.shape == x.shape
+    assert dev.strides == (24 * 16 * 4, 24 * 16 * 4, 16 * 4, 4)
+    np.testing.assert_array_equal(dev.copy_to_host(), x)
