@@ -318,7 +318,7 @@ def _counter_rows(chunk, ncu: str, env: dict, timeout: float) -> list[dict]:
             print((text or "")[-3000:], file=sys.stderr)
         for i, rec in enumerate(recs):
             c = next(x for x in chunk if x["id"] == rec["id"])
-            row = {"kind": "levels_validation", **env, "config": c,
+            row = {"kind": "levels_measurement", **env, "config": c,
                    "tiling": rec.get("tiling"), "status": "ok" if rec["ok"] else "error"}
             if rec["ok"] and i < len(passes) and passes[i]:
                 row["measured"] = counters_row(c, passes[i])
@@ -338,7 +338,7 @@ def counter_row(c: dict, ncu: str | None = None, timeout: float = 600) -> dict:
     if not ncu:
         raise RuntimeError("hwmeasure: ncu (Nsight Compute) is not on PATH here")
     rows = _counter_rows([c], ncu, environment(), timeout)
-    row = rows[0] if rows else {"kind": "levels_validation", **environment(), "config": c,
+    row = rows[0] if rows else {"kind": "levels_measurement", **environment(), "config": c,
                                 "status": "error", "error": "ncu made no row"}
     row["where"] = provenance("kernel")
     row["eval_seconds"] = time.perf_counter() - t0
@@ -398,7 +398,7 @@ def measure_counters(configs, out: str, ncu: str | None = None, budget_s: float 
         import functools
         with executor:
             n = _run_executor(executor, functools.partial(counter_row, ncu=ncu), todo,
-                              "levels_validation", out, budget_s, t0, "counters")
+                              "levels_measurement", out, budget_s, t0, "counters")
             print(executor.stats_line(), flush=True)
         return n
     ncu = ncu or shutil.which("ncu")
