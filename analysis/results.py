@@ -154,6 +154,36 @@ def make_row(kind: str, *, run_id: str, device: str, date: str, commit: str | No
     return row
 
 
+def junit_rows(xml_text: str, command: str | None = None) -> list[dict]:
+    """gpu_tests rows (test: the pytest node id, outcome: passed / failed / error /
+    skipped, seconds, command; date: the suite's start, UTC) from pytest's JUnit XML
+    (`--junitxml`), one per test case. The XML names no device, run, commit or versions:
+    the caller adds them."""
+    import xml.etree.ElementTree as ET
+    try:
+        root = ET.fromstring(xml_text)
+    except ET.ParseError as e:
+        raise ValueError(f"not JUnit XML: {e}") from None
+    rows = []
+    stamp = next((ts.get("timestamp") for ts in root.iter("testsuite") if ts.get("timestamp")),
+                 None)
+    date = None
+    if stamp:
+        t = _dt.datetime.fromisoformat(stamp)
+        t = t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+        date = t.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for tc in root.iter("testcase"):
+        cls, name = tc.get("classname", ""), tc.get("name", "")
+        path = cls.replace(".", "/") + ".py" if cls else ""
+        outcome = next((tag for tag in ("failure", "error", "skipped")
+                        if tc.find(tag) is not None), "passed")
+        rows.append({"kind": "gpu_tests", "test": f"{path}::{name}" if path else name,
+                     "outcome": {"failure": "failed"}.get(outcome, outcome),
+                     "seconds": float(tc.get("time", 0.0)), "command": command,
+                     **({"date": date} if date else {})})
+    return rows
+
+
 def current_commit(cwd=ROOT) -> str | None:
     """HEAD of the repository the package runs from (with '+dirty' if the working tree
     has changes), or None outside a git checkout."""

@@ -120,3 +120,22 @@ def test_fig8_reads_the_data_set(tmp_path):
     assert len(rows) == len({T.bench_key(r) for r in rows})
     with pytest.raises(ValueError, match="no measured bench rows"):
         fig8_bench.make(tmp_path, device="No Such GPU")
+
+
+def test_junit_rows_take_every_outcome_and_the_suite_date():
+    from analysis.results import junit_rows
+    xml = """<?xml version="1.0"?><testsuites><testsuite name="pytest" errors="1"
+      failures="1" skipped="1" tests="4" timestamp="2026-11-27T03:51:36.007491+00:00">
+      <testcase classname="tests.test_a" name="test_ok[fa2]" time="1.5"/>
+      <testcase classname="tests.test_a" name="test_bad" time="0.2"><failure message="x"/></testcase>
+      <testcase classname="tests.test_b" name="test_skip" time="0"><skipped message="no"/></testcase>
+      <testcase classname="tests.test_b" name="test_err" time="0"><error message="e"/></testcase>
+    </testsuite></testsuites>"""
+    rows = junit_rows(xml, command="pytest -m gpu")
+    assert [(r["test"], r["outcome"]) for r in rows] == [
+        ("tests/test_a.py::test_ok[fa2]", "passed"), ("tests/test_a.py::test_bad", "failed"),
+        ("tests/test_b.py::test_skip", "skipped"), ("tests/test_b.py::test_err", "error")]
+    assert {r["date"] for r in rows} == {"2026-11-27T03:51:36Z"}
+    assert rows[0]["seconds"] == 1.5 and rows[0]["command"] == "pytest -m gpu"
+    with pytest.raises(ValueError, match="not JUnit XML"):
+        junit_rows("<testsuite")

@@ -11,6 +11,8 @@ EPILOG = """examples:
   flashsim results list                          # kinds, rows, runs, devices
   flashsim results show bench --device H100 --where impl=fa2 --where N=4096
   flashsim results add out/bench.json --kind bench --run-id 2026-12-01-a100-bench
+  flashsim results add out/gpu_tests.xml --run-id gpu_tests-20261201T1200-a100 \
+      --device "NVIDIA A100-SXM4-80GB" --commit abc1234 --command "pytest -m gpu"
   flashsim results tables                        # regenerate README.md's marked tables
   flashsim results tables --check                # exit 1 if README.md is out of date
 
@@ -32,13 +34,20 @@ def register(sub):
     sh.add_argument("--device", default=None, help="keep rows whose device contains this")
     sh.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
                     help="keep rows with row[KEY] == VALUE (VALUE parsed as JSON if it can be)")
-    ad = s.add_parser("add", help="append rows from a JSON list or JSON-lines file "
+    ad = s.add_parser("add", help="append rows from a JSON list or JSON-lines file, or "
+                                  "gpu_tests rows from pytest's JUnit XML (FILE.xml) "
                                   "(rows already there are skipped)")
     ad.add_argument("file")
     ad.add_argument("--kind", default=None, help="kind for rows that lack one")
     ad.add_argument("--run-id", default=None, help="run_id for rows that lack one "
                                                    "(a row's own run_id is kept as source_run_id)")
     ad.add_argument("--commit", default=None, help="commit for rows that lack one")
+    ad.add_argument("--device", default=None, help="device for rows that lack one (JUnit "
+                                                   "XML names none)")
+    ad.add_argument("--date", default=None, help="date for rows that lack one")
+    ad.add_argument("--versions", default=None, metavar="JSON",
+                    help='versions for rows that lack them, e.g. \'{"torch": "2.11.0"}\'')
+    ad.add_argument("--command", default=None, help="JUnit XML: the pytest command that ran")
     t = s.add_parser("tables", help="regenerate the marked tables in README.md")
     t.add_argument("--readme", default=None, metavar="FILE", help="default: README.md of the "
                                                                   "repository")
@@ -92,14 +101,26 @@ def _add(args, R) -> int:
     if not path.exists():
         raise ConfigError(f"file={args.file!r} does not exist")
     text = path.read_text()
+    if path.suffix == ".xml":
+        rows = R.junit_rows(text, command=args.command)
+    else:
+        try:
+            data = json.loads(text)
+            rows = data if isinstance(data, list) else data.get("rows", [data])
+        except json.JSONDecodeError:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     try:
-        data = json.loads(text)
-        rows = data if isinstance(data, list) else data.get("rows", [data])
-    except json.JSONDecodeError:
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        versions = json.loads(args.versions) if args.versions else {}
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"versions={args.versions!r} is not JSON: {e}") from None
+    if not isinstance(versions, dict):
+        raise ConfigError(f"versions={args.versions!r} must be a JSON object")
     made = []
     for r in rows:
         r = dict(r)
+        for key in ("device", "date"):
+            if getattr(args, key) is not None:
+                r.setdefault(key, getattr(args, key))
         if args.run_id:
             if "run_id" in r and r["run_id"] != args.run_id:
                 r["source_run_id"] = r["run_id"]
@@ -107,7 +128,7 @@ def _add(args, R) -> int:
         if args.kind and "kind" not in r:
             r["kind"] = args.kind
         r.setdefault("commit", args.commit)
-        r.setdefault("versions", {})
+        r.setdefault("versions", versions)
         made.append(r)
     added, skipped = R.append(made, data=args.data)
     print(f"flashsim results: {added} rows added, {skipped} already there")
