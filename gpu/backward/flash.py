@@ -584,8 +584,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     are skipped, as in iosim.backward (counts equal its closed form), and a row that sees
     no key gets dQ = 0 and adds nothing to dK, dV. algorithm='fa1' (its one plain kernel)
     and 'standard' (its five plain kernels; stats P of shape (batch, heads, N, N_k) from
-    `standard_forward(..., window=...)`; not with dropout) run them too; kernel 'tc'
-    refuses them with a ValueError.
+    `standard_forward(..., window=...)`, with dropout also its keep mask Z of that
+    shape) run them too; kernel 'tc' refuses them with a ValueError.
     algorithm: 'fa2' (default), 'fa1' or 'standard' (module docstring).
     stats: what the forward left in HBM: fa2: L (batch, heads, N) float32 (e.g.
     `gpu.attention(..., algorithm='fa2', return_stats=True)`); fa1: (l, m), each
@@ -753,12 +753,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
             raise ValueError(f"stats for algorithm='standard' with dropout_p={dropout[0]} must "
                              f"be the pair (P, Z) of gpu.backward.standard.standard_forward("
                              f"..., dropout_p=...); got {type(stats).__name__}")
-        if general:
-            raise ValueError(f"dropout_p={dropout[0]}: the standard backward with dropout "
-                             f"takes N_k = N_q and no window only (got {what}); allowed: "
-                             f"algorithm='fa2' (its plain kernel regenerates the mask)")
-        P_dev = _check_P(stats[0], (B, H, N, N), dt)
-        Z_dev = _check_P(stats[1], (B, H, N, N), np.uint8, "Z")
+        P_dev = _check_P(stats[0], (B, H, N, Nk), dt)
+        Z_dev = _check_P(stats[1], (B, H, N, Nk), np.uint8, "Z")
     elif algorithm == "standard":
         P_dev = _check_P(stats, (B, H, N, Nk), dt)
     elif algorithm == "fa2":
@@ -822,7 +818,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     else:   # standard: Algorithm 3, five kernels through HBM (gpu.backward_standard)
         _dp, dp3 = _output((I, N, Nk), npdt, kind, like, poison)
         _ds, ds3 = _output((I, N, Nk), npdt, kind, like, poison)
-        extra = {} if Z_dev is None else dict(z3=Z_dev.reshape(I, N, N), dropout=dropout)
+        extra = {} if Z_dev is None else dict(z3=Z_dev.reshape(I, N, Nk), dropout=dropout)
         if general:                        # the plain kernels only
             extra.update(N_k=Nk, window=window)
         (standard_tc if use_std_tc else backward_standard).run(

@@ -289,8 +289,7 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
     (T_r, T_c) (iosim.active_tiles: band and block mask). window=(left, right) as
     iosim.Problem (bottom-right aligned band, gpu.forward._band).
     dropout: None, or (dropout_p, seed, offset) with p > 0 and z3 the forward's keep mask
-    (instances, N, N) uint8: lines 1 and 2 read it (`attention_backward` takes dropout
-    with N_k = N and no window only).
+    (instances, N, N_k) uint8: lines 1 and 2 read it.
     """
     N_k = N if N_k is None else int(N_k)
     windowed, lo, hi = band_args(N, N_k, causal, window)
