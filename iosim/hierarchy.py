@@ -94,6 +94,18 @@ class L2Model:
         DRAM inside the measured kernel, at most drain_fraction x the L2's bytes (the
         write-back as the kernel retires; 2-3 MB measured on the H100). 0: none (the
         dirty lines at the end are never counted).
+    once_footprint / once_write_footprint: what-ifs (tried for v5 and dropped; < 0: off):
+        a tile accessed only once in the launch and only read (Q) / only written (O, S)
+        counts this fraction of its bytes in other tiles' distances (streaming data
+        inserted for early eviction).
+    refetch_factor / refetch_capacity: what-if (tried for v5 and dropped; 1: off): a
+        re-read of a shared tile costs, beyond its miss probability, (refetch_factor - 1)
+        x P(miss | D against refetch_capacity x C) more DRAM fetches (each L2 partition
+        fetching a shared line for its own SMs once the stream thrashes far beyond C).
+    private_associativity: what-if (tried for v5 and dropped; 0: off): the ways of the
+        capacity edge for tiles one CTA touches (fa1's O, l, m round trips), where
+        `associativity` then sets it for shared tiles only (a replacement policy that
+        protects lines with many hits would keep the K/V of a wave up to a hard edge).
     home_written: with replicate, the written part of a shared tile (wb bytes of a tile
         accessed with wr: stores, atomics / reductions such as the fa2 backward's dQ
         accumulator) counts once: writes are resolved at the line's home partition, its
@@ -117,6 +129,11 @@ class L2Model:
     home_written: bool = False
     shared_footprint: float = 2.0
     drain_fraction: float = 0.0
+    once_footprint: float = -1.0
+    once_write_footprint: float = -1.0
+    refetch_factor: float = 1.0
+    refetch_capacity: float = 1.0
+    private_associativity: int = 0
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
@@ -131,6 +148,9 @@ class L2Model:
         if not 0 <= self.drain_fraction <= 1 or not 1 <= self.shared_footprint <= 2:
             raise ValueError(f"drain_fraction={self.drain_fraction!r} must be in [0, 1] and "
                              f"shared_footprint={self.shared_footprint!r} in [1, 2]")
+        if self.refetch_factor < 1 or self.refetch_capacity <= 0:
+            raise ValueError(f"refetch_factor={self.refetch_factor!r} must be >= 1 and "
+                             f"refetch_capacity={self.refetch_capacity!r} > 0")
         if self.max_accesses < 1000:
             raise ValueError(f"max_accesses={self.max_accesses!r} must be >= 1000")
 
@@ -328,6 +348,12 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
             foot = np.where(sh & wr, model.shared_footprint * nb - (model.shared_footprint - 1.0) * np.minimum(wb, nb), foot)
     else:
         foot = nb
+    if model.once_footprint >= 0 or model.once_write_footprint >= 0:
+        single = np.bincount(dense)[dense] == 1
+        if model.once_footprint >= 0:
+            foot = np.where(single & rd & ~wr, nb * model.once_footprint, foot)
+        if model.once_write_footprint >= 0:
+            foot = np.where(single & wr & ~rd, nb * model.once_write_footprint, foot)
     d_prev, d_next = _distances(dense.astype(np.int64), foot)
     if model.policy == "random":
         miss_prev, evict = _random_replacement(dense, foot * w, d_prev, d_next, capacity)
@@ -336,6 +362,12 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
         miss_prev = 1.0 - hit_probability(d_prev, capacity, A, model.keep_fraction)
         # d_next = -1 never happens (the last access counts to the end); 0: nothing after
         evict = 1.0 - hit_probability(np.maximum(d_next, 0.0), capacity, A, model.keep_fraction)
+        if model.private_associativity and model.private_associativity != A and (~sh).any():
+            Ap = int(model.private_associativity)
+            ip = np.flatnonzero(~sh)
+            miss_prev[ip] = 1.0 - hit_probability(d_prev[ip], capacity, Ap, model.keep_fraction)
+            evict[ip] = 1.0 - hit_probability(np.maximum(d_next[ip], 0.0), capacity, Ap,
+                                              model.keep_fraction)
         if model.dirty_fraction > 0 and wr.any():
             # dirty stack distance: distinct written bytes until the tile's next write
             iw = np.flatnonzero(wr)
@@ -345,6 +377,9 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
             keep = np.ones_like(evict)
             keep[iw] = hit_probability(np.maximum(dw_next, 0.0), cw, A)
             evict = 1.0 - (1.0 - evict) * keep
+    if model.refetch_factor != 1.0:
+        deep = 1.0 - hit_probability(d_prev, capacity * model.refetch_capacity, int(model.associativity))
+        miss_prev = np.where(sh & (d_prev >= 0), miss_prev + (model.refetch_factor - 1.0) * deep, miss_prev)
     reads = float(np.sum(w * nb * miss_prev * rd))
     writes = float(np.sum(w * wb * evict * wr))
     if model.drain_fraction > 0 and wr.any():
