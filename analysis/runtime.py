@@ -52,7 +52,10 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   of a dense row) + sigma_r per partial value read in the row's reductions (softmax: max
   and sum, dS: D = rowsum P dP; every thread reads all `threads` partial values, with
   warp shuffles (the fast standard) one value a warp): the plain kernels' time is their
-  per-tile loop and their threads^2 reductions, not their bytes.
+  per-tile loop and their threads^2 reductions, not their bytes. The tensor-core row
+  passes (std_tc_softmax, std_tc_bwd_dS: warp shuffles, then one value a warp in shared
+  memory) take the same sigma_r per partial value read: a fixed cost per row that weighs
+  on short rows (N = 1024).
 * t_smem (the register-tiled fp32 CUDA-core kernels: the fast fa2 forward, the fast fa1
   forward, the fast standard's S and PV products): their shared-memory loads, from their
   register tile (RM x RN for S, RM x DN for O: RM + RN words per RM RN FMAs), over 128
@@ -336,6 +339,9 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                 steps = float(N * I) * -(-N // (4 * thr)) * warps
             else:                                    # a step per active tile of the row
                 steps = float(RA * I) * warps
+        elif kern in ("std_tc_softmax", "std_tc_bwd_dS"):   # the same block reductions
+            thr = k["threads"]                       # (warp shuffles, one value a warp)
+            rows_pass = float(N * I) * (2 if kern == "std_tc_softmax" else 1) * thr * (thr // 32)
         loop = fam in ("fa2_tc", "fa2_fast", "fa2_fwd", "fa1_fwd", "fa2_bwd_main")
         smem = _fast_smem_bytes(p, t, k["threads"], kern) if kern in FAST_SMEM else 0.0
         if kern == "fa2_bwd_main":
