@@ -30,6 +30,9 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
 * ops: the CUDA-core operations besides the products, at the fp32 rate, counted from the
   launch's tiling: kappa per score entry (online softmax: scale, max, exp, sum) in the
   forward kernels, kappa_c more per entry in a causal fa2 forward build (the band test),
+  kappa_c1 more per entry in a causal fa1_tc / fa1_fast build (their band test and masked
+  tile code: one CTA per head sweeps the same steps, and a causal step takes 1.25x a
+  non-causal one at any d, 5.7-6.0 against 4.5-5.0 us on the H100),
   kappa_b per entry and product in the fast fp32 fa2 backward (P and dS recomputed; the
   tensor-core backward is bound by its MMAs, the plain one by its shared-memory bank
   conflicts, t_smem: no such term in either), and rho per query row and
@@ -190,6 +193,7 @@ class RuntimeModel:
     sigma: float = 0.0
     sigma_r: float = 0.0
     g_mem: float = 1.0
+    kappa_c1: float = 0.0
 
     @classmethod
     def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
@@ -199,7 +203,8 @@ class RuntimeModel:
                    d.get("e_local", 0.2), d.get("kappa", 0.0), d.get("source", ""),
                    d.get("rho", 0.0), d.get("kappa_c", 0.0),
                    d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.1),
-                   d.get("sigma", 0.0), d.get("sigma_r", 0.0), d.get("g_mem", 1.0))
+                   d.get("sigma", 0.0), d.get("sigma_r", 0.0), d.get("g_mem", 1.0),
+                   d.get("kappa_c1", 0.0))
 
     def save(self, path: str = CONSTANTS_PATH):
         with open(path, "w") as f:
@@ -209,7 +214,7 @@ class RuntimeModel:
                        "kappa_c": self.kappa_c, "e_smem": self.e_smem,
                        "kappa_b": self.kappa_b, "e_dram_w": self.e_dram_w,
                        "sigma": self.sigma, "sigma_r": self.sigma_r, "g_mem": self.g_mem,
-                       "source": self.source}, f, indent=1,
+                       "kappa_c1": self.kappa_c1, "source": self.source}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
 
@@ -224,6 +229,7 @@ class RuntimeModel:
                           f"  e_smem = {self.e_smem:.4f}",
                           f"  kappa = {self.kappa:.1f} FLOP-equivalents per score entry",
                           f"  kappa_c = {self.kappa_c:.1f} more per score entry of a causal fa2 forward build",
+                          f"  kappa_c1 = {self.kappa_c1:.1f} more per score entry of a causal fa1_tc / fa1_fast build",
                           f"  kappa_b = {self.kappa_b:.1f} per score entry and product of the fa2 backward",
                           f"  rho = {self.rho:.1f} FLOP-equivalents per query row and key tile",
                           f"  sigma = {self.sigma:.0f} FLOP-equivalents per warp and row step of a row pass",
@@ -349,6 +355,7 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
         out.append({"name": name, "family": key, "kernel": kern, "W": float(W), "R": float(R),
                     "entries": entries, "backward": fam == "fa2_bwd_main",
                     "causal": bool(p.causal) and fam in ("fa2_tc", "fa2_fast", "fa2_fwd"),
+                    "causal_fa1": bool(p.causal) and kern in ("fa1_tc", "fa1_fast"),
                     "B_smem": smem, "row_steps": steps, "row_rows": rows_pass,
                     "rows": float(RA * I) if (loop and fam != "fa2_bwd_main") else 0.0,
                     "B_l2": float(B2), "B_local": local,
@@ -493,7 +500,8 @@ def terms(f: dict, m: RuntimeModel, hw) -> dict:
     e = m.e.get(f["family"], m.e.get(FALLBACK.get(f["family"], "")))
     if e is None:
         raise ValueError(f"no fitted constant for kernel family {f['family']!r}")
-    kap = m.kappa_b if f.get("backward") else m.kappa + (m.kappa_c if f.get("causal") else 0.0)
+    kap = m.kappa_b if f.get("backward") else m.kappa + (m.kappa_c if f.get("causal") else 0.0) \
+        + (m.kappa_c1 if f.get("causal_fa1") else 0.0)
     ops = (kap * f.get("entries", 0.0)
            + m.rho * f.get("rows", 0.0)
            + m.sigma * f.get("row_steps", 0.0) + m.sigma_r * f.get("row_rows", 0.0))
@@ -542,7 +550,8 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
                           "t_launch_ms": m.t_launch_ms, "w_sat": m.w_sat, "e_local": m.e_local,
                           "e_smem": m.e_smem, "kappa": m.kappa, "kappa_c": m.kappa_c,
                           "kappa_b": m.kappa_b, "rho": m.rho, "sigma": m.sigma,
-                          "sigma_r": m.sigma_r, "g_mem": m.g_mem, "p": P_NORM, "source": m.source}}
+                          "sigma_r": m.sigma_r, "g_mem": m.g_mem, "kappa_c1": m.kappa_c1,
+                          "p": P_NORM, "source": m.source}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -584,7 +593,7 @@ SHARED_PARAMS = {"e_l2": (0.5, 0.05, 1.0), "e_dram": (0.7, 0.05, 1.0),
                  "e_smem": (0.5, 0.01, 1.0),
                  "kappa_b": (20.0, 0.1, 1000.0), "e_dram_w": (0.1, 0.005, 1.0),
                  "sigma": (2000.0, 1.0, 1e6), "sigma_r": (20.0, 0.01, 1e4),
-                 "g_mem": (2.0, 1.0, 132.0)}
+                 "g_mem": (2.0, 1.0, 132.0), "kappa_c1": (2.0, 1e-3, 200.0)}
 
 
 def fit_data(data: list, hw, source: str = "", fixed: dict | None = None,
