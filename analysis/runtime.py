@@ -8,22 +8,31 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
 
     imb_m = max(1, imbalance / g_mem)
 
-    t_DRAM = ( B_DRAM,read / e_DRAM + B_DRAM,write / e_DRAM_w ) / R_DRAM
+    t_DRAM = B_DRAM,read / (e_DRAM R_DRAM) + B_DRAM,write / (e_DRAM_w R_L2)
 
     t_work = ( W / R + ops / R_fp32 ) / e_k
 
 * W is the kernel's work on the unit that does it: FLOPs on the tensor cores (fa2_tc,
   fa1_tc, the standard tensor-core products, the fa2 tensor-core backward) or the CUDA
   cores (4 d per active score entry in the forward, 10 d in the fa2 backward, 2 d per
-  tile product), or, for the kernels that only move data (softmax, dS, the backward's
+  tile product), or, for the kernels that only move data (the backward's
   pre/convert/group-sum passes), its requested bytes; R is that unit's peak
   (`Hardware.fp16_tensor_flops`, `fp32_flops`, or the HBM bandwidth) and e_k the kernel
   family's achieved fraction of it (fitted; sibling launches share one: the standard
   tensor-core products `std_tc_mm`, its row passes `std_tc_row`; the grouped-K/V
   backward's group sum, never measured alone, takes bwd_convert's).
+* The standard row passes (softmax S -> P, the backward's dS; tensor-core, plain and the
+  fast fp32 standard's softmax), one CTA a row: W = ROW_OPS (32) per entry at the fp32
+  rate, their per-entry CUDA-core instructions (two exps, max, sum, conversions; dS: P dP,
+  the row sum D, the product), not their bytes at HBM: they take the same time on the
+  H100 and the H200 (softmax at 24 heads, N = 4096, d = 128: 0.883 and 0.881 ms),
+  whose SMs and clocks are the same and whose HBM is 1.4x faster.
 * ops: the CUDA-core operations besides the products, at the fp32 rate, counted from the
   launch's tiling: kappa per score entry (online softmax: scale, max, exp, sum) in the
   forward kernels, kappa_c more per entry in a causal fa2 forward build (the band test),
+  kappa_c1 more per entry in a causal fa1_tc / fa1_fast build (their band test and masked
+  tile code: one CTA per head sweeps the same steps, and a causal step takes 1.25x a
+  non-causal one at any d, 5.7-6.0 against 4.5-5.0 us on the H100),
   kappa_b per entry and product in the fast fp32 fa2 backward (P and dS recomputed; the
   tensor-core backward is bound by its MMAs, the plain one by its shared-memory bank
   conflicts, t_smem: no such term in either), and rho per query row and
@@ -31,16 +40,25 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   every key tile whatever its width, so narrow key tiles cost more per entry).
 * B_L2, B_DRAM: the bytes the pass's kernel moves at L2 (requested sectors) and DRAM
   (`iosim.hierarchy`'s prediction), over the preset's L2 and HBM bandwidths times the
-  fitted fractions e_L2, e_DRAM (shared by all kernels); DRAM writes at their own
-  fraction e_DRAM_w (the N x N S / P / dP write-backs of the standard kernels run at
-  about half the read rate).
+  fitted fractions e_L2, e_DRAM (shared by all kernels). DRAM writes are dirty lines the
+  L2 evicts: they drain at the L2's write-back rate, e_DRAM_w times the L2 bandwidth, not
+  at the HBM's (every write-heavy launch, the standard kernels' N x N S / P / dP / dS
+  stores at 1.2-2.2 TB/s, takes the same time on the H100 and the H200 within 1 %, while
+  the read-heavy ones (PV, dQ, the dQ convert) run 11-19 % faster on the H200: a
+  preset-change choice the H200 rows informed; on the H100 alone it is the old fit).
+  (The standard tensor-core tile products' L2 reads are 1.5 sectors per requested sector,
+  like fa2_tc's: cp.async into padded rows, Nsight Compute; counting them so lowered their
+  CV error but raised e_L2 and fa2_tc's: 5-fold CV 3.1 % against 2.8 % overall, not kept.)
 * sigma, sigma_r (the plain row passes std_softmax, std_bwd_dS, one CTA a row; the fast
   fp32 standard runs the same softmax kernel): ops += sigma per warp and row step (a step:
   an active key tile of the row, or 4 x threads entries of the fast kernel's flat sweep
   of a dense row) + sigma_r per partial value read in the row's reductions (softmax: max
   and sum, dS: D = rowsum P dP; every thread reads all `threads` partial values, with
   warp shuffles (the fast standard) one value a warp): the plain kernels' time is their
-  per-tile loop and their threads^2 reductions, not their bytes.
+  per-tile loop and their threads^2 reductions, not their bytes. The tensor-core row
+  passes (std_tc_softmax, std_tc_bwd_dS: warp shuffles, then one value a warp in shared
+  memory) take the same sigma_r per partial value read: a fixed cost per row that weighs
+  on short rows (N = 1024).
 * t_smem (the register-tiled fp32 CUDA-core kernels: the fast fa2 forward, the fast fa1
   forward, the fast standard's S and PV products): their shared-memory loads, from their
   register tile (RM x RN for S, RM x DN for O: RM + RN words per RM RN FMAs), over 128
@@ -65,7 +83,11 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   proportional to its tiles; `_shared_makespan`, an event simulation), so the tail
   (ceil(CTAs / SMs) against CTAs / SMs) and causal imbalance both show, including a long
   CTA that starts late and shares its SM to the end (the causal fa2 and standard
-  backward: one CTA per key block, the longest first in each head). Grids of equal CTAs
+  backward: one CTA per key block, the longest first in each head; the causal fa2_tc and
+  fa2_fast forwards launch the heaviest query blocks first, the plain fa2 in order).
+  Where Nsight Compute reported fewer resident CTAs than the launch plan allows (RESIDENT:
+  the fast standard's PV at d = 128, 255 registers) the time model takes the measured
+  occupancy. Grids of equal CTAs
   (and, for speed, past SHARED_MAX_CTAS) use the sequential list schedule. A grid
   smaller than the SM count leaves SMs idle (fa1 with few heads).
 * g_mem: an SM can draw up to g_mem times its even share (1 / SMs) of the L2 and DRAM
@@ -85,7 +107,13 @@ kernels), RUNTIME_BLIND and RUNTIME_BLIND2 (the blind sets, each once scored aga
 its frozen predictions; the latest row per configuration); the model form was chosen by
 5-fold cross-validation within them (RUNTIME, LEVELS_NEW and RUNTIME_BLIND: the second
 blind set joined after the form was frozen, for the constants only)
-(analysis.validate.runtime_rows). The H200 rows are never fitted: for another preset
+(analysis.validate.runtime_rows). Form 6 (`FORM`: the row passes' work on the CUDA
+cores and their reduction cost, DRAM writes at the L2 write-back rate, heaviest-first
+causal fa2_tc / fa2_fast grids, RESIDENT, kappa_c1) was chosen by the same 5-fold CV on
+the 278 H100 rows (median 3.0 -> 2.6 %, worst 68 -> 44 %); the write-back rate was
+informed by the H200 rows (on the H100 it is a re-parametrisation). Tried and dropped:
+the standard tensor-core products' 1.5 L2 sectors per requested sector (CV 3.1 %),
+fa2's kappa_c on the causal fa1 builds (fa1_tc CV 5.5 -> 8.5 %). The H200 rows are never fitted: for another preset
 only its published peaks and L2 size change. Times are milliseconds, the kernels' own
 (CUPTI), warm clocks.
 """
@@ -103,7 +131,10 @@ from iosim import Problem, Tiling, get_hardware
 from iosim.hierarchy import _schedule
 
 P_NORM = 4.0
-#: kernels that only move data: their work W is their requested bytes, R the HBM peak
+#: the model form the constants were fitted for (it names them in `source`)
+FORM = "form 6 (row passes on the CUDA cores, DRAM writes at the L2 write-back rate)"
+#: kernels that only move data: their work W is their requested bytes, R the HBM peak (the
+#: row passes std_softmax, std_bwd_dS keep their family keys here; their W: ROW_PASSES)
 MEMORY_KERNELS = ("std_softmax", "std_bwd_dS", "fa2_bwd_pre", "bwd_convert", "bwd_group_sum")
 CONSTANTS_PATH = os.path.join(os.path.dirname(__file__), "runtime_constants.json")
 
@@ -164,10 +195,11 @@ class RuntimeModel:
     kappa_c: float = 0.0
     e_smem: float = 0.5
     kappa_b: float = 0.0
-    e_dram_w: float = 0.0
+    e_dram_w: float = 0.1
     sigma: float = 0.0
     sigma_r: float = 0.0
     g_mem: float = 1.0
+    kappa_c1: float = 0.0
 
     @classmethod
     def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
@@ -176,8 +208,9 @@ class RuntimeModel:
         return cls(d["e"], d["e_l2"], d["e_dram"], d["t_launch_ms"], d.get("w_sat", 8.0),
                    d.get("e_local", 0.2), d.get("kappa", 0.0), d.get("source", ""),
                    d.get("rho", 0.0), d.get("kappa_c", 0.0),
-                   d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.0),
-                   d.get("sigma", 0.0), d.get("sigma_r", 0.0), d.get("g_mem", 1.0))
+                   d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.1),
+                   d.get("sigma", 0.0), d.get("sigma_r", 0.0), d.get("g_mem", 1.0),
+                   d.get("kappa_c1", 0.0))
 
     def save(self, path: str = CONSTANTS_PATH):
         with open(path, "w") as f:
@@ -187,7 +220,7 @@ class RuntimeModel:
                        "kappa_c": self.kappa_c, "e_smem": self.e_smem,
                        "kappa_b": self.kappa_b, "e_dram_w": self.e_dram_w,
                        "sigma": self.sigma, "sigma_r": self.sigma_r, "g_mem": self.g_mem,
-                       "source": self.source}, f, indent=1,
+                       "kappa_c1": self.kappa_c1, "source": self.source}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
 
@@ -195,13 +228,14 @@ class RuntimeModel:
         rows = [f"  e[{k}] = {v:.4f}" for k, v in sorted(self.e.items())]
         return "\n".join([f"time-model constants ({self.source}):"] + rows +
                          [f"  e_l2 = {self.e_l2:.4f}", f"  e_dram = {self.e_dram:.4f}",
-                          f"  e_dram_w = {self.e_dram_w:.4f} (DRAM writes; 0: as e_dram)",
+                          f"  e_dram_w = {self.e_dram_w:.4f} of the L2 bandwidth (DRAM writes: the L2 write-back rate)",
                           f"  t_launch = {self.t_launch_ms * 1e3:.2f} us",
                           f"  w_sat = {self.w_sat:.2f} warps", f"  e_local = {self.e_local:.4f}",
                           f"  g_mem = {self.g_mem:.2f} (an SM's L2 / DRAM bandwidth over its even share)",
                           f"  e_smem = {self.e_smem:.4f}",
                           f"  kappa = {self.kappa:.1f} FLOP-equivalents per score entry",
                           f"  kappa_c = {self.kappa_c:.1f} more per score entry of a causal fa2 forward build",
+                          f"  kappa_c1 = {self.kappa_c1:.1f} more per score entry of a causal fa1_tc / fa1_fast build",
                           f"  kappa_b = {self.kappa_b:.1f} per score entry and product of the fa2 backward",
                           f"  rho = {self.rho:.1f} FLOP-equivalents per query row and key tile",
                           f"  sigma = {self.sigma:.0f} FLOP-equivalents per warp and row step of a row pass",
@@ -233,13 +267,19 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
     out = []
     for k in lv["kernels"]:
         name = k["name"]
+        cps = RESIDENT.get((family_key(name), t.B_r, t.B_c, d), k["ctas_per_sm"])
+        k = dict(k, ctas_per_sm=min(cps, k["ctas_per_sm"]))
         kern = family_key(name)
         if kern == "fa2_bwd_pre" and lv["kernel"] in ("tc", "fast") and lv.get("pass") != "fwd":
             kern = "fa2_bwd_pre_fast"          # the tensor-core backward runs the fast pre-pass
         fam = NEWER.get(kern, kern)            # whose work / traffic formulas it shares
         mem = fam in MEMORY_KERNELS
         if fam in ("fa2_tc", "fa2_fast", "fa2_fwd"):
-            W, work, B2 = 4.0 * RCA * d * I, np.tile(a + 1, I), lv["l2_read_bytes"] + lv["l2_write_bytes"]
+            # the causal tensor-core and fast builds launch the heaviest query blocks first
+            # (blockIdx.x reversed, gpu.forward.fa2_tc / fa2_fast); the plain one in order
+            heavy_first = p.causal and kern in ("fa2_tc", "fa2_fast")
+            W, B2 = 4.0 * RCA * d * I, lv["l2_read_bytes"] + lv["l2_write_bytes"]
+            work = np.tile((a + 1)[::-1] if heavy_first else a + 1, I)
         elif fam == "fa1_fwd":
             W, work = 4.0 * RCA * d * I, ones(I) * (nA + T_c)
             B2 = lv["l2_read_bytes"] + lv["l2_write_bytes"]
@@ -274,6 +314,11 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             R = hw.fp32_flops
         if fam == "fa2_tc":
             B2 = lv["l2_read_bytes"] + lv["l2_write_bytes"]
+        if fam in ROW_PASSES:
+            # the row passes' work is their per-entry CUDA-core instructions (two exps, max,
+            # sum, conversions; dS: P dP, D, the product) at the fp32 rate: the same on
+            # every chip of the same SMs and clocks, not the HBM's
+            W, R = ROW_OPS * RCA * I, hw.fp32_flops
         work = np.asarray(work, dtype=np.float64)
         spill = k.get("spill_bytes", 0)
         local = 0.0
@@ -306,6 +351,9 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                 steps = float(N * I) * -(-N // (4 * thr)) * warps
             else:                                    # a step per active tile of the row
                 steps = float(RA * I) * warps
+        elif kern in ("std_tc_softmax", "std_tc_bwd_dS"):   # the same block reductions
+            thr = k["threads"]                       # (warp shuffles, one value a warp)
+            rows_pass = float(N * I) * (2 if kern == "std_tc_softmax" else 1) * thr * (thr // 32)
         loop = fam in ("fa2_tc", "fa2_fast", "fa2_fwd", "fa1_fwd", "fa2_bwd_main")
         smem = _fast_smem_bytes(p, t, k["threads"], kern) if kern in FAST_SMEM else 0.0
         if kern == "fa2_bwd_main":
@@ -313,6 +361,7 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
         out.append({"name": name, "family": key, "kernel": kern, "W": float(W), "R": float(R),
                     "entries": entries, "backward": fam == "fa2_bwd_main",
                     "causal": bool(p.causal) and fam in ("fa2_tc", "fa2_fast", "fa2_fwd"),
+                    "causal_fa1": bool(p.causal) and kern in ("fa1_tc", "fa1_fast"),
                     "B_smem": smem, "row_steps": steps, "row_rows": rows_pass,
                     "rows": float(RA * I) if (loop and fam != "fa2_bwd_main") else 0.0,
                     "B_l2": float(B2), "B_local": local,
@@ -322,6 +371,20 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                     "warps": -(-k["threads"] // 32),
                     "ctas": k["ctas"], "ctas_per_sm": k["ctas_per_sm"]})
     return out
+
+
+#: CTAs resident per SM as Nsight Compute reported them where the launch plan of
+#: analysis.levels allows more: (kernel, B_r, B_c, d) -> CTAs per SM. The fast fp32
+#: standard's PV at 64 x 64, d = 128 (the d = 128 default) runs 255 registers a thread and
+#: is held to 2 CTAs (8 warps) per SM by registers and shared memory (run
+#: 2026-11-25-h100-levels-fp32-fast; the plan assumes 95 registers, 4 CTAs)
+RESIDENT = {("std_fast_PV", 64, 64, 128): 2}
+
+
+#: the standard row passes (one CTA a row: softmax S -> P, the backward's dS)
+ROW_PASSES = ("std_softmax", "std_bwd_dS")
+#: nominal CUDA-core operations per entry of a row pass (its fitted efficiency scales it)
+ROW_OPS = 32.0
 
 
 #: the register-tiled fp32 CUDA-core kernels (their shared-memory term, `_fast_smem_bytes`)
@@ -443,15 +506,18 @@ def terms(f: dict, m: RuntimeModel, hw) -> dict:
     e = m.e.get(f["family"], m.e.get(FALLBACK.get(f["family"], "")))
     if e is None:
         raise ValueError(f"no fitted constant for kernel family {f['family']!r}")
-    kap = m.kappa_b if f.get("backward") else m.kappa + (m.kappa_c if f.get("causal") else 0.0)
+    kap = m.kappa_b if f.get("backward") else m.kappa + (m.kappa_c if f.get("causal") else 0.0) \
+        + (m.kappa_c1 if f.get("causal_fa1") else 0.0)
     ops = (kap * f.get("entries", 0.0)
            + m.rho * f.get("rows", 0.0)
            + m.sigma * f.get("row_steps", 0.0) + m.sigma_r * f.get("row_rows", 0.0))
     out = {"work": (f["W"] / f["R"] + ops / hw.fp32_flops) / e * 1e3,
            "l2": f["B_l2"] / (hw.l2_bandwidth * m.e_l2) * 1e3,
-           "dram": ((f["B_dram"] - f.get("B_dram_write", 0.0)) / m.e_dram
-                    + f.get("B_dram_write", 0.0) / (m.e_dram_w or m.e_dram))
-                   / hw.hbm_bandwidth * 1e3}
+           # DRAM reads at the HBM's rate; DRAM writes (dirty lines evicted from L2) at
+           # the L2's write-back rate, a fraction of the L2 bandwidth: the same on the H100
+           # and the H200 (same L2 slices and clocks), whatever their HBM
+           "dram": ((f["B_dram"] - f.get("B_dram_write", 0.0)) / (m.e_dram * hw.hbm_bandwidth)
+                    + f.get("B_dram_write", 0.0) / (m.e_dram_w * hw.l2_bandwidth)) * 1e3}
     if f.get("B_smem"):                 # 128 bytes per clock per SM: fp32_flops / 2 bytes/s
         out["smem"] = f["B_smem"] / (hw.fp32_flops / 2 * m.e_smem) * 1e3
     if f.get("B_local"):
@@ -490,7 +556,8 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
                           "t_launch_ms": m.t_launch_ms, "w_sat": m.w_sat, "e_local": m.e_local,
                           "e_smem": m.e_smem, "kappa": m.kappa, "kappa_c": m.kappa_c,
                           "kappa_b": m.kappa_b, "rho": m.rho, "sigma": m.sigma,
-                          "sigma_r": m.sigma_r, "g_mem": m.g_mem, "p": P_NORM, "source": m.source}}
+                          "sigma_r": m.sigma_r, "g_mem": m.g_mem, "kappa_c1": m.kappa_c1,
+                          "p": P_NORM, "source": m.source}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -530,9 +597,9 @@ SHARED_PARAMS = {"e_l2": (0.5, 0.05, 1.0), "e_dram": (0.7, 0.05, 1.0),
                  "e_local": (0.2, 0.005, 1.0), "kappa": (20.0, 0.1, 1000.0),
                  "kappa_c": (2.0, 1e-3, 200.0), "rho": (10.0, 1e-3, 2000.0),
                  "e_smem": (0.5, 0.01, 1.0),
-                 "kappa_b": (20.0, 0.1, 1000.0), "e_dram_w": (0.7, 0.05, 1.0),
+                 "kappa_b": (20.0, 0.1, 1000.0), "e_dram_w": (0.1, 0.005, 1.0),
                  "sigma": (2000.0, 1.0, 1e6), "sigma_r": (20.0, 0.01, 1e4),
-                 "g_mem": (2.0, 1.0, 132.0)}
+                 "g_mem": (2.0, 1.0, 132.0), "kappa_c1": (2.0, 1e-3, 200.0)}
 
 
 def fit_data(data: list, hw, source: str = "", fixed: dict | None = None,

@@ -369,7 +369,9 @@ def runtime_fit(data=None):
     feats = _features(rows)
     h = [r for r in rows if "H100" in r["device"]]
     run = sorted({r["run_id"] for r in h})
-    return _fit_on(rows, feats, lambda r: True, f"all H100 rows ({len(h)}) of {', '.join(run)}")
+    from analysis.runtime import FORM
+    return _fit_on(rows, feats, lambda r: True,
+                   f"{FORM}, all H100 rows ({len(h)}) of {', '.join(run)}")
 
 
 def _pass_ms(feats, model, gpu):
