@@ -73,7 +73,11 @@ REGISTERS = {
     # quote it (sm_90; fa1_fast's 512-thread default runs capped at 128); not measured
     "fa1_fast": {(64, 64, 128, False): 165, None: 128},
     "std_fast_S": {(128, 64, 64, False): 72, (64, 64, 64, False): 72, None: 128},
-    "std_fast_softmax": {None: 32}, "std_fast_PV": {None: 95},
+    "std_fast_softmax": {None: 32},
+    # std_fast_PV at d = 128 (64 x 64, the default): Nsight Compute's 255 registers (run
+    # 2026-11-25-h100-levels-fp32-fast; ptxas -v's 95 was another build), 2 CTAs per SM
+    "std_fast_PV": {(64, 64, 128, False): 255, (64, 64, 128, True): 255,
+                    (128, 128, 64, False): 128, None: 95},
     "std_tc_bwd_dV": {(128, 64, 128, False): 170, (128, 64, 128, True): 170, None: 158},
     "std_tc_bwd_dP": {(128, 64, 128, False): 50, (128, 64, 128, True): 50, None: 48},
     "std_tc_bwd_dS": {None: 32},

@@ -85,9 +85,9 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   CTA that starts late and shares its SM to the end (the causal fa2 and standard
   backward: one CTA per key block, the longest first in each head; the causal fa2_tc and
   fa2_fast forwards launch the heaviest query blocks first, the plain fa2 in order).
-  Where Nsight Compute reported fewer resident CTAs than the launch plan allows (RESIDENT:
-  the fast standard's PV at d = 128, 255 registers) the time model takes the measured
-  occupancy. Grids of equal CTAs
+  CTAs resident per SM come from analysis.levels' launch plans (its REGISTERS table holds
+  Nsight Compute's register counts where they differ from ptxas', e.g. the fast
+  standard's PV at d = 128: 255 registers, 2 CTAs per SM). Grids of equal CTAs
   (and, for speed, past SHARED_MAX_CTAS) use the sequential list schedule. A grid
   smaller than the SM count leaves SMs idle (fa1 with few heads).
 * g_mem: an SM can draw up to g_mem times its even share (1 / SMs) of the L2 and DRAM
@@ -109,7 +109,7 @@ its frozen predictions; the latest row per configuration); the model form was ch
 blind set joined after the form was frozen, for the constants only)
 (analysis.validate.runtime_rows). Form 6 (`FORM`: the row passes' work on the CUDA
 cores and their reduction cost, DRAM writes at the L2 write-back rate, heaviest-first
-causal fa2_tc / fa2_fast grids, RESIDENT, kappa_c1) was chosen by the same 5-fold CV on
+causal fa2_tc / fa2_fast grids, the fast standard PV's measured occupancy, kappa_c1) was chosen by the same 5-fold CV on
 the 278 H100 rows (median 3.0 -> 2.6 %, worst 68 -> 44 %); the write-back rate was
 informed by the H200 rows (on the H100 it is a re-parametrisation). Tried and dropped:
 the standard tensor-core products' 1.5 L2 sectors per requested sector (CV 3.1 %),
@@ -267,8 +267,6 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
     out = []
     for k in lv["kernels"]:
         name = k["name"]
-        cps = RESIDENT.get((family_key(name), t.B_r, t.B_c, d), k["ctas_per_sm"])
-        k = dict(k, ctas_per_sm=min(cps, k["ctas_per_sm"]))
         kern = family_key(name)
         if kern == "fa2_bwd_pre" and lv["kernel"] in ("tc", "fast") and lv.get("pass") != "fwd":
             kern = "fa2_bwd_pre_fast"          # the tensor-core backward runs the fast pre-pass
@@ -371,14 +369,6 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                     "warps": -(-k["threads"] // 32),
                     "ctas": k["ctas"], "ctas_per_sm": k["ctas_per_sm"]})
     return out
-
-
-#: CTAs resident per SM as Nsight Compute reported them where the launch plan of
-#: analysis.levels allows more: (kernel, B_r, B_c, d) -> CTAs per SM. The fast fp32
-#: standard's PV at 64 x 64, d = 128 (the d = 128 default) runs 255 registers a thread and
-#: is held to 2 CTAs (8 warps) per SM by registers and shared memory (run
-#: 2026-11-25-h100-levels-fp32-fast; the plan assumes 95 registers, 4 CTAs)
-RESIDENT = {("std_fast_PV", 64, 64, 128): 2}
 
 
 #: the standard row passes (one CTA a row: softmax S -> P, the backward's dS)

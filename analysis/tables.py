@@ -287,7 +287,7 @@ def table_levels_validation(data=None) -> str:
     """The L2 / DRAM model against Nsight Compute, per kernel family: rows inside the bound
     (15 % or 16 MB, reads and writes), median and worst |relative error| of DRAM reads and
     writes, on the H100 (all rows: development and blind), the H200 (all held out), and
-    each H100 blind set apart ("blind", "blind2": frozen predictions), where scored."""
+    each H100 blind set apart ("blind", "blind2", "blind3": frozen predictions), where scored."""
     from analysis.validate import BLIND_SPLITS, levels_summary
     rows = R.load("levels_validation", data=data)
     summ = {}
@@ -321,7 +321,7 @@ def table_runtime_validation(data=None) -> str:
     """The time model against CUPTI kernel times, per kernel family: median and worst
     |relative error| of the H100's 5-fold cross-validation (each row predicted by the
     model refitted without its fold), of the H200 (never fitted) and of each blind set
-    (frozen predictions: "blind", "blind2"), where scored."""
+    (frozen predictions: "blind", "blind2", "blind3"), where scored."""
     from analysis.validate import BLIND_SPLITS, RUNTIME_BLIND_SETS, runtime_summary
     rows = R.load("runtime_validation", data=data)
     summ = {}

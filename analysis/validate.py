@@ -110,7 +110,7 @@ def _same_prediction(pred: dict, frozen: dict) -> bool:
 def levels_rows(model=None, data=None) -> list[dict]:
     """One levels_validation row per measured pass, predicted by the current model (split:
     levels_split's fit / heldout on the H100, heldout on the H200). A pass of a blind set
-    whose frozen predictions exist keeps the set's split ("blind", "blind2") while the
+    whose frozen predictions exist keeps the set's split ("blind", "blind2", ...) while the
     current model still predicts exactly the frozen figures; once the model has changed,
     its current-model row is a development row (`blind_set` names the set it was scored
     in) and the frozen score is kept beside it as a row of the set's split
@@ -428,7 +428,7 @@ SUMMARY_SPLITS = {"cv": "cv_rel_error", "heldout3": "heldout3_rel_error", "fit":
 def runtime_summary(rows, split_field="split") -> list[dict]:
     """Per device and family: median / worst |error| of the 5-fold CV ("cv", H100), of the
     refit on split3's fit half on its held-out half ("heldout3"), in-sample ("fit"), of
-    the H200 rows ("heldout") and of each blind set's rows ("blind", "blind2")."""
+    the H200 rows ("heldout") and of each blind set's rows (BLIND_SPLITS)."""
     out = []
     for dev in sorted({r["device"] for r in rows}):
         for split, field in SUMMARY_SPLITS.items():

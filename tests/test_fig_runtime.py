@@ -141,6 +141,7 @@ def test_opbreakdown_without_gpu_fails_soft(tmp_path, monkeypatch, capsys):
 # --------------------------------------------------------------------------------------
 def test_fig12_generate(tmp_path):
     import iosim
+    from analysis.validate import BLIND_SPLITS
     from analysis import results as R
     from analysis.figures import fig12_runtime_validation as f
     rows = R.load("runtime_validation")
@@ -159,7 +160,7 @@ def test_fig12_generate(tmp_path):
     assert data["calls"] == len(rf["points"]) <= 10
     assert rf["forward_rows"] == sum(1 for r in rows if r["config"]["pass"] == "fwd"
                                      and "H100" in r["device"]
-                                     and r["split"] not in ("blind", "blind2"))
+                                     and r["split"] not in BLIND_SPLITS)
     assert {p["family"] for p in rf["points"]} == {"fa2_tc", "fa2_fast", "fa2_plain", "fa1",
                                                    "standard", "fa1_tc", "standard_tc",
                                                    "fa1_fast", "standard_fast"}

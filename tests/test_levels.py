@@ -253,16 +253,11 @@ def test_committed_validation_rows_are_current():
     same predictions (a stale row would not)."""
     from analysis import results
     from analysis.runtime import RuntimeModel, validate
+    from analysis.validate import BLIND_SPLITS
     rows = results.load("runtime_validation")
     meas = {(r["run_id"], r["config"]["id"]): r for r in results.load("runtime_measurement")}
     m = RuntimeModel.load()
-    if {r.get("constants_source") for r in rows if r["split"] not in ("blind", "blind2")} \
-            != {m.source}:
-        # the rows predate the committed constants: a model branch refits the constants
-        # and the integrator regenerates the validation rows after merging it
-        pytest.skip("runtime_validation rows were made with other constants (regenerate "
-                    "them: flashsim validate runtime)")
-    for v in [r for r in rows if r["split"] not in ("blind", "blind2")][::97]:
+    for v in [r for r in rows if r["split"] not in BLIND_SPLITS][::97]:
         r = meas[(v["run_id"], v["config"]["id"])]
         again = validate([r], m, v["gpu_preset"])[0]
         assert again["predicted_ms"] == pytest.approx(v["predicted_ms"], rel=1e-6)
