@@ -103,10 +103,10 @@ Every prediction reports each term's time and share, so the model says which res
 binds. The constants are fitted (`fit`, robust least squares on log(predicted /
 measured) per launch, bounded, best of three starts) on every H100 development row:
 analysis.validation_configs.RUNTIME (all splits), LEVELS_NEW (the newer default
-kernels), RUNTIME_BLIND and RUNTIME_BLIND2 (the blind sets, each once scored against
-its frozen predictions; the latest row per configuration); the model form was chosen by
-5-fold cross-validation within them (RUNTIME, LEVELS_NEW and RUNTIME_BLIND: the second
-blind set joined after the form was frozen, for the constants only)
+kernels), RUNTIME_BLIND, RUNTIME_BLIND2 and RUNTIME_BLIND3 (the blind sets, each once
+scored against its frozen predictions; the latest row per configuration); the model form
+was chosen by 5-fold cross-validation within them (form 6 on the 278 rows before the
+third blind set, which joined after it was scored, for the constants only)
 (analysis.validate.runtime_rows). Form 6 (`FORM`: the row passes' work on the CUDA
 cores and their reduction cost, DRAM writes at the L2 write-back rate, heaviest-first
 causal fa2_tc / fa2_fast grids, the fast standard PV's measured occupancy, kappa_c1) was chosen by the same 5-fold CV on

@@ -326,6 +326,10 @@ SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="blind2")
 #: the seventh session's development rows (declared before measuring, fitted on)
 SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="dev3")
                  for c in RUNTIME_DEV3 if c["id"] not in SPLIT_OF})
+#: the third blind set, once scored against the model frozen at 1e821c2 (its split
+#: "blind3" rows keep those scores)
+SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="blind3")
+                 for c in RUNTIME_BLIND3 if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS
 CV_FOLDS = 5
 RUNTIME_BLIND_PREDICTIONS = RUNTIME_BLIND_SETS["runtime_blind"][2]
