@@ -713,7 +713,7 @@ def _standard_backward(p, B_r, B_c, L, plan, budget):
 #:   forward's long K/V sweeps, fa1 near a 35 MB working set, the spilling tilings, the
 #:   plain kernels' writes in second-long kernels).
 #:
-#: v5 (2026-11-27, eighth session; the constants only, no new mechanism kept): the 104
+#: v5 (2026-11-27, seventh session; the constants only, no new mechanism kept): the 104
 #: H100 rows of every H100 run (LEVELS 49, LEVELS_NEW 16, LEVELS_BLIND 14, LEVELS_BLIND2
 #: 18 - both blind sets scored against their frozen predictions before this fit - and the
 #: two LEVELS_FP32_FAST runs 7); the H200 rows never used. Grid (82 points): capacity
@@ -747,8 +747,9 @@ def _standard_backward(p, B_r, B_c, L, plan, budget):
 #:       edge (a ~35 MB working set of private round trips), flip sign either way.
 #:   What v5 does not fix: fa1 (plain, tc, fast) sits on the edge, so its errors change
 #:   sign against v4 (H100 reads: fa1 +56 % -> -13 %, fa1_fast -20 % -> -44 %, the causal
-#:   fa1_tc N = 8192 row -37 % -> -63 %; the same counts inside); the fa2 tensor-core forward's long sweeps (N = 98-131K and
-#:   d = 128 at 65K with 8 heads, -19 % to -40 %: the chip fetches K/V about twice a
+#:   fa1_tc N = 8192 row -37 % -> -63 %; the same counts inside); the fa2 tensor-core
+#:   forward's long sweeps (N = 98-131K and d = 128 at 65K with 8 heads, -19 % to -40 %:
+#:   the chip fetches K/V about twice a
 #:   wave where the model fetches once; the h = 1 rows at the same distances fetch
 #:   1.0-1.3 times, so a distance-only rule cannot separate them), fa1 near a 35 MB
 #:   working set, the spilling tilings, the plain kernels' writes in long kernels.

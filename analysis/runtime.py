@@ -109,13 +109,14 @@ was chosen by 5-fold cross-validation within them (form 6 on the 278 rows before
 third blind set, which joined after it was scored, for the constants only)
 (analysis.validate.runtime_rows). Form 6 (`FORM`: the row passes' work on the CUDA
 cores and their reduction cost, DRAM writes at the L2 write-back rate, heaviest-first
-causal fa2_tc / fa2_fast grids, the fast standard PV's measured occupancy, kappa_c1) was chosen by the same 5-fold CV on
-the 278 H100 rows (median 3.0 -> 2.6 %, worst 68 -> 44 %); the write-back rate was
+causal fa2_tc / fa2_fast grids, the fast standard PV's measured occupancy, kappa_c1) was
+chosen by the same 5-fold CV on the 278 H100 rows (median 3.0 -> 2.6 %, worst 68 -> 44 %
+with the L2 model v4's DRAM bytes; 2.7 % / 44 % with v5's); the write-back rate was
 informed by the H200 rows (on the H100 it is a re-parametrisation). Tried and dropped:
 the standard tensor-core products' 1.5 L2 sectors per requested sector (CV 3.1 %),
-fa2's kappa_c on the causal fa1 builds (fa1_tc CV 5.5 -> 8.5 %). The H200 rows are never fitted: for another preset
-only its published peaks and L2 size change. Times are milliseconds, the kernels' own
-(CUPTI), warm clocks.
+fa2's kappa_c on the causal fa1 builds (fa1_tc CV 5.5 -> 8.5 %). The H200 rows are
+never fitted: for another preset only its published peaks and L2 size change. Times are
+milliseconds, the kernels' own (CUPTI), warm clocks.
 """
 from __future__ import annotations
 
