@@ -315,21 +315,15 @@ def levels_blind(measured_path, predictions_path=LEVELS_BLIND_PREDICTIONS, out=N
 SPLIT_OF = {c["id"]: c for c in RUNTIME}
 SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split="new", split3="new")
                  for c in LEVELS_NEW})
-#: the first blind set, scored against its frozen predictions (the split "blind" rows of
-#: runtime_validation), then taken as development rows like the others
-SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="blind1")
-                 for c in RUNTIME_BLIND if c["id"] not in SPLIT_OF})
-#: the second blind set likewise, once scored against the model frozen at d7c7db6 (its
-#: split "blind2" rows keep those scores)
-SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="blind2")
-                 for c in RUNTIME_BLIND2 if c["id"] not in SPLIT_OF})
-#: the seventh session's development rows (declared before measuring, fitted on)
-SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="dev3")
-                 for c in RUNTIME_DEV3 if c["id"] not in SPLIT_OF})
-#: the third blind set, once scored against the model frozen at 1e821c2 (its split
-#: "blind3" rows keep those scores)
-SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3="blind3")
-                 for c in RUNTIME_BLIND3 if c["id"] not in SPLIT_OF})
+#: then, each with its split3 tag: the first blind set (scored against its frozen
+#: predictions: the split "blind" rows of runtime_validation), the second (frozen model
+#: d7c7db6, split "blind2" rows) and the third (frozen model 1e821c2, split "blind3"
+#: rows), each taken as development rows once scored; and the seventh session's
+#: development rows (RUNTIME_DEV3, declared before measuring)
+for _configs, _tag in ((RUNTIME_BLIND, "blind1"), (RUNTIME_BLIND2, "blind2"),
+                       (RUNTIME_DEV3, "dev3"), (RUNTIME_BLIND3, "blind3")):
+    SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3=_tag)
+                     for c in _configs if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS
 CV_FOLDS = 5
 RUNTIME_BLIND_PREDICTIONS = RUNTIME_BLIND_SETS["runtime_blind"][2]
