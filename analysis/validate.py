@@ -21,9 +21,9 @@ import numpy as np
 
 from analysis import results
 from analysis.validation_configs import (LEVELS_BLIND, LEVELS_BLIND2, LEVELS_BLIND3,
-                                         LEVELS_FP32_FAST, LEVELS_NEW, RUNTIME, RUNTIME_BLIND,
-                                         RUNTIME_BLIND2, RUNTIME_BLIND3, RUNTIME_DEV3,
-                                         family_of, levels_split)
+                                         LEVELS_BLIND4, LEVELS_FP32_FAST, LEVELS_NEW, RUNTIME,
+                                         RUNTIME_BLIND, RUNTIME_BLIND2, RUNTIME_BLIND3,
+                                         RUNTIME_BLIND4, RUNTIME_DEV3, family_of, levels_split)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: measured after the L2 model was frozen (c9b0b77) and never fitted on: the blind set and
@@ -35,14 +35,17 @@ RUNS = ROOT / "benchmarks" / "results" / "runs"
 LEVELS_BLIND_SETS = {
     "levels_blind": (LEVELS_BLIND, "blind", RUNS / "levels-blind-predictions" / "predictions.json"),
     "levels_blind2": (LEVELS_BLIND2, "blind2", RUNS / "levels-blind2-predictions" / "predictions.json"),
-    "levels_blind3": (LEVELS_BLIND3, "blind3", RUNS / "levels-blind3-predictions" / "predictions.json")}
+    "levels_blind3": (LEVELS_BLIND3, "blind3", RUNS / "levels-blind3-predictions" / "predictions.json"),
+    "levels_blind4": (LEVELS_BLIND4, "blind4", RUNS / "levels-blind4-predictions" / "predictions.json")}
 RUNTIME_BLIND_SETS = {
     "runtime_blind": (RUNTIME_BLIND, "blind", RUNS / "runtime-blind-predictions" / "predictions.json"),
     "runtime_blind2": (RUNTIME_BLIND2, "blind2",
                        RUNS / "runtime-blind2-predictions" / "predictions.json"),
     "runtime_blind3": (RUNTIME_BLIND3, "blind3",
-                       RUNS / "runtime-blind3-predictions" / "predictions.json")}
-BLIND_SPLITS = ("blind", "blind2", "blind3")
+                       RUNS / "runtime-blind3-predictions" / "predictions.json"),
+    "runtime_blind4": (RUNTIME_BLIND4, "blind4",
+                       RUNS / "runtime-blind4-predictions" / "predictions.json")}
+BLIND_SPLITS = ("blind", "blind2", "blind3", "blind4")
 
 
 def model_version() -> str:
@@ -420,7 +423,7 @@ def runtime_rows(model=None, data=None, cv: bool = True) -> list[dict]:
 #: summary splits: which error field of which rows
 SUMMARY_SPLITS = {"cv": "cv_rel_error", "heldout3": "heldout3_rel_error", "fit": "rel_error",
                   "heldout": "rel_error", "blind": "rel_error", "blind2": "rel_error",
-                  "blind3": "rel_error"}
+                  "blind3": "rel_error", "blind4": "rel_error"}
 
 
 def runtime_summary(rows, split_field="split") -> list[dict]:
@@ -655,9 +658,9 @@ def _main(argv=None) -> int:
                                      "runtime-blind-predict"))
     ap.add_argument("measured", nargs="?")
     ap.add_argument("--set", default=None, metavar="NAME",
-                    help="the blind set: levels_blind (default), levels_blind2 or levels_blind3 for "
-                         "the levels commands, runtime_blind (default), runtime_blind2 or "
-                         "runtime_blind3 for the runtime ones")
+                    help="the blind set: levels_blind (default), levels_blind2, levels_blind3 or "
+                         "levels_blind4 for the levels commands, runtime_blind (default), "
+                         "runtime_blind2, runtime_blind3 or runtime_blind4 for the runtime ones")
     ap.add_argument("--predictions", default=None,
                     help="the frozen predictions file (default: the set's own)")
     ap.add_argument("--out", default=None, help="levels-blind: JSONL file for the blind rows")

@@ -454,6 +454,109 @@ LEVELS_BLIND3 = [dict(c, split="blind") for c in [
 ]]
 
 
+#: Development rows of the eighth session (2026-11-27), declared before measuring: Nsight
+#: Compute counters (registers, local memory, per-kernel throughput and occupancy) for the
+#: passes the time model misses most (fp32 fast fa1 and standard, fa1 on the tensor cores
+#: at d = 128, the causal tensor-core backward at d = 128, the plain fa2's causal grid, the
+#: small fa2_tc grids); their times are already rows. Fitted on (they are not blind).
+RUNTIME_DEV4 = [dict(c, split="dev4") for c in [
+    cfg(F, "fa1", "fast", "fp32", 1, 32, 2 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 1, 16, 4 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 2, 16, 2 * K, 128, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 2, 16, 2 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 4 * K, 128, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 16, 4 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 8, 3 * K, 128),
+    cfg(F, "standard", "fast", "fp32", 1, 8, 2 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 2, 16, 4 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 4, 16, 2 * K, 128),
+    cfg(F, "fa2", "plain", "fp32", 1, 16, 2 * K, 64, causal=True, tiles=(64, 64)),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 16 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 32, 8, 1 * K, 64, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 16 * K, 64, causal=True),
+]]
+
+
+#: Fourth blind sets, declared 2026-11-27 (eighth session) before any of them was measured
+#: and before either model was changed that session; the rules of RUNTIME_BLIND (never
+#: fitted on, never used to choose a form; each model frozen and its predictions committed
+#: before the measured rows are read). Every default kernel family and the plain fa2
+#: forward and backward, at shapes in no earlier set.
+RUNTIME_BLIND4 = [dict(c, split="blind") for c in [
+    # fa2 forward, tensor cores
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 24 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 4, 16, 3 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 8 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 2, 8, 10 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 6 * K, 64, kv_heads=8),
+    cfg(F, "fa2", "tc", "fp16", 8, 16, 1 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 36 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 2, 24, 3 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 2 * K, 64),
+    # fa2 forward, fast fp32
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 5 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 8, 4 * K, 128, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 2, 16, 2 * K, 64, kv_heads=4),
+    cfg(F, "fa2", "fast", "fp32", 4, 8, 3 * K, 64, causal=True),
+    # fa2 forward, plain
+    cfg(F, "fa2", "plain", "fp16", 1, 8, 3 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp32", 2, 8, 2 * K, 64, causal=True, tiles=(32, 32)),
+    # fa1 forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 3 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 24, 4 * K, 64, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 2, 16, 3 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 1, 32, 1 * K, 128, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 24, 3 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 16, 3 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 2, 16, 2 * K, 64, causal=True),
+    # standard forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "standard", "tc", "fp16", 1, 16, 6 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 24, 2 * K, 128),
+    cfg(F, "standard", "tc", "fp16", 2, 16, 4 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 24, 2 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 12, 2 * K, 128),
+    cfg(F, "standard", "fast", "fp32", 1, 16, 5 * K, 64, causal=True),
+    # fa2 backward: tensor cores (fp16), fast (fp32), plain
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 7 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 32, 4 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 2, 16, 3 * K, 64, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 24, 6 * K, 128),
+    cfg(B, "fa2", "tc", "fp16", 1, 32, 4 * K, 64, kv_heads=8),
+    cfg(B, "fa2", "fast", "fp32", 1, 12, 4 * K, 64),
+    cfg(B, "fa2", "fast", "fp32", 1, 8, 6 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 2, 12, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp32", 1, 8, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp16", 1, 16, 1 * K, 128),
+    # standard backward: tensor cores (fp16), plain (fp32)
+    cfg(B, "standard", "tc", "fp16", 1, 16, 3 * K, 128),
+    cfg(B, "standard", "tc", "fp16", 2, 16, 2 * K, 64, causal=True),
+    cfg(B, "standard", "tc", "fp16", 1, 32, 4 * K, 64),
+    cfg(B, "standard", "default", "fp32", 1, 12, 2 * K, 64, causal=True),
+]]
+
+#: The hierarchy model's fourth blind set (same rules): the fa2 tensor-core forward's K/V
+#: re-read regime, fa1 near capacity, the plain fa2's writes, and a cover of the other
+#: default kernels, at shapes not measured before.
+LEVELS_BLIND4 = [dict(c, split="blind") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 52 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 80 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 24, 24 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 36 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 48, 12 * K, 64, kv_heads=16),
+    cfg(F, "fa2", "tc", "fp16", 4, 8, 16 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 14 * K, 64),
+    cfg(F, "fa2", "plain", "fp32", 1, 8, 8 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa1", "tc", "fp16", 1, 28, 4 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 48, 2 * K, 64, causal=True),
+    cfg(F, "fa1", "default", "fp16", 1, 32, 3 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 24, 4 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 16 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 24, 8 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 12, 8 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 1, 16, 4 * K, 64, causal=True),
+]]
+
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -540,7 +643,9 @@ SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
         "levels_blind": LEVELS_BLIND, "levels_fp32_fast": LEVELS_FP32_FAST,
         "runtime_blind2": RUNTIME_BLIND2, "levels_blind2": LEVELS_BLIND2,
         "runtime_dev3": RUNTIME_DEV3, "levels_dev3": LEVELS_DEV3,
-        "runtime_blind3": RUNTIME_BLIND3, "levels_blind3": LEVELS_BLIND3}
+        "runtime_blind3": RUNTIME_BLIND3, "levels_blind3": LEVELS_BLIND3,
+        "runtime_dev4": RUNTIME_DEV4, "runtime_blind4": RUNTIME_BLIND4,
+        "levels_blind4": LEVELS_BLIND4}
 
 
 def family_of(c: dict) -> str:
@@ -555,4 +660,5 @@ def family_of(c: dict) -> str:
 
 
 __all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME_BLIND2", "LEVELS_BLIND2",
-           "RUNTIME_DEV3", "LEVELS_DEV3", "RUNTIME_BLIND3", "LEVELS_BLIND3", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+           "RUNTIME_DEV3", "LEVELS_DEV3", "RUNTIME_BLIND3", "LEVELS_BLIND3",
+           "RUNTIME_DEV4", "RUNTIME_BLIND4", "LEVELS_BLIND4", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
