@@ -1083,9 +1083,9 @@ def merge(results: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------
 #: Linked builds of the fa2 tensor-core kernels that `flashsim check --ptx` compiles
 #: (tc_ptx_check): forward (B_r, B_c, d, causal, has_mask, count, MT, window, dt) and
-#: backward (B_r, B_c, d, causal, has_mask, count, MT, kreg, DN, dt); the first of each
-#: list are the --quick ones. fp16 and bf16; head dims padded to 16 on chip (40, 59, 111)
-#: and above 128 (forward: 160, 256, Q read from shared at each k step).
+#: backward (B_r, B_c, d, causal, has_mask, count, MT, kreg, DN, dt[, window]); the first
+#: of each list are the --quick ones. fp16 and bf16; head dims padded to 16 on chip (40,
+#: 59, 111) and above 128 (forward: 160, 256, Q read from shared at each k step).
 TC_PTX_FORWARD = [(128, 64, 64, True, False, True, 1, False, "bf16"),
                   (128, 64, 59, True, True, True, 1, False, "fp16"),
                   (128, 64, 256, False, False, False, 1, False, "fp16"),
@@ -1103,7 +1103,7 @@ TC_PTX_BACKWARD = [(64, 128, 64, True, False, True, 1, False, 64, "bf16"),
                    (64, 128, 59, True, True, True, 1, False, 64, "bf16"),
                    (32, 64, 111, False, False, False, 1, False, 16, "fp16"),
                    # a local window (N_k != N_q and windows, issue 18): the band's lower
-                   # edge compiled in (trailing `window` flag; absent: False)
+                   # edge compiled in
                    (64, 128, 64, True, False, True, 1, False, 64, "fp16", True)]
 
 

@@ -26,9 +26,10 @@ fa2 (FlashAttention-2 backward), four launches:
   N_k != N_q and local windows (every fa2 main kernel; `kernel="auto"` picks as for
   N_k = N_q: tc for fp16 / bf16 where it runs the tiling, else fast where it supports it,
   else plain): K, V, dK, dV have N_k rows, T_c = ceil(N_k / B_c); `bwd_main` (and
-  `fa2_fast`'s and `fa2_tc`'s main kernels) takes the band lo, hi of gpu.forward._band (bottom-right aligned, iosim.problem.band_of), skips tiles outside
-  it (`tile_in_band`, iosim's active tiles) and sets P = dS = 0 outside it; a row that
-  sees no key (L = -inf) has P = 0 everywhere: dQ = 0, nothing added to dK, dV.
+  `fa2_fast`'s and `fa2_tc`'s main kernels) takes the band lo, hi of gpu.forward._band
+  (bottom-right aligned, iosim.problem.band_of), skips tiles outside it (`tile_in_band`,
+  iosim's active tiles) and sets P = dS = 0 outside it; a row that sees no key
+  (L = -inf) has P = 0 everywhere: dQ = 0, nothing added to dK, dV.
 fa1 (Algorithm 4 of arXiv 2205.14135 v2, no dropout): `bwd_main` (fa1 variant), ONE block
   per instance, because line 22's read-modify-write of dQ_i in HBM is not atomic: the
   outer loop over key blocks j (line 7) runs inside the block, in order. Then the group
@@ -597,12 +598,12 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     causal, scale, block_mask: as in the forward (must match it). Tiling: block_rows=B_r,
     block_cols=B_c, or neither (`default_backward_tiling(d, dtype, algorithm)`).
     kernel: the fa2 main kernel (fa1 has one; standard 'plain' or, fp16 on a GPU, 'tc':
-    `gpu.backward.standard_tc`, the default there): 'tc' (fp16 on the tensor cores,
-    `gpu.backward.fa2_tc`; a GPU), 'fast' (register-tiled on the CUDA cores,
-    `gpu.backward.fa2_fast`), 'plain' (this module's), or 'auto' (default): for fp16 'tc'
-    where it runs the configuration (its own default tiling `fa2_tc.default_tiling(d,
-    causal)` when none is given), else 'fast' where it supports the tiling and thread
-    count, else 'plain'. An explicit 'tc' or 'fast' that cannot run is a ValueError saying
+    `gpu.backward.standard_tc`, the default there): 'tc' (fp16 or bf16 on the tensor
+    cores, `gpu.backward.fa2_tc`; a GPU), 'fast' (register-tiled on the CUDA cores,
+    `gpu.backward.fa2_fast`), 'plain' (this module's), or 'auto' (default): for fp16 and
+    bf16 'tc' where it runs the configuration (its own default tiling
+    `fa2_tc.default_tiling(d, causal)` when none is given), else 'fast' where it supports
+    the tiling and thread count, else 'plain'. An explicit 'tc' or 'fast' that cannot run is a ValueError saying
     why. The schedule, hence the ledger, is the same for all three.
     poison: fill the gradients and intermediate buffers with NaN before the kernels run,
     so that an element a kernel failed to write shows (validation); default: the
