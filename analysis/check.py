@@ -1083,9 +1083,9 @@ def merge(results: list[dict]) -> dict:
 # ---------------------------------------------------------------------------------------
 #: Linked builds of the fa2 tensor-core kernels that `flashsim check --ptx` compiles
 #: (tc_ptx_check): forward (B_r, B_c, d, causal, has_mask, count, MT, window, dt) and
-#: backward (B_r, B_c, d, causal, has_mask, count, MT, kreg, DN, dt); the first of each
-#: list are the --quick ones. fp16 and bf16; head dims padded to 16 on chip (40, 59, 111)
-#: and above 128 (forward: 160, 256, Q read from shared at each k step).
+#: backward (B_r, B_c, d, causal, has_mask, count, MT, kreg, DN, dt[, window]); the first
+#: of each list are the --quick ones. fp16 and bf16; head dims padded to 16 on chip (40,
+#: 59, 111) and above 128 (forward: 160, 256, Q read from shared at each k step).
 TC_PTX_FORWARD = [(128, 64, 64, True, False, True, 1, False, "bf16"),
                   (128, 64, 59, True, True, True, 1, False, "fp16"),
                   (128, 64, 256, False, False, False, 1, False, "fp16"),
@@ -1101,7 +1101,10 @@ TC_PTX_BACKWARD = [(64, 128, 64, True, False, True, 1, False, 64, "bf16"),
                    (64, 128, 64, False, False, False, 1, False, 32, "fp16"),
                    (32, 64, 128, False, False, False, 1, False, 32, "bf16"),
                    (64, 128, 59, True, True, True, 1, False, 64, "bf16"),
-                   (32, 64, 111, False, False, False, 1, False, 16, "fp16")]
+                   (32, 64, 111, False, False, False, 1, False, 16, "fp16"),
+                   # a local window (N_k != N_q and windows, issue 18): the band's lower
+                   # edge compiled in
+                   (64, 128, 64, True, False, True, 1, False, 64, "fp16", True)]
 
 
 def tc_ptx_check(quick: bool = False, out=print) -> list[str]:
@@ -1135,11 +1138,13 @@ def tc_ptx_check(quick: bool = False, out=print) -> list[str]:
                                  dt).py_func.__name__
         failures += one(name, ptx, 4 * (B_c // 16) * (D // 16) * MT, dt,
                         (ptx.count("atom.") > 0) == count)
-    for B_r, B_c, d, causal, mask, count, MT, kreg, DN, dt in (
+    for B_r, B_c, d, causal, mask, count, MT, kreg, DN, dt, *win in (
             TC_PTX_BACKWARD[:1] if quick else TC_PTX_BACKWARD):
-        ptx = bwd_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, kreg, DN, dt=dt)
+        window = bool(win and win[0])
+        ptx = bwd_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, kreg, DN, dt=dt,
+                                window=window)
         name = bwd_tc.get_kernel(B_r, B_c, d, causal, mask, count, MT, kreg, DN,
-                                 dt).py_func.__name__
+                                 dt, window).py_func.__name__
         want = 4 * (B_r // 8) * (bwd_tc.padded(d) // 16) * MT + (B_c // 16) * (DN // 8)
         # dQ: pairs in vector reductions; odd d (pairs not 8-byte aligned): single floats
         dq_ok = (ptx.count("red.global.add.v2") > 0 if d % 2 == 0 else

@@ -7,9 +7,9 @@ checking that a refactoring leaves what they compile to unchanged.
 
 --tc: the tensor-core kernels' linked PTX instead (NVVM, NVRTC and nvJitLink; no GPU):
 gpu.forward.fa2_tc (d = 64 and 128 defaults, MT = 2, causal / mask / window / counting,
-d = 48 and 80), gpu.backward.fa2_tc (the default tilings at d = 64 and 128, MT = 2, kreg),
-gpu.forward.fa1_tc, gpu.forward.standard_tc and gpu.backward.standard_tc (one build each):
-every user of gpu/mma.cuh, for checking that a change to the templates leaves them alone.
+d = 48 and 80), gpu.backward.fa2_tc (the default tilings at d = 64 and 128, MT = 2, kreg,
+a window), gpu.forward.fa1_tc, gpu.forward.standard_tc and gpu.backward.standard_tc (one
+build each): every user of gpu/mma.cuh, for checking that a change to the templates leaves them alone.
 
 Builds: gpu.forward.fa2_fast, fa1_fast, standard_fast (S and PV kernels) and
 gpu.backward.fa2_fast (main and preprocessing kernels); fp32 and fp16; causal or not;
@@ -100,6 +100,8 @@ def tc_builds():
                            (32, 64, 128, False, False, False, 1, False, 32),
                            (64, 64, 64, False, False, True, 2, True, 64))):
         out.append((f"fa2_bwd_tc_{i}", "gpu.backward.fa2_tc", a, {}))
+    out.append(("fa2_bwd_tc_win", "gpu.backward.fa2_tc", (64, 128, 64, True, False, False, 1,
+                                                          False, 64), dict(window=True)))
     out.append(("fa1_tc_0", "gpu.forward.fa1_tc", (128, 64, 64, True, False, True), {}))
     out.append(("std_tc_fwd_0", "gpu.forward.standard_tc", (128, 128, 64, True, False, True),
                 {}))

@@ -177,28 +177,32 @@ def sdpa_backward_errs(q, k, v, do, allow, scale, dt, refs):
     return [rel_err(t.grad.double()[0].cpu().numpy(), r, rows) for t, r in zip(ts, refs)]
 
 
-def run_backward(q, k, v, do, dt, tiles, causal, MT=1, count=True):
-    """gpu.backward.fa2_tc.run (the main kernel alone) on device copies of q, k, v, do
-    (I, N, d; one K/V head per query head), with L and D computed here in float64 from the
-    rounded inputs (D = rowsum(dO o O), O rounded to dt as the forward stores it): (dQ
-    (the float32 accumulator), dK, dV (host arrays of q's kind, poisoned with NaN before
-    the launch), counts {tensor: (reads, writes)} or None)."""
+def run_backward(q, k, v, do, dt, tiles, causal, MT=1, count=True, window=(-1, -1)):
+    """gpu.backward.fa2_tc.run (the main kernel alone) on device copies of q, do (I, N, d),
+    k, v (I_k, N_k, d; I a multiple of I_k, consecutive query heads sharing a K/V head),
+    with the band of causal / window (gpu.forward._band), and L and D computed here in
+    float64 from the rounded inputs (D = rowsum(dO o O), O rounded to dt as the forward
+    stores it; rows that see no key: L = -inf, D = 0): (dQ (the float32 accumulator), dK,
+    dV per query head (I, N_k, d; host arrays of q's kind, poisoned with NaN before the
+    launch), counts {tensor: (reads, writes)} or None)."""
     from numba import cuda
     from gpu.backward import fa2_tc
     I, N, d = q.shape
+    N_k = k.shape[1]
     scale = 1.0 / math.sqrt(d)
     q64, k64, v64, do64 = (to_f64(x, dt) for x in (q, k, v, do))
-    allow = allowed(N, N, causal)
+    allow = allowed(N, N_k, causal, window)
     O, L = reference(q64, k64, v64, allow, scale)
     D = (do64 * to_f64(to_dtype(O, dt), dt)).sum(-1)
     dev = lambda x: cuda.to_device(np.ascontiguousarray(x))
-    poison = lambda: dev(np.full(q.shape, NAN_BITS[dt], np.uint16).view(q.dtype))
+    poison = lambda: dev(np.full((I, N_k, d), NAN_BITS[dt], np.uint16).view(q.dtype))
     acc = dev(np.zeros(q.shape, np.float32))
     dk, dv = poison(), poison()
     counters = backward_counters(count)
     fa2_tc.run(dev(q), dev(k), dev(v), dev(do), dev(L.astype(np.float32)),
-               dev(D.astype(np.float32)), acc, dk, dv, scale, N, I, 1, None, counters,
-               B_r=tiles[0], B_c=tiles[1], causal=causal, count=count, MT=MT, dt=dt)
+               dev(D.astype(np.float32)), acc, dk, dv, scale, N, I, I // k.shape[0], None,
+               counters, B_r=tiles[0], B_c=tiles[1], causal=causal, count=count, MT=MT,
+               dt=dt, window=window)
     cuda.synchronize()
     return (acc.copy_to_host(), dk.copy_to_host(), dv.copy_to_host(),
             backward_counts(counters) if count else None)
@@ -219,13 +223,17 @@ def backward_counts(counters):
             if host[i].any()}
 
 
-def bwd_main_model_counts(N, d, I, causal, tiles):
-    """What iosim's fa2 backward closed form leaves for the main kernel alone (one K/V
-    head per query head, I instances): the closed form less the pre-pass (reads O and dO,
-    writes D and dQacc = 0: N d, N d, N, N d per instance) and the dQ conversion (reads
-    dQacc, writes dQ: N d each), as {tensor: (reads, writes)}."""
+def bwd_main_model_counts(N, d, I, causal, tiles, N_k=None, window=(-1, -1),
+                          block_mask=None):
+    """What iosim's fa2 backward closed form leaves for the main kernel alone (I instances,
+    counted as one K/V head per query head: the kernel reads K_j, V_j and writes dK_h, dV_h
+    per query head; the grouped-head sum is a later launch): the closed form less the
+    pre-pass (reads O and dO, writes D and dQacc = 0: N d, N d, N, N d per instance) and
+    the dQ conversion (reads dQacc, writes dQ: N d each), as {tensor: (reads, writes)}.
+    N: query rows; N_k (default N), window and block_mask as iosim.Problem."""
     import iosim
-    p = iosim.Problem(N=N, d=d, batch=1, heads=I, dtype="fp16", causal=causal)
+    p = iosim.Problem(N=N, N_k=N_k, d=d, batch=1, heads=I, dtype="fp16", causal=causal,
+                      window=window, block_mask=block_mask)
     led = iosim.backward_closed_form("fa2", p, iosim.Tiling(*tiles))
     r, w = dict(led.reads), dict(led.writes)
     nd = I * N * d

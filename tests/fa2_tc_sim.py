@@ -155,28 +155,37 @@ def emulated_backward():
                           [fa2_tc.fa2_bwd_tc_kernel], poison_shared=True)
 
 
-def run_bwd_sim(q, k, v, do, L, D, *, B_r, B_c, causal=False, MT=1, count=True,
-                dt="fp16"):
-    """The backward main kernel on 16-bit NumPy q, k, v, do (I, N, d; one K/V head per
-    query head; float16, or uint16 bits for dt="bf16"), L, D (I, N) float32, in the
-    simulator (inside `emulated_backward()`): (dQ (the float32 accumulator), dK, dV
-    (NaN-poisoned before the launch), counts or None)."""
+def run_bwd_sim(q, k, v, do, L, D, *, B_r, B_c, causal=False, window=(-1, -1), MT=1,
+                count=True, dt="fp16", DN=None, block_mask=None):
+    """The backward main kernel on 16-bit NumPy q, do (I, N, d), k, v (I_k, N_k, d; I a
+    multiple of I_k: consecutive query heads share a K/V head; float16, or uint16 bits for
+    dt="bf16"), L, D (I, N) float32, in the simulator (inside `emulated_backward()`), with
+    the band of causal / window (gpu.forward._band): (dQ (the float32 accumulator), dK, dV
+    per query head (I, N_k, d), NaN-poisoned before the launch, counts or None).
+    block_mask: bool (T_r, T_c) or None."""
     import _tc_direct as tcd
     from numba import cuda
     from gpu import _launch
     from gpu.backward import fa2_tc
+    from gpu.forward._band import band_args
     I, N, d = q.shape
+    N_k = k.shape[1]
     dev = lambda x: cuda.to_device(np.ascontiguousarray(x))
     acc = dev(np.zeros(q.shape, np.float32))
-    poison = lambda: dev(np.full(q.shape, tcd.NAN_BITS[dt], np.uint16).view(q.dtype))
+    poison = lambda: dev(np.full((I, N_k, d), tcd.NAN_BITS[dt], np.uint16).view(q.dtype))
     dk, dv = poison(), poison()
     counters = tcd.backward_counters(count)
-    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, False, count, MT, dt=dt)
+    windowed, lo, hi = band_args(N, N_k, causal, window)
+    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, block_mask is not None, count, MT, DN=DN,
+                             dt=dt, window=windowed)
+    mk = (_launch.dummy_mask() if block_mask is None else
+          dev(np.asarray(block_mask, np.uint8)))
     scale = 1.0 / np.sqrt(d)
-    _launch.launch(kern, (-(-N // B_c), I), 32 * fa2_tc.warps_of(B_c, MT),
+    _launch.launch(kern, (-(-N_k // B_c), I), 32 * fa2_tc.warps_of(B_c, MT),
                    fa2_tc.layout(B_r, B_c, d)["bytes"], dev(q), dev(k), dev(v), dev(do),
                    dev(L.astype(np.float32)), dev(D.astype(np.float32)), acc, dk, dv,
                    np.float32(scale), np.float32(scale * fa2_tc.LOG2E), np.int64(N),
-                   np.int64(I), np.int64(1), _launch.dummy_mask(), counters)
+                   np.int64(N_k), lo, hi, np.int64(I), np.int64(I // k.shape[0]), mk,
+                   counters)
     return (acc.copy_to_host(), dk.copy_to_host(), dv.copy_to_host(),
             tcd.backward_counts(counters) if count else None)

@@ -178,15 +178,19 @@ def test_standard_plain_fp32(Nq, Nk, causal, window, heads, kv_heads):
 
 def test_refusals():
     p, q, k, v, O, do, L = setup(24, 40, False, (-1, -1), 1, 1)
-    with pytest.raises(ValueError, match=r"kernel='tc'.*N_k = N_q.*N_k=40 != "
-                                         r"N_q=24.*allowed: kernel='plain', 'fast' or 'auto'"):
+    # the fa2 tensor-core backward takes N_k != N_q and windows
+    # (tests/test_gpu_backward_tc_band.py): fp32 is refused for its dtype, not the band
+    with pytest.raises(ValueError, match=r"kernel='tc' cannot run algorithm='fa2', dtype "
+                                         r"fp32.*fp16, bf16 only"):
         attention_backward(q, k, v, O, do, L, kernel="tc", **T16)
     with pytest.raises(ValueError, match=r"kernel='tc': the tensor-core standard backward "
                                          r"takes N_k = N_q.*N_k=40 != N_q=24"):
         attention_backward(q, k, v, O, do, L, algorithm="standard", kernel="tc", **T16)
     qs, ks, vs, Os, dos = (x[:, :, :24] for x in (q, k, v, O, do))
-    with pytest.raises(ValueError, match=r"kernel='tc'.*window=\(5, 3\)"):
-        attention_backward(qs, ks, vs, Os, dos, L, kernel="tc", window=(5, 3), **T16)
+    with pytest.raises(ValueError, match=r"kernel='tc': the tensor-core standard backward "
+                                         r"takes N_k = N_q.*window=\(5, 3\)"):
+        attention_backward(qs, ks, vs, Os, dos, L, algorithm="standard", kernel="tc",
+                           window=(5, 3), **T16)
     with pytest.raises(ValueError, match=r"causal=True and window=\(5, 3\)"):
         attention_backward(q, k, v, O, do, L, causal=True, window=(5, 3), **T16)
     with pytest.raises(ValueError, match="window="):

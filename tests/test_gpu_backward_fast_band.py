@@ -8,7 +8,8 @@ kernels' own counts == iosim.backward_closed_form == the executed ledger; every 
 poisoned first (all finite); fp32 rel err <= 1e-4 of the float64 reference; rows that see
 no key: dQ = 0; a key block that no query row sees: dK = dV = 0 (written). kernel='auto'
 runs the fast kernel on these problems where it runs it for N_k = N_q (the fast main
-kernel is called); 'tc' refuses them. One `gpu`-marked test at real sizes.
+kernel is called); 'tc' takes them for fp16 / bf16 only (tests/test_gpu_backward_tc_band.py).
+One `gpu`-marked test at real sizes.
 """
 import os
 import shutil
@@ -78,8 +79,9 @@ def test_run_options_window_direct_atomics():
 
 def test_auto_runs_fast_and_tc_refuses(monkeypatch):
     """kernel='auto' runs the fast main kernel for N_k != N_q / a window (as it does for
-    N_k = N_q at this tiling), with the gradients of kernel='plain' up to float32
-    summation order; kernel='tc' refuses them with a ValueError naming the problem."""
+    N_k = N_q at this tiling, fp32), with the gradients of kernel='plain' up to float32
+    summation order; kernel='tc' refuses fp32 with a ValueError naming the dtype (it takes
+    the band: tests/test_gpu_backward_tc_band.py)."""
     calls = []
     real = fa2_fast.run
     monkeypatch.setattr(fa2_fast, "run", lambda *a, **kw: (calls.append(kw), real(*a, **kw)))
@@ -90,8 +92,8 @@ def test_auto_runs_fast_and_tc_refuses(monkeypatch):
     plain = attention_backward(q, k, v, O, do, L, kernel="plain", **kw)
     for a, b in zip(auto, plain):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match=r"kernel='tc'.*N_k = N_q.*N_k=40 != N_q=24.*"
-                                         r"window=\(5, 3\).*allowed: kernel='plain', 'fast'"):
+    with pytest.raises(ValueError, match=r"kernel='tc' cannot run algorithm='fa2', dtype "
+                                         r"fp32.*fp16, bf16 only"):
         attention_backward(q, k, v, O, do, L, kernel="tc", **kw)
 
 

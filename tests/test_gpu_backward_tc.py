@@ -97,15 +97,18 @@ BUILD = r"""
 import json, sys
 from gpu.backward import fa2_tc
 out = []
-for B_r, B_c, d, causal, mask, count, MT, *dt in json.loads(sys.argv[1]):
-    dt = dt[0] if dt else "fp16"
-    p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, dt=dt)
-    out.append(dict(cfg=[B_r, B_c, d, causal, mask, count, MT, dt], mma=p.count("mma.sync"),
+for B_r, B_c, d, causal, mask, count, MT, *rest in json.loads(sys.argv[1]):
+    dt = rest[0] if rest else "fp16"
+    window = bool(rest[1]) if len(rest) > 1 else False
+    p = fa2_tc.linked_ptx(B_r, B_c, d, causal, mask, count, MT, dt=dt, window=window)
+    out.append(dict(cfg=[B_r, B_c, d, causal, mask, count, MT, dt, window],
+                    mma=p.count("mma.sync"),
                     bf16_mma=p.count(".bf16.bf16.f32"),
                     local=p.count(".local"), f64=p.count(".f64"), red=p.count("red.global.add.v2"),
                     add_f32=p.count("global.add.f32"),
                     call=len([l for l in p.splitlines() if l.strip().startswith("call")])))
-    open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}_{int(causal)}_{dt}.ptx", "w").write(p)
+    open(sys.argv[2] + f"/{B_r}_{B_c}_{d}_{MT}_{int(causal)}_{dt}_{int(window)}.ptx",
+         "w").write(p)
 print(json.dumps(out))
 """
 
@@ -116,7 +119,10 @@ CONFIGS = [(64, 128, 64, False, False, False, 1),    # d = 64 default
            (64, 128, 64, True, True, True, 1, "bf16"),   # bf16 (issue 18)
            (32, 64, 128, False, False, False, 1, "bf16"),
            (64, 128, 59, True, True, True, 1, "bf16"),   # padded d, element copies
-           (32, 64, 111, False, False, True, 1)]
+           (32, 64, 111, False, False, True, 1),
+           # N_k != N_q and windows (issue 18): the band's lower edge compiled in
+           (64, 128, 64, True, False, True, 1, "fp16", True),   # causal + window (w, 0)
+           (32, 64, 128, False, False, False, 1, "bf16", True)]
 
 
 @pytest.mark.parametrize("dt,N,d,causal,tiles", [
@@ -176,7 +182,7 @@ def test_linked_build_uses_tensor_cores_and_registers_only():
         pytest.skip("cannot build linked code here: " + r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, r.stdout + r.stderr
     for row in json.loads(r.stdout.strip().splitlines()[-1]):
-        B_r, B_c, d, causal, mask, count, MT, dt = row["cfg"]
+        B_r, B_c, d, causal, mask, count, MT, dt, window = row["cfg"]
         # per warp and tile: S^T, dP^T (2 (B_r/8) (d/16) MT each), dV, dK (the same), and
         # dQ: (B_r/16)(d/DN) items of (B_c/16)(DN/8) mma (DN = fa2_tc.dq_cols(d)) dealt to warps
         # (each item's code appears once in the loop body)

@@ -6,7 +6,8 @@
                  `attention_backward` (which picks the kernel for each algorithm).
     fa2_fast.py  the fa2 main kernel register-tiled on the CUDA cores (fp32 math), and the
                  warp-per-row pre-pass every fa2 backward uses on a GPU
-    fa2_tc.py    the fa2 main kernel for fp16, bf16 on the tensor cores (d <= 128; with fa2_tc.cu)
+    fa2_tc.py    the fa2 main kernel for fp16, bf16 on the tensor cores (d <= 128; N_k != N_q
+                 and local windows too; with fa2_tc.cu)
     standard.py  Algorithm 3 (standard attention's backward), one kernel per line.
     standard_tc.py  the same five kernels for fp16, tile products on the tensor cores
 

@@ -2,8 +2,9 @@
 
 Same schedule, hence the same HBM traffic and the same iosim ledger, as the plain fa2
 backward (`gpu.backward.flash`, `iosim.backward.fa2_backward`): one thread block per (key
-block j, instance); read K_j, V_j once; for each active query block i (causal: i from the
-block holding row j B_c on; block_mask[i, j] False: skip) read Q_i, dO_i, L_i, D_i; then
+block j, instance); read K_j, V_j once; for each active query block i (inside the causal /
+window band of gpu.forward._band, below; block_mask[i, j] False: skip) read Q_i, dO_i,
+L_i, D_i; then
 
     S = Q_i K_j^T,  P = exp(scale S - L_i)            (FA2 backward, Algorithm 2 l. 11-13)
     dV_j += P^T dO_i                                   (l. 14)
@@ -13,6 +14,30 @@ block holding row j B_c on; block_mask[i, j] False: skip) read Q_i, dO_i, L_i, D
 
 and write dK_j, dV_j once. The pre-pass (D = rowsum(dO o O), dQacc = 0), the dQ
 conversion and the grouped-heads sum are `gpu.backward.flash`'s kernels, unchanged.
+
+N_k != N_q and local windows (issue 18; the forward's convention, gpu.forward._band,
+iosim.problem.band_of): K, V, dK, dV have N_k rows, Q, dO, dQ N = N_q; query row r sees
+key c iff lo <= c - r <= hi, bottom-right aligned (o = N_k - N_q: causal hi = o, a window
+(left, right) lo = o - left, hi = o + right, -1 unbounded). lo, hi are int64 kernel
+arguments; the band code is compiled in for causal or a window (`window` flag: the lower
+edge lo, which causal alone does not have). What is skipped, and what is masked:
+  - query blocks outside the band of key block j: the block's loop runs over i_lo .. i_hi
+    only, the query blocks whose rows meet [c0 - hi, c_last - lo] (`fa2_fast.band_blocks`,
+    exactly iosim's active tiles of column j, `tile_in_band`): nothing of them is loaded,
+    nothing computed. A key block that no query row sees runs no tile and writes
+    dK_j = dV_j = 0.
+  - inside an active tile, a warp whose 16 MT keys have no pair with the tile's rows in
+    the band (or are all past N_k) skips its four products (exact: its P^T is all zero)
+    and writes zeros for its dS^T rows;
+  - the rest of a tile that crosses an edge of the band or N_k (`edge`) is masked entry
+    by entry: P^T = dS^T = 0 outside (keys past N_k are zero rows of Ks, Vs too).
+A query row that sees no key has L = -inf from the forward (stored +inf base 2: P = 0 on
+its whole row), so its dQ stays 0 (dQacc was zeroed) and it adds nothing to dK, dV.
+Counting convention (count=True; iosim.backward's fa2 closed form, the main kernel's
+part): per instance K, V read N_k d; per active tile (i, j) Q_i, dO_i read rows_i d,
+L_i, D_i rows_i, dQacc rows_i d read and rows_i d written (one float32 atomic add = one
+read + one write); dK, dV written N_k d (per query head; the group sum is counted by its
+own launch). Only rows < N_q, keys < N_k and the d real columns are requested and counted.
 
 What runs where: as in the forward (`gpu.forward.fa2_tc`), the tile products are CUDA C++
 (`gpu/mma.cuh`, instantiated by `fa2_tc.cu`: `mma.sync.m16n8k16`, `ldmatrix`, `cp.async`)
@@ -33,6 +58,12 @@ fwd+bwd: 1.33 ms with the forward at d = 64, N = 4096, 16 heads; 1.50x torch FLA
       filled by cp.async while the previous tile computes; a warp whose keys all lie
       after the tile's last query row (causal) or past N skips its products (exact: its
       P is all zero) and writes zeros for its dS^T rows.
+  v1b N_k != N_q and windows (issue 18): the band lo, hi as kernel arguments, the query
+      blocks of key block j from `band_blocks`, the warp skip and the masks on the band
+      (the lower edge compiled in only with `window`). ptxas -v (sm_90, CUDA 13.0), no
+      spills: d = 64 64 x 128 212 registers (causal 225, window 245, causal + window 244);
+      d = 128 32 x 64 252 (window 252), causal 32 x 128 254 (causal + window 244). Not
+      yet timed on a GPU.
 
 Paper names (FlashAttention-2 backward):
     B_c = 16 * MT * warps  key rows per block (block_cols); warp w owns keys 16 MT w ..
@@ -42,7 +73,8 @@ Paper names (FlashAttention-2 backward):
     S^T, P^T, dP^T, dS^T   16 MT x B_r per warp, fp32 accumulator fragments (registers)
     dK_j, dV_j             16 MT x d per warp, fp32 accumulators (registers) for the block
     L_i, D_i               float32 in shared; L is stored base 2 (L log2 e; +inf for a row
-                           that saw no key, or past N, so that P = 0 there)
+                           that saw no key, or past N_q, so that P = 0 there)
+    lo, hi                 the band: query row r sees key c iff lo <= c - r <= hi
 
 Shared memory (one dynamic buffer, 16-byte aligned; 4-byte words; rows padded to D + 8
 elements, dS^T rows to B_r + 8, so that no ldmatrix is bank-conflicted):
@@ -76,6 +108,8 @@ from numba import cuda, float32, int64, uint16, uint32
 from .. import _tc
 from .._launch import (NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask, kernel_name,
                        specialisation)
+from ..forward._band import band_args, tile_in_band
+from .fa2_fast import band_blocks
 
 #: CUDA C++ source of the entry points (instantiated per shape by `externs`).
 CU_PATH = os.path.join(os.path.dirname(__file__), "fa2_tc.cu")
@@ -216,16 +250,21 @@ def _piece(D: int) -> int:
 # ---------------------------------------------------------------------------------------
 @specialisation
 def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None,
-                      dt="fp16"):
-    """Kernel(q, k, v, do, L, Dst, dqacc, dk, dv, scale, scale2, N, H, G, mask, counters).
+                      dt="fp16", window=False):
+    """Kernel(q, k, v, do, L, Dst, dqacc, dk, dv, scale, scale2, N, N_k, lo, hi, H, G, mask,
+    counters).
 
-    q, do: (instances, N, d); k, v: (kv instances, N, d); dk, dv: (instances, N, d): fp16
-    (float16 arrays) or bf16 (uint16 arrays of the bits), as `dt` says; L, Dst: (instances, N)
-    float32 (the forward's L, the pre-pass's D); dqacc: (instances, N, d) float32, zeroed;
-    dk, dv per query head; scale; scale2 = scale log2 e; N, H, G as
-    the plain backward; mask uint8 (T_r, T_c); counters int64 (gpu.backward.BT rows). Grid
-    (T_c, instances), 32 warps_of(B_c, MT) threads, `layout(...)["bytes"]` shared bytes.
-    The global 16-bit arrays must be 16-byte aligned (`run` checks).
+    q, do: (instances, N, d); k, v: (kv instances, N_k, d); dk, dv: (instances, N_k, d):
+    fp16 (float16 arrays) or bf16 (uint16 arrays of the bits), as `dt` says; L, Dst:
+    (instances, N) float32 (the forward's L, the pre-pass's D); dqacc: (instances, N, d)
+    float32, zeroed; dk, dv per query head; scale; scale2 = scale log2 e; N: query rows
+    N_q, N_k: key rows; lo, hi: the int64 band of gpu.forward._band (row r sees key c iff
+    lo <= c - r <= hi; `band_args`), read only when `causal` or `window` (compile flags:
+    the band code is in for either, its lower edge lo only with `window`); H, G as the
+    plain backward; mask uint8 (T_r, T_c); counters int64 (gpu.backward.BT rows). Grid
+    (T_c = ceil(N_k / B_c), instances), 32 warps_of(B_c, MT) threads,
+    `layout(...)["bytes"]` shared bytes. The global 16-bit arrays must be 16-byte aligned
+    (`run` checks).
     """
     err = plan_error(B_r, B_c, d, dt, MT)
     if err:
@@ -271,17 +310,20 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
     ZROWS = 2 * B_c + 4 * B_r         # shared rows with padded columns: Ks, Vs, Qs, dOs x 2
     L2E = np.float32(LOG2E)
     ALIGN = None if SIM else 16   # the simulator (tests' emulation) takes no alignment
+    BANDED = bool(causal or window)   # the band code is in (gpu.forward._band)
+    LOW = bool(window)        # the band has a lower edge lo (causal alone: lo = -inf)
 
     @cuda.jit(device=True, inline=True)
-    def next_tile(i, T_r, mask, j):
-        """The first active query block >= i for key block j (T_r if none); causal blocks
-        before j's diagonal are never asked for (the loop starts at it)."""
-        while i < T_r:
+    def next_tile(i, i_end, mask, j):
+        """The first active query block >= i for key block j (i_end if none); blocks
+        outside the band are never asked for (the loop runs over i_lo .. i_end - 1 only,
+        `band_blocks`), so only the block mask is left to test."""
+        while i < i_end:
             if has_mask and mask[i, j] == 0:
                 i += 1
                 continue
             return i
-        return T_r
+        return i_end
 
     @cuda.jit(device=True, inline=True)
     def issue_q(smp, smf, qp, dop, L, Dst, z, i, N, t, buf, smh, qh, doh):
@@ -330,13 +372,14 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
     # P and dS for one m-tile (16 key rows) of the warp, called with a constant mt so the
     # fragment loops unroll and the arrays stay in registers (as the forward's softmax).
     @cuda.jit(device=True, inline=True)
-    def p_ds_mtile(st, dp, smf, mt, cw, r0, N, edge, scale2, g, qd, lo, dso):
-        """st: S^T -> P^T = exp2(scale2 S^T - L2) (0 where masked); dp: dP^T -> dS^T =
-        P^T o (dP^T - D), for the warp's key rows cw + 16 mt + g (+ 8)."""
+    def p_ds_mtile(st, dp, smf, mt, cw, r0, N_k, lo, hi, edge, scale2, g, qd, lso, dso):
+        """st: S^T -> P^T = exp2(scale2 S^T - L2) (0 past N_k and outside the band, and
+        on rows whose L2 is +inf); dp: dP^T -> dS^T = P^T o (dP^T - D), for the warp's
+        key rows cw + 16 mt + g (+ 8). edge: some entry of the warp's tile may be masked."""
         for nt in range(NTB):
             for u in range(2):
                 col = 8 * nt + 2 * qd + u       # query row within the tile
-                lv = smf[lo + col]
+                lv = smf[lso + col]
                 dd = smf[dso + col]
                 for hh in range(2):
                     e = mt * NSB + 4 * nt + 2 * hh + u
@@ -345,7 +388,8 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
                         p = math.exp2(st[e] * scale2 - lv)
                     if edge:
                         key = cw + 16 * mt + g + 8 * hh
-                        if key >= N or (causal and key > r0 + col):
+                        rel = key - (r0 + col)          # c - r: visible iff lo <= c - r <= hi
+                        if key >= N_k or (BANDED and (rel > hi or (LOW and rel < lo))):
                             p = ZERO
                     st[e] = p
                     dp[e] = p * (dp[e] - dd)
@@ -380,7 +424,8 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
                                 n += 1
         return n
 
-    def kernel(q, k, v, do, L, Dst, dqacc, dk, dv, scale, scale2, N, H, G, mask, counters):
+    def kernel(q, k, v, do, L, Dst, dqacc, dk, dv, scale, scale2, N, N_k, lo, hi, H, G, mask,
+               counters):
         j = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -407,10 +452,17 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
         nA = int64(0)
         nW = int64(0)
         c0 = j * B_c
-        cols = min(B_c, N - c0)
+        cols = min(B_c, N_k - c0)
         cw = c0 + RK * w                                # first key row of this warp
-        T_r = (N + B_r - 1) // B_r
-        # ---- copy group 1: K_j, V_j (zeros past N); group 2: the first Q_i, dO_i ----
+        cw_last = min(cw + RK, N_k) - 1                 # its last real key (< cw: none)
+        # the query blocks that see a key of this block: i_lo .. i_end - 1 (exactly iosim's
+        # active tiles of column j, block mask aside); none: dK_j = dV_j = 0, still written
+        i_lo = 0
+        i_end = (N + B_r - 1) // B_r
+        if BANDED:
+            i_lo, i_hi = band_blocks(c0, c0 + cols - 1, N, B_r, lo, hi)
+            i_end = i_hi + 1
+        # ---- copy group 1: K_j, V_j (zeros past N_k); group 2: the first Q_i, dO_i ----
         if PADC:     # padded columns d .. DP - 1 of every shared row: zeros, never loaded
             smz = cuda.shared.array(0, uint16, alignment=ALIGN)
             for e in range(t, ZROWS * PADC, THREADS):
@@ -418,9 +470,9 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
         smh = ptr16(sm)
         qh, doh = ptr16(q), ptr16(do)
         if VEC:
-            kvbase = int64(zk) * N * DW
+            kvbase = int64(zk) * N_k * DW
         else:
-            kvbase = int64(zk) * N * d
+            kvbase = int64(zk) * N_k * d
         for it in range(LK):
             e = t + it * THREADS
             if KDIV or e < KC:
@@ -440,9 +492,9 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
                 if ok:
                     nK += CW
         cp_commit()
-        i = next_tile(c0 // B_r if causal else 0, T_r, mask, j)
+        i = next_tile(i_lo, i_end, mask, j)
         buf = 0
-        if i < T_r:
+        if i < i_end:
             a, b = issue_q(smp, smf, qp, dop, L, Dst, z, i, N, t, buf, smh, qh, doh)
             nQ += a
             nS += b
@@ -456,11 +508,11 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
             dka[b] = ZERO
             dva[b] = ZERO
 
-        while i < T_r:
+        while i < i_end:
             r0 = i * B_r
             rows = min(B_r, N - r0)
-            inext = next_tile(i + 1, T_r, mask, j)
-            if inext < T_r:                             # next tile's copies in flight
+            inext = next_tile(i + 1, i_end, mask, j)
+            if inext < i_end:                           # next tile's copies in flight
                 a, b = issue_q(smp, smf, qp, dop, L, Dst, z, inext, N, t, 1 - buf, smh, qh,
                                doh)
                 nQ += a
@@ -470,10 +522,12 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
             cuda.syncthreads()
             qo = QO + buf * QB
             doo = DOO + buf * QB
-            lo = LO + buf * B_r
+            lso = LO + buf * B_r
             dso = DSTO + buf * B_r
-            # keys all past N, or all after the tile's last query row (causal): P = 0
-            if cw < N and not (causal and cw > r0 + rows - 1):
+            # the warp's keys all past N_k, or no pair of them with the tile's rows in
+            # the band: its P^T is all zero, skip the products (exact)
+            if cw < N_k and (not BANDED or tile_in_band(r0, r0 + rows - 1, cw, cw_last,
+                                                        lo, hi)):
                 # ---- S^T = K_w Q_i^T, dP^T = V_w dO_i^T on the tensor cores ----
                 if KREG:
                     qk(ptr(st), ptr(kf), smp, qo, SH)
@@ -482,10 +536,15 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
                     qk_smem(ptr(st), smp, KO + RK * w * SW, SH, qo, SH)
                     qk_smem(ptr(dp), smp, VO + RK * w * SW, SH, doo, SH)
                 # ---- P^T = exp(scale S^T - L), dS^T = P^T o (dP^T - D) ----
-                edge = cw + RK > N or (causal and cw + RK - 1 > r0)
-                p_ds_mtile(st, dp, smf, 0, cw, r0, N, edge, scale2, g, qd, lo, dso)
+                # edge: some entry is past N_k or outside the band (c - r over the
+                # warp's tile spans cw - (r0 + rows - 1) .. cw + RK - 1 - r0; rows past
+                # N have L2 = +inf, P = 0, whatever the band)
+                edge = cw + RK > N_k or (BANDED and (cw + RK - 1 - r0 > hi or
+                                                     (LOW and cw - (r0 + rows - 1) < lo)))
+                p_ds_mtile(st, dp, smf, 0, cw, r0, N_k, lo, hi, edge, scale2, g, qd, lso, dso)
                 if MT > 1:
-                    p_ds_mtile(st, dp, smf, 1, cw, r0, N, edge, scale2, g, qd, lo, dso)
+                    p_ds_mtile(st, dp, smf, 1, cw, r0, N_k, lo, hi, edge, scale2, g, qd, lso,
+                               dso)
                 # ---- dV_w += P^T dO_i, dK_w += dS^T Q_i (P^T, dS^T rounded to fp16) ----
                 pv(ptr(dva), ptr(st), smp, doo, SH)
                 pv(ptr(dka), ptr(dp), smp, qo, SH)
@@ -515,9 +574,9 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
         # (the real d columns only: the padded ones are never stored)
         dkp, dvp = ptr32(dk), ptr32(dv)
         if VEC:
-            obase = (int64(z) * N + c0) * DW
+            obase = (int64(z) * N_k + c0) * DW
         else:
-            obase = (int64(z) * N + c0) * d
+            obase = (int64(z) * N_k + c0) * d
         for e in range(t, cols * CPR, THREADS):
             c = e // CPR
             if VEC:
@@ -542,13 +601,15 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
             add_count(counters, IdV, WRITE, nW)
 
     name = kernel_name("fa2_bwd_tc", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                       mask=has_mask, count=count, mt=MT if MT > 1 else False,
-                       kreg=KREG, dn=DN)
+                       window=bool(window), mask=has_mask, count=count,
+                       mt=MT if MT > 1 else False, kreg=KREG, dn=DN)
     return kernel, name
 
 
-def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None, dt="fp16"):
-    """The compiled dispatcher for one specialisation (dt: "fp16" or "bf16")."""
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None, dt="fp16",
+               window=False):
+    """The compiled dispatcher for one specialisation (dt: "fp16" or "bf16"; window: a local
+    window is given, the band's lower edge is compiled in, gpu.forward._band)."""
     err = plan_error(B_r, B_c, d, dt, MT)
     if err:
         raise ValueError(f"fa2_bwd_tc: {err}")
@@ -557,14 +618,18 @@ def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None, d
         raise ValueError(f"fa2_bwd_tc: DN={DN} must be a multiple of 16 dividing "
                          f"padded(d)={padded(d)} (d={d})")
     return fa2_bwd_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                             bool(count), int(MT), holds_kv(d, kreg), DN, str(dt))
+                             bool(count), int(MT), holds_kv(d, kreg), DN, str(dt),
+                             bool(window))
 
 
 def run(q3, k3, v3, do3, L2, D2, acc, dk3, dv3, scale, N, H, G, mask, counters, *, B_r, B_c,
-        causal, count, MT=1, kreg=None, DN=None, dt="fp16"):
-    """Launch the main kernel on 3-D 16-bit device views (instances, N, d): float16 arrays
+        causal, count, MT=1, kreg=None, DN=None, dt="fp16", window=(-1, -1)):
+    """Launch the main kernel on 3-D 16-bit device views: q3, do3 (instances, N, d), k3, v3
+    (kv instances, N_k, d; N_k is k3's rows), dk3, dv3 (instances, N_k, d): float16 arrays
     for dt="fp16", uint16 arrays of the bfloat16 bits for dt="bf16"; adds scale dS K into
-    acc (float32, zeroed by the pre-pass), writes dk3, dv3 (per query head, same kind)."""
+    acc (float32, zeroed by the pre-pass), writes dk3, dv3 (per query head, same kind).
+    causal and window=(left, right): the band of gpu.forward._band (bottom-right aligned,
+    -1 unbounded; ValueError for a bad window, as gpu.attention)."""
     from .._launch import launch
     if dt not in DTYPES:
         raise ValueError(f"fa2_bwd_tc: dt={dt!r}; the tensor-core backward takes {DTYPES}")
@@ -572,12 +637,22 @@ def run(q3, k3, v3, do3, L2, D2, acc, dk3, dv3, scale, N, H, G, mask, counters, 
     for name, arr in (("q", q3), ("k", k3), ("v", v3), ("do", do3), ("dk", dk3), ("dv", dv3)):
         _tc.check_dtype("fa2_bwd_tc", name, arr, dt)
         _tc.check_aligned("fa2_bwd_tc", name, arr)
-    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, kreg, DN, dt)
-    T_c = -(-N // B_c)
+    N_k = k3.shape[1]
+    if tuple(v3.shape[1:]) != (N_k, d) or tuple(dk3.shape) != (q3.shape[0], N_k, d) or \
+            tuple(dv3.shape) != tuple(dk3.shape):
+        raise ValueError(f"fa2_bwd_tc: v3 {tuple(v3.shape)}, dk3 {tuple(dk3.shape)}, dv3 "
+                         f"{tuple(dv3.shape)}: v3 must have k3's N_k={N_k} rows and d={d} "
+                         f"columns, dk3 and dv3 the shape (q3's instances={q3.shape[0]}, "
+                         f"N_k={N_k}, d={d})")
+    windowed, lo, hi = band_args(N, N_k, bool(causal), window)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, kreg, DN, dt,
+                      windowed)
+    T_c = -(-N_k // B_c)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_c, q3.shape[0]), 32 * warps_of(B_c, MT), layout(B_r, B_c, d)["bytes"],
            q3, k3, v3, do3, L2, D2, acc, dk3, dv3, np.float32(scale),
-           np.float32(scale * LOG2E), np.int64(N), np.int64(H), np.int64(G), mk, counters)
+           np.float32(scale * LOG2E), np.int64(N), np.int64(N_k), lo, hi, np.int64(H),
+           np.int64(G), mk, counters)
 
 
 def signature(dt="fp16"):
@@ -587,16 +662,16 @@ def signature(dt="fp16"):
     W = _tc.array_type(dt)
     F2 = nb.Array(nb.float32, 2, "C")
     return (W, W, W, W, F2, F2, nb.Array(nb.float32, 3, "C"), W, W, nb.float32, nb.float32,
-            nb.int64, nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"),
-            nb.Array(nb.int64, 2, "C"))
+            nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.int64,
+            nb.Array(nb.uint8, 2, "C"), nb.Array(nb.int64, 2, "C"))
 
 
 def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1, kreg=None,
-               DN=None, cc=(9, 0), dt="fp16") -> str:
+               DN=None, cc=(9, 0), dt="fp16", window=False) -> str:
     """The PTX of one specialisation after link-time optimisation (no GPU needed; see
     gpu._tc.linked_ptx): tests check mma.sync present, no `.local`, no calls."""
-    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, kreg, DN, dt),
-                          signature(dt), cc)
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, kreg, DN, dt,
+                                     window), signature(dt), cc)
 
 
 __all__ = ["DTYPES", "padded", "layout", "plan_error", "supports", "default_tiling", "externs",

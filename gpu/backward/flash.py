@@ -23,12 +23,13 @@ fa2 (FlashAttention-2 backward), four launches:
      dK_h, dV_h, write the kv_heads sums.
   `attention_backward(kernel="auto")` (default) runs launches 1 and 2 as the register-tiled
   `gpu.backward.fa2_fast` where it supports the tiling (same schedule, same counts).
-  N_k != N_q and local windows (the plain and the fast kernels; `kernel="auto"` picks fast
-  where it supports the tiling, else plain, never tc): K, V, dK, dV have N_k rows,
-  T_c = ceil(N_k / B_c); `bwd_main` (and `fa2_fast`'s main kernel) takes the band lo, hi
-  of gpu.forward._band (bottom-right aligned, iosim.problem.band_of), skips tiles outside
-  it (`tile_in_band`, iosim's active tiles) and sets P = dS = 0 outside it; a row that
-  sees no key (L = -inf) has P = 0 everywhere: dQ = 0, nothing added to dK, dV.
+  N_k != N_q and local windows (every fa2 main kernel; `kernel="auto"` picks as for
+  N_k = N_q: tc for fp16 / bf16 where it runs the tiling, else fast where it supports it,
+  else plain): K, V, dK, dV have N_k rows, T_c = ceil(N_k / B_c); `bwd_main` (and
+  `fa2_fast`'s and `fa2_tc`'s main kernels) takes the band lo, hi of gpu.forward._band
+  (bottom-right aligned, iosim.problem.band_of), skips tiles outside it (`tile_in_band`,
+  iosim's active tiles) and sets P = dS = 0 outside it; a row that sees no key
+  (L = -inf) has P = 0 everywhere: dQ = 0, nothing added to dK, dV.
 fa1 (Algorithm 4 of arXiv 2205.14135 v2, no dropout): `bwd_main` (fa1 variant), ONE block
   per instance, because line 22's read-modify-write of dQ_i in HBM is not atomic: the
   outer loop over key blocks j (line 7) runs inside the block, in order. Then the group
@@ -578,14 +579,14 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     float16 or bfloat16: the plain kernels, or a tensor-core kernel whose module lists
     bf16), C-contiguous, all NumPy or all device arrays (as `gpu.attention`).
     N_k != N and window=(left, right) (as `gpu.attention`: bottom-right aligned causal,
-    flash-attn's window_size, -1 unbounded; same ValueErrors for a bad window) run on the
-    plain and fast fa2 kernels (algorithm='fa2', kernel 'plain', 'fast', or 'auto', which
-    then picks 'fast' where it supports the tiling, else 'plain'); tiles outside the band
-    are skipped, as in iosim.backward (counts equal its closed form), and a row that sees
-    no key gets dQ = 0 and adds nothing to dK, dV. algorithm='fa1' (its one plain kernel)
-    and 'standard' (its five plain kernels; stats P of shape (batch, heads, N, N_k) from
+    flash-attn's window_size, -1 unbounded; same ValueErrors for a bad window) run on
+    every fa2 main kernel (algorithm='fa2', kernel 'tc', 'fast', 'plain', or 'auto',
+    which picks among them as for N_k = N); tiles outside the band are skipped, as in
+    iosim.backward (counts equal its closed form), and a row that sees no key gets dQ = 0
+    and adds nothing to dK, dV. algorithm='fa1' (its one plain kernel) and 'standard'
+    (its five plain kernels; stats P of shape (batch, heads, N, N_k) from
     `standard_forward(..., window=...)`, with dropout also its keep mask Z of that
-    shape) run them too; kernel 'tc' refuses them with a ValueError.
+    shape) run them too; the standard kernel 'tc' refuses them with a ValueError.
     algorithm: 'fa2' (default), 'fa1' or 'standard' (module docstring).
     stats: what the forward left in HBM: fa2: L (batch, heads, N) float32 (e.g.
     `gpu.attention(..., algorithm='fa2', return_stats=True)`); fa1: (l, m), each
@@ -597,12 +598,12 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     causal, scale, block_mask: as in the forward (must match it). Tiling: block_rows=B_r,
     block_cols=B_c, or neither (`default_backward_tiling(d, dtype, algorithm)`).
     kernel: the fa2 main kernel (fa1 has one; standard 'plain' or, fp16 on a GPU, 'tc':
-    `gpu.backward.standard_tc`, the default there): 'tc' (fp16 on the tensor cores,
-    `gpu.backward.fa2_tc`; a GPU), 'fast' (register-tiled on the CUDA cores,
-    `gpu.backward.fa2_fast`), 'plain' (this module's), or 'auto' (default): for fp16 'tc'
-    where it runs the configuration (its own default tiling `fa2_tc.default_tiling(d,
-    causal)` when none is given), else 'fast' where it supports the tiling and thread
-    count, else 'plain'. An explicit 'tc' or 'fast' that cannot run is a ValueError saying
+    `gpu.backward.standard_tc`, the default there): 'tc' (fp16 or bf16 on the tensor
+    cores, `gpu.backward.fa2_tc`; a GPU), 'fast' (register-tiled on the CUDA cores,
+    `gpu.backward.fa2_fast`), 'plain' (this module's), or 'auto' (default): for fp16 and
+    bf16 'tc' where it runs the configuration (its own default tiling
+    `fa2_tc.default_tiling(d, causal)` when none is given), else 'fast' where it supports
+    the tiling and thread count, else 'plain'. An explicit 'tc' or 'fast' that cannot run is a ValueError saying
     why. The schedule, hence the ledger, is the same for all three.
     poison: fill the gradients and intermediate buffers with NaN before the kernels run,
     so that an element a kernel failed to write shows (validation); default: the
@@ -642,7 +643,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"k has shape {shape_k} and v has shape {shape_v}; both must be "
                          f"(batch={B}, kv_heads, N_k, d={d}), the same, to match q "
                          f"{(B, H, N, d)}")
-    general = Nk != N or windowed     # N_k != N_q or a window: no tensor-core kernels
+    # N_k != N_q or a window: the fa2 kernels (tc, fast, plain) all take them; the
+    # standard backward's tensor-core kernels do not
+    general = Nk != N or windowed
     if general:
         what = (f"N_k={Nk} != N_q={N}" if Nk != N else "") + \
             (" and " if Nk != N and windowed else "") + \
@@ -651,10 +654,6 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
             raise ValueError(f"kernel='tc': the tensor-core standard backward takes N_k = N_q "
                              f"and no window only (got {what}); allowed: kernel='plain' or "
                              f"'auto' (which runs the plain standard backward)")
-        if kernel == "tc":
-            raise ValueError(f"kernel='tc': the tc fa2 backward takes N_k = N_q and no "
-                             f"window only (got {what}); allowed: kernel='plain', 'fast' or "
-                             f"'auto' (which runs the fast or the plain fa2 backward)")
     windowed, lo, hi = band_args(N, Nk, bool(causal), window)
     for name, shp in (("o", shape_o), ("do", shape_do)):
         if shp != (B, H, N, d):
@@ -674,7 +673,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                          f"(|scale| <= {float(np.finfo(np.float32).max):.8g}), the kernels' "
                          f"compute dtype")
     use_tc = False
-    if kernel in ("auto", "tc") and algorithm == "fa2" and not general:
+    if kernel in ("auto", "tc") and algorithm == "fa2":
         tc_options = dict(tc_options or {})
         if block_rows is None and block_cols is None:
             dflt = fa2_tc.default_tiling(d, bool(causal))
@@ -699,10 +698,11 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"kernel='tc' cannot run algorithm={algorithm!r}, dtype {dname}, "
                          f"d={d}, block_rows={block_rows}, block_cols={block_cols}: {why}")
     if block_rows is None and block_cols is None:
-        # N_k != N_q or a window: 'auto' chooses between fast and plain only
+        # N_k != N_q or a window: 'auto' keeps standard off its tensor-core tiling
+        # (those kernels take N_k = N_q only); fa2 picks as for N_k = N_q
         tiling = default_backward_tiling(d, dname, algorithm,
-                                         "fast" if general and kernel == "auto" else kernel,
-                                         bool(causal))
+                                         "fast" if general and kernel == "auto" and
+                                         algorithm != "fa2" else kernel, bool(causal))
     else:
         for name, val in (("block_rows", block_rows), ("block_cols", block_cols)):
             if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
@@ -790,7 +790,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
             fa2_fast.run_pre(o3, do3, D2, acc, N, counters, dt=dname, count=count)
             fa2_tc.run(q3, k3, v3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h, scale, N, H,
                        G, mask_dev if has_mask else None, counters, B_r=B_r, B_c=B_c,
-                       causal=bool(causal), count=count, dt=dname, **(tc_options or {}))
+                       causal=bool(causal), count=count, dt=dname, window=window,
+                       **(tc_options or {}))
         elif fast_threads is not None:   # the fast pre-pass and main kernel (CUDA cores)
             fa2_fast.run_pre(o3, do3, D2, acc, N, counters, dt=dname, count=count)
             fa2_fast.run(q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h,
