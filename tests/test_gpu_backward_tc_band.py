@@ -14,12 +14,14 @@ kernel (tests/_tc_direct.py), every dK, dV element written, dQ, dK, dV within 2 
 dtype's rounding of the float64 gradients + 1e-5 (the bound of the kernel's other
 simulator tests, tests/test_gpu_backward_tc.py), dQ = 0 exactly on rows that see no key
 and dK = dV = 0 exactly on keys that no row sees. Then attention_backward's dispatch with
-the tensor-core kernel made available (emulated): kernel='auto' runs it on these problems
-as it does for N_k = N_q, and the whole backward's ledger equals the closed form.
+the tensor-core kernel made available (emulated): kernel='tc' runs it on these problems
+and the whole backward's ledger equals the closed form; kernel='auto' does not (it keeps
+band problems on the fast / plain kernels: on the flash-attn matrix the tc backward's
+16-bit P and dS exceeded 2x torch's error on three banded rows, gpu/backward/flash.py).
 
 On a GPU (`gpu` marker): the same cases at larger sizes, the default tilings, through
-fa2_tc.run (bf16 and fp16) and attention_backward(kernel='tc' / 'auto') (fp16, bf16),
-against float64 (no torch needed).
+fa2_tc.run (bf16 and fp16) and attention_backward(kernel='tc') (fp16, bf16), against
+float64 (no torch needed); kernel='auto' there runs the fast kernel.
 """
 import numpy as np
 import pytest
@@ -121,12 +123,12 @@ def test_band_with_block_mask_in_the_simulator():
 
 
 @pytest.mark.parametrize("kernel", ["auto", "tc"])
-def test_attention_backward_runs_tc_on_band_problems(monkeypatch, kernel):
+def test_attention_backward_runs_tc_on_band_problems_by_name(monkeypatch, kernel):
     """With the tensor-core kernel available (the simulator cannot run it: `supports` is
     made to say yes and the kernel runs emulated), attention_backward runs it for
     N_q = 40, N_k = 24, window (5, 3) (rows 0..12 see no key), fp16, 2 query heads on 1
-    K/V head, kernel='auto' as 'tc' (as it does for N_k = N_q): the band reaches the
-    kernel, the whole backward's ledger (fast pre-pass, tc main kernel, convert, group sum) equals
+    K/V head, kernel='tc' (kernel='auto' must not run it on a band problem; the ledger is
+    the same either way): the band reaches the kernel, the whole backward's ledger (fast pre-pass, tc main kernel, convert, group sum) equals
     iosim.backward_closed_form and the executed schedule, gradients within 2 x the fp16
     rounding model's error (iosim.rounding_model_backward), dQ = 0 on rows without a key."""
     if not SIM:
@@ -152,7 +154,10 @@ def test_attention_backward_runs_tc_on_band_problems(monkeypatch, kernel):
         grads, led = attention_backward(q, k, v, O, do, L, window=w, block_rows=16,
                                         block_cols=32, kernel=kernel, count_traffic=True,
                                         poison=True)
-    assert calls and calls[-1]["window"] == w
+    if kernel == "auto":
+        assert not calls, "kernel='auto' ran the tensor-core backward on a band problem"
+    else:
+        assert calls and calls[-1]["window"] == w
     assert led.counts() == iosim.backward_closed_form("fa2", p, tiling).counts() == \
         iosim.execute_backward("fa2", p, tiling, q, k, v, do).ledger.counts()
     ref = iosim.reference_attention_backward(q, k, v, do, window=w)
@@ -222,11 +227,12 @@ def test_fa2_tc_backward_band_on_gpu(Nq, Nk, causal, window, d, I, I_k, tiles, M
     (1000, 1000, True, (300, 0), 128),
     (700, 513, True, (-1, -1), 40)])
 def test_attention_backward_band_tc_on_gpu(Nq, Nk, causal, window, d, dtype, monkeypatch):
-    """attention_backward(kernel='auto') runs the tensor-core main kernel on these
+    """attention_backward(kernel='tc') runs the tensor-core main kernel on these
     problems at its default tiling (4 query heads on 2 K/V heads, O and L from the gpu
     fa2 forward): the whole backward's counts == iosim.backward_closed_form, gradients
     within 2 x the rounding model's error in the dtype (iosim.rounding_model_backward),
-    dQ = 0 on rows that see no key; kernel='tc' gives the same gradients."""
+    dQ = 0 on rows that see no key; kernel='auto' runs the fast kernel instead and gives
+    the same gradients within the dtype's tolerance."""
     import gpu
     from gpu.backward import attention_backward, fa2_tc
     from iosim.reference import element_mask
@@ -240,8 +246,8 @@ def test_attention_backward_band_tc_on_gpu(Nq, Nk, causal, window, d, dtype, mon
     O, L = gpu.attention(q, k, v, algorithm="fa2", causal=causal, window=window,
                          return_stats=True)
     grads, led = attention_backward(q, k, v, O, do, L, causal=causal, window=window,
-                                    count_traffic=True, poison=True)
-    assert calls, "kernel='auto' did not run the tensor-core backward"
+                                    count_traffic=True, poison=True, kernel="tc")
+    assert calls, "kernel='tc' did not run the tensor-core backward"
     t = fa2_tc.default_tiling(d, causal)
     tiling = iosim.Tiling(t["B_r"], t["B_c"])
     assert led.tiling == tiling
@@ -257,8 +263,8 @@ def test_attention_backward_band_tc_on_gpu(Nq, Nk, causal, window, d, dtype, mon
         assert rel(g, r) <= 2 * rel(mdl, r), (name, rel(g, r), rel(mdl, r))
     allowed = element_mask(Nq, causal, N_k=Nk, window=window)
     assert not np.asarray(grads[0], np.float64)[:, :, ~allowed.any(axis=1)].any()
-    explicit = attention_backward(q, k, v, O, do, L, causal=causal, window=window,
-                                  kernel="tc")
-    for a, b in zip(grads, explicit):    # float32 atomics: summation order may differ
-        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
-                                   rtol=2e-2, atol=2e-2)
+    n_tc = len(calls)
+    auto = attention_backward(q, k, v, O, do, L, causal=causal, window=window)
+    assert len(calls) == n_tc, "kernel='auto' ran the tensor-core backward on a band problem"
+    for g, mdl, r, name in zip(auto, model, ref, ("dq", "dk", "dv")):
+        assert rel(g, r) <= 2 * rel(mdl, r), ("auto", name, rel(g, r), rel(mdl, r))

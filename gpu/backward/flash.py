@@ -23,9 +23,11 @@ fa2 (FlashAttention-2 backward), four launches:
      dK_h, dV_h, write the kv_heads sums.
   `attention_backward(kernel="auto")` (default) runs launches 1 and 2 as the register-tiled
   `gpu.backward.fa2_fast` where it supports the tiling (same schedule, same counts).
-  N_k != N_q and local windows (every fa2 main kernel; `kernel="auto"` picks as for
-  N_k = N_q: tc for fp16 / bf16 where it runs the tiling, else fast where it supports it,
-  else plain): K, V, dK, dV have N_k rows, T_c = ceil(N_k / B_c); `bwd_main` (and
+  N_k != N_q and local windows (every fa2 main kernel; `kernel="auto"` picks fast where
+  it supports the tiling, else plain, and tc only when asked for by name: on the flash-attn
+  matrix on the H100 the tc backward, which rounds P and dS to 16 bits before its
+  products as FlashAttention-2 does, exceeded 2x torch's error on three banded fp16 /
+  bf16 rows that the fast and plain kernels pass; see the README): K, V, dK, dV have N_k rows, T_c = ceil(N_k / B_c); `bwd_main` (and
   `fa2_fast`'s and `fa2_tc`'s main kernels) takes the band lo, hi of gpu.forward._band
   (bottom-right aligned, iosim.problem.band_of), skips tiles outside it (`tile_in_band`,
   iosim's active tiles) and sets P = dS = 0 outside it; a row that sees no key
@@ -581,7 +583,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     N_k != N and window=(left, right) (as `gpu.attention`: bottom-right aligned causal,
     flash-attn's window_size, -1 unbounded; same ValueErrors for a bad window) run on
     every fa2 main kernel (algorithm='fa2', kernel 'tc', 'fast', 'plain', or 'auto',
-    which picks among them as for N_k = N); tiles outside the band are skipped, as in
+    which picks 'fast' where it supports the tiling, else 'plain': 'tc' only by name, for
+    the accuracy reason in the module docstring); tiles outside the band are skipped, as in
     iosim.backward (counts equal its closed form), and a row that sees no key gets dQ = 0
     and adds nothing to dK, dV. algorithm='fa1' (its one plain kernel) and 'standard'
     (its five plain kernels; stats P of shape (batch, heads, N, N_k) from
@@ -643,8 +646,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"k has shape {shape_k} and v has shape {shape_v}; both must be "
                          f"(batch={B}, kv_heads, N_k, d={d}), the same, to match q "
                          f"{(B, H, N, d)}")
-    # N_k != N_q or a window: the fa2 kernels (tc, fast, plain) all take them; the
-    # standard backward's tensor-core kernels do not
+    # N_k != N_q or a window: the fa2 kernels (tc, fast, plain) all take them ('auto'
+    # picks fast or plain: module docstring); the standard backward's tensor-core kernels
+    # do not
     general = Nk != N or windowed
     if general:
         what = (f"N_k={Nk} != N_q={N}" if Nk != N else "") + \
@@ -673,7 +677,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                          f"(|scale| <= {float(np.finfo(np.float32).max):.8g}), the kernels' "
                          f"compute dtype")
     use_tc = False
-    if kernel in ("auto", "tc") and algorithm == "fa2":
+    if algorithm == "fa2" and (kernel == "tc" or (kernel == "auto" and not general)):
         tc_options = dict(tc_options or {})
         if block_rows is None and block_cols is None:
             dflt = fa2_tc.default_tiling(d, bool(causal))
@@ -698,11 +702,11 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"kernel='tc' cannot run algorithm={algorithm!r}, dtype {dname}, "
                          f"d={d}, block_rows={block_rows}, block_cols={block_cols}: {why}")
     if block_rows is None and block_cols is None:
-        # N_k != N_q or a window: 'auto' keeps standard off its tensor-core tiling
-        # (those kernels take N_k = N_q only); fa2 picks as for N_k = N_q
+        # N_k != N_q or a window: 'auto' keeps off the tensor-core tilings (standard's
+        # kernels take N_k = N_q only; fa2's by name only: module docstring)
         tiling = default_backward_tiling(d, dname, algorithm,
-                                         "fast" if general and kernel == "auto" and
-                                         algorithm != "fa2" else kernel, bool(causal))
+                                         "fast" if general and kernel == "auto" else kernel,
+                                         bool(causal))
     else:
         for name, val in (("block_rows", block_rows), ("block_cols", block_cols)):
             if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
