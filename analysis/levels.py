@@ -798,7 +798,7 @@ FITTED_V5 = L2Model(capacity_fraction=0.75, associativity=96, replicate=True,
 #:       the L1 re-reads and rewrites its frame in L2 at every K/V step: fa2_tc 128 x 128
 #:       (d = 64) DRAM writes -100 % -> +31 % (H100) / +52 % (H200; measured 327 and 215 GB
 #:       of its 1.1 TB of local stores), the fast 256 x 32 build at d = 128 -45 % -> -40 %
-#:       (H200 -6 % -> +1 %). Their DRAM reads stay far below (-99 %, -82 %): the chip
+#:       (H200 -6 % -> +2 %). Their DRAM reads stay far below (-99 %, -82 %): the chip
 #:       re-reads 16 % / 4 % of the local loads from DRAM where the model's frames fit
 #:       (their K/V sweeps also drift apart, which the lockstep cohorts do not model).
 #:   background_write_rate 22 MB/s (`L2Model.background_write_rate`): the DRAM writes
@@ -818,7 +818,10 @@ FITTED_V5 = L2Model(capacity_fraction=0.75, associativity=96, replicate=True,
 #: Tried and dropped: dirty_associativity 4-48 (a softer dirty-cap edge, for fa1's
 #: writes): 110-116 H100 rows, never above; keep_fraction 0.1 / 0.25 (an insertion policy
 #: keeping part of a cycle larger than C, for the mid-range fa2_tc over-prediction): 124 /
-#: 117 and worse medians.
+#: 117 and worse medians; once_footprint 0 / 0.5 and once_write_footprint 0.5 again (with
+#: the v6 mechanisms): 125-128 H100 rows, 86-87 H200, but the write medians double (H100
+#: 1.6 % -> 2.1-3.8 %, H200 1.5 % -> 3.3-5.1 %); private_footprint 1.1 / 1.25 (near copies
+#: of private read data, for fa1): 124 / 119 H100 rows, 82 / 80 H200.
 #: What v6 does not fix: fa1 (plain, tc, fast) near a ~35 MB working set (its writes
 #: -35 % to -75 % on the H100, reads and writes -45 % to -97 % on the H200: misses start
 #: at ~0.75 C on the H200, a softer edge than the model's); the non-causal fa2_tc forward
