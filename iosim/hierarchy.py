@@ -40,6 +40,24 @@ drain_fraction x L2 bytes of that write-back (measured: 2-3 MB of DRAM writes ab
 evictions on the H100 in nearly every kernel launch that ends with dirty data, e.g. fa2 at
 N = 4096, which fits in L2, wrote 2.3 of its 8.4 MB of O).
 
+Partial accesses (L2Model.partial_refetch, v6): a coarse tile (a group of consecutive
+tiles, below) that one access touches in part (a causal prefix ending inside the group, a
+backward suffix starting inside it) and a later one in full: the later access finds each
+byte where it was last touched (the latest earlier access that reached it), and bytes no
+access touched before miss (their first touch). Without it (v5) the full access hit on the
+partial one and the rest of the group was never read: reads below the compulsory Q + K + V
+in the causal fa2 forward (-20 % at N = 49152), the causal backward -18 %.
+
+Local memory (L2Model.local_memory, v6): a build whose resident CTAs' local-memory frames
+overflow the L1 re-reads its frame from L2 at every step and rewrites it
+(`sweep_kernel`'s local_frame_bytes; per-kernel frames in `analysis.levels.LOCAL`). The
+frame of each SM slot is one tile; its distance is the other slots' frames and the shared
+tiles in between, so frames larger than the dirty cap are cleaned to DRAM every step.
+
+Background writes (L2Model.background_write_rate, v6): the counters see DRAM writes that
+grow with the kernel's duration (21-25 MB/s on the H100 and the H200, whatever the
+kernel); `analysis.levels` adds rate x the time model's predicted duration.
+
 The constants are fitted on measured configurations and printed with every result
 (`L2Model`); validation is against Nsight Compute on held-out configurations (see
 `analysis.levels`). Distances are exact for the stream (a Fenwick tree over the access
@@ -117,6 +135,26 @@ class L2Model:
         next access (stack distance vs C) or cleaned before its next write: the distinct
         bytes *written* between the two (the dirty stack distance) exceed C_w, with the
         same set-associative softness. 0: no cap (dirty lines leave only by eviction).
+    local_memory: count the local-memory traffic of builds whose frames overflow the L1
+        (`sweep_kernel`'s local_frame_bytes; `analysis.levels.LOCAL`): the frame of each
+        SM slot re-read and rewritten in L2 at every step. False: local memory is not
+        modelled beyond a frame written once per CTA (v5).
+    dirty_associativity: what-if (tried for v6 and dropped; 0: off): the ways of the
+        dirty cap's edge (the dirty stack distance against C_w); 0: `associativity`.
+    partial_refetch: a coarse tile (a group of consecutive tiles, `sweep_kernel`) that one
+        access touches in part (a causal prefix ending inside the group, a backward
+        suffix starting inside it) and the next in full: the part the first did not touch
+        is charged from the access before it (`_partial_refetch`), not counted as a hit.
+        False (v5): the coarse tile's later full access hits on the partial one, and the
+        rest of the group's bytes are lost (the causal fa2 forward's sweeps
+        under-predicted by up to 20 %).
+    background_write_rate: DRAM writes (bytes per second of kernel time) that the
+        counters see beside the kernel's own write-backs (`analysis.levels` adds
+        rate x the time model's predicted duration of each launch). Measured: the
+        residual writes of second-long kernels grow with their duration at 21-25 MB/s on
+        both chips (plain fa2 forward at N = 16384: 34 MB in 1.47 s, the plain backward
+        56-64 MB in 2.64 s, fa1 fp32 at N = 8192: 121 MB in 4.76 s), whatever the kernel.
+        0: none (v5).
     """
     capacity_fraction: float = 0.5
     associativity: int = 16
@@ -134,6 +172,10 @@ class L2Model:
     refetch_factor: float = 1.0
     refetch_capacity: float = 1.0
     private_associativity: int = 0
+    local_memory: bool = False
+    dirty_associativity: int = 0
+    partial_refetch: bool = False
+    background_write_rate: float = 0.0
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
@@ -151,6 +193,8 @@ class L2Model:
         if self.refetch_factor < 1 or self.refetch_capacity <= 0:
             raise ValueError(f"refetch_factor={self.refetch_factor!r} must be >= 1 and "
                              f"refetch_capacity={self.refetch_capacity!r} > 0")
+        if self.background_write_rate < 0:
+            raise ValueError(f"background_write_rate={self.background_write_rate!r} must be >= 0")
         if self.max_accesses < 1000:
             raise ValueError(f"max_accesses={self.max_accesses!r} must be >= 1000")
 
@@ -171,6 +215,7 @@ class Stream:
     w: list = field(default_factory=list)
     wb: list = field(default_factory=list)
     shared: list = field(default_factory=list)
+    selfd: list = field(default_factory=list)
     next_id: int = 0
 
     def ids(self, n: int) -> np.ndarray:
@@ -179,15 +224,21 @@ class Stream:
         self.next_id += n
         return out
 
-    def add(self, t, blk, nbytes, rd, wr, w=1.0, wb=None, shared=False):
-        """Accesses; shared: the tiles are touched by many CTAs (on both L2 partitions)."""
+    def add(self, t, blk, nbytes, rd, wr, w=1.0, wb=None, shared=False, selfd=0.0):
+        """Accesses; shared: the tiles are touched by many CTAs (on both L2 partitions);
+        selfd: bytes added to the access's distances (a merged tile standing for several
+        lines that are touched in turn, each after the others: its other lines' bytes)."""
         n = np.broadcast(t, blk, nbytes).size
+        self.selfd.append(np.broadcast_to(np.asarray(selfd, dtype=np.float64), (n,)).ravel())
         wb = nbytes if wb is None else wb
         for lst, v, dt in ((self.t, t, np.float64), (self.blk, blk, np.int64),
                            (self.nbytes, nbytes, np.float64), (self.rd, rd, bool),
                            (self.wr, wr, bool), (self.w, w, np.float64),
                            (self.wb, wb, np.float64), (self.shared, shared, bool)):
             lst.append(np.broadcast_to(np.asarray(v, dtype=dt), (n,)).ravel())
+
+    def selfd_array(self):
+        return np.concatenate(self.selfd) if self.selfd else np.zeros(0)
 
     def arrays(self):
         cat = lambda L, dt: np.concatenate(L) if L else np.zeros(0, dt)
@@ -338,7 +389,11 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
         order = np.argsort(t2.astype(np.int64) * t.size + np.arange(t.size))
     else:
         order = np.argsort(t, kind="stable")
+    sd = stream.selfd_array()
+    has_sd = sd.size == t.size and bool(np.any(sd))
     blk, nb, rd, wr, w, wb, sh = (x[order] for x in (blk, nb, rd, wr, w, wb, sh))
+    if has_sd:
+        sd = sd[order]
     # dense tile ids for the Fenwick pass
     _, dense = np.unique(blk, return_inverse=True)
     if model.replicate:
@@ -355,6 +410,9 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
         if model.once_write_footprint >= 0:
             foot = np.where(single & wr & ~rd, nb * model.once_write_footprint, foot)
     d_prev, d_next = _distances(dense.astype(np.int64), foot)
+    if has_sd:
+        d_prev = np.where(d_prev >= 0, d_prev + sd, d_prev)
+        d_next = d_next + sd
     if model.policy == "random":
         miss_prev, evict = _random_replacement(dense, foot * w, d_prev, d_next, capacity)
     else:
@@ -373,14 +431,19 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
             iw = np.flatnonzero(wr)
             _, dw = np.unique(dense[iw], return_inverse=True)
             _, dw_next = _distances(dw.astype(np.int64), wb[iw])
+            if has_sd:
+                dw_next = dw_next + sd[iw] * wb[iw] / np.maximum(nb[iw], 1e-300)
             cw = capacity * model.dirty_fraction / model.capacity_fraction
             keep = np.ones_like(evict)
-            keep[iw] = hit_probability(np.maximum(dw_next, 0.0), cw, A)
+            keep[iw] = hit_probability(np.maximum(dw_next, 0.0), cw,
+                                       int(model.dirty_associativity) or A)
             evict = 1.0 - (1.0 - evict) * keep
     if model.refetch_factor != 1.0:
         deep = 1.0 - hit_probability(d_prev, capacity * model.refetch_capacity, int(model.associativity))
         miss_prev = np.where(sh & (d_prev >= 0), miss_prev + (model.refetch_factor - 1.0) * deep, miss_prev)
     reads = float(np.sum(w * nb * miss_prev * rd))
+    if model.partial_refetch and model.policy == "lru":
+        reads += _partial_refetch(dense, nb, foot, rd, w, d_prev, miss_prev, capacity, model)
     writes = float(np.sum(w * wb * evict * wr))
     if model.drain_fraction > 0 and wr.any():
         # dirty bytes still resident at the kernel's end: each tile's last write, if it
@@ -399,6 +462,78 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
         resident = float(np.sum(w[lw] * wb[lw] * stay))
         writes += min(resident, model.drain_fraction * capacity / model.capacity_fraction)
     return reads, writes, int(t.size)
+
+
+@njit(cache=True)
+def _partial_layers(order, dense, nb, foot, d_prev):
+    """Layers of the accesses that touch more of a tile than the tile's previous access
+    (`_partial_refetch`): (access, bytes, distance; -1: never touched before). order: the
+    accesses sorted by tile, then time. A stack per tile keeps the latest access of each
+    extent (extents decreasing from the bottom); the distance between accesses m < k of a
+    tile is taken as the chain sum S_k - S_m - foot[m], S the running sum of d_prev and
+    the accesses' own footprints (an upper bound of the distinct bytes between them)."""
+    n = order.shape[0]
+    out_k = np.empty(4 * n + 16, np.int64)
+    out_b = np.empty(4 * n + 16)
+    out_d = np.empty(4 * n + 16)
+    cnt = 0
+    st_nb = np.empty(n)
+    st_S = np.empty(n)
+    st_f = np.empty(n)
+    top = 0
+    S = 0.0
+    prev_tile = -1
+    for r in range(n):
+        k = order[r]
+        if dense[k] != prev_tile:
+            prev_tile = dense[k]
+            top = 0
+            S = 0.0
+        else:
+            S += max(d_prev[k], 0.0)
+            covered = min(st_nb[top - 1], nb[k])       # the previous access: base charge
+            i = top - 2
+            while covered < nb[k] and i >= 0:
+                if st_nb[i] > covered:
+                    hi = min(st_nb[i], nb[k])
+                    if cnt >= out_k.shape[0]:
+                        break
+                    out_k[cnt] = k
+                    out_b[cnt] = hi - covered
+                    out_d[cnt] = max(S - st_S[i] - st_f[i], 0.0)
+                    cnt += 1
+                    covered = hi
+                i -= 1
+            if covered < nb[k] and cnt < out_k.shape[0]:
+                out_k[cnt] = k
+                out_b[cnt] = nb[k] - covered
+                out_d[cnt] = -1.0
+                cnt += 1
+        while top > 0 and st_nb[top - 1] <= nb[k]:
+            top -= 1
+        st_nb[top] = nb[k]
+        st_S[top] = S
+        st_f[top] = foot[k]
+        top += 1
+        S += foot[k]
+    return out_k[:cnt], out_b[:cnt], out_d[:cnt]
+
+
+def _partial_refetch(dense, nb, foot, rd, w, d_prev, miss_prev, capacity, model):
+    """Extra DRAM reads of coarse tiles accessed in part (`L2Model.partial_refetch`). An
+    access that touches more of a tile (nb) than the tile's previous access did finds the
+    extra bytes where they were last touched: each layer of them at the latest earlier
+    access that reached it (a miss with P(miss | that distance)), bytes no access reached
+    before always missing (their first touch). The base charge counted them at
+    P(miss | d_prev); this adds the difference."""
+    n = dense.size
+    order = np.lexsort((np.arange(n), dense)).astype(np.int64)
+    k, b, d = _partial_layers(order, dense.astype(np.int64), nb.astype(np.float64),
+                              foot.astype(np.float64), d_prev.astype(np.float64))
+    if k.size == 0:
+        return 0.0
+    miss = 1.0 - hit_probability(d, capacity, int(model.associativity), model.keep_fraction)
+    return float(np.sum((w[k] * b * (miss - miss_prev[k]))[rd[k]]))
 
 
 def _random_replacement(blk, nb, d_prev, d_next, capacity, iterations=30):
@@ -442,6 +577,7 @@ def _coarse(total_steps: int, budget: int) -> int:
 def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, step_wr=False,
                  step_write_bytes=None, step_private_bytes=0.0, pre_bytes=0.0,
                  pre_shared=None, pre_shared_bytes=0.0, post_bytes=0.0, frame_bytes=0.0,
+                 local_frame_bytes=0.0, local_write_bytes=0.0,
                  slots: int, budget: int, n_seq: int):
     """CTAs (arrays over CTAs, in launch order) that each sweep tiles lo..hi-1 of their
     group's shared sequence (n_seq tiles per group), one per time step.
@@ -456,6 +592,15 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
     slot writes the same addresses: the frame is one tile per slot (a cohort of CTAs that
     start together: one tile of their bytes, named by their first slot), reaching DRAM
     only if evicted or cleaned before the slot's next CTA rewrites it.
+    local_frame_bytes / local_write_bytes: a build whose local memory overflows the L1
+    (the resident CTAs' frames exceed the L1 left beside shared memory) re-reads its frame
+    from L2 at every step (local_frame_bytes per CTA: the distinct bytes, threads x the
+    frame) and rewrites local_write_bytes of it: one access of the slot's frame tile per
+    step (read, written; a tile of its own beside frame_bytes' write at the CTA's start:
+    the tile-level dirty state would otherwise let the few bytes rewritten every step
+    stand for the whole frame written at the start), so its distance is the other slots'
+    frames and the shared tiles touched in between; a miss costs the frame's bytes once per step (repeated loads of
+    the same bytes within a step hit in L2).
     Returns the number of simulated accesses."""
     group, lo, hi = (np.asarray(x, dtype=np.int64) for x in (group, lo, hi))
     n = group.size
@@ -477,9 +622,10 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
         ps = np.asarray(pre_shared, dtype=np.int64)[first]
         stream.add(s0, ps, pre_shared_bytes, True, False, shared=True)
     stream.add(s0 + st + 1, stream.ids(m), mult * post_bytes, False, True)
-    if frame_bytes:
+    if frame_bytes or local_frame_bytes:
         first_slot = np.full(m, np.iinfo(np.int64).max)
         np.minimum.at(first_slot, inv.ravel(), slot)
+    if frame_bytes:
         stream.add(s0, first_slot + (7 << 40), mult * frame_bytes, False, True)
     # the sweep, in groups of q consecutive tiles
     c_lo, c_hi = l // q, np.where(st > 0, (h - 1) // q + 1, l // q)
@@ -499,6 +645,13 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
                wb=cnt * wbytes, shared=True)
     if step_private_bytes:
         stream.add(tmid, stream.ids(cidx.size), cnt * mult[cta] * step_private_bytes, True, False)
+    if local_frame_bytes:
+        # the slot's frame, once per coarse group standing for cnt steps (weight)
+        fb = mult[cta] * local_frame_bytes
+        stream.add(tmid, first_slot[cta] + (8 << 40), fb, True, local_write_bytes > 0, w=cnt,
+                   wb=mult[cta] * min(local_write_bytes, local_frame_bytes),
+                   selfd=fb - local_frame_bytes)
+        return m + 2 * cidx.size
     return m + cidx.size
 
 
