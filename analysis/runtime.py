@@ -5,6 +5,9 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
 
     T = t_launch + ( (imbalance t_work)^p + (imb_m B_L2 / (R_L2 e_L2))^p + (imb_m t_DRAM)^p
                      [+ (imbalance t_smem)^p + (imbalance t_local)^p] )^(1/p)
+                 [+ t_lat]
+
+    t_lat = n_rounds (t_round + miss t_miss)
 
     imb_m = max(1, imbalance / g_mem)
 
@@ -98,6 +101,32 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   longest CTAs of a causal grid) is latency-bound (fitted, shared by all kernels).
 * t_launch: a fixed cost per launch (fitted). A CTA's prologue and epilogue (Q_i in,
   O_i out) count as one tile of work in its duration.
+* t_lat (form 7; `LATENCY_KERNELS`): the kernels that load their operand tiles element by
+  element (a thread loads one 4-byte element of each tensor per loop round, stores it to
+  shared memory, then a barrier) wait a memory round trip per round: the plain and fast
+  fa1 forward (step 8: Q_i, O_i, ceil(B_r d / threads) rounds, + 1 for l_i, m_i, per
+  active tile), the fast standard's S (Q_i, K_j: ceil(B_r d / threads) +
+  ceil(B_c d / threads) per CTA) and PV (P_ij, V_j per key tile of its row block).
+  n_rounds counts them along one slot's chain (rounds per CTA times the CTAs per slot,
+  ceil(CTAs / (SMs ctas_per_sm))); a round costs t_round (us, fitted: the L2 hit
+  round trip with the loop's own instructions) plus t_miss (us, fitted) times the
+  fraction of the launch's L2 reads that miss to DRAM (`lat_miss`, from iosim.hierarchy's
+  bytes). It adds to the blend: the loads and the compute of one CTA are separated by
+  barriers, and a lone CTA (fa1: one per instance) has no other CTA to hide them.
+  Measured cause (H100, RUNTIME_DEV4 counters): the fast fa1 takes 26-31 us per tile step
+  at d = 64 (128 x 128, 512 threads, 16 rounds, 4.2 MFLOP a step) and at d = 128
+  (64 x 64, 256 threads, 32 rounds, 2.1 MFLOP) alike, 1 CTA per SM, 12.5 % warps active,
+  9 % of peak throughput: neither FLOPs nor bytes set its time; L2-resident instances
+  (16 heads, N = 2048, d = 128: 26 us a step) are faster than DRAM-bound ones (32 heads:
+  30 us). The fast standard's S at d = 128 (64 x 64, 128 threads: 128 rounds per CTA for
+  1 MFLOP) is 3.5x its d = 64 time (128 x 128, 256 threads: 64 rounds, 2 MFLOP) for 2x
+  the FLOPs.
+* kappa_o (form 7; `O_ROUNDTRIP`): Algorithm 1 re-reads O_i, rescales it and writes it
+  back at every tile step (fa1_tc: fp16 -> fp32 fragments, scale, pack, 16-byte stores):
+  ops += kappa_o per element of O_i per active tile (B_r d per step), at the fp32 rate.
+  The tensor-core fa1 takes 4.6-4.8 us a non-causal step at d = 64 (128 x 128) and at
+  d = 128 (128 x 64) alike: the same MMA FLOPs, half the score entries, twice the O_i
+  elements; without it d = 128 was under-predicted by 17-21 %.
 
 Every prediction reports each term's time and share, so the model says which resource
 binds. The constants are fitted (`fit`, robust least squares on log(predicted /
@@ -117,6 +146,21 @@ the standard tensor-core products' 1.5 L2 sectors per requested sector (CV 3.1 %
 fa2's kappa_c on the causal fa1 builds (fa1_tc CV 5.5 -> 8.5 %). The H200 rows are
 never fitted: for another preset only its published peaks and L2 size change. Times are
 milliseconds, the kernels' own (CUPTI), warm clocks.
+
+Form 7 (the eighth session, issue 21): form 6 plus t_lat (t_round, t_miss) and kappa_o,
+chosen by the same 5-fold CV on the 347 H100 development rows (RUNTIME_DEV3 joined):
+median 3.0 -> 2.8 %, worst 40 -> 16 %, within 10 % 297 -> 322 rows (fa1_fast 14.0 / 40 % ->
+5.6 / 11 %, standard_fast 14.6 / 36 % -> 4.8 / 16 %, fa1_tc 2.9 / 21 % -> 1.8 / 8 %); the
+H200 rows (not fitted) 3.2 / 40 % -> 2.6 / 17 % (form 6 refitted on the same 347 rows).
+Steps: the latency rounds on fa1_fast alone (one t_round) 3.0 / 37 %, 308 rows; with
+t_miss 2.9 / 37 %, 311; on the plain fa1 too (same step-8 loop) fa1 2.6 -> 2.4 %; kappa_o on
+fa1_tc 2.9 / 35 %, 314; the rounds on the fast standard's S 2.8 / 27 %, 317, and PV
+2.8 / 16 %, 322; kappa_o on all three fa1 kernels rather than fa1_tc alone: the same
+aggregate (kept for one mechanism). With them g_mem rises from 1.4 to about 21 (the
+fa1 rows it held down are explained by t_lat and kappa_o; an SM's share of the memory
+bandwidth now seldom limits a row); it stays in the form. Not addressed: the
+fa2_bwd_tc causal / non-causal d = 128 split, plain fa2 causal 64 x 64, small fa2_tc
+grids (CV worst 13-16 %).
 """
 from __future__ import annotations
 
@@ -133,7 +177,8 @@ from iosim.hierarchy import _schedule
 
 P_NORM = 4.0
 #: the model form the constants were fitted for (it names them in `source`)
-FORM = "form 6 (row passes on the CUDA cores, DRAM writes at the L2 write-back rate)"
+FORM = ("form 7 (form 6: row passes on the CUDA cores, DRAM writes at the L2 write-back rate; "
+        "+ element-wise load rounds on the CTA path, fa1's O_i round trip per step)")
 #: kernels that only move data: their work W is their requested bytes, R the HBM peak (the
 #: row passes std_softmax, std_bwd_dS keep their family keys here; their W: ROW_PASSES)
 MEMORY_KERNELS = ("std_softmax", "std_bwd_dS", "fa2_bwd_pre", "bwd_convert", "bwd_group_sum")
@@ -201,6 +246,9 @@ class RuntimeModel:
     sigma_r: float = 0.0
     g_mem: float = 1.0
     kappa_c1: float = 0.0
+    t_round_us: float = 0.0
+    t_miss_us: float = 0.0
+    kappa_o: float = 0.0
 
     @classmethod
     def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
@@ -211,7 +259,8 @@ class RuntimeModel:
                    d.get("rho", 0.0), d.get("kappa_c", 0.0),
                    d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.1),
                    d.get("sigma", 0.0), d.get("sigma_r", 0.0), d.get("g_mem", 1.0),
-                   d.get("kappa_c1", 0.0))
+                   d.get("kappa_c1", 0.0), d.get("t_round_us", 0.0),
+                   d.get("t_miss_us", 0.0), d.get("kappa_o", 0.0))
 
     def save(self, path: str = CONSTANTS_PATH):
         with open(path, "w") as f:
@@ -221,7 +270,8 @@ class RuntimeModel:
                        "kappa_c": self.kappa_c, "e_smem": self.e_smem,
                        "kappa_b": self.kappa_b, "e_dram_w": self.e_dram_w,
                        "sigma": self.sigma, "sigma_r": self.sigma_r, "g_mem": self.g_mem,
-                       "kappa_c1": self.kappa_c1, "source": self.source}, f, indent=1,
+                       "kappa_c1": self.kappa_c1, "t_round_us": self.t_round_us,
+                       "t_miss_us": self.t_miss_us, "kappa_o": self.kappa_o, "source": self.source}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
 
@@ -241,6 +291,9 @@ class RuntimeModel:
                           f"  rho = {self.rho:.1f} FLOP-equivalents per query row and key tile",
                           f"  sigma = {self.sigma:.0f} FLOP-equivalents per warp and row step of a row pass",
                           f"  sigma_r = {self.sigma_r:.1f} FLOP-equivalents per partial value read in a row reduction",
+                          f"  t_round = {self.t_round_us:.3f} us per element-wise load round on a CTA's path (fa1 plain / fast, fast standard)",
+                          f"  t_miss = {self.t_miss_us:.3f} us more per round that misses the L2 (DRAM)",
+                          f"  kappa_o = {self.kappa_o:.1f} per element of O_i a fa1 tile step re-reads and re-writes",
                           f"  p = {P_NORM}"])
 
 
@@ -357,7 +410,24 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
         smem = _fast_smem_bytes(p, t, k["threads"], kern) if kern in FAST_SMEM else 0.0
         if kern == "fa2_bwd_main":
             smem = 128.0 * nA * I * _bwd_wavefronts(t.B_r, t.B_c, d, s)
+        rounds = miss = 0.0
+        if kern in LATENCY_KERNELS:
+            # fa1's step 8: Q_i, O_i element by element, one pair per thread and round, then
+            # l_i, m_i (one more round), behind a barrier, by the instance's only CTA: each
+            # round waits a memory round trip that no other CTA on the SM hides
+            thr = k["threads"]
+            waves = -(-k["ctas"] // (hw.sm_count * max(1, k["ctas_per_sm"])))
+            if kern == "std_fast_S":          # Q_i, K_j element by element, one tile a CTA
+                rounds = float((-(-t.B_r * d // thr) + -(-t.B_c * d // thr)) * waves)
+            elif kern == "std_fast_PV":       # P_ij, V_j per key tile of its row block
+                rounds = float((-(-t.B_r * t.B_c // thr) + -(-t.B_c * d // thr))
+                               * float(np.max(work)) * waves)
+            else:
+                rounds = float(nA * (-(-t.B_r * d // thr) + 1) * waves)
+            miss = min(1.0, k["dram_read_bytes"] / max(1.0, lv["l2_read_bytes"]))
         out.append({"name": name, "family": key, "kernel": kern, "W": float(W), "R": float(R),
+                    "lat_rounds": rounds, "lat_miss": miss,
+                    "o_elems": float(nA * t.B_r * d * I) if kern in O_ROUNDTRIP else 0.0,
                     "entries": entries, "backward": fam == "fa2_bwd_main",
                     "causal": bool(p.causal) and fam in ("fa2_tc", "fa2_fast", "fa2_fwd"),
                     "causal_fa1": bool(p.causal) and kern in ("fa1_tc", "fa1_fast"),
@@ -377,6 +447,12 @@ ROW_PASSES = ("std_softmax", "std_bwd_dS")
 #: nominal CUDA-core operations per entry of a row pass (its fitted efficiency scales it)
 ROW_OPS = 32.0
 
+
+#: kernels whose lone CTA (one per instance) loads each tile step's operands in
+#: latency-bound rounds behind a barrier (their `lat_rounds` feature, t_round each)
+LATENCY_KERNELS = ("fa1_fast", "fa1_fwd", "std_fast_S", "std_fast_PV")
+#: Algorithm 1's kernels: O_i re-read, rescaled and re-written at every tile step (kappa_o)
+O_ROUNDTRIP = ("fa1_tc", "fa1_fast", "fa1_fwd")
 
 #: the register-tiled fp32 CUDA-core kernels (their shared-memory term, `_fast_smem_bytes`)
 FAST_SMEM = ("fa2_fast", "fa1_fast", "std_fast_S", "std_fast_PV")
@@ -501,7 +577,8 @@ def terms(f: dict, m: RuntimeModel, hw) -> dict:
         + (m.kappa_c1 if f.get("causal_fa1") else 0.0)
     ops = (kap * f.get("entries", 0.0)
            + m.rho * f.get("rows", 0.0)
-           + m.sigma * f.get("row_steps", 0.0) + m.sigma_r * f.get("row_rows", 0.0))
+           + m.sigma * f.get("row_steps", 0.0) + m.sigma_r * f.get("row_rows", 0.0)
+           + m.kappa_o * f.get("o_elems", 0.0))
     out = {"work": (f["W"] / f["R"] + ops / hw.fp32_flops) / e * 1e3,
            "l2": f["B_l2"] / (hw.l2_bandwidth * m.e_l2) * 1e3,
            # DRAM reads at the HBM's rate; DRAM writes (dirty lines evicted from L2) at
@@ -522,9 +599,13 @@ def predict_launch(f: dict, m: RuntimeModel, hw) -> dict:
     imb_m = max(1.0, imb / m.g_mem)
     blend = sum((v * (imb_m if k in ("l2", "dram") else imb)) ** P_NORM
                 for k, v in tt.items()) ** (1 / P_NORM)
-    ms = m.t_launch_ms + blend
+    lat = (m.t_round_us + m.t_miss_us * f.get("lat_miss", 0.0)) * 1e-3 * f.get("lat_rounds", 0.0)
+    ms = m.t_launch_ms + blend + lat
     share = {k: v ** P_NORM / max(1e-300, sum(x ** P_NORM for x in tt.values()))
-             for k, v in tt.items()}
+             * blend / max(1e-300, blend + lat) for k, v in tt.items()}
+    if lat:
+        tt["latency"] = lat
+        share["latency"] = lat / (blend + lat)
     return {"name": f["name"], "family": f["family"], "predicted_ms": ms, "terms_ms": tt,
             "share": share, "binds": max(tt, key=tt.get), "imbalance": imb}
 
@@ -548,6 +629,7 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
                           "e_smem": m.e_smem, "kappa": m.kappa, "kappa_c": m.kappa_c,
                           "kappa_b": m.kappa_b, "rho": m.rho, "sigma": m.sigma,
                           "sigma_r": m.sigma_r, "g_mem": m.g_mem, "kappa_c1": m.kappa_c1,
+                          "t_round_us": m.t_round_us, "t_miss_us": m.t_miss_us, "kappa_o": m.kappa_o,
                           "p": P_NORM, "source": m.source}}
 
 
@@ -590,7 +672,9 @@ SHARED_PARAMS = {"e_l2": (0.5, 0.05, 1.0), "e_dram": (0.7, 0.05, 1.0),
                  "e_smem": (0.5, 0.01, 1.0),
                  "kappa_b": (20.0, 0.1, 1000.0), "e_dram_w": (0.1, 0.005, 1.0),
                  "sigma": (2000.0, 1.0, 1e6), "sigma_r": (20.0, 0.01, 1e4),
-                 "g_mem": (2.0, 1.0, 132.0), "kappa_c1": (2.0, 1e-3, 200.0)}
+                 "g_mem": (2.0, 1.0, 132.0), "kappa_c1": (2.0, 1e-3, 200.0),
+                 "t_round_us": (0.3, 1e-3, 10.0), "t_miss_us": (0.2, 1e-3, 10.0),
+                 "kappa_o": (2.0, 1e-3, 500.0)}
 
 
 def fit_data(data: list, hw, source: str = "", fixed: dict | None = None,

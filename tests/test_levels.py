@@ -237,6 +237,22 @@ def test_runtime_prediction_has_a_breakdown():
         assert x["binds"] in x["terms_ms"]
 
 
+def test_runtime_latency_rounds_of_the_fast_fa1():
+    """Form 7: the fast fa1 (a lone CTA per instance, element-wise step-8 loads) carries a
+    latency term, reported with the others; shares still sum to one."""
+    from analysis.runtime import predict
+    t = predict("fa1", Problem(N=2048, d=128, heads=16, dtype="fp32"), "H100-SXM",
+                kernel="fast")
+    (x,) = t["launches"]
+    assert x["terms_ms"]["latency"] > 0
+    assert sum(x["share"].values()) == pytest.approx(1.0)
+    assert x["predicted_ms"] == pytest.approx(
+        t["constants"]["t_launch_ms"] + x["terms_ms"]["latency"]
+        + sum((v * (max(1.0, x["imbalance"] / t["constants"]["g_mem"]) if k in ("l2", "dram")
+                    else x["imbalance"])) ** 4 for k, v in x["terms_ms"].items()
+              if k != "latency") ** 0.25)
+
+
 def test_imbalance_waves_and_causal():
     from analysis.runtime import imbalance, makespans
     hw = get_hardware("H100-SXM")
