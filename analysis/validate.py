@@ -320,11 +320,13 @@ SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split="new", split3="new"
                  for c in LEVELS_NEW})
 #: then, each with its split3 tag: the first blind set (scored against its frozen
 #: predictions: the split "blind" rows of runtime_validation), the second (frozen model
-#: d7c7db6, split "blind2" rows) and the third (frozen model 1e821c2, split "blind3"
-#: rows), each taken as development rows once scored; and the seventh session's
-#: development rows (RUNTIME_DEV3, declared before measuring)
+#: d7c7db6, split "blind2" rows), the third (frozen model 1e821c2, split "blind3"
+#: rows) and the fourth (frozen model 972eff4, split "blind4" rows), each taken as
+#: development rows once scored; and the seventh session's development rows
+#: (RUNTIME_DEV3, declared before measuring)
 for _configs, _tag in ((RUNTIME_BLIND, "blind1"), (RUNTIME_BLIND2, "blind2"),
-                       (RUNTIME_DEV3, "dev3"), (RUNTIME_BLIND3, "blind3")):
+                       (RUNTIME_DEV3, "dev3"), (RUNTIME_BLIND3, "blind3"),
+                       (RUNTIME_BLIND4, "blind4")):
     SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3=_tag)
                      for c in _configs if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS
