@@ -51,7 +51,7 @@ CLASSES = {("H100-SXM", "fit"): ("o", True), ("H100-SXM", "heldout"): ("o", Fals
            ("H100-SXM", "cv"): ("o", False), ("H100-SXM", "blind"): ("s", True),
            ("H100-SXM", "blind2"): ("D", True), ("H200", "blind2"): ("v", True),
            ("H100-SXM", "blind3"): ("P", True), ("H200", "blind3"): ("X", True),
-           ("H100-SXM", "blind4"): ("*", True),
+           ("H100-SXM", "blind4"): ("*", True), ("H200", "blind4"): ("h", True),
            ("H200", "heldout"): ("^", True), ("H200", "fit"): ("^", True)}
 CLASS_LABELS = {("H100-SXM", "fit"): "H100, fit", ("H100-SXM", "heldout"): "H100, held out",
                 ("H100-SXM", "cv"): "H100, 5-fold cross-validated",
@@ -61,6 +61,7 @@ CLASS_LABELS = {("H100-SXM", "fit"): "H100, fit", ("H100-SXM", "heldout"): "H100
                 ("H100-SXM", "blind3"): "H100, third blind set (frozen predictions)",
                 ("H200", "blind3"): "H200, third blind set (frozen, preset change only)",
                 ("H100-SXM", "blind4"): "H100, fourth blind set (frozen predictions)",
+                ("H200", "blind4"): "H200, fourth blind set (frozen, preset change only)",
                 ("H200", "heldout"): "H200, held out (preset change only)"}
 BAND = 0.10
 MAX_CALLS = 80
@@ -219,7 +220,8 @@ def _stat_line(data):
                          f"{100 * s['median_abs']:.1f} %, worst {100 * s['worst_abs']:.0f} %")
     for key, what in ((("H100-SXM", "blind"), "H100 blind"), (("H100-SXM", "blind2"), "H100 blind 2"),
                       (("H200", "blind2"), "H200 blind 2"), (("H100-SXM", "blind3"), "H100 blind 3"),
-                      (("H200", "blind3"), "H200 blind 3"), (("H100-SXM", "blind4"), "H100 blind 4")):
+                      (("H200", "blind3"), "H200 blind 3"), (("H100-SXM", "blind4"), "H100 blind 4"),
+                      (("H200", "blind4"), "H200 blind 4")):
         s = data["stats"].get(key)
         if s:
             parts.append(f"{what}, frozen predictions ({s['n']}): |error| median "
