@@ -92,12 +92,15 @@ REGISTERS = {
 #: fa2 / standard backward and the fast fa2 backward were measured on the H100
 #: (LEVELS_NEW, 2026-11-25-h100-levels-new) and left this set.
 #: Kernels with few Nsight Compute rows: (algorithm, pass, kernel) -> what they showed.
-#: The fp32 fast standard / fa1 forward: 5 passes of LEVELS_FP32_FAST (run
-#: 2026-11-25-h100-levels-fp32-fast), measured after their plans were frozen.
+#: The fp32 fast standard / fa1 forward: LEVELS_FP32_FAST (run
+#: 2026-11-25-h100-levels-fp32-fast, measured after their plans were frozen), then the
+#: RUNTIME_DEV4 diagnostics (2026-11-27-h100-runtime-dev4); counts as of v6.
 FEW_ROWS = {
-    ("fa1", "fwd", "fast"): "3 passes measured: DRAM inside the bound in 2 (writes up to +17 %)",
-    ("standard", "fwd", "fast"): "2 passes measured (before and after the softmax's P "
-                                 "stores were coalesced), DRAM inside the bound in all"}
+    ("fa1", "fwd", "fast"): "7 passes measured on the H100, 1 on the H200: DRAM inside the "
+                            "bound in 7 of 8 (the miss: 16 heads at N = 4096, d = 64, "
+                            "near the L2's capacity: reads -39 %, writes -54 %)",
+    ("standard", "fwd", "fast"): "8 passes measured on the H100, 1 on the H200: DRAM "
+                                 "inside the bound in all"}
 #: Kernels that spill registers to local memory: (prefix, B_r, B_c[, d]) -> bytes of
 #: local-memory loads per thread per K/V tile. fa2_fast: ptxas -v's spill loads (88 and
 #: 500 bytes at d = 64 and 128), which Nsight Compute's local loads matched (88 and 388 per
