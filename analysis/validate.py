@@ -553,13 +553,18 @@ def runtime_blind_rows(measured: list[dict], predictions: dict) -> list[dict]:
                        tiling_matches=(r.get("tiling") is None
                                        or list(r["tiling"]) == list(p["tiling"])))
         out.append(row)
+    # a configuration the run did not reach (its stage's budget) stays a row of that run:
+    # the run's device, run_id and date where the measured rows agree on them
+    run = {k: (vals.pop() if len(vals) == 1 else ("" if k != "run_id" else "blind"))
+           for k, vals in ((k, {r.get(k) for r in measured if r.get(k)})
+                           for k in ("run_id", "device", "date"))}
     for cid, p in pred.items():
         if cid not in seen:
-            out.append({"kind": "runtime_validation", "run_id": "blind", "device": "", "date": "",
-                        "commit": None, "versions": {}, "config": p["config"],
-                        "family": p["family"], "split": split, "status": "not_measured",
-                        "measured_ms": None, "predicted_ms": p.get("predicted_ms"),
-                        "rel_error": None})
+            out.append({"kind": "runtime_validation", **run, "commit": None, "versions": {},
+                        "config": p["config"], "family": p["family"], "split": split,
+                        "frozen_model_commit": predictions.get("frozen_commit"),
+                        "status": "not_measured", "measured_ms": None,
+                        "predicted_ms": p.get("predicted_ms"), "rel_error": None})
     return out
 
 

@@ -493,7 +493,8 @@ def test_runtime_blind_scoring_joins_frozen_predictions(tmp_path):
             meas.append({"config": c["config"], "error": "RuntimeError: boom"})
             continue
         ms = 1.1 * (c.get("predicted_ms") or 1.0)
-        meas.append({"config": c["config"], "tiling": c.get("tiling"),
+        meas.append({"config": c["config"], "tiling": c.get("tiling"), "run_id": "run-x",
+                     "device": "GPU X", "date": "2026-01-01",
                      "measured": {"measured_ms": ms, "kernels": [{"name": "x", "ms": ms}]}})
     path = tmp_path / "m.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in meas) + "\n")
@@ -501,5 +502,10 @@ def test_runtime_blind_scoring_joins_frozen_predictions(tmp_path):
     status = [r["status"] for r in rows]
     assert len(rows) == 47 and status.count("measurement_failed") == 1
     assert status.count("not_measured") == 1 and status.count("cannot_predict") == 4
+    # the configuration the run did not reach is a row of that run (device, run_id, date)
+    (missing,) = [r for r in rows if r["status"] == "not_measured"]
+    assert (missing["device"], missing["run_id"], missing["date"]) == \
+        ("GPU X", "run-x", "2026-01-01")
+    assert missing["frozen_model_commit"] == pred["frozen_commit"]
     ok = [r for r in rows if r["status"] == "ok"]
     assert all(r["split"] == "blind" and abs(r["rel_error"] + 1 / 11) < 1e-9 for r in ok)
