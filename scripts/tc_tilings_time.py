@@ -98,13 +98,15 @@ def tc_kernel_fn(N, d, bh, causal, B_r, B_c, MT=1):
     mk = dummy_mask()
     grid = (-(-N // B_r), bh)
     sc = np.float32(fa2_tc.LOG2E / math.sqrt(d))
+    from gpu import _philox
     from gpu._launch import launch
 
     def fn(q, k, v):
         qv, kv_, vv = (cuda.as_cuda_array(x, sync=False) for x in (q, k, v))
         launch(kern, grid, fa2_tc.threads_per_block(B_r, MT), shmem, qv, kv_, vv, ov, Lv, sc, np.int64(N),
                np.int64(N), *band_args(N, N, causal)[1:],   # N_k, lo, hi (gpu.forward._band)
-               np.int64(bh), np.int64(1), mk, ctr)
+               np.int64(bh), np.int64(1), mk, ctr,
+               *_philox.kernel_args())   # no dropout
     return fn
 
 

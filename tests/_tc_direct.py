@@ -110,10 +110,45 @@ def inputs(I, I_k, N, N_k, d, dt, seed):
     return xs, [to_f64(x, dt) for x in xs]
 
 
-def run_forward(q, k, v, dt, tiles, causal, window=(-1, -1), MT=1, count=True, heads=None):
+def keep(I, N, N_k, dropout):
+    """The keep mask Z (I, N, N_k) bool of dropout = (p, seed, offset) for instances
+    z = 0 .. I - 1 (iosim.dropout: batch 1, I heads); all True for None."""
+    from iosim.dropout import keep_mask
+    if not dropout:
+        return np.ones((I, N, N_k), bool)
+    p, seed, offset = dropout
+    return np.stack([keep_mask(seed, offset, 0, z, range(N), range(N_k), p, heads=I)
+                     for z in range(I)])
+
+
+def reference_dropout(q, k, v, do, allow, scale, Z, p):
+    """float64 O, L, (dQ, dK, dV) with dropout given its keep mask Z (I, N, N_k)
+    (Algorithms 2 and 4: O = (P o Z / (1 - p)) V, L before dropout); q, do (I, N, d), k, v
+    (I_k, N_k, d) float64; dK, dV per query head (I, N_k, d)."""
+    G = q.shape[0] // k.shape[0]
+    k, v = np.repeat(k, G, axis=0), np.repeat(v, G, axis=0)
+    S = np.where(allow, scale * q @ k.transpose(0, 2, 1), -np.inf)
+    m = S.max(-1, keepdims=True)
+    seen = np.isfinite(m)
+    P = np.where(allow, np.exp(S - np.where(seen, m, 0.0)), 0.0)
+    l = P.sum(-1, keepdims=True)
+    P = P / np.where(seen, l, 1.0)
+    L = np.where(seen[..., 0], (m + np.log(np.where(seen, l, 1.0)))[..., 0], -np.inf)
+    Zs = Z / (1.0 - p)
+    Pd = P * Zs
+    O = Pd @ v
+    dV = Pd.transpose(0, 2, 1) @ do
+    dP = (do @ v.transpose(0, 2, 1)) * Zs
+    dS = P * (dP - (do * O).sum(-1, keepdims=True))
+    return O, L, (scale * dS @ k, scale * dS.transpose(0, 2, 1) @ q, dV)
+
+
+def run_forward(q, k, v, dt, tiles, causal, window=(-1, -1), MT=1, count=True, heads=None,
+                dropout=None):
     """gpu.forward.fa2_tc.run on device copies of q (I, N, d), k, v (I_k, N_k, d): (O as
     a host array of q's kind, poisoned with NaN before the launch; L (I, N) float32; the
-    kernel's own counts {tensor: (reads, writes)} or None)."""
+    kernel's own counts {tensor: (reads, writes)} or None). dropout: None or (p, seed,
+    offset)."""
     from numba import cuda
     from gpu import _launch
     from gpu.forward import fa2_tc
@@ -127,7 +162,7 @@ def run_forward(q, k, v, dt, tiles, causal, window=(-1, -1), MT=1, count=True, h
     counters = _launch.new_counters(count)
     fa2_tc.run(dq, dk, dv, o, L, 1.0 / math.sqrt(d), N, H, G, None, counters, B_r=tiles[0],
                B_c=tiles[1], dt=dt, causal=causal, count=count, MT=MT, N_k=N_k,
-               window=window)
+               window=window, dropout=dropout)
     cuda.synchronize()
     counts = None
     if count:
@@ -177,14 +212,16 @@ def sdpa_backward_errs(q, k, v, do, allow, scale, dt, refs):
     return [rel_err(t.grad.double()[0].cpu().numpy(), r, rows) for t, r in zip(ts, refs)]
 
 
-def run_backward(q, k, v, do, dt, tiles, causal, MT=1, count=True, window=(-1, -1)):
+def run_backward(q, k, v, do, dt, tiles, causal, MT=1, count=True, window=(-1, -1),
+                 dropout=None):
     """gpu.backward.fa2_tc.run (the main kernel alone) on device copies of q, do (I, N, d),
     k, v (I_k, N_k, d; I a multiple of I_k, consecutive query heads sharing a K/V head),
     with the band of causal / window (gpu.forward._band), and L and D computed here in
     float64 from the rounded inputs (D = rowsum(dO o O), O rounded to dt as the forward
     stores it; rows that see no key: L = -inf, D = 0): (dQ (the float32 accumulator), dK,
     dV per query head (I, N_k, d; host arrays of q's kind, poisoned with NaN before the
-    launch), counts {tensor: (reads, writes)} or None)."""
+    launch), counts {tensor: (reads, writes)} or None). dropout: None or the forward's
+    (p, seed, offset) (O, hence D, then the dropped output, `reference_dropout`)."""
     from numba import cuda
     from gpu.backward import fa2_tc
     I, N, d = q.shape
@@ -192,7 +229,11 @@ def run_backward(q, k, v, do, dt, tiles, causal, MT=1, count=True, window=(-1, -
     scale = 1.0 / math.sqrt(d)
     q64, k64, v64, do64 = (to_f64(x, dt) for x in (q, k, v, do))
     allow = allowed(N, N_k, causal, window)
-    O, L = reference(q64, k64, v64, allow, scale)
+    if dropout:
+        O, L, _ = reference_dropout(q64, k64, v64, do64, allow, scale,
+                                    keep(I, N, N_k, dropout), dropout[0])
+    else:
+        O, L = reference(q64, k64, v64, allow, scale)
     D = (do64 * to_f64(to_dtype(O, dt), dt)).sum(-1)
     dev = lambda x: cuda.to_device(np.ascontiguousarray(x))
     poison = lambda: dev(np.full((I, N_k, d), NAN_BITS[dt], np.uint16).view(q.dtype))
@@ -202,7 +243,7 @@ def run_backward(q, k, v, do, dt, tiles, causal, MT=1, count=True, window=(-1, -
     fa2_tc.run(dev(q), dev(k), dev(v), dev(do), dev(L.astype(np.float32)),
                dev(D.astype(np.float32)), acc, dk, dv, scale, N, I, I // k.shape[0], None,
                counters, B_r=tiles[0], B_c=tiles[1], causal=causal, count=count, MT=MT,
-               dt=dt, window=window)
+               dt=dt, window=window, dropout=dropout)
     cuda.synchronize()
     return (acc.copy_to_host(), dk.copy_to_host(), dv.copy_to_host(),
             backward_counts(counters) if count else None)

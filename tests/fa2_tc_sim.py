@@ -70,13 +70,14 @@ def emulated():
 
 
 def run_sim(q, k, v, *, B_r, B_c, MT=1, causal=False, window=(-1, -1), count=True,
-            dt="fp16"):
+            dt="fp16", dropout=None):
     """fa2_tc on 16-bit NumPy q (I, N, d), k, v (I_k, N_k, d) (float16, or uint16 bits for
     dt="bf16") in the simulator (inside `emulated()`): O (NaN-poisoned before the launch),
-    L, the counts {tensor: (reads, writes)} (None when not counting)."""
+    L, the counts {tensor: (reads, writes)} (None when not counting). dropout: None or
+    (dropout_p, seed, offset), as fa2_tc.run."""
     import _tc_direct as tcd
     from numba import cuda
-    from gpu import _launch
+    from gpu import _launch, _philox
     from gpu.forward import fa2_tc
     from gpu.forward._band import band_args
     I, N, d = q.shape
@@ -86,11 +87,13 @@ def run_sim(q, k, v, *, B_r, B_c, MT=1, causal=False, window=(-1, -1), count=Tru
     L2 = cuda.to_device(np.full((I, N), np.nan, np.float32))
     counters = _launch.new_counters(count)
     windowed, lo, hi = band_args(N, N_k, causal, window)
-    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, False, count, MT, windowed, dt)
+    kern = fa2_tc.get_kernel(B_r, B_c, d, causal, False, count, MT, windowed, dt,
+                             bool(dropout and dropout[0] > 0))
     _launch.launch(kern, (-(-N // B_r), I), fa2_tc.threads_per_block(B_r, MT),
                    fa2_tc.layout(B_r, B_c, d)["bytes"], q3, k3, v3, o3, L2,
                    np.float32(fa2_tc.LOG2E / np.sqrt(d)), np.int64(N), np.int64(N_k), lo, hi,
-                   np.int64(I), np.int64(I // k.shape[0]), _launch.dummy_mask(), counters)
+                   np.int64(I), np.int64(I // k.shape[0]), _launch.dummy_mask(), counters,
+                   *_philox.kernel_args(*(dropout or ())))
     counts = None
     if count:
         r, w = _launch.counters_to_dicts(counters)
@@ -156,16 +159,17 @@ def emulated_backward():
 
 
 def run_bwd_sim(q, k, v, do, L, D, *, B_r, B_c, causal=False, window=(-1, -1), MT=1,
-                count=True, dt="fp16", DN=None, block_mask=None):
+                count=True, dt="fp16", DN=None, block_mask=None, dropout=None):
     """The backward main kernel on 16-bit NumPy q, do (I, N, d), k, v (I_k, N_k, d; I a
     multiple of I_k: consecutive query heads share a K/V head; float16, or uint16 bits for
     dt="bf16"), L, D (I, N) float32, in the simulator (inside `emulated_backward()`), with
     the band of causal / window (gpu.forward._band): (dQ (the float32 accumulator), dK, dV
     per query head (I, N_k, d), NaN-poisoned before the launch, counts or None).
-    block_mask: bool (T_r, T_c) or None."""
+    block_mask: bool (T_r, T_c) or None. dropout: None or the forward's (dropout_p, seed,
+    offset)."""
     import _tc_direct as tcd
     from numba import cuda
-    from gpu import _launch
+    from gpu import _launch, _philox
     from gpu.backward import fa2_tc
     from gpu.forward._band import band_args
     I, N, d = q.shape
@@ -177,7 +181,7 @@ def run_bwd_sim(q, k, v, do, L, D, *, B_r, B_c, causal=False, window=(-1, -1), M
     counters = tcd.backward_counters(count)
     windowed, lo, hi = band_args(N, N_k, causal, window)
     kern = fa2_tc.get_kernel(B_r, B_c, d, causal, block_mask is not None, count, MT, DN=DN,
-                             dt=dt, window=windowed)
+                             dt=dt, window=windowed, dropout=bool(dropout and dropout[0] > 0))
     mk = (_launch.dummy_mask() if block_mask is None else
           dev(np.asarray(block_mask, np.uint8)))
     scale = 1.0 / np.sqrt(d)
@@ -186,6 +190,6 @@ def run_bwd_sim(q, k, v, do, L, D, *, B_r, B_c, causal=False, window=(-1, -1), M
                    dev(L.astype(np.float32)), dev(D.astype(np.float32)), acc, dk, dv,
                    np.float32(scale), np.float32(scale * fa2_tc.LOG2E), np.int64(N),
                    np.int64(N_k), lo, hi, np.int64(I), np.int64(I // k.shape[0]), mk,
-                   counters)
+                   counters, *_philox.kernel_args(*(dropout or ())))
     return (acc.copy_to_host(), dk.copy_to_host(), dv.copy_to_host(),
             tcd.backward_counts(counters) if count else None)

@@ -14,8 +14,9 @@ fa2 (FlashAttention-2 backward), four launches:
      dS = P o (dO_i V_j^T - D_i); dK_j += scale dS^T Q_i; dQacc_i += scale dS K_j with
      float32 atomic adds (each counted as one read and one write of dQacc); write dK_j,
      dV_j once.
-  Dropout (dropout_p = p > 0, Algorithm 4; the plain main kernel only, compile flag
-     `dropout`): each entry regenerates the forward's keep mask Z[r, c] by Philox
+  Dropout (dropout_p = p > 0, Algorithm 4; the plain main kernel and the tensor-core one,
+     `gpu.backward.fa2_tc`, compile flag `dropout`): each entry regenerates the forward's
+     keep mask Z[r, c] by Philox
      (gpu._philox, same seed and offset), dV_j += (P o Z/(1-p))^T dO_i and
      dS = P o ((dO_i V_j^T) o Z/(1-p) - D_i); nothing N x N touches HBM, counts unchanged.
   3. `bwd_convert`: read dQacc, write dQ in the problem dtype (fp32 too).
@@ -617,8 +618,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     dropout_p, dropout_seed, dropout_offset: the forward's (`gpu.attention`): the fa2 main
     kernel regenerates its keep mask (Algorithm 4); standard reads the mask its forward
     stored, stats = (P, Z) from `gpu.backward.standard.standard_forward(...,
-    dropout_p=...)`. p > 0 runs the plain kernels only (kernel 'auto' picks them; 'fast',
-    'tc' and fa1 are a ValueError).
+    dropout_p=...)`. fa2 with p > 0 runs the tensor-core main kernel ('tc', or 'auto'
+    where it would run it without dropout) or the plain one ('auto' otherwise); fa2's
+    'fast', standard's 'tc' and fa1 are a ValueError.
     Returns (dq, dk, dv) (dk, dv with kv_heads heads), or ((dq, dk, dv), ledger) with
     count_traffic=True: the kernels' own counts as an iosim BackwardLedger (problem totals,
     equal to iosim.backward_closed_form).
@@ -633,8 +635,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"kernel='fast' runs only algorithm='fa2' (got {algorithm!r}); use "
                          f"kernel='auto' or 'plain'")
     dropout = _api._check_dropout(dropout_p, dropout_seed, dropout_offset, algorithm, kernel)
-    if dropout is not None:
-        kernel = "plain"          # the one backward kernel that applies dropout
+    if dropout is not None and not (algorithm == "fa2" and kernel in ("auto", "tc")):
+        kernel = "plain"          # the plain kernels apply dropout (fa2: tc too, below)
     windowed, lo, hi = band_args(1, 1, bool(causal), window)  # ValueError for a bad window
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, dtk, kindk = _check("k", k)
@@ -701,6 +703,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                or "its shared memory does not fit this device")
         raise ValueError(f"kernel='tc' cannot run algorithm={algorithm!r}, dtype {dname}, "
                          f"d={d}, block_rows={block_rows}, block_cols={block_cols}: {why}")
+    if dropout is not None and not use_tc:
+        kernel = "plain"          # 'auto' without the tc kernel: the plain one applies it
     if block_rows is None and block_cols is None:
         # N_k != N_q or a window: 'auto' keeps off the tensor-core tilings (standard's
         # kernels take N_k = N_q only; fa2's by name only: module docstring)
@@ -795,7 +799,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
             fa2_tc.run(q3, k3, v3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h, scale, N, H,
                        G, mask_dev if has_mask else None, counters, B_r=B_r, B_c=B_c,
                        causal=bool(causal), count=count, dt=dname, window=window,
-                       **(tc_options or {}))
+                       dropout=dropout, **(tc_options or {}))
         elif fast_threads is not None:   # the fast pre-pass and main kernel (CUDA cores)
             fa2_fast.run_pre(o3, do3, D2, acc, N, counters, dt=dname, count=count)
             fa2_fast.run(q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h,

@@ -72,6 +72,12 @@ Shared memory (one dynamic buffer, 16-byte aligned; in 4-byte words, 16-bit pair
 Global memory is read and written as 4-byte words (two 16-bit elements; d % 8 != 0:
 single elements); counts are in elements.
 
+Dropout (issue 18; compile flag `dropout`, `run(..., dropout=(p, seed, offset))`): as
+`gpu.forward.fa2`, Algorithm 2: l sums P~ before dropout, then each P~[row, col] that
+enters the PV product is multiplied by Z / (1 - p), Z the Philox keep mask of
+gpu._philox (bit-identical to iosim.dropout; the thread's entries drawn into a bit mask
+per row before the unrolled fragment loop, `softmax_mtile`). No extra HBM traffic.
+
 `run(...)` has the signature of `gpu.fa2.run` (plus tuning keywords), so
 `gpu.attention(..., algorithm="fa2")` calls it for 16-bit inputs on a GPU whenever
 `supports(...)`.
@@ -85,9 +91,9 @@ import math
 import os
 
 import numpy as np
-from numba import cuda, float32, int64, uint16, uint32
+from numba import cuda, float32, int64, uint16, uint32, uint64
 
-from .. import _tc
+from .. import _philox, _tc
 from .._launch import (NAN, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
                       kernel_name, specialisation)
 from ._band import active_tile_finder, band_args, sees_key_band, tile_in_band
@@ -209,8 +215,10 @@ ptr, ptr32, ptr16 = _tc.ptr, _tc.ptr32, _tc.ptr16
 # The kernel
 # ---------------------------------------------------------------------------------------
 @specialisation
-def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="fp16"):
-    """Kernel(q, k, v, o, L, scale2, N, N_k, lo, hi, H, G, mask, counters).
+def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="fp16",
+                  dropout=False):
+    """Kernel(q, k, v, o, L, scale2, N, N_k, lo, hi, H, G, mask, counters, key0, key1,
+    offset, thr, rp).
 
     q, o: (instances, N, d); k, v: (kv instances, N_k, d); all fp16 (float16 arrays) or bf16
     (uint16 arrays of the bits), as `dt` says (the C++ copies read and write them as 16-byte
@@ -219,7 +227,10 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="
     gpu.forward.fa2 (the band of gpu.forward._band; window its compile-time flag); mask uint8
     (T_r, T_c); counters int64 (gpu._launch). Grid (T_r, instances), 2 B_r / MT threads
     (one warp per 16 MT query rows), `layout(...)["bytes"]` dynamic shared bytes. The
-    global arrays must be 16-byte aligned (`run` checks).
+    global arrays must be 16-byte aligned (`run` checks). key0, key1, offset, thr: uint64,
+    rp: float32, the dropout (gpu._philox.kernel_args), read only when `dropout` (compile
+    flag): as gpu.forward.fa2, l sums P~ before dropout and P~ o Z / (1 - p) enters the PV
+    product (Z[row, col] of instance z by Philox, `softmax_mtile`).
     """
     err = plan_error(B_r, B_c, d, dt, MT)
     if err:
@@ -295,10 +306,13 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="
     # so the fragment arrays stay in registers (one loop over all m-tiles did not unroll
     # at MT = 2 and put them in local memory).
     @cuda.jit(device=True, inline=True)
-    def softmax_mtile(s, oa, m2, l2, mt, rw, c0, N_k, lo, hi, edge, scale2, g, qd):
+    def softmax_mtile(s, oa, m2, l2, mt, rw, c0, N_k, lo, hi, edge, scale2, g, qd,
+                      z, key0, key1, offset, thr, rp):
         """Algorithm 1 lines 10-12 for rows g and g + 8 of m-tile mt: S -> S scale log2 e
         (entries past N_k or outside the band -inf), m_new = max(m, rowmax), P~ = exp2(S - m_new) in place,
-        l = exp2(m - m_new) l + rowsum P~ (this thread's columns), O *= exp2(m - m_new)."""
+        l = exp2(m - m_new) l + rowsum P~ (this thread's columns), O *= exp2(m - m_new).
+        dropout: l takes P~ before dropout; then P~[row, col] -> P~ / (1 - p) where Philox
+        keeps (row, col) of instance z, else 0 (what pv multiplies; Algorithm 2)."""
         for hh in range(2):
             h = 2 * mt + hh
             row = rw + 16 * mt + g + 8 * hh
@@ -321,12 +335,26 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="
             alpha = math.exp2(m2[h] - m_safe)           # 0 while nothing was visible
             m2[h] = m_new
             ps = ZERO
+            # dropout: Z's entries of this row first, bit 2 nt + u of one uint64 (B_c / 4
+            # <= 32 of them), so that the fragment loop stays free of Philox and unrolls
+            # (with the calls inside it, B_c = 128 put s and oa in local memory)
+            zb = uint64(0)
+            if dropout:
+                for b in range(2 * NTS):
+                    if _philox.keep(key0, key1, offset, z, row,
+                                    c0 + 8 * (b >> 1) + 2 * qd + (b & 1), thr):
+                        zb |= uint64(1) << uint64(b)
             for nt in range(NTS):
                 for u in range(2):
                     e = mt * NSF + 4 * nt + 2 * hh + u
                     p = math.exp2(s[e] - m_safe)
+                    ps += p                             # l: P~ before dropout
+                    if dropout:                         # P~ o Z / (1 - p), Z by Philox
+                        if (zb >> uint64(2 * nt + u)) & uint64(1):
+                            p = p * rp
+                        else:
+                            p = ZERO
                     s[e] = p
-                    ps += p
             l2[h] = l2[h] * alpha + ps
             for nt in range(NTO):
                 oa[mt * NOF + 4 * nt + 2 * hh] *= alpha
@@ -359,7 +387,8 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="
             if qd == 0:
                 smf[lbase + 16 * mt + g + 8 * hh] = Lr
 
-    def kernel(q, k, v, o, L, scale2, N, N_k, lo, hi, H, G, mask, counters):
+    def kernel(q, k, v, o, L, scale2, N, N_k, lo, hi, H, G, mask, counters, key0, key1,
+               offset, thr, rp):
         if causal:   # heaviest query blocks (most key tiles) first
             i = cuda.gridDim.x - 1 - cuda.blockIdx.x
         else:
@@ -465,9 +494,11 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="
                 # the band (c - r over it spans c0 - (rw + RW - 1) .. c0 + B_c - 1 - rw)
                 edge = c0 + B_c > N_k or (banded and (c0 + B_c - 1 - rw > hi or
                                                       c0 - rw - RW + 1 < lo))
-                softmax_mtile(s, oa, m2, l2, 0, rw, c0, N_k, lo, hi, edge, scale2, g, qd)
+                softmax_mtile(s, oa, m2, l2, 0, rw, c0, N_k, lo, hi, edge, scale2, g, qd,
+                              z, key0, key1, offset, thr, rp)
                 if MT > 1:
-                    softmax_mtile(s, oa, m2, l2, 1, rw, c0, N_k, lo, hi, edge, scale2, g, qd)
+                    softmax_mtile(s, oa, m2, l2, 1, rw, c0, N_k, lo, hi, edge, scale2, g, qd,
+                                  z, key0, key1, offset, thr, rp)
                 # ---- O_w += P~_w V_j on the tensor cores (P rounded to fp16 / bf16) ----
                 pv(ptr(oa), ptr(s), smp, vo, SH)
             cuda.syncthreads()                          # all done with buffer `buf`
@@ -514,27 +545,29 @@ def fa2_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="
             add_count(counters, IL, WRITE, nL)
 
     name = kernel_name("fa2_tc", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
-                       mask=has_mask,
+                       mask=has_mask, dropout=dropout,
                        count=count, mt=MT if MT > 1 else False)
     return kernel, name
 
 
-def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="fp16"):
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, window=False, dt="fp16",
+               dropout=False):
     """The compiled dispatcher for one specialisation (window: a local window is given,
-    gpu.forward._band; dt: "fp16" or "bf16")."""
+    gpu.forward._band; dt: "fp16" or "bf16"; dropout: the dropout build)."""
     err = plan_error(B_r, B_c, d, dt, MT)
     if err:
         raise ValueError(f"fa2_tc: {err}")
     return fa2_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                         bool(count), int(MT), bool(window), str(dt))
+                         bool(count), int(MT), bool(window), str(dt), bool(dropout))
 
 
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal, count,
-        threads=None, MT=1, N_k=None, window=(-1, -1)):
+        threads=None, MT=1, N_k=None, window=(-1, -1), dropout=None):
     """Launch on 3-D 16-bit device views q3, o3 (instances, N, d), k3, v3 (kv instances,
     N_k, d; N_k default N): float16 arrays for dt="fp16", uint16 arrays of the bfloat16
     bits for dt="bf16"; writes o3 (same kind) and L2. Same signature as gpu.forward.fa2.run
-    (threads, if given, must be 2 B_r / MT: one warp per 16 MT query rows)."""
+    (threads, if given, must be 2 B_r / MT: one warp per 16 MT query rows). dropout: None,
+    or (dropout_p, seed, offset) (iosim.dropout; p > 0 compiles the dropout build)."""
     from .._launch import launch
     if dt not in DTYPES:
         raise ValueError(f"fa2_tc: dt={dt!r}; the tensor-core kernel takes {DTYPES}")
@@ -548,24 +581,26 @@ def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, cau
         _tc.check_aligned("fa2_tc", name, arr)
     N_k = N if N_k is None else int(N_k)
     windowed, lo, hi = band_args(N, N_k, causal, window)
-    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, windowed, dt)
+    drop = _philox.kernel_args(*(dropout or ()))
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, windowed, dt,
+                      bool(dropout and dropout[0] > 0))
     T_r = -(-N // B_r)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_r, q3.shape[0]), want, layout(B_r, B_c, d)["bytes"],
            q3, k3, v3, o3, L2, np.float32(scale * LOG2E),
-           np.int64(N), np.int64(N_k), lo, hi, np.int64(H), np.int64(G), mk, counters)
+           np.int64(N), np.int64(N_k), lo, hi, np.int64(H), np.int64(G), mk, counters, *drop)
 
 
 def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1,
-               cc=(9, 0), window=False, dt="fp16") -> str:
+               cc=(9, 0), window=False, dt="fp16", dropout=False) -> str:
     """The PTX of one specialisation after link-time optimisation with its C++ functions,
     built without a GPU (Numba's NVVM, NVRTC and nvJitLink only): what runs, for
     inspection. A correct build has the tile functions inlined (no `call`), its fragments
     in registers (no `.local`), mma.sync and ldmatrix, and no float64 (tests/test_gpu_tc.py
     checks these; ptxas -v on it reports registers and spills). Uses numba-cuda's internal
     compile entry point (numba-cuda 0.30.4); the PTX .version is nvJitLink's."""
-    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, window, dt),
-                          signature(dt), cc)
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, window, dt,
+                                     dropout), signature(dt), cc)
 
 
 def signature(dt="fp16"):
@@ -575,7 +610,8 @@ def signature(dt="fp16"):
     W = _tc.array_type(dt)
     return (W, W, W, W, nb.Array(nb.float32, 2, "C"), nb.float32, nb.int64, nb.int64,
             nb.int64, nb.int64, nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"),
-            nb.Array(nb.int64, 2, "C"))
+            nb.Array(nb.int64, 2, "C"), nb.uint64, nb.uint64, nb.uint64, nb.uint64,
+            nb.float32)
 
 
 __all__ = ["DTYPES", "D_MAX", "padded", "layout", "plan_error", "supports", "externs", "fa2_tc_kernel", "get_kernel",
