@@ -158,6 +158,20 @@ def emulated_backward():
                           [fa2_tc.fa2_bwd_tc_kernel], poison_shared=True)
 
 
+def tc_backward_available(monkeypatch) -> list:
+    """Let attention_backward take the tensor-core main kernel in the simulator (run it
+    inside `emulated_backward()`): `supports` says yes, alignment (a device-address matter)
+    is not checked, and each fa2_tc.run call's keywords are appended to the list returned."""
+    from gpu import _tc
+    from gpu.backward import fa2_tc
+    calls = []
+    real = fa2_tc.run
+    monkeypatch.setattr(fa2_tc, "supports", lambda *a, **kw: True)
+    monkeypatch.setattr(fa2_tc, "run", lambda *a, **kw: (calls.append(kw), real(*a, **kw)))
+    monkeypatch.setattr(_tc, "check_aligned", lambda *a, **kw: None)
+    return calls
+
+
 def run_bwd_sim(q, k, v, do, L, D, *, B_r, B_c, causal=False, window=(-1, -1), MT=1,
                 count=True, dt="fp16", DN=None, block_mask=None, dropout=None):
     """The backward main kernel on 16-bit NumPy q, do (I, N, d), k, v (I_k, N_k, d; I a

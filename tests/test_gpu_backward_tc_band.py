@@ -134,8 +134,7 @@ def test_attention_backward_runs_tc_on_band_problems_by_name(monkeypatch, kernel
     if not SIM:
         pytest.skip("the emulation runs in the CUDA simulator")
     import fa2_tc_sim
-    from gpu import _tc
-    from gpu.backward import attention_backward, fa2_tc
+    from gpu.backward import attention_backward
     Nq, Nk, w = 40, 24, (5, 3)
     p = iosim.Problem(N=Nq, N_k=Nk, d=16, batch=1, heads=2, kv_heads=1, dtype="fp16",
                       window=w)
@@ -144,12 +143,7 @@ def test_attention_backward_runs_tc_on_band_problems_by_name(monkeypatch, kernel
     do = np.random.default_rng(12).standard_normal(q.shape).astype(q.dtype)
     ex = iosim.execute("fa2", p, tiling, q, k, v)
     O, L = ex.O, ex.stats["L"]
-    calls = []
-    real = fa2_tc.run
-    monkeypatch.setattr(fa2_tc, "supports", lambda *a, **kw: True)
-    monkeypatch.setattr(fa2_tc, "run", lambda *a, **kw: (calls.append(kw), real(*a, **kw)))
-    # the simulator's arrays have no device address to check (alignment is a GPU matter)
-    monkeypatch.setattr(_tc, "check_aligned", lambda *a, **kw: None)
+    calls = fa2_tc_sim.tc_backward_available(monkeypatch)
     with fa2_tc_sim.emulated_backward():
         grads, led = attention_backward(q, k, v, O, do, L, window=w, block_rows=16,
                                         block_cols=32, kernel=kernel, count_traffic=True,

@@ -121,8 +121,7 @@ def test_attention_backward_auto_runs_tc_with_dropout(monkeypatch):
     if not SIM:
         pytest.skip("the emulation runs in the CUDA simulator")
     import fa2_tc_sim
-    from gpu import _tc
-    from gpu.backward import attention_backward, fa2_tc
+    from gpu.backward import attention_backward
     from iosim.dropout import problem_keep_mask
     pdrop, seed, off = 0.3, 21, 2
     p = iosim.Problem(N=24, d=16, batch=1, heads=2, kv_heads=1, dtype="fp16", causal=True,
@@ -135,11 +134,7 @@ def test_attention_backward_auto_runs_tc_with_dropout(monkeypatch):
     O, L = iosim.reference_attention(q.astype(np.float64), k.astype(np.float64),
                                      v.astype(np.float64), return_lse=True, **common)
     O = O.astype(q.dtype)
-    calls = []
-    real = fa2_tc.run
-    monkeypatch.setattr(fa2_tc, "supports", lambda *a, **kw: True)
-    monkeypatch.setattr(fa2_tc, "run", lambda *a, **kw: (calls.append(kw), real(*a, **kw)))
-    monkeypatch.setattr(_tc, "check_aligned", lambda *a, **kw: None)
+    calls = fa2_tc_sim.tc_backward_available(monkeypatch)
     with fa2_tc_sim.emulated_backward():
         grads, led = attention_backward(q, k, v, O, do, L.astype(np.float32), causal=True,
                                         block_rows=16, block_cols=32, kernel="auto",
