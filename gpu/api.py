@@ -798,24 +798,24 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
     kernel, allow_tc = _pick_kernel(kernel, fast, tensor_cores, algorithm, dname)
     dropout = _check_dropout(dropout_p, dropout_seed, dropout_offset, algorithm, kernel)
     # the kernels that apply dropout: fa2's tensor-core kernel (gpu.forward.fa2_tc; 'tc',
-    # or 'auto' where it runs), fa2's and standard's plain ones (gpu.forward.fa2, standard)
-    if dropout is not None and kernel != "tc" and not (
-            algorithm == "fa2" and kernel == "auto" and allow_tc and not SIM
-            and dname in tc_dtypes(fa2_tc)):
+    # or 'auto' where it runs: decided below) and fa2's and standard's plain ones
+    if dropout is not None and algorithm != "fa2":
         kernel = "plain"
     if threads is not None and not 1 <= int(threads) <= 1024:
         raise ValueError(f"threads={threads} must be in 1..1024")
 
-    def pick_tiling(kernel):
+    def plan(kernel):
+        """(tiling, B_r, B_c, and the two descriptions the errors below use)."""
         if block_rows is None and block_cols is None and sram_bytes is None:
-            return default_tiling(algorithm, d, dname, bool(causal), kernel)
-        return resolve_tiling(algorithm, d, dname, block_rows=block_rows,
-                              block_cols=block_cols, sram_bytes=sram_bytes)
+            t = default_tiling(algorithm, d, dname, bool(causal), kernel)
+        else:
+            t = resolve_tiling(algorithm, d, dname, block_rows=block_rows,
+                               block_cols=block_cols, sram_bytes=sram_bytes)
+        return (t, t.B_r, t.B_c,
+                f"algorithm={algorithm!r} with B_r={t.B_r}, B_c={t.B_c}, d={d}, {dname}",
+                f"B_r={t.B_r}, B_c={t.B_c}, d={d}")
 
-    tiling = pick_tiling(kernel)
-    B_r, B_c = tiling.B_r, tiling.B_c
-    what = f"algorithm={algorithm!r} with B_r={B_r}, B_c={B_c}, d={d}, {dname}"
-    tiles = f"B_r={B_r}, B_c={B_c}, d={d}"
+    tiling, B_r, B_c, what, tiles = plan(kernel)
     use_tc = False
     if algorithm == "fa2" and kernel in ("auto", "tc") and allow_tc:
         mt = fa2_tc_mt(B_r, B_c, d)
@@ -837,12 +837,9 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
             raise ValueError(f"kernel='tc': the tensor-core fa2 kernel cannot run {dname} "
                              f"with {tiles}: {why}")
         use_tc = why is None
-        if dropout is not None and not use_tc:   # 'auto': the plain kernel applies it
-            kernel = "plain"
-            tiling = pick_tiling(kernel)
-            B_r, B_c = tiling.B_r, tiling.B_c
-            what = f"algorithm={algorithm!r} with B_r={B_r}, B_c={B_c}, d={d}, {dname}"
-            tiles = f"B_r={B_r}, B_c={B_c}, d={d}"
+    if dropout is not None and not use_tc and kernel != "plain":
+        kernel = "plain"          # fa2 'auto' without the tc kernel: the plain one applies it
+        tiling, B_r, B_c, what, tiles = plan(kernel)
     use_fast = False
     if algorithm == "fa2" and kernel in ("auto", "fast") and not use_tc and \
             dname in FAST_DTYPES:

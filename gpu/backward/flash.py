@@ -635,8 +635,6 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"kernel='fast' runs only algorithm='fa2' (got {algorithm!r}); use "
                          f"kernel='auto' or 'plain'")
     dropout = _api._check_dropout(dropout_p, dropout_seed, dropout_offset, algorithm, kernel)
-    if dropout is not None and not (algorithm == "fa2" and kernel in ("auto", "tc")):
-        kernel = "plain"          # the plain kernels apply dropout (fa2: tc too, below)
     windowed, lo, hi = band_args(1, 1, bool(causal), window)  # ValueError for a bad window
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, dtk, kindk = _check("k", k)
@@ -704,7 +702,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
         raise ValueError(f"kernel='tc' cannot run algorithm={algorithm!r}, dtype {dname}, "
                          f"d={d}, block_rows={block_rows}, block_cols={block_cols}: {why}")
     if dropout is not None and not use_tc:
-        kernel = "plain"          # 'auto' without the tc kernel: the plain one applies it
+        kernel = "plain"          # the plain kernels apply dropout (fa2: the tc one too)
     if block_rows is None and block_cols is None:
         # N_k != N_q or a window: 'auto' keeps off the tensor-core tilings (standard's
         # kernels take N_k = N_q only; fa2's by name only: module docstring)
