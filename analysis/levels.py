@@ -128,6 +128,13 @@ LOCAL = {("fa2_tc", 128, 128, 64, False): (400, 1041), ("fa2_tc", 64, 128, 64, F
          ("fa2_fast", 256, 32, 128): (388, 57)}
 L1_BYTES = 256 * 1024
 
+
+def local_of(prefix: str, B_r: int, B_c: int, d: int, causal: bool):
+    """`LOCAL`'s entry of a build: keyed with its causal flag where it has one, else
+    without; None for a build that is not listed."""
+    return LOCAL.get((prefix, B_r, B_c, d, causal), LOCAL.get((prefix, B_r, B_c, d)))
+
+
 SM_REGISTERS = 65536
 SM_MAX_WARPS = 64
 SM_MAX_BLOCKS = 32
@@ -440,7 +447,7 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
         # once per CTA (Nsight Compute's local stores of the fast 256 x 32 build at d = 64:
         # 88 B x 512 threads x CTAs), at the addresses of its SM slot (sweep_kernel)
         frame = lau.spill_bytes * lau.threads
-        loc = LOCAL.get((prefix, B_r, B_c, d, p.causal), LOCAL.get((prefix, B_r, B_c, d)))
+        loc = local_of(prefix, B_r, B_c, d, p.causal)
         local_frame = local_write = 0.0
         if loc and model.local_memory and \
                 loc[0] * lau.threads * lau.ctas_per_sm > L1_BYTES - lau.ctas_per_sm * lau.smem_bytes:
@@ -906,9 +913,8 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
                         "dram_read_bytes": r,
                         "dram_write_bytes": w, "simulated_accesses": n})
         if lau.spill_bytes:
-            counted = model.local_memory and any(
-                k[0] == lau.name and k[1:3] == (plan.tiling.B_r, plan.tiling.B_c)
-                and k[3] == problem.d and (len(k) < 5 or k[4] == problem.causal) for k in LOCAL)
+            counted = model.local_memory and local_of(
+                lau.name, plan.tiling.B_r, plan.tiling.B_c, problem.d, problem.causal) is not None
             warnings.append(f"{lau.name} spills about {lau.spill_bytes} bytes of registers per "
                             f"thread to local memory (ptxas): that traffic is not in the ledger"
                             + ("; its local-memory frames are in the DRAM predictions "
@@ -940,9 +946,12 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
 
 def _add_background_writes(res: dict, problem: Problem, hw, model: L2Model):
     """DRAM writes that grow with the kernel's duration (`L2Model.background_write_rate`):
-    rate x each launch's time as `analysis.runtime` predicts it from these levels (the
-    time model reads the DRAM bytes without this term, so there is no loop). Where the
-    time model cannot predict the pass, nothing is added and a warning says so."""
+    rate x each launch's time as `analysis.runtime` predicts it from these levels before
+    this term is added (so there is no loop; a time prediction made from the returned
+    levels, as `analysis.runtime.predict` makes one, sees these bytes among its DRAM
+    writes, and thereby predicts each pass twice: the cost of keeping `levels` one
+    call). Where the time model cannot predict the pass, nothing is added and a warning
+    says so."""
     from analysis import runtime
     try:
         t = runtime.predict(res["algorithm"], problem, hw, pass_=res["pass"], levels_result=res)

@@ -555,9 +555,10 @@ def runtime_blind_rows(measured: list[dict], predictions: dict) -> list[dict]:
         out.append(row)
     # a configuration the run did not reach (its stage's budget) stays a row of that run:
     # the run's device, run_id and date where the measured rows agree on them
-    run = {k: (vals.pop() if len(vals) == 1 else ("" if k != "run_id" else "blind"))
-           for k, vals in ((k, {r.get(k) for r in measured if r.get(k)})
-                           for k in ("run_id", "device", "date"))}
+    run = {}
+    for k, unknown in (("run_id", "blind"), ("device", ""), ("date", "")):
+        vals = {r[k] for r in measured if r.get(k)}
+        run[k] = vals.pop() if len(vals) == 1 else unknown
     for cid, p in pred.items():
         if cid not in seen:
             out.append({"kind": "runtime_validation", **run, "commit": None, "versions": {},

@@ -21,9 +21,9 @@ active tiles, so the two tilings must agree). A block_mask is (T_r, T_c) of one 
 so it needs block_rows and block_cols.
 k, v may have N_k != N rows and window=(left, right) a local window (as gpu.attention:
 bottom-right aligned) with every algorithm: the forwards take them, and the backward runs
-fa2's kernels as for N_k = N (`attention_backward(kernel='auto')`: the tensor-core one
-for fp16 / bf16 where it runs the tiling, else the fast, else the plain one), fa1's and
-standard's plain kernels. A query row that sees no key gets O = 0 and dQ = 0 (fa1's backward is
+fa2's fast kernel where it supports the tiling, else the plain one
+(`attention_backward(kernel='auto')`, which runs the tensor-core one on these problems
+only by name: gpu/backward/flash.py says why), fa1's and standard's plain kernels. A query row that sees no key gets O = 0 and dQ = 0 (fa1's backward is
 given l = 0 there: P = 0).
 """
 from __future__ import annotations

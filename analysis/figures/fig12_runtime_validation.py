@@ -218,10 +218,8 @@ def _stat_line(data):
             what = "held out" if data["stats"].get((g, "heldout")) else "cross-validated"
             parts.append(f"{g.split('-')[0]} {what} ({s['n']}): |error| median "
                          f"{100 * s['median_abs']:.1f} %, worst {100 * s['worst_abs']:.0f} %")
-    for key, what in ((("H100-SXM", "blind"), "H100 blind"), (("H100-SXM", "blind2"), "H100 blind 2"),
-                      (("H200", "blind2"), "H200 blind 2"), (("H100-SXM", "blind3"), "H100 blind 3"),
-                      (("H200", "blind3"), "H200 blind 3"), (("H100-SXM", "blind4"), "H100 blind 4"),
-                      (("H200", "blind4"), "H200 blind 4")):
+    for key in (k for k in CLASSES if k[1].startswith("blind")):   # each blind set, in order
+        what = f"{key[0].split('-')[0]} {key[1].replace('blind', 'blind ').strip()}"
         s = data["stats"].get(key)
         if s:
             parts.append(f"{what}, frozen predictions ({s['n']}): |error| median "

@@ -605,9 +605,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     `gpu.backward.standard_tc`, the default there): 'tc' (fp16 or bf16 on the tensor
     cores, `gpu.backward.fa2_tc`; a GPU), 'fast' (register-tiled on the CUDA cores,
     `gpu.backward.fa2_fast`), 'plain' (this module's), or 'auto' (default): for fp16 and
-    bf16 'tc' where it runs the configuration (its own default tiling
-    `fa2_tc.default_tiling(d, causal)` when none is given), else 'fast' where it supports
-    the tiling and thread count, else 'plain'. An explicit 'tc' or 'fast' that cannot run is a ValueError saying
+    bf16 with N_k = N and no window 'tc' where it runs the configuration (its own default
+    tiling `fa2_tc.default_tiling(d, causal)` when none is given), else 'fast' where it
+    supports the tiling and thread count, else 'plain'. An explicit 'tc' or 'fast' that cannot run is a ValueError saying
     why. The schedule, hence the ledger, is the same for all three.
     poison: fill the gradients and intermediate buffers with NaN before the kernels run,
     so that an element a kernel failed to write shows (validation); default: the
