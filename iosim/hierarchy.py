@@ -473,6 +473,9 @@ def _partial_layers(order, dense, nb, foot, d_prev):
     tile is taken as the chain sum S_k - S_m - foot[m], S the running sum of d_prev and
     the accesses' own footprints (an upper bound of the distinct bytes between them)."""
     n = order.shape[0]
+    # room enough: an access gives at most one layer per stack entry it pops (extents up
+    # to its own), one for the first larger entry below them, which completes its extent,
+    # and one for bytes never touched; each access is pushed once: at most 3 n layers
     out_k = np.empty(4 * n + 16, np.int64)
     out_b = np.empty(4 * n + 16)
     out_d = np.empty(4 * n + 16)
@@ -496,15 +499,13 @@ def _partial_layers(order, dense, nb, foot, d_prev):
             while covered < nb[k] and i >= 0:
                 if st_nb[i] > covered:
                     hi = min(st_nb[i], nb[k])
-                    if cnt >= out_k.shape[0]:
-                        break
                     out_k[cnt] = k
                     out_b[cnt] = hi - covered
                     out_d[cnt] = max(S - st_S[i] - st_f[i], 0.0)
                     cnt += 1
                     covered = hi
                 i -= 1
-            if covered < nb[k] and cnt < out_k.shape[0]:
+            if covered < nb[k]:
                 out_k[cnt] = k
                 out_b[cnt] = nb[k] - covered
                 out_d[cnt] = -1.0

@@ -90,3 +90,21 @@ def test_levels_counts_local_memory_of_the_spilling_tc_build():
     b = levels("fa2", p, "H100-SXM", kernel="fast",
                model=dataclasses.replace(FITTED, local_memory=False))
     assert a["dram_read_bytes"] == pytest.approx(b["dram_read_bytes"])
+
+
+
+def test_partial_layers_stay_within_their_room():
+    """_partial_layers writes its layers into arrays of 4 n + 16 without bounds checks
+    (Numba): the argument in its comment bounds them by 3 n. Random and adversarial
+    streams (extents falling step by step, then jumping above all of them) stay within it."""
+    from iosim.hierarchy import _partial_layers
+    rng = np.random.default_rng(0)
+    for trial in range(150):
+        n = int(rng.integers(1, 400))
+        dense = np.sort(rng.integers(0, 1 + n // int(rng.integers(1, 40)), n)).astype(np.int64)
+        extents = (rng.random(n) * 100,                                     # random
+                   np.arange(n, 0, -1.0) % 21 + (np.arange(n) % 21 == 20) * 100,  # saw
+                   rng.integers(1, 5, n) * 1.0)[trial % 3]                  # few sizes
+        order = np.lexsort((np.arange(n), dense)).astype(np.int64)
+        k, b, d = _partial_layers(order, dense, extents, np.ones(n), rng.random(n) * 10)
+        assert k.size <= 3 * n and (b > 0).all()
