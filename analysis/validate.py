@@ -23,7 +23,8 @@ from analysis import results
 from analysis.validation_configs import (LEVELS_BLIND, LEVELS_BLIND2, LEVELS_BLIND3,
                                          LEVELS_BLIND4, LEVELS_FP32_FAST, LEVELS_NEW, RUNTIME,
                                          RUNTIME_BLIND, RUNTIME_BLIND2, RUNTIME_BLIND3,
-                                         RUNTIME_BLIND4, RUNTIME_DEV3, family_of, levels_split)
+                                         RUNTIME_BLIND4, RUNTIME_DEV3, family_of, levels_split,
+                                         LEVELS_BLIND5, RUNTIME_BLIND5, RUNTIME_DEV5)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: measured after the L2 model was frozen (c9b0b77) and never fitted on: the blind set and
@@ -36,7 +37,8 @@ LEVELS_BLIND_SETS = {
     "levels_blind": (LEVELS_BLIND, "blind", RUNS / "levels-blind-predictions" / "predictions.json"),
     "levels_blind2": (LEVELS_BLIND2, "blind2", RUNS / "levels-blind2-predictions" / "predictions.json"),
     "levels_blind3": (LEVELS_BLIND3, "blind3", RUNS / "levels-blind3-predictions" / "predictions.json"),
-    "levels_blind4": (LEVELS_BLIND4, "blind4", RUNS / "levels-blind4-predictions" / "predictions.json")}
+    "levels_blind4": (LEVELS_BLIND4, "blind4", RUNS / "levels-blind4-predictions" / "predictions.json"),
+    "levels_blind5": (LEVELS_BLIND5, "blind5", RUNS / "levels-blind5-predictions" / "predictions.json")}
 RUNTIME_BLIND_SETS = {
     "runtime_blind": (RUNTIME_BLIND, "blind", RUNS / "runtime-blind-predictions" / "predictions.json"),
     "runtime_blind2": (RUNTIME_BLIND2, "blind2",
@@ -44,8 +46,10 @@ RUNTIME_BLIND_SETS = {
     "runtime_blind3": (RUNTIME_BLIND3, "blind3",
                        RUNS / "runtime-blind3-predictions" / "predictions.json"),
     "runtime_blind4": (RUNTIME_BLIND4, "blind4",
-                       RUNS / "runtime-blind4-predictions" / "predictions.json")}
-BLIND_SPLITS = ("blind", "blind2", "blind3", "blind4")
+                       RUNS / "runtime-blind4-predictions" / "predictions.json"),
+    "runtime_blind5": (RUNTIME_BLIND5, "blind5",
+                       RUNS / "runtime-blind5-predictions" / "predictions.json")}
+BLIND_SPLITS = ("blind", "blind2", "blind3", "blind4", "blind5")
 
 
 def model_version() -> str:
@@ -321,12 +325,13 @@ SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split="new", split3="new"
 #: then, each with its split3 tag: the first blind set (scored against its frozen
 #: predictions: the split "blind" rows of runtime_validation), the second (frozen model
 #: d7c7db6, split "blind2" rows), the third (frozen model 1e821c2, split "blind3"
-#: rows) and the fourth (frozen model 972eff4, split "blind4" rows), each taken as
-#: development rows once scored; and the seventh session's development rows
-#: (RUNTIME_DEV3, declared before measuring)
+#: rows), the fourth (frozen model 972eff4, split "blind4" rows) and the fifth (split
+#: "blind5" rows), each taken as development rows once scored; and the seventh and ninth
+#: sessions' development rows (RUNTIME_DEV3, RUNTIME_DEV5, declared before measuring)
 for _configs, _tag in ((RUNTIME_BLIND, "blind1"), (RUNTIME_BLIND2, "blind2"),
                        (RUNTIME_DEV3, "dev3"), (RUNTIME_BLIND3, "blind3"),
-                       (RUNTIME_BLIND4, "blind4")):
+                       (RUNTIME_BLIND4, "blind4"), (RUNTIME_DEV5, "dev5"),
+                       (RUNTIME_BLIND5, "blind5")):
     SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3=_tag)
                      for c in _configs if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS
@@ -425,7 +430,7 @@ def runtime_rows(model=None, data=None, cv: bool = True) -> list[dict]:
 #: summary splits: which error field of which rows
 SUMMARY_SPLITS = {"cv": "cv_rel_error", "heldout3": "heldout3_rel_error", "fit": "rel_error",
                   "heldout": "rel_error", "blind": "rel_error", "blind2": "rel_error",
-                  "blind3": "rel_error", "blind4": "rel_error"}
+                  "blind3": "rel_error", "blind4": "rel_error", "blind5": "rel_error"}
 
 
 def runtime_summary(rows, split_field="split") -> list[dict]:
@@ -666,9 +671,8 @@ def _main(argv=None) -> int:
                                      "runtime-blind-predict"))
     ap.add_argument("measured", nargs="?")
     ap.add_argument("--set", default=None, metavar="NAME",
-                    help="the blind set: levels_blind (default), levels_blind2, levels_blind3 or "
-                         "levels_blind4 for the levels commands, runtime_blind (default), "
-                         "runtime_blind2, runtime_blind3 or runtime_blind4 for the runtime ones")
+                    help="the blind set: levels_blind (default) ... levels_blind5 for the levels "
+                         "commands, runtime_blind (default) ... runtime_blind5 for the runtime ones")
     ap.add_argument("--predictions", default=None,
                     help="the frozen predictions file (default: the set's own)")
     ap.add_argument("--out", default=None, help="levels-blind: JSONL file for the blind rows")

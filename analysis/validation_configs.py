@@ -557,6 +557,128 @@ LEVELS_BLIND4 = [dict(c, split="blind") for c in [
 ]]
 
 
+#: Development rows of the ninth session (2026-11-27), declared before measuring: times and
+#: Nsight Compute counters where the frozen form 7 misses most on the H100 (the plain fa2's
+#: causal grids, the tensor-core backward at d = 128 causal beside non-causal at one shape,
+#: fa2_tc's small grids, the fast standard's causal forward, the fast fa2 backward's causal
+#: grid). Fitted on (they are not blind).
+RUNTIME_DEV5 = [dict(c, split="dev5") for c in [
+    cfg(F, "fa2", "plain", "fp32", 2, 16, 1536, 64, causal=True, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp16", 1, 16, 3 * K, 64, causal=True, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp32", 1, 8, 4 * K, 64, causal=True, tiles=(32, 32)),
+    cfg(F, "fa2", "plain", "fp32", 1, 12, 3 * K, 64, tiles=(64, 64)),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 3 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 3 * K, 128),
+    cfg(B, "fa2", "tc", "fp16", 1, 8, 8 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 8, 8 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 2, 16, 1536, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 1 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 4, 8, 2 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 3 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 16, 3 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 8, 6 * K, 64, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 3 * K, 64, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 3 * K, 64),
+]]
+
+#: The hierarchy model's development rows of the ninth session (same declaration): the
+#: non-causal fa2_tc K/V re-read transition at other batch x heads, d and N than the
+#: b1 h16 d64 sweep, and fa1's O / l / m write-backs near L2 capacity. Fitted on.
+LEVELS_DEV5 = [dict(c, split="dev5") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 96 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 40 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 2, 8, 56 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 72 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 48 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 80 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 1, 20, 4 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 32, 3 * K, 64, causal=True),
+    cfg(F, "fa1", "default", "fp32", 1, 12, 4 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 28, 3 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 5 * K, 128),
+]]
+
+
+#: Fifth blind sets, declared 2026-11-27 (ninth session) before any of them was measured
+#: and before either model was changed that session; the rules of RUNTIME_BLIND (never
+#: fitted on, never used to choose a form; each model frozen and its predictions committed
+#: before the measured rows are read). Every default kernel family and the plain fa2
+#: forward and backward, at shapes in no earlier set, in the proportions of the fourth.
+RUNTIME_BLIND5 = [dict(c, split="blind") for c in [
+    # fa2 forward, tensor cores
+    cfg(F, "fa2", "tc", "fp16", 1, 20, 13 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 2, 16, 5 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 24, 8 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 12 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 10 * K, 64, kv_heads=4),
+    cfg(F, "fa2", "tc", "fp16", 4, 12, 2 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 28 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 3 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "tc", "fp16", 2, 8, 1 * K, 128),
+    # fa2 forward, fast fp32
+    cfg(F, "fa2", "fast", "fp32", 1, 12, 6 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 2, 8, 3 * K, 128, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 1, 32, 3 * K, 64, kv_heads=8),
+    cfg(F, "fa2", "fast", "fp32", 2, 12, 4 * K, 64, causal=True),
+    # fa2 forward, plain
+    cfg(F, "fa2", "plain", "fp16", 2, 8, 2 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp32", 1, 12, 2 * K, 64, causal=True, tiles=(64, 64)),
+    # fa1 forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "fa1", "tc", "fp16", 1, 12, 5 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 2, 16, 3 * K, 64, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 1, 24, 3 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 2, 12, 2 * K, 128, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 12, 4 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 8, 3 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 1, 24, 2 * K, 64, causal=True),
+    # standard forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "standard", "tc", "fp16", 1, 12, 5 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 2, 8, 3 * K, 128),
+    cfg(F, "standard", "tc", "fp16", 1, 24, 3 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 2, 8, 3 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 20, 2 * K, 128),
+    cfg(F, "standard", "fast", "fp32", 1, 12, 4 * K, 64, causal=True),
+    # fa2 backward: tensor cores (fp16), fast (fp32), plain
+    cfg(B, "fa2", "tc", "fp16", 1, 12, 8 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 24, 3 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 2, 12, 4 * K, 64, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 2, 16, 3 * K, 128),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 6 * K, 64, kv_heads=4),
+    cfg(B, "fa2", "fast", "fp32", 2, 8, 3 * K, 64),
+    cfg(B, "fa2", "fast", "fp32", 1, 12, 4 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 24, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp32", 1, 12, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp16", 2, 8, 1 * K, 128),
+    # standard backward: tensor cores (fp16), plain (fp32)
+    cfg(B, "standard", "tc", "fp16", 2, 8, 3 * K, 128),
+    cfg(B, "standard", "tc", "fp16", 1, 20, 3 * K, 64, causal=True),
+    cfg(B, "standard", "tc", "fp16", 2, 24, 2 * K, 64),
+    cfg(B, "standard", "default", "fp32", 3, 8, 2 * K, 64, causal=True),
+]]
+
+#: The hierarchy model's fifth blind set (same rules): the fa2 tensor-core forward's K/V
+#: re-read regime, fa1 near capacity, and a cover of the other default kernels, at shapes
+#: not measured before.
+LEVELS_BLIND5 = [dict(c, split="blind") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 44 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 64 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 24, 40 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 18 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 24 * K, 64, kv_heads=8),
+    cfg(F, "fa2", "tc", "fp16", 2, 16, 24 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 8, 20 * K, 64),
+    cfg(F, "fa2", "plain", "fp16", 1, 16, 6 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa1", "tc", "fp16", 1, 36, 4 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 24, 6 * K, 64, causal=True),
+    cfg(F, "fa1", "default", "fp32", 1, 24, 3 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 32, 3 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 8, 24 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 14 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 6 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 1, 28, 3 * K, 64),
+]]
+
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -645,7 +767,9 @@ SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
         "runtime_dev3": RUNTIME_DEV3, "levels_dev3": LEVELS_DEV3,
         "runtime_blind3": RUNTIME_BLIND3, "levels_blind3": LEVELS_BLIND3,
         "runtime_dev4": RUNTIME_DEV4, "runtime_blind4": RUNTIME_BLIND4,
-        "levels_blind4": LEVELS_BLIND4}
+        "levels_blind4": LEVELS_BLIND4, "runtime_dev5": RUNTIME_DEV5,
+        "levels_dev5": LEVELS_DEV5, "runtime_blind5": RUNTIME_BLIND5,
+        "levels_blind5": LEVELS_BLIND5}
 
 
 def family_of(c: dict) -> str:
@@ -661,4 +785,5 @@ def family_of(c: dict) -> str:
 
 __all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME_BLIND2", "LEVELS_BLIND2",
            "RUNTIME_DEV3", "LEVELS_DEV3", "RUNTIME_BLIND3", "LEVELS_BLIND3",
-           "RUNTIME_DEV4", "RUNTIME_BLIND4", "LEVELS_BLIND4", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+           "RUNTIME_DEV4", "RUNTIME_BLIND4", "LEVELS_BLIND4",
+           "RUNTIME_DEV5", "LEVELS_DEV5", "RUNTIME_BLIND5", "LEVELS_BLIND5", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
