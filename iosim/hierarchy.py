@@ -32,7 +32,9 @@ during it (measured: fa2 at N=4096 wrote 2 of its 8 MB of O to DRAM inside the k
 Footprints (L2Model.replicate): the H100's L2 is two partitions; a line read by SMs of
 both is cached in both, so a tile many CTAs share counts shared_footprint (at most twice)
 its bytes against C, a tile one CTA touches private_footprint times; with home_written,
-written bytes (stores, atomics) count once, in their home partition.
+written bytes (stores, atomics) count once, in their home partition. (Fitted: x1.75 in v4,
+x1.4 in v5 / v6, x1.2 in v7: the far copies of clean shared lines are dropped sooner than
+their home copies, so a shared K/V stream fills the cache at little more than its bytes.)
 
 End of kernel (L2Model.drain_fraction): the dirty lines still resident when the kernel
 ends are written back as it retires, and Nsight Compute's DRAM counters see the first
