@@ -931,6 +931,11 @@ FITTED_V7 = replace(FITTED_V6, shared_footprint=1.2, drain_fraction=0.1)
 #: write median on the H200 grows (1.74 % -> 2.34 %: the footprint 1.3 evicts more of the
 #: small rows' O, +1 to +4 points inside the 16 MB floor). Speed: 1,000 configurations in
 #: 82.9 s (v7: 83.5 s, one process; benchmarks/model_speed.py --levels).
+#: Tried and dropped (with v8's constants): the lag at every fa2 forward (causal and the
+#: fast fp32 kernel too; above): 155-167 H100 rows; private_associativity 16 / 32 (a
+#: softer edge for fa1's private O, l, m round trips): 172 / 173 H100 rows, H200 93 / 96;
+#: dirty_fraction 0.3 / 0.35 (fa1's writes, under by 30-86 % near 0.55-0.75 of the L2):
+#: 166 / 172, H200 94 / 95.
 FITTED_V8 = replace(FITTED_V7, shared_footprint=1.3, sweep_lag=0.35)
 FITTED = FITTED_V8
 #: the previous FITTED models (for comparisons): v6 (FITTED_V6, above: the fourth blind
