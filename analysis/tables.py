@@ -312,7 +312,8 @@ def table_levels_validation(data=None) -> str:
     note = (f"L2 model: C = {m.get('capacity_fraction')} x L2, {m.get('associativity')} ways, "
             f"shared tiles x{m.get('shared_footprint', 2.0)}, private x"
             f"{m.get('private_footprint', 1.0)}, dirty data <= {m.get('dirty_fraction', 0.0)} x L2, "
-            f"end-of-kernel drain <= {m.get('drain_fraction', 0.0)} x L2; "
+            f"end-of-kernel drain <= {m.get('drain_fraction', 0.0)} x L2, "
+            f"wave lag {m.get('sweep_lag', 0.0)} x sweep; "
             if rows else "")
     return "\n".join(lines) + "\n" + _source("levels_validation", rows, note)
 

@@ -83,7 +83,9 @@ def _write_jsonl(path, rows: list[dict]) -> Path:
 
 
 def _stats(errs):
-    e = np.abs(np.asarray(errs, dtype=float))
+    """n, median and worst |error|; None (no measured bytes: no relative error, e.g. a
+    pass that wrote nothing to DRAM) is left out."""
+    e = np.abs(np.asarray([x for x in errs if x is not None], dtype=float))
     return {"n": int(e.size), "median": float(np.median(e)) if e.size else None,
             "worst": float(e.max()) if e.size else None}
 

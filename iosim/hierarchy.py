@@ -32,7 +32,9 @@ during it (measured: fa2 at N=4096 wrote 2 of its 8 MB of O to DRAM inside the k
 Footprints (L2Model.replicate): the H100's L2 is two partitions; a line read by SMs of
 both is cached in both, so a tile many CTAs share counts shared_footprint (at most twice)
 its bytes against C, a tile one CTA touches private_footprint times; with home_written,
-written bytes (stores, atomics) count once, in their home partition.
+written bytes (stores, atomics) count once, in their home partition. (Fitted: x1.75 in v4,
+x1.4 in v5 / v6, x1.2 in v7: the far copies of clean shared lines are dropped sooner than
+their home copies, so a shared K/V stream fills the cache at little more than its bytes.)
 
 End of kernel (L2Model.drain_fraction): the dirty lines still resident when the kernel
 ends are written back as it retires, and Nsight Compute's DRAM counters see the first
@@ -53,6 +55,15 @@ overflow the L1 re-reads its frame from L2 at every step and rewrites it
 (`sweep_kernel`'s local_frame_bytes; per-kernel frames in `analysis.levels.LOCAL`). The
 frame of each SM slot is one tile; its distance is the other slots' frames and the shared
 tiles in between, so frames larger than the dirty cap are cleaned to DRAM every step.
+
+The wave's lagging part (L2Model.sweep_lag, v8): CTAs that start together do not stay
+in step; in the non-causal fa2 forward with two or more CTAs per SM, each cohort's sweep
+is read a second time sweep_lag x its length later. Where a wave sweeps the K/V of two
+heads (the end of one, the start of the next: every wave of a multi-head grid whose head
+needs more than one wave) the bytes between the two reads are about 2 x lag x two heads'
+K/V, and past C the lagging part fetches each tile again: about two DRAM fetches per tile
+and wave far past capacity, as measured (1.75-2.2 per wave at 3-5 waves a head, where v7
+made one); a single head's wave (h = 1) sees half that distance.
 
 Background writes (L2Model.background_write_rate, v6): the counters see DRAM writes that
 grow with the kernel's duration (21-25 MB/s on the H100 and the H200, whatever the
@@ -148,6 +159,15 @@ class L2Model:
         False (v5): the coarse tile's later full access hits on the partial one, and the
         rest of the group's bytes are lost (the causal fa2 forward's sweeps
         under-predicted by up to 20 %).
+    sweep_lag: the lagging part of a wave (v8; 0: off): in the sweeps of the fa2 forward
+        where two or more CTAs share an SM and all sweeps have the same length (not
+        causal), each cohort of CTAs that start together is taken as a leading and a
+        lagging part, the lagging one reading each K/V tile again sweep_lag x the sweep's
+        length later (`sweep_kernel`'s lag). The re-read hits while the bytes touched in
+        between (2 x lag x the K/V of every head the wave sweeps: one head, or the end of
+        one and the start of the next) fit in C, and misses (a second DRAM fetch of the
+        tile in that wave) beyond; its access also leaves each tile more recent, so the next
+        wave's reuse distance is shorter (the first passes past capacity fetch less).
     background_write_rate: DRAM writes (bytes per second of kernel time) that the
         counters see beside the kernel's own write-backs (`analysis.levels` adds
         rate x the time model's predicted duration of each launch). Measured: the
@@ -176,6 +196,7 @@ class L2Model:
     dirty_associativity: int = 0
     partial_refetch: bool = False
     background_write_rate: float = 0.0
+    sweep_lag: float = 0.0
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
@@ -195,6 +216,8 @@ class L2Model:
                              f"refetch_capacity={self.refetch_capacity!r} > 0")
         if self.background_write_rate < 0:
             raise ValueError(f"background_write_rate={self.background_write_rate!r} must be >= 0")
+        if not 0 <= self.sweep_lag <= 1:
+            raise ValueError(f"sweep_lag={self.sweep_lag!r} must be in [0, 1]")
         if self.max_accesses < 1000:
             raise ValueError(f"max_accesses={self.max_accesses!r} must be >= 1000")
 
@@ -578,7 +601,7 @@ def _coarse(total_steps: int, budget: int) -> int:
 def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, step_wr=False,
                  step_write_bytes=None, step_private_bytes=0.0, pre_bytes=0.0,
                  pre_shared=None, pre_shared_bytes=0.0, post_bytes=0.0, frame_bytes=0.0,
-                 local_frame_bytes=0.0, local_write_bytes=0.0,
+                 local_frame_bytes=0.0, local_write_bytes=0.0, lag=0.0,
                  slots: int, budget: int, n_seq: int):
     """CTAs (arrays over CTAs, in launch order) that each sweep tiles lo..hi-1 of their
     group's shared sequence (n_seq tiles per group), one per time step.
@@ -593,6 +616,10 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
     slot writes the same addresses: the frame is one tile per slot (a cohort of CTAs that
     start together: one tile of their bytes, named by their first slot), reaching DRAM
     only if evicted or cleaned before the slot's next CTA rewrites it.
+    lag: the wave's lagging part (L2Model.sweep_lag, v8): each shared tile of a cohort's
+    sweep is read again lag x the cohort's sweep length later (rounded to half steps); 0:
+    off. The coarsening budget then counts the sweep twice (distances are quantised to
+    groups twice as long), so the simulated accesses stay within `budget`.
     local_frame_bytes / local_write_bytes: a build whose local memory overflows the L1
     (the resident CTAs' frames exceed the L1 left beside shared memory) re-reads its frame
     from L2 at every step (local_frame_bytes per CTA: the distinct bytes, threads x the
@@ -615,7 +642,7 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
     mult = counts.astype(np.float64)            # CTAs per cohort (private bytes add up)
     g, l, h, s0 = group[first], lo[first], hi[first], start[first]
     st = np.maximum(h - l, 0)
-    q = _coarse(int(st.sum()), budget)
+    q = _coarse(int(st.sum()) * (2 if lag > 0 else 1), budget)
     m = len(first)
     # private pre / post
     stream.add(s0, stream.ids(m), mult * pre_bytes, True, False)
@@ -644,6 +671,10 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
     wbytes = step_bytes if step_write_bytes is None else step_write_bytes
     stream.add(tmid, g[cta] * ncoarse + cidx + (1 << 40), cnt * step_bytes, step_rd, step_wr,
                wb=cnt * wbytes, shared=True)
+    if lag > 0:
+        # the cohort's lagging part reads each tile again lag x its sweep later
+        stream.add(tmid + np.round(2.0 * lag * st[cta]) / 2.0, g[cta] * ncoarse + cidx + (1 << 40),
+                   cnt * step_bytes, step_rd, step_wr, wb=cnt * wbytes, shared=True)
     if step_private_bytes:
         stream.add(tmid, stream.ids(cidx.size), cnt * mult[cta] * step_private_bytes, True, False)
     if local_frame_bytes:
@@ -652,8 +683,8 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
         stream.add(tmid, first_slot[cta] + (8 << 40), fb, True, local_write_bytes > 0, w=cnt,
                    wb=mult[cta] * min(local_write_bytes, local_frame_bytes),
                    selfd=fb - local_frame_bytes)
-        return m + 2 * cidx.size
-    return m + cidx.size
+        return m + (3 if lag > 0 else 2) * cidx.size
+    return m + (2 if lag > 0 else 1) * cidx.size
 
 
 def tile_kernel(stream: Stream, *, a_blk, a_bytes, b_blk, b_bytes, out_bytes, slots: int):
