@@ -610,19 +610,54 @@ def predict_launch(f: dict, m: RuntimeModel, hw) -> dict:
             "share": share, "binds": max(tt, key=tt.get), "imbalance": imb}
 
 
+def _levels_without_background(algorithm, problem, hw, pass_, kernel, tiling, c=None):
+    """`analysis.levels.levels` (or `predict_row` of config c) with the L2 model's
+    background DRAM writes left out, and that model's background_write_rate: the caller
+    adds the background bytes from its own time prediction (`_with_background`), so a
+    pass is predicted once (levels' `_add_background_writes` would run a nested time
+    prediction of its own)."""
+    from dataclasses import replace
+    from analysis.levels import FITTED, levels, predict_row
+    quiet = replace(FITTED, background_write_rate=0.0)
+    lv = predict_row(c, hw, model=quiet) if c is not None else \
+        levels(algorithm, problem, hw, pass_=pass_, kernel=kernel, tiling=tiling, model=quiet)
+    return lv, FITTED.background_write_rate
+
+
+def _with_background(feats: list[dict], ms: list[float], rate: float) -> list[dict]:
+    """The launch features with `analysis.levels`' background DRAM writes added: rate
+    (bytes/s) x each launch's predicted time `ms` (what `levels._add_background_writes`
+    adds to each kernel's dram_write_bytes; only B_dram and B_dram_write read them)."""
+    out = []
+    for f, m in zip(feats, ms):
+        extra = rate * m / 1e3
+        out.append(dict(f, B_dram=f["B_dram"] + extra,
+                        B_dram_write=f.get("B_dram_write", 0.0) + extra))
+    return out
+
+
 def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fwd",
             kernel: str = "auto", tiling: Tiling | None = None, model: RuntimeModel | None = None,
             levels_result: dict | None = None) -> dict:
-    """Predicted kernel time (ms) of one pass with the per-launch breakdown."""
-    from analysis.levels import levels
+    """Predicted kernel time (ms) of one pass with the per-launch breakdown.
+    Without levels_result, the levels are computed here without the L2 model's background
+    DRAM writes, and those are added from this prediction's own launch times (the same
+    bytes `analysis.levels.levels` adds, from one time prediction instead of two)."""
     hw = get_hardware(gpu) if isinstance(gpu, str) else gpu
     m = model or RuntimeModel.load()
+    rate = 0.0
     try:
-        lv = levels_result or levels(algorithm, problem, hw, pass_=pass_, kernel=kernel,
-                                     tiling=tiling)
+        if levels_result is not None:
+            lv = levels_result
+        else:
+            lv, rate = _levels_without_background(algorithm, problem, hw, pass_, kernel, tiling)
     except ValueError as e:
         raise ValueError(f"the time model cannot predict this pass: {e}") from e
-    launches = [predict_launch(f, m, hw) for f in launch_features(problem, lv, hw)]
+    feats = launch_features(problem, lv, hw)
+    launches = [predict_launch(f, m, hw) for f in feats]
+    if rate > 0:
+        feats = _with_background(feats, [x["predicted_ms"] for x in launches], rate)
+        launches = [predict_launch(f, m, hw) for f in feats]
     return {"predicted_ms": sum(x["predicted_ms"] for x in launches), "launches": launches,
             "constants": {"e": m.e, "e_l2": m.e_l2, "e_dram": m.e_dram,
                           "t_launch_ms": m.t_launch_ms, "w_sat": m.w_sat, "e_local": m.e_local,
@@ -638,10 +673,15 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
 # ---------------------------------------------------------------------------------------
 def row_features(row: dict, gpu: str) -> tuple[list[dict], list[float]]:
     """(launch features, measured ms per launch in the same order) of a runtime row."""
-    from analysis.levels import predict_row, problem_of
+    from analysis.levels import problem_of
     c = row["config"]
-    lv = predict_row(c, gpu)
-    feats = launch_features(problem_of(c), lv, get_hardware(gpu))
+    hw = get_hardware(gpu)
+    lv, rate = _levels_without_background(None, None, hw, None, None, None, c=c)
+    feats = launch_features(problem_of(c), lv, hw)
+    if rate > 0:      # levels' background DRAM writes, from the constants on file
+        m = RuntimeModel.load()
+        feats = _with_background(feats, [predict_launch(f, m, hw)["predicted_ms"] for f in feats],
+                                 rate)
     meas = row["measured"]["kernels"]
     ms = []
     for f in feats:
