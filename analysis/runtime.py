@@ -129,6 +129,17 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   grids: fa2_tc at N = 1-2K (0.03-0.27 ms, one to eight waves) was under-predicted by
   12-14 % with about 3.5-6 us missing per wave, the same per wave at one wave (b1 h16
   N 1024, 128 CTAs) and at eight (b32 h8 N 1024 causal, 2048 CTAs).
+* the tensor-core backward's lockstep phases (form 8; `_bwd_tc_lockstep`, no fitted
+  constant): where an SM holds one CTA of it, its warps pass each tile's phases together
+  (barriers around dS^T and dQ_i), so in the S^T and dP^T products (2 of the 5) each warp
+  has B_r / 8 independent accumulator fragments, warps / 4 warps a sub-partition; below
+  MMA_INFLIGHT (12) fragments in flight the tensor pipe idles in proportion:
+  W x (0.6 + 0.4 max(1, 12 / ((warps / 4) (B_r / 8)))). The causal d = 128 build (32 x 128,
+  8 warps, 1 CTA a SM: 8 in flight) takes 1.2 x its FLOPs' time; the d = 64 build
+  (64 x 128, 8 warps: 16) none; the non-causal d = 128 build (32 x 64, 4 warps, 2 CTAs a
+  SM) none: its two CTAs interleave their phases. Measured (Nsight Compute, RUNTIME_DEV5):
+  142-154 TFLOP/s for the causal 32 x 128 build against 182 for 32 x 64 and 178-183 at
+  d = 64, causal or not, with equal shared-memory bytes per MAC (0.81) and no spills.
 * kappa_o (form 7; `O_ROUNDTRIP`): Algorithm 1 re-reads O_i, rescales it and writes it
   back at every tile step (fa1_tc: fp16 -> fp32 fragments, scale, pack, 16-byte stores):
   ops += kappa_o per element of O_i per active tile (B_r d per step), at the fp32 rate.
@@ -192,6 +203,22 @@ SM), while d = 64 (64 x 128, 1 CTA per SM) runs 178-183 causal or not; no term o
 form tells those builds apart yet (their shared-memory bytes per MAC are equal, 0.81).
 The plain fa2 causal 64 x 64, the fast standard causal and the fa2_bwd_fast rows keep
 their form 7 misses.
+With RUNTIME_DEV5 joined (16 H100 passes, 405 rows; run-to-run noise about 1 %: its
+repeat run agrees within 1 %) form 8 as above scored 5-fold CV 2.7 % / 19.5 % / 371 within
+10 %, H200 2.5 % / 27.6 % / 311 of 339. Then the tensor-core backward's lockstep phases
+(above; MMA_INFLIGHT = 12 chosen, not fitted: 16 is the d = 64 build's count, which runs
+at full rate): CV 2.6 % / 19.5 % / 381 within 10 % (fa2_bwd_tc 4.0 / 15.0 %, 20 of 31 ->
+2.3 / 6.1 %, 31 of 31: the causal d = 128 rows -11...-15 % -> -2...+3 %, the non-causal
+d = 128 ones +4...+10 % -> +2...+6 %), H200 2.4 % / 29.9 % / 318 of 339 (fa2_bwd_tc
+6.5 % -> 4.0 %, 14 -> 21 of 22; the worst row is the 0.99 ms H200 measurement above).
+Tried and dropped: the plain fa2 forward's lone CTA at its SM's full rate (no w_sat share:
+b1 h12 N 3072 64 x 64 takes 44 ms against 52 at h16, so a CTA alone in the last round
+runs 1.85 x a paired one): fa2_plain CV median 5.3 -> 3.9 % but the causal 32 x 32 rows
++5 -> +16 %, worst 17 %, within 10 % 371 -> 371 overall, H200 311 -> 309; the row passes'
+steps counted per row rather than per warp (the fast standard's causal softmax takes about
+the time per row step of the plain one at 4 warps, not twice): CV 366 within 10 %, worst
+26 %. The fa2_plain, standard_fast causal, fa2_bwd_fast causal and small fa2_tc causal
+grids (b1 h8 N 3072 d 64: -19 %) keep their misses.
 """
 from __future__ import annotations
 
@@ -210,7 +237,7 @@ P_NORM = 4.0
 #: the model form the constants were fitted for (it names them in `source`)
 FORM = ("form 8 (form 7: form 6 + element-wise load rounds on the CTA path, fa1's O_i round "
         "trip per step; + a prologue / epilogue latency per wave of CTAs of the fa2 tensor-core "
-        "and fast kernels)")
+        "and fast kernels; + the tensor-core backward's lockstep phases at one CTA a SM)")
 #: kernels that only move data: their work W is their requested bytes, R the HBM peak (the
 #: row passes std_softmax, std_bwd_dS keep their family keys here; their W: ROW_PASSES)
 MEMORY_KERNELS = ("std_softmax", "std_bwd_dS", "fa2_bwd_pre", "bwd_convert", "bwd_group_sum")
@@ -445,6 +472,8 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
         smem = _fast_smem_bytes(p, t, k["threads"], kern) if kern in FAST_SMEM else 0.0
         if kern == "fa2_bwd_main":
             smem = 128.0 * nA * I * _bwd_wavefronts(t.B_r, t.B_c, d, s)
+        if kern == "fa2_bwd_tc" and k["ctas_per_sm"] == 1:
+            W *= _bwd_tc_lockstep(t.B_r, -(-k["threads"] // 32))
         rounds = miss = 0.0
         if kern in LATENCY_KERNELS:
             # fa1's step 8: Q_i, O_i element by element, one pair per thread and round, then
@@ -518,6 +547,26 @@ def _fast_smem_bytes(p: Problem, t: Tiling, threads: int, kern: str = "fa2_fast"
         pl = fa2_fast.plan(t.B_r, t.B_c, p.d, threads)
     _, _, RM, RN, DN = pl
     return 4.0 * fma * ((RM + RN) / (RM * RN) + (RM + DN) / (RM * DN))
+
+
+#: independent MMA accumulator fragments an SM sub-partition needs in flight to keep its
+#: tensor pipe busy (each behind its ldmatrix from shared memory): the d = 64 backward
+#: build (2 warps a sub-partition x B_r / 8 = 8 fragments each = 16) runs at the
+#: non-causal d = 128 build's rate (2 CTAs a SM) while the causal d = 128 build (8) does not
+MMA_INFLIGHT = 12.0
+
+
+def _bwd_tc_lockstep(B_r: int, warps: int) -> float:
+    """The tensor-core backward's work multiplier where an SM holds one CTA: its warps
+    pass the tile's phases in lockstep (barriers around dS^T and dQ_i), so in the S^T and
+    dP^T products (2 of the 5 products) each warp has only B_r / 8 independent
+    accumulator fragments (16 keys x B_r queries), warps / 4 warps a sub-partition: below
+    MMA_INFLIGHT in flight the tensor pipe idles in proportion. Two CTAs a SM (the
+    non-causal d = 128 build, 32 x 64, 4 warps) interleave their phases, and the dV / dK /
+    dQ products (d / 8 fragments) have enough: no penalty there. 32 x 128 at d = 128
+    (8 warps, 1 CTA a SM): 8 in flight, 1.2 x; 64 x 128 at d = 64: 16, none."""
+    inflight = (warps / 4.0) * (B_r / 8.0)
+    return 0.6 + 0.4 * max(1.0, MMA_INFLIGHT / inflight)
 
 
 def _bwd_wavefronts(B_r: int, B_c: int, d: int, s: int) -> float:
