@@ -219,8 +219,15 @@ runs 1.85 x a paired one): fa2_plain CV median 5.3 -> 3.9 % but the causal 32 x 
 +5 -> +16 %, worst 17 %, within 10 % 371 -> 371 overall, H200 311 -> 309; the row passes'
 steps counted per row rather than per warp (the fast standard's causal softmax takes about
 the time per row step of the plain one at 4 warps, not twice): CV 366 within 10 %, worst
-26 %. The fa2_plain, standard_fast causal, fa2_bwd_fast causal and small fa2_tc causal
-grids (b1 h8 N 3072 d 64: -19 %) keep their misses.
+26 %; t_cta's waves counted as 1 + (waves - 1) / ctas_per_sm (a later CTA's prologue
+overlapping its SM's other resident CTAs: b16 h16 N 1024 d 128 fa2_tc, 15.5 waves at 2 CTAs
+a SM, is +12 % with t_cta): CV 379 within 10 %, worst 18 %, fa2_tc 75 -> 73 of 79. The
+fa2_plain, standard_fast causal, fa2_bwd_fast causal and small fa2_tc causal grids
+(b1 h8 N 3072 d 64: -19 %: 384 CTAs in one wave, its 49-tile CTA about 2.1 us a tile alone,
+slower than the w_sat share allows) keep their misses. fa2_bwd_fast (1 CTA a SM, 8 warps):
+the simulated causal imbalance is 1.33 at 768 CTAs (+15 %), 1.21-1.23 at 1536 (+1 %) and
+1.14 at 4096 (N 16384: -12 %) against 1.18 for every non-causal grid (the w_sat share):
+the causal tail costs less than simulated on small grids and the long causal grid more.
 """
 from __future__ import annotations
 
