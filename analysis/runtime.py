@@ -121,6 +121,25 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   30 us). The fast standard's S at d = 128 (64 x 64, 128 threads: 128 rounds per CTA for
   1 MFLOP) is 3.5x its d = 64 time (128 x 128, 256 threads: 64 rounds, 2 MFLOP) for 2x
   the FLOPs.
+* t_cta (form 8; `CTA_LATENCY_KERNELS`: the fa2 tensor-core and fast fp32 forward and
+  backward): a CTA's prologue and epilogue latency (its first operand tiles, Q_i / K_j,
+  V_j, in before the first product; O_i or dK_j, dV_j out after the last), which the
+  CTAs of one wave, started together, wait at once: lat += t_cta (us, fitted) times the
+  waves ceil(CTAs / (SMs ctas_per_sm)) (the `cta_waves` feature). It weighs on small
+  grids: fa2_tc at N = 1-2K (0.03-0.27 ms, one to eight waves) was under-predicted by
+  12-14 % with about 3.5-6 us missing per wave, the same per wave at one wave (b1 h16
+  N 1024, 128 CTAs) and at eight (b32 h8 N 1024 causal, 2048 CTAs).
+* the tensor-core backward's lockstep phases (form 8; `_bwd_tc_lockstep`, no fitted
+  constant): where an SM holds one CTA of it, its warps pass each tile's phases together
+  (barriers around dS^T and dQ_i), so in the S^T and dP^T products (2 of the 5) each warp
+  has B_r / 8 independent accumulator fragments, warps / 4 warps a sub-partition; below
+  MMA_INFLIGHT (12) fragments in flight the tensor pipe idles in proportion:
+  W x (0.6 + 0.4 max(1, 12 / ((warps / 4) (B_r / 8)))). The causal d = 128 build (32 x 128,
+  8 warps, 1 CTA a SM: 8 in flight) takes 1.2 x its FLOPs' time; the d = 64 build
+  (64 x 128, 8 warps: 16) none; the non-causal d = 128 build (32 x 64, 4 warps, 2 CTAs a
+  SM) none: its two CTAs interleave their phases. Measured (Nsight Compute, RUNTIME_DEV5):
+  142-154 TFLOP/s for the causal 32 x 128 build against 182 for 32 x 64 and 178-183 at
+  d = 64, causal or not, with equal shared-memory bytes per MAC (0.81) and no spills.
 * kappa_o (form 7; `O_ROUNDTRIP`): Algorithm 1 re-reads O_i, rescales it and writes it
   back at every tile step (fa1_tc: fp16 -> fp32 fragments, scale, pack, 16-byte stores):
   ops += kappa_o per element of O_i per active tile (B_r d per step), at the fp32 rate.
@@ -161,6 +180,54 @@ fa1 rows it held down are explained by t_lat and kappa_o; an SM's share of the m
 bandwidth now seldom limits a row); it stays in the form. Not addressed: the
 fa2_bwd_tc causal / non-causal d = 128 split, plain fa2 causal 64 x 64, small fa2_tc
 grids (CV worst 13-16 %).
+
+Form 8 (the ninth session, issue 21): form 7 plus t_cta, a prologue / epilogue latency per
+wave of CTAs of the fa2 tensor-core and fast fp32 forward and backward kernels, chosen by
+the same 5-fold CV on the 389 H100 development rows (RUNTIME_DEV5 not yet joined): median
+2.8 -> 2.6 %, worst 16.1 -> 16.1 %, within 10 % 358 -> 361 rows (fa2_tc 3.1 / 14.8 % ->
+2.2 / 12.2 %, 67 -> 72 of 75; fa2_bwd_tc 5.9 -> 3.2 % median, worst 13 %; fa2_fast
+2.1 / 12.4 -> 2.2 / 11.4 %); the H200 rows (not fitted) 2.6 / 28.6 %, 294 -> 2.4 / 27.8 %,
+303 of 323 rows (the 28 % row, fa2_bwd_tc b2 h16 N 3072 d 64 causal, measured 0.99 ms on
+the H200 against 0.72 on the H100, is not a model miss). t_cta fits about 3.8 us a wave.
+Steps: t_cta on fa2_tc alone: CV 2.6 / 16.1 %, 361 rows (fa2_tc 2.3 / 11.6 %), H200
+2.5 %, 300; on fa2_tc and fa2_bwd_tc: 360 rows, H200 302; on the four kernels (kept:
+one mechanism for the kernels that share the fa2 schedule): 361, H200 303. It moves the
+non-causal d = 128 fa2_tc rows of many waves up (b16 h16 N 1024: +2 -> +12 %): the
+per-wave cost is seen in the causal and one-wave grids more than in long non-causal
+ones. Also: `predict` computes the levels without the L2 model's background DRAM writes
+and adds them from its own launch times (the pass predicted once, not twice; identical
+predictions). Not addressed (measured cause): the fa2_bwd_tc d = 128 split is its two
+builds, not causality: Nsight Compute gives 182 TFLOP/s for the non-causal 32 x 64 build
+(4 warps, 2 CTAs per SM) and 142-154 for the causal 32 x 128 one (8 warps, 1 CTA per
+SM), while d = 64 (64 x 128, 1 CTA per SM) runs 178-183 causal or not; no term of the
+form tells those builds apart yet (their shared-memory bytes per MAC are equal, 0.81).
+The plain fa2 causal 64 x 64, the fast standard causal and the fa2_bwd_fast rows keep
+their form 7 misses.
+With RUNTIME_DEV5 joined (16 H100 passes, 405 rows; run-to-run noise about 1 %: its
+repeat run agrees within 1 %) form 8 as above scored 5-fold CV 2.7 % / 19.5 % / 371 within
+10 %, H200 2.5 % / 27.6 % / 311 of 339. Then the tensor-core backward's lockstep phases
+(above; MMA_INFLIGHT not in the least-squares fit but chosen by this 5-fold CV among 10,
+12 and 14: fa2_bwd_tc median 3.2 / 2.3 / 4.5 %, worst 9.0 / 6.1 / 9.7 %; 381-382 rows
+within 10 % each: in effect one fitted constant for the one build it changes; it must stay
+at most 16, the d = 64 build's count, which runs at full rate): CV 2.6 % / 19.5 % / 381 within 10 % (fa2_bwd_tc 4.0 / 15.0 %, 20 of 31 ->
+2.3 / 6.1 %, 31 of 31: the causal d = 128 rows -11...-15 % -> -2...+3 %, the non-causal
+d = 128 ones +4...+10 % -> +2...+6 %), H200 2.4 % / 29.9 % / 318 of 339 (fa2_bwd_tc
+6.5 % -> 4.0 %, 14 -> 21 of 22; the worst row is the 0.99 ms H200 measurement above).
+Tried and dropped: the plain fa2 forward's lone CTA at its SM's full rate (no w_sat share:
+b1 h12 N 3072 64 x 64 takes 44 ms against 52 at h16, so a CTA alone in the last round
+runs 1.85 x a paired one): fa2_plain CV median 5.3 -> 3.9 % but the causal 32 x 32 rows
++5 -> +16 %, worst 17 %, within 10 % 371 -> 371 overall, H200 311 -> 309; the row passes'
+steps counted per row rather than per warp (the fast standard's causal softmax takes about
+the time per row step of the plain one at 4 warps, not twice): CV 366 within 10 %, worst
+26 %; t_cta's waves counted as 1 + (waves - 1) / ctas_per_sm (a later CTA's prologue
+overlapping its SM's other resident CTAs: b16 h16 N 1024 d 128 fa2_tc, 15.5 waves at 2 CTAs
+a SM, is +12 % with t_cta): CV 379 within 10 %, worst 18 %, fa2_tc 75 -> 73 of 79. The
+fa2_plain, standard_fast causal, fa2_bwd_fast causal and small fa2_tc causal grids
+(b1 h8 N 3072 d 64: -19 %: 384 CTAs in one wave, its 49-tile CTA about 2.1 us a tile alone,
+slower than the w_sat share allows) keep their misses. fa2_bwd_fast (1 CTA a SM, 8 warps):
+the simulated causal imbalance is 1.33 at 768 CTAs (+15 %), 1.21-1.23 at 1536 (+1 %) and
+1.14 at 4096 (N 16384: -12 %) against 1.18 for every non-causal grid (the w_sat share):
+the causal tail costs less than simulated on small grids and the long causal grid more.
 """
 from __future__ import annotations
 
@@ -177,8 +244,9 @@ from iosim.hierarchy import _schedule
 
 P_NORM = 4.0
 #: the model form the constants were fitted for (it names them in `source`)
-FORM = ("form 7 (form 6: row passes on the CUDA cores, DRAM writes at the L2 write-back rate; "
-        "+ element-wise load rounds on the CTA path, fa1's O_i round trip per step)")
+FORM = ("form 8 (form 7: form 6 + element-wise load rounds on the CTA path, fa1's O_i round "
+        "trip per step; + a prologue / epilogue latency per wave of CTAs of the fa2 tensor-core "
+        "and fast kernels; + the tensor-core backward's lockstep phases at one CTA a SM)")
 #: kernels that only move data: their work W is their requested bytes, R the HBM peak (the
 #: row passes std_softmax, std_bwd_dS keep their family keys here; their W: ROW_PASSES)
 MEMORY_KERNELS = ("std_softmax", "std_bwd_dS", "fa2_bwd_pre", "bwd_convert", "bwd_group_sum")
@@ -249,6 +317,7 @@ class RuntimeModel:
     t_round_us: float = 0.0
     t_miss_us: float = 0.0
     kappa_o: float = 0.0
+    t_cta_us: float = 0.0
 
     @classmethod
     def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
@@ -260,7 +329,7 @@ class RuntimeModel:
                    d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.1),
                    d.get("sigma", 0.0), d.get("sigma_r", 0.0), d.get("g_mem", 1.0),
                    d.get("kappa_c1", 0.0), d.get("t_round_us", 0.0),
-                   d.get("t_miss_us", 0.0), d.get("kappa_o", 0.0))
+                   d.get("t_miss_us", 0.0), d.get("kappa_o", 0.0), d.get("t_cta_us", 0.0))
 
     def save(self, path: str = CONSTANTS_PATH):
         with open(path, "w") as f:
@@ -271,7 +340,8 @@ class RuntimeModel:
                        "kappa_b": self.kappa_b, "e_dram_w": self.e_dram_w,
                        "sigma": self.sigma, "sigma_r": self.sigma_r, "g_mem": self.g_mem,
                        "kappa_c1": self.kappa_c1, "t_round_us": self.t_round_us,
-                       "t_miss_us": self.t_miss_us, "kappa_o": self.kappa_o, "source": self.source}, f, indent=1,
+                       "t_miss_us": self.t_miss_us, "kappa_o": self.kappa_o, "t_cta_us": self.t_cta_us,
+                       "source": self.source}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
 
@@ -294,6 +364,7 @@ class RuntimeModel:
                           f"  t_round = {self.t_round_us:.3f} us per element-wise load round on a CTA's path (fa1 plain / fast, fast standard)",
                           f"  t_miss = {self.t_miss_us:.3f} us more per round that misses the L2 (DRAM)",
                           f"  kappa_o = {self.kappa_o:.1f} per element of O_i a fa1 tile step re-reads and re-writes",
+                          f"  t_cta = {self.t_cta_us:.3f} us per wave of CTAs (prologue / epilogue latency: first tiles in, O out)",
                           f"  p = {P_NORM}"])
 
 
@@ -410,6 +481,8 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
         smem = _fast_smem_bytes(p, t, k["threads"], kern) if kern in FAST_SMEM else 0.0
         if kern == "fa2_bwd_main":
             smem = 128.0 * nA * I * _bwd_wavefronts(t.B_r, t.B_c, d, s)
+        if kern == "fa2_bwd_tc" and k["ctas_per_sm"] == 1:
+            W *= _bwd_tc_lockstep(t.B_r, -(-k["threads"] // 32))
         rounds = miss = 0.0
         if kern in LATENCY_KERNELS:
             # fa1's step 8: Q_i, O_i element by element, one pair per thread and round, then
@@ -427,6 +500,8 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             miss = min(1.0, k["dram_read_bytes"] / max(1.0, lv["l2_read_bytes"]))
         out.append({"name": name, "family": key, "kernel": kern, "W": float(W), "R": float(R),
                     "lat_rounds": rounds, "lat_miss": miss,
+                    "cta_waves": float(-(-k["ctas"] // (hw.sm_count * max(1, k["ctas_per_sm"]))))
+                    if kern in CTA_LATENCY_KERNELS else 0.0,
                     "o_elems": float(nA * t.B_r * d * I) if kern in O_ROUNDTRIP else 0.0,
                     "entries": entries, "backward": fam == "fa2_bwd_main",
                     "causal": bool(p.causal) and fam in ("fa2_tc", "fa2_fast", "fa2_fwd"),
@@ -451,6 +526,9 @@ ROW_OPS = 32.0
 #: kernels whose lone CTA (one per instance) loads each tile step's operands in
 #: latency-bound rounds behind a barrier (their `lat_rounds` feature, t_round each)
 LATENCY_KERNELS = ("fa1_fast", "fa1_fwd", "std_fast_S", "std_fast_PV")
+#: kernels whose CTAs wait a prologue / epilogue latency per wave (t_cta): the first
+#: operand tiles in before the first product, O_i out after the last
+CTA_LATENCY_KERNELS = ("fa2_tc", "fa2_fast", "fa2_bwd_tc", "fa2_bwd_fast")
 #: Algorithm 1's kernels: O_i re-read, rescaled and re-written at every tile step (kappa_o)
 O_ROUNDTRIP = ("fa1_tc", "fa1_fast", "fa1_fwd")
 
@@ -478,6 +556,27 @@ def _fast_smem_bytes(p: Problem, t: Tiling, threads: int, kern: str = "fa2_fast"
         pl = fa2_fast.plan(t.B_r, t.B_c, p.d, threads)
     _, _, RM, RN, DN = pl
     return 4.0 * fma * ((RM + RN) / (RM * RN) + (RM + DN) / (RM * DN))
+
+
+#: independent MMA accumulator fragments an SM sub-partition needs in flight to keep its
+#: tensor pipe busy (each behind its ldmatrix from shared memory): the d = 64 backward
+#: build (2 warps a sub-partition x B_r / 8 = 8 fragments each = 16) runs at the
+#: non-causal d = 128 build's rate (2 CTAs a SM) while the causal d = 128 build (8) does not.
+#: Chosen by 5-fold CV among 10, 12, 14 (not by the least-squares fit)
+MMA_INFLIGHT = 12.0
+
+
+def _bwd_tc_lockstep(B_r: int, warps: int) -> float:
+    """The tensor-core backward's work multiplier where an SM holds one CTA: its warps
+    pass the tile's phases in lockstep (barriers around dS^T and dQ_i), so in the S^T and
+    dP^T products (2 of the 5 products) each warp has only B_r / 8 independent
+    accumulator fragments (16 keys x B_r queries), warps / 4 warps a sub-partition: below
+    MMA_INFLIGHT in flight the tensor pipe idles in proportion. Two CTAs a SM (the
+    non-causal d = 128 build, 32 x 64, 4 warps) interleave their phases, and the dV / dK /
+    dQ products (d / 8 fragments) have enough: no penalty there. 32 x 128 at d = 128
+    (8 warps, 1 CTA a SM): 8 in flight, 1.2 x; 64 x 128 at d = 64: 16, none."""
+    inflight = (warps / 4.0) * (B_r / 8.0)
+    return 0.6 + 0.4 * max(1.0, MMA_INFLIGHT / inflight)
 
 
 def _bwd_wavefronts(B_r: int, B_c: int, d: int, s: int) -> float:
@@ -599,7 +698,8 @@ def predict_launch(f: dict, m: RuntimeModel, hw) -> dict:
     imb_m = max(1.0, imb / m.g_mem)
     blend = sum((v * (imb_m if k in ("l2", "dram") else imb)) ** P_NORM
                 for k, v in tt.items()) ** (1 / P_NORM)
-    lat = (m.t_round_us + m.t_miss_us * f.get("lat_miss", 0.0)) * 1e-3 * f.get("lat_rounds", 0.0)
+    lat = (m.t_round_us + m.t_miss_us * f.get("lat_miss", 0.0)) * 1e-3 * f.get("lat_rounds", 0.0) \
+        + m.t_cta_us * 1e-3 * f.get("cta_waves", 0.0)
     ms = m.t_launch_ms + blend + lat
     share = {k: v ** P_NORM / max(1e-300, sum(x ** P_NORM for x in tt.values()))
              * blend / max(1e-300, blend + lat) for k, v in tt.items()}
@@ -610,19 +710,54 @@ def predict_launch(f: dict, m: RuntimeModel, hw) -> dict:
             "share": share, "binds": max(tt, key=tt.get), "imbalance": imb}
 
 
+def _levels_without_background(algorithm, problem, hw, pass_, kernel, tiling, c=None):
+    """`analysis.levels.levels` (or `predict_row` of config c) with the L2 model's
+    background DRAM writes left out, and that model's background_write_rate: the caller
+    adds the background bytes from its own time prediction (`_with_background`), so a
+    pass is predicted once (levels' `_add_background_writes` would run a nested time
+    prediction of its own)."""
+    from dataclasses import replace
+    from analysis.levels import FITTED, levels, predict_row
+    quiet = replace(FITTED, background_write_rate=0.0)
+    lv = predict_row(c, hw, model=quiet) if c is not None else \
+        levels(algorithm, problem, hw, pass_=pass_, kernel=kernel, tiling=tiling, model=quiet)
+    return lv, FITTED.background_write_rate
+
+
+def _with_background(feats: list[dict], ms: list[float], rate: float) -> list[dict]:
+    """The launch features with `analysis.levels`' background DRAM writes added: rate
+    (bytes/s) x each launch's predicted time `ms` (what `levels._add_background_writes`
+    adds to each kernel's dram_write_bytes; only B_dram and B_dram_write read them)."""
+    out = []
+    for f, m in zip(feats, ms):
+        extra = rate * m / 1e3
+        out.append(dict(f, B_dram=f["B_dram"] + extra,
+                        B_dram_write=f.get("B_dram_write", 0.0) + extra))
+    return out
+
+
 def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fwd",
             kernel: str = "auto", tiling: Tiling | None = None, model: RuntimeModel | None = None,
             levels_result: dict | None = None) -> dict:
-    """Predicted kernel time (ms) of one pass with the per-launch breakdown."""
-    from analysis.levels import levels
+    """Predicted kernel time (ms) of one pass with the per-launch breakdown.
+    Without levels_result, the levels are computed here without the L2 model's background
+    DRAM writes, and those are added from this prediction's own launch times (the same
+    bytes `analysis.levels.levels` adds, from one time prediction instead of two)."""
     hw = get_hardware(gpu) if isinstance(gpu, str) else gpu
     m = model or RuntimeModel.load()
+    rate = 0.0
     try:
-        lv = levels_result or levels(algorithm, problem, hw, pass_=pass_, kernel=kernel,
-                                     tiling=tiling)
+        if levels_result is not None:
+            lv = levels_result
+        else:
+            lv, rate = _levels_without_background(algorithm, problem, hw, pass_, kernel, tiling)
     except ValueError as e:
         raise ValueError(f"the time model cannot predict this pass: {e}") from e
-    launches = [predict_launch(f, m, hw) for f in launch_features(problem, lv, hw)]
+    feats = launch_features(problem, lv, hw)
+    launches = [predict_launch(f, m, hw) for f in feats]
+    if rate > 0:
+        feats = _with_background(feats, [x["predicted_ms"] for x in launches], rate)
+        launches = [predict_launch(f, m, hw) for f in feats]
     return {"predicted_ms": sum(x["predicted_ms"] for x in launches), "launches": launches,
             "constants": {"e": m.e, "e_l2": m.e_l2, "e_dram": m.e_dram,
                           "t_launch_ms": m.t_launch_ms, "w_sat": m.w_sat, "e_local": m.e_local,
@@ -630,7 +765,7 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
                           "kappa_b": m.kappa_b, "rho": m.rho, "sigma": m.sigma,
                           "sigma_r": m.sigma_r, "g_mem": m.g_mem, "kappa_c1": m.kappa_c1,
                           "t_round_us": m.t_round_us, "t_miss_us": m.t_miss_us, "kappa_o": m.kappa_o,
-                          "p": P_NORM, "source": m.source}}
+                          "t_cta_us": m.t_cta_us, "p": P_NORM, "source": m.source}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -638,10 +773,15 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
 # ---------------------------------------------------------------------------------------
 def row_features(row: dict, gpu: str) -> tuple[list[dict], list[float]]:
     """(launch features, measured ms per launch in the same order) of a runtime row."""
-    from analysis.levels import predict_row, problem_of
+    from analysis.levels import problem_of
     c = row["config"]
-    lv = predict_row(c, gpu)
-    feats = launch_features(problem_of(c), lv, get_hardware(gpu))
+    hw = get_hardware(gpu)
+    lv, rate = _levels_without_background(None, None, hw, None, None, None, c=c)
+    feats = launch_features(problem_of(c), lv, hw)
+    if rate > 0:      # levels' background DRAM writes, from the constants on file
+        m = RuntimeModel.load()
+        feats = _with_background(feats, [predict_launch(f, m, hw)["predicted_ms"] for f in feats],
+                                 rate)
     meas = row["measured"]["kernels"]
     ms = []
     for f in feats:
@@ -674,7 +814,7 @@ SHARED_PARAMS = {"e_l2": (0.5, 0.05, 1.0), "e_dram": (0.7, 0.05, 1.0),
                  "sigma": (2000.0, 1.0, 1e6), "sigma_r": (20.0, 0.01, 1e4),
                  "g_mem": (2.0, 1.0, 132.0), "kappa_c1": (2.0, 1e-3, 200.0),
                  "t_round_us": (0.3, 1e-3, 10.0), "t_miss_us": (0.2, 1e-3, 10.0),
-                 "kappa_o": (2.0, 1e-3, 500.0)}
+                 "kappa_o": (2.0, 1e-3, 500.0), "t_cta_us": (1.0, 1e-3, 50.0)}
 
 
 def fit_data(data: list, hw, source: str = "", fixed: dict | None = None,
