@@ -151,7 +151,7 @@ def test_fig12_generate(tmp_path):
     assert len(data["points"]) == len(scored) >= 300
     assert {p["gpu"] for p in data["points"]} == {"H100-SXM", "H200"}
     # the H200 is never fitted: its rows are held out or blind (frozen predictions)
-    assert all(p["split"] in ("heldout", "blind2", "blind3", "blind4") for p in data["points"]
+    assert all(p["split"] in ("heldout",) + BLIND_SPLITS for p in data["points"]
                if p["gpu"] == "H200")
     s = data["stats"][("H100-SXM", "cv")]
     assert 0 < s["median_abs"] <= s["worst_abs"]
