@@ -256,7 +256,7 @@ def _piece(D: int) -> int:
 # ---------------------------------------------------------------------------------------
 @specialisation
 def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None,
-                      dt="fp16", window=False, dropout=False):
+                      dt="fp16", window=False, dropout=False, square=False):
     """Kernel(q, k, v, do, L, Dst, dqacc, dk, dv, scale, scale2, N, N_k, lo, hi, H, G, mask,
     counters, key0, key1, offset, thr, rp).
 
@@ -321,6 +321,12 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
     ALIGN = None if SIM else 16   # the simulator (tests' emulation) takes no alignment
     BANDED = bool(causal or window)   # the band code is in (gpu.forward._band)
     LOW = bool(window)        # the band has a lower edge lo (causal alone: lo = -inf)
+    # causal, no window, N_k = N (`square`): the band is c <= r, hi = 0 known when compiling,
+    # and the kernel tests it as it did before the band arguments existed (37df206): the
+    # same tiles, warps and entries as the band code with hi = 0, but that build (int64
+    # band arguments in the masking loop, 225 registers against 212 at d = 64) ran the
+    # causal d = 64 pass 40 % slower on an H100 (scripts/bwd_tc_ab_probe.py)
+    SQ = bool(causal and square and not window)
 
     @cuda.jit(device=True, inline=True)
     def next_tile(i, i_end, mask, j):
@@ -410,9 +416,13 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
                         p = math.exp2(st[e] * scale2 - lv)
                     if edge:
                         key = cw + 16 * mt + g + 8 * hh
-                        rel = key - (r0 + col)          # c - r: visible iff lo <= c - r <= hi
-                        if key >= N_k or (BANDED and (rel > hi or (LOW and rel < lo))):
-                            p = ZERO
+                        if SQ:
+                            if key >= N_k or key > r0 + col:
+                                p = ZERO
+                        else:
+                            rel = key - (r0 + col)      # c - r: visible iff lo <= c - r <= hi
+                            if key >= N_k or (BANDED and (rel > hi or (LOW and rel < lo))):
+                                p = ZERO
                     dpe = dp[e]
                     if dropout:                 # Algorithm 4 lines 15-19: Z by Philox
                         if (zb >> uint64(4 * nt + 2 * u + hh)) & uint64(1):
@@ -490,7 +500,9 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
         # active tiles of column j, block mask aside); none: dK_j = dV_j = 0, still written
         i_lo = 0
         i_end = (N + B_r - 1) // B_r
-        if BANDED:
+        if SQ:
+            i_lo = c0 // B_r                            # the diagonal block, then all below
+        elif BANDED:
             i_lo, i_hi = band_blocks(c0, c0 + cols - 1, N, B_r, lo, hi)
             i_end = i_hi + 1
         # ---- copy group 1: K_j, V_j (zeros past N_k); group 2: the first Q_i, dO_i ----
@@ -557,8 +569,9 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
             dso = DSTO + buf * B_r
             # the warp's keys all past N_k, or no pair of them with the tile's rows in
             # the band: its P^T is all zero, skip the products (exact)
-            if cw < N_k and (not BANDED or tile_in_band(r0, r0 + rows - 1, cw, cw_last,
-                                                        lo, hi)):
+            if cw < N_k and ((SQ and not cw > r0 + rows - 1) or
+                             (not SQ and (not BANDED or tile_in_band(r0, r0 + rows - 1, cw,
+                                                                     cw_last, lo, hi)))):
                 # ---- S^T = K_w Q_i^T, dP^T = V_w dO_i^T on the tensor cores ----
                 if KREG:
                     qk(ptr(st), ptr(kf), smp, qo, SH)
@@ -570,8 +583,11 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
                 # edge: some entry is past N_k or outside the band (c - r over the
                 # warp's tile spans cw - (r0 + rows - 1) .. cw + RK - 1 - r0; rows past
                 # N have L2 = +inf, P = 0, whatever the band)
-                edge = cw + RK > N_k or (BANDED and (cw + RK - 1 - r0 > hi or
-                                                     (LOW and cw - (r0 + rows - 1) < lo)))
+                if SQ:
+                    edge = cw + RK > N_k or cw + RK - 1 > r0
+                else:
+                    edge = cw + RK > N_k or (BANDED and (cw + RK - 1 - r0 > hi or
+                                                         (LOW and cw - (r0 + rows - 1) < lo)))
                 p_ds_mtile(st, dp, smf, 0, cw, r0, N_k, lo, hi, edge, scale2, g, qd, lso, dso,
                            z, key0, key1, offset, thr, rp)
                 if MT > 1:
@@ -633,16 +649,16 @@ def fa2_bwd_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=
             add_count(counters, IdV, WRITE, nW)
 
     name = kernel_name("fa2_bwd_tc", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                       window=bool(window), mask=has_mask, dropout=dropout, count=count,
+                       window=bool(window), sq=SQ, mask=has_mask, dropout=dropout, count=count,
                        mt=MT if MT > 1 else False, kreg=KREG, dn=DN)
     return kernel, name
 
 
 def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None, dt="fp16",
-               window=False, dropout=False):
+               window=False, dropout=False, square=False):
     """The compiled dispatcher for one specialisation (dt: "fp16" or "bf16"; window: a local
     window is given, the band's lower edge is compiled in, gpu.forward._band; dropout: the
-    dropout build)."""
+    dropout build; square: N_k = N, so a causal band without a window is compiled as c <= r)."""
     err = plan_error(B_r, B_c, d, dt, MT)
     if err:
         raise ValueError(f"fa2_bwd_tc: {err}")
@@ -652,7 +668,7 @@ def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, kreg=None, DN=None, d
                          f"padded(d)={padded(d)} (d={d})")
     return fa2_bwd_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
                              bool(count), int(MT), holds_kv(d, kreg), DN, str(dt),
-                             bool(window), bool(dropout))
+                             bool(window), bool(dropout), bool(square and causal and not window))
 
 
 def run(q3, k3, v3, do3, L2, D2, acc, dk3, dv3, scale, N, H, G, mask, counters, *, B_r, B_c,
@@ -682,7 +698,7 @@ def run(q3, k3, v3, do3, L2, D2, acc, dk3, dv3, scale, N, H, G, mask, counters, 
     windowed, lo, hi = band_args(N, N_k, bool(causal), window)
     drop = _philox.kernel_args(*(dropout or ()))
     kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, kreg, DN, dt,
-                      windowed, bool(dropout and dropout[0] > 0))
+                      windowed, bool(dropout and dropout[0] > 0), N_k == N)
     T_c = -(-N_k // B_c)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (T_c, q3.shape[0]), 32 * warps_of(B_c, MT), layout(B_r, B_c, d)["bytes"],
