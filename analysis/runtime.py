@@ -232,11 +232,21 @@ the causal tail costs less than simulated on small grids and the long causal gri
 Frozen at a8501ef and scored on the fifth blind set (RUNTIME_BLIND5, declared and measured
 before any of the above): H100 median 2.4 %, worst 28.8 %, 39 of 42 within 10 %; H200
 3.7 % / 30.4 %, 38 of 42. The worst on both chips is fa2_bwd_tc b2 h12 N 4096 d 64 causal
-(1.27 ms against 0.90 predicted): like the H200 pass above (both grids 768 CTAs, 1 CTA a
-SM), it takes 3.2 ms per 10^9 B H N^2, the non-causal cost, where other causal d = 64
-grids take 1.8-2.5; the list schedule does not show why. The set then joined the
-development rows (constants refitted, form unchanged): CV on 447 H100 rows 2.8 % / 29 % /
-420 within 10 %, H200 (never fitted) 2.7 % / 30 % / 355 of 381.
+(1.27 ms against 0.90 predicted): like the H200 pass above, it takes 3.2 ms per 10^9
+B H N^2 where the causal d = 64 rows measured before 2026-11-27 07:55 take 1.8-2.5. The
+kernel changed then: an A/B timing of the main kernel at fa03137 against today's, same
+process and inputs (run 2026-11-27-h100-bwd-tc-ab-probe), gives 0.684 -> 0.956 ms
+(b2 h16 N 3072), 0.889 -> 1.253 (b2 h12 N 4096), 3.94 -> 5.57 (b2 h16 N 8192): the band
+support of 37df206 (N_k != N_q, windows) made the causal d = 64 build 40 % slower (d = 128
+causal +3 %, non-causal +1 %). Mended in 289b8c6 (the square causal band compiled as
+before: 0.676 ms against fa03137's 0.678); the six causal fa2_bwd_tc H100 passes measured
+between were timed again with it (run 2026-11-27-h100-bwd-tc-fix-remeasure: b2 h12 N 4096
+d 64 1.269 -> 0.932 ms) and are the rows fitted on; the H200's rows of those passes
+(blind4's b2 h16 N 3072 d 64, the DEV5 and blind5 ones) still describe the slower build.
+The set then joined the
+development rows (constants refitted, form unchanged): CV on 447 H100 rows 2.8 % / 22 % /
+421 within 10 % with the re-timed tc backward rows (29 % / 420 with the slower build's),
+fa2_bwd_tc 3.0 / 7 %; H200 (never fitted) 2.7 % / 30 % / 355 of 381.
 """
 from __future__ import annotations
 
