@@ -68,8 +68,11 @@ fwd+bwd: 1.33 ms with the forward at d = 64, N = 4096, 16 heads; 1.50x torch FLA
       blocks of key block j from `band_blocks`, the warp skip and the masks on the band
       (the lower edge compiled in only with `window`). ptxas -v (sm_90, CUDA 13.0), no
       spills: d = 64 64 x 128 212 registers (causal 225, window 245, causal + window 244);
-      d = 128 32 x 64 252 (window 252), causal 32 x 128 254 (causal + window 244). Not
-      yet timed on a GPU.
+      d = 128 32 x 64 252 (window 252), causal 32 x 128 254 (causal + window 244). Timed
+      later (H100): the plain causal pass through the band code took 1.40x v1's time at
+      d = 64 (0.956 against 0.684 ms, b2 h16 N 3072; d = 128 1.03x).
+  v1c the square causal band (N_k = N, no window: `sq`) compiled as v1 had it, hi = 0
+      known when compiling: 0.676 ms against v1's 0.678 (scripts/bwd_tc_ab_probe.py).
 
 Paper names (FlashAttention-2 backward):
     B_c = 16 * MT * warps  key rows per block (block_cols); warp w owns keys 16 MT w ..
