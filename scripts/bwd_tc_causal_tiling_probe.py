@@ -23,11 +23,12 @@ CONFIGS = [c for (b, h, n) in ((1, 16, 3 * K), (1, 8, 8 * K), (2, 16, 4 * K))
                      cfg("bwd", "fa2", "tc", "fp16", b, h, n, 128))]
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def time_configs(configs, argv=None, description=__doc__):
+    """Time each configuration (analysis.hwmeasure.time_row) into --out, a row as made."""
+    ap = argparse.ArgumentParser(description=description.split("\n")[0])
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    for c in CONFIGS:
+    for c in configs:
         row = time_row(c)
         row["kind"] = "bwd_tc_tiling_probe"
         with open(a.out, "a") as f:
@@ -37,4 +38,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    time_configs(CONFIGS)

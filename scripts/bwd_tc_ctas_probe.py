@@ -6,14 +6,11 @@ neighbouring CTA counts, with non-causal twins, each pass's kernels alone as
 analysis.hwmeasure times them (CUPTI, inputs rotated), one JSON line per configuration to
 --out. The default tiling at d = 64 is 64 x 128 (T_c = N / 128 key blocks, 1 CTA per SM),
 so CTAs = batch x heads x N / 128. Not a validation set: nothing here is fitted."""
-import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from analysis.hwmeasure import time_row                       # noqa: E402
 from analysis.validation_configs import cfg                   # noqa: E402
 
 K = 1024
@@ -25,18 +22,7 @@ CONFIGS = [c for (b, h, n) in SHAPES
                      cfg("bwd", "fa2", "tc", "fp16", b, h, n, 64))]
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args(argv)
-    for c in CONFIGS:
-        row = time_row(c)
-        row["kind"] = "bwd_tc_tiling_probe"
-        with open(a.out, "a") as f:
-            f.write(json.dumps(row) + "\n")
-        print(c["id"], row["status"], row.get("tiling"),
-              row.get("measured", {}).get("measured_ms"), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bwd_tc_causal_tiling_probe import time_configs
+    time_configs(CONFIGS, description=__doc__)
