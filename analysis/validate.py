@@ -49,7 +49,11 @@ RUNTIME_BLIND_SETS = {
                        RUNS / "runtime-blind4-predictions" / "predictions.json"),
     "runtime_blind5": (RUNTIME_BLIND5, "blind5",
                        RUNS / "runtime-blind5-predictions" / "predictions.json")}
-BLIND_SPLITS = ("blind", "blind2", "blind3", "blind4", "blind5")
+#: the split each scored blind set's rows carry, in order of the sets (one per set: the
+#: levels sets use the same names)
+BLIND_SPLITS = tuple(split for _, split, _ in RUNTIME_BLIND_SETS.values())
+if BLIND_SPLITS != tuple(split for _, split, _ in LEVELS_BLIND_SETS.values()):
+    raise RuntimeError("LEVELS_BLIND_SETS and RUNTIME_BLIND_SETS must name the same splits")
 
 
 def model_version() -> str:
@@ -431,8 +435,7 @@ def runtime_rows(model=None, data=None, cv: bool = True) -> list[dict]:
 
 #: summary splits: which error field of which rows
 SUMMARY_SPLITS = {"cv": "cv_rel_error", "heldout3": "heldout3_rel_error", "fit": "rel_error",
-                  "heldout": "rel_error", "blind": "rel_error", "blind2": "rel_error",
-                  "blind3": "rel_error", "blind4": "rel_error", "blind5": "rel_error"}
+                  "heldout": "rel_error", **{split: "rel_error" for split in BLIND_SPLITS}}
 
 
 def runtime_summary(rows, split_field="split") -> list[dict]:
