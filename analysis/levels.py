@@ -1046,11 +1046,10 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
 def _add_background_writes(res: dict, problem: Problem, hw, model: L2Model):
     """DRAM writes that grow with the kernel's duration (`L2Model.background_write_rate`):
     rate x each launch's time as `analysis.runtime` predicts it from these levels before
-    this term is added (so there is no loop; a time prediction made from the returned
-    levels, as `analysis.runtime.predict` makes one, sees these bytes among its DRAM
-    writes, and thereby predicts each pass twice: the cost of keeping `levels` one
-    call). Where the time model cannot predict the pass, nothing is added and a warning
-    says so."""
+    this term is added (so there is no loop). `analysis.runtime.predict` does not call
+    this: it asks for the levels with background_write_rate 0 and adds the same bytes
+    from its own launch times, so a pass is predicted once. Where the time model cannot
+    predict the pass, nothing is added and a warning says so."""
     from analysis import runtime
     try:
         t = runtime.predict(res["algorithm"], problem, hw, pass_=res["pass"], levels_result=res)

@@ -743,13 +743,16 @@ def _levels_without_background(algorithm, problem, hw, pass_, kernel, tiling, c=
     return lv, FITTED.background_write_rate
 
 
-def _with_background(feats: list[dict], ms: list[float], rate: float) -> list[dict]:
+def _with_background(feats: list[dict], m: "RuntimeModel", hw, rate: float) -> list[dict]:
     """The launch features with `analysis.levels`' background DRAM writes added: rate
-    (bytes/s) x each launch's predicted time `ms` (what `levels._add_background_writes`
-    adds to each kernel's dram_write_bytes; only B_dram and B_dram_write read them)."""
+    (bytes/s) x each launch's time as model m predicts it without them (what
+    `levels._add_background_writes` adds to each kernel's dram_write_bytes; only B_dram
+    and B_dram_write read them). rate 0: the features as they are."""
+    if rate <= 0:
+        return feats
     out = []
-    for f, m in zip(feats, ms):
-        extra = rate * m / 1e3
+    for f in feats:
+        extra = rate * predict_launch(f, m, hw)["predicted_ms"] / 1e3
         out.append(dict(f, B_dram=f["B_dram"] + extra,
                         B_dram_write=f.get("B_dram_write", 0.0) + extra))
     return out
@@ -772,11 +775,8 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
             lv, rate = _levels_without_background(algorithm, problem, hw, pass_, kernel, tiling)
     except ValueError as e:
         raise ValueError(f"the time model cannot predict this pass: {e}") from e
-    feats = launch_features(problem, lv, hw)
+    feats = _with_background(launch_features(problem, lv, hw), m, hw, rate)
     launches = [predict_launch(f, m, hw) for f in feats]
-    if rate > 0:
-        feats = _with_background(feats, [x["predicted_ms"] for x in launches], rate)
-        launches = [predict_launch(f, m, hw) for f in feats]
     return {"predicted_ms": sum(x["predicted_ms"] for x in launches), "launches": launches,
             "constants": {"e": m.e, "e_l2": m.e_l2, "e_dram": m.e_dram,
                           "t_launch_ms": m.t_launch_ms, "w_sat": m.w_sat, "e_local": m.e_local,
@@ -796,11 +796,9 @@ def row_features(row: dict, gpu: str) -> tuple[list[dict], list[float]]:
     c = row["config"]
     hw = get_hardware(gpu)
     lv, rate = _levels_without_background(None, None, hw, None, None, None, c=c)
-    feats = launch_features(problem_of(c), lv, hw)
-    if rate > 0:      # levels' background DRAM writes, from the constants on file
-        m = RuntimeModel.load()
-        feats = _with_background(feats, [predict_launch(f, m, hw)["predicted_ms"] for f in feats],
-                                 rate)
+    # levels' background DRAM writes, from the constants on file
+    feats = _with_background(launch_features(problem_of(c), lv, hw),
+                             RuntimeModel.load() if rate > 0 else None, hw, rate)
     meas = row["measured"]["kernels"]
     ms = []
     for f in feats:
