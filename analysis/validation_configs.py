@@ -679,6 +679,124 @@ LEVELS_BLIND5 = [dict(c, split="blind") for c in [
 ]]
 
 
+#: Development rows of the tenth session (2026-11-27), declared before measuring: times
+#: where the frozen form 8 misses most in cross-validation on the H100 (the plain fa2's
+#: grids at both tilings and dtypes, the fast fa2 backward's causal grids, the fast
+#: standard's causal forward, fa2_tc's small causal grids, fa1_fast at d = 128). Fitted on.
+RUNTIME_DEV6 = [dict(c, split="dev6") for c in [
+    cfg(F, "fa2", "plain", "fp32", 1, 12, 4 * K, 64, causal=True, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp32", 1, 8, 2 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp16", 1, 12, 2 * K, 64, causal=True, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp16", 1, 12, 3 * K, 64, causal=True, tiles=(32, 32)),
+    cfg(F, "fa2", "plain", "fp32", 1, 12, 2 * K, 64, tiles=(32, 32)),
+    cfg(B, "fa2", "fast", "fp32", 1, 12, 4 * K, 64, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 8, 3 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 2, 8, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 16, 2 * K, 128, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 12, 2 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 8, 3 * K, 128, causal=True),
+    cfg(F, "standard", "fast", "fp32", 2, 12, 3 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 2 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 4, 4 * K, 64, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 8, 2 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 1, 24, 1 * K, 128),
+]]
+
+#: The hierarchy model's development rows of the tenth session (same declaration): fa1's
+#: O / l / m write-backs across its working set near L2 capacity (kernels, heads, N, causal)
+#: and the causal fa2_tc forward near N = 128K. Fitted on.
+LEVELS_DEV6 = [dict(c, split="dev6") for c in [
+    cfg(F, "fa1", "tc", "fp16", 1, 26, 4 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 44, 4 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 8 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 40, 4 * K, 64, causal=True),
+    cfg(F, "fa1", "default", "fp32", 1, 14, 4 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 20, 3 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 112 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 4, 128 * K, 128, causal=True),
+]]
+
+
+#: Sixth blind sets, declared 2026-11-27 (tenth session) before any of them was measured
+#: and before either model was changed that session; the rules of RUNTIME_BLIND (never
+#: fitted on, never used to choose a form; each model frozen and its predictions committed
+#: before the measured rows are read). The families and proportions of the fifth, at
+#: shapes in no earlier set.
+RUNTIME_BLIND6 = [dict(c, split="blind") for c in [
+    # fa2 forward, tensor cores
+    cfg(F, "fa2", "tc", "fp16", 1, 28, 6 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 2, 12, 6 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 10 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 2, 8, 8 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 24, 12 * K, 64, kv_heads=6),
+    cfg(F, "fa2", "tc", "fp16", 6, 16, 1 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 4, 32 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 5 * K, 128, tiles=(64, 64)),
+    cfg(F, "fa2", "tc", "fp16", 3, 8, 2 * K, 128),
+    # fa2 forward, fast fp32
+    cfg(F, "fa2", "fast", "fp32", 1, 20, 3 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 12, 4 * K, 128, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 2, 16, 3 * K, 64, kv_heads=4),
+    cfg(F, "fa2", "fast", "fp32", 1, 8, 6 * K, 64, causal=True),
+    # fa2 forward, plain
+    cfg(F, "fa2", "plain", "fp16", 1, 10, 3 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp32", 2, 6, 2 * K, 64, causal=True, tiles=(32, 32)),
+    # fa1 forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "fa1", "tc", "fp16", 1, 20, 6 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 12, 4 * K, 64, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 1, 16, 4 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 3, 8, 2 * K, 128, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 18, 3 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 2, 6, 2 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 2, 8, 3 * K, 64, causal=True),
+    # standard forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "standard", "tc", "fp16", 1, 20, 4 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 12, 3 * K, 128),
+    cfg(F, "standard", "tc", "fp16", 2, 12, 2 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 12, 3 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 2, 8, 2 * K, 128),
+    cfg(F, "standard", "fast", "fp32", 2, 10, 3 * K, 64, causal=True),
+    # fa2 backward: tensor cores (fp16), fast (fp32), plain
+    cfg(B, "fa2", "tc", "fp16", 1, 20, 6 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 4 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 2, 8, 6 * K, 64, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 24, 4 * K, 128),
+    cfg(B, "fa2", "tc", "fp16", 1, 32, 3 * K, 64, kv_heads=8),
+    cfg(B, "fa2", "fast", "fp32", 1, 12, 3 * K, 64),
+    cfg(B, "fa2", "fast", "fp32", 1, 8, 4 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 2, 10, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp32", 1, 10, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp16", 1, 12, 1 * K, 128),
+    # standard backward: tensor cores (fp16), plain (fp32)
+    cfg(B, "standard", "tc", "fp16", 1, 12, 4 * K, 128),
+    cfg(B, "standard", "tc", "fp16", 2, 12, 3 * K, 64, causal=True),
+    cfg(B, "standard", "tc", "fp16", 1, 32, 2 * K, 64),
+    cfg(B, "standard", "default", "fp32", 2, 12, 2 * K, 64, causal=True),
+]]
+
+#: The hierarchy model's sixth blind set (same rules): the fa2 tensor-core forward's K/V
+#: re-read regime (causal too), fa1 near capacity, and a cover of the other default
+#: kernels, at shapes not measured before.
+LEVELS_BLIND6 = [dict(c, split="blind") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 56 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 20, 48 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 88 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 48, 16 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 32 * K, 64, kv_heads=4),
+    cfg(F, "fa2", "tc", "fp16", 4, 8, 20 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 12, 16 * K, 64),
+    cfg(F, "fa2", "plain", "fp16", 1, 24, 4 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa1", "tc", "fp16", 1, 28, 5 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 32, 5 * K, 64, causal=True),
+    cfg(F, "fa1", "default", "fp32", 1, 32, 2 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 28, 4 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 12, 20 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 12, 16 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 10, 8 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 1, 20, 4 * K, 64),
+]]
+
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -769,7 +887,9 @@ SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
         "runtime_dev4": RUNTIME_DEV4, "runtime_blind4": RUNTIME_BLIND4,
         "levels_blind4": LEVELS_BLIND4, "runtime_dev5": RUNTIME_DEV5,
         "levels_dev5": LEVELS_DEV5, "runtime_blind5": RUNTIME_BLIND5,
-        "levels_blind5": LEVELS_BLIND5}
+        "levels_blind5": LEVELS_BLIND5,
+        "runtime_dev6": RUNTIME_DEV6, "levels_dev6": LEVELS_DEV6,
+        "runtime_blind6": RUNTIME_BLIND6, "levels_blind6": LEVELS_BLIND6}
 
 
 def family_of(c: dict) -> str:
@@ -786,4 +906,5 @@ def family_of(c: dict) -> str:
 __all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME_BLIND2", "LEVELS_BLIND2",
            "RUNTIME_DEV3", "LEVELS_DEV3", "RUNTIME_BLIND3", "LEVELS_BLIND3",
            "RUNTIME_DEV4", "RUNTIME_BLIND4", "LEVELS_BLIND4",
-           "RUNTIME_DEV5", "LEVELS_DEV5", "RUNTIME_BLIND5", "LEVELS_BLIND5", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+           "RUNTIME_DEV5", "LEVELS_DEV5", "RUNTIME_BLIND5", "LEVELS_BLIND5",
+           "RUNTIME_DEV6", "LEVELS_DEV6", "RUNTIME_BLIND6", "LEVELS_BLIND6", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
