@@ -681,8 +681,9 @@ def _main(argv=None) -> int:
                                      "runtime-blind-predict"))
     ap.add_argument("measured", nargs="?")
     ap.add_argument("--set", default=None, metavar="NAME",
-                    help="the blind set: levels_blind (default) ... levels_blind5 for the levels "
-                         "commands, runtime_blind (default) ... runtime_blind5 for the runtime ones")
+                    help="the blind set: one of " + ", ".join(LEVELS_BLIND_SETS) + " (default "
+                         "levels_blind) for the levels commands, of " + ", ".join(RUNTIME_BLIND_SETS)
+                         + " (default runtime_blind) for the runtime ones")
     ap.add_argument("--predictions", default=None,
                     help="the frozen predictions file (default: the set's own)")
     ap.add_argument("--out", default=None, help="levels-blind: JSONL file for the blind rows")

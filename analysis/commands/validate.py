@@ -24,7 +24,7 @@ def register(sub):
                         "(benchmarks/results/runs/runtime-blind-predictions/) against")
     p.add_argument("--set", default="runtime_blind", metavar="NAME",
                    help="runtime-blind: which blind set's frozen predictions (runtime_blind, "
-                        "runtime_blind2, runtime_blind3, runtime_blind4)")
+                        "runtime_blind2, ...: the keys of analysis.validate.RUNTIME_BLIND_SETS)")
     p.add_argument("--gpu", default="H100-SXM", metavar="PRESET",
                    help="runtime-blind: the preset of the frozen predictions to score "
                         "(H100-SXM, or H200: predictions-H200.json)")
