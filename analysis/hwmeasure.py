@@ -131,23 +131,31 @@ def _tiles(c: dict) -> dict:
             {"block_rows": c["block_rows"], "block_cols": c["block_cols"]})
 
 
+def _band(c: dict) -> dict:
+    """The band keywords of a configuration that names them (optional keys `window`, a
+    [left, right] pair as gpu.attention's; none in the validation sets)."""
+    return {"window": tuple(c["window"])} if c.get("window") is not None else {}
+
+
 def make_inputs(c: dict, seed: int = 0):
     """Device inputs of one pass (torch tensors): forward {q, k, v}; backward also o, do
-    and the forward's stats (computed here, outside any measured region)."""
+    and the forward's stats (computed here, outside any measured region). K and V have
+    c["N_k"] rows where the configuration names N_k (N otherwise)."""
     import torch
     import gpu
     dt = torch.float16 if c["dtype"] == "fp16" else torch.float32
     g = torch.Generator(device="cuda").manual_seed(seed)
     B, H, G, N, d = c["batch"], c["heads"], c["kv_heads"], c["N"], c["d"]
+    N_k = c.get("N_k") or N
     q = torch.randn(B, H, N, d, device="cuda", dtype=dt, generator=g)
-    k = torch.randn(B, G, N, d, device="cuda", dtype=dt, generator=g)
-    v = torch.randn(B, G, N, d, device="cuda", dtype=dt, generator=g)
+    k = torch.randn(B, G, N_k, d, device="cuda", dtype=dt, generator=g)
+    v = torch.randn(B, G, N_k, d, device="cuda", dtype=dt, generator=g)
     x = {"q": q, "k": k, "v": v}
     if c["pass"] == "bwd":
         x["do"] = torch.randn(B, H, N, d, device="cuda", dtype=dt, generator=g)
         if c["algorithm"] == "fa2":
             o, L = gpu.attention(q, k, v, algorithm="fa2", causal=c["causal"],
-                                 return_stats=True)
+                                 return_stats=True, **_band(c))
             x["o"], x["stats"] = o, L
         else:
             from gpu.backward import default_backward_tiling
@@ -167,11 +175,11 @@ def run_pass(c: dict, x: dict):
     import gpu
     if c["pass"] == "fwd":
         return gpu.attention(x["q"], x["k"], x["v"], algorithm=c["algorithm"],
-                             causal=c["causal"], **_tiles(c), **_kernel_kwargs(c))
+                             causal=c["causal"], **_tiles(c), **_kernel_kwargs(c), **_band(c))
     from gpu.backward import attention_backward
     return attention_backward(x["q"], x["k"], x["v"], x["o"], x["do"], x["stats"],
                               algorithm=c["algorithm"], causal=c["causal"], **_tiles(c),
-                              **_kernel_kwargs(c))
+                              **_kernel_kwargs(c), **_band(c))
 
 
 def resolved_tiling(c: dict) -> tuple[int, int]:
@@ -425,9 +433,9 @@ def measure_counters(configs, out: str, ncu: str | None = None, budget_s: float 
 # ---------------------------------------------------------------------------------------
 def _input_bytes(c):
     s = 2 if c["dtype"] == "fp16" else 4
-    per = c["batch"] * c["N"] * c["d"] * s
-    n = 2 * c["heads"] + 2 * c["kv_heads"] + (2 * c["heads"] if c["pass"] == "bwd" else 0)
-    return per * n
+    rows_q, rows_k = c["batch"] * c["N"] * c["d"] * s, c["batch"] * (c.get("N_k") or c["N"]) * c["d"] * s
+    n_q = 2 * c["heads"] + (2 * c["heads"] if c["pass"] == "bwd" else 0)
+    return rows_q * n_q + rows_k * 2 * c["kv_heads"]
 
 
 def passes_from_trace(trace: dict) -> list[list[tuple[str, float]]]:

@@ -23,14 +23,15 @@ CONFIGS = [c for (b, h, n) in ((1, 16, 3 * K), (1, 8, 8 * K), (2, 16, 4 * K))
                      cfg("bwd", "fa2", "tc", "fp16", b, h, n, 128))]
 
 
-def time_configs(configs, argv=None, description=__doc__):
-    """Time each configuration (analysis.hwmeasure.time_row) into --out, a row as made."""
+def time_configs(configs, argv=None, description=__doc__, kind="bwd_tc_tiling_probe"):
+    """Time each configuration (analysis.hwmeasure.time_row) into --out, a row as made,
+    each row of `kind`."""
     ap = argparse.ArgumentParser(description=description.split("\n")[0])
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     for c in configs:
         row = time_row(c)
-        row["kind"] = "bwd_tc_tiling_probe"
+        row["kind"] = kind
         with open(a.out, "a") as f:
             f.write(json.dumps(row) + "\n")
         print(c["id"], row["status"], row.get("tiling"),
