@@ -988,6 +988,11 @@ FITTED_V8 = replace(FITTED_V7, shared_footprint=1.3, sweep_lag=0.35)
 #:       the plain fp16 fa1 rows 6 -> 3-4 of 6. Cross-validated with the lag candidates the
 #:       folds picked dirty variants that lost on their held-out folds: 190 held-out rows
 #:       inside against 192 for the lag alone. Not kept as an option.
+#:   private_associativity 48 / 64 with v9 (a softer edge for the private round trips, as
+#:       the read fractions' spread over W = 0.54-0.91 L2 suggests; v8 tried 16 / 32):
+#:       192 / 192 H100 rows (fa1 27 -> 27 / 27: plain fp16 loses one, fp32 or tc gains
+#:       one), H200 111 -> 110 / 109, write medians 1.64 % -> 1.70 % / 1.66 %; in the
+#:       cross-validation one fold of five picked 64 (191 held-out rows inside).
 FITTED_V9 = replace(FITTED_V8, causal_lag=0.03)
 FITTED = FITTED_V9
 #: the previous FITTED models (for comparisons): v6 (FITTED_V6, above: the fourth blind
