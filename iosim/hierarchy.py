@@ -65,6 +65,12 @@ K/V, and past C the lagging part fetches each tile again: about two DRAM fetches
 and wave far past capacity, as measured (1.75-2.2 per wave at 3-5 waves a head, where v7
 made one); a single head's wave (h = 1) sees half that distance.
 
+The causal sweeps' lag (L2Model.causal_lag, v9): the causal fa2 forward with two or more
+CTAs per SM gets the same second read, at causal_lag (0.03) x each CTA's sweep length: its
+CTAs are dispatched heaviest first and each sweeps a prefix of its own length, so none
+shares a cohort, and a lag of sweep_lag's size (0.35) there adds +20 % to +57 %, while the
+long causal sweeps (N = 81-131K) were under-predicted by 10-20 % without one.
+
 Background writes (L2Model.background_write_rate, v6): the counters see DRAM writes that
 grow with the kernel's duration (21-25 MB/s on the H100 and the H200, whatever the
 kernel); `analysis.levels` adds rate x the time model's predicted duration.
@@ -168,6 +174,13 @@ class L2Model:
         one and the start of the next) fit in C, and misses (a second DRAM fetch of the
         tile in that wave) beyond; its access also leaves each tile more recent, so the next
         wave's reuse distance is shorter (the first passes past capacity fetch less).
+    causal_lag: the lagging part of the causal sweeps (v9; 0: off): as sweep_lag, in the
+        causal fa2 forward where two or more CTAs share an SM (the heaviest query blocks
+        first, every sweep of its own length, so that each CTA is its own cohort): each
+        K/V tile read again causal_lag x the CTA's sweep length later. Small (v9: 0.03,
+        against sweep_lag 0.35 for the non-causal cohorts): past capacity the second read
+        costs a K/V fetch more of the long sweeps (N = 81-131K: -10 % to -20 % in v8), below
+        it it only leaves the tiles more recent.
     background_write_rate: DRAM writes (bytes per second of kernel time) that the
         counters see beside the kernel's own write-backs (`analysis.levels` adds
         rate x the time model's predicted duration of each launch). Measured: the
@@ -197,6 +210,7 @@ class L2Model:
     partial_refetch: bool = False
     background_write_rate: float = 0.0
     sweep_lag: float = 0.0
+    causal_lag: float = 0.0
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
@@ -218,6 +232,8 @@ class L2Model:
             raise ValueError(f"background_write_rate={self.background_write_rate!r} must be >= 0")
         if not 0 <= self.sweep_lag <= 1:
             raise ValueError(f"sweep_lag={self.sweep_lag!r} must be in [0, 1]")
+        if not 0 <= self.causal_lag <= 1:
+            raise ValueError(f"causal_lag={self.causal_lag!r} must be in [0, 1]")
         if self.max_accesses < 1000:
             raise ValueError(f"max_accesses={self.max_accesses!r} must be >= 1000")
 
