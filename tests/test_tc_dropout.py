@@ -153,7 +153,8 @@ def test_attention_backward_auto_runs_tc_with_dropout(monkeypatch):
 
 def test_dropout_kernel_rules():
     """fa2 kernel='tc' with dropout is taken (here refused only because the simulator
-    cannot run it); 'fast' (fa2) and standard's 'tc' still refuse dropout, naming it."""
+    cannot run it); standard's and fa1's 'tc' still refuse dropout, naming it (fa2's
+    'fast' takes it: tests/test_dropout.py)."""
     import gpu
     from gpu.backward import attention_backward
     q = np.zeros((1, 1, 32, 16), dtype=np.float16)
@@ -163,11 +164,11 @@ def test_dropout_kernel_rules():
         with pytest.raises(ValueError, match="simulator"):
             attention_backward(q, q, q, q, q, np.zeros((1, 1, 32), np.float32), kernel="tc",
                                dropout_p=0.2)
-    for kw in (dict(kernel="fast"), dict(algorithm="standard", kernel="tc")):
+    for kw in (dict(algorithm="fa1", kernel="tc"), dict(algorithm="standard", kernel="tc")):
         with pytest.raises(ValueError, match=f"dropout_p=0.2 .*kernel='{kw['kernel']}'"):
             gpu.attention(q, q, q, dropout_p=0.2, **kw)
-    with pytest.raises(ValueError, match="dropout_p=0.2 .*kernel='fast'"):
-        attention_backward(q, q, q, q, q, np.zeros((1, 1, 32), np.float32), kernel="fast",
+    with pytest.raises(ValueError, match="dropout_p=0.2 .*kernel='tc'"):
+        attention_backward(q, q, q, q, q, (q, q), algorithm="standard", kernel="tc",
                            dropout_p=0.2)
 
 
