@@ -408,7 +408,7 @@ def test_fast_fa2_dropout_forward_backward(p, kw, tiles, bm):
     t = iosim.Tiling(*tiles)
     opts = dict(block_rows=tiles[0], block_cols=tiles[1], causal=prob.causal,
                 window=prob.window, block_mask=bm, dropout_p=p, dropout_seed=seed,
-                dropout_offset=offset)
+                dropout_offset=offset, threads=16)     # (16: the fast kernels' plans here)
     O, L, led = gpu.attention(q, k, v, return_stats=True, count_traffic=True, kernel="fast",
                               **opts)
     _check_forward(O, L, ref, lse, led, "fa2", prob, t)
@@ -442,7 +442,8 @@ def test_fa1_dropout_forward_backward(kernel, p, kw, tiles, bm):
     seed, offset = 2024, 5
     t = iosim.Tiling(*tiles)
     opts = dict(block_rows=tiles[0], block_cols=tiles[1], causal=prob.causal,
-                window=prob.window, dropout_p=p, dropout_seed=seed, dropout_offset=offset)
+                window=prob.window, dropout_p=p, dropout_seed=seed, dropout_offset=offset,
+                threads=16)
     O, L, led = gpu.attention(q, k, v, algorithm="fa1", kernel=kernel, return_stats=True,
                               count_traffic=True, **opts)
     _check_forward(O, L, ref, lse, led, "fa1", prob, t)
@@ -480,8 +481,8 @@ def test_auto_runs_fast_with_dropout(monkeypatch):
     prob = iosim.Problem(N=12, d=16, heads=1, causal=True)
     q, k, v = iosim.random_inputs(prob, 1)
     do = np.random.default_rng(2).standard_normal(q.shape).astype(np.float32)
-    opts = dict(block_rows=8, block_cols=16, causal=True)
-    got = {}
+    opts = dict(block_rows=8, block_cols=16, causal=True, threads=16)   # (GPU: the fast
+    got = {}                                                            # kernels' plans)
     for p in (0.0, 0.0, 0.25):
         kw = dict(opts, dropout_p=p, dropout_seed=9) if p or got else opts
         O, L = gpu.attention(q, k, v, return_stats=True, **kw)
