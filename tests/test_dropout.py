@@ -534,7 +534,8 @@ def test_fast_dropout_on_gpu(alg, p, kw, monkeypatch):
     """On a GPU, fp32, default tilings: kernel='auto' with dropout runs the fast forward
     (fa2_fast / fa1_fast run recorded with the dropout) and, for fa2, the fast backward;
     O, L and the gradients equal the float64 reference given iosim's mask (1e-5
-    relative; the gradients 1e-5 norm-wise, tests/test_gpu_backward_fast's bound), counts
+    relative; the gradients norm-wise within the fast backward's 1e-5, fa1's plain
+    backward within the plain kernels' 1e-4), counts
     equal the closed forms (with dropout == without); fa1's backward (its one plain
     kernel) likewise."""
     from gpu.backward import fa2_fast as bwd_fast
@@ -566,6 +567,9 @@ def test_fast_dropout_on_gpu(alg, p, kw, monkeypatch):
     assert bc == backward_closed_form(alg, iosim.Problem(**_fields(prob)),
                                       bled.tiling).counts()
     want = reference_attention_backward(q, k, v, do, **common)
-    for name, g, w in zip(("dq", "dk", "dv"), grads, want):     # the fast backward's fp32
-        err = np.linalg.norm(np.asarray(g, np.float64) - w) / np.linalg.norm(w)  # bound
-        assert np.isfinite(g).all() and err <= 1e-5, (name, err)
+    # fp32 bounds, norm-wise: the fast backward's 1e-5 (tests/test_gpu_backward_fast), the
+    # plain backward's 1e-4 (tests/test_gpu_backward; fa1's one kernel)
+    tol = 1e-5 if alg == "fa2" else 1e-4
+    for name, g, w in zip(("dq", "dk", "dv"), grads, want):
+        err = np.linalg.norm(np.asarray(g, np.float64) - w) / np.linalg.norm(w)
+        assert np.isfinite(g).all() and err <= tol, (name, err)

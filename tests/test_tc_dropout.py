@@ -382,7 +382,6 @@ def test_fa1_tc_dropout_on_gpu(dt, p, N, d, causal, H, Hk, monkeypatch):
     `_fa1_tc_dropout_check` (l, m: gpu.forward.fa1_tc.run's own outputs, captured)."""
     import gpu
     from gpu.forward import fa1_tc
-    from gpu._launch import counters_to_dicts
     calls = []
     real = fa1_tc.run
 

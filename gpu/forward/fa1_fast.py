@@ -134,8 +134,9 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
                     maxreg=0, dropout=False):
     """Kernel(q, k, v, o, l, m, scale, N, N_k, lo, hi, H, G, mask, counters): the arguments
     of gpu.forward.fa1's kernel (the dropout build, `dropout`: five more, key0, key1,
-    offset, thr, rp, gpu._philox.kernel_args). Grid (instances,), `threads` threads, `smem_bytes(...)`
-    dynamic shared bytes. maxreg > 0 caps registers per thread (hardware only)."""
+    offset, thr, rp, gpu._philox.kernel_args). Grid (instances,), `threads` threads,
+    `smem_bytes(...)` dynamic shared bytes. maxreg > 0 caps registers per thread
+    (hardware only)."""
     TR, TC, RM, RN, DN = plan(B_r, B_c, d, threads)
     lay = layout(B_r, B_c, d, TC, shfl)
     QS, KS, PS = lay["QS"], lay["KS"], lay["PS"]
