@@ -30,6 +30,10 @@ MASK32 = np.uint64(0xFFFFFFFF)
 SH32 = np.uint64(32)
 TWO = np.uint64(2)
 THREE = np.uint64(3)
+#: What a kernel factory's build without dropout passes for key0, key1, offset, thr to
+#: the body it shares with its dropout build (never read there: the flag is off).
+U64_0 = np.uint64(0)
+U64_1 = np.uint64(1)
 
 
 @cuda.jit(device=True, inline=True)
@@ -65,6 +69,18 @@ def keep(key0, key1, offset, z, row, col, thr):
     return x >= thr
 
 
+@cuda.jit(device=True, inline=True)
+def row_bits(key0, key1, offset, z, row, col0, step, n, thr):
+    """The keep bits of entries (row, col0 + step b), b < n (n <= 64), of instance z as one
+    uint64, bit b set iff kept: a register tile's Z for one row, drawn before the tile's
+    unrolled loops (which then test bits and stay free of Philox calls)."""
+    bits = U64_0
+    for b in range(n):
+        if keep(key0, key1, offset, z, row, col0 + step * b, thr):
+            bits |= U64_1 << uint64(b)
+    return bits
+
+
 def kernel_args(dropout_p: float = 0.0, seed: int = 0, offset: int = 0) -> tuple:
     """(key0, key1, offset, thr, rp): the kernels' dropout arguments (NumPy scalars;
     uint64 x 4, float32). p = 0 gives thr = 0 (keep all) and rp = 1."""
@@ -75,4 +91,4 @@ def kernel_args(dropout_p: float = 0.0, seed: int = 0, offset: int = 0) -> tuple
             np.float32(1.0 / (1.0 - p)))
 
 
-__all__ = ["keep", "kernel_args", "philox_word"]
+__all__ = ["U64_0", "U64_1", "keep", "kernel_args", "philox_word", "row_bits"]

@@ -250,12 +250,13 @@ def emulated():
 
 
 def run_sim(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None, count=True,
-            scale=None, poison=True, dt="fp16"):
+            scale=None, poison=True, dt="fp16", dropout=None):
     """fa1_tc on (batch, heads, N, d) 16-bit NumPy arrays (float16, or uint16 bits for
     dt="bf16") in the simulator (inside `emulated()`): returns O, l, m (NaN-poisoned before
-    the launch) and the counters."""
+    the launch) and the counters. dropout: None or (dropout_p, seed, offset): the dropout
+    build (gpu._philox)."""
     from numba import cuda
-    from gpu import _launch
+    from gpu import _launch, _philox
     from gpu.forward import fa1_tc
     B, H, N, d = q.shape
     Hk = k.shape[1]
@@ -274,11 +275,14 @@ def run_sim(q, k, v, *, B_r, B_c, MT=1, stages=2, causal=False, block_mask=None,
     if block_mask is not None:
         mask = cuda.to_device(np.ascontiguousarray(block_mask, dtype=np.uint8))
     scale = 1.0 / np.sqrt(d) if scale is None else scale
-    kern = fa1_tc.get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages, dt)
+    drop = bool(dropout and dropout[0] > 0)
+    kern = fa1_tc.get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages, dt,
+                             drop)
     mk = mask if mask is not None else _launch.dummy_mask()
     _launch.launch(kern, (B * H,), fa1_tc.threads_per_block(B_r, MT),
                    fa1_tc.layout(B_r, B_c, d, stages)["bytes"], q3, k3, v3, o3, l2, m2,
                    np.float32(scale * fa1_tc.LOG2E), np.int64(N), np.int64(H),
-                   np.int64(H // Hk), mk, counters)
+                   np.int64(H // Hk), mk, counters,
+                   *_philox.kernel_args(*(dropout if drop else ())))
     return (o3.copy_to_host().reshape(B, H, N, d), l2.copy_to_host().reshape(B, H, N),
             m2.copy_to_host().reshape(B, H, N), counters)

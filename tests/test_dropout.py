@@ -119,12 +119,20 @@ def test_bad_dropout_p_rejected(p):
 
 
 def test_kernels_without_dropout_refuse_it():
+    """The kernels without dropout (standard's fast and tensor-core kernels) refuse p > 0
+    with a ValueError naming dropout_p, the algorithm, the kernel and the kernels
+    allowed; so do a bad seed and standard without its Z."""
     q = np.zeros((1, 1, 16, 16), dtype=np.float32)
-    for kw, name in ((dict(algorithm="fa1"), "fa1"), (dict(kernel="fast"), "fast")):
-        with pytest.raises(ValueError, match=f"dropout_p=0.2 .*{name}"):
-            gpu.attention(q, q, q, dropout_p=0.2, **kw)
-    with pytest.raises(ValueError, match="dropout_p=0.2 .*fa1"):
-        attention_backward(q, q, q, q, q, None, algorithm="fa1", dropout_p=0.2)
+    for alg, kern, allowed in (("standard", "fast", "'auto', 'plain'"),
+                               ("standard", "tc", "'auto', 'plain'")):
+        with pytest.raises(ValueError, match=f"dropout_p=0.2 is not supported by the {alg} "
+                                             f"kernel='{kern}'.*allowed with dropout: "
+                                             f"kernel={allowed}"):
+            x = q.astype(np.float16) if kern == "tc" else q
+            gpu.attention(x, x, x, algorithm=alg, kernel=kern, dropout_p=0.2)
+    with pytest.raises(ValueError, match="kernel='tc'"):     # fa1 has one backward kernel
+        attention_backward(q, q, q, q, q, (q[..., 0], q[..., 0]), algorithm="fa1",
+                           kernel="tc", dropout_p=0.2)
     with pytest.raises(ValueError, match="dropout_seed"):
         gpu.attention(q, q, q, dropout_p=0.2, dropout_seed=-1)
     with pytest.raises(ValueError, match=r"\(P, Z\)"):        # standard needs the stored Z
@@ -333,3 +341,235 @@ def test_standard_dropout_with_N_k_and_windows(kw):
                                         dropout_p=p, dropout_keep=Zref)
     for got, w in zip((dq, dk, dv), want):
         assert rel(got, w) < 1e-5
+
+
+
+# ---------------------------------------------------------------------------------------
+# The fast fa2 kernels and fa1 (simulator; `gpu` marked: real sizes on a GPU)
+# ---------------------------------------------------------------------------------------
+#: p, problem (fp32), tiles (B_r, B_c), block mask (True: all tiles). Odd sizes; N_q > N_k
+#: causal (its first N_q - N_k rows see no key); N_q < N_k with a window; a block mask
+#: whose second query block sees nothing; grouped K/V heads; batch 2.
+FAST_CASES = [
+    (0.3, dict(N=19, N_k=13, d=16, heads=2, kv_heads=1, causal=True), (8, 16), None),
+    (0.5, dict(N=13, N_k=22, d=16, batch=2, heads=1, window=(4, 2)), (8, 16), None),
+    (0.1, dict(N=16, N_k=24, d=16, heads=1), (8, 16), [[True, False], [False, False]]),
+]
+
+
+def _rel(a, b):
+    return np.abs(np.asarray(a, np.float64) - b).max() / np.abs(b).max()
+
+
+def _drop_case(alg, p, kw, tiles, bm, seed=2024, offset=5):
+    """(problem, q, k, v, do, Z, forward reference O and L, gradient references)."""
+    prob = iosim.Problem(dtype="fp32", dropout_p=p, block_mask=bm, **kw)
+    q, k, v = iosim.random_inputs(prob, kw["N"] + kw["d"])
+    do = np.random.default_rng(kw["N"]).standard_normal(q.shape).astype(np.float32)
+    Z = problem_keep_mask(prob, seed, offset)
+    assert 0 < Z.mean() < 1
+    common = dict(causal=prob.causal, window=prob.window, dropout_p=p, dropout_keep=Z,
+                  block_mask=None if bm is None else prob.block_mask, B_r=tiles[0],
+                  B_c=tiles[1])
+    ref, lse = iosim.reference_attention(q, k, v, return_lse=True, **common)
+    grads = reference_attention_backward(q, k, v, do, **common)
+    return prob, q, k, v, do, Z, ref, lse, grads
+
+
+def _check_forward(O, L, ref, lse, led, alg, prob, tiling):
+    """O, L against the float64 reference given the mask (fp32: 1e-5 relative; a row
+    that sees no key: O = 0, L = -inf; L before dropout); counts == iosim's closed form
+    with dropout == without it."""
+    assert np.isfinite(O).all()
+    assert _rel(O, ref) < 1e-5
+    fin = np.isfinite(lse)
+    assert np.array_equal(np.isneginf(L), ~fin)
+    assert np.abs(L[fin] - lse[fin]).max() < 1e-5 * max(1.0, np.abs(lse[fin]).max())
+    assert np.all(O[~fin] == 0)
+    cf = iosim.closed_form(alg, prob, tiling).counts()
+    assert led.counts() == cf
+    assert cf == iosim.closed_form(alg, iosim.Problem(**_fields(prob)), tiling).counts()
+
+
+def _fields(prob):
+    return dict(N=prob.N, N_k=prob.N_k, d=prob.d, batch=prob.batch, heads=prob.heads,
+                kv_heads=prob.kv_heads, dtype=prob.dtype, causal=prob.causal,
+                window=prob.window, block_mask=prob.block_mask)
+
+
+@pytest.mark.parametrize("p, kw, tiles, bm", FAST_CASES)
+def test_fast_fa2_dropout_forward_backward(p, kw, tiles, bm):
+    """The fast fa2 forward and backward (kernel='fast') with dropout: O, L and dQ, dK, dV
+    equal the float64 reference given iosim's keep mask (so forward and backward agree on
+    it), rows that see no key get O = 0, L = -inf, dQ = 0; the counts equal the closed
+    forms, the same with and without dropout; the plain kernels give the same numbers."""
+    prob, q, k, v, do, Z, ref, lse, want = _drop_case("fa2", p, kw, tiles, bm)
+    seed, offset = 2024, 5
+    t = iosim.Tiling(*tiles)
+    opts = dict(block_rows=tiles[0], block_cols=tiles[1], causal=prob.causal,
+                window=prob.window, block_mask=bm, dropout_p=p, dropout_seed=seed,
+                dropout_offset=offset, threads=16)     # (16: the fast kernels' plans here)
+    O, L, led = gpu.attention(q, k, v, return_stats=True, count_traffic=True, kernel="fast",
+                              **opts)
+    _check_forward(O, L, ref, lse, led, "fa2", prob, t)
+    O0 = gpu.attention(q, k, v, kernel="fast", **dict(opts, dropout_p=0.0))
+    assert _rel(O0, ref) > 1e-2                             # the mask matters
+    (dq, dk, dv), bled = attention_backward(q, k, v, O, do, L, count_traffic=True,
+                                            kernel="fast", **opts)
+    for name, g, w in zip(("dq", "dk", "dv"), (dq, dk, dv), want):
+        assert np.isfinite(g).all() and _rel(g, w) < 1e-5, name
+    fin = np.isfinite(lse)
+    assert np.all(dq[~fin] == 0)
+    bc = backward_closed_form("fa2", prob, t).counts()
+    assert bled.counts() == bc
+    assert bc == backward_closed_form("fa2", iosim.Problem(**_fields(prob)), t).counts()
+    # the plain kernels (same mask): the same numbers to fp32 rounding
+    Op = gpu.attention(q, k, v, kernel="plain", **opts)
+    assert _rel(O, Op) < 1e-6 * max(1.0, 1.0 / np.abs(Op).max())
+    gp = attention_backward(q, k, v, O, do, L, kernel="plain", **opts)
+    for g, w in zip((dq, dk, dv), gp):
+        assert np.abs(g - w).max() <= 1e-5 * np.abs(w).max()
+
+
+@pytest.mark.parametrize("kernel", ["plain", "fast"])
+@pytest.mark.parametrize("p, kw, tiles, bm", FAST_CASES[:2])
+def test_fa1_dropout_forward_backward(kernel, p, kw, tiles, bm):
+    """fa1 (Algorithm 1 with dropout, the paper's Algorithm 2; forward kernel 'plain' or
+    'fast') and its backward (Algorithm 4): O, L (before dropout) and the gradients equal
+    the float64 reference given iosim's keep mask; counts equal iosim's closed forms,
+    the same with and without dropout, and the executed schedules' ledgers."""
+    prob, q, k, v, do, Z, ref, lse, want = _drop_case("fa1", p, kw, tiles, bm)
+    seed, offset = 2024, 5
+    t = iosim.Tiling(*tiles)
+    opts = dict(block_rows=tiles[0], block_cols=tiles[1], causal=prob.causal,
+                window=prob.window, dropout_p=p, dropout_seed=seed, dropout_offset=offset,
+                threads=16)
+    O, L, led = gpu.attention(q, k, v, algorithm="fa1", kernel=kernel, return_stats=True,
+                              count_traffic=True, **opts)
+    _check_forward(O, L, ref, lse, led, "fa1", prob, t)
+    ex = iosim.execute("fa1", prob, t, dropout_seed=seed, dropout_offset=offset)
+    assert ex.ledger.counts() == led.counts()
+    if kernel == "fast":
+        return
+    ones = np.ones_like(L)          # (l, m) = (1, L): the same P (test_gpu_backward)
+    (dq, dk, dv), bled = attention_backward(q, k, v, O, do, (ones, L), algorithm="fa1",
+                                            count_traffic=True, **opts)
+    for name, g, w in zip(("dq", "dk", "dv"), (dq, dk, dv), want):
+        assert np.isfinite(g).all() and _rel(g, w) < 1e-5, name
+    bc = backward_closed_form("fa1", prob, t).counts()
+    assert bled.counts() == bc
+    assert bc == backward_closed_form("fa1", iosim.Problem(**_fields(prob)), t).counts()
+    be = execute_backward("fa1", prob, t, dropout_seed=seed, dropout_offset=offset)
+    assert be.ledger.counts() == bc
+    # another seed in the backward: another mask, other gradients
+    dq2, _, _ = attention_backward(q, k, v, O, do, (ones, L), algorithm="fa1",
+                                   **dict(opts, dropout_seed=seed + 1))
+    assert _rel(dq2, want[0]) > 1e-2
+
+
+def test_auto_runs_fast_with_dropout(monkeypatch):
+    """kernel='auto' runs the fast fa2 forward and backward with dropout where it runs
+    them without (the tiling and thread count too), passing the dropout on; p = 0 runs
+    the build without dropout and gives bit-identical results."""
+    from gpu.backward import fa2_fast as bwd_fast
+    from gpu.forward import fa2_fast as fwd_fast
+    calls = {"fwd": [], "bwd": []}
+    for mod, key in ((fwd_fast, "fwd"), (bwd_fast, "bwd")):
+        real = mod.run
+        monkeypatch.setattr(mod, "run", lambda *a, _r=real, _k=key, **kw:
+                            (calls[_k].append(kw), _r(*a, **kw))[1])
+    prob = iosim.Problem(N=12, d=16, heads=1, causal=True)
+    q, k, v = iosim.random_inputs(prob, 1)
+    do = np.random.default_rng(2).standard_normal(q.shape).astype(np.float32)
+    opts = dict(block_rows=8, block_cols=16, causal=True, threads=16)   # (GPU: the fast
+    got = {}                                                            # kernels' plans)
+    for p in (0.0, 0.0, 0.25):
+        kw = dict(opts, dropout_p=p, dropout_seed=9) if p or got else opts
+        O, L = gpu.attention(q, k, v, return_stats=True, **kw)
+        grads = attention_backward(q, k, v, O, do, L, **kw)
+        f, b = calls["fwd"][-1], calls["bwd"][-1]
+        assert f.get("dropout") == ((p, 9, 0) if p else None)
+        assert b.get("dropout") == ((p, 9, 0) if p else None)
+        got.setdefault(p, []).append((O, L) + tuple(grads))
+        assert (f["B_r"], f["B_c"], f["threads"], b["threads"]) == \
+            (calls["fwd"][0]["B_r"], calls["fwd"][0]["B_c"], calls["fwd"][0]["threads"],
+             calls["bwd"][0]["threads"])
+    for a, b in zip(*got[0.0]):             # p = 0 (with a seed) == no dropout, bitwise
+        assert np.array_equal(a, b, equal_nan=True)
+    assert not np.allclose(got[0.25][0][0], got[0.0][0][0])
+
+
+def test_dropout_builds_are_separate_specialisations():
+    """Without dropout the fast kernels (and fa1's plain one) keep their arguments and
+    names (the code the no-dropout timings measured; the PTX is unchanged, checked with
+    scripts/ptx_snapshot.py); the dropout builds take key0, key1, offset, thr, rp more."""
+    import inspect
+    from gpu.backward import fa2_fast as bwd_fast
+    from gpu.forward import fa1, fa1_fast, fa2_fast as fwd_fast
+    builds = [(lambda dr: fwd_fast.get_kernel(8, 16, 16, "fp32", True, False, False, 16,
+                                              dropout=dr), 14),
+              (lambda dr: bwd_fast.get_kernel(8, 16, 16, "fp32", True, False, False, 16,
+                                              dropout=dr), 18),
+              (lambda dr: fa1_fast.fa1_fast_kernel(8, 8, 16, "fp32", False, False, False,
+                                                   False, 16, False, 0, dr), 15),
+              (lambda dr: fa1.fa1_forward_kernel(8, 8, 16, "fp32", False, False, False, 16,
+                                                 False, dr), 15)]
+    for make, n in builds:
+        plain, drop = make(False), make(True)
+        assert len(inspect.signature(plain.py_func).parameters) == n
+        assert list(inspect.signature(drop.py_func).parameters)[n:] == \
+            ["key0", "key1", "offset", "thr", "rp"]
+        assert "dropout" not in plain.py_func.__name__
+        assert "_dropout" in drop.py_func.__name__
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("alg, p, kw", [
+    ("fa2", 0.1, dict(N=700, N_k=513, d=64, heads=4, kv_heads=2, causal=True)),
+    ("fa2", 0.5, dict(N=513, N_k=1000, d=128, heads=2, kv_heads=1)),
+    ("fa2", 0.2, dict(N=1000, d=64, heads=2, window=(100, 30))),
+    ("fa1", 0.1, dict(N=700, N_k=513, d=64, heads=4, kv_heads=2, causal=True)),
+    ("fa1", 0.3, dict(N=1000, d=128, heads=2))])
+def test_fast_dropout_on_gpu(alg, p, kw, monkeypatch):
+    """On a GPU, fp32, default tilings: kernel='auto' with dropout runs the fast forward
+    (fa2_fast / fa1_fast run recorded with the dropout) and, for fa2, the fast backward;
+    O, L and the gradients equal the float64 reference given iosim's mask (1e-5
+    relative; the gradients norm-wise within the fast backward's 1e-5, fa1's plain
+    backward within the plain kernels' 1e-4), counts
+    equal the closed forms (with dropout == without); fa1's backward (its one plain
+    kernel) likewise."""
+    from gpu.backward import fa2_fast as bwd_fast
+    from gpu.forward import fa1_fast, fa2_fast as fwd_fast
+    fwd = fwd_fast if alg == "fa2" else fa1_fast
+    calls = {"fwd": [], "bwd": []}
+    for mod, key in ((fwd, "fwd"), (bwd_fast, "bwd")):
+        real = mod.run
+        monkeypatch.setattr(mod, "run", lambda *a, _r=real, _k=key, **k_:
+                            (calls[_k].append(k_), _r(*a, **k_))[1])
+    seed, offset = 31337, 2
+    prob = iosim.Problem(dtype="fp32", dropout_p=p, **kw)
+    q, k, v = iosim.random_inputs(prob, 4)
+    do = np.random.default_rng(5).standard_normal(q.shape).astype(np.float32)
+    opts = dict(algorithm=alg, causal=prob.causal, window=prob.window, dropout_p=p,
+                dropout_seed=seed, dropout_offset=offset)
+    O, L, led = gpu.attention(q, k, v, return_stats=True, count_traffic=True, **opts)
+    assert calls["fwd"] and calls["fwd"][-1]["dropout"] == (p, seed, offset)
+    Z = problem_keep_mask(prob, seed, offset)
+    common = dict(causal=prob.causal, window=prob.window, dropout_p=p, dropout_keep=Z)
+    ref, lse = iosim.reference_attention(q, k, v, return_lse=True, **common)
+    _check_forward(O, L, ref, lse, led, alg, prob, led.tiling)
+    stats = L if alg == "fa2" else (np.ones_like(L), L)
+    grads, bled = attention_backward(q, k, v, O, do, stats, count_traffic=True, **opts)
+    if alg == "fa2":
+        assert calls["bwd"] and calls["bwd"][-1]["dropout"] == (p, seed, offset)
+    bc = backward_closed_form(alg, prob, bled.tiling).counts()
+    assert bled.counts() == bc
+    assert bc == backward_closed_form(alg, iosim.Problem(**_fields(prob)),
+                                      bled.tiling).counts()
+    want = reference_attention_backward(q, k, v, do, **common)
+    # fp32 bounds, norm-wise: the fast backward's 1e-5 (tests/test_gpu_backward_fast), the
+    # plain backward's 1e-4 (tests/test_gpu_backward; fa1's one kernel)
+    tol = 1e-5 if alg == "fa2" else 1e-4
+    for name, g, w in zip(("dq", "dk", "dv"), grads, want):
+        err = np.linalg.norm(np.asarray(g, np.float64) - w) / np.linalg.norm(w)
+        assert np.isfinite(g).all() and err <= tol, (name, err)

@@ -152,22 +152,23 @@ def test_attention_backward_auto_runs_tc_with_dropout(monkeypatch):
 
 
 def test_dropout_kernel_rules():
-    """fa2 kernel='tc' with dropout is taken (here refused only because the simulator
-    cannot run it); 'fast' (fa2) and standard's 'tc' still refuse dropout, naming it."""
+    """fa2's and fa1's kernel='tc' with dropout are taken (here refused only because the
+    simulator cannot run them); standard's 'tc' still refuses dropout, naming it (fa2's
+    'fast' takes it: tests/test_dropout.py)."""
     import gpu
     from gpu.backward import attention_backward
     q = np.zeros((1, 1, 32, 16), dtype=np.float16)
     if SIM:
-        with pytest.raises(ValueError, match="simulator"):
-            gpu.attention(q, q, q, kernel="tc", dropout_p=0.2)
+        for alg in ("fa2", "fa1"):
+            with pytest.raises(ValueError, match="simulator"):
+                gpu.attention(q, q, q, algorithm=alg, kernel="tc", dropout_p=0.2)
         with pytest.raises(ValueError, match="simulator"):
             attention_backward(q, q, q, q, q, np.zeros((1, 1, 32), np.float32), kernel="tc",
                                dropout_p=0.2)
-    for kw in (dict(kernel="fast"), dict(algorithm="standard", kernel="tc")):
-        with pytest.raises(ValueError, match=f"dropout_p=0.2 .*kernel='{kw['kernel']}'"):
-            gpu.attention(q, q, q, dropout_p=0.2, **kw)
-    with pytest.raises(ValueError, match="dropout_p=0.2 .*kernel='fast'"):
-        attention_backward(q, q, q, q, q, np.zeros((1, 1, 32), np.float32), kernel="fast",
+    with pytest.raises(ValueError, match="dropout_p=0.2 .*kernel='tc'"):
+        gpu.attention(q, q, q, algorithm="standard", kernel="tc", dropout_p=0.2)
+    with pytest.raises(ValueError, match="dropout_p=0.2 .*kernel='tc'"):
+        attention_backward(q, q, q, q, q, (q, q), algorithm="standard", kernel="tc",
                            dropout_p=0.2)
 
 
@@ -300,3 +301,103 @@ def test_auto_runs_tc_with_dropout_on_gpu(dtype, causal, monkeypatch):
     for g, r, name in zip(grads, want, ("dq", "dk", "dv")):
         assert np.isfinite(f64(g)).all(), name
         assert rel(g, r) < tol, (name, rel(g, r))
+
+
+# ---------------------------------------------------------------------------------------
+# fa1's tensor-core forward (gpu.forward.fa1_tc) with dropout
+# ---------------------------------------------------------------------------------------
+def _fa1_tc_dropout_check(p, N, d, H, Hk, causal, tiles, O, l, m, counts, drop, dt, q, k, v):
+    """fa1_tc with dropout against the models: counts == iosim's fa1 closed form (the same
+    with and without dropout); O within 2 x the error of iosim's executed fa1 schedule
+    with the same mask (O rounded to the dtype at every store, as Algorithm 1 writes it)
+    + 1e-5 of the float64 reference given iosim's mask; l and m (before dropout) as the
+    schedule's; and the mask matters."""
+    from iosim.dropout import problem_keep_mask
+    B_r, B_c = tiles[:2]
+    prob = iosim.Problem(N=N, d=d, heads=H, kv_heads=Hk, dtype=dt, causal=causal,
+                         dropout_p=p)
+    t = iosim.Tiling(B_r, B_c)
+    cf = iosim.closed_form("fa1", prob, t).counts()
+    assert counts == cf
+    assert cf == iosim.closed_form("fa1", iosim.Problem(N=N, d=d, heads=H, kv_heads=Hk,
+                                                        dtype=dt, causal=causal),
+                                   t).counts()
+    f64 = lambda x: np.asarray(x, np.float64)
+    ex = iosim.execute("fa1", prob, t, f64(q), f64(k), f64(v), dropout_seed=drop[1],
+                       dropout_offset=drop[2])
+    Z = problem_keep_mask(prob, drop[1], drop[2])
+    assert 0 < Z.mean() < 1
+    ref = iosim.reference_attention(f64(q), f64(k), f64(v), causal=causal, dropout_p=p,
+                                    dropout_keep=Z)
+    O = f64(O)
+    assert np.isfinite(O).all()
+    err = lambda X: np.linalg.norm(f64(X) - ref) / np.linalg.norm(ref)
+    bound = {"fp16": 1e-3, "bf16": 8e-3}[dt]      # + the tensor cores' rounding of P
+    assert err(O) <= 2 * max(err(ex.O), bound) + 1e-5, (err(O), err(ex.O))
+    plain = iosim.reference_attention(f64(q), f64(k), f64(v), causal=causal)
+    assert np.linalg.norm(O - plain) / np.linalg.norm(plain) > 0.05
+    lm, mm = ex.stats["l"], ex.stats["m"]
+    np.testing.assert_allclose(l, lm, rtol=2e-3)
+    np.testing.assert_allclose(m, mm, rtol=1e-5, atol=1e-5)
+
+
+#: dt, p, N, d, causal, H, Hk, (B_r, B_c, MT, stages)
+FA1_TC_CASES = [("fp16", 0.3, 40, 16, True, 2, 1, (16, 16, 1, 3)),    # ragged, grouped
+                ("bf16", 0.5, 33, 32, False, 1, 1, (32, 16, 2, 2))]   # 2 m-tiles per warp
+
+
+@pytest.mark.parametrize("dt,p,N,d,causal,H,Hk,t", FA1_TC_CASES)
+def test_fa1_tc_dropout_in_the_simulator(dt, p, N, d, causal, H, Hk, t):
+    """fa1_tc's Python with dropout in the simulator (C++ pieces emulated,
+    tests/fa1_tc_sim.py): counts, O, l, m as `_fa1_tc_dropout_check`."""
+    if not SIM:
+        pytest.skip("the emulation runs in the CUDA simulator")
+    from fa1_tc_sim import emulated, run_sim
+    prob = iosim.Problem(N=N, d=d, heads=H, kv_heads=Hk, dtype="fp16")
+    q, k, v = iosim.random_inputs(prob, N + d)
+    if dt == "bf16":        # the bf16 roundings of the same numbers, as uint16 bits
+        import _tc_direct as tcd
+        q, k, v = (tcd.to_dtype(np.asarray(x, np.float64)[0], "bf16")[None] for x in (q, k, v))
+    drop = (p,) + P_SEED_OFF
+    with np.errstate(invalid="ignore"), emulated():
+        O, l, m, counters = run_sim(q, k, v, B_r=t[0], B_c=t[1], MT=t[2], stages=t[3],
+                                    causal=causal, dt=dt, dropout=drop)
+    from gpu._launch import counters_to_dicts
+    r, w = counters_to_dicts(counters)
+    counts = {x: (r.get(x, 0), w.get(x, 0)) for x in set(r) | set(w)}
+    if dt == "bf16":
+        import _tc_direct as tcd
+        q, k, v, O = (tcd.to_f64(x[0], "bf16")[None] for x in (q, k, v, O))
+    _fa1_tc_dropout_check(p, N, d, H, Hk, causal, t, O, l, m, counts, drop, dt, q, k, v)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", ["fp16", "bf16"])
+@pytest.mark.parametrize("p,N,d,causal,H,Hk", [(0.1, 1000, 64, False, 2, 2),
+                                               (0.5, 333, 64, True, 4, 2),
+                                               (0.2, 300, 128, True, 2, 1)])
+def test_fa1_tc_dropout_on_gpu(dt, p, N, d, causal, H, Hk, monkeypatch):
+    """gpu.attention(algorithm='fa1', kernel='auto') with dropout on fp16 / bf16 runs
+    fa1_tc (its default tiling; run recorded with the dropout): counts, O, l, m as
+    `_fa1_tc_dropout_check` (l, m: gpu.forward.fa1_tc.run's own outputs, captured)."""
+    import gpu
+    from gpu.forward import fa1_tc
+    calls = []
+    real = fa1_tc.run
+
+    def spy(*a, **kw):
+        real(*a, **kw)
+        calls.append((kw, a[4].copy_to_host(), a[5].copy_to_host()))
+    monkeypatch.setattr(fa1_tc, "run", spy)
+    prob = iosim.Problem(N=N, d=d, heads=H, kv_heads=Hk, dtype=dt)
+    q, k, v = iosim.random_inputs(prob, N + d)
+    drop = (p,) + P_SEED_OFF
+    O, led = gpu.attention(q, k, v, algorithm="fa1", causal=causal, count_traffic=True,
+                           dropout_p=p, dropout_seed=drop[1], dropout_offset=drop[2])
+    assert calls and calls[-1][0]["dropout"] == drop
+    kw, l, m = calls[-1]
+    counts = led.counts()
+    f64 = lambda x: np.asarray(x, np.float32).astype(np.float64)
+    _fa1_tc_dropout_check(p, N, d, H, Hk, causal, (kw["B_r"], kw["B_c"]), f64(O),
+                          l.reshape(1, H, N), m.reshape(1, H, N), counts, drop, dt,
+                          f64(q), f64(k), f64(v))

@@ -98,6 +98,14 @@ Per active query tile: sync; [dq_stage: the previous tile's dQ atomics from QA];
 L_i, D_i -> shared; sync; A; sync; B and C (-> QA, or atomics from the registers).
 Syncs per tile: 3.
 
+Dropout (compile flag `dropout`, a separate specialisation; `run(..., dropout=(p, seed,
+offset))`, the forward's; Algorithm 4): phase A draws the thread's keep bits of each of
+its RA rows (`_philox.row_bits`, gpu._philox: the forward's mask Z, regenerated), stores
+P o Z / (1 - p) to Ps (phase B's dV += (P o Z / (1 - p))^T dO_i) and forms
+dS = P o (dP o Z / (1 - p) - D) (phases B and C: dK, dQ); D = rowsum(dO o O) of the
+forward's dropped O, as without dropout. No extra HBM traffic (counts unchanged); the
+build without dropout keeps its arguments and its PTX (scripts/ptx_snapshot.py).
+
 Non-finite values (as the plain kernel, `flash` module docstring): a row whose L is -inf
 (it saw no key in the forward) has P = 0; a NaN L or score keeps P NaN; dS = P (dP - D)
 for every entry of the valid rows and columns (masked ones included, P = 0 there), so NaN
@@ -116,15 +124,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cuda, float32, int64
+from numba import cuda, float32, int64, uint64
 
 # row strides of the shared tiles (bank-conflict-free 16-byte loads), the vector width W,
 # index mask, shared-buffer alignment, threads-per-row choices and the tile loaders: the
 # forward fast kernel's, shared rather than copied
 from ..forward.fa2_fast import (ALIGN, IMASK, TC_CHOICES, W, _pad_ps, _stride,
                                pair_row_loader, pair_tile_loader)
-from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask,
+from .._launch import (NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, add_count, dummy_mask,
                        jit_options, kernel_name, loader, specialisation)
+from .. import _philox
 
 #: Largest side of the phase-A register tiles (S and dP are RA x CA each).
 MAX_R = 8
@@ -382,9 +391,15 @@ def band_blocks(c0, c_last, N, B_r, lo, hi):
 
 @specialisation
 def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, TXB, TXC,
-                        maxreg=0, split=True, stagger=True, dq_stage=True, window=False):
+                        maxreg=0, split=True, stagger=True, dq_stage=True, window=False,
+                        dropout=False):
     """Kernel main(q, k, v, do, L, D, dqacc, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
-    counters).
+    counters), and in the dropout build (`dropout`) five more: key0, key1, offset, thr
+    (uint64), rp (float32) (gpu._philox.kernel_args). Dropout (Algorithm 4, as the plain
+    `flash.bwd_main`): phase A regenerates the forward's keep mask Z per entry (Philox,
+    the forward's seed and offset), stores P o Z / (1 - p) for phase B's dV and forms
+    dS = P o (dP o Z / (1 - p) - D); without `dropout` the kernel is the one it was
+    before dropout existed (same arguments, same code).
 
     q, do: (instances, N, d); k, v: (batch * kv_heads, N_k, d); L, D: (instances, N)
     float32; dqacc: (instances, N, d) float32; dk, dv: (instances, N_k, d) per query head.
@@ -426,8 +441,8 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
     banded = bool(causal or window)
     LOW = bool(window)      # the band has a lower edge lo (causal alone: lo = -inf)
 
-    def kernel(q, k, v, do, L, D, dqacc, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
-               counters):
+    def body(q, k, v, do, L, D, dqacc, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
+             counters, key0, key1, offset, thr, rp):
         if causal:      # grid (instances, T_c): the heaviest key blocks (j = 0) start first
             z = cuda.blockIdx.x
             j = cuda.blockIdx.y
@@ -440,6 +455,7 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
         # phase A: S, dP tiles and operands
         s_acc = cuda.local.array((RA, CA), float32)
         dp_acc = cuda.local.array((RA, CA), float32)
+        zb = cuda.local.array(RA, uint64)              # dropout: Z's bits per row
         kv = cuda.local.array((CA, W), float32)
         vv = cuda.local.array((CA, W), float32)
         qv = cuda.local.array(W, float32)
@@ -552,6 +568,11 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                 Lr = sm[LO + r]
                 # a row that saw no key in the forward: L = -inf, P = 0
                 row_vis = r < rows and Lr != NEG_INF
+                # dropout: this thread's Z entries of the row as bits first (the
+                # register-tile loop below stays free of Philox and unrolls); kept for dS
+                if dropout:
+                    zb[a] = _philox.row_bits(key0, key1, offset, z, r0 + r, c0 + ax, TCA,
+                                             CA, thr)
                 for b in range(CA):
                     c = ax + TCA * b
                     vis = row_vis and c < cols
@@ -562,6 +583,11 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                     if vis:
                         pv = math.exp(s_acc[a, b] * scale - Lr)
                     s_acc[a, b] = pv
+                    if dropout:     # Z by Philox: P o Z / (1 - p) for dV (phase B)
+                        if (zb[a] >> uint64(b)) & _philox.U64_1:
+                            pv = pv * rp
+                        else:
+                            pv = ZERO
                     sm[pbase + a * TRA * PS + ax + TCA * b] = pv
             if SPLIT:
                 for xc in range(XC):
@@ -586,7 +612,13 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                     c = ax + TCA * b
                     dsv = ZERO
                     if row_ok and c < cols:
-                        dsv = s_acc[a, b] * (dp_acc[a, b] - Dr)
+                        g = dp_acc[a, b]
+                        if dropout:     # dP = (dO V^T) o Z / (1 - p)
+                            if (zb[a] >> uint64(b)) & _philox.U64_1:
+                                g = g * rp
+                            else:
+                                g = ZERO
+                        dsv = s_acc[a, b] * (g - Dr)
                     sm[pbase + SP + a * TRA * PS + ax + TCA * b] = dsv
             cuda.syncthreads()
             # ---- B: dV_j += P^T dO_i, dK_j += dS^T Q_i (outer products over r) ----
@@ -677,8 +709,20 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
             add_count(counters, IdK, WRITE, nW)
             add_count(counters, IdV, WRITE, nW)
 
+    if dropout:
+        kernel = body
+    else:       # the kernel without dropout: its own arguments only
+        inner = cuda.jit(device=True, inline=True)(body)
+
+        def kernel(q, k, v, do, L, D, dqacc, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
+                   counters):
+            inner(q, k, v, do, L, D, dqacc, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
+                  counters, _philox.U64_0, _philox.U64_0, _philox.U64_0,
+                  _philox.U64_0, ONE)
+
     name = kernel_name("fa2_bwd_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                       window=bool(window), mask=has_mask, count=count, t=threads, tca=TCA, txb=TXB, txc=TXC,
+                       window=bool(window), mask=has_mask, dropout=bool(dropout), count=count,
+                       t=threads, tca=TCA, txb=TXB, txc=TXC,
                        maxreg=maxreg or False, fused=not split, nostagger=not stagger,
                        dqdirect=not dq_stage)
     return kernel, name, jit_options(maxreg)
@@ -693,10 +737,11 @@ def default_split(d) -> bool:
 
 
 def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA=None, TXB=None,
-               TXC=None, maxreg=0, split=None, stagger=True, dq_stage=True, window=False):
+               TXC=None, maxreg=0, split=None, stagger=True, dq_stage=True, window=False,
+               dropout=False):
     """The compiled dispatcher of one specialisation (TCA, TXB, TXC default from `plan`;
     split default `default_split(d)`; window: a local window is given, the band code is
-    compiled in as for causal)."""
+    compiled in as for causal; dropout: the dropout build, five more arguments)."""
     split = default_split(d) if split is None else split
     p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
     if p is None:
@@ -704,12 +749,13 @@ def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA=None, TXB=
                                     TXB=TXB, TXC=TXC))
     return fa2_bwd_fast_kernel(B_r, B_c, d, dt, bool(causal), bool(has_mask), bool(count),
                                int(threads), p["TCA"], p["TXB"], p["TXC"], int(maxreg),
-                               bool(split), bool(stagger), bool(dq_stage), bool(window))
+                               bool(split), bool(stagger), bool(dq_stage), bool(window),
+                               bool(dropout))
 
 
 def run(q3, k3, v3, o3, do3, L, D, dqacc, dk_h, dv_h, scale, N, H, G, mask, counters, *,
         B_r, B_c, dt, causal, count, threads, TCA=None, TXB=None, TXC=None, maxreg=0,
-        split=None, stagger=True, dq_stage=True, window=(-1, -1)):
+        split=None, stagger=True, dq_stage=True, window=(-1, -1), dropout=None):
     """Launch the main kernel on the arrays of the plain main-kernel launch in
     `flash.attention_backward` (o3 is not read: D already holds rowsum(dO o O)).
     N: query rows; the key rows N_k are k3's (k3, v3, dk_h, dv_h have N_k rows);
@@ -717,15 +763,18 @@ def run(q3, k3, v3, o3, do3, L, D, dqacc, dk_h, dv_h, scale, N, H, G, mask, coun
     mask: the uint8 block mask on the device, or None / a dummy with has_mask from None.
     TCA, TXB, TXC (threads per row of phases A, B, C), maxreg (register cap) and split
     (phase A's dP loop after P, default `default_split(d)`) and stagger (each key block
-    starts its query-block loop at a different block, j mod the count) are tuning knobs."""
+    starts its query-block loop at a different block, j mod the count) are tuning knobs.
+    dropout: None, or the forward's (dropout_p, seed, offset) (p > 0 compiles the dropout
+    build, which regenerates the forward's keep mask; p = 0 the kernel without dropout)."""
     from .._launch import launch
     from ..forward._band import band_args
     d = q3.shape[2]
     N_k = k3.shape[1]
     windowed, lo, hi = band_args(N, N_k, bool(causal), window)
     has_mask = mask is not None and mask is not dummy_mask()
+    drop = bool(dropout and dropout[0] > 0)
     kern = get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, TXB, TXC,
-                      maxreg, split, stagger, dq_stage, windowed)
+                      maxreg, split, stagger, dq_stage, windowed, drop)
     p = plan(B_r, B_c, d, threads, TCA, TXB, TXC)
     shmem = layout(B_r, B_c, d, p["TCA"], dq_stage)["bytes"]
     T_c = -(-N_k // B_c)
@@ -733,19 +782,22 @@ def run(q3, k3, v3, o3, do3, L, D, dqacc, dk_h, dv_h, scale, N, H, G, mask, coun
     grid = (q3.shape[0], T_c) if causal else (T_c, q3.shape[0])
     launch(kern, grid, threads, shmem,
            q3, k3, v3, do3, L, D, dqacc, dk_h, dv_h, np.float32(scale), np.int64(N),
-           np.int64(N_k), lo, hi, np.int64(H), np.int64(G), mk, counters)
+           np.int64(N_k), lo, hi, np.int64(H), np.int64(G), mk, counters,
+           *(_philox.kernel_args(*dropout) if drop else ()))
 
 
-def signature(dt="fp32"):
-    """Argument types of the main kernel (for cuda.compile_ptx without a GPU)."""
+def signature(dt="fp32", dropout=False):
+    """Argument types of the main kernel (for cuda.compile_ptx without a GPU; dropout:
+    the dropout build's, five more)."""
     from numba.cuda import types as nb
     X = NB_DTYPE[dt]
     A3 = nb.Array(X, 3, "C")
     F2 = nb.Array(nb.float32, 2, "C")
+    drop = (nb.uint64,) * 4 + (nb.float32,) if dropout else ()
     return (A3, A3, A3, A3, F2, F2, nb.Array(nb.float32, 3, "C"), A3, A3, nb.float32,
             nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.int64,
             nb.Array(nb.uint8, 2, "C"),
-            nb.Array(nb.int64, 2, "C"))
+            nb.Array(nb.int64, 2, "C")) + drop
 
 
 def pre_signature(dt="fp32"):
@@ -764,7 +816,8 @@ def ptx(B_r, B_c, d, dt="fp32", causal=False, has_mask=False, count=False, threa
     if SIM:
         raise RuntimeError("ptx() needs NUMBA_ENABLE_CUDASIM unset (no GPU is needed)")
     kern = get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, **opts)
-    text, _ = cuda.compile_ptx(kern.py_func, signature(dt), cc=(9, 0))
+    text, _ = cuda.compile_ptx(kern.py_func, signature(dt, opts.get("dropout", False)),
+                               cc=(9, 0))
     return re.sub(r"\.version \d+\.\d+", ".version 9.0", text, count=1)
 
 

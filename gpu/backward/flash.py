@@ -14,8 +14,9 @@ fa2 (FlashAttention-2 backward), four launches:
      dS = P o (dO_i V_j^T - D_i); dK_j += scale dS^T Q_i; dQacc_i += scale dS K_j with
      float32 atomic adds (each counted as one read and one write of dQacc); write dK_j,
      dV_j once.
-  Dropout (dropout_p = p > 0, Algorithm 4; the plain main kernel and the tensor-core one,
-     `gpu.backward.fa2_tc`, compile flag `dropout`): each entry regenerates the forward's
+  Dropout (dropout_p = p > 0, Algorithm 4; the plain main kernel, the fast one,
+     `gpu.backward.fa2_fast`, and the tensor-core one, `gpu.backward.fa2_tc`, compile
+     flag `dropout`): each entry regenerates the forward's
      keep mask Z[r, c] by Philox
      (gpu._philox, same seed and offset), dV_j += (P o Z/(1-p))^T dO_i and
      dS = P o ((dO_i V_j^T) o Z/(1-p) - D_i); nothing N x N touches HBM, counts unchanged.
@@ -33,10 +34,12 @@ fa2 (FlashAttention-2 backward), four launches:
   (bottom-right aligned, iosim.problem.band_of), skips tiles outside it (`tile_in_band`,
   iosim's active tiles) and sets P = dS = 0 outside it; a row that sees no key
   (L = -inf) has P = 0 everywhere: dQ = 0, nothing added to dK, dV.
-fa1 (Algorithm 4 of arXiv 2205.14135 v2, no dropout): `bwd_main` (fa1 variant), ONE block
+fa1 (Algorithm 4 of arXiv 2205.14135 v2): `bwd_main` (fa1 variant), ONE block
   per instance, because line 22's read-modify-write of dQ_i in HBM is not atomic: the
   outer loop over key blocks j (line 7) runs inside the block, in order. Then the group
-  sum as above.
+  sum as above. Dropout (lines 14-20, compile flag `dropout`): as fa2's main kernel, Z
+  regenerated per entry, dV_j += (P o Z/(1-p))^T dO_i, dS = P o (dP o Z/(1-p) - D_i)
+  with D_i = rowsum(dO_i o O_i) of the forward's (dropped) O; counts unchanged.
 standard (Algorithm 3 of arXiv 2205.14135 v2, one kernel per line: dV = P^T dO, dP = dO V^T,
   dS = P o (dP - rowsum(P o dP)), dQ = scale dS K, dK = scale dS^T Q, with P, dP, dS
   N x N HBM buffers): gpu.backward_standard (its docstring has the kernels, tiles and
@@ -228,8 +231,6 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
     if packed and (FA1 or dropout or has_mask):
         raise ValueError("bwd_block: packed indexing runs the fa2 variant without a block "
                          "mask or dropout only")
-    if dropout and FA1:
-        raise ValueError("dropout: only the fa2 variant of bwd_main applies it")
     DT = NB_DTYPE[dt]
     ldx, stx = loader(dt), storer(dt)      # element -> float32, float32 -> element
     F32_ELEMS = 2 * B_c * d + 2 * B_r * B_c + 3 * B_r
@@ -438,7 +439,7 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
     iosim's active tiles), entries outside it have P = dS = 0; fa2: s1 = L (instances, N), D (instances, N), dq = dQacc float32;
     fa1: s1 = m, s2 = l (instances, N), D unused, dq = dQ in the problem dtype.
     key0, key1, offset, thr (uint64), rp (float32): the dropout (gpu._philox.kernel_args),
-    read only when `dropout` (fa2 only). Grid fa2 (T_c, instances), fa1 (1, instances);
+    read only when `dropout` (fa2 and fa1). Grid fa2 (T_c, instances), fa1 (1, instances);
     `threads` threads.
     """
     FA1 = alg == "fa1"
@@ -618,9 +619,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     dropout_p, dropout_seed, dropout_offset: the forward's (`gpu.attention`): the fa2 main
     kernel regenerates its keep mask (Algorithm 4); standard reads the mask its forward
     stored, stats = (P, Z) from `gpu.backward.standard.standard_forward(...,
-    dropout_p=...)`. fa2 with p > 0 runs the tensor-core main kernel ('tc', or 'auto'
-    where it would run it without dropout) or the plain one ('auto' otherwise); fa2's
-    'fast', standard's 'tc' and fa1 are a ValueError.
+    dropout_p=...)`; fa1's kernel regenerates it too. fa2 with p > 0 runs the main
+    kernel it would run without dropout ('auto': tc, fast or plain; or the one named);
+    standard's 'tc' is a ValueError (`gpu.api.DROPOUT_KERNELS`).
     Returns (dq, dk, dv) (dk, dv with kv_heads heads), or ((dq, dk, dv), ledger) with
     count_traffic=True: the kernels' own counts as an iosim BackwardLedger (problem totals,
     equal to iosim.backward_closed_form).
@@ -701,8 +702,8 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                or "its shared memory does not fit this device")
         raise ValueError(f"kernel='tc' cannot run algorithm={algorithm!r}, dtype {dname}, "
                          f"d={d}, block_rows={block_rows}, block_cols={block_cols}: {why}")
-    if dropout is not None and not use_tc:
-        kernel = "plain"          # the plain kernels apply dropout (fa2: the tc one too)
+    if dropout is not None and algorithm == "standard":
+        kernel = "plain"          # standard: its plain kernels apply dropout (fa2: all three)
     if block_rows is None and block_cols is None:
         # N_k != N_q or a window: 'auto' keeps off the tensor-core tilings (standard's
         # kernels take N_k = N_q only; fa2's by name only: module docstring)
@@ -803,7 +804,7 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
             fa2_fast.run(q3, k3, v3, o3, do3, L_dev.reshape(I, N), D2, acc, dk_h, dv_h,
                          scale, N, H, G, mask_dev if has_mask else None, counters, B_r=B_r,
                          B_c=B_c, dt=dname, causal=bool(causal), count=count,
-                         threads=threads, window=window)
+                         threads=threads, window=window, dropout=dropout)
         else:
             pre = fa2_pre_kernel(B_r, d, dname, count, threads)
             pre[(T_r, I), threads](o3, do3, D2, acc, np.int64(N), counters)
@@ -817,11 +818,11 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                      dq3.reshape(I * N * d), counters)
     elif algorithm == "fa1":
         kern = bwd_main_kernel("fa1", B_r, B_c, d, dname, bool(causal), has_mask, count, threads,
-                               False, windowed)
+                               dropout is not None, windowed)
         launch(kern, (1, I), threads, shm, q3, k3, v3, o3, do3, m_dev.reshape(I, N),
                l_dev.reshape(I, N), m_dev.reshape(I, N), dq3, dk_h, dv_h, np.float32(scale),
                np.int64(N), np.int64(Nk), lo, hi, np.int64(H), np.int64(G), mask_dev, counters,
-               *_philox.kernel_args())
+               *_philox.kernel_args(*(dropout or ())))
     else:   # standard: Algorithm 3, five kernels through HBM (gpu.backward_standard)
         _dp, dp3 = _output((I, N, Nk), npdt, kind, like, poison)
         _ds, ds3 = _output((I, N, Nk), npdt, kind, like, poison)

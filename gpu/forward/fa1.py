@@ -26,6 +26,14 @@ project's 2x criterion, where fa2 (one rounding) gives 2.1e-4. This is Algorithm
 written; a float32 O in HBM would remove it at twice the O bytes (not modelled). bf16
 (uint16 bits, `_launch.loader` / `storer`) rounds O as often, with 8 bits of mantissa.
 
+Dropout (compile-time flag `dropout`; Algorithm 2 of the FlashAttention paper, which is
+this algorithm with dropout): l~ sums P~ before dropout, and the P~ entering step 12's
+P~ V_j is P~ o Z / (1 - p), Z the keep mask regenerated per entry by Philox (gpu._philox,
+bit-identical to iosim.dropout.keep_mask; keyed by the instance z and the entry's row and
+column in the full score matrix). No extra HBM traffic; l and m (so L = m + log l) are
+those without dropout. Without `dropout` the kernel is the one it was before dropout
+existed (same arguments, same code).
+
 Shared memory: the same layout and size as fa2 (`iosim.sram_footprint_bytes('fa1', ...)`):
     float32: O_i (B_r*d) | S/P tile (B_r*B_c) | m_i (B_r) | l_i (B_r);
     input dtype: Q_i (B_r*d) | K_j (B_c*d) | V_j (B_c*d).
@@ -39,14 +47,18 @@ from numba import cuda, float32, int64
 
 from iosim.tiling import sram_footprint_bytes
 
-from .._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
+from .._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
                       dummy_mask, kernel_name, loader, specialisation, storer)
+from .. import _philox
 from ._band import band_args, tile_in_band
 
 
 @specialisation
-def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False):
-    """Kernel fa1(q, k, v, o, l, m, scale, N, N_k, lo, hi, H, G, mask, counters).
+def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window=False,
+                       dropout=False):
+    """Kernel fa1(q, k, v, o, l, m, scale, N, N_k, lo, hi, H, G, mask, counters), and in the
+    dropout build (`dropout`) five more: key0, key1, offset, thr (uint64), rp (float32)
+    (gpu._philox.kernel_args).
 
     q, o: (instances, N, d); k, v: (batch * H // G, N_k, d); l, m: (instances, N) float32
     in HBM; other arguments as fa2. Grid (instances,), `threads` threads.
@@ -60,7 +72,8 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
     Q0, K0, V0 = X0, X0 + B_r * d, X0 + B_r * d + B_c * d
     IQ, IK, IV, IO, Il, Im = T["Q"], T["K"], T["V"], T["O"], T["l"], T["m"]
 
-    def kernel(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters):
+    def body(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters, key0,
+             key1, offset, thr, rp):
         z = cuda.blockIdx.x
         t = cuda.threadIdx.x
         zk = (z // H) * (H // G) + (z % H) // G
@@ -153,7 +166,13 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
                         a = a / l_new                       # coefficient of old O_i
                         b = b / l_new                       # coefficient of P~ V_j
                         for c in range(cols):
-                            S[r * B_c + c] *= b
+                            if dropout:                 # P~ o Z / (1 - p), Z by Philox
+                                if _philox.keep(key0, key1, offset, z, r0 + r, c0 + c, thr):
+                                    S[r * B_c + c] *= b * rp
+                                else:
+                                    S[r * B_c + c] = ZERO
+                            else:
+                                S[r * B_c + c] *= b
                         for x in range(d):
                             Os[r * d + x] *= a
                         ls[r] = l_new
@@ -186,8 +205,18 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
             add_count(counters, Il, WRITE, wl)
             add_count(counters, Im, WRITE, wm)
 
+    if dropout:
+        kernel = body
+    else:       # the kernel without dropout: its own arguments only
+        inner = cuda.jit(device=True, inline=True)(body)
+
+        def kernel(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters):
+            inner(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters,
+                  _philox.U64_0, _philox.U64_0, _philox.U64_0,
+                  _philox.U64_0, ONE)
+
     name = kernel_name("fa1_fwd", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
-                       mask=has_mask,
+                       mask=has_mask, dropout=dropout,
                        count=count, t=threads)
     return kernel, name
 
@@ -198,18 +227,21 @@ def shared_bytes(B_r, B_c, d, dt) -> int:
 
 
 def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
-        count, threads, N_k=None, window=(-1, -1)):
+        count, threads, N_k=None, window=(-1, -1), dropout=None):
     """Launch fa1 on 3-D device views q3, o3 (instances, N, d), k3, v3 (kv instances, N_k,
-    d; N_k default N); writes o3, l2, m2. window=(left, right) as iosim.Problem."""
+    d; N_k default N); writes o3, l2, m2. window=(left, right) as iosim.Problem.
+    dropout: None, or (dropout_p, seed, offset) (iosim.dropout; p > 0 compiles the
+    dropout build, p = 0 runs the kernel without dropout)."""
     from .._launch import launch
     d = q3.shape[2]
     N_k = N if N_k is None else int(N_k)
     windowed, lo, hi = band_args(N, N_k, causal, window)
+    drop = bool(dropout and dropout[0] > 0)
     kern = fa1_forward_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads,
-                              windowed)
+                              windowed, drop)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (q3.shape[0],), threads, shared_bytes(B_r, B_c, d, dt),
            q3, k3, v3, o3, l2, m2, np.float32(scale), np.int64(N), np.int64(N_k), lo, hi,
            np.int64(H), np.int64(G),
-           mk, counters)
+           mk, counters, *(_philox.kernel_args(*dropout) if drop else ()))
 

@@ -57,6 +57,11 @@ runs with maxreg=128, gpu.api.other_fast_options): d = 64, 128 x 128, 512 thread
 no spills (the causal, masked, counting build wants 168 uncapped); d = 128, 64 x 64, 256
 threads: 165. Untimed on a GPU at the time of writing: scripts/fp32_fast_gpu.sh.
 
+Dropout (compile-time flag `dropout`, as gpu.forward.fa1 and fa2_fast): the row sums l~
+take P~ before dropout; the P stored for P V_j is P Z / (1 - p), Z regenerated per entry
+by Philox (gpu._philox). No extra HBM traffic. Without `dropout` the kernel is the one it
+was before dropout existed (same arguments, same code).
+
 Counting (count=True, compile-time): per-thread element counts, one atomic add per tensor
 and direction at the end (gpu._launch counters), as the plain kernel counts.
 """
@@ -65,10 +70,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cuda, float32, int64
+from numba import cuda, float32, int64, uint64
 
 from .._launch import (NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
                        jit_options, kernel_name, lane_group_reducer, launch, specialisation)
+from .. import _philox
 from ._band import band_args, tile_in_band
 from .fa2_fast import (ALIGN, IMASK, W, _pad_ps, _stride, pair_row_loader, pair_tile_loader,
                        plan, register_pv, register_qk, score_row_max, tile_storer)
@@ -125,10 +131,12 @@ def supports(B_r, B_c, d, threads, dt="fp32", shfl=False, smem_limit=None) -> bo
 
 @specialisation
 def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, shfl,
-                    maxreg=0):
+                    maxreg=0, dropout=False):
     """Kernel(q, k, v, o, l, m, scale, N, N_k, lo, hi, H, G, mask, counters): the arguments
-    of gpu.forward.fa1's kernel. Grid (instances,), `threads` threads, `smem_bytes(...)`
-    dynamic shared bytes. maxreg > 0 caps registers per thread (hardware only)."""
+    of gpu.forward.fa1's kernel (the dropout build, `dropout`: five more, key0, key1,
+    offset, thr, rp, gpu._philox.kernel_args). Grid (instances,), `threads` threads,
+    `smem_bytes(...)` dynamic shared bytes. maxreg > 0 caps registers per thread
+    (hardware only)."""
     TR, TC, RM, RN, DN = plan(B_r, B_c, d, threads)
     lay = layout(B_r, B_c, d, TC, shfl)
     QS, KS, PS = lay["QS"], lay["KS"], lay["PS"]
@@ -149,7 +157,8 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
     load_lm = pair_row_loader(B_r, THREADS, LO, MO, NEG_INF, count)
     store_o = tile_storer(d, THREADS, OO, QS, count)
 
-    def kernel(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters):
+    def body(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters, key0,
+             key1, offset, thr, rp):
         z = cuda.blockIdx.x
         t = cuda.threadIdx.x
         tx = t % TC
@@ -233,11 +242,22 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
                     m_new = max(m_i, mx_r[a])
                     m_safe = m_new if m_new > NEG_INF else ZERO
                     ps = ZERO
+                    # dropout: this thread's Z entries of the row as bits first (the
+                    # register-tile loop below stays free of Philox and unrolls)
+                    zb = _philox.U64_0
+                    if dropout:
+                        zb = _philox.row_bits(key0, key1, offset, z, r0 + r, c0 + tx, TC, RN,
+                                              thr)
                     for b in range(RN):
                         p = ZERO
                         if sees:
                             p = math.exp(s_acc[a, b] - m_safe)
-                        ps += p
+                        ps += p                         # l~: P~ before dropout
+                        if dropout:                     # P~ o Z / (1 - p), Z by Philox
+                            if (zb >> uint64(b)) & _philox.U64_1:
+                                p = p * rp
+                            else:
+                                p = ZERO
                         sm[pbase + a * TR * PS + tx + TC * b] = p
                     ls_r[a] = ps
                     mx_r[a] = m_new
@@ -309,16 +329,26 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
             add_count(counters, Il, WRITE, wl)
             add_count(counters, Im, WRITE, wl)
 
+    if dropout:
+        kernel = body
+    else:       # the kernel without dropout: its own arguments only
+        inner = cuda.jit(device=True, inline=True)(body)
+
+        def kernel(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters):
+            inner(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters,
+                  _philox.U64_0, _philox.U64_0, _philox.U64_0, _philox.U64_0, ONE)
+
     name = kernel_name("fa1_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
-                       mask=has_mask, count=count, t=threads, tc=TC, shfl=shfl,
-                       maxreg=maxreg or False)
+                       mask=has_mask, dropout=dropout, count=count, t=threads, tc=TC,
+                       shfl=shfl, maxreg=maxreg or False)
     return kernel, name, jit_options(maxreg)
 
 
 def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
-        count, threads, N_k=None, window=(-1, -1), shfl=None, maxreg=0):
+        count, threads, N_k=None, window=(-1, -1), shfl=None, maxreg=0, dropout=None):
     """Launch on 3-D device views q3, o3 (instances, N, d), k3, v3 (kv instances, N_k, d;
-    N_k default N); writes o3, l2, m2. The arguments of gpu.forward.fa1.run plus the
+    N_k default N); writes o3, l2, m2. The arguments of gpu.forward.fa1.run (dropout:
+    None or (dropout_p, seed, offset); p > 0 compiles the dropout build) plus the
     tuning knobs shfl (default: on hardware) and maxreg (register cap, 0 = none)."""
     d = q3.shape[2]
     err = plan_error(B_r, B_c, d, threads, dt)
@@ -329,22 +359,27 @@ def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt,
         maxreg = 0
     N_k = N if N_k is None else int(N_k)
     windowed, lo, hi = band_args(N, N_k, causal, window)
+    drop = bool(dropout and dropout[0] > 0)
     kern = fa1_fast_kernel(int(B_r), int(B_c), int(d), dt, bool(causal), bool(windowed),
-                           mask is not None, bool(count), int(threads), shfl, int(maxreg))
+                           mask is not None, bool(count), int(threads), shfl, int(maxreg),
+                           drop)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (q3.shape[0],), threads, smem_bytes(B_r, B_c, d, threads, shfl),
            q3, k3, v3, o3, l2, m2, np.float32(scale), np.int64(N), np.int64(N_k), lo, hi,
-           np.int64(H), np.int64(G), mk, counters)
+           np.int64(H), np.int64(G), mk, counters,
+           *(_philox.kernel_args(*dropout) if drop else ()))
 
 
-def signature(dt="fp32"):
-    """Argument types of the kernel (for cuda.compile_ptx without a GPU)."""
+def signature(dt="fp32", dropout=False):
+    """Argument types of the kernel (for cuda.compile_ptx without a GPU; dropout: the
+    dropout build's, five more)."""
     from numba.cuda import types as nb
     from .._launch import NB_DTYPE
     X = nb.Array(NB_DTYPE[dt], 3, "C")
     F2 = nb.Array(nb.float32, 2, "C")
+    drop = (nb.uint64,) * 4 + (nb.float32,) if dropout else ()
     return ((X, X, X, X, F2, F2, nb.float32) + (nb.int64,) * 6 +
-            (nb.Array(nb.uint8, 2, "C"), nb.Array(nb.int64, 2, "C")))
+            (nb.Array(nb.uint8, 2, "C"), nb.Array(nb.int64, 2, "C")) + drop)
 
 
 __all__ = ["layout", "plan_error", "smem_bytes", "supports", "fa1_fast_kernel", "run",

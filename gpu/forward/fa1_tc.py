@@ -49,6 +49,16 @@ Shared memory (one dynamic buffer, 4-byte words; fp16 rows padded to d + 8 halve
     buffer b = 0, 1 (KV words each):   Ks B_c x (d+8) | Vs B_c x (d+8)
 e.g. 183 KB at the d = 64 default (128 x 128, 3 stages). Registers (ptxas -v, sm_90, no
 spills): 230 at the d = 64 default, 250 causal; 240-254 at the d = 128 default.
+Dropout (compile flag `dropout`, `run(..., dropout=(p, seed, offset))`; the paper's
+Algorithm 2, as gpu.forward.fa1): l~ sums P before dropout, then each P entering the
+P V_j product is multiplied by Z / (1 - p), Z the Philox keep mask of gpu._philox (the
+thread's entries of a row drawn into a bit mask before the unrolled fragment loop, as
+gpu.forward.fa2_tc); P o Z / (1 - p) <= 1 / (1 - p) is rounded to fp16 / bf16 for the
+product. No extra HBM traffic. Without `dropout` the kernel's code is the one it was
+before (it takes the five dropout arguments last and does not read them). The dropout
+build at B_c = 128 (the d = 64 default) puts fragments in local memory (linked PTX,
+sm_90; as gpu.forward.fa2_tc's at B_c = 128): correct, slower, untimed; at 128 x 64
+(the d = 128 default) it stays in registers.
 fp16 or bf16 (DTYPES: bf16 data as uint16 arrays of the bits; O in HBM then rounded to
 bf16 after every key block, P~ to bf16 for the products); d a multiple of 16.
 The simulator cannot run the linked C++: without a GPU this kernel is built and linked but
@@ -62,9 +72,9 @@ import math
 import os
 
 import numpy as np
-from numba import cuda, float32, int64, uint32
+from numba import cuda, float32, int64, uint32, uint64
 
-from .. import _tc
+from .. import _philox, _tc
 from .._launch import NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask, \
     kernel_name, specialisation
 
@@ -183,8 +193,15 @@ ptr, ptr32 = _tc.ptr, _tc.ptr32
 # The kernel
 # ---------------------------------------------------------------------------------------
 @specialisation
-def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2, dt="fp16"):
-    """Kernel(q, k, v, o, l, m, scale2, N, H, G, mask, counters).
+def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2, dt="fp16",
+                  dropout=False):
+    """Kernel(q, k, v, o, l, m, scale2, N, H, G, mask, counters, key0, key1, offset, thr,
+    rp). key0, key1, offset, thr (uint64), rp (float32): the dropout
+    (gpu._philox.kernel_args), read only when `dropout` (compile flag): l~ sums P~ before
+    dropout and P~ o Z / (1 - p) enters the P V_j product (as gpu.forward.fa1). Without
+    `dropout` the kernel's code is the one it had before dropout existed: the five
+    arguments come after the others and are not read (its SASS text is byte for byte the
+    same, ptxas sm_90; only its parameter space grew by theirs).
 
     q, o: (instances, N, d); k, v: (kv instances, N, d): fp16 (float16 arrays) or bf16
     (uint16 arrays of the bits) as dt says; l, m: (instances, N)
@@ -379,6 +396,73 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2, dt="fp16
                 lrow[h] = l_old
                 mrow[h] = m_nat
 
+    # The same for the dropout build: l~ takes P before dropout, the P entering P V_j is
+    # P Z / (1 - p). A copy (the build without dropout keeps `stats_mtile` as it was: its
+    # code, and so its timings, unchanged).
+    @cuda.jit(device=True, inline=True)
+    def stats_mtile_dropout(s, coef, inv, lrow, mrow, smf, mt, so, lw, r0, c0, N, edge,
+                            scale2, g, qd, z, key0, key1, offset, thr, rp):
+        for hh in range(2):
+            h = 2 * mt + hh
+            rl = lw + 16 * mt + g + 8 * hh             # row in the slot
+            row = r0 + rl
+            mx = NEG_INF
+            for nt in range(NTS):
+                for u in range(2):
+                    e = mt * NSF + 4 * nt + 2 * hh + u
+                    sv = s[e] * scale2
+                    if edge:
+                        col = c0 + 8 * nt + 2 * qd + u
+                        if col >= N or (causal and col > row):
+                            sv = NEG_INF
+                    s[e] = sv
+                    mx = max(mx, sv)
+            mx = max(mx, cuda.shfl_xor_sync(FULL, mx, 1))   # the 4 lanes of a row
+            mx = max(mx, cuda.shfl_xor_sync(FULL, mx, 2))
+            l_old = smf[so + LS + rl]
+            m_nat = smf[so + MS + rl]
+            # the row sees a key of this tile; the same for all 16 rows of the m-tile (c0
+            # and the m-tile's first row are multiples of 16), so the shuffles below are
+            # warp-uniform
+            if not causal or row >= c0:
+                m_old = m_nat * LOG2E_
+                m_new = max(m_old, mx)                 # line 11 (base 2)
+                ps = ZERO
+                # dropout: this row's Z entries of the thread first, bit 2 nt + u of one
+                # uint64 (B_c / 4 <= 32 of them; as gpu.forward.fa2_tc), so that the
+                # fragment loop stays free of Philox and unrolls
+                zb = _philox.U64_0
+                for b in range(2 * NTS):
+                    if _philox.keep(key0, key1, offset, z, row,
+                                    c0 + 8 * (b >> 1) + 2 * qd + (b & 1), thr):
+                        zb |= _philox.U64_1 << uint64(b)
+                for nt in range(NTS):
+                    for u in range(2):
+                        e = mt * NSF + 4 * nt + 2 * hh + u
+                        p = math.exp2(s[e] - m_new)    # e^{m~ - m_new} P~
+                        ps += p                        # l~: P~ before dropout
+                        if (zb >> uint64(2 * nt + u)) & _philox.U64_1:
+                            p = p * rp                 # P~ o Z / (1 - p), Z by Philox
+                        else:
+                            p = ZERO
+                        s[e] = p
+                ps += cuda.shfl_xor_sync(FULL, ps, 1)
+                ps += cuda.shfl_xor_sync(FULL, ps, 2)
+                a = math.exp2(m_old - m_new) * l_old    # e^{m_i - m_new} l_i
+                l_new = a + ps                          # line 11
+                coef[h] = a
+                inv[h] = ONE / l_new
+                lrow[h] = l_new
+                mrow[h] = m_nat if m_new == m_old else m_new * LN2_
+            else:                                      # sees nothing here: unchanged
+                for nt in range(NTS):
+                    for u in range(2):
+                        s[mt * NSF + 4 * nt + 2 * hh + u] = ZERO
+                coef[h] = ONE
+                inv[h] = ONE
+                lrow[h] = l_old
+                mrow[h] = m_nat
+
     @cuda.jit(device=True, inline=True)
     def scale_mtile(oa, c, mt):
         for hh in range(2):
@@ -387,7 +471,8 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2, dt="fp16
                 oa[mt * NOF + 4 * nt + 2 * hh] *= f
                 oa[mt * NOF + 4 * nt + 2 * hh + 1] *= f
 
-    def kernel(q, k, v, o, l_hbm, m_hbm, scale2, N, H, G, mask, counters):
+    def body(q, k, v, o, l_hbm, m_hbm, scale2, N, H, G, mask, counters, key0, key1, offset,
+             thr, rp):       # (the kernel: `kernel = body` below)
         z = cuda.blockIdx.x
         t = cuda.threadIdx.x
         lane = t & 31
@@ -502,11 +587,19 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2, dt="fp16
                 qk(ptr(s), smp, so + QO + lw * SW, SH, KB + kb * KV + KO, SH)
                 # ---- steps 10-11 (base 2): P = exp2(S - m_new), l_new, coefficients ----
                 edge = c0 + B_c > N or (causal and c0 + B_c - 1 > rw)
-                stats_mtile(s, coef, inv, lrow, mrow, smf, 0, so, lw, r0, c0, N, edge,
-                            scale2, g, qd)
-                if MT > 1:
-                    stats_mtile(s, coef, inv, lrow, mrow, smf, 1, so, lw, r0, c0, N, edge,
+                if dropout:
+                    stats_mtile_dropout(s, coef, inv, lrow, mrow, smf, 0, so, lw, r0, c0, N,
+                                        edge, scale2, g, qd, z, key0, key1, offset, thr, rp)
+                    if MT > 1:
+                        stats_mtile_dropout(s, coef, inv, lrow, mrow, smf, 1, so, lw, r0, c0,
+                                            N, edge, scale2, g, qd, z, key0, key1, offset,
+                                            thr, rp)
+                else:
+                    stats_mtile(s, coef, inv, lrow, mrow, smf, 0, so, lw, r0, c0, N, edge,
                                 scale2, g, qd)
+                    if MT > 1:
+                        stats_mtile(s, coef, inv, lrow, mrow, smf, 1, so, lw, r0, c0, N, edge,
+                                    scale2, g, qd)
                 # ---- step 12: O = (e^{m - m_new} l O_old + P V_j) / l_new ----
                 load_o(ptr(oa), smp, so + OO + lw * SW, SH)
                 scale_mtile(oa, coef, 0)
@@ -580,26 +673,31 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2, dt="fp16
             add_count(counters, Il, WRITE, nlw)
             add_count(counters, Im, WRITE, nlw)
 
+    kernel = body       # (a wrapper without the five arguments changed the build's code)
     name = kernel_name("fa1_tc", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, mask=has_mask,
-                       count=count, mt=MT if MT > 1 else False,
+                       dropout=dropout, count=count, mt=MT if MT > 1 else False,
                        st=STAGES if STAGES != 2 else False)
     return kernel, name
 
 
-def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, stages=2, dt="fp16"):
-    """The compiled dispatcher for one specialisation (dt: "fp16" or "bf16")."""
+def get_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, stages=2, dt="fp16",
+               dropout=False):
+    """The compiled dispatcher for one specialisation (dt: "fp16" or "bf16"; dropout: the
+    dropout build, five more arguments)."""
     err = plan_error(B_r, B_c, d, dt, MT, stages)
     if err:
         raise ValueError(f"fa1_tc: {err}")
     return fa1_tc_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                         bool(count), int(MT), int(stages), str(dt))
+                         bool(count), int(MT), int(stages), str(dt), bool(dropout))
 
 
 def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
-        count, threads=None, MT=1, stages=2):
+        count, threads=None, MT=1, stages=2, dropout=None):
     """Launch on 3-D 16-bit device views (instances, N, d): float16 arrays for dt="fp16",
     uint16 arrays of the bfloat16 bits for dt="bf16"; writes o3, l2, m2 (the arguments of
-    gpu.forward.fa1.run; threads, if given, must be 2 B_r / MT)."""
+    gpu.forward.fa1.run; threads, if given, must be 2 B_r / MT). dropout: None, or
+    (dropout_p, seed, offset) (p > 0 compiles the dropout build; without it the kernel
+    gets gpu._philox.kernel_args()'s inert values)."""
     from .._launch import launch
     if dt not in DTYPES:
         raise ValueError(f"fa1_tc: dt={dt!r}; the tensor-core kernel takes {DTYPES}")
@@ -611,30 +709,33 @@ def run(q3, k3, v3, o3, l2, m2, scale, N, H, G, mask, counters, *, B_r, B_c, dt,
     for name, arr in (("q", q3), ("k", k3), ("v", v3), ("o", o3)):
         _tc.check_dtype("fa1_tc", name, arr, dt)
         _tc.check_aligned("fa1_tc", name, arr)
-    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages, dt)
+    drop = bool(dropout and dropout[0] > 0)
+    kern = get_kernel(B_r, B_c, d, causal, mask is not None, count, MT, stages, dt, drop)
     mk = mask if mask is not None else dummy_mask()
     launch(kern, (q3.shape[0],), want, layout(B_r, B_c, d, stages)["bytes"],
            q3, k3, v3, o3, l2, m2, np.float32(scale * LOG2E),
-           np.int64(N), np.int64(H), np.int64(G), mk, counters)
+           np.int64(N), np.int64(H), np.int64(G), mk, counters,
+           *_philox.kernel_args(*(dropout if drop else ())))
 
 
 def signature(dt="fp16"):
     """Argument types of the kernel (for compiling without a GPU): 16-bit arrays as dt
-    arrives (gpu._tc.ARRAY_DTYPES)."""
+    arrives (gpu._tc.ARRAY_DTYPES); the dropout's last (every build takes them)."""
     from numba.cuda import types as nb
     W = _tc.array_type(dt)
     F = nb.Array(nb.float32, 2, "C")
     return (W, W, W, W, F, F, nb.float32, nb.int64, nb.int64, nb.int64,
-            nb.Array(nb.uint8, 2, "C"), nb.Array(nb.int64, 2, "C"))
+            nb.Array(nb.uint8, 2, "C"), nb.Array(nb.int64, 2, "C"),
+            nb.uint64, nb.uint64, nb.uint64, nb.uint64, nb.float32)
 
 
 def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, MT=1, stages=2,
-               cc=(9, 0), dt="fp16") -> str:
+               cc=(9, 0), dt="fp16", dropout=False) -> str:
     """The PTX of one specialisation after link-time optimisation with its C++ functions,
     built without a GPU (see gpu._tc.linked_ptx): mma.sync, ldmatrix, cp.async; a correct
     build has no `call`, no `.local`, no float64."""
-    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, stages, dt),
-                          signature(dt), cc)
+    return _tc.linked_ptx(get_kernel(B_r, B_c, d, causal, has_mask, count, MT, stages, dt,
+                                     dropout), signature(dt), cc)
 
 
 __all__ = ["DTYPES", "DEFAULT_TILES", "default_tiling", "layout", "threads_per_block", "plan_error",

@@ -73,6 +73,15 @@ and drops that barrier. The default (gpu.api.FA2_FAST_TUNED) is stage=1.
 `shfl=True` (hardware only: the simulator has no warp shuffles) reduces the row max and
 the final row sums with `cuda.shfl_xor_sync` over the TC lanes of a row.
 
+Dropout (compile-time flag `dropout`, a separate specialisation; `run(...,
+dropout=(p, seed, offset))`; Algorithm 2 of the FlashAttention paper, as gpu.forward.fa2):
+l sums P~ before dropout; the P stored to Ps for the P V product is P~ Z / (1 - p), Z the
+keep mask of gpu._philox (bit-identical to iosim.dropout), drawn per query row as one
+uint64 of bits (`_philox.row_bits`: one Philox evaluation per entry of the thread's
+RM x RN tile, its columns tx + TC b) before the unrolled register-tile loop. No extra
+HBM traffic: the counts are those without dropout. The build without dropout keeps its
+arguments and compiles to the PTX it had before dropout existed (scripts/ptx_snapshot.py).
+
 Counting (count=True, compile-time): each thread counts the elements it loads / stores per
 tensor in registers and adds them with one `cuda.atomic.add` per tensor at the end into
 the int64 counters of `gpu._launch`; with count=False that code is not compiled at all.
@@ -85,11 +94,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cuda, float32, int64
+from numba import cuda, float32, int64, uint64
 
 from .._launch import (NAN, NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count,
                       dummy_mask, jit_options, kernel_name, lane_group_reducer,
                       specialisation)
+from .. import _philox
 
 
 from ._band import active_tile_finder, band_args, sees_key_band
@@ -384,9 +394,13 @@ def pair_row_loader(R, threads, AO, BO, fill_b, count):
 
 @specialisation
 def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl, maxreg=0,
-                    stage=0, window=False):
+                    stage=0, window=False, dropout=False):
     """Kernel(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters): arguments as
-    gpu.forward.fa2 (window: the compile-time flag of gpu.forward._band).
+    gpu.forward.fa2 (window: the compile-time flag of gpu.forward._band); the dropout
+    build (`dropout`) takes five more, key0, key1, offset, thr (uint64), rp (float32)
+    (gpu._philox.kernel_args), as gpu.forward.fa2: l sums P~ before dropout and the P~
+    stored for the P V product is P~ Z / (1 - p). Without `dropout` the kernel is the one
+    it was before dropout existed (same arguments, same code).
     Grid (T_r, instances), `threads` threads, `smem_bytes(...)` dynamic shared bytes.
     maxreg > 0 caps the registers per thread (ptxas spills beyond it): fewer registers,
     more resident blocks per SM (a tuning knob; hardware only). stage: 0 loads each K/V
@@ -437,7 +451,8 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
                     n += 1
         return n
 
-    def kernel(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters):
+    def body(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters, key0, key1, offset,
+             thr, rp):
         if causal:   # heaviest query blocks (most key tiles) first
             i = cuda.gridDim.x - 1 - cuda.blockIdx.x
         else:
@@ -518,9 +533,20 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
                 alpha = math.exp(m_old - m_safe)       # 0 while nothing was visible
                 m_r[a] = m_new
                 ps = ZERO
+                # dropout: this thread's Z entries of the row first, bit b of one uint64,
+                # so that the register-tile loop below stays free of Philox and unrolls
+                zb = _philox.U64_0
+                if dropout:
+                    zb = _philox.row_bits(key0, key1, offset, z, r0 + ty + TR * a, c0 + tx,
+                                          TC, RN, thr)
                 for b in range(RN):
                     p = math.exp(s_acc[a, b] - m_safe)
-                    ps += p
+                    ps += p                             # l: P~ before dropout
+                    if dropout:                         # P~ o Z / (1 - p), Z by Philox
+                        if (zb >> uint64(b)) & _philox.U64_1:
+                            p = p * rp
+                        else:
+                            p = ZERO
                     sm[pbase + a * TR * PS + tx + TC * b] = p
                 l_r[a] = l_r[a] * alpha + ps
                 for b in range(DN):
@@ -581,37 +607,51 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
             add_count(counters, IO, WRITE, nO)
             add_count(counters, IL, WRITE, nL)
 
+    if dropout:
+        kernel = body
+    else:       # the kernel without dropout: its own arguments only
+        inner = cuda.jit(device=True, inline=True)(body)
+
+        def kernel(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters):
+            inner(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters,
+                  _philox.U64_0, _philox.U64_0, _philox.U64_0, _philox.U64_0, ONE)
+
     name = kernel_name("fa2_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
-                       mask=has_mask,
+                       mask=has_mask, dropout=dropout,
                        count=count, t=threads, tc=TC, shfl=shfl, maxreg=maxreg or False,
                        stage=stage or False)
     return kernel, name, jit_options(maxreg)
 
 
 def get_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC=None, shfl=False,
-               maxreg=0, stage=0, window=False):
+               maxreg=0, stage=0, window=False, dropout=False):
     """The compiled dispatcher for one specialisation (TC: threads per row, default
-    from `plan`; maxreg: register cap, 0 = none; stage: K/V load staging, 0..2)."""
+    from `plan`; maxreg: register cap, 0 = none; stage: K/V load staging, 0..2; dropout:
+    the dropout build, five more arguments)."""
     p = plan(B_r, B_c, d, threads, TC)
     if p is None:
         raise ValueError(f"fa2_fast does not support B_r={B_r}, B_c={B_c}, d={d}, "
                          f"threads={threads}, TC={TC}")
     return fa2_fast_kernel(B_r, B_c, d, dt, bool(causal), bool(has_mask), bool(count),
                            int(threads), p[1], bool(shfl), int(maxreg), int(stage),
-                           bool(window))
+                           bool(window), bool(dropout))
 
 
 def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, causal,
-        count, threads, TC=None, shfl=False, maxreg=0, stage=0, N_k=None, window=(-1, -1)):
+        count, threads, TC=None, shfl=False, maxreg=0, stage=0, N_k=None, window=(-1, -1),
+        dropout=None):
     """Launch on 3-D device views q3, o3 (instances, N, d), k3, v3 (kv instances, N_k, d;
     N_k default N); writes o3 and L2. Same signature as gpu.forward.fa2.run; TC (threads
-    per query row), shfl, maxreg and stage are optional tuning knobs."""
+    per query row), shfl, maxreg and stage are optional tuning knobs. dropout: None, or
+    (dropout_p, seed, offset) (iosim.dropout; p > 0 compiles the dropout build, p = 0 runs
+    the kernel without dropout)."""
     from .._launch import launch
     d = q3.shape[2]
     N_k = N if N_k is None else int(N_k)
     windowed, lo, hi = band_args(N, N_k, causal, window)
+    drop = bool(dropout and dropout[0] > 0)
     kern = get_kernel(B_r, B_c, d, dt, causal, mask is not None, count, threads, TC, shfl,
-                      maxreg, stage, windowed)
+                      maxreg, stage, windowed, drop)
     p = plan(B_r, B_c, d, threads, TC)
     shmem = layout(B_r, B_c, d, p[1], p[0], shfl, stage)["bytes"]
     T_r = -(-N // B_r)
@@ -619,17 +659,19 @@ def run(q3, k3, v3, o3, L2, scale, N, H, G, mask, counters, *, B_r, B_c, dt, cau
     launch(kern, (T_r, q3.shape[0]), threads, shmem,
            q3, k3, v3, o3, L2, np.float32(scale), np.int64(N), np.int64(N_k), lo, hi,
            np.int64(H), np.int64(G),
-           mk, counters)
+           mk, counters, *(_philox.kernel_args(*dropout) if drop else ()))
 
 
-def signature(dt="fp32"):
-    """Argument types of the kernel (for cuda.compile_ptx without a GPU)."""
+def signature(dt="fp32", dropout=False):
+    """Argument types of the kernel (for cuda.compile_ptx without a GPU; dropout: the
+    dropout build's, five more)."""
     from numba.cuda import types as nb
     X = NB_DTYPE[dt]
+    drop = (nb.uint64,) * 4 + (nb.float32,) if dropout else ()
     return (nb.Array(X, 3, "C"), nb.Array(X, 3, "C"), nb.Array(X, 3, "C"),
             nb.Array(X, 3, "C"), nb.Array(nb.float32, 2, "C"), nb.float32, nb.int64,
             nb.int64, nb.int64, nb.int64, nb.int64, nb.int64, nb.Array(nb.uint8, 2, "C"),
-            nb.Array(nb.int64, 2, "C"))
+            nb.Array(nb.int64, 2, "C")) + drop
 
 
 __all__ = ["plan", "layout", "smem_bytes", "supports", "register_qk", "register_pv",
