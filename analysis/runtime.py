@@ -86,7 +86,9 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   proportional to its tiles; `_shared_makespan`, an event simulation), so the tail
   (ceil(CTAs / SMs) against CTAs / SMs) and causal imbalance both show, including a long
   CTA that starts late and shares its SM to the end (the causal fa2 and standard
-  backward: one CTA per key block, the longest first in each head; the causal fa2_tc and
+  backward: one CTA per key block, the longest first in each head; the causal fast fa2
+  backward's grid is (instances, T_c), so every head's key block 0 launches first, then
+  every head's block 1, ...: the whole grid heaviest first (form 9); the causal fa2_tc and
   fa2_fast forwards launch the heaviest query blocks first, the plain fa2 in order).
   CTAs resident per SM come from analysis.levels' launch plans (its REGISTERS table holds
   Nsight Compute's register counts where they differ from ptxas', e.g. the fast
@@ -436,7 +438,15 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             W = (2 * N * d * s + N * 4 + N * d * 4) * I
             work, B2 = ones(T_r * I), W
         elif fam == "fa2_bwd_main":
-            W, work = 10.0 * RCA * d * I, np.tile(qb_per_kb + 1, I)
+            W = 10.0 * RCA * d * I
+            if p.causal and kern == "fa2_bwd_fast":
+                # grid (instances, T_c): blockIdx.x is the instance, so the launch order
+                # is every head's key block 0 (the heaviest), then every head's block 1,
+                # ...: the whole grid heaviest first (longest processing time first), not
+                # head by head (gpu.backward.fa2_fast.run)
+                work = np.repeat(qb_per_kb + 1, I)
+            else:                         # grid (T_c, instances): head by head
+                work = np.tile(qb_per_kb + 1, I)
             B2 = ((2 * RA * d + 2 * N * d) * s + 2 * RA * 4 + 2 * RA * d * 4 + 2 * N * d * s) * I
         elif fam == "bwd_convert":
             W = N * d * (4 + s) * I
