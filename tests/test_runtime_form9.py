@@ -47,3 +47,10 @@ def test_non_causal_and_tensor_core_backward_keep_their_order():
     per_kb = T_r - _first_query_block(p.N, lv["block_rows"], lv["block_cols"], True) + 1
     w = np.tile(per_kb, p.instances).astype(float)
     assert f["mk_sm"] == pytest.approx(makespans(w, hw, f["ctas_per_sm"])["mk_sm"])
+
+
+def test_g_mem_is_held_at_the_sm_count():
+    """Form 9: g_mem is not fitted; the constants on file and any refit hold it at G_MEM."""
+    from analysis.runtime import G_MEM, SHARED_PARAMS, RuntimeModel
+    assert "g_mem" not in SHARED_PARAMS
+    assert RuntimeModel.load().g_mem == G_MEM == get_hardware("H100-SXM").sm_count
