@@ -292,7 +292,7 @@ Tried and dropped (the same CV, each with the grid order above):
   ceil(min(B_c, threads) / 32), not all of the CTA's warps (thread t takes entries c0 + t,
   c0 + t + threads, ... of a tile; 256 threads at B_c = 64 or 128 leave 4-6 of 8 warps
   idle): standard 1.4 -> 1.1 %, standard_fast worst 21.8 -> 17.6 % but median 5.3 ->
-  6.1 %, 18 -> 16 of 24, standard_bwd_tc 3.2 -> 4.0 %; overall 431 within 10 % (432
+  6.1 %, 18 -> 16 of 24, standard_bwd_tc 3.1 -> 4.0 %; overall 431 within 10 % (432
   without it), H200 356 -> 354. With the PV chain as well: 423, standard_fast 10.6 %.
 Not addressed: the small causal fa2_tc grids (one wave, 3 CTAs a SM: b1 h8 N 3072 -19 %,
 b1 h4 N 4096 -17 %, b1 h12 N 2048 -13 %): the shared-SM simulation and the w_sat slot
