@@ -993,6 +993,14 @@ FITTED_V8 = replace(FITTED_V7, shared_footprint=1.3, sweep_lag=0.35)
 #:       192 / 192 H100 rows (fa1 27 -> 27 / 27: plain fp16 loses one, fp32 or tc gains
 #:       one), H200 111 -> 110 / 109, write medians 1.64 % -> 1.70 % / 1.66 %; in the
 #:       cross-validation one fold of five picked 64 (191 held-out rows inside).
+#: Frozen at ac08151 and scored on the sixth blind set (LEVELS_BLIND6; predictions
+#: committed in 5b9e774 before the rows were read): H100 13 of 16 inside the bound (DRAM
+#: reads median 0.7 %, writes 1.3 %; outside: fa1 plain fp32 b1 h32 N 2048, reads -45 %,
+#: writes -59 %, fa1_tc causal b1 h32 N 5120, writes -16 %, and fa2_tc b1 h20 N 48K d 64,
+#: reads +16.1 %, the K/V re-read onset); H200 (preset change only) 13 of 16 (reads 0.6 %,
+#: writes 2.9 %; the three fa1 passes outside, reads -42 ... -50 %, writes -62 ... -86 %).
+#: fa2_tc's other five passes, the fa2 / standard backward and the fast kernels: inside on
+#: both chips.
 FITTED_V9 = replace(FITTED_V8, causal_lag=0.03)
 FITTED = FITTED_V9
 #: the previous FITTED models (for comparisons): v6 (FITTED_V6, above: the fourth blind

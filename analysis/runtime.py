@@ -302,6 +302,16 @@ CTA's tile latency are candidates that no measured row yet separates. The plain 
 (fp32 64 x 64 over-predicted in its tails, fp16 64 x 64 causal and 32 x 32 under) and the
 fast standard's causal forward (d = 64 under via the softmax, d = 128 over via PV) keep
 their form 8 errors.
+Frozen at ac08151 (constants refitted on the 463 rows with L2 v9) and scored on the sixth
+blind set (RUNTIME_BLIND6, declared in 305741c and measured before either model changed;
+predictions committed in 5b9e774 before the rows were read): H100 median 2.8 %, worst
+11.7 %, 41 of 42 within 10 % (the one outside: the fast standard's causal forward, b2 h10
+N 3072 d 64, -11.7 %: the known d = 64 under-prediction); H200 (preset change only) 3.4 %,
+worst 12.2 %, 41 of 42 within 10 %, 42 of 42 within 15 %. Per family (H100 median / worst):
+fa2_tc 1.6 / 6.9, fa2_fast 1.9 / 3.1, fa2_plain 5.2 / 6.1, fa1_tc 1.9 / 4.7, fa1_fast
+2.1 / 2.8, standard_tc 4.8 / 8.0, standard_fast 6.3 / 11.7, fa2_bwd_tc 4.1 / 7.2,
+fa2_bwd_fast 1.9 / 3.4, fa2_bwd 3.7 / 4.4, standard_bwd_tc 1.3 / 3.8, standard_bwd 2.0.
+The sixth blind set then joined the fit (505 H100 rows).
 """
 from __future__ import annotations
 
