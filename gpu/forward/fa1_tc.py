@@ -345,8 +345,11 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2, dt="fp16
 
     # Lines 9-11 and the per-row coefficients of line 12 for rows g, g + 8 of m-tile mt;
     # called once per m-tile with a constant mt so the fragment loops unroll (registers).
+    # dropout (compiled in only for the dropout build; without it z .. rp are unused): l~
+    # takes P before dropout, the P entering P V_j is P Z / (1 - p) (Algorithm 2).
     @cuda.jit(device=True, inline=True)
-    def stats_mtile(s, coef, inv, lrow, mrow, smf, mt, so, lw, r0, c0, N, edge, scale2, g, qd):
+    def stats_mtile(s, coef, inv, lrow, mrow, smf, mt, so, lw, r0, c0, N, edge, scale2, g, qd,
+                    z, key0, key1, offset, thr, rp):
         for hh in range(2):
             h = 2 * mt + hh
             rl = lw + 16 * mt + g + 8 * hh             # row in the slot
@@ -373,79 +376,29 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2, dt="fp16
                 m_old = m_nat * LOG2E_
                 m_new = max(m_old, mx)                 # line 11 (base 2)
                 ps = ZERO
+                if dropout:
+                    # this row's Z entries of the thread first, bit 2 nt + u of one uint64
+                    # (B_c / 4 <= 32 of them; as gpu.forward.fa2_tc), so that the fragment
+                    # loop stays free of Philox and unrolls
+                    zb = _philox.U64_0
+                    for b in range(2 * NTS):
+                        if _philox.keep(key0, key1, offset, z, row,
+                                        c0 + 8 * (b >> 1) + 2 * qd + (b & 1), thr):
+                            zb |= _philox.U64_1 << uint64(b)
                 for nt in range(NTS):
                     for u in range(2):
                         e = mt * NSF + 4 * nt + 2 * hh + u
                         p = math.exp2(s[e] - m_new)    # e^{m~ - m_new} P~
-                        s[e] = p
-                        ps += p
-                ps += cuda.shfl_xor_sync(FULL, ps, 1)
-                ps += cuda.shfl_xor_sync(FULL, ps, 2)
-                a = math.exp2(m_old - m_new) * l_old    # e^{m_i - m_new} l_i
-                l_new = a + ps                          # line 11
-                coef[h] = a
-                inv[h] = ONE / l_new
-                lrow[h] = l_new
-                mrow[h] = m_nat if m_new == m_old else m_new * LN2_
-            else:                                      # sees nothing here: unchanged
-                for nt in range(NTS):
-                    for u in range(2):
-                        s[mt * NSF + 4 * nt + 2 * hh + u] = ZERO
-                coef[h] = ONE
-                inv[h] = ONE
-                lrow[h] = l_old
-                mrow[h] = m_nat
-
-    # The same for the dropout build: l~ takes P before dropout, the P entering P V_j is
-    # P Z / (1 - p). A copy (the build without dropout keeps `stats_mtile` as it was: its
-    # code, and so its timings, unchanged).
-    @cuda.jit(device=True, inline=True)
-    def stats_mtile_dropout(s, coef, inv, lrow, mrow, smf, mt, so, lw, r0, c0, N, edge,
-                            scale2, g, qd, z, key0, key1, offset, thr, rp):
-        for hh in range(2):
-            h = 2 * mt + hh
-            rl = lw + 16 * mt + g + 8 * hh             # row in the slot
-            row = r0 + rl
-            mx = NEG_INF
-            for nt in range(NTS):
-                for u in range(2):
-                    e = mt * NSF + 4 * nt + 2 * hh + u
-                    sv = s[e] * scale2
-                    if edge:
-                        col = c0 + 8 * nt + 2 * qd + u
-                        if col >= N or (causal and col > row):
-                            sv = NEG_INF
-                    s[e] = sv
-                    mx = max(mx, sv)
-            mx = max(mx, cuda.shfl_xor_sync(FULL, mx, 1))   # the 4 lanes of a row
-            mx = max(mx, cuda.shfl_xor_sync(FULL, mx, 2))
-            l_old = smf[so + LS + rl]
-            m_nat = smf[so + MS + rl]
-            # the row sees a key of this tile; the same for all 16 rows of the m-tile (c0
-            # and the m-tile's first row are multiples of 16), so the shuffles below are
-            # warp-uniform
-            if not causal or row >= c0:
-                m_old = m_nat * LOG2E_
-                m_new = max(m_old, mx)                 # line 11 (base 2)
-                ps = ZERO
-                # dropout: this row's Z entries of the thread first, bit 2 nt + u of one
-                # uint64 (B_c / 4 <= 32 of them; as gpu.forward.fa2_tc), so that the
-                # fragment loop stays free of Philox and unrolls
-                zb = _philox.U64_0
-                for b in range(2 * NTS):
-                    if _philox.keep(key0, key1, offset, z, row,
-                                    c0 + 8 * (b >> 1) + 2 * qd + (b & 1), thr):
-                        zb |= _philox.U64_1 << uint64(b)
-                for nt in range(NTS):
-                    for u in range(2):
-                        e = mt * NSF + 4 * nt + 2 * hh + u
-                        p = math.exp2(s[e] - m_new)    # e^{m~ - m_new} P~
-                        ps += p                        # l~: P~ before dropout
-                        if (zb >> uint64(2 * nt + u)) & _philox.U64_1:
-                            p = p * rp                 # P~ o Z / (1 - p), Z by Philox
+                        if dropout:
+                            ps += p                    # l~: P~ before dropout
+                            if (zb >> uint64(2 * nt + u)) & _philox.U64_1:
+                                p = p * rp             # P~ o Z / (1 - p), Z by Philox
+                            else:
+                                p = ZERO
+                            s[e] = p
                         else:
-                            p = ZERO
-                        s[e] = p
+                            s[e] = p
+                            ps += p
                 ps += cuda.shfl_xor_sync(FULL, ps, 1)
                 ps += cuda.shfl_xor_sync(FULL, ps, 2)
                 a = math.exp2(m_old - m_new) * l_old    # e^{m_i - m_new} l_i
@@ -587,19 +540,11 @@ def fa1_tc_kernel(B_r, B_c, d, causal, has_mask, count, MT=1, STAGES=2, dt="fp16
                 qk(ptr(s), smp, so + QO + lw * SW, SH, KB + kb * KV + KO, SH)
                 # ---- steps 10-11 (base 2): P = exp2(S - m_new), l_new, coefficients ----
                 edge = c0 + B_c > N or (causal and c0 + B_c - 1 > rw)
-                if dropout:
-                    stats_mtile_dropout(s, coef, inv, lrow, mrow, smf, 0, so, lw, r0, c0, N,
-                                        edge, scale2, g, qd, z, key0, key1, offset, thr, rp)
-                    if MT > 1:
-                        stats_mtile_dropout(s, coef, inv, lrow, mrow, smf, 1, so, lw, r0, c0,
-                                            N, edge, scale2, g, qd, z, key0, key1, offset,
-                                            thr, rp)
-                else:
-                    stats_mtile(s, coef, inv, lrow, mrow, smf, 0, so, lw, r0, c0, N, edge,
-                                scale2, g, qd)
-                    if MT > 1:
-                        stats_mtile(s, coef, inv, lrow, mrow, smf, 1, so, lw, r0, c0, N, edge,
-                                    scale2, g, qd)
+                stats_mtile(s, coef, inv, lrow, mrow, smf, 0, so, lw, r0, c0, N, edge, scale2,
+                            g, qd, z, key0, key1, offset, thr, rp)
+                if MT > 1:
+                    stats_mtile(s, coef, inv, lrow, mrow, smf, 1, so, lw, r0, c0, N, edge,
+                                scale2, g, qd, z, key0, key1, offset, thr, rp)
                 # ---- step 12: O = (e^{m - m_new} l O_old + P V_j) / l_new ----
                 load_o(ptr(oa), smp, so + OO + lw * SW, SH)
                 scale_mtile(oa, coef, 0)
