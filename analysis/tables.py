@@ -277,18 +277,30 @@ def _pct(x) -> str:
 
 def _blind_columns(summ: dict) -> list[tuple[str, str]]:
     """(device, blind split) pairs with scored rows in `summ` (keys (device, split,
-    family)), each blind set's H100 then H200 column: the validation tables' blind columns."""
+    family)), in the order of the blind sets, each set's H100 then H200."""
     from analysis.validate import BLIND_SPLITS
     return [(g, b) for b in BLIND_SPLITS for g in ("H100", "H200")
             if any(k[:2] == (g, b) for k in summ)]
 
 
+def _latest_blind(blinds: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The newest scored blind set's columns (H100, then H200 where scored)."""
+    last = blinds[-1][1] if blinds else None
+    return [(g, b) for g, b in blinds if b == last]
+
+
+def _frozen_of(rows, split: str) -> str:
+    return ", ".join(sorted({str(r.get("frozen_model_commit") or r.get("frozen_commit"))[:7]
+                             for r in rows if r.get("split") == split}))
+
+
 def table_levels_validation(data=None) -> str:
-    """The L2 / DRAM model against Nsight Compute, per kernel family: rows inside the bound
+    """The L2 / DRAM model against Nsight Compute. Per kernel family: rows inside the bound
     (15 % or 16 MB, reads and writes), median and worst |relative error| of DRAM reads and
-    writes, on the H100 (all rows: development and blind), the H200 (all held out), and
-    each H100 blind set apart ("blind", "blind2", "blind3": frozen predictions), where scored."""
-    from analysis.validate import BLIND_SPLITS, levels_summary
+    writes, on the H100 (all rows: development and blind), the H200 (all held out) and the
+    newest blind set (frozen predictions); then one line per blind set and device (every
+    family together)."""
+    from analysis.validate import BLIND_SPLITS, LEVELS_BLIND_SETS, levels_summary
     rows = R.load("levels_validation", data=data)
     summ = {}
     for s in levels_summary(rows):
@@ -297,32 +309,40 @@ def table_levels_validation(data=None) -> str:
             summ[(dev, s["split"], s["family"])] = s
     fams = sorted({k[2] for k in summ}, key=lambda f: (f == "all", f))
     blinds = _blind_columns(summ)
+    latest = _latest_blind(blinds)
     cell = lambda s: (f"{s['inside_bound']}/{s['rows']} | {_pct(s['dram_read']['median'])}, "
                       f"{_pct(s['dram_read']['worst'])} | {_pct(s['dram_write']['median'])}, "
                       f"{_pct(s['dram_write']['worst'])}") if s else "– | – | –"
     lines = ["| family | H100: in bound | DRAM read med, worst | DRAM write med, worst "
              "| H200: in bound | DRAM read med, worst | DRAM write med, worst |"
-             + "".join(f" {g} {b}: in bound | DRAM read | DRAM write |" for g, b in blinds),
-             "|---|---|---|---|---|---|---|" + "---|---|---|" * len(blinds)]
+             + "".join(f" {g} {b}: in bound | DRAM read | DRAM write |" for g, b in latest),
+             "|---|---|---|---|---|---|---|" + "---|---|---|" * len(latest)]
     for f in fams:
         lines.append(f"| {f} | {cell(summ.get(('H100', 'all', f)))} | "
                      f"{cell(summ.get(('H200', 'all', f)))} |"
-                     + "".join(f" {cell(summ.get((g, b, f)))} |" for g, b in blinds))
+                     + "".join(f" {cell(summ.get((g, b, f)))} |" for g, b in latest))
+    if blinds:
+        lines += ["", "| blind set | device | frozen at | in bound | DRAM read med, worst "
+                  "| DRAM write med, worst |", "|---|---|---|---|---|---|"]
+        set_of = {split: name for name, (_, split, _) in LEVELS_BLIND_SETS.items()}
+        lines += [f"| {set_of[b].upper()} | {g} | {_frozen_of(rows, b)} | "
+                  f"{cell(summ.get((g, b, 'all')))} |" for g, b in blinds]
     m = next((r["l2_model"] for r in rows if "frozen_commit" not in r), {})
     note = (f"L2 model: C = {m.get('capacity_fraction')} x L2, {m.get('associativity')} ways, "
             f"shared tiles x{m.get('shared_footprint', 2.0)}, private x"
             f"{m.get('private_footprint', 1.0)}, dirty data <= {m.get('dirty_fraction', 0.0)} x L2, "
             f"end-of-kernel drain <= {m.get('drain_fraction', 0.0)} x L2, "
-            f"wave lag {m.get('sweep_lag', 0.0)} x sweep; "
+            f"wave lag {m.get('sweep_lag', 0.0)} x sweep (causal {m.get('causal_lag', 0.0)}); "
             if rows else "")
     return "\n".join(lines) + "\n" + _source("levels_validation", rows, note)
 
 
 def table_runtime_validation(data=None) -> str:
-    """The time model against CUPTI kernel times, per kernel family: median and worst
+    """The time model against CUPTI kernel times. Per kernel family: median and worst
     |relative error| of the H100's 5-fold cross-validation (each row predicted by the
-    model refitted without its fold), of the H200 (never fitted) and of each blind set
-    (frozen predictions: "blind", "blind2", "blind3"), where scored."""
+    model refitted without its fold), of the H200 (never fitted) and of the newest blind
+    set (frozen predictions); then one line per blind set and device (every family
+    together, with the rows within 10 %)."""
     from analysis.validate import BLIND_SPLITS, RUNTIME_BLIND_SETS, runtime_summary
     rows = R.load("runtime_validation", data=data)
     summ = {}
@@ -333,26 +353,30 @@ def table_runtime_validation(data=None) -> str:
     fams = sorted({k[2] for k in summ}, key=lambda f: (f == "all", f))
     cell = lambda s: (f"{s['n']} | {_pct(s['median'])} | {_pct(s['worst'])}") if s else "– | – | –"
     blinds = _blind_columns(summ)
+    latest = _latest_blind(blinds)
     lines = ["| family | H100 CV rows | median | worst | H200 rows | median | worst |"
-             + "".join(f" {g} {b} rows | median | worst |" for g, b in blinds),
-             "|---|---|---|---|---|---|---|" + "---|---|---|" * len(blinds)]
+             + "".join(f" {g} {b} rows | median | worst |" for g, b in latest),
+             "|---|---|---|---|---|---|---|" + "---|---|---|" * len(latest)]
     for f in fams:
         lines.append(f"| {f} | {cell(summ.get(('H100', 'cv', f)))} | "
                      f"{cell(summ.get(('H200', 'heldout', f)))} |"
-                     + "".join(f" {cell(summ.get((g, b, f)))} |" for g, b in blinds))
+                     + "".join(f" {cell(summ.get((g, b, f)))} |" for g, b in latest))
+    set_of = {split: name for name, (_, split, _) in RUNTIME_BLIND_SETS.items()}
+    if blinds:
+        lines += ["", "| blind set | device | frozen at | rows | median | worst | within 10 % |",
+                  "|---|---|---|---|---|---|---|"]
+        for g, b in blinds:
+            a = summ.get((g, b, "all"))
+            lines.append(f"| {set_of[b].upper()} | {g} | {_frozen_of(rows, b)} | {cell(a)} | "
+                         f"{a['within_10pct'] if a else '–'} |")
     fitted = [r for r in rows if r.get("split") not in BLIND_SPLITS]
     src = fitted[0]["constants_source"] if fitted else ""
     note = f"constants fitted on {src}; "
-    set_of = {split: name for name, (_, split, _) in RUNTIME_BLIND_SETS.items()}
     for b in dict.fromkeys(b for _, b in blinds):
         br = [r for r in rows if r.get("split") == b]
-        frozen = sorted({str(r.get("frozen_model_commit"))[:7] for r in br})
         unscored = sum(r.get("status") != "ok" for r in br)
-        per = ", ".join(f"{sum(r['device'] == dv for r in br)} on the {dv}"
-                        for dv in sorted({r["device"] for r in br if r.get("device")}))
-        note += (f"{b}: the passes of {set_of[b].upper()} ({per}), predicted by the model "
-                 f"frozen at {', '.join(frozen)} before the measured rows were read, {unscored} "
-                 f"without a score (no prediction or a failed measurement); ")
+        if unscored:
+            note += f"{set_of[b].upper()}: {unscored} passes without a score (no prediction or a failed measurement); "
     return "\n".join(lines) + "\n" + _source("runtime_validation", rows, note)
 
 
