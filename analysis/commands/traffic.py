@@ -57,7 +57,10 @@ def register(sub):
         "Compute measures; times are the kernels' own, warm clocks.")
     lv.add_argument("--levels", action="store_true",
                     help="add l2_read_bytes, l2_write_bytes, dram_read_bytes, dram_write_bytes "
-                         "and predicted_ms (with each kernel's breakdown)")
+                         "and predicted_ms (with each kernel's breakdown); with --decode "
+                         "(fp16): predicted_ms and decode_time (analysis.decode_time: the main "
+                         "and combine kernels gpu.decode runs, num_splits by its rule on --gpu, "
+                         "default H100-SXM), no L2 / DRAM keys")
     lv.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="fwd",
                     help="forward (default) or backward pass (--levels)")
     lv.add_argument("--kernel", choices=("auto", "tc", "fast", "plain"), default="auto",
@@ -294,37 +297,61 @@ def decode_main(args) -> int:
     if args.algorithm != "fa2":
         raise ConfigError(f"--algorithm={args.algorithm} with --seq-len-kv: decoding is modelled "
                           f"for fa2 (its schedules fa2_decode and split-KV)")
-    for flag, val in (("--levels", args.levels), ("--causal", args.causal),
+    for flag, val in (("--causal", args.causal),
                       ("--block-rows", args.block_rows), ("--sram-bytes", args.sram_bytes)):
         if val:
             raise ConfigError(f"{flag} does not go with --seq-len-kv: the decode model counts "
                               f"requested traffic (causal alignment of the new rows is built in; "
                               f"drop {why} for the forward schedule's ledger)")
+    if args.levels:
+        for flag, val, default in (("--pass", args.pass_, "fwd"), ("--kernel", args.kernel, "auto"),
+                                   ("--grid-order", args.grid_order, "query-major")):
+            if val != default:
+                raise ConfigError(f"{flag}={val} does not go with {why} --levels: the decode "
+                                  f"time model covers gpu.decode's own kernels (drop {flag})")
+        if args.dtype != "fp16":
+            raise ConfigError(f"--dtype={args.dtype} does not go with {why} --levels: the decode "
+                              f"time model is fitted on fp16 rows only (drop --levels for the "
+                              f"ledger)")
     prob = DecodeProblem(N_kv=args.seq_len_kv, d=args.head_dim, batch=args.batch,
                          heads=args.heads, kv_heads=args.kv_heads, N_q=args.seq_len,
                          dtype=args.dtype, page_size=args.page_size)
     choice = None
     S = args.num_splits
-    if S is None and args.gpu is not None:
-        choice = choose_num_splits(prob, get_hardware(args.gpu).sm_count, kv_reads=args.kv_reads)
+    gpu = args.gpu or ("H100-SXM" if args.levels else None)
+    if S is None and gpu is not None:
+        choice = choose_num_splits(prob, get_hardware(gpu).sm_count, kv_reads=args.kv_reads)
         S = choice.num_splits
     S = 1 if S is None else S
     schedule = "fa2_decode" if S == 1 else "split_kv"
     led = decode_closed_form(schedule, prob, num_splits=S, kv_reads=args.kv_reads)
+    pred = None
+    if args.levels:
+        from analysis.decode_time import predict_decode
+        pred = predict_decode(prob, gpu, S, kv_reads=args.kv_reads)
     if args.json:
         out = led.to_dict()
         out["schedule"] = schedule
         if choice is not None:
             out["num_splits_choice"] = choice.to_dict()
+        if pred is not None:
+            out["predicted_ms"] = pred["predicted_ms"]
+            out["decode_time"] = pred
         print(json.dumps(out, indent=2))
         return 0
     print(f"decode {schedule}: N_q={prob.N_q} N_kv={prob.N_kv} d={prob.d} {prob.dtype} "
           f"batch={prob.batch} heads={prob.heads} kv_heads={prob.kv_heads} "
           f"num_splits={S} kv_reads={args.kv_reads} paged={prob.page_size}")
     if choice is not None:
-        print(f"num_splits from the rule on {args.gpu}: {choice.num_splits} (binding: {choice.binding}; "
+        print(f"num_splits from the rule on {gpu}: {choice.num_splits} (binding: {choice.binding}; "
               f"fill {choice.s_fill}, block cap {choice.s_cap_blocks}, traffic cap {choice.s_cap_traffic})")
     print(led.table())
     print(f"HBM traffic: {led.hbm_bytes:,} bytes total ({led.hbm_read_bytes:,} read, "
           f"{led.hbm_write_bytes:,} written)")
+    if pred is not None:
+        print(f"predicted time on {gpu} (analysis.decode_time): {pred['predicted_ms']:.4f} ms "
+              f"(main {pred['main_ms']:.4f}, combine {pred['combine_ms']:.4f}; binding "
+              f"{pred['binding']})")
+        for t, v in pred["terms_us"].items():
+            print(f"  {t:15s} {v:10.2f} us  {100 * pred['shares'][t]:5.1f} %")
     return 0

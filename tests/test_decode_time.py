@@ -1,0 +1,95 @@
+"""analysis.decode_time: the split, the predictions, the CLI keys, the committed rows."""
+import json
+
+import pytest
+
+import analysis.decode_time as DT
+from analysis.cli import main
+from iosim import DecodeProblem
+
+
+def test_split_is_deterministic_and_about_half():
+    rows = DT.measured_rows()
+    first = [DT.split_of(r) for r in rows]
+    assert first == [DT.split_of(dict(r)) for r in rows]
+    held = first.count("heldout")
+    assert 0.4 < held / len(rows) < 0.6
+    # the key: only the configuration fields count, not the timing
+    r = dict(rows[0], ms_median=123.0, run_id="other")
+    assert DT.split_of(r) == DT.split_of(rows[0])
+
+
+@pytest.mark.parametrize("kv_reads, kv_heads, page", [("per_query_head", 32, None),
+                                                      ("per_group", 8, 256)])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("S", [None, 1, 4])
+def test_predictions_positive_and_monotone_in_N_kv(kv_reads, kv_heads, page, d, S):
+    prev = 0.0
+    for N_kv in (1024, 2048, 4096, 8192, 16384, 65536, 131072):
+        p = DecodeProblem(N_kv=N_kv, d=d, batch=4, heads=32, kv_heads=kv_heads, N_q=1,
+                          dtype="fp16", page_size=page)
+        out = DT.predict_decode(p, num_splits=S, kv_reads=kv_reads)
+        assert out["predicted_ms"] > 0
+        assert abs(sum(out["shares"].values()) - 1) < 1e-9
+        assert out["binding"] in out["terms_us"]
+        if S is not None:       # at fixed num_splits (the rule changes S with N_kv)
+            assert out["predicted_ms"] >= prev
+        prev = out["predicted_ms"]
+
+
+def test_h200_is_a_preset_change():
+    p = DecodeProblem(N_kv=8192, d=128, batch=8, heads=32, kv_heads=32, N_q=1, dtype="fp16")
+    h100 = DT.predict_decode(p, "H100-SXM", 1)
+    h200 = DT.predict_decode(p, "H200", 1)
+    assert h200["predicted_ms"] > 0 and h200["t_dram_us"] < h100["t_dram_us"]
+
+
+def test_layout_matches_the_measured_rows():
+    for r in DT.measured_rows()[:40]:
+        NR = 1 if r["kv_reads"] == "per_query_head" else r["heads"] // r["kv_heads"]
+        lay = DT.layout(r["d"], r["dtype"], NR)
+        assert {k: lay[k] for k in ("NT", "VW", "LPR", "KPG", "TB")} == \
+            {k: r["kernel_layout"][k] for k in ("NT", "VW", "LPR", "KPG", "TB")}
+
+
+def test_cli_decode_levels_adds_predicted_ms(capsys):
+    argv = ["traffic", "--algorithm", "fa2", "--seq-len", "1", "--seq-len-kv", "16384",
+            "--head-dim", "128", "--heads", "32", "--kv-heads", "8", "--kv-reads", "per_group",
+            "--decode", "--json", "--gpu", "H100-SXM"]
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "predicted_ms" not in plain
+    assert main(argv + ["--levels"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {k: out[k] for k in plain} == plain          # existing keys unchanged
+    assert out["predicted_ms"] > 0 and out["decode_time"]["num_splits"] == out["num_splits"]
+    p = DecodeProblem(N_kv=16384, d=128, batch=1, heads=32, kv_heads=8, N_q=1, dtype="fp16")
+    assert out["predicted_ms"] == pytest.approx(
+        DT.predict_decode(p, "H100-SXM", kv_reads="per_group")["predicted_ms"])
+    assert main(argv[:-1] + ["H200", "--levels"]) == 0
+    assert json.loads(capsys.readouterr().out)["decode_time"]["gpu"] == "H200"
+
+
+def _committed():
+    return [json.loads(l) for l in DT.VALIDATION_PATH.read_text().splitlines()]
+
+
+def test_committed_validation_rows_are_the_current_models():
+    rows = _committed()
+    measured = DT.measured_rows()
+    assert len(rows) == len(measured)
+    fresh = DT.validation_rows(measured[::29])
+    by_cfg = {json.dumps(r["config"], sort_keys=True): r for r in rows}
+    for f in fresh:
+        c = by_cfg[json.dumps(f["config"], sort_keys=True)]
+        assert c["predicted_ms"] == pytest.approx(f["predicted_ms"], rel=1e-9)
+        assert c["split"] == f["split"] and c["kind"] == DT.KIND
+        assert c["constants_source"] == DT.load_constants()["source"]
+
+
+def test_heldout_summary_in_the_docstring_matches_the_committed_rows():
+    s = DT.summarise(_committed(), "heldout")
+    assert s == DT.HELDOUT_SUMMARY
+    a = s["all"]
+    assert (f"median {100 * a['median']:.1f} %, worst {100 * a['worst']:.1f} %, "
+            f"{a['within_10pct']} of" in " ".join(DT.__doc__.split()))
