@@ -93,3 +93,12 @@ def test_heldout_summary_in_the_docstring_matches_the_committed_rows():
     a = s["all"]
     assert (f"median {100 * a['median']:.1f} %, worst {100 * a['worst']:.1f} %, "
             f"{a['within_10pct']} of" in " ".join(DT.__doc__.split()))
+
+
+def test_predictions_outside_the_measured_rows_say_so():
+    """fp16, N_q = 1, d 64 / 128 on the H100 preset: no warning; each step outside what
+    was timed (dtype, N_q, d, preset) adds its own."""
+    base = dict(N_kv=4096, d=128, batch=2, heads=32, kv_heads=8)
+    assert DT.predict_decode(DecodeProblem(**base), "H100-SXM")["warnings"] == []
+    w = DT.predict_decode(DecodeProblem(**dict(base, dtype="bf16", N_q=4, d=96)), "H200")["warnings"]
+    assert [x.split("=")[0] for x in w] == ["dtype", "N_q", "d", "gpu"]

@@ -354,4 +354,6 @@ def decode_main(args) -> int:
               f"{pred['binding']})")
         for t, v in pred["terms_us"].items():
             print(f"  {t:15s} {v:10.2f} us  {100 * pred['shares'][t]:5.1f} %")
+        for w in pred["warnings"]:
+            print(f"warning: {w}")
     return 0
