@@ -16,6 +16,8 @@ thr)` per entry of P (one Philox evaluation per entry: a thread recomputes the g
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 from numba import cuda, uint64
 
@@ -81,6 +83,27 @@ def row_bits(key0, key1, offset, z, row, col0, step, n, thr):
     return bits
 
 
+#: the dropout arguments a kernel body takes last (`kernel_args`' order)
+DROPOUT_ARGS = ("key0", "key1", "offset", "thr", "rp")
+
+
+def without_dropout(body):
+    """The kernel of a build without dropout, from the `body` it shares with the dropout
+    build: `body`'s own arguments less the last five (`DROPOUT_ARGS`), which it passes on
+    as zeros and rp = 1 (never read there: the build's `dropout` flag is off), so the build
+    keeps the arguments and the code it had before dropout existed. The wrapper's source
+    is written out because a Numba CUDA kernel takes no *args."""
+    names = list(inspect.signature(body).parameters)
+    if tuple(names[-5:]) != DROPOUT_ARGS:
+        raise ValueError(f"without_dropout: {body.__name__}'s last arguments are "
+                         f"{names[-5:]}, not {list(DROPOUT_ARGS)}")
+    args = ", ".join(names[:-5])
+    ns = {"inner": cuda.jit(device=True, inline=True)(body), "U64_0": U64_0,
+          "ONE": np.float32(1.0)}
+    exec(f"def kernel({args}):\n    inner({args}, U64_0, U64_0, U64_0, U64_0, ONE)\n", ns)
+    return ns["kernel"]
+
+
 def kernel_args(dropout_p: float = 0.0, seed: int = 0, offset: int = 0) -> tuple:
     """(key0, key1, offset, thr, rp): the kernels' dropout arguments (NumPy scalars;
     uint64 x 4, float32). p = 0 gives thr = 0 (keep all) and rp = 1."""
@@ -91,4 +114,5 @@ def kernel_args(dropout_p: float = 0.0, seed: int = 0, offset: int = 0) -> tuple
             np.float32(1.0 / (1.0 - p)))
 
 
-__all__ = ["U64_0", "U64_1", "keep", "kernel_args", "philox_word", "row_bits"]
+__all__ = ["DROPOUT_ARGS", "U64_0", "U64_1", "keep", "kernel_args", "philox_word", "row_bits",
+           "without_dropout"]

@@ -573,3 +573,22 @@ def test_fast_dropout_on_gpu(alg, p, kw, monkeypatch):
     for name, g, w in zip(("dq", "dk", "dv"), grads, want):
         err = np.linalg.norm(np.asarray(g, np.float64) - w) / np.linalg.norm(w)
         assert np.isfinite(g).all() and err <= tol, (name, err)
+
+
+def test_without_dropout_wraps_the_shared_body():
+    """gpu._philox.without_dropout: the kernel of a build without dropout takes the body's
+    arguments less the five dropout ones; a body without them last is refused."""
+    import inspect
+
+    from gpu import _philox
+
+    def body(x, y, key0, key1, offset, thr, rp):
+        pass
+
+    assert list(inspect.signature(_philox.without_dropout(body)).parameters) == ["x", "y"]
+
+    def wrong(x, key0, key1, offset, rp, thr):
+        pass
+
+    with pytest.raises(ValueError, match="last arguments"):
+        _philox.without_dropout(wrong)

@@ -131,7 +131,7 @@ from numba import cuda, float32, int64, uint64
 # forward fast kernel's, shared rather than copied
 from ..forward.fa2_fast import (ALIGN, IMASK, TC_CHOICES, W, _pad_ps, _stride,
                                pair_row_loader, pair_tile_loader)
-from .._launch import (NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, add_count, dummy_mask,
+from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask,
                        jit_options, kernel_name, loader, specialisation)
 from .. import _philox
 
@@ -709,16 +709,8 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
             add_count(counters, IdK, WRITE, nW)
             add_count(counters, IdV, WRITE, nW)
 
-    if dropout:
-        kernel = body
-    else:       # the kernel without dropout: its own arguments only
-        inner = cuda.jit(device=True, inline=True)(body)
-
-        def kernel(q, k, v, do, L, D, dqacc, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
-                   counters):
-            inner(q, k, v, do, L, D, dqacc, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
-                  counters, _philox.U64_0, _philox.U64_0, _philox.U64_0,
-                  _philox.U64_0, ONE)
+    # the build without dropout: its own arguments only (gpu._philox.without_dropout)
+    kernel = body if dropout else _philox.without_dropout(body)
 
     name = kernel_name("fa2_bwd_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                        window=bool(window), mask=has_mask, dropout=bool(dropout), count=count,

@@ -47,7 +47,7 @@ from numba import cuda, float32, int64
 
 from iosim.tiling import sram_footprint_bytes
 
-from .._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count,
+from .._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, WRITE, ZERO, T, add_count,
                       dummy_mask, kernel_name, loader, specialisation, storer)
 from .. import _philox
 from ._band import band_args, tile_in_band
@@ -205,15 +205,8 @@ def fa1_forward_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, window
             add_count(counters, Il, WRITE, wl)
             add_count(counters, Im, WRITE, wm)
 
-    if dropout:
-        kernel = body
-    else:       # the kernel without dropout: its own arguments only
-        inner = cuda.jit(device=True, inline=True)(body)
-
-        def kernel(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters):
-            inner(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters,
-                  _philox.U64_0, _philox.U64_0, _philox.U64_0,
-                  _philox.U64_0, ONE)
+    # the build without dropout: its own arguments only (gpu._philox.without_dropout)
+    kernel = body if dropout else _philox.without_dropout(body)
 
     name = kernel_name("fa1_fwd", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
                        mask=has_mask, dropout=dropout,

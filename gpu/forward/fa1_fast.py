@@ -329,14 +329,8 @@ def fa1_fast_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, s
             add_count(counters, Il, WRITE, wl)
             add_count(counters, Im, WRITE, wl)
 
-    if dropout:
-        kernel = body
-    else:       # the kernel without dropout: its own arguments only
-        inner = cuda.jit(device=True, inline=True)(body)
-
-        def kernel(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters):
-            inner(q, k, v, o, l_hbm, m_hbm, scale, N, N_k, lo, hi, H, G, mask, counters,
-                  _philox.U64_0, _philox.U64_0, _philox.U64_0, _philox.U64_0, ONE)
+    # the build without dropout: its own arguments only (gpu._philox.without_dropout)
+    kernel = body if dropout else _philox.without_dropout(body)
 
     name = kernel_name("fa1_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
                        mask=has_mask, dropout=dropout, count=count, t=threads, tc=TC,

@@ -607,14 +607,8 @@ def fa2_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TC, shfl,
             add_count(counters, IO, WRITE, nO)
             add_count(counters, IL, WRITE, nL)
 
-    if dropout:
-        kernel = body
-    else:       # the kernel without dropout: its own arguments only
-        inner = cuda.jit(device=True, inline=True)(body)
-
-        def kernel(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters):
-            inner(q, k, v, o, L, scale, N, N_k, lo, hi, H, G, mask, counters,
-                  _philox.U64_0, _philox.U64_0, _philox.U64_0, _philox.U64_0, ONE)
+    # the build without dropout: its own arguments only (gpu._philox.without_dropout)
+    kernel = body if dropout else _philox.without_dropout(body)
 
     name = kernel_name("fa2_fast", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal, window=window,
                        mask=has_mask, dropout=dropout,
