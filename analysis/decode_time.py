@@ -196,8 +196,9 @@ def load_constants(path=None) -> dict:
 
 
 def e_dram_from_runtime() -> float:
-    """The form-9 runtime model's achieved DRAM fraction (not fitted on decode rows)."""
-    return float(json.loads((HERE / "runtime_constants.json").read_text())["e_dram"])
+    """The runtime model's achieved DRAM fraction (not fitted on decode rows)."""
+    from analysis.runtime import RuntimeModel
+    return float(RuntimeModel.load().e_dram)
 
 
 def print_constants(constants=None) -> None:

@@ -265,7 +265,8 @@ def levels_main(args, problem) -> int:
           f"private x{lv['l2_model']['private_footprint']}, dirty data <= "
           f"{lv['l2_model']['dirty_fraction']} x L2, end-of-kernel drain <= "
           f"{lv['l2_model'].get('drain_fraction', 0.0)} x L2, wave lag "
-          f"{lv['l2_model'].get('sweep_lag', 0.0)} x sweep")
+          f"{lv['l2_model'].get('sweep_lag', 0.0)} x sweep (causal "
+          f"{lv['l2_model'].get('causal_lag', 0.0)})")
     gb = lambda x: f"{x / 1e9:12.4f}"
     print(f"{'level (GB, whole problem)':<28}{'read':>12}{'write':>12}")
     print(f"{'requested (the ledger)':<28}{gb(lv['requested_read_bytes'])}{gb(lv['requested_write_bytes'])}")
