@@ -5,24 +5,15 @@ for checking that a change leaves the decode kernels alone. NVVM only, no GPU:
 
 Builds: the main kernel at d 64 / 128, NG 1 / 4 query heads a block, S = 1 / > 1,
 contiguous / paged (N_q = 1, causal, uncounted; split_kv.plan's GPU layout), and the combine
-at d 64 / 128 (128 threads). Normalisation as scripts/ptx_snapshot.py's. Used for the
+at d 64 / 128 (128 threads). Normalisation: scripts/ptx_snapshot.py's. Used for the
 e5d20a2 -> 2f78a13 check in analysis/decode_time.py (identical)."""
-import os, sys, re
+import os
+import sys
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 sys.path.insert(0, os.getcwd())
 from numba import cuda, types as T
 import gpu.decode.split_kv as K
-
-def normalise(ptx):
-    names = {}
-    def sub(m): return names.setdefault(m.group(0), f"_SYM{len(names)}")
-    out = []
-    for line in ptx.splitlines():
-        line = re.sub(r"//.*", "", line).rstrip()
-        if not line or line.startswith((".version", ".target")): continue
-        line = re.sub(r"_cudapy_(smem|lmem|cmem)_\d+", r"_cudapy_\1_N", line)
-        out.append(re.sub(r"_Z[A-Za-z0-9_$]+", sub, line))
-    return "\n".join(out) + "\n"
+from ptx_snapshot import normalise   # the same normalisation as the fast kernels' snapshot
 
 h, f, i32, i64 = T.float16, T.float32, T.int32, T.int64
 A = lambda t, n: T.Array(t, n, "C")
