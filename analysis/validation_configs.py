@@ -797,6 +797,120 @@ LEVELS_BLIND6 = [dict(c, split="blind") for c in [
 ]]
 
 
+#: Development rows of the eleventh session (2026-11-27), declared before measuring: times
+#: where form 9 misses most (the fast standard's causal and non-causal forwards at d = 64
+#: across N and heads, fa2_tc's small causal grids, the plain fa2 at both tilings).
+#: Fitted on.
+RUNTIME_DEV7 = [dict(c, split="dev7") for c in [
+    cfg(F, "standard", "fast", "fp32", 1, 8, 2 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 14, 3 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 6, 4 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 8, 3 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 20, 2 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 10, 4 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 6, 3 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 2, 8 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 10, 2 * K, 128, causal=True),
+    cfg(F, "fa2", "plain", "fp32", 1, 14, 2 * K, 64, causal=True, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp16", 1, 6, 3 * K, 64, tiles=(32, 32)),
+    cfg(F, "fa2", "plain", "fp16", 2, 5, 2 * K, 64, causal=True, tiles=(64, 64)),
+]]
+
+#: The hierarchy model's development rows of the eleventh session (same declaration): fa1's
+#: write-backs near L2 capacity in each fa1 kernel, fa2_tc at the onset of its K/V
+#: re-reads. Fitted on.
+LEVELS_DEV7 = [dict(c, split="dev7") for c in [
+    cfg(F, "fa1", "default", "fp32", 1, 24, 2 * K, 64),
+    cfg(F, "fa1", "default", "fp32", 1, 40, 2 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 36, 5 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 30, 3 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 20, 40 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 24, 44 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 52 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 1, 22, 6 * K, 64, causal=True),
+]]
+
+
+#: Seventh blind sets, declared 2026-11-27 (eleventh session) before any of them was
+#: measured and before either model was changed that session; the rules of RUNTIME_BLIND
+#: (never fitted on, never used to choose a form; each model frozen and its predictions
+#: committed before the measured rows are read). The families and proportions of the
+#: sixth, at shapes in no earlier set.
+RUNTIME_BLIND7 = [dict(c, split="blind") for c in [
+    # fa2 forward, tensor cores
+    cfg(F, "fa2", "tc", "fp16", 1, 36, 5 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 2, 10, 7 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 10, 12 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 3, 4, 10 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 9 * K, 64, kv_heads=8),
+    cfg(F, "fa2", "tc", "fp16", 5, 12, 1 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 6, 24 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 20, 4 * K, 128, tiles=(64, 64)),
+    cfg(F, "fa2", "tc", "fp16", 2, 14, 2 * K, 128),
+    # fa2 forward, fast fp32
+    cfg(F, "fa2", "fast", "fp32", 1, 28, 2 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 10, 5 * K, 128, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 2, 12, 4 * K, 64, kv_heads=3),
+    cfg(F, "fa2", "fast", "fp32", 1, 6, 7 * K, 64, causal=True),
+    # fa2 forward, plain
+    cfg(F, "fa2", "plain", "fp16", 1, 14, 2 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp32", 1, 10, 3 * K, 64, causal=True, tiles=(32, 32)),
+    # fa1 forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "fa1", "tc", "fp16", 1, 24, 5 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 10, 6 * K, 64, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 1, 20, 3 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 2, 10, 3 * K, 128, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 22, 2 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 10, 3 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 2, 12, 2 * K, 64, causal=True),
+    # standard forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "standard", "tc", "fp16", 1, 28, 3 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 8, 4 * K, 128),
+    cfg(F, "standard", "tc", "fp16", 2, 6, 4 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 20, 3 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 14, 2 * K, 128),
+    cfg(F, "standard", "fast", "fp32", 2, 6, 4 * K, 64, causal=True),
+    # fa2 backward: tensor cores (fp16), fast (fp32), plain
+    cfg(B, "fa2", "tc", "fp16", 1, 28, 5 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 12, 5 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 2, 6, 7 * K, 64, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 20, 3 * K, 128),
+    cfg(B, "fa2", "tc", "fp16", 1, 24, 4 * K, 64, kv_heads=6),
+    cfg(B, "fa2", "fast", "fp32", 1, 18, 2 * K, 64),
+    cfg(B, "fa2", "fast", "fp32", 1, 6, 5 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 2, 12, 3 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp32", 1, 14, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp16", 1, 20, 1 * K, 128),
+    # standard backward: tensor cores (fp16), plain (fp32)
+    cfg(B, "standard", "tc", "fp16", 1, 10, 3 * K, 128),
+    cfg(B, "standard", "tc", "fp16", 2, 10, 4 * K, 64, causal=True),
+    cfg(B, "standard", "tc", "fp16", 1, 26, 3 * K, 64),
+    cfg(B, "standard", "default", "fp32", 1, 20, 2 * K, 64, causal=True),
+]]
+
+#: The hierarchy model's seventh blind set (same rules): the fa2 tensor-core forward's K/V
+#: re-read regime (causal too), fa1 near capacity, and a cover of the other default
+#: kernels, at shapes not measured before.
+LEVELS_BLIND7 = [dict(c, split="blind") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 10, 72 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 14, 60 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 104 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 40, 24 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 24, 40 * K, 64, kv_heads=6),
+    cfg(F, "fa2", "tc", "fp16", 3, 8, 24 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 20, 12 * K, 64),
+    cfg(F, "fa2", "plain", "fp16", 1, 36, 3 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa1", "tc", "fp16", 1, 20, 7 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 44, 4 * K, 64, causal=True),
+    cfg(F, "fa1", "default", "fp32", 1, 20, 3 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 36, 3 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 16, 14 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 10, 20 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 14, 6 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 1, 14, 5 * K, 64),
+]]
+
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -889,7 +1003,9 @@ SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
         "levels_dev5": LEVELS_DEV5, "runtime_blind5": RUNTIME_BLIND5,
         "levels_blind5": LEVELS_BLIND5,
         "runtime_dev6": RUNTIME_DEV6, "levels_dev6": LEVELS_DEV6,
-        "runtime_blind6": RUNTIME_BLIND6, "levels_blind6": LEVELS_BLIND6}
+        "runtime_blind6": RUNTIME_BLIND6, "levels_blind6": LEVELS_BLIND6,
+        "runtime_dev7": RUNTIME_DEV7, "levels_dev7": LEVELS_DEV7,
+        "runtime_blind7": RUNTIME_BLIND7, "levels_blind7": LEVELS_BLIND7}
 
 
 def family_of(c: dict) -> str:
@@ -907,4 +1023,5 @@ __all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME_BLI
            "RUNTIME_DEV3", "LEVELS_DEV3", "RUNTIME_BLIND3", "LEVELS_BLIND3",
            "RUNTIME_DEV4", "RUNTIME_BLIND4", "LEVELS_BLIND4",
            "RUNTIME_DEV5", "LEVELS_DEV5", "RUNTIME_BLIND5", "LEVELS_BLIND5",
-           "RUNTIME_DEV6", "LEVELS_DEV6", "RUNTIME_BLIND6", "LEVELS_BLIND6", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+           "RUNTIME_DEV6", "LEVELS_DEV6", "RUNTIME_BLIND6", "LEVELS_BLIND6",
+           "RUNTIME_DEV7", "LEVELS_DEV7", "RUNTIME_BLIND7", "LEVELS_BLIND7", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
