@@ -45,6 +45,10 @@ OUR_KERNELS = r"(fa2_tc|fa2_fast|fa2_fwd|fa1_fwd|fa1_tc|fa1_fast|std_S|std_softm
 #: `-k regex:` sees only base names, so OUR_KERNELS must list every kernel's prefix: a
 #: kernel missing from it was once left out of a pass's time without a word).
 GPU_NAMESPACE = "gpu::"
+#: the namespace CUPTI shows for a Numba kernel whose function has no module ("<dynamic>",
+#: e.g. one made by exec): taken as ours too (and checked against OUR_KERNELS), so that
+#: such a kernel is never left out of a pass's time
+NUMBA_NO_MODULE = ("_3cdynamic_3e::", "<dynamic>::")
 MARKER = "flashsim_marker"
 
 COUNTER_METRICS = (
@@ -443,7 +447,7 @@ def passes_from_trace(trace: dict) -> list[list[tuple[str, float]]]:
     kernels between consecutive marker kernels. Raises where a pass is empty or a kernel
     of the package is missing from OUR_KERNELS."""
     ev = sorted((e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"
-                 and (e.get("name", "").startswith(GPU_NAMESPACE)
+                 and (e.get("name", "").startswith((GPU_NAMESPACE,) + NUMBA_NO_MODULE)
                       or MARKER in e.get("name", ""))), key=lambda e: e["ts"])
     missed = sorted({e["name"] for e in ev if not re.search(OUR_KERNELS, e["name"])})
     if missed:

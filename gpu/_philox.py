@@ -98,8 +98,12 @@ def without_dropout(body):
         raise ValueError(f"without_dropout: {body.__name__}'s last arguments are "
                          f"{names[-5:]}, not {list(DROPOUT_ARGS)}")
     args = ", ".join(names[:-5])
-    ns = {"inner": cuda.jit(device=True, inline=True)(body), "U64_0": U64_0,
-          "ONE": np.float32(1.0)}
+    # __name__: the wrapper belongs to body's module, so the kernel's mangled name keeps
+    # the gpu package's namespace (gpu::forward::fa2_fast::...); without it Numba names the
+    # module "<dynamic>" and CUPTI's trace shows _3cdynamic_3e::..., which
+    # analysis.hwmeasure once left out of a pass's time
+    ns = {"__name__": body.__module__, "inner": cuda.jit(device=True, inline=True)(body),
+          "U64_0": U64_0, "ONE": np.float32(1.0)}
     exec(f"def kernel({args}):\n    inner({args}, U64_0, U64_0, U64_0, U64_0, ONE)\n", ns)
     return ns["kernel"]
 

@@ -52,3 +52,19 @@ def test_a_kernel_missing_from_the_list_is_an_error_not_a_shorter_pass():
 def test_an_empty_pass_is_an_error():
     with pytest.raises(RuntimeError, match="passes"):
         hm.passes_from_trace({"traceEvents": [_ev(MARK, 0), _ev(MARK, 1)]})
+
+
+def test_a_kernel_without_a_module_is_taken_not_dropped():
+    """A Numba kernel made by exec had no module and showed in CUPTI as
+    _3cdynamic_3e::...: it was once left out of the fast backward's time. It is taken (and
+    checked against OUR_KERNELS) now."""
+    tr = {"traceEvents": [
+        _ev(MARK, 0), _ev("gpu::backward::fa2_fast::fa2_bwd_pre_fast_d64[abi:v1]", 1, 100),
+        _ev("_3cdynamic_3e::fa2_bwd_fast_Br64_Bc64_d64_fp32[abi:v2]", 2, 3000),
+        _ev("gpu::backward::flash::bwd_convert_fp32[abi:v3]", 3, 200), _ev(MARK, 4)]}
+    (p,) = hm.passes_from_trace(tr)
+    assert [n.split("::")[-1].split("[")[0].split("_Br")[0].split("_d64")[0] for n, _ in p] == [
+        "fa2_bwd_pre_fast", "fa2_bwd_fast", "bwd_convert_fp32"]
+    with pytest.raises(RuntimeError, match="brand_new"):
+        hm.passes_from_trace({"traceEvents": [_ev(MARK, 0), _ev("_3cdynamic_3e::brand_new[x]", 1),
+                                              _ev(MARK, 2)]})
