@@ -703,11 +703,10 @@ def test_standard_dropout_builds_are_separate_specialisations():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel, dt, p, kw", [
+@pytest.mark.parametrize("kernel, dt, p, kw", [   # (two cases: each compiles ~11 kernels;
+    # windows, block masks and odd tiles run in the simulator tests above)
     ("fast", "fp32", 0.1, dict(N=700, N_k=513, d=64, heads=4, kv_heads=2, causal=True)),
-    ("fast", "fp32", 0.3, dict(N=1000, d=128, heads=2, window=(100, 30))),
-    ("tc", "fp16", 0.2, dict(N=1024, d=64, heads=4, kv_heads=2, causal=True)),
-    ("tc", "fp16", 0.5, dict(N=1000, d=128, heads=2))])
+    ("tc", "fp16", 0.3, dict(N=1000, d=64, heads=4, kv_heads=2, causal=True))])
 def test_standard_dropout_on_gpu(kernel, dt, p, kw, monkeypatch):
     """On a GPU, default tilings: kernel='auto' for standard with dropout runs the kernel
     it runs without (fp32: standard_fast, fp16: standard_tc; their run recorded with the
