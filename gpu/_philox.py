@@ -108,6 +108,34 @@ def without_dropout(body):
     return ns["kernel"]
 
 
+def with_args(kernel, extra):
+    """The dropout build of a kernel written once for both builds: `kernel`'s own code with
+    the parameters `extra` (e.g. ("zm", "rp")) appended, as a new function with the same
+    closure values, globals, module and qualified name (so its mangled name keeps the gpu
+    package's namespace). `kernel` itself, the build without dropout, reads those names
+    only under its factory's `dropout` flag (a closure constant, False there: Numba prunes
+    the branches before typing, so they need no definition), and so compiles to the code it
+    had before dropout existed: no inlined body and wrapper, whose renamed variables
+    reordered the loop-carried registers of the tensor-core kernels' PTX. The source is
+    read with inspect and run with exec: the kernel's `def` line must fit one line."""
+    import textwrap
+    src = textwrap.dedent(inspect.getsource(kernel))
+    head, sep, rest = src.partition("):\n")
+    if not sep or not head.startswith(f"def {kernel.__name__}(") or "\n" in head:
+        raise ValueError(f"with_args: {kernel.__qualname__}'s def line must be one line "
+                         f"ending in '):'")
+    free = kernel.__code__.co_freevars
+    src = (f"def _make({', '.join(free)}):\n"
+           + textwrap.indent(f"{head}, {', '.join(extra)}{sep}{rest}", "    ")
+           + f"\n    return {kernel.__name__}\n")
+    ns = dict(kernel.__globals__)
+    exec(compile(src, inspect.getsourcefile(kernel) or "<with_args>", "exec"), ns)
+    made = ns["_make"](*[c.cell_contents for c in (kernel.__closure__ or ())])
+    made.__qualname__ = kernel.__qualname__
+    made.__module__ = kernel.__module__
+    return made
+
+
 def kernel_args(dropout_p: float = 0.0, seed: int = 0, offset: int = 0) -> tuple:
     """(key0, key1, offset, thr, rp): the kernels' dropout arguments (NumPy scalars;
     uint64 x 4, float32). p = 0 gives thr = 0 (keep all) and rp = 1."""
@@ -119,4 +147,4 @@ def kernel_args(dropout_p: float = 0.0, seed: int = 0, offset: int = 0) -> tuple
 
 
 __all__ = ["DROPOUT_ARGS", "U64_0", "U64_1", "keep", "kernel_args", "philox_word", "row_bits",
-           "without_dropout"]
+           "with_args", "without_dropout"]

@@ -119,17 +119,17 @@ def test_bad_dropout_p_rejected(p):
 
 
 def test_kernels_without_dropout_refuse_it():
-    """The kernels without dropout (standard's fast and tensor-core kernels) refuse p > 0
-    with a ValueError naming dropout_p, the algorithm, the kernel and the kernels
-    allowed; so do a bad seed and standard without its Z."""
+    """Every forward kernel of every algorithm takes dropout now (`DROPOUT_KERNELS`);
+    what stays refused is refused for every p, by a ValueError naming the parameter, the
+    value and what is allowed: the standard backward's kernel='fast' (it has none) and
+    fa1's backward kernel='tc'; so are a bad seed and standard's backward without its Z."""
+    from gpu.api import DROPOUT_KERNELS
+    for alg in ("standard", "fa1", "fa2"):
+        assert DROPOUT_KERNELS[alg] == ("auto", "plain", "fast", "tc")
     q = np.zeros((1, 1, 16, 16), dtype=np.float32)
-    for alg, kern, allowed in (("standard", "fast", "'auto', 'plain'"),
-                               ("standard", "tc", "'auto', 'plain'")):
-        with pytest.raises(ValueError, match=f"dropout_p=0.2 is not supported by the {alg} "
-                                             f"kernel='{kern}'.*allowed with dropout: "
-                                             f"kernel={allowed}"):
-            x = q.astype(np.float16) if kern == "tc" else q
-            gpu.attention(x, x, x, algorithm=alg, kernel=kern, dropout_p=0.2)
+    with pytest.raises(ValueError, match="kernel='fast' runs only algorithm='fa2'"):
+        attention_backward(q, q, q, q, q, (q, q.astype(np.uint8)), algorithm="standard",
+                           kernel="fast", dropout_p=0.2)
     with pytest.raises(ValueError, match="kernel='tc'"):     # fa1 has one backward kernel
         attention_backward(q, q, q, q, q, (q[..., 0], q[..., 0]), algorithm="fa1",
                            kernel="tc", dropout_p=0.2)
@@ -292,7 +292,8 @@ def test_standard_kernels_store_and_read_mask():
     opts = dict(block_rows=8, block_cols=8, causal=True, dropout_p=p, dropout_seed=seed,
                 dropout_offset=offset)
     t = iosim.Tiling(8, 8)
-    O, led = gpu.attention(q, k, v, algorithm="standard", count_traffic=True, **opts)
+    O, led = gpu.attention(q, k, v, algorithm="standard", kernel="plain",
+                           count_traffic=True, **opts)   # ('auto': the fast kernels, below)
     assert led.counts() == iosim.closed_form("standard", prob, t).counts()
     Zref = problem_keep_mask(prob, seed, offset)
     ref = iosim.reference_attention(q, k, v, causal=True, dropout_p=p, dropout_keep=Zref)
@@ -595,3 +596,195 @@ def test_without_dropout_wraps_the_shared_body():
 
     with pytest.raises(ValueError, match="last arguments"):
         _philox.without_dropout(wrong)
+
+
+# ---------------------------------------------------------------------------------------
+# Standard attention's fast (fp32 math) and tensor-core kernels with dropout: the unfused
+# graph's mask Z stored in HBM by the softmax kernel, read by PV (and by the backward's
+# dV and dP kernels); the tensor-core kernels' simulator test with emulated tile products
+# is tests/test_gpu_standard_tc.py::test_dropout_with_emulated_tile_products
+# ---------------------------------------------------------------------------------------
+#: p, problem (fp32), tiles, block mask: odd sizes; N_q > N_k causal (rows that see no
+#: key) with grouped K/V heads; N_q < N_k with a window, batch 2; a block mask
+STD_FAST_CASES = [
+    (0.3, dict(N=19, N_k=13, d=16, heads=2, kv_heads=1, causal=True), (8, 16), None),
+    (0.5, dict(N=13, N_k=22, d=16, batch=2, heads=1, window=(4, 2)), (8, 16),
+     [[True, False], [True, True]]),
+]
+
+
+@pytest.mark.parametrize("p, kw, tiles, bm", STD_FAST_CASES)
+def test_standard_fast_dropout_forward_backward(p, kw, tiles, bm):
+    """The fast standard forward (kernel='fast') with dropout: O equals the float64
+    reference given iosim's keep mask and the plain kernels' O (same seed and offset);
+    the Z it stores (standard_forward(kernel='fast')) is the plain kernels' bit for bit
+    over the active tiles, and the standard backward given (P, Z) reproduces the
+    reference gradients; counts equal iosim's closed forms with dropout (+ Z written and
+    read RCA forward) and iosim's executed schedule."""
+    from gpu.backward.standard import standard_forward
+    prob, q, k, v, do, Zref, ref, lse, want = _drop_case("standard", p, kw, tiles, bm)
+    seed, offset = 2024, 5
+    t = iosim.Tiling(*tiles)
+    opts = dict(algorithm="standard", block_rows=tiles[0], block_cols=tiles[1],
+                causal=prob.causal, window=prob.window, block_mask=bm, dropout_p=p,
+                dropout_seed=seed, dropout_offset=offset, threads=16)
+    O, led = gpu.attention(q, k, v, kernel="fast", count_traffic=True, **opts)
+    assert np.isfinite(O).all() and _rel(O, ref) < 1e-5
+    fin = np.isfinite(lse)
+    assert np.all(O[~fin] == 0)                       # rows that see no key
+    cf = iosim.closed_form("standard", prob, t).counts()
+    assert led.counts() == cf
+    assert cf["Z"] != (0, 0)
+    ex = iosim.execute("standard", prob, t, dropout_seed=seed, dropout_offset=offset)
+    assert ex.ledger.counts() == cf
+    Op = gpu.attention(q, k, v, kernel="plain", **opts)      # the plain kernels' mask
+    assert np.abs(O - Op).max() <= 1e-6 * max(1.0, np.abs(Op).max())
+    fo = {x: opts[x] for x in ("block_rows", "block_cols", "causal", "window", "block_mask",
+                               "dropout_p", "dropout_seed", "dropout_offset", "threads")}
+    Of, P, Z = standard_forward(q, k, v, kernel="fast", **fo)
+    # iosim's bits, which the plain kernels store (test_standard_kernels_store_and_read_mask)
+    act = np.kron(iosim.active_tiles(prob, t), np.ones(tiles, bool))[:prob.N, :prob.N_k]
+    assert np.array_equal(Z[..., act], Zref[..., act].astype(np.uint8))
+    assert np.array_equal(Of, O)
+    bo = {x: fo[x] for x in fo if x != "threads"}
+    (dq, dk, dv), bled = attention_backward(q, k, v, O, do, (P, Z), algorithm="standard",
+                                            count_traffic=True, **bo)
+    for name, g, w in zip(("dq", "dk", "dv"), (dq, dk, dv), want):
+        assert np.isfinite(g).all() and _rel(g, w) < 1e-5, name
+    assert bled.counts() == backward_closed_form("standard", prob, t).counts()
+
+
+def test_auto_runs_standard_fast_with_dropout(monkeypatch):
+    """kernel='auto' for standard fp32 runs the fast kernels with dropout where it runs
+    them without (the same tiling and threads), passing the dropout and the Z buffer on;
+    p = 0 (with a seed) runs the build without dropout, bit-identical to no dropout."""
+    from gpu.forward import standard_fast
+    calls = []
+    real = standard_fast.run
+    monkeypatch.setattr(standard_fast, "run",
+                        lambda *a, **kw: (calls.append(kw), real(*a, **kw))[1])
+    prob = iosim.Problem(N=12, d=16, heads=1, causal=True)
+    q, k, v = iosim.random_inputs(prob, 1)
+    opts = dict(algorithm="standard", block_rows=8, block_cols=16, causal=True, threads=16)
+    O_none = gpu.attention(q, k, v, **opts)
+    O_zero = gpu.attention(q, k, v, dropout_p=0.0, dropout_seed=9, **opts)
+    O_drop = gpu.attention(q, k, v, dropout_p=0.25, dropout_seed=9, **opts)
+    assert len(calls) == 3
+    assert calls[0].get("dropout") is None and calls[1].get("dropout") is None
+    assert calls[2]["dropout"] == (0.25, 9, 0) and calls[2]["z3"] is not None
+    assert [(c["B_r"], c["B_c"], c["threads"]) for c in calls] == [(8, 16, 16)] * 3
+    assert np.array_equal(O_none, O_zero)
+    assert not np.allclose(O_drop, O_none)
+
+
+def test_standard_dropout_builds_are_separate_specialisations():
+    """The fast PV kernel and the tensor-core softmax, PV, dP and dV kernels without
+    dropout keep their arguments and names (their PTX is unchanged: scripts/ptx_snapshot.py
+    before and after); the dropout builds take the keep mask zm (and rp, or the Philox
+    key, offset and threshold) more, and 'dropout' in their names."""
+    import inspect
+    from gpu.backward import standard_tc as btc
+    from gpu.forward import standard_fast, standard_tc as ftc
+    builds = [(lambda dr: standard_fast.pv_kernel(16, 16, 16, "fp32", True, False, False,
+                                                 False, 16, 0, 0, dr), 11, ["zm", "rp"]),
+              (lambda dr: ftc.pv_kernel(16, 16, 16, True, False, True, False, dr), 9,
+               ["zm", "rp"]),
+              (lambda dr: ftc.softmax_kernel(16, 16, True, False, True, False, 32, dr), 5,
+               ["zm", "key0", "key1", "offset", "thr"]),
+              (lambda dr: btc.dp_kernel(16, 16, 16, True, False, dr), 9, ["zm", "rp"]),
+              (lambda dr: btc.dv_kernel(16, 16, 16, True, False, True, False, dr), 7,
+               ["zm", "rp"])]
+    for make, n, extra in builds:
+        plain, drop = make(False), make(True)
+        assert len(inspect.signature(plain.py_func).parameters) == n
+        assert list(inspect.signature(drop.py_func).parameters)[n:] == extra
+        assert plain.py_func.__module__ == drop.py_func.__module__
+        assert plain.py_func.__module__.startswith("gpu.")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel, dt, p, kw", [   # (two cases: each compiles ~11 kernels;
+    # windows, block masks and odd tiles run in the simulator tests above)
+    ("fast", "fp32", 0.1, dict(N=700, N_k=513, d=64, heads=4, kv_heads=2, causal=True)),
+    ("tc", "fp16", 0.3, dict(N=1000, d=64, heads=4, kv_heads=2, causal=True))])
+def test_standard_dropout_on_gpu(kernel, dt, p, kw, monkeypatch):
+    """On a GPU, default tilings: kernel='auto' for standard with dropout runs the kernel
+    it runs without (fp32: standard_fast, fp16: standard_tc; their run recorded with the
+    dropout); O equals the float64 reference given iosim's mask (fp32: 1e-5 relative;
+    fp16: 2e-2); the Z that standard_forward(kernel=...) stores is iosim's (= the plain
+    kernels') over the active tiles, its O gpu.attention's; counts equal the closed forms;
+    the backward (fp16: the tensor-core one, 'auto') given (P, Z) gives the reference
+    gradients (norm-wise: fp32 1e-4, fp16 3e-2)."""
+    from gpu.backward import standard_tc as btc
+    from gpu.backward.standard import standard_forward
+    from gpu.forward import standard_fast, standard_tc as ftc
+    mod = standard_fast if kernel == "fast" else ftc
+    calls = []
+    for m, key in ((mod, "fwd"), (btc, "bwd")):
+        real = m.run
+        monkeypatch.setattr(m, "run", lambda *a, _r=real, _k=key, **k_:
+                            (calls.append((_k, k_)), _r(*a, **k_))[1])
+    seed, offset = 31337, 2
+    prob = iosim.Problem(dtype=dt, dropout_p=p, **kw)
+    q, k, v = iosim.random_inputs(prob, 4)
+    do = np.random.default_rng(5).standard_normal(q.shape).astype(q.dtype)
+    opts = dict(causal=prob.causal, window=prob.window, dropout_p=p, dropout_seed=seed,
+                dropout_offset=offset)
+    O, led = gpu.attention(q, k, v, algorithm="standard", count_traffic=True, **opts)
+    assert calls and calls[-1][0] == "fwd" and calls[-1][1]["dropout"] == (p, seed, offset)
+    t = led.tiling
+    assert led.counts() == iosim.closed_form("standard", prob, t).counts()
+    Zref = problem_keep_mask(prob, seed, offset)
+    common = dict(causal=prob.causal, window=prob.window, dropout_p=p, dropout_keep=Zref)
+    ref = iosim.reference_attention(q, k, v, **common)
+    O64 = np.asarray(O, np.float64)
+    tol = 1e-5 if dt == "fp32" else 2e-2
+    assert np.isfinite(O64).all() and _rel(O64, ref) < tol
+    fo = dict(opts, block_rows=t.B_r, block_cols=t.B_c)
+    Of, P, Z = standard_forward(q, k, v, kernel=kernel, **fo)
+    assert np.abs(np.asarray(Of, np.float64) - O64).max() <= \
+        (1e-6 if dt == "fp32" else 1e-3) * max(1.0, np.abs(ref).max())
+    act = np.kron(iosim.active_tiles(prob, t), np.ones((t.B_r, t.B_c), bool))
+    act = act[:prob.N, :prob.N_k]
+    # iosim's bits: those the plain kernels store (test_standard_kernels_store_and_read_mask)
+    assert np.array_equal(Z[..., act], Zref[..., act].astype(np.uint8))
+    grads, bled = attention_backward(q, k, v, O, do, (P, Z), algorithm="standard",
+                                     count_traffic=True, **fo)
+    if kernel == "tc":
+        assert calls[-1][0] == "bwd" and calls[-1][1]["dropout"] == (p, seed, offset)
+    assert bled.counts() == backward_closed_form("standard", prob, t).counts()
+    want = reference_attention_backward(q, k, v, do, **common)
+    gtol = 1e-4 if dt == "fp32" else 3e-2
+    for name, g, w in zip(("dq", "dk", "dv"), grads, want):
+        g = np.asarray(g, np.float64)
+        err = np.linalg.norm(g - w) / np.linalg.norm(w)
+        assert np.isfinite(g).all() and err <= gtol, (name, err)
+
+
+def _factory(dropout):
+    scale = 3
+
+    def kernel(x, out):
+        out[0] = x * scale
+        if dropout:
+            out[0] = out[0] * rp          # noqa: F821 (the dropout build's argument)
+    if dropout:
+        kernel = _philox.with_args(kernel, ("zm", "rp"))
+    return kernel
+
+
+def test_with_args_appends_the_dropout_arguments():
+    """gpu._philox.with_args: the dropout build is the kernel's own code with the extra
+    parameters, the same closure values, module and qualified name (its mangled name keeps
+    the gpu package's namespace); the build without dropout is the function itself."""
+    import inspect
+    plain, drop = _factory(False), _factory(True)
+    assert list(inspect.signature(plain).parameters) == ["x", "out"]
+    assert list(inspect.signature(drop).parameters) == ["x", "out", "zm", "rp"]
+    assert drop.__module__ == plain.__module__ == __name__
+    assert drop.__qualname__ == plain.__qualname__
+    out = [0]
+    plain(2, out)
+    assert out == [6]
+    drop(2, out, None, 0.5)
+    assert out == [3.0]

@@ -402,3 +402,56 @@ def test_linked_build_uses_tensor_cores_and_registers_only():
             pytest.skip(f"ptxas cannot assemble nvJitLink's PTX here: {r.stderr[-300:]}")
         spills = re.findall(r"(\d+) bytes spill stores", r.stderr)
         assert spills and all(int(s) == 0 for s in spills), (path.name, r.stderr)
+
+
+# ---------------------------------------------------------------------------------------
+# Dropout (issue 18): the keep mask Z stored by the softmax kernel, read by PV, dV and dP
+# ---------------------------------------------------------------------------------------
+def _drop_reference(q, k, v, do, prob, Zref):
+    ref = iosim.reference_attention(q, k, v, causal=prob.causal, dropout_p=prob.dropout_p,
+                                    dropout_keep=Zref)
+    from iosim.backward import reference_attention_backward
+    grads = reference_attention_backward(q, k, v, do, causal=prob.causal,
+                                         dropout_p=prob.dropout_p, dropout_keep=Zref)
+    return ref, grads
+
+
+@pytest.mark.parametrize("N,d,heads,kv_heads,causal,tiles,p", [
+    (24, 16, 2, 1, True, (16, 16), 0.3),       # GQA, causal, ragged, 16-byte moves
+    (20, 16, 1, 1, False, (32, 16), 0.5),      # N % 8 != 0: element moves, B_r > N
+])
+def test_dropout_with_emulated_tile_products(emulated, N, d, heads, kv_heads, causal, tiles,
+                                             p):
+    """The tensor-core standard kernels with dropout (tile products emulated): the
+    softmax kernel stores the plain kernels' keep mask (iosim's Philox bits) over the
+    active tiles, PV / dV / dP read it; O equals the plain kernels' given the same seed and
+    offset (fp16 rounding), O and the gradients the float64 reference given iosim's mask;
+    counts equal iosim's closed forms with dropout (Z written and read RCA forward, read
+    2 RCA backward)."""
+    from gpu.backward.standard import standard_forward
+    from iosim.dropout import problem_keep_mask
+    fwd, bwd = emulated
+    B_r, B_c = tiles
+    seed, offset = 77, 3
+    prob = iosim.Problem(N=N, d=d, batch=1, heads=heads, kv_heads=kv_heads, dtype="fp16",
+                         causal=causal, dropout_p=p)
+    t = iosim.Tiling(B_r, B_c)
+    q, k, v = iosim.random_inputs(prob, 0)
+    do = np.random.default_rng(7).standard_normal(q.shape).astype(np.float16)
+    tk = dict(causal=causal, block_rows=B_r, block_cols=B_c)
+    dk = dict(dropout_p=p, dropout_seed=seed, dropout_offset=offset)
+    O, P, Z, led = fwd.forward_arrays(q, k, v, count_traffic=True, **tk, **dk)
+    assert led.counts() == iosim.closed_form("standard", prob, t).counts()
+    Zref = problem_keep_mask(prob, seed, offset)
+    act = np.kron(iosim.active_tiles(prob, t), np.ones((B_r, B_c), bool))[:N, :N]
+    assert np.array_equal(Z[..., act] != 0, Zref[..., act])
+    O_pl, P_pl, Z_pl = standard_forward(q, k, v, **tk, **dk)      # the plain kernels
+    assert np.array_equal(Z[..., act], Z_pl[..., act])
+    np.testing.assert_allclose(O.astype(np.float32), O_pl, atol=2e-3)
+    ref, want = _drop_reference(q, k, v, do, prob, Zref)
+    assert np.abs(O.astype(np.float64) - ref).max() < 5e-3 * max(1.0, np.abs(ref).max())
+    grads, bled = bwd.backward_arrays(q, k, v, do, P, count_traffic=True, Z=Z, **tk, **dk)
+    assert bled.counts() == iosim.backward_closed_form("standard", prob, t).counts()
+    for g, w in zip(grads, want):     # (the plain backward reads Z as these kernels do:
+        assert np.isfinite(g).all()   # test_dropout.py::test_standard_kernels_store_...)
+        assert np.abs(g.astype(np.float64) - w).max() < 1e-2 * max(1.0, np.abs(w).max())

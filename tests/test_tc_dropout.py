@@ -152,24 +152,27 @@ def test_attention_backward_auto_runs_tc_with_dropout(monkeypatch):
 
 
 def test_dropout_kernel_rules():
-    """fa2's and fa1's kernel='tc' with dropout are taken (here refused only because the
-    simulator cannot run them); standard's 'tc' still refuses dropout, naming it (fa2's
-    'fast' takes it: tests/test_dropout.py)."""
+    """fa2's, fa1's and standard's kernel='tc' with dropout are taken (here refused only
+    because the simulator cannot run them; standard's with its tile products emulated:
+    tests/test_gpu_standard_tc.py::test_dropout_with_emulated_tile_products); fa1's
+    backward has no 'tc' for any p."""
     import gpu
     from gpu.backward import attention_backward
     q = np.zeros((1, 1, 32, 16), dtype=np.float16)
+    P = np.zeros((1, 1, 32, 32), dtype=np.float16)
     if SIM:
-        for alg in ("fa2", "fa1"):
+        for alg in ("fa2", "fa1", "standard"):
             with pytest.raises(ValueError, match="simulator"):
                 gpu.attention(q, q, q, algorithm=alg, kernel="tc", dropout_p=0.2)
         with pytest.raises(ValueError, match="simulator"):
             attention_backward(q, q, q, q, q, np.zeros((1, 1, 32), np.float32), kernel="tc",
                                dropout_p=0.2)
-    with pytest.raises(ValueError, match="dropout_p=0.2 .*kernel='tc'"):
-        gpu.attention(q, q, q, algorithm="standard", kernel="tc", dropout_p=0.2)
-    with pytest.raises(ValueError, match="dropout_p=0.2 .*kernel='tc'"):
-        attention_backward(q, q, q, q, q, (q, q), algorithm="standard", kernel="tc",
-                           dropout_p=0.2)
+        with pytest.raises(ValueError, match="simulator"):
+            attention_backward(q, q, q, q, q, (P, P.astype(np.uint8)), algorithm="standard",
+                               kernel="tc", block_rows=16, block_cols=16, dropout_p=0.2)
+    with pytest.raises(ValueError, match="kernel='tc'"):
+        attention_backward(q, q, q, q, q, (q[..., 0], q[..., 0]), algorithm="fa1",
+                           kernel="tc", dropout_p=0.2)
 
 
 BUILD = r"""

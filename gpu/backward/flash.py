@@ -619,9 +619,9 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
     dropout_p, dropout_seed, dropout_offset: the forward's (`gpu.attention`): the fa2 main
     kernel regenerates its keep mask (Algorithm 4); standard reads the mask its forward
     stored, stats = (P, Z) from `gpu.backward.standard.standard_forward(...,
-    dropout_p=...)`; fa1's kernel regenerates it too. fa2 with p > 0 runs the main
-    kernel it would run without dropout ('auto': tc, fast or plain; or the one named);
-    standard's 'tc' is a ValueError (`gpu.api.DROPOUT_KERNELS`).
+    dropout_p=...)` (lines 1 and 2 read Z, plain or tensor-core kernels alike); fa1's
+    kernel regenerates it too. With p > 0 every algorithm runs the kernel it would run
+    without dropout ('auto'; or the one named: `gpu.api.DROPOUT_KERNELS`).
     Returns (dq, dk, dv) (dk, dv with kv_heads heads), or ((dq, dk, dv), ledger) with
     count_traffic=True: the kernels' own counts as an iosim BackwardLedger (problem totals,
     equal to iosim.backward_closed_form).
@@ -702,8 +702,6 @@ def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, 
                or "its shared memory does not fit this device")
         raise ValueError(f"kernel='tc' cannot run algorithm={algorithm!r}, dtype {dname}, "
                          f"d={d}, block_rows={block_rows}, block_cols={block_cols}: {why}")
-    if dropout is not None and algorithm == "standard":
-        kernel = "plain"          # standard: its plain kernels apply dropout (fa2: all three)
     if block_rows is None and block_cols is None:
         # N_k != N_q or a window: 'auto' keeps off the tensor-core tilings (standard's
         # kernels take N_k = N_q only; fa2's by name only: module docstring)

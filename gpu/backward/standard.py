@@ -337,11 +337,14 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     same tiling never reads them). `gpu.attention(algorithm='standard')` runs the same
     kernels but does not return P. kernel: 'auto' (fp16 on a GPU: the tensor-core kernels
     `gpu.forward.standard_tc` where they run the tiling, else the plain ones), 'plain',
-    'tc'. poison: NaN-fill O, S, P first (default `gpu.api.POISON`).
+    'tc', 'fast' (`gpu.forward.standard_fast`, fp32 or fp16, at a thread count its plan
+    takes: `threads` or gpu.api's choice; a ValueError where none fits). poison: NaN-fill
+    O, S, P first (default `gpu.api.POISON`).
     dropout_p > 0 (with dropout_seed, dropout_offset; `gpu.attention`): returns
     (O, P, Z), Z the keep mask (batch, heads, N, N) uint8 the softmax kernel stored (1 kept,
     0 dropped; entries outside the active tiles undefined), for attention_backward's
-    stats = (P, Z); runs the plain kernels."""
+    stats = (P, Z); whichever kernels run (plain, fast or tensor-core, chosen as without
+    dropout) store the same bits."""
     import iosim
     from ..forward import standard, standard_tc
     from .._launch import SIM, default_threads, dtype_name, new_counters
@@ -352,6 +355,7 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     Hk, Nk = shape_k[1], shape_k[2]
     dname = dtype_name(dt)
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    given = None if threads is None else int(threads)
     threads = default_threads() if threads is None else int(threads)
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype=dname,
                             causal=causal, block_mask=block_mask, N_k=Nk, window=window)
@@ -359,11 +363,22 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     active = iosim.active_tiles(problem, iosim.Tiling(block_rows, block_cols))
     mask_dev = None if block_mask is None else cuda.to_device(
         np.ascontiguousarray(problem.block_mask, dtype=np.uint8))
-    if kernel not in ("auto", "plain", "tc"):
-        raise ValueError(f"kernel={kernel!r} is not allowed; allowed: 'auto', 'plain', 'tc'")
+    if kernel not in ("auto", "plain", "fast", "tc"):
+        raise ValueError(f"kernel={kernel!r} is not allowed; allowed: 'auto', 'plain', "
+                         f"'fast', 'tc'")
+    fast_opts = None
+    if kernel == "fast":
+        from ..forward import standard_fast
+        t_fast = _api.other_fast_threads("standard", block_rows, block_cols, d, dname, given,
+                                         Nk)
+        if t_fast is None:
+            why = standard_fast.plan_error(block_rows, block_cols, d, threads, dname)
+            raise ValueError(f"kernel='fast': the fast standard kernels cannot run {dname} "
+                             f"with B_r={block_rows}, B_c={block_cols}, d={d}, "
+                             f"threads={given}: {why or 'shared memory'}")
+        threads = t_fast
+        fast_opts = _api.other_fast_options("standard", block_rows, block_cols, t_fast)
     dropout = _api._check_dropout(dropout_p, dropout_seed, dropout_offset, "standard", kernel)
-    if dropout is not None:
-        kernel = "plain"
     why = ("the CUDA simulator cannot run it" if SIM else
            "N_k != N or a window (the plain kernels run those)" if general else
            standard_tc.plan_error(block_rows, block_cols, d, dname) or
@@ -372,7 +387,7 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     if why is not None and kernel == "tc":
         raise ValueError(f"kernel='tc': the tensor-core standard kernels cannot run {dname} "
                          f"with B_r={block_rows}, B_c={block_cols}, d={d}: {why}")
-    use_tc = why is None and kernel != "plain"
+    use_tc = why is None and kernel not in ("plain", "fast")
     poison = _api.POISON if poison is None else bool(poison)
     npdt = NP_DTYPE[dname]
     qd, kd, vd = (_to_device(x, kind) for x in (q, k, v))
@@ -384,11 +399,21 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
         drop = dict(z3=cuda.device_array((B * H, N, Nk), dtype=np.uint8), dropout=dropout)
     if general:
         drop.update(N_k=Nk, window=window)
-    (standard_tc if use_tc else standard).run(
-        qd.reshape(B * H, N, d), kd.reshape(B * Hk, Nk, d), vd.reshape(B * Hk, Nk, d),
-        o3, s3, p3, scale, N, H, H // Hk, mask_dev, active, new_counters(False),
-        B_r=block_rows, B_c=block_cols, dt=dname, causal=bool(causal), count=False,
-        threads=threads, **drop)
+    if fast_opts is not None:
+        from ..forward import standard_fast
+        drop.setdefault("N_k", Nk)
+        drop.setdefault("window", window)
+        standard_fast.run(
+            qd.reshape(B * H, N, d), kd.reshape(B * Hk, Nk, d), vd.reshape(B * Hk, Nk, d),
+            o3, s3, p3, scale, N, H, H // Hk, mask_dev, active, new_counters(False),
+            B_r=block_rows, B_c=block_cols, dt=dname, causal=bool(causal), count=False,
+            threads=threads, **fast_opts, **drop)
+    else:
+        (standard_tc if use_tc else standard).run(
+            qd.reshape(B * H, N, d), kd.reshape(B * Hk, Nk, d), vd.reshape(B * Hk, Nk, d),
+            o3, s3, p3, scale, N, H, H // Hk, mask_dev, active, new_counters(False),
+            B_r=block_rows, B_c=block_cols, dt=dname, causal=bool(causal), count=False,
+            threads=threads, **drop)
     del s3, _s
     if dropout is not None:
         z_host = drop["z3"].reshape(B, H, N, Nk)

@@ -22,6 +22,12 @@ has the counts):
           A = dS, B = K: dQ_i = scale sum_j dS_ij K_j.
   line 5  `std_tc_bwd_dK`: line 1's kernel with X = dS, Y = Q: dK_j = scale sum_i dS_ij^T Q_i.
 
+Dropout (`run(..., z3=, dropout=(p, seed, offset))`, p > 0; z3 the forward's keep mask):
+as the plain kernels, lines 1 and 2 read Z: line 1's dropout build multiplies each landed
+P_ij tile in shared memory by Z/(1-p) before its product, line 2's multiplies the staged
+dP_ij tile before its stores (gpu.forward.standard_tc.tile_dropper): + 2 RCA reads of Z
+(iosim.backward). Without dropout the kernels keep their arguments and code.
+
 Grouped K/V heads: as the plain kernels (each query head writes its own dK_h, dV_h; the
 caller sums groups). Non-finite inputs: every kernel multiplies every entry of every active
 tile (no product is skipped), so NaN spreads exactly as in the plain kernels.
@@ -44,7 +50,7 @@ import os
 import numpy as np
 from numba import cuda, float32, int64, uint32
 
-from .. import _tc
+from .. import _philox, _tc
 from .._launch import (READ, SIM, WRITE, ZERO, T, add_count, dummy_mask, kernel_name, launch,
                        specialisation)
 from ..forward import standard_tc as fwd
@@ -125,9 +131,12 @@ def externs(d: int, B_r: int) -> dict:
 # Lines 1 and 5: dV_j = sum_i P_ij^T dO_i,  dK_j = scale sum_i dS_ij^T Q_i
 # ---------------------------------------------------------------------------------------
 @specialisation
-def colblock_kernel(which, B_r, B_c, d, causal, has_mask, vec, count):
+def colblock_kernel(which, B_r, B_c, d, causal, has_mask, vec, count, dropout=False):
     """Kernel(x, y, out, mul, mask, N, counters); grid (T_c, instances), 32 B_c / 16 threads,
-    `colblock_layout(...)["bytes"]` dynamic shared bytes.
+    `colblock_layout(...)["bytes"]` dynamic shared bytes. dropout=True (which='dV', line
+    1 with the forward's keep mask: dV = (P o Z/(1-p))^T dO): Kernel(..., counters, zm,
+    rp), each landed X_ij tile multiplied by Z/(1-p) in shared memory before its product
+    (gpu.forward.standard_tc.tile_dropper; zm (instances, N, N) uint8, counted under "Z").
 
     which='dV' (line 1): x = P, y = dO, mul = 1, out = dV_h; which='dK' (line 5): x = dS,
     y = Q, mul = scale, out = dK_h. x: (instances, N, N); y, out: (instances, N, d); fp16.
@@ -152,6 +161,8 @@ def colblock_kernel(which, B_r, B_c, d, causal, has_mask, vec, count):
     load_tile = fwd.nxn_tile_loader(B_r, B_c, THREADS, vec, cp16)   # X_ij
     NOF = d // 2
     IX, IY, IOUT = (IP, IdO, IdV) if which == "dV" else (IdS, IQ, IdK)
+    IZ = T["Z"]
+    drop_tile = fwd.tile_dropper(THREADS, XSH)
 
     @cuda.jit(device=True, inline=True)
     def next_tile(i, T_r, mask, j):
@@ -219,6 +230,10 @@ def colblock_kernel(which, B_r, B_c, d, causal, has_mask, vec, count):
             cp_commit()
             cp_wait1()
             cuda.syncthreads()
+            if dropout:                             # X_ij o Z_ij / (1 - p), in place
+                drop_tile(sh, 2 * (XO + buf * XB), zm, z, i * B_r, min(B_r, N - i * B_r),
+                          c0, cols, rp, t)
+                cuda.syncthreads()
             # the warp's 16 key rows: columns 16 w .. of the stored tile (word 8 w)
             atb(ptr(acc), smp, XO + buf * XB + 8 * w, XSH, YO + buf * YB, SH)
             cuda.syncthreads()
@@ -241,14 +256,20 @@ def colblock_kernel(which, B_r, B_c, d, causal, has_mask, vec, count):
             add_count(counters, IX, READ, nX)
             add_count(counters, IY, READ, nY)
             add_count(counters, IOUT, WRITE, nW)
+            if dropout:                             # one Z per entry of X read
+                add_count(counters, IZ, READ, nX)
+
+    if dropout:     # + zm, rp (the build without dropout: this very code, unchanged)
+        kernel = _philox.with_args(kernel, ("zm", "rp"))
 
     return kernel, kernel_name(f"std_tc_bwd_{which}", Br=B_r, Bc=B_c, d=d, dt="fp16",
-                               causal=causal, mask=has_mask, vec=vec, count=count)
+                               causal=causal, mask=has_mask, vec=vec, dropout=dropout,
+                               count=count)
 
 
-def dv_kernel(B_r, B_c, d, causal, has_mask, vec, count):
+def dv_kernel(B_r, B_c, d, causal, has_mask, vec, count, dropout=False):
     return colblock_kernel("dV", int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                           bool(vec), bool(count))
+                           bool(vec), bool(count), bool(dropout))
 
 
 def dk_kernel(B_r, B_c, d, causal, has_mask, vec, count):
@@ -256,10 +277,11 @@ def dk_kernel(B_r, B_c, d, causal, has_mask, vec, count):
                            bool(vec), bool(count))
 
 
-def dp_kernel(B_r, B_c, d, vec, count):
-    """Line 2, dP = dO V^T per active tile (the forward's tile kernel, unmasked)."""
+def dp_kernel(B_r, B_c, d, vec, count, dropout=False):
+    """Line 2, dP = dO V^T per active tile (the forward's tile kernel, unmasked);
+    dropout: dP = (dO V^T) o Z/(1-p), Z read from the forward's keep mask."""
     return fwd.tile_kernel(int(B_r), int(B_c), int(d), False, bool(vec), bool(count),
-                           "std_tc_bwd_dP", (IdO, IV, IdP))
+                           "std_tc_bwd_dP", (IdO, IV, IdP), bool(dropout))
 
 
 def dq_kernel(B_r, B_c, d, causal, has_mask, vec, count):
@@ -343,11 +365,13 @@ def ds_kernel(B_r, B_c, causal, has_mask, vec, count, threads):
 # Host side
 # ---------------------------------------------------------------------------------------
 def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, active,
-        counters, *, B_r, B_c, dt, causal, count, threads=None):
+        counters, *, B_r, B_c, dt, causal, count, threads=None, z3=None, dropout=None):
     """Launch Algorithm 3's five kernels, lines 1..5 in order, on 3-D fp16 device views:
     the arguments of `gpu.backward.standard.run` (threads accepted and ignored: one warp
     per 16 rows of the tile kernels, `row_threads(N)` in the dS kernel). dp3, ds3:
-    (instances, N, N) scratch; dk3, dv3 receive each query head's dK_h, dV_h."""
+    (instances, N, N) scratch; dk3, dv3 receive each query head's dK_h, dV_h.
+    dropout: None, or (dropout_p, seed, offset) with p > 0 and z3 the forward's keep mask
+    (instances, N, N) uint8: lines 1 (dV) and 2 (dP) read it, as the plain kernels."""
     d = q3.shape[2]
     err = plan_error(B_r, B_c, d, dt)
     if err:
@@ -364,15 +388,19 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
     n, h, g = np.int64(N), np.int64(H), np.int64(G)
     cb = colblock_layout(B_r, B_c, d)["bytes"]
     tc_, tr_ = 32 * (B_c // 16), 32 * (B_r // 16)
-    # line 1: dV = P^T dO
-    launch(dv_kernel(B_r, B_c, d, causal, has_mask, vec, count), (T_c, inst), tc_, cb,
-           p3, do3, dv3, np.float32(1.0), mk, n, counters)
-    # line 2: dP = dO V^T, active tiles only
+    drop = bool(dropout and dropout[0] > 0)
+    if drop and z3 is None:
+        raise ValueError("standard_tc backward: dropout needs z3, the forward's keep mask")
+    zargs = (z3, _philox.kernel_args(*dropout)[4]) if drop else ()
+    # line 1: dV = P^T dO (dropout: (P o Z/(1-p))^T dO)
+    launch(dv_kernel(B_r, B_c, d, causal, has_mask, vec, count, drop), (T_c, inst), tc_, cb,
+           p3, do3, dv3, np.float32(1.0), mk, n, counters, *zargs)
+    # line 2: dP = dO V^T, active tiles only (dropout: o Z/(1-p))
     n_act, tiles = fwd.active_list(np.asarray(active, dtype=bool))
     if n_act:
-        launch(dp_kernel(B_r, B_c, d, vec, count), (n_act, inst), tr_,
+        launch(dp_kernel(B_r, B_c, d, vec, count, drop), (n_act, inst), tr_,
                fwd.tile_layout(B_r, B_c, d)["bytes"], do3, v3, dp3, tiles,
-               np.float32(1.0), n, h, g, counters)
+               np.float32(1.0), n, h, g, counters, *zargs)
     # line 3: dS = P o (dP - rowsum(P o dP))
     ts = fwd.row_threads(N, vec)
     launch(ds_kernel(int(B_r), int(B_c), causal, has_mask, vec, count, ts), (N, inst), ts,
@@ -387,13 +415,15 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
 
 
 def backward_arrays(q, k, v, do, P, *, causal=False, scale=None, block_rows=None,
-                    block_cols=None, block_mask=None, count_traffic=False):
+                    block_cols=None, block_mask=None, count_traffic=False, Z=None,
+                    dropout_p=0.0, dropout_seed=0, dropout_offset=0):
     """((dq, dk, dv), ledger) for NumPy fp16 q, do (batch, heads, N, d), k, v (batch,
     kv_heads, N, d) and the forward's P (batch, heads, N, N; e.g. from
     gpu.forward.standard_tc.forward_arrays with the same tiling): a host wrapper of `run`
     (plus gpu.backward.flash's group-sum pass when kv_heads < heads) for tests and
     scripts. Gradients and dP, dS are NaN-poisoned first; ledger: an iosim BackwardLedger
-    of the kernels' own counts, or None."""
+    of the kernels' own counts, or None. dropout_p > 0: Z is the forward's keep mask
+    (batch, heads, N, N) uint8 (forward_arrays(..., dropout_p=...))."""
     import iosim
     from .._launch import filled
     from .flash import _counters_to_ledger, _flat_launch, _new_counters, group_sum_kernel
@@ -404,7 +434,7 @@ def backward_arrays(q, k, v, do, P, *, causal=False, scale=None, block_rows=None
     B_c = t["B_c"] if block_cols is None else int(block_cols)
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype="fp16",
-                            causal=causal, block_mask=block_mask)
+                            causal=causal, block_mask=block_mask, dropout_p=dropout_p)
     tiling = iosim.Tiling(B_r, B_c)
     active = iosim.active_tiles(problem, tiling)
     mask_dev = None if block_mask is None else cuda.to_device(
@@ -416,9 +446,16 @@ def backward_arrays(q, k, v, do, P, *, causal=False, scale=None, block_rows=None
     dp3, ds3 = (filled((I, N, N), np.float16, np.nan) for _ in range(2))
     dq3, dk_h, dv_h = (filled((I, N, d), np.float16, np.nan) for _ in range(3))
     counters = _new_counters(count_traffic)
+    drop = {}
+    if dropout_p:
+        if Z is None:
+            raise ValueError(f"backward_arrays: dropout_p={dropout_p} needs Z, the forward's "
+                             f"keep mask")
+        drop = dict(z3=cuda.to_device(np.ascontiguousarray(Z, np.uint8).reshape(I, N, N)),
+                    dropout=(float(dropout_p), int(dropout_seed), int(dropout_offset)))
     run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk_h, dv_h, scale, N, H, H // Hk, mask_dev,
         active, counters, B_r=B_r, B_c=B_c, dt="fp16", causal=bool(causal),
-        count=bool(count_traffic))
+        count=bool(count_traffic), **drop)
     if Hk == H:
         dk3, dv3 = dk_h, dv_h
     else:
@@ -440,7 +477,10 @@ def signatures():
     W = nb.Array(nb.float16, 3, "C")
     M = nb.Array(nb.uint8, 2, "C")
     C = nb.Array(nb.int64, 2, "C")
-    return dict(colblock=(W, W, W, nb.float32, M, nb.int64, C), dS=(W, W, W, M, nb.int64, C))
+    return dict(colblock=(W, W, W, nb.float32, M, nb.int64, C), dS=(W, W, W, M, nb.int64, C),
+                # line 1's dropout build: + the forward's keep mask zm, rp
+                colblock_dropout=(W, W, W, nb.float32, M, nb.int64, C,
+                                  nb.Array(nb.uint8, 3, "C"), nb.float32))
 
 
 def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, vec=True, N=4096,

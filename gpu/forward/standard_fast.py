@@ -23,6 +23,14 @@ through HBM, S and P N_q x N_k buffers per instance in the problem dtype.
                its P is 0). stage=1: the next active tile's P and V loads are issued into
                registers before this tile's product and stored to shared memory after it.
 
+Dropout (dropout_p = p > 0; `run(..., z3=, dropout=(p, seed, offset))`): the unfused
+graph's, as the plain kernels: the softmax kernel (the plain one, its dropout build)
+also writes the keep mask Z (uint8, gpu._philox: the plain kernels' bits) over the
+active entries, and the PV kernel's dropout build (`pv_kernel(..., dropout=True)`, two
+more arguments zm, rp) multiplies each P entry it loads by Z/(1-p), Z read from HBM: Z
+written and read RCA elements more (iosim's closed form with dropout). The builds
+without dropout keep their arguments and code (same PTX: scripts/ptx_snapshot.py).
+
 Thread layout (both tile kernels): `threads` = TR x TC, thread t = (ty, tx) =
 (t // TC, t % TC), so the TC threads sharing a query row are consecutive lanes.
     S kernel:  S entries rows ty + TR a (a < RM), columns tx + TC b (b < RN);
@@ -60,8 +68,9 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32, int64
 
-from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
-                       jit_options, kernel_name, launch, specialisation)
+from .._launch import (NB_DTYPE, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count,
+                       dummy_mask, jit_options, kernel_name, launch, specialisation)
+from .. import _philox
 from . import standard as _plain
 from ._band import band_args
 from .fa2_fast import (ALIGN, IMASK, MAX_R, TC_CHOICES, W, _pad_ps, _stride,
@@ -232,12 +241,19 @@ def s_kernel(B_r, B_c, d, dt, causal, window, count, threads, maxreg=0):
 # O = P V, one block per query block
 # ---------------------------------------------------------------------------------------
 @specialisation
-def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0, maxreg=0):
+def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0, maxreg=0,
+              dropout=False):
     """Kernel(p, v, o, mask, N, N_k, lo, hi, H, G, counters); grid (T_r, instances),
     `threads` threads, `pv_layout(...)["bytes"]` dynamic shared bytes. p: (instances, N,
     N_k), v: (batch * kv_heads, N_k, d), o: (instances, N, d), problem dtype. stage: 0
     loads each tile between two barriers, 1 issues the next active tile's loads into
-    registers (LP + LV floats per thread) before this tile's product."""
+    registers (LP + LV floats per thread) before this tile's product.
+    dropout=True (O = (P o Z / (1 - p)) V, the unfused graph's dropout): Kernel(p, v, o,
+    mask, N, N_k, lo, hi, H, G, counters, zm, rp), each loaded P entry multiplied by
+    Z/(1-p) with Z read from the stored keep mask zm (instances, N, N_k) uint8 (written
+    by the softmax kernel; counted under "Z", one per P entry read), rp = 1/(1-p) (float32
+    math: P o Z/(1-p) is not rounded to the storage dtype). The build without dropout
+    keeps its arguments and code (the shared body, its dropout branches compiled out)."""
     TR, TC, RM, DN = pv_plan(B_r, B_c, d, threads)
     lay = pv_layout(B_r, B_c, d, TC)
     PS, PO, VO, OS = lay["PS"], lay["PO"], lay["VO"], lay["OS"]
@@ -248,15 +264,15 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
     LP, LV = -(-PN // THREADS), -(-VN // THREADS)
     PDIV, VDIV = PN % THREADS == 0, VN % THREADS == 0
     LPS, LVS = (LP, LV) if stage else (1, 1)
-    IP, IV, IO = T["P"], T["V"], T["O"]
+    IP, IV, IO, IZ = T["P"], T["V"], T["O"], T["Z"]
     pv_product = register_pv(RM, DN, TR, TC, PS, d, B_c)
     next_tile = active_tile_finder(B_c, banded, has_mask)
     store_o = tile_storer(d, THREADS, 0, OS, count)     # O_i staged at 0, stride OS
 
     @cuda.jit(device=True, inline=True)
-    def ldg(p, v, z, zk, r0, rows, c0, cols, t, pst, vst):
-        """This thread's share of P_ij and V_j into registers, zeros outside; returns the
-        numbers of P and V elements it loaded."""
+    def ldg(p, v, z, zk, r0, rows, c0, cols, t, pst, vst, zm, rp):
+        """This thread's share of P_ij and V_j into registers, zeros outside (dropout:
+        P_ij o Z_ij / (1 - p)); returns the numbers of P and V elements it loaded."""
         nP = int64(0)
         nV = int64(0)
         for it in range(LP):
@@ -266,7 +282,11 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
                 r = e // B_c
                 c = e % B_c
                 if r < rows and c < cols:
-                    pst[it] = float32(p[z, r0 + r, c0 + c])
+                    if dropout:
+                        if zm[z, r0 + r, c0 + c] != 0:
+                            pst[it] = float32(p[z, r0 + r, c0 + c]) * rp
+                    else:
+                        pst[it] = float32(p[z, r0 + r, c0 + c])
                     nP += 1
         for it in range(LV):
             e = t + it * THREADS
@@ -280,9 +300,10 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
         return nP, nV
 
     @cuda.jit(device=True, inline=True)
-    def lds(p, v, z, zk, r0, rows, c0, cols, t, sm):
+    def lds(p, v, z, zk, r0, rows, c0, cols, t, sm, zm, rp):
         """stage 0: this thread's share of P_ij and V_j straight into Ps, Vs (zeros
-        outside); returns the numbers of P and V elements it loaded."""
+        outside; dropout: P_ij o Z_ij / (1 - p)); returns the numbers of P and V elements
+        it loaded."""
         nP = int64(0)
         nV = int64(0)
         for e in range(t, PN, THREADS):
@@ -290,7 +311,11 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
             c = e % B_c
             val = ZERO
             if r < rows and c < cols:
-                val = float32(p[z, r0 + r, c0 + c])
+                if dropout:
+                    if zm[z, r0 + r, c0 + c] != 0:
+                        val = float32(p[z, r0 + r, c0 + c]) * rp
+                else:
+                    val = float32(p[z, r0 + r, c0 + c])
                 nP += 1
             sm[PO + r * PS + c] = val
         for e in range(t, VN, THREADS):
@@ -302,7 +327,7 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
             sm[VO + e] = val
         return nP, nV
 
-    def kernel(p, v, o, mask, N, N_k, lo, hi, H, G, counters):
+    def body(p, v, o, mask, N, N_k, lo, hi, H, G, counters, zm, rp):
         i = cuda.blockIdx.x
         z = cuda.blockIdx.y
         t = cuda.threadIdx.x
@@ -330,7 +355,8 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
         jn = next_tile(0, T_c, r0, last, N_k, lo, hi, mask, i)
         if stage and jn < T_c:
             c0n = jn * B_c
-            x1, x2 = ldg(p, v, z, zk, r0, rows, c0n, min(B_c, N_k - c0n), t, pst, vst)
+            x1, x2 = ldg(p, v, z, zk, r0, rows, c0n, min(B_c, N_k - c0n), t, pst, vst,
+                          zm, rp)
             nP += x1
             nV += x2
         while jn < T_c:
@@ -347,14 +373,15 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
                     if VDIV or e < VN:
                         sm[VO + e] = vst[it]
             else:
-                x1, x2 = lds(p, v, z, zk, r0, rows, c0, min(B_c, N_k - c0), t, sm)
+                x1, x2 = lds(p, v, z, zk, r0, rows, c0, min(B_c, N_k - c0), t, sm, zm, rp)
                 nP += x1
                 nV += x2
             cuda.syncthreads()
             jn = next_tile(j + 1, T_c, r0, last, N_k, lo, hi, mask, i)
             if stage and jn < T_c:   # next tile's loads stay in flight during this product
                 c0n = jn * B_c
-                x1, x2 = ldg(p, v, z, zk, r0, rows, c0n, min(B_c, N_k - c0n), t, pst, vst)
+                x1, x2 = ldg(p, v, z, zk, r0, rows, c0n, min(B_c, N_k - c0n), t, pst, vst,
+                          zm, rp)
                 nP += x1
                 nV += x2
             pv_product(sm, pbase, VO, col4, o_acc, pv, vv)
@@ -370,10 +397,20 @@ def pv_kernel(B_r, B_c, d, dt, causal, window, has_mask, count, threads, stage=0
             add_count(counters, IP, READ, nP)
             add_count(counters, IV, READ, nV)
             add_count(counters, IO, WRITE, nO)
+            if dropout:
+                add_count(counters, IZ, READ, nP)
+
+    body = cuda.jit(device=True, inline=True)(body)
+    if dropout:
+        def kernel(p, v, o, mask, N, N_k, lo, hi, H, G, counters, zm, rp):
+            body(p, v, o, mask, N, N_k, lo, hi, H, G, counters, zm, rp)
+    else:
+        def kernel(p, v, o, mask, N, N_k, lo, hi, H, G, counters):
+            body(p, v, o, mask, N, N_k, lo, hi, H, G, counters, p, ONE)
 
     name = kernel_name("std_fast_PV", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
-                       window=window, mask=has_mask, count=count, t=threads, tc=TC,
-                       stage=stage or False, maxreg=maxreg or False)
+                       window=window, mask=has_mask, dropout=dropout, count=count,
+                       t=threads, tc=TC, stage=stage or False, maxreg=maxreg or False)
     return kernel, name, jit_options(maxreg)
 
 
@@ -386,10 +423,14 @@ def softmax_threads(N_k: int) -> int:
 
 
 def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, B_c, dt,
-        causal, count, threads, N_k=None, window=(-1, -1), stage=0, maxreg=0):
+        causal, count, threads, N_k=None, window=(-1, -1), stage=0, maxreg=0, z3=None,
+        dropout=None):
     """Launch the three kernels on 3-D device views; writes s3, p3, o3. The arguments of
-    `gpu.forward.standard.run` (without dropout) plus the tuning knobs stage (PV kernel's
-    register prefetch, 0 or 1) and maxreg (register cap of both tile kernels, 0 = none).
+    `gpu.forward.standard.run` plus the tuning knobs stage (PV kernel's register
+    prefetch, 0 or 1) and maxreg (register cap of both tile kernels, 0 = none).
+    dropout: None, or (dropout_p, seed, offset) with p > 0: as the plain kernels, the
+    softmax kernel also writes the keep mask (gpu._philox, the same bits) into z3
+    (instances, N, N_k) uint8 and the PV kernel reads it (O = (P o Z/(1-p)) V).
 
     q3, o3: (instances, N, d); k3, v3: (kv instances, N_k, d) (N_k default N); s3, p3:
     (instances, N, N_k). active: host boolean (T_r, T_c) of active tiles
@@ -413,15 +454,21 @@ def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, 
                         bool(count), int(threads), int(maxreg)),
                (n_act, inst), threads, s_layout(B_r, B_c, d)["bytes"], q3, k3, s3, tiles,
                np.float32(scale), n, nk, lo, hi, h, g, counters)
+    drop = bool(dropout and dropout[0] > 0)
+    if drop and z3 is None:
+        raise ValueError("standard_fast.run: dropout needs z3, the (instances, N, N_k) uint8 "
+                         "keep mask buffer")
+    key0, key1, off, thr, rp = _philox.kernel_args(*(dropout or ()))
     ts = softmax_threads(N_k)
     kSM = _plain.softmax_kernel(int(B_r), int(B_c), bool(causal), has_mask, bool(count), ts,
-                                bool(windowed), False, not SIM)
-    launch(kSM, (N, inst), ts, 4 * N_k, s3, p3, mk, n, nk, lo, hi, counters)
+                                bool(windowed), drop, not SIM)
+    launch(kSM, (N, inst), ts, 4 * N_k, s3, p3, mk, n, nk, lo, hi, counters,
+           *((z3, key0, key1, off, thr) if drop else ()))
     TC = pv_plan(B_r, B_c, d, threads)[1]
     launch(pv_kernel(int(B_r), int(B_c), int(d), dt, bool(causal), bool(windowed), has_mask,
-                     bool(count), int(threads), int(stage), int(maxreg)),
+                     bool(count), int(threads), int(stage), int(maxreg), drop),
            (-(-N // B_r), inst), threads, pv_layout(B_r, B_c, d, TC)["bytes"], p3, v3, o3,
-           mk, n, nk, lo, hi, h, g, counters)
+           mk, n, nk, lo, hi, h, g, counters, *((z3, rp) if drop else ()))
 
 
 def signatures(dt="fp32"):
@@ -434,7 +481,10 @@ def signatures(dt="fp32"):
     i64 = nb.int64
     return dict(S=(X, X, X, I2, nb.float32) + (i64,) * 6 + (C,),
                 softmax=(X, X, M) + (i64,) * 4 + (C,),
-                PV=(X, X, X, M) + (i64,) * 6 + (C,))
+                PV=(X, X, X, M) + (i64,) * 6 + (C,),
+                # the dropout builds' PV kernel: + zm (the keep mask), rp
+                PV_dropout=(X, X, X, M) + (i64,) * 6 + (C, nb.Array(nb.uint8, 3, "C"),
+                                                        nb.float32))
 
 
 __all__ = ["s_plan", "pv_plan", "s_layout", "pv_layout", "plan_error", "shared_bytes",

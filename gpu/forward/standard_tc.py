@@ -25,6 +25,14 @@ buffers per instance.
                accumulators; write O_i once (16-byte stores; 0 for a row that sees no key,
                since its P is 0).
 
+Dropout (`run(..., z3=, dropout=(p, seed, offset))`, p > 0): the unfused graph's, as the
+plain kernels: the softmax kernel's dropout build also writes the keep mask Z (uint8,
+gpu._philox: the plain kernels' bits) over the entries it writes P to; the PV kernel's
+multiplies each landed P_ij tile in shared memory by Z/(1-p) (Z read from HBM, the product
+rounded to fp16) between two barriers before its product (`tile_dropper`). Separate
+specialisations: without dropout the kernels keep their arguments and code (same linked
+PTX: scripts/ptx_snapshot.py --tc).
+
 Counts, in elements (the plain kernels' rules): S written rows x cols per active tile; S
 read and P written over the active entries of each row; Q read rows_i d and K cols_j d per
 active tile; P read rows x cols and V cols_j d per active tile; O written N d.
@@ -61,7 +69,7 @@ import numpy as np
 from numba import cuda, float32, int64, uint32
 from numba.cuda import types as _nbt
 
-from .. import _tc
+from .. import _philox, _tc
 from .._launch import (NAN, NEG_INF, ONE, READ, SIM, WRITE, ZERO, T, add_count, dummy_mask,
                        kernel_name, launch, sees_key, specialisation)
 
@@ -185,9 +193,12 @@ def externs(d: int, B_c: int) -> dict:
 # S = scale Q K^T (and the backward's dP = dO V^T), one block per active tile
 # ---------------------------------------------------------------------------------------
 @specialisation
-def tile_kernel(B_r, B_c, d, causal, vec, count, prefix, idx):
+def tile_kernel(B_r, B_c, d, causal, vec, count, prefix, idx, dropout=False):
     """Kernel(a, b, out, tiles, scale, N, H, G, counters); grid (n_active, instances),
     32 B_r / 16 threads, `tile_layout(...)["bytes"]` dynamic shared bytes.
+    dropout=True (the backward's dP = (dO V^T) o Z/(1-p)): Kernel(..., counters, zm, rp),
+    the staged tile multiplied by Z/(1-p) before its stores (`tile_dropper`; zm
+    (instances, N, N) uint8, the forward's keep mask, counted under "Z").
 
     Out_ij = scale A_i B_j^T for each active tile (tiles: int32 (n_active, 2)), written
     whole (rows, columns < N) to an (instances, N, N) fp16 matrix; causal: entries above
@@ -213,6 +224,8 @@ def tile_kernel(B_r, B_c, d, causal, vec, count, prefix, idx):
     NTS = B_c // 8
     NSF = B_c // 2
     IA, IB, IOUT = idx
+    IZ = T["Z"]
+    drop_tile = tile_dropper(THREADS, OSH)
 
     def kernel(a, b, out, tiles, scale, N, H, G, counters):
         tix = cuda.blockIdx.x
@@ -276,6 +289,9 @@ def tile_kernel(B_r, B_c, d, causal, vec, count, prefix, idx):
         cuda.syncthreads()                          # everyone is done with Qs, Ks
         store_s(smp, 16 * w * OSW, OSH, ptr(s))
         cuda.syncthreads()
+        if dropout:                                 # the staged tile o Z / (1 - p)
+            drop_tile(sh, 0, zm, z, r0, rows, c0, cols, rp, t)
+            cuda.syncthreads()
         if vec:                                     # whole tile, 16 bytes per store
             NWR = N // 2                            # words per row of Out
             op = ptr32(out)
@@ -298,15 +314,41 @@ def tile_kernel(B_r, B_c, d, causal, vec, count, prefix, idx):
             add_count(counters, IA, READ, nA)
             add_count(counters, IB, READ, nB)
             add_count(counters, IOUT, WRITE, nO)
+            if dropout:                             # one Z per entry of Out written
+                add_count(counters, IZ, READ, nO)
+
+    if dropout:     # + zm, rp (the build without dropout: this very code, unchanged)
+        kernel = _philox.with_args(kernel, ("zm", "rp"))
 
     return kernel, kernel_name(prefix, Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal,
-                               vec=vec, count=count)
+                               vec=vec, dropout=dropout, count=count)
 
 
 def s_kernel(B_r, B_c, d, causal, vec, count):
     """S = scale Q K^T per active tile (`tile_kernel` with the forward's counter rows)."""
     return tile_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(vec), bool(count),
                        "std_tc_S", (T["Q"], T["K"], T["S"]))
+
+
+def tile_dropper(threads: int, XSH: int):
+    """A device function drop(sh, base, zm, z, r0, rows, c0, cols, rp, t): the unfused
+    graph's dropout applied to an fp16 tile already in shared memory (half `base`, rows of
+    XSH halves): entry (r, c) (r < rows, c < cols) becomes x Z/(1-p), Z read from the
+    stored keep mask zm[z, r0 + r, c0 + c] (uint8, one read per entry of the tile read or
+    written: the callers count "Z" as that tile's elements), rp = 1/(1-p); the product is
+    rounded to fp16 (as the plain fp16 kernels' tiles). Each thread takes entries t,
+    t + threads, ...: the caller puts barriers around it."""
+    @cuda.jit(device=True, inline=True)
+    def drop(sh, base, zm, z, r0, rows, c0, cols, rp, t):
+        for e in range(t, rows * cols, threads):
+            r = e // cols
+            c = e % cols
+            k = base + r * XSH + c
+            if zm[z, r0 + r, c0 + c] != 0:
+                sh[k] = float32(sh[k]) * rp
+            else:
+                sh[k] = ZERO
+    return drop
 
 
 # ---------------------------------------------------------------------------------------
@@ -357,9 +399,12 @@ def nxn_tile_loader(B_r: int, B_c: int, threads: int, vec: bool, cp16):
 
 
 @specialisation
-def rowblock_kernel(B_r, B_c, d, causal, has_mask, vec, count, prefix, idx):
+def rowblock_kernel(B_r, B_c, d, causal, has_mask, vec, count, prefix, idx, dropout=False):
     """Kernel(a, b, out, scale, mask, N, H, G, counters); grid (T_r, instances), 32 B_r / 16
     threads, `rowblock_layout(...)["bytes"]` dynamic shared bytes.
+    dropout=True (the forward's O = (P o Z/(1-p)) V): Kernel(..., counters, zm, rp), each
+    landed A_ij tile multiplied by Z/(1-p) in shared memory before its product
+    (`tile_dropper`, between two barriers; zm (instances, N, N) uint8, counted under "Z").
 
     Out_i = scale sum over active j of A_ij B_j: A (instances, N, N) fp16 read tile by tile
     (active tiles only, rows and columns < N), B (batch * kv_heads, N, d) block by block,
@@ -384,6 +429,8 @@ def rowblock_kernel(B_r, B_c, d, causal, has_mask, vec, count, prefix, idx):
     load_tile = nxn_tile_loader(B_r, B_c, THREADS, vec, cp16)   # A_ij
     NOF = d // 2
     IA, IB, IOUT = idx
+    IZ = T["Z"]
+    drop_tile = tile_dropper(THREADS, PSH)
 
     @cuda.jit(device=True, inline=True)
     def next_tile(j, T_c, last, mask, i):
@@ -454,6 +501,10 @@ def rowblock_kernel(B_r, B_c, d, causal, has_mask, vec, count, prefix, idx):
             cp_commit()
             cp_wait1()                              # tile j has landed (mine)
             cuda.syncthreads()                      # ... and everyone's
+            if dropout:                             # A_ij o Z_ij / (1 - p), in place
+                drop_tile(sh, 2 * (PO + buf * PB), zm, z, r0, rows, j * B_c,
+                          min(B_c, N - j * B_c), rp, t)
+                cuda.syncthreads()
             ab(ptr(acc), smp, PO + buf * PB + 16 * w * PSW, PSH, VO + buf * VB, SH)
             cuda.syncthreads()                      # all done with buffer `buf`
             buf = 1 - buf
@@ -475,15 +526,22 @@ def rowblock_kernel(B_r, B_c, d, causal, has_mask, vec, count, prefix, idx):
             add_count(counters, IA, READ, nP)
             add_count(counters, IB, READ, nV)
             add_count(counters, IOUT, WRITE, nO)
+            if dropout:                             # one Z per entry of A read
+                add_count(counters, IZ, READ, nP)
+
+    if dropout:     # + zm, rp (the build without dropout: this very code, unchanged)
+        kernel = _philox.with_args(kernel, ("zm", "rp"))
 
     return kernel, kernel_name(prefix, Br=B_r, Bc=B_c, d=d, dt="fp16", causal=causal,
-                               mask=has_mask, vec=vec, count=count)
+                               mask=has_mask, vec=vec, dropout=dropout, count=count)
 
 
-def pv_kernel(B_r, B_c, d, causal, has_mask, vec, count):
-    """O = P V, one block per query block (`rowblock_kernel`, the forward's rows)."""
+def pv_kernel(B_r, B_c, d, causal, has_mask, vec, count, dropout=False):
+    """O = P V, one block per query block (`rowblock_kernel`, the forward's rows);
+    dropout: O = (P o Z/(1-p)) V, Z read from the stored keep mask."""
     return rowblock_kernel(int(B_r), int(B_c), int(d), bool(causal), bool(has_mask),
-                           bool(vec), bool(count), "std_tc_PV", (T["P"], T["V"], T["O"]))
+                           bool(vec), bool(count), "std_tc_PV", (T["P"], T["V"], T["O"]),
+                           bool(dropout))
 
 
 # ---------------------------------------------------------------------------------------
@@ -572,11 +630,15 @@ def row_helpers(B_r, B_c, causal, has_mask, vec, threads):
 
 
 @specialisation
-def softmax_kernel(B_r, B_c, causal, has_mask, vec, count, threads):
+def softmax_kernel(B_r, B_c, causal, has_mask, vec, count, threads, dropout=False):
     """Kernel(s, p, mask, N, counters); grid (N, instances), `threads` threads (a multiple
     of 32: `row_threads`), `row_bytes(N)` dynamic shared bytes. s, p: (instances, N, N)
     fp16. Each thread handles the same chunks in every pass (no barrier is needed between
-    its copy into the shared row and its reads of it)."""
+    its copy into the shared row and its reads of it).
+    dropout=True: Kernel(s, p, mask, N, counters, zm, key0, key1, offset, thr) also writes
+    the keep mask Z (uint8 0/1; gpu._philox, the plain kernels' bits) over the same
+    entries into zm (instances, N, N), as the unfused graph's dropout stores its mask
+    (counted under "Z", one per P entry written)."""
     X = externs(16, 16)
     cp16, st16, cp_commit, cp_wait0 = X["cp16"], X["st16"], X["cp_commit"], X["cp_wait0"]
     ptr, ptr32 = _tc.ptr, _tc.ptr32
@@ -584,7 +646,7 @@ def softmax_kernel(B_r, B_c, causal, has_mask, vec, count, threads):
     RED = red_size(threads)
     chunk_range, chunk_on, block_max, block_sum = row_helpers(B_r, B_c, causal, has_mask,
                                                               vec, threads)
-    IS, IP = T["S"], T["P"]
+    IS, IP, IZ = T["S"], T["P"], T["Z"]
 
     def kernel(s, p, mask, N, counters):
         r = cuda.blockIdx.x
@@ -642,15 +704,25 @@ def softmax_kernel(B_r, B_c, causal, has_mask, vec, count, threads):
                         sh[e * W + u] = pv
                     else:
                         p[z, r, e] = pv
+                    if dropout:
+                        if _philox.keep(key0, key1, offset, z, r, e * W + u, thr):
+                            zm[z, r, e * W + u] = 1
+                        else:
+                            zm[z, r, e * W + u] = 0
                 if vec:
                     st16(pp, rbase + 4 * e, smp, 4 * e)
                 nP += W
         if count:
             add_count(counters, IS, READ, nS)
             add_count(counters, IP, WRITE, nP)
+            if dropout:
+                add_count(counters, IZ, WRITE, nP)
+
+    if dropout:     # + the mask and Philox arguments (without dropout: this code as is)
+        kernel = _philox.with_args(kernel, ("zm", "key0", "key1", "offset", "thr"))
 
     return kernel, kernel_name("std_tc_softmax", Br=B_r, Bc=B_c, causal=causal, mask=has_mask,
-                               vec=vec, count=count, t=threads)
+                               vec=vec, dropout=dropout, count=count, t=threads)
 
 
 # ---------------------------------------------------------------------------------------
@@ -678,11 +750,14 @@ def active_list(active):
 
 
 def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, B_c, dt,
-        causal, count, threads=None):
+        causal, count, threads=None, z3=None, dropout=None):
     """Launch the three kernels on 3-D fp16 device views; writes s3, p3, o3. The arguments
     of `gpu.forward.standard.run` (threads is accepted and ignored: these kernels run one
     warp per 16 query rows, and `row_threads(N)` in the softmax).
-    active: host boolean (T_r, T_c) of active tiles (iosim.active_tiles)."""
+    active: host boolean (T_r, T_c) of active tiles (iosim.active_tiles).
+    dropout: None, or (dropout_p, seed, offset) with p > 0: the softmax kernel also writes
+    the keep mask (the plain kernels' Philox bits) into z3 (instances, N, N) uint8, the PV
+    kernel reads it (O = (P o Z/(1-p)) V)."""
     err = plan_error(B_r, B_c, q3.shape[2], dt)
     if err:
         raise ValueError(f"standard_tc: {err}")
@@ -693,6 +768,11 @@ def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, 
     has_mask = mask is not None
     mk = mask if has_mask else dummy_mask()
     n, h, g = np.int64(N), np.int64(H), np.int64(G)
+    drop = bool(dropout and dropout[0] > 0)
+    if drop and z3 is None:
+        raise ValueError("standard_tc.run: dropout needs z3, the (instances, N, N) uint8 "
+                         "keep mask buffer")
+    key0, key1, off, thr, rp = _philox.kernel_args(*(dropout or ()))
     n_act, tiles = active_list(np.asarray(active, dtype=bool))
     nthr = 32 * (B_r // 16)
     if n_act:
@@ -700,19 +780,24 @@ def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, 
                tile_layout(B_r, B_c, d)["bytes"], q3, k3, s3, tiles,
                np.float32(scale), n, h, g, counters)
     ts = row_threads(N, vec)
-    launch(softmax_kernel(int(B_r), int(B_c), bool(causal), has_mask, vec, bool(count), ts),
-           (N, inst), ts, row_bytes(N), s3, p3, mk, n, counters)
-    launch(pv_kernel(B_r, B_c, d, causal, has_mask, vec, count), (-(-N // B_r), inst), nthr,
-           rowblock_layout(B_r, B_c, d)["bytes"], p3, v3, o3, np.float32(1.0), mk, n, h, g,
-           counters)
+    launch(softmax_kernel(int(B_r), int(B_c), bool(causal), has_mask, vec, bool(count), ts,
+                          drop),
+           (N, inst), ts, row_bytes(N), s3, p3, mk, n, counters,
+           *((z3, key0, key1, off, thr) if drop else ()))
+    launch(pv_kernel(B_r, B_c, d, causal, has_mask, vec, count, drop), (-(-N // B_r), inst),
+           nthr, rowblock_layout(B_r, B_c, d)["bytes"], p3, v3, o3, np.float32(1.0), mk, n, h,
+           g, counters, *((z3, rp) if drop else ()))
 
 
 def forward_arrays(q, k, v, *, causal=False, scale=None, block_rows=None, block_cols=None,
-                   block_mask=None, count_traffic=False):
+                   block_mask=None, count_traffic=False, dropout_p=0.0, dropout_seed=0,
+                   dropout_offset=0):
     """(O, P, ledger) for NumPy fp16 q (batch, heads, N, d), k, v (batch, kv_heads, N, d):
     a host wrapper of `run` for tests and scripts (the lead wires `gpu.attention`). O, P
     (batch, heads, N, N) are NaN-poisoned before the kernels run (P stays NaN outside the
-    active tiles); ledger: the kernels' own counts (an iosim Ledger) or None."""
+    active tiles); ledger: the kernels' own counts (an iosim Ledger) or None.
+    dropout_p > 0: (O, P, Z, ledger), Z the stored keep mask (batch, heads, N, N) uint8
+    (entries outside the active tiles 0: never written)."""
     import iosim
     from .._launch import counters_to_ledger, filled, new_counters
     B, H, N, d = q.shape
@@ -722,11 +807,15 @@ def forward_arrays(q, k, v, *, causal=False, scale=None, block_rows=None, block_
     B_c = t["B_c"] if block_cols is None else int(block_cols)
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
     problem = iosim.Problem(N=N, d=d, batch=B, heads=H, kv_heads=Hk, dtype="fp16",
-                            causal=causal, block_mask=block_mask)
+                            causal=causal, block_mask=block_mask, dropout_p=dropout_p)
     tiling = iosim.Tiling(B_r, B_c)
     active = iosim.active_tiles(problem, tiling)
     mask_dev = None if block_mask is None else cuda.to_device(
         np.ascontiguousarray(problem.block_mask, dtype=np.uint8))
+    drop = {}
+    if dropout_p:
+        drop = dict(z3=cuda.to_device(np.zeros((B * H, N, N), np.uint8)),
+                    dropout=(float(dropout_p), int(dropout_seed), int(dropout_offset)))
     q3, k3, v3 = (cuda.to_device(np.ascontiguousarray(x, np.float16).reshape(-1, N, d))
                   for x in (q, k, v))
     o3 = filled((B * H, N, d), np.float16, np.nan)
@@ -734,9 +823,12 @@ def forward_arrays(q, k, v, *, causal=False, scale=None, block_rows=None, block_
     p3 = filled((B * H, N, N), np.float16, np.nan)
     counters = new_counters(count_traffic)
     run(q3, k3, v3, o3, s3, p3, scale, N, H, H // Hk, mask_dev, active, counters, B_r=B_r,
-        B_c=B_c, dt="fp16", causal=bool(causal), count=bool(count_traffic))
+        B_c=B_c, dt="fp16", causal=bool(causal), count=bool(count_traffic), **drop)
     led = (counters_to_ledger(counters, "standard", problem, tiling) if count_traffic
            else None)
+    if drop:
+        return (o3.copy_to_host().reshape(B, H, N, d), p3.copy_to_host().reshape(B, H, N, N),
+                drop["z3"].copy_to_host().reshape(B, H, N, N), led)
     return (o3.copy_to_host().reshape(B, H, N, d), p3.copy_to_host().reshape(B, H, N, N),
             led)
 
@@ -750,9 +842,15 @@ def signatures():
     M = nb.Array(nb.uint8, 2, "C")
     C = nb.Array(nb.int64, 2, "C")
     i64 = nb.int64
+    Z = nb.Array(nb.uint8, 3, "C")
+    u64 = nb.uint64
     return dict(S=(W, W, W, I2, nb.float32, i64, i64, i64, C),
                 softmax=(W, W, M, i64, C),
-                PV=(W, W, W, nb.float32, M, i64, i64, i64, C))
+                PV=(W, W, W, nb.float32, M, i64, i64, i64, C),
+                # the dropout builds: + the keep mask zm and the dropout scalars
+                softmax_dropout=(W, W, M, i64, C, Z, u64, u64, u64, u64),
+                PV_dropout=(W, W, W, nb.float32, M, i64, i64, i64, C, Z, nb.float32),
+                dP_dropout=(W, W, W, I2, nb.float32, i64, i64, i64, C, Z, nb.float32))
 
 
 def linked_ptx(B_r, B_c, d, causal=False, has_mask=False, count=False, vec=True, N=4096,
