@@ -1068,6 +1068,10 @@ FITTED_V9 = replace(FITTED_V8, causal_lag=0.03)
 #:       and h24 N 6144 less than h36 N 4096 above it), s = 0.3-1.5, with
 #:       private_rmw_capacity 0.95-1.0 and private_associativity 0-64: 204-216 H100 rows
 #:       (216 at s 0.6, 0.95); not kept (code removed).
+#:   For the fa2_tc onset (b1 h20 N 48K d64, +16 %; LEVELS_DEV7's three fa2_tc rows at N =
+#:       40-52K are inside: +1.7 %, +5.4 %, -4.4 %): sweep_lag 0.3 / 0.325 / 0.375 / 0.4
+#:       with v10: 212 / 214 / 212 / 208 H100 rows (fa2_tc 75 / 77 / 75 / 71 of 81, v10
+#:       79); no mechanism for it was tried in this revision.
 #: Speed (benchmarks/model_speed.py's levels_sweep, 1,000 configurations, one process, the
 #: same 2-core machine, v9 and v10 in turn, twice): v9 99.6 s and 124.1 s, v10 100.2 s and
 #: 142.1 s (a noisy machine: 96 fa1 passes alone, in turn, v9 9.2 / 10.1 s, v10 9.0 /
