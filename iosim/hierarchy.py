@@ -71,6 +71,11 @@ CTAs are dispatched heaviest first and each sweeps a prefix of its own length, s
 shares a cohort, and a lag of sweep_lag's size (0.35) there adds +20 % to +57 %, while the
 long causal sweeps (N = 81-131K) were under-predicted by 10-20 % without one.
 
+Private round trips (L2Model.private_rmw_capacity, v10): fa1's O_i, l_i, m_i, read and
+written by one CTA every outer step, meet the capacity edge at 0.93 C, its Q_i (read only,
+a tile of its own) at C: measured, fa1's intermediate writes reach DRAM about twice as
+often as its re-reads miss where its working set nears the L2's capacity.
+
 Background writes (L2Model.background_write_rate, v6): the counters see DRAM writes that
 grow with the kernel's duration (21-25 MB/s on the H100 and the H200, whatever the
 kernel); `analysis.levels` adds rate x the time model's predicted duration.
@@ -181,6 +186,14 @@ class L2Model:
         against sweep_lag 0.35 for the non-causal cohorts): past capacity the second read
         costs a K/V fetch more of the long sweeps (N = 81-131K: -10 % to -20 % in v8), below
         it it only leaves the tiles more recent.
+    private_rmw_capacity: the capacity edge of private read-modify-write round trips (a
+        tile one CTA reads and writes in the same access: fa1's O_i, l_i, m_i, the
+        local-memory frames) at this fraction of C (v10: 0.93; 1: off). With it
+        `analysis.levels` gives fa1's Q_i a tile of its own (read only), so that the
+        written half of each round trip leaves the cache first: fa1's intermediate writes
+        reach DRAM at about twice the rate its re-reads miss near its working set.
+    private_read_capacity: what-if (tried for v10 and dropped; 1: off): the same for
+        private read-only re-reads (fa1's Q_i).
     background_write_rate: DRAM writes (bytes per second of kernel time) that the
         counters see beside the kernel's own write-backs (`analysis.levels` adds
         rate x the time model's predicted duration of each launch). Measured: the
@@ -211,6 +224,8 @@ class L2Model:
     background_write_rate: float = 0.0
     sweep_lag: float = 0.0
     causal_lag: float = 0.0
+    private_rmw_capacity: float = 1.0
+    private_read_capacity: float = 1.0
 
     def __post_init__(self):
         if not 0 < self.capacity_fraction <= 2:
@@ -234,6 +249,10 @@ class L2Model:
             raise ValueError(f"sweep_lag={self.sweep_lag!r} must be in [0, 1]")
         if not 0 <= self.causal_lag <= 1:
             raise ValueError(f"causal_lag={self.causal_lag!r} must be in [0, 1]")
+        if not (0 < self.private_rmw_capacity <= 2 and 0 < self.private_read_capacity <= 2):
+            raise ValueError(f"private_rmw_capacity={self.private_rmw_capacity!r} and "
+                             f"private_read_capacity={self.private_read_capacity!r} must be "
+                             f"in (0, 2]")
         if self.max_accesses < 1000:
             raise ValueError(f"max_accesses={self.max_accesses!r} must be >= 1000")
 
@@ -465,6 +484,19 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
             miss_prev[ip] = 1.0 - hit_probability(d_prev[ip], capacity, Ap, model.keep_fraction)
             evict[ip] = 1.0 - hit_probability(np.maximum(d_next[ip], 0.0), capacity, Ap,
                                               model.keep_fraction)
+        if model.private_rmw_capacity != 1.0 or model.private_read_capacity != 1.0:
+            # v10 what-if: the capacity edge of private round trips (a tile one CTA reads
+            # and writes in one access: fa1's O, l, m) and of private read-only re-reads
+            # (fa1's Q) at their own fraction of C (`L2Model.private_rmw_capacity`)
+            for sel, f in ((~sh & rd & wr, model.private_rmw_capacity),
+                           (~sh & rd & ~wr, model.private_read_capacity)):
+                if f != 1.0 and sel.any():
+                    ip = np.flatnonzero(sel)
+                    Ap = int(model.private_associativity) or A
+                    miss_prev[ip] = 1.0 - hit_probability(d_prev[ip], capacity * f, Ap,
+                                                          model.keep_fraction)
+                    evict[ip] = 1.0 - hit_probability(np.maximum(d_next[ip], 0.0),
+                                                      capacity * f, Ap, model.keep_fraction)
         if model.dirty_fraction > 0 and wr.any():
             # dirty stack distance: distinct written bytes until the tile's next write
             iw = np.flatnonzero(wr)

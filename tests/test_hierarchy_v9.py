@@ -10,7 +10,7 @@ from iosim.hierarchy import L2Model
 
 def test_v9_is_v8_with_the_causal_lag():
     from analysis import levels as L
-    assert L.FITTED is L.FITTED_V9
+    assert L.FITTED is L.FITTED_V10
     assert L.FITTED_V8.causal_lag == 0.0 and L.FITTED_V9.causal_lag == pytest.approx(0.03)
     assert dataclasses.replace(L.FITTED_V9, causal_lag=0.0) == L.FITTED_V8
 
