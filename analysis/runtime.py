@@ -61,7 +61,10 @@ For each kernel launch of a pass (the launches of `analysis.levels`):
   per-tile loop and their threads^2 reductions, not their bytes. The tensor-core row
   passes (std_tc_softmax, std_tc_bwd_dS: warp shuffles, then one value a warp in shared
   memory) take the same sigma_r per partial value read: a fixed cost per row that weighs
-  on short rows (N = 1024).
+  on short rows (N = 1024). Form 10: + sigma_w per warp that holds entries of a tile step
+  of the per-tile loop (`row_wsteps`: ceil(min(B_c, threads) / 32) warps, ceil(B_c /
+  threads) entries a thread; one load in flight per thread, then its use, in each pass);
+  the fast standard's flat sweep (4 independent loads in flight a thread) takes none.
 * t_smem (the register-tiled fp32 CUDA-core kernels: the fast fa2 forward, the fast fa1
   forward, the fast standard's S and PV products): their shared-memory loads, from their
   register tile (RM x RN for S, RM x DN for O: RM + RN words per RM RN FMAs), over 128
@@ -312,6 +315,71 @@ fa2_tc 1.6 / 6.9, fa2_fast 1.9 / 3.1, fa2_plain 5.2 / 6.1, fa1_tc 1.9 / 4.7, fa1
 2.1 / 2.8, standard_tc 4.8 / 8.0, standard_fast 6.3 / 11.7, fa2_bwd_tc 4.1 / 7.2,
 fa2_bwd_fast 1.9 / 3.4, fa2_bwd 3.7 / 4.4, standard_bwd_tc 1.3 / 3.8, standard_bwd 2.0.
 The sixth blind set then joined the fit (505 H100 rows).
+
+Form 10 (the eleventh session): RUNTIME_DEV7 joined (12 H100 passes; 517 H100 rows). The
+comparisons below are 5-fold CV on the 517 rows with one start of the fit (start scale 1,
+not fit_best's three: the machine was shared and a three-start CV run took too long;
+before and after alike), the H200 rows (423, never fitted) predicted with the full fit.
+Form 9 so: median 2.8 %, worst 23.0 %, 479 of 517 within 10 % (standard_fast 5.7 /
+23.0 %, 23 of 33); H200 2.8 % / 23.2 %, 399 of 423 (standard_fast 4.1 / 12.8 %, 19 of 22).
+Kept:
+* the plain row passes' rounds (sigma_w, one fitted constant; `row_wsteps`). The row
+  kernel (gpu.forward.standard.softmax_kernel, its backward twin ds_kernel) walks a row's
+  active tiles in each of its passes (softmax: read S and max, exp and sum, store P);
+  thread t takes entries c0 + t, c0 + t + threads, ... of a tile, so in a tile step only
+  ceil(min(B_c, threads) / 32) warps hold entries, each thread one load in flight, used
+  at once (the warps without entries still run the loop: sigma per warp, as before). The
+  fast standard's dense rows take the flat sweep instead: 4 independent loads a thread
+  and step, every warp, no such round. Measured (H100, per launch, 65 softmax launches):
+  the causal fast softmax costs 18.5-20 ps per active entry at B_c = 128 (d = 64) and
+  30-32 at B_c = 64 (d = 128), 2.4 and 1.9 ns per row step: not proportional to the
+  steps (sigma) nor to the entries (ROW_OPS) alone; the flat sweep 3.5-5.7 ps per
+  entry. A least-squares fit on the softmax launches alone (entries, steps of all warps,
+  steps of the warps holding entries, reduction reads, CTAs): median / worst |error|
+  5.3 / 14.7 % without the holding-warp steps, 1.6 / 7.3 % with them. In the model (the
+  CV's fold fits; launch errors, H100): the fast causal softmax -11.1 % median
+  (-13.7...+6.9 %) -> -2.5 % (-10.2...+4.0 %), the fast flat softmax +7.7 % -> +0.3 %, the
+  plain causal softmax -9...+12 % -> -3.4...+2.7 %, the plain dS about as before
+  (non-causal +5.2 -> +6.4 % median, causal -5.5 -> -6.5 %). 5-fold CV: median 2.8 ->
+  2.8 %, worst 23.0 -> 21.4 %, 479 -> 484 of 517 within 10 %; standard_fast 5.7 / 23.0 %,
+  23 -> 4.9 / 20.0 %, 28 of 33 (the dev7 causal d = 64 rows -5.8 / -5.6 / -11.0 % ->
+  -2.7 / -2.0 / -7.7 %, the d = 128 causal one +23.0 -> +20.0 %, non-causal d = 64
+  +12.1 / +7.1 -> +11.1 / +6.0 %); standard 1.4 / 5.6 -> 1.4 / 5.3 %; the families that
+  share sigma_r or sigma move a little: standard_tc 2.9 / 10.3 -> 3.1 / 11.0 % (28 of 29
+  both; blind2's fp16 d = 128 causal b8 h16 N 1024 -4.9 -> -7.6 %), standard_bwd 2.8 /
+  7.4 -> 2.9 / 7.4 %, standard_bwd_tc 3.0 / 8.1 -> 3.0 / 8.3 %, fa1_fast median 3.5 ->
+  3.6 %; the others unchanged. H200: 2.8 / 23.2 %, 399 -> 2.6 / 23.2 %, 400 of 423
+  (standard_fast 4.1 / 12.8 %, 19 -> 3.4 / 9.6 %, 22 of 22; standard_tc 5.8 / 13.5 %,
+  20 -> 5.4 / 14.2 %, 18 of 22; standard_bwd_tc 7.0 / 14.7 -> 6.7 / 14.5 %). The full fit:
+  sigma_w about 7800, sigma 10000 -> 5150, sigma_r 26.3 -> 21.5 (FLOP-equivalents),
+  e[std_softmax] 0.63 -> 0.52, e[std_bwd_dS] 0.70 -> 0.61 (one-start fits on the 517 rows).
+  Steps: sigma_w on the flat sweep's warp steps too (every warp, a round per step):
+  CV 2.8 % / 22.4 %, 480 within 10 %, standard_fast 5.9 / 22.4 %, 24 of 33 (the flat
+  softmax then +15 % median): dropped for the form above.
+Tried and dropped:
+* the fast standard PV's latency rounds along its grid's slot chain (`_makespan` of the
+  CTAs' tiles over SMs x CTAs-per-SM slots, grid order) instead of max(work) x waves,
+  again, now with sigma_w: CV median 2.9 %, worst 21.0 %, 476 within 10 %; standard_fast
+  8.5 / 17.1 %, 21 of 33; H200 399. Measured per tile of the slot chain (H100): d = 128
+  non-causal 40-43 us, causal 36-37 (several waves) and 43 (one wave): the slot chain
+  fits d = 128 (a two-constant fit: every d = 128 row within 4 % but b1 h8 N 2048 causal,
+  -12 %); d = 64 non-causal 44-50 us, a lone CTA 44-46, but causal 59-61 (one wave, heavy
+  CTAs paired) and 64-70 (several waves): the causal d = 64 PV (128 x 128, 8 warps, 2 CTAs
+  a SM) is about 1.3 x slower per tile than its non-causal build, which neither chain
+  form explains (max(work) x waves fits it only by over-counting its chain). No cause
+  found in the kernel's code (the same loads, products and barriers per tile).
+* the fa2 tensor-core forward's lone CTA no faster than at full occupancy (a CTA's rate
+  at most 1 / ctas_per_sm of its SM's; no constant): the long one-wave causal grids'
+  heaviest CTA runs 2.1-2.5 us a tile (b1 h8 N 3072 d 64, b1 h2 N 8192 d 128), about
+  the per-CTA rate of the largest grids (2.4-2.5 us), where the w_sat share (4 / 9 warps)
+  lets it run faster; but screened with form 9's constants (not refitted) it moved
+  fa2_tc on the H100 from 95 to 91 of 102 within 10 %, worst 18.7 -> 50.6 % (short
+  one-wave grids, b1 h8 N 2048 128 x 64 non-causal -8 -> +51 %, b1 h16 N 1024 causal
+  +2 -> +28 %: their lone CTAs do run faster): not taken to CV. Not addressed: the small
+  causal fa2_tc grids (-10...-19 %), the plain fa2 (fp32 64 x 64 causal +9...+22 %;
+  its lone last-round CTAs run 1.85 x a paired one, where fa2_tc's do not: a per-kernel
+  saturation, w_sat, that no code count of ours yet predicts), the fast standard's causal
+  PV (d = 128 over, d = 64 under, above).
 """
 from __future__ import annotations
 
@@ -328,10 +396,11 @@ from iosim.hierarchy import _schedule
 
 P_NORM = 4.0
 #: the model form the constants were fitted for (it names them in `source`)
-FORM = ("form 9 (form 8: form 7 + a prologue / epilogue latency per wave of CTAs of the fa2 "
-        "tensor-core and fast kernels, the tensor-core backward's lockstep phases at one CTA a "
-        "SM; + the causal fast fa2 backward's grid heaviest first across heads, g_mem held at "
-        "the SM count)")
+FORM = ("form 10 (form 9 + the plain row passes' rounds per warp holding a tile's entries, "
+        "sigma_w; form 9: form 8 (form 7 + a prologue / epilogue latency per wave of CTAs of "
+        "the fa2 tensor-core and fast kernels, the tensor-core backward's lockstep phases at "
+        "one CTA a SM) + the causal fast fa2 backward's grid heaviest first across heads, "
+        "g_mem held at the SM count)")
 #: kernels that only move data: their work W is their requested bytes, R the HBM peak (the
 #: row passes std_softmax, std_bwd_dS keep their family keys here; their W: ROW_PASSES)
 MEMORY_KERNELS = ("std_softmax", "std_bwd_dS", "fa2_bwd_pre", "bwd_convert", "bwd_group_sum")
@@ -403,6 +472,7 @@ class RuntimeModel:
     t_miss_us: float = 0.0
     kappa_o: float = 0.0
     t_cta_us: float = 0.0
+    sigma_w: float = 0.0
 
     @classmethod
     def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
@@ -414,7 +484,8 @@ class RuntimeModel:
                    d.get("e_smem", 0.5), d.get("kappa_b", 0.0), d.get("e_dram_w", 0.1),
                    d.get("sigma", 0.0), d.get("sigma_r", 0.0), d.get("g_mem", 1.0),
                    d.get("kappa_c1", 0.0), d.get("t_round_us", 0.0),
-                   d.get("t_miss_us", 0.0), d.get("kappa_o", 0.0), d.get("t_cta_us", 0.0))
+                   d.get("t_miss_us", 0.0), d.get("kappa_o", 0.0), d.get("t_cta_us", 0.0),
+                   d.get("sigma_w", 0.0))
 
     def save(self, path: str = CONSTANTS_PATH):
         with open(path, "w") as f:
@@ -426,7 +497,7 @@ class RuntimeModel:
                        "sigma": self.sigma, "sigma_r": self.sigma_r, "g_mem": self.g_mem,
                        "kappa_c1": self.kappa_c1, "t_round_us": self.t_round_us,
                        "t_miss_us": self.t_miss_us, "kappa_o": self.kappa_o, "t_cta_us": self.t_cta_us,
-                       "source": self.source}, f, indent=1,
+                       "sigma_w": self.sigma_w, "source": self.source}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
 
@@ -446,6 +517,7 @@ class RuntimeModel:
                           f"  rho = {self.rho:.1f} FLOP-equivalents per query row and key tile",
                           f"  sigma = {self.sigma:.0f} FLOP-equivalents per warp and row step of a row pass",
                           f"  sigma_r = {self.sigma_r:.1f} FLOP-equivalents per partial value read in a row reduction",
+                          f"  sigma_w = {self.sigma_w:.0f} FLOP-equivalents per warp and row step that holds entries (one load round)",
                           f"  t_round = {self.t_round_us:.3f} us per element-wise load round on a CTA's path (fa1 plain / fast, fast standard)",
                           f"  t_miss = {self.t_miss_us:.3f} us more per round that misses the L2 (DRAM)",
                           f"  kappa_o = {self.kappa_o:.1f} per element of O_i a fa1 tile step re-reads and re-writes",
@@ -556,7 +628,7 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             key = "bwd_convert"                # elementwise memory pass's constant
         else:
             key = fam if (mem or fam == "fa2_tc") else f"{fam}_{p.dtype}"
-        steps = rows_pass = 0.0
+        steps = rows_pass = wsteps = 0.0
         if kern in ("std_softmax", "std_bwd_dS"):   # the plain row passes (one CTA a row)
             thr, warps = k["threads"], -(-k["threads"] // 32)
             shfl = name == "std_fast_softmax"        # warp shuffles, then one value a warp
@@ -564,9 +636,14 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             # reductions per row: softmax max and sum, dS one (D = rowsum P dP)
             rows_pass = float(N * I) * (2 if kern == "std_softmax" else 1) * thr * nred
             if shfl and not p.causal:                # one flat sweep, 4 entries a thread
+                # (4 independent loads in flight per thread: no sigma_w)
                 steps = float(N * I) * -(-N // (4 * thr)) * warps
             else:                                    # a step per active tile of the row
-                steps = float(RA * I) * warps
+                steps = float(RA * I) * warps        # (the tile loop, every warp)
+                # sigma_w (form 10) per warp that holds entries of the tile (thread t:
+                # c0 + t, c0 + t + threads, ...) and per entry of each of its threads:
+                # one load in flight per thread, then its use, in each pass
+                wsteps = float(RA * I) * -(-min(t.B_c, thr) // 32) * -(-t.B_c // thr)
         elif kern in ("std_tc_softmax", "std_tc_bwd_dS"):   # the same block reductions
             thr = k["threads"]                       # (warp shuffles, one value a warp)
             rows_pass = float(N * I) * (2 if kern == "std_tc_softmax" else 1) * thr * (thr // 32)
@@ -600,6 +677,7 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                     "causal": bool(p.causal) and fam in ("fa2_tc", "fa2_fast", "fa2_fwd"),
                     "causal_fa1": bool(p.causal) and kern in ("fa1_tc", "fa1_fast"),
                     "B_smem": smem, "row_steps": steps, "row_rows": rows_pass,
+                    "row_wsteps": wsteps,
                     "rows": float(RA * I) if (loop and fam != "fa2_bwd_main") else 0.0,
                     "B_l2": float(B2), "B_local": local,
                     "B_dram": float(k["dram_read_bytes"] + k["dram_write_bytes"]),
@@ -770,6 +848,7 @@ def terms(f: dict, m: RuntimeModel, hw) -> dict:
     ops = (kap * f.get("entries", 0.0)
            + m.rho * f.get("rows", 0.0)
            + m.sigma * f.get("row_steps", 0.0) + m.sigma_r * f.get("row_rows", 0.0)
+           + m.sigma_w * f.get("row_wsteps", 0.0)
            + m.kappa_o * f.get("o_elems", 0.0))
     out = {"work": (f["W"] / f["R"] + ops / hw.fp32_flops) / e * 1e3,
            "l2": f["B_l2"] / (hw.l2_bandwidth * m.e_l2) * 1e3,
@@ -858,7 +937,7 @@ def predict(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "f
                           "kappa_b": m.kappa_b, "rho": m.rho, "sigma": m.sigma,
                           "sigma_r": m.sigma_r, "g_mem": m.g_mem, "kappa_c1": m.kappa_c1,
                           "t_round_us": m.t_round_us, "t_miss_us": m.t_miss_us, "kappa_o": m.kappa_o,
-                          "t_cta_us": m.t_cta_us, "p": P_NORM, "source": m.source}}
+                          "t_cta_us": m.t_cta_us, "sigma_w": m.sigma_w, "p": P_NORM, "source": m.source}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -910,7 +989,8 @@ SHARED_PARAMS = {"e_l2": (0.5, 0.05, 1.0), "e_dram": (0.7, 0.05, 1.0),
                  "sigma": (2000.0, 1.0, 1e6), "sigma_r": (20.0, 0.01, 1e4),
                  "kappa_c1": (2.0, 1e-3, 200.0),
                  "t_round_us": (0.3, 1e-3, 10.0), "t_miss_us": (0.2, 1e-3, 10.0),
-                 "kappa_o": (2.0, 1e-3, 500.0), "t_cta_us": (1.0, 1e-3, 50.0)}
+                 "kappa_o": (2.0, 1e-3, 500.0), "t_cta_us": (1.0, 1e-3, 50.0),
+                 "sigma_w": (2000.0, 1.0, 1e6)}
 
 
 def fit_data(data: list, hw, source: str = "", fixed: dict | None = None,
