@@ -1077,6 +1077,14 @@ FITTED_V9 = replace(FITTED_V8, causal_lag=0.03)
 #: 142.1 s (a noisy machine: 96 fa1 passes alone, in turn, v9 9.2 / 10.1 s, v10 9.0 /
 #: 11.9 s; the split stays within the same access budget, its key blocks sampled more
 #: coarsely).
+#: Frozen at bf23b81 and scored on the seventh blind set (LEVELS_BLIND7; predictions
+#: committed in f31d458 before the rows were read): H100 14 of 16 inside the bound (DRAM
+#: reads median 0.8 %, writes 1.9 %; outside: fa1_tc b1 h20 N 7168, reads +27.6 %, writes
+#: +24.8 %, and fa1 plain fp32 b1 h20 N 3072, reads -16.3 %, writes -36.3 %: v10's edge is
+#: too late for the one and too early for the other); H200 (preset change only) 13 of 16
+#: (reads 0.6 %, writes 3.0 %; the three fa1 passes outside, reads -12 ... -19 %, writes
+#: -21 ... -74 %). The six fa2_tc passes (N 24K-104K, causal, grouped K/V), the fast and
+#: plain fa2, standard_tc and the three backward passes: inside on both chips.
 FITTED_V10 = replace(FITTED_V9, private_rmw_capacity=0.93)
 FITTED = FITTED_V10
 #: the previous FITTED models (for comparisons): v6 (FITTED_V6, above: the fourth blind

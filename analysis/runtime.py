@@ -380,6 +380,34 @@ Tried and dropped:
   its lone last-round CTAs run 1.85 x a paired one, where fa2_tc's do not: a per-kernel
   saturation, w_sat, that no code count of ours yet predicts), the fast standard's causal
   PV (d = 128 over, d = 64 under, above).
+Form 10 with fit_best's three starts (the official fit), 5-fold CV on the 517 H100 rows:
+median 2.4 %, worst 21.0 %, 495 of 517 within 10 % (512 within 15 %); per family
+(median / worst %, within 10 %): fa2_tc 2.1 / 18.3 (96 of 102), fa2_fast 1.8 / 9.7 (47),
+fa2_plain 5.2 / 21.0 (41 of 51), fa1 2.8 / 3.9, fa1_fast 2.1 / 11.7 (24 of 25), fa1_tc
+1.4 / 10.5 (31 of 32), standard 1.1 / 4.7, standard_fast 4.2 / 20.4 (31 of 33),
+standard_tc 2.7 / 10.8 (28 of 29), fa2_bwd 2.9 / 9.4, fa2_bwd_fast 2.0 / 10.6 (28 of 29),
+fa2_bwd_tc 2.6 / 7.0, standard_bwd 2.4 / 6.1, standard_bwd_tc 3.4 / 7.0; H200 (never
+fitted) 2.6 % / 23.2 %, 400 of 423 within 10 %. Form 9 with L2 v9 (commit c156044) under
+the same three-start CV on the same 517 rows: median 2.5 %, worst 23.8 %, 487 within 10 %
+(standard_fast 5.4 / 23.8 %, 25 of 33; fa1_fast 2.4 / 12.1 %, 22 of 25; fa1_tc 1.4 /
+9.2 %, 32 of 32; fa2_tc 95 of 102; fa2_plain 41 of 51); H200 2.7 % / 23.9 %, 402 of 423
+(standard_fast 19 -> 22 of 22, fa2_plain 33 -> 30 of 39, standard_tc 20 -> 18 of 22).
+Frozen at bf23b81 (refitted on the 517 rows, with L2 v10) and scored on the seventh blind
+set (RUNTIME_BLIND7, declared in 0f6a411 and measured before either model changed;
+predictions committed in f31d458 before the rows were read): H100 median 2.1 %, worst
+16.1 %, 41 of 42 within 10 %; H200 (preset change only) 2.6 %, worst 12.5 %, 41 of 42
+within 10 %, 42 of 42 within 15 %. The one row outside on both chips: the fast fa1
+forward, b1 h10 N 3072 d 128 (10 CTAs, one a SM: 61.1 ms measured on the H100 against
+51.2 predicted, -16.1 %; H200 56.7 against 49.6, -12.5 %). Its per-step time rises with
+the instances' working set on the H100 and not on the H200 (64 x 64 steps, N 3072: 8
+instances 24.4 us a step on the H100, 21.6 on the H200; N 2048: 21.9 on both): fa1's
+O / l / m round trips start to miss the H100's L2 at W = 0.5-0.6 of it, earlier than the
+L2 model's edge (the fa1 onset that analysis.levels v10 also leaves out), so t_miss sees
+no misses there. Per family (H100 median / worst %): fa2_tc 2.2 / 8.8, fa2_fast 1.4 /
+3.0, fa2_plain 5.8 / 6.5, fa1_tc 2.3 / 3.5, fa1_fast 3.6 / 16.1, standard_tc 3.1 / 6.7,
+standard_fast 2.4 / 8.6, fa2_bwd_tc 3.8 / 6.2, fa2_bwd_fast 1.0 / 3.4, fa2_bwd 1.3 / 1.6,
+standard_bwd_tc 1.9 / 3.4, standard_bwd 0.9. The seventh blind set then joined the fit
+(559 H100 rows).
 """
 from __future__ import annotations
 
