@@ -332,7 +332,8 @@ def table_levels_validation(data=None) -> str:
             f"shared tiles x{m.get('shared_footprint', 2.0)}, private x"
             f"{m.get('private_footprint', 1.0)}, dirty data <= {m.get('dirty_fraction', 0.0)} x L2, "
             f"end-of-kernel drain <= {m.get('drain_fraction', 0.0)} x L2, "
-            f"wave lag {m.get('sweep_lag', 0.0)} x sweep (causal {m.get('causal_lag', 0.0)}); "
+            f"wave lag {m.get('sweep_lag', 0.0)} x sweep (causal {m.get('causal_lag', 0.0)}), "
+            f"fa1's read-modify-write round trips at x{m.get('private_rmw_capacity', 1.0)} of C; "
             if rows else "")
     return "\n".join(lines) + "\n" + _source("levels_validation", rows, note)
 

@@ -266,7 +266,8 @@ def levels_main(args, problem) -> int:
           f"{lv['l2_model']['dirty_fraction']} x L2, end-of-kernel drain <= "
           f"{lv['l2_model'].get('drain_fraction', 0.0)} x L2, wave lag "
           f"{lv['l2_model'].get('sweep_lag', 0.0)} x sweep (causal "
-          f"{lv['l2_model'].get('causal_lag', 0.0)})")
+          f"{lv['l2_model'].get('causal_lag', 0.0)}), fa1's read-modify-write round trips at "
+          f"x{lv['l2_model'].get('private_rmw_capacity', 1.0)} of C")
     gb = lambda x: f"{x / 1e9:12.4f}"
     print(f"{'level (GB, whole problem)':<28}{'read':>12}{'write':>12}")
     print(f"{'requested (the ledger)':<28}{gb(lv['requested_read_bytes'])}{gb(lv['requested_write_bytes'])}")
