@@ -796,9 +796,11 @@ def _bwd_wavefronts(B_r: int, B_c: int, d: int, s: int) -> float:
     return float(a + b + c)
 
 
-def _makespan(work, machines):
+def _makespan(work, machines, uniform=None):
+    """uniform: whether all of work is work[0], where the caller knows (one pass fewer
+    over a grid of millions of CTAs)."""
     n = work.size
-    if np.all(work == work[0]):
+    if np.all(work == work[0]) if uniform is None else uniform:
         return -(-n // machines) * float(work[0])
     return float((_schedule(work, machines) + work).max())
 
@@ -963,14 +965,15 @@ def makespans(work, hw, ctas_per_sm: int) -> dict:
     mk_sm, SMs as machines sharing their throughput among resident CTAs; mk_slots, each
     of the SMs x CTAs-per-SM slots a machine running one CTA at a time at full rate (the
     latency-bound view: divided by the share of an SM one CTA can use, see `imbalance`)."""
-    if work.size == 0 or work.sum() == 0:
+    total = work.sum() if work.size else 0     # (summed and compared once)
+    if work.size == 0 or total == 0:
         return {"mk_sm": 0.0, "mk_slots": 0.0, "balanced": 1.0}
     uniform = bool(np.all(work == work[0]))
-    mk_sm = _makespan(work, hw.sm_count) if uniform or work.size > SHARED_MAX_CTAS else \
-        _shared_makespan(work, hw.sm_count, max(1, ctas_per_sm))
+    mk_sm = _makespan(work, hw.sm_count, uniform) if uniform or work.size > SHARED_MAX_CTAS \
+        else _shared_makespan(work, hw.sm_count, max(1, ctas_per_sm))
     return {"mk_sm": mk_sm,
-            "mk_slots": _makespan(work, hw.sm_count * ctas_per_sm),
-            "balanced": float(work.sum() / hw.sm_count)}
+            "mk_slots": _makespan(work, hw.sm_count * ctas_per_sm, uniform),
+            "balanced": float(total / hw.sm_count)}
 
 
 def imbalance(f: dict, w_sat: float) -> float:

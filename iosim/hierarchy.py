@@ -519,6 +519,29 @@ class KernelTraffic:
 
 
 @njit(cache=True)
+def _half_step_keys(t, limit):
+    """(2 t - min(2 t) as integers, their number of values) where every time is a
+    multiple of a half step and the range is at most `limit`; (empty, -1) otherwise."""
+    n = t.shape[0]
+    lo = 2.0 * t[0]
+    hi = lo
+    for i in range(n):
+        v = 2.0 * t[i]
+        if np.floor(v) != v:
+            return np.empty(0, np.int64), -1
+        if v < lo:
+            lo = v
+        if v > hi:
+            hi = v
+    if hi - lo > limit:
+        return np.empty(0, np.int64), -1
+    keys = np.empty(n, np.int64)
+    for i in range(n):
+        keys[i] = np.int64(2.0 * t[i] - lo)
+    return keys, np.int64(hi - lo) + 1
+
+
+@njit(cache=True)
 def _counting_order(keys, nkeys):
     """Stable argsort of integer keys in [0, nkeys) (a counting sort, O(n + nkeys))."""
     n = keys.shape[0]
@@ -535,9 +558,62 @@ def _counting_order(keys, nkeys):
     return out
 
 
+@njit(cache=True)
+def _dense_ranks_direct(ids, limit):
+    """Ranks of non-negative ids among the distinct ones by direct addressing: the
+    builders tag each kind of tile in bits 40 and up (`sweep_kernel`), and below the tag
+    the ids of a kind span a range not much longer than the stream, so a presence table
+    over each tag's [min, max] ranks them in O(n + ranges) without a sort. Returns an
+    empty array where a tag's ranges add up past `limit` (the caller then sorts)."""
+    n = ids.shape[0]
+    ntag = 0
+    for i in range(n):
+        if ids[i] < 0:
+            return np.empty(0, np.int64)
+        tg = ids[i] >> 40
+        if tg + 1 > ntag:
+            ntag = tg + 1
+    if ntag > 64:
+        return np.empty(0, np.int64)
+    lo = np.full(ntag, np.iinfo(np.int64).max)
+    hi = np.full(ntag, -1, np.int64)
+    mask = (np.int64(1) << 40) - 1
+    for i in range(n):
+        tg = ids[i] >> 40
+        v = ids[i] & mask
+        if v < lo[tg]:
+            lo[tg] = v
+        if v > hi[tg]:
+            hi[tg] = v
+    off = np.zeros(ntag + 1, np.int64)       # each tag's place in the table
+    for tg in range(ntag):
+        off[tg + 1] = off[tg] + (hi[tg] - lo[tg] + 1 if hi[tg] >= 0 else 0)
+    if off[ntag] > limit:
+        return np.empty(0, np.int64)
+    table = np.zeros(off[ntag], np.int64)
+    for i in range(n):
+        tg = ids[i] >> 40
+        table[off[tg] + (ids[i] & mask) - lo[tg]] = 1
+    r = 0                                    # presence -> rank (tags in increasing order)
+    for k in range(off[ntag]):
+        if table[k]:
+            table[k] = r
+            r += 1
+    out = np.empty(n, np.int64)
+    for i in range(n):
+        tg = ids[i] >> 40
+        out[i] = table[off[tg] + (ids[i] & mask) - lo[tg]]
+    return out
+
+
 def _dense_ranks(ids):
     """np.unique(ids, return_inverse=True)[1] (int64): each id's rank among the distinct
-    ids, through a stable sort (timsort: the streams' ids come in long ascending runs)."""
+    ids; by direct addressing (`_dense_ranks_direct`) where the ids allow it, else
+    through a stable sort (timsort: the streams' ids come in long ascending runs)."""
+    if ids.size:
+        out = _dense_ranks_direct(ids, 4 * ids.size + 65536)
+        if out.size == ids.size:
+            return out
     perm = np.argsort(ids, kind="stable")
     s = ids[perm]
     rank = np.zeros(ids.size, np.int64)
@@ -553,21 +629,20 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     t, blk, nb, rd, wr, w, wb, sh = stream.arrays()
     if t.size == 0:
         return 0.0, 0.0, 0
-    t2 = np.round(2.0 * t)
-    lo2 = t2.min()
-    if np.array_equal(t2, 2.0 * t) and t2.max() - lo2 <= 4 * t.size + 65536:
+    keys, nkeys = _half_step_keys(t, 4 * t.size + 65536)
+    if nkeys >= 0:
         # times are half-steps over a range not much longer than the stream: a counting
         # sort (stable: time, then insertion order, as argsort(t, kind="stable"))
-        order = _counting_order((t2 - lo2).astype(np.int64), int(t2.max() - lo2) + 1)
+        order = _counting_order(keys, nkeys)
     else:
         order = np.argsort(t, kind="stable")
     sd = stream.selfd_array()
     has_sd = sd.size == t.size and bool(np.any(sd))
     # dense tile ids (the rank of each tile id among the distinct ones, as np.unique's
     # inverse) for the Fenwick pass, ranked before the time order: a rank does not depend
-    # on the accesses' order, and the builders' ascending runs of ids sort fast (timsort)
+    # on the accesses' order (the sorted tile ids themselves are not needed)
     dense = _dense_ranks(blk)[order]
-    blk, nb, rd, wr, w, wb, sh = (x[order] for x in (blk, nb, rd, wr, w, wb, sh))
+    nb, rd, wr, w, wb, sh = (x[order] for x in (nb, rd, wr, w, wb, sh))
     if has_sd:
         sd = sd[order]
     if model.replicate:
