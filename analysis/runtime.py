@@ -420,7 +420,7 @@ import numpy as np
 
 import iosim
 from iosim import Problem, Tiling, get_hardware
-from iosim.hierarchy import _schedule
+from iosim.hierarchy import _schedule, njit
 
 P_NORM = 4.0
 #: the model form the constants were fitted for (it names them in `source`)
@@ -796,9 +796,11 @@ def _bwd_wavefronts(B_r: int, B_c: int, d: int, s: int) -> float:
     return float(a + b + c)
 
 
-def _makespan(work, machines):
+def _makespan(work, machines, uniform=None):
+    """uniform: whether all of work is work[0], where the caller knows (one pass fewer
+    over a grid of millions of CTAs)."""
     n = work.size
-    if np.all(work == work[0]):
+    if np.all(work == work[0]) if uniform is None else uniform:
         return -(-n // machines) * float(work[0])
     return float((_schedule(work, machines) + work).max())
 
@@ -808,6 +810,125 @@ SHARED_MAX_CTAS = 20000
 
 
 def _shared_makespan(work, sms: int, slots: int) -> float:
+    """Makespan of CTAs (work in units at one SM's full rate) on `sms` SMs of `slots`
+    resident CTAs each, an SM's throughput shared equally among its resident CTAs, the
+    CTAs dispatched in grid order to the first slot that frees: a long CTA that starts
+    late shares its SM until the end (list scheduling with an SM as one sequential machine
+    would let it run alone). Compiled (`_shared_makespan_nb`); `_shared_makespan_py` is
+    the same schedule in Python, the reference it reproduces bit for bit."""
+    w = np.ascontiguousarray(work, dtype=np.float64)
+    if w.size == 0:
+        return 0.0
+    return float(_shared_makespan_nb(w, int(sms), int(slots)))
+
+
+@njit(cache=True)
+def _heap_less(t1, s1, t2, s2):
+    return t1 < t2 or (t1 == t2 and s1 < s2)
+
+
+@njit(cache=True)
+def _shared_makespan_nb(w, sms, slots):
+    """`_shared_makespan_py` compiled: the same float operations in the same order. Each
+    SM's resident CTAs are a row of `res` (order within a row does not matter: min and the
+    filter are order-free), the event heap is ordered by (time, SM) as heapq orders the
+    Python version's (time, sm) tuples, so events pop in the same order."""
+    n = w.shape[0]
+    res = np.empty((sms, max(slots, 1)))
+    cnt = np.zeros(sms, np.int64)
+    m0 = min(n, sms * slots)
+    for c in range(m0):                       # breadth first: CTA c on SM c mod sms
+        sm = c % sms
+        res[sm, cnt[sm]] = w[c]
+        cnt[sm] += 1
+    nxt = m0
+    last = np.zeros(sms)
+    ht = np.empty(sms)                        # event heap: time, SM
+    hs = np.empty(sms, np.int64)
+    size = 0
+    for sm in range(sms):
+        if cnt[sm] > 0:
+            mn = res[sm, 0]
+            for i in range(1, cnt[sm]):
+                if res[sm, i] < mn:
+                    mn = res[sm, i]
+            # push (sift up)
+            t = mn * cnt[sm]
+            i = size
+            size += 1
+            while i > 0:
+                par = (i - 1) // 2
+                if _heap_less(t, sm, ht[par], hs[par]):
+                    ht[i] = ht[par]
+                    hs[i] = hs[par]
+                    i = par
+                else:
+                    break
+            ht[i] = t
+            hs[i] = sm
+    t_end = 0.0
+    while size > 0:
+        t = ht[0]
+        sm = hs[0]
+        # pop: move the last entry to the root and sift it down
+        size -= 1
+        if size > 0:
+            lt = ht[size]
+            ls = hs[size]
+            i = 0
+            while True:
+                l = 2 * i + 1
+                if l >= size:
+                    break
+                m = l
+                if l + 1 < size and _heap_less(ht[l + 1], hs[l + 1], ht[l], hs[l]):
+                    m = l + 1
+                if _heap_less(ht[m], hs[m], lt, ls):
+                    ht[i] = ht[m]
+                    hs[i] = hs[m]
+                    i = m
+                else:
+                    break
+            ht[i] = lt
+            hs[i] = ls
+        k = cnt[sm]
+        step = (t - last[sm]) / k             # each resident CTA's progress
+        tol = 1e-9 * max(1.0, step)
+        j = 0
+        for i in range(k):
+            x = res[sm, i] - step
+            if x > tol:
+                res[sm, j] = x
+                j += 1
+        last[sm] = t
+        t_end = t
+        while j < slots and nxt < n:          # freed slots take the next CTAs
+            res[sm, j] = w[nxt]
+            j += 1
+            nxt += 1
+        cnt[sm] = j
+        if j > 0:
+            mn = res[sm, 0]
+            for i in range(1, j):
+                if res[sm, i] < mn:
+                    mn = res[sm, i]
+            tn = t + mn * j
+            i = size
+            size += 1
+            while i > 0:
+                par = (i - 1) // 2
+                if _heap_less(tn, sm, ht[par], hs[par]):
+                    ht[i] = ht[par]
+                    hs[i] = hs[par]
+                    i = par
+                else:
+                    break
+            ht[i] = tn
+            hs[i] = sm
+    return t_end
+
+
+def _shared_makespan_py(work, sms: int, slots: int) -> float:
     """Makespan of CTAs (work in units at one SM's full rate) on `sms` SMs of `slots`
     resident CTAs each, an SM's throughput shared equally among its resident CTAs, the
     CTAs dispatched in grid order to the first slot that frees: a long CTA that starts
@@ -844,14 +965,15 @@ def makespans(work, hw, ctas_per_sm: int) -> dict:
     mk_sm, SMs as machines sharing their throughput among resident CTAs; mk_slots, each
     of the SMs x CTAs-per-SM slots a machine running one CTA at a time at full rate (the
     latency-bound view: divided by the share of an SM one CTA can use, see `imbalance`)."""
-    if work.size == 0 or work.sum() == 0:
+    total = work.sum() if work.size else 0     # (summed and compared once)
+    if work.size == 0 or total == 0:
         return {"mk_sm": 0.0, "mk_slots": 0.0, "balanced": 1.0}
     uniform = bool(np.all(work == work[0]))
-    mk_sm = _makespan(work, hw.sm_count) if uniform or work.size > SHARED_MAX_CTAS else \
-        _shared_makespan(work, hw.sm_count, max(1, ctas_per_sm))
+    mk_sm = _makespan(work, hw.sm_count, uniform) if uniform or work.size > SHARED_MAX_CTAS \
+        else _shared_makespan(work, hw.sm_count, max(1, ctas_per_sm))
     return {"mk_sm": mk_sm,
-            "mk_slots": _makespan(work, hw.sm_count * ctas_per_sm),
-            "balanced": float(work.sum() / hw.sm_count)}
+            "mk_slots": _makespan(work, hw.sm_count * ctas_per_sm, uniform),
+            "balanced": float(total / hw.sm_count)}
 
 
 def imbalance(f: dict, w_sat: float) -> float:

@@ -287,13 +287,14 @@ class Stream:
         selfd: bytes added to the access's distances (a merged tile standing for several
         lines that are touched in turn, each after the others: its other lines' bytes)."""
         n = np.broadcast(t, blk, nbytes).size
-        self.selfd.append(np.broadcast_to(np.asarray(selfd, dtype=np.float64), (n,)).ravel())
+        # broadcast views (no copy): `arrays` concatenates them into fresh arrays anyway
+        self.selfd.append(np.broadcast_to(np.asarray(selfd, dtype=np.float64), (n,)))
         wb = nbytes if wb is None else wb
         for lst, v, dt in ((self.t, t, np.float64), (self.blk, blk, np.int64),
                            (self.nbytes, nbytes, np.float64), (self.rd, rd, bool),
                            (self.wr, wr, bool), (self.w, w, np.float64),
                            (self.wb, wb, np.float64), (self.shared, shared, bool)):
-            lst.append(np.broadcast_to(np.asarray(v, dtype=dt), (n,)).ravel())
+            lst.append(np.broadcast_to(np.asarray(v, dtype=dt), (n,)))
 
     def selfd_array(self):
         return np.concatenate(self.selfd) if self.selfd else np.zeros(0)
@@ -311,22 +312,40 @@ class Stream:
 @njit(cache=True)
 def _schedule_slots(dur, slots):
     """(start time, slot) of each CTA (launch order) on `slots` identical slots: each
-    starts when the earliest-free slot frees (list scheduling)."""
+    starts when the earliest-free slot frees (list scheduling; ties: the lowest slot).
+    The slots are a binary min-heap ordered by (free time, slot index), which picks the
+    slot a linear scan for the first minimum would (O(n log k) instead of O(n k))."""
     n = dur.shape[0]
     start = np.empty(n)
     slot = np.zeros(n, np.int64)
     if n == 0:
         return start, slot
     k = min(slots, n)
-    free = np.zeros(k)
+    hf = np.zeros(k)                        # heap: free time ...
+    hs = np.arange(k)                       # ... and slot; all 0: a valid heap in slot order
     for c in range(n):
-        s = 0
-        for q in range(1, k):   # linear scan: k <= a few thousand
-            if free[q] < free[s]:
-                s = q
-        start[c] = free[s]
+        s = hs[0]
+        start[c] = hf[0]
         slot[c] = s
-        free[s] += dur[c]
+        f = hf[0] + dur[c]
+        # sift the root (its new free time) down
+        i = 0
+        while True:
+            l = 2 * i + 1
+            if l >= k:
+                break
+            m = l
+            r = l + 1
+            if r < k and (hf[r] < hf[l] or (hf[r] == hf[l] and hs[r] < hs[l])):
+                m = r
+            if hf[m] < f or (hf[m] == f and hs[m] < s):
+                hf[i] = hf[m]
+                hs[i] = hs[m]
+                i = m
+            else:
+                break
+        hf[i] = f
+        hs[i] = s
     return start, slot
 
 
@@ -407,15 +426,78 @@ def _poisson_cdf_table(A: int):
     return _CDF_TABLES[A]
 
 
+@njit(cache=True)
+def _interp_uniform(xv, xp, fp, right):
+    """np.interp(xv, xp, fp, right=right) for an evenly spaced, increasing xp (the Poisson
+    tables), bit for bit: the same interval j (xp[j] <= x < xp[j + 1], found from the
+    spacing and corrected against xp itself instead of numpy's binary search) and numpy's
+    arithmetic, slope x (x - xp[j]) + fp[j], with its end cases (x == xp[j]: fp[j];
+    x == xp[-1]: fp[-1]; x > xp[-1]: right; x < xp[0]: fp[0])."""
+    n = xp.shape[0]
+    out = np.empty(xv.shape[0])
+    x0 = xp[0]
+    inv = (n - 1) / (xp[n - 1] - x0)
+    for i in range(xv.shape[0]):
+        x = xv[i]
+        if np.isnan(x):
+            out[i] = x
+            continue
+        if x > xp[n - 1]:
+            out[i] = right
+            continue
+        if x < x0:
+            out[i] = fp[0]
+            continue
+        if x == xp[n - 1]:
+            out[i] = fp[n - 1]
+            continue
+        j = int((x - x0) * inv)
+        if j > n - 2:
+            j = n - 2
+        while j > 0 and xp[j] > x:
+            j -= 1
+        while j < n - 2 and xp[j + 1] <= x:
+            j += 1
+        if xp[j] == x:
+            out[i] = fp[j]
+        else:
+            slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
+            v = slope * (x - xp[j]) + fp[j]
+            if np.isnan(v):
+                v = slope * (x - xp[j + 1]) + fp[j + 1]
+                if np.isnan(v) and fp[j] == fp[j + 1]:
+                    v = fp[j]
+            out[i] = v
+    return out
+
+
+@njit(cache=True)
+def _hit_lru(D, a, capacity, xp, fp):
+    """hit_probability without keep_fraction, element by element with numpy's arithmetic:
+    where(D < 0, 0, interp(a x max(D, 0) / capacity)) (`_interp_uniform`)."""
+    lam = np.empty(D.shape[0])
+    for i in range(D.shape[0]):
+        d = D[i]
+        lam[i] = a * (0.0 if d < 0.0 else d) / capacity
+    p = _interp_uniform(lam, xp, fp, 0.0)
+    for i in range(D.shape[0]):
+        if D[i] < 0.0:
+            p[i] = 0.0
+    return p
+
+
 def hit_probability(D, capacity: float, associativity: int, keep_fraction: float = 0.0):
     """P(hit | stack distance D bytes) for the hashed set-associative LRU model; D < 0
     (no earlier access) gives 0. keep_fraction rho > 0: at least rho x min(1, C / D), the
     share of a cyclic working set of D bytes an insertion policy that protects part of it
     keeps (L2Model.keep_fraction)."""
     D = np.asarray(D, dtype=np.float64)
-    lam = associativity * np.maximum(D, 0.0) / capacity
     x, y = _poisson_cdf_table(int(associativity))
-    p = np.interp(lam, x, y, right=0.0)   # P[Poisson(lam) <= A - 1]
+    if keep_fraction <= 0 and D.ndim == 1:
+        # the expressions below, fused in one compiled pass (`_hit_lru`)
+        return _hit_lru(D, float(associativity), float(capacity), x, y)
+    lam = associativity * np.maximum(D, 0.0) / capacity
+    p = _interp_uniform(lam.ravel(), x, y, 0.0).reshape(lam.shape)  # P[Poisson(lam) <= A - 1]
     if keep_fraction > 0:
         p = np.maximum(p, keep_fraction * np.minimum(1.0, capacity / np.maximum(D, 1e-300)))
     return np.where(D < 0, 0.0, p)
@@ -436,24 +518,133 @@ class KernelTraffic:
                 "simulated_accesses": self.accesses}
 
 
+@njit(cache=True)
+def _half_step_keys(t, limit):
+    """(2 t - min(2 t) as integers, their number of values) where every time is a
+    multiple of a half step and the range is at most `limit`; (empty, -1) otherwise."""
+    n = t.shape[0]
+    lo = 2.0 * t[0]
+    hi = lo
+    for i in range(n):
+        v = 2.0 * t[i]
+        if np.floor(v) != v:
+            return np.empty(0, np.int64), -1
+        if v < lo:
+            lo = v
+        if v > hi:
+            hi = v
+    if hi - lo > limit:
+        return np.empty(0, np.int64), -1
+    keys = np.empty(n, np.int64)
+    for i in range(n):
+        keys[i] = np.int64(2.0 * t[i] - lo)
+    return keys, np.int64(hi - lo) + 1
+
+
+@njit(cache=True)
+def _counting_order(keys, nkeys):
+    """Stable argsort of integer keys in [0, nkeys) (a counting sort, O(n + nkeys))."""
+    n = keys.shape[0]
+    pos = np.zeros(nkeys + 1, np.int64)
+    for i in range(n):
+        pos[keys[i] + 1] += 1
+    for k in range(nkeys):
+        pos[k + 1] += pos[k]
+    out = np.empty(n, np.int64)
+    for i in range(n):
+        k = keys[i]
+        out[pos[k]] = i
+        pos[k] += 1
+    return out
+
+
+@njit(cache=True)
+def _dense_ranks_direct(ids, limit):
+    """Ranks of non-negative ids among the distinct ones by direct addressing: the
+    builders tag each kind of tile in bits 40 and up (`sweep_kernel`), and below the tag
+    the ids of a kind span a range not much longer than the stream, so a presence table
+    over each tag's [min, max] ranks them in O(n + ranges) without a sort. Returns an
+    empty array where a tag's ranges add up past `limit` (the caller then sorts)."""
+    n = ids.shape[0]
+    ntag = 0
+    for i in range(n):
+        if ids[i] < 0:
+            return np.empty(0, np.int64)
+        tg = ids[i] >> 40
+        if tg + 1 > ntag:
+            ntag = tg + 1
+    if ntag > 64:
+        return np.empty(0, np.int64)
+    lo = np.full(ntag, np.iinfo(np.int64).max)
+    hi = np.full(ntag, -1, np.int64)
+    mask = (np.int64(1) << 40) - 1
+    for i in range(n):
+        tg = ids[i] >> 40
+        v = ids[i] & mask
+        if v < lo[tg]:
+            lo[tg] = v
+        if v > hi[tg]:
+            hi[tg] = v
+    off = np.zeros(ntag + 1, np.int64)       # each tag's place in the table
+    for tg in range(ntag):
+        off[tg + 1] = off[tg] + (hi[tg] - lo[tg] + 1 if hi[tg] >= 0 else 0)
+    if off[ntag] > limit:
+        return np.empty(0, np.int64)
+    table = np.zeros(off[ntag], np.int64)
+    for i in range(n):
+        tg = ids[i] >> 40
+        table[off[tg] + (ids[i] & mask) - lo[tg]] = 1
+    r = 0                                    # presence -> rank (tags in increasing order)
+    for k in range(off[ntag]):
+        if table[k]:
+            table[k] = r
+            r += 1
+    out = np.empty(n, np.int64)
+    for i in range(n):
+        tg = ids[i] >> 40
+        out[i] = table[off[tg] + (ids[i] & mask) - lo[tg]]
+    return out
+
+
+def _dense_ranks(ids):
+    """np.unique(ids, return_inverse=True)[1] (int64): each id's rank among the distinct
+    ids; by direct addressing (`_dense_ranks_direct`) where the ids allow it, else
+    through a stable sort (timsort: the streams' ids come in long ascending runs)."""
+    if ids.size:
+        out = _dense_ranks_direct(ids, 4 * ids.size + 65536)
+        if out.size == ids.size:
+            return out
+    perm = np.argsort(ids, kind="stable")
+    s = ids[perm]
+    rank = np.zeros(ids.size, np.int64)
+    if ids.size > 1:
+        np.cumsum(s[1:] != s[:-1], out=rank[1:])
+    out = np.empty(ids.size, np.int64)
+    out[perm] = rank
+    return out
+
+
 def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     """(DRAM read bytes, DRAM write bytes, accesses) of a stream."""
     t, blk, nb, rd, wr, w, wb, sh = stream.arrays()
     if t.size == 0:
         return 0.0, 0.0, 0
-    t2 = np.round(2.0 * t)
-    if t.size < (1 << 20) and np.array_equal(t2, 2.0 * t) and t2.max() < 2.0 ** 40:
-        # times are half-steps: one int64 key (time, then insertion order) sorts faster
-        order = np.argsort(t2.astype(np.int64) * t.size + np.arange(t.size))
+    keys, nkeys = _half_step_keys(t, 4 * t.size + 65536)
+    if nkeys >= 0:
+        # times are half-steps over a range not much longer than the stream: a counting
+        # sort (stable: time, then insertion order, as argsort(t, kind="stable"))
+        order = _counting_order(keys, nkeys)
     else:
         order = np.argsort(t, kind="stable")
     sd = stream.selfd_array()
     has_sd = sd.size == t.size and bool(np.any(sd))
-    blk, nb, rd, wr, w, wb, sh = (x[order] for x in (blk, nb, rd, wr, w, wb, sh))
+    # dense tile ids (the rank of each tile id among the distinct ones, as np.unique's
+    # inverse) for the Fenwick pass, ranked before the time order: a rank does not depend
+    # on the accesses' order (the sorted tile ids themselves are not needed)
+    dense = _dense_ranks(blk)[order]
+    nb, rd, wr, w, wb, sh = (x[order] for x in (nb, rd, wr, w, wb, sh))
     if has_sd:
         sd = sd[order]
-    # dense tile ids for the Fenwick pass
-    _, dense = np.unique(blk, return_inverse=True)
     if model.replicate:
         foot = nb * np.where(sh, model.shared_footprint, model.private_footprint)
         if model.home_written:
@@ -467,7 +658,7 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
             foot = np.where(single & rd & ~wr, nb * model.once_footprint, foot)
         if model.once_write_footprint >= 0:
             foot = np.where(single & wr & ~rd, nb * model.once_write_footprint, foot)
-    d_prev, d_next = _distances(dense.astype(np.int64), foot)
+    d_prev, d_next = _distances(dense, foot)
     if has_sd:
         d_prev = np.where(d_prev >= 0, d_prev + sd, d_prev)
         d_next = d_next + sd
@@ -500,8 +691,8 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
         if model.dirty_fraction > 0 and wr.any():
             # dirty stack distance: distinct written bytes until the tile's next write
             iw = np.flatnonzero(wr)
-            _, dw = np.unique(dense[iw], return_inverse=True)
-            _, dw_next = _distances(dw.astype(np.int64), wb[iw])
+            # (the tiles' own ids: _distances needs equal ids for equal tiles, not dense ones)
+            _, dw_next = _distances(dense[iw], wb[iw])
             if has_sd:
                 dw_next = dw_next + sd[iw] * wb[iw] / np.maximum(nb[iw], 1e-300)
             cw = capacity * model.dirty_fraction / model.capacity_fraction
@@ -598,10 +789,11 @@ def _partial_refetch(dense, nb, foot, rd, w, d_prev, miss_prev, capacity, model)
     access that reached it (a miss with P(miss | that distance)), bytes no access reached
     before always missing (their first touch). The base charge counted them at
     P(miss | d_prev); this adds the difference."""
-    n = dense.size
-    order = np.lexsort((np.arange(n), dense)).astype(np.int64)
-    k, b, d = _partial_layers(order, dense.astype(np.int64), nb.astype(np.float64),
-                              foot.astype(np.float64), d_prev.astype(np.float64))
+    # the accesses by tile, then time (np.lexsort((arange(n), dense)), as a counting sort)
+    order = _counting_order(dense, int(dense.max()) + 1)
+    k, b, d = _partial_layers(order, dense, nb.astype(np.float64, copy=False),
+                              foot.astype(np.float64, copy=False),
+                              d_prev.astype(np.float64, copy=False))
     if k.size == 0:
         return 0.0
     miss = 1.0 - hit_probability(d, capacity, int(model.associativity), model.keep_fraction)
