@@ -57,3 +57,18 @@ def test_plain_row_passes_and_model_term():
     from dataclasses import replace
     more = terms(f, replace(m, sigma_w=1000.0), hw)["work"]
     assert more - base == pytest.approx(1000.0 * f["row_wsteps"] / hw.fp32_flops / 0.5 * 1e3)
+
+
+def test_compiled_shared_makespan_reproduces_the_python_schedule():
+    """analysis.runtime._shared_makespan (compiled) against _shared_makespan_py, the
+    reference it reproduces: bit for bit on random grids (ties, causal-like ramps, grids
+    smaller and larger than the slots)."""
+    import numpy as np
+
+    from analysis import runtime as R
+    rng = np.random.default_rng(11)
+    for n, sms, slots in ((1, 132, 1), (7, 4, 2), (300, 132, 2), (1000, 132, 3),
+                          (133, 132, 1), (64, 8, 4)):
+        for work in (rng.random(n) * 10, np.ones(n), np.arange(n, 0, -1.0),
+                     np.round(rng.random(n) * 4)):
+            assert R._shared_makespan(work, sms, slots) == R._shared_makespan_py(work, sms, slots)
