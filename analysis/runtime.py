@@ -420,7 +420,7 @@ import numpy as np
 
 import iosim
 from iosim import Problem, Tiling, get_hardware
-from iosim.hierarchy import _schedule, njit
+from iosim.hierarchy import _heap_push, _heap_sift_down, _schedule, njit
 
 P_NORM = 4.0
 #: the model form the constants were fitted for (it names them in `source`)
@@ -823,16 +823,22 @@ def _shared_makespan(work, sms: int, slots: int) -> float:
 
 
 @njit(cache=True)
-def _heap_less(t1, s1, t2, s2):
-    return t1 < t2 or (t1 == t2 and s1 < s2)
+def _row_min(res, sm, k):
+    """The least remaining work among SM sm's k resident CTAs."""
+    mn = res[sm, 0]
+    for i in range(1, k):
+        if res[sm, i] < mn:
+            mn = res[sm, i]
+    return mn
 
 
 @njit(cache=True)
 def _shared_makespan_nb(w, sms, slots):
     """`_shared_makespan_py` compiled: the same float operations in the same order. Each
     SM's resident CTAs are a row of `res` (order within a row does not matter: min and the
-    filter are order-free), the event heap is ordered by (time, SM) as heapq orders the
-    Python version's (time, sm) tuples, so events pop in the same order."""
+    filter are order-free), the event heap (iosim.hierarchy's, shared with its slot
+    schedule) is ordered by (time, SM) as heapq orders the Python version's (time, sm)
+    tuples, so events pop in the same order."""
     n = w.shape[0]
     res = np.empty((sms, max(slots, 1)))
     cnt = np.zeros(sms, np.int64)
@@ -848,49 +854,14 @@ def _shared_makespan_nb(w, sms, slots):
     size = 0
     for sm in range(sms):
         if cnt[sm] > 0:
-            mn = res[sm, 0]
-            for i in range(1, cnt[sm]):
-                if res[sm, i] < mn:
-                    mn = res[sm, i]
-            # push (sift up)
-            t = mn * cnt[sm]
-            i = size
-            size += 1
-            while i > 0:
-                par = (i - 1) // 2
-                if _heap_less(t, sm, ht[par], hs[par]):
-                    ht[i] = ht[par]
-                    hs[i] = hs[par]
-                    i = par
-                else:
-                    break
-            ht[i] = t
-            hs[i] = sm
+            size = _heap_push(ht, hs, size, _row_min(res, sm, cnt[sm]) * cnt[sm], sm)
     t_end = 0.0
     while size > 0:
         t = ht[0]
         sm = hs[0]
-        # pop: move the last entry to the root and sift it down
-        size -= 1
+        size -= 1                             # pop: the last entry to the root, sifted down
         if size > 0:
-            lt = ht[size]
-            ls = hs[size]
-            i = 0
-            while True:
-                l = 2 * i + 1
-                if l >= size:
-                    break
-                m = l
-                if l + 1 < size and _heap_less(ht[l + 1], hs[l + 1], ht[l], hs[l]):
-                    m = l + 1
-                if _heap_less(ht[m], hs[m], lt, ls):
-                    ht[i] = ht[m]
-                    hs[i] = hs[m]
-                    i = m
-                else:
-                    break
-            ht[i] = lt
-            hs[i] = ls
+            _heap_sift_down(ht, hs, size, 0, ht[size], hs[size])
         k = cnt[sm]
         step = (t - last[sm]) / k             # each resident CTA's progress
         tol = 1e-9 * max(1.0, step)
@@ -908,23 +879,7 @@ def _shared_makespan_nb(w, sms, slots):
             nxt += 1
         cnt[sm] = j
         if j > 0:
-            mn = res[sm, 0]
-            for i in range(1, j):
-                if res[sm, i] < mn:
-                    mn = res[sm, i]
-            tn = t + mn * j
-            i = size
-            size += 1
-            while i > 0:
-                par = (i - 1) // 2
-                if _heap_less(tn, sm, ht[par], hs[par]):
-                    ht[i] = ht[par]
-                    hs[i] = hs[par]
-                    i = par
-                else:
-                    break
-            ht[i] = tn
-            hs[i] = sm
+            size = _heap_push(ht, hs, size, t + _row_min(res, sm, j) * j, sm)
     return t_end
 
 

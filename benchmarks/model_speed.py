@@ -15,18 +15,16 @@ import numpy as np
 from iosim import Problem, Tiling, closed_form_arrays, execute
 
 
-def levels_sweep(n=1000, seed=0):
-    """Seconds for `levels` over n random configurations (N <= 32K, the fa2 forward's three
-    kernels and the plain fa1 / standard / backward passes, d 64 / 128, causal or not,
-    batch x heads 1-64, grouped K/V), after one warm-up call (numba compilation)."""
-    from analysis.levels import levels
+def levels_configs(n=1000, seed=0):
+    """The levels sweep's n random configurations, drawn in order from `seed`: (algorithm,
+    Problem, GPU preset, pass, kernel); N <= 32K, the fa2 forward's three kernels and the
+    plain fa1 / standard / backward passes, d 64 / 128, causal or not, batch x heads 1-64,
+    grouped K/V. benchmarks/levels_identity.py dumps the model's outputs for the same."""
     rng = np.random.default_rng(seed)
     passes = [("fa2", "fwd", "auto", "fp16"), ("fa2", "fwd", "auto", "fp32"),
               ("fa2", "fwd", "plain", "fp32"), ("fa1", "fwd", "plain", "fp32"),
               ("standard", "fwd", "plain", "fp16"), ("fa2", "bwd", "plain", "fp16"),
               ("standard", "bwd", "plain", "fp16")]
-    levels("fa2", Problem(N=1024, d=64, heads=4, dtype="fp16"), "H100-SXM")
-    t0 = time.perf_counter()
     for _ in range(n):
         alg, pass_, kern, dt = passes[rng.integers(len(passes))]
         N = int(rng.choice([1024, 2048, 4096, 8192, 16384, 32768]))
@@ -34,8 +32,17 @@ def levels_sweep(n=1000, seed=0):
         kv = heads // int(rng.choice([1, 2, 4])) if heads >= 4 else heads
         p = Problem(N=N, d=int(rng.choice([64, 128])), batch=int(rng.choice([1, 2])),
                     heads=heads, kv_heads=kv, dtype=dt, causal=bool(rng.random() < 0.5))
-        levels(alg, p, str(rng.choice(["H100-SXM", "H200", "A100-40GB"])), pass_=pass_,
-               kernel=kern)
+        yield alg, p, str(rng.choice(["H100-SXM", "H200", "A100-40GB"])), pass_, kern
+
+
+def levels_sweep(n=1000, seed=0):
+    """Seconds for `levels` over `levels_configs(n, seed)` (drawn as they are evaluated),
+    after one warm-up call (numba compilation)."""
+    from analysis.levels import levels
+    levels("fa2", Problem(N=1024, d=64, heads=4, dtype="fp16"), "H100-SXM")
+    t0 = time.perf_counter()
+    for alg, p, gpu, pass_, kern in levels_configs(n, seed):
+        levels(alg, p, gpu, pass_=pass_, kernel=kern)
     return time.perf_counter() - t0
 
 

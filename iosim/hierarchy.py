@@ -310,6 +310,50 @@ class Stream:
 # The engine: schedule, stack distances, the cache model
 # ---------------------------------------------------------------------------------------
 @njit(cache=True)
+def _heap_less(t1, s1, t2, s2):
+    """The order of the event heaps below: (time, index), as heapq orders tuples."""
+    return t1 < t2 or (t1 == t2 and s1 < s2)
+
+
+@njit(cache=True)
+def _heap_sift_down(ht, hs, size, i, t, s):
+    """Put (t, s) at position i of the binary min-heap (ht, hs)[:size] and sift it down
+    (replacing the root: i = 0; a pop moves the last entry there)."""
+    while True:
+        l = 2 * i + 1
+        if l >= size:
+            break
+        m = l
+        if l + 1 < size and _heap_less(ht[l + 1], hs[l + 1], ht[l], hs[l]):
+            m = l + 1
+        if _heap_less(ht[m], hs[m], t, s):
+            ht[i] = ht[m]
+            hs[i] = hs[m]
+            i = m
+        else:
+            break
+    ht[i] = t
+    hs[i] = s
+
+
+@njit(cache=True)
+def _heap_push(ht, hs, size, t, s):
+    """Add (t, s) to the binary min-heap (ht, hs)[:size] (sift up); returns the new size."""
+    i = size
+    while i > 0:
+        par = (i - 1) // 2
+        if _heap_less(t, s, ht[par], hs[par]):
+            ht[i] = ht[par]
+            hs[i] = hs[par]
+            i = par
+        else:
+            break
+    ht[i] = t
+    hs[i] = s
+    return size + 1
+
+
+@njit(cache=True)
 def _schedule_slots(dur, slots):
     """(start time, slot) of each CTA (launch order) on `slots` identical slots: each
     starts when the earliest-free slot frees (list scheduling; ties: the lowest slot).
@@ -327,25 +371,7 @@ def _schedule_slots(dur, slots):
         s = hs[0]
         start[c] = hf[0]
         slot[c] = s
-        f = hf[0] + dur[c]
-        # sift the root (its new free time) down
-        i = 0
-        while True:
-            l = 2 * i + 1
-            if l >= k:
-                break
-            m = l
-            r = l + 1
-            if r < k and (hf[r] < hf[l] or (hf[r] == hf[l] and hs[r] < hs[l])):
-                m = r
-            if hf[m] < f or (hf[m] == f and hs[m] < s):
-                hf[i] = hf[m]
-                hs[i] = hs[m]
-                i = m
-            else:
-                break
-        hf[i] = f
-        hs[i] = s
+        _heap_sift_down(hf, hs, k, 0, hf[0] + dur[c], s)   # the root's new free time
     return start, slot
 
 
