@@ -26,7 +26,8 @@ from analysis.validation_configs import (LEVELS_BLIND, LEVELS_BLIND2, LEVELS_BLI
                                          RUNTIME_BLIND4, RUNTIME_DEV3, family_of, levels_split,
                                          LEVELS_BLIND5, RUNTIME_BLIND5, RUNTIME_DEV5,
                                          LEVELS_BLIND6, RUNTIME_BLIND6, RUNTIME_DEV6,
-                                         LEVELS_BLIND7, RUNTIME_BLIND7, RUNTIME_DEV7)
+                                         LEVELS_BLIND7, RUNTIME_BLIND7, RUNTIME_DEV7,
+                                         LEVELS_BLIND8, RUNTIME_BLIND8, RUNTIME_DEV8)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: measured after the L2 model was frozen (c9b0b77) and never fitted on: the blind set and
@@ -42,7 +43,8 @@ LEVELS_BLIND_SETS = {
     "levels_blind4": (LEVELS_BLIND4, "blind4", RUNS / "levels-blind4-predictions" / "predictions.json"),
     "levels_blind5": (LEVELS_BLIND5, "blind5", RUNS / "levels-blind5-predictions" / "predictions.json"),
     "levels_blind6": (LEVELS_BLIND6, "blind6", RUNS / "levels-blind6-predictions" / "predictions.json"),
-    "levels_blind7": (LEVELS_BLIND7, "blind7", RUNS / "levels-blind7-predictions" / "predictions.json")}
+    "levels_blind7": (LEVELS_BLIND7, "blind7", RUNS / "levels-blind7-predictions" / "predictions.json"),
+    "levels_blind8": (LEVELS_BLIND8, "blind8", RUNS / "levels-blind8-predictions" / "predictions.json")}
 RUNTIME_BLIND_SETS = {
     "runtime_blind": (RUNTIME_BLIND, "blind", RUNS / "runtime-blind-predictions" / "predictions.json"),
     "runtime_blind2": (RUNTIME_BLIND2, "blind2",
@@ -56,7 +58,9 @@ RUNTIME_BLIND_SETS = {
     "runtime_blind6": (RUNTIME_BLIND6, "blind6",
                        RUNS / "runtime-blind6-predictions" / "predictions.json"),
     "runtime_blind7": (RUNTIME_BLIND7, "blind7",
-                       RUNS / "runtime-blind7-predictions" / "predictions.json")}
+                       RUNS / "runtime-blind7-predictions" / "predictions.json"),
+    "runtime_blind8": (RUNTIME_BLIND8, "blind8",
+                       RUNS / "runtime-blind8-predictions" / "predictions.json")}
 #: the split each scored blind set's rows carry, in order of the sets (one per set: the
 #: levels sets use the same names)
 BLIND_SPLITS = tuple(split for _, split, _ in RUNTIME_BLIND_SETS.values())
@@ -341,15 +345,15 @@ SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split="new", split3="new"
 #: d7c7db6, split "blind2" rows), the third (frozen model 1e821c2, split "blind3"
 #: rows), the fourth (frozen model 972eff4, split "blind4" rows), the fifth (split
 #: "blind5" rows), the sixth (frozen model ac08151, split "blind6" rows) and the seventh
-#: (frozen model bf23b81, split "blind7" rows), each taken as development rows once scored; and the seventh, ninth, tenth and eleventh sessions'
-#: development rows (RUNTIME_DEV3, RUNTIME_DEV5, RUNTIME_DEV6, RUNTIME_DEV7, declared
-#: before measuring)
+#: (frozen model bf23b81, split "blind7" rows), each taken as development rows once scored; and the seventh, ninth, tenth, eleventh and
+#: twelfth sessions' development rows (RUNTIME_DEV3, RUNTIME_DEV5, RUNTIME_DEV6,
+#: RUNTIME_DEV7, RUNTIME_DEV8, declared before measuring)
 for _configs, _tag in ((RUNTIME_BLIND, "blind1"), (RUNTIME_BLIND2, "blind2"),
                        (RUNTIME_DEV3, "dev3"), (RUNTIME_BLIND3, "blind3"),
                        (RUNTIME_BLIND4, "blind4"), (RUNTIME_DEV5, "dev5"),
                        (RUNTIME_BLIND5, "blind5"), (RUNTIME_DEV6, "dev6"),
                        (RUNTIME_BLIND6, "blind6"), (RUNTIME_DEV7, "dev7"),
-                       (RUNTIME_BLIND7, "blind7")):
+                       (RUNTIME_BLIND7, "blind7"), (RUNTIME_DEV8, "dev8")):
     SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3=_tag)
                      for c in _configs if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS

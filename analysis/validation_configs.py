@@ -911,6 +911,122 @@ LEVELS_BLIND7 = [dict(c, split="blind") for c in [
 ]]
 
 
+#: Development rows of the twelfth session (2026-11-27), declared before measuring: fa1's
+#: time and DRAM traffic across the onset of its O / l / m re-reads (working set 0.4-1.1
+#: of the L2), at equal working sets from few long heads and many short ones, in each fa1
+#: kernel. Fitted on.
+RUNTIME_DEV8 = [dict(c, split="dev8") for c in [
+    cfg(F, "fa1", "fast", "fp32", 1, 9, 3 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 1, 12, 3 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 1, 10, 4 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 1, 26, 3 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 36, 2 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 12, 5 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 30, 4 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 17, 6 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 12, 4 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 1, 10, 10 * K, 64),
+]]
+
+#: The hierarchy model's development rows of the twelfth session (same declaration): fa1's
+#: re-read onset in its three kernels, at equal working sets from few and many instances.
+#: Fitted on.
+LEVELS_DEV8 = [dict(c, split="dev8") for c in [
+    cfg(F, "fa1", "default", "fp32", 1, 28, 2 * K, 64),
+    cfg(F, "fa1", "default", "fp32", 1, 36, 2 * K, 64),
+    cfg(F, "fa1", "default", "fp32", 1, 10, 5 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 26, 3 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 11, 3 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 1, 12, 5 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 30, 4 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 17, 6 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 10, 10 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 64, 2 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 12, 4 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 1, 28, 6 * K, 64, causal=True),
+]]
+
+
+#: Eighth blind sets, declared 2026-11-27 (twelfth session) before any of them was measured
+#: and before either model was changed that session; the rules of RUNTIME_BLIND (never
+#: fitted on, never used to choose a form; each model frozen and its predictions committed
+#: before the measured rows are read). The families and proportions of the seventh, at
+#: shapes in no earlier set.
+RUNTIME_BLIND8 = [dict(c, split="blind") for c in [
+    # fa2 forward, tensor cores
+    cfg(F, "fa2", "tc", "fp16", 1, 24, 6 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 2, 12, 5 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 14, 10 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 2, 6, 12 * K, 128, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 40, 7 * K, 64, kv_heads=10),
+    cfg(F, "fa2", "tc", "fp16", 6, 10, 1 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 20 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 24, 3 * K, 128, tiles=(64, 64)),
+    cfg(F, "fa2", "tc", "fp16", 2, 10, 3 * K, 128),
+    # fa2 forward, fast fp32
+    cfg(F, "fa2", "fast", "fp32", 1, 24, 3 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 14, 4 * K, 128, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 2, 20, 3 * K, 64, kv_heads=5),
+    cfg(F, "fa2", "fast", "fp32", 1, 10, 6 * K, 64, causal=True),
+    # fa2 forward, plain
+    cfg(F, "fa2", "plain", "fp16", 1, 12, 3 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa2", "plain", "fp32", 1, 6, 5 * K, 64, causal=True, tiles=(32, 32)),
+    # fa1 forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "fa1", "tc", "fp16", 1, 18, 6 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 14, 5 * K, 64, causal=True),
+    cfg(F, "fa1", "tc", "fp16", 1, 24, 2 * K, 128),
+    cfg(F, "fa1", "tc", "fp16", 3, 6, 3 * K, 128, causal=True),
+    cfg(F, "fa1", "fast", "fp32", 1, 26, 2 * K, 64),
+    cfg(F, "fa1", "fast", "fp32", 1, 12, 2 * K, 128),
+    cfg(F, "fa1", "fast", "fp32", 2, 10, 3 * K, 64, causal=True),
+    # standard forward: tensor cores (fp16), fast (fp32)
+    cfg(F, "standard", "tc", "fp16", 1, 22, 4 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 10, 3 * K, 128),
+    cfg(F, "standard", "tc", "fp16", 3, 4, 4 * K, 64, causal=True),
+    cfg(F, "standard", "fast", "fp32", 1, 18, 4 * K, 64),
+    cfg(F, "standard", "fast", "fp32", 1, 10, 3 * K, 128),
+    cfg(F, "standard", "fast", "fp32", 2, 8, 3 * K, 64, causal=True),
+    # fa2 backward: tensor cores (fp16), fast (fp32), plain
+    cfg(B, "fa2", "tc", "fp16", 1, 22, 6 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 8, 6 * K, 128, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 2, 8, 5 * K, 64, causal=True),
+    cfg(B, "fa2", "tc", "fp16", 1, 14, 4 * K, 128),
+    cfg(B, "fa2", "tc", "fp16", 1, 32, 3 * K, 64, kv_heads=4),
+    cfg(B, "fa2", "fast", "fp32", 1, 20, 3 * K, 64),
+    cfg(B, "fa2", "fast", "fp32", 1, 8, 5 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 2, 14, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp32", 1, 18, 2 * K, 64, causal=True),
+    cfg(B, "fa2", "plain", "fp16", 1, 22, 1 * K, 128),
+    # standard backward: tensor cores (fp16), plain (fp32)
+    cfg(B, "standard", "tc", "fp16", 1, 14, 3 * K, 128),
+    cfg(B, "standard", "tc", "fp16", 2, 8, 4 * K, 64, causal=True),
+    cfg(B, "standard", "tc", "fp16", 1, 22, 3 * K, 64),
+    cfg(B, "standard", "default", "fp32", 1, 22, 2 * K, 64, causal=True),
+]]
+
+#: The hierarchy model's eighth blind set (same rules): the fa2 tensor-core forward's K/V
+#: re-read regime (causal too), fa1 near capacity, and a cover of the other default
+#: kernels, at shapes not measured before.
+LEVELS_BLIND8 = [dict(c, split="blind") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 64 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 18, 52 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 14, 96 * K, 64, causal=True),
+    cfg(F, "fa2", "tc", "fp16", 1, 36, 28 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 32, 36 * K, 64, kv_heads=8),
+    cfg(F, "fa2", "tc", "fp16", 2, 10, 24 * K, 64),
+    cfg(F, "fa2", "fast", "fp32", 1, 18, 14 * K, 64),
+    cfg(F, "fa2", "plain", "fp16", 1, 28, 4 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa1", "tc", "fp16", 1, 30, 5 * K, 64),
+    cfg(F, "fa1", "tc", "fp16", 1, 36, 5 * K, 64, causal=True),
+    cfg(F, "fa1", "default", "fp32", 1, 28, 3 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 30, 3 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 20, 12 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 8, 24 * K, 128, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 12, 7 * K, 64),
+    cfg(B, "standard", "tc", "fp16", 1, 18, 4 * K, 64),
+]]
+
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -1005,7 +1121,9 @@ SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
         "runtime_dev6": RUNTIME_DEV6, "levels_dev6": LEVELS_DEV6,
         "runtime_blind6": RUNTIME_BLIND6, "levels_blind6": LEVELS_BLIND6,
         "runtime_dev7": RUNTIME_DEV7, "levels_dev7": LEVELS_DEV7,
-        "runtime_blind7": RUNTIME_BLIND7, "levels_blind7": LEVELS_BLIND7}
+        "runtime_blind7": RUNTIME_BLIND7, "levels_blind7": LEVELS_BLIND7,
+        "runtime_dev8": RUNTIME_DEV8, "levels_dev8": LEVELS_DEV8,
+        "runtime_blind8": RUNTIME_BLIND8, "levels_blind8": LEVELS_BLIND8}
 
 
 def family_of(c: dict) -> str:
@@ -1024,4 +1142,5 @@ __all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME_BLI
            "RUNTIME_DEV4", "RUNTIME_BLIND4", "LEVELS_BLIND4",
            "RUNTIME_DEV5", "LEVELS_DEV5", "RUNTIME_BLIND5", "LEVELS_BLIND5",
            "RUNTIME_DEV6", "LEVELS_DEV6", "RUNTIME_BLIND6", "LEVELS_BLIND6",
-           "RUNTIME_DEV7", "LEVELS_DEV7", "RUNTIME_BLIND7", "LEVELS_BLIND7", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+           "RUNTIME_DEV7", "LEVELS_DEV7", "RUNTIME_BLIND7", "LEVELS_BLIND7",
+           "RUNTIME_DEV8", "LEVELS_DEV8", "RUNTIME_BLIND8", "LEVELS_BLIND8", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]

@@ -55,6 +55,7 @@ CLASSES = {("H100-SXM", "fit"): ("o", True), ("H100-SXM", "heldout"): ("o", Fals
            ("H100-SXM", "blind5"): ("p", True), ("H200", "blind5"): ("d", True),
            ("H100-SXM", "blind6"): ("<", True), ("H200", "blind6"): (">", True),
            ("H100-SXM", "blind7"): ("8", True), ("H200", "blind7"): ("H", True),
+           ("H100-SXM", "blind8"): ("s", False), ("H200", "blind8"): ("D", False),
            ("H200", "heldout"): ("^", True), ("H200", "fit"): ("^", True)}
 CLASS_LABELS = {("H100-SXM", "fit"): "H100, fit", ("H100-SXM", "heldout"): "H100, held out",
                 ("H100-SXM", "cv"): "H100, 5-fold cross-validated",
@@ -71,6 +72,8 @@ CLASS_LABELS = {("H100-SXM", "fit"): "H100, fit", ("H100-SXM", "heldout"): "H100
                 ("H200", "blind6"): "H200, sixth blind set (frozen, preset change only)",
                 ("H100-SXM", "blind7"): "H100, seventh blind set (frozen predictions)",
                 ("H200", "blind7"): "H200, seventh blind set (frozen, preset change only)",
+                ("H100-SXM", "blind8"): "H100, eighth blind set (frozen predictions)",
+                ("H200", "blind8"): "H200, eighth blind set (frozen, preset change only)",
                 ("H200", "heldout"): "H200, held out (preset change only)"}
 BAND = 0.10
 MAX_CALLS = 80
