@@ -98,11 +98,14 @@ def environment() -> dict:
     except Exception:
         out["device"] = None
     try:
-        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,uuid",
                             "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
-        name, drv = [x.strip() for x in q.stdout.splitlines()[0].split(",")]
+        name, drv, uuid = [x.strip() for x in q.stdout.splitlines()[0].split(",")]
         out["device"] = out.get("device") or name
         out["driver"] = drv
+        # which physical chip answered: near the L2's capacity two H100s of one SKU gave
+        # DRAM counts up to 3x apart for one pass, each reproducible to 1 % (docs/measurements.md)
+        out["device_uuid"] = uuid
     except Exception:
         out["driver"] = None
     out["versions"] = versions
