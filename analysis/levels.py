@@ -30,7 +30,7 @@ import numpy as np
 
 import iosim
 from iosim import Problem, Tiling, get_hardware
-from iosim.hierarchy import (L2Model, Stream, _coarse, dram_from_stream, row_kernel,
+from iosim.hierarchy import (L2Model, Stream, _coarse, dram_at_capacities, has_private_rmw, row_kernel,
                              sweep_kernel, tile_kernel)
 
 #: L2 sectors per requested sector for gpu.forward.fa2_tc's global loads. Its cp.async copies
@@ -1099,6 +1099,12 @@ FITTED_V2 = L2Model(capacity_fraction=0.8, associativity=16, replicate=True,
                     private_footprint=0.9, dirty_fraction=0.4)
 
 
+#: the chip-to-chip spread of the effective L2 capacity, as factors (lo, hi) of the model's
+#: C, over which `levels` gives dram_read_bytes_range / dram_write_bytes_range (see the v11
+#: block above and benchmarks/l2_edge_spread.py)
+CHIP_CAPACITY_RANGE = (0.9, 1.1)
+
+
 def requested(p: Problem, plan: Plan):
     """The pass's ledger (iosim closed form): (read bytes, write bytes, atomic bytes)."""
     if plan.pass_ == "fwd":
@@ -1115,11 +1121,21 @@ def requested(p: Problem, plan: Plan):
 
 def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fwd",
            kernel: str = "auto", tiling: Tiling | None = None,
-           model: L2Model | None = None, grid_order: str = "query-major") -> dict:
+           model: L2Model | None = None, grid_order: str = "query-major",
+           chip_range: tuple[float, float] | None = CHIP_CAPACITY_RANGE,
+           capacity_scales: tuple = ()) -> dict:
     """Requested, L2 and DRAM bytes of one pass (whole problem; cold L2 at each kernel),
     with the plan, each kernel's launch and prediction, and the model's constants.
     grid_order (fa2 forward only): the order CTAs are dispatched in, "query-major" (what
-    the kernels do) or a what-if: "head-major", "swizzle-8" (see `_grid_order`)."""
+    the kernels do) or a what-if: "head-major", "swizzle-8" (see `_grid_order`).
+    chip_range (lo, hi): the spread of the effective L2 capacity chip to chip, as factors
+    of the model's C (`CHIP_CAPACITY_RANGE`): dram_read_bytes_range / dram_write_bytes_range
+    are [low, high], the same model at C x hi and C x lo in the launches with private
+    read-modify-write round trips (fa1's O, l, m; local-memory frames), the point elsewhere;
+    a warning names a pass whose range is wider than the bound (15 % or 16 MB) about its
+    point. None: no range keys. capacity_scales: (what-if, `benchmarks/l2_edge_spread.py`)
+    `dram_at_capacity_scales` lists [scale, reads, writes] of the whole pass at C x scale
+    (every launch; background writes as at the point)."""
     hw = get_hardware(gpu) if isinstance(gpu, str) else gpu
     model = model or FITTED
     if problem.block_mask is not None:
@@ -1144,6 +1160,8 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
     factor = TC_CPASYNC_SECTOR_FACTOR if plan.kernel == "tc" else 1.0
     cap = model.capacity_fraction * hw.l2_bytes
     kernels, dr, dw = [], 0.0, 0.0
+    rng_r, rng_w = [0.0, 0.0], [0.0, 0.0]          # chip-to-chip [low, high]
+    scaled = [[0.0, 0.0] for _ in capacity_scales]
     warnings = []
     if (algorithm, pass_, plan.kernel) in FEW_ROWS:
         warnings.append(f"the {algorithm} {pass_} '{plan.kernel}' kernels have few Nsight "
@@ -1152,8 +1170,19 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
         st = Stream()
         slots = hw.sm_count * lau.ctas_per_sm
         build(st, slots)
-        r, w, n = dram_from_stream(st, cap, model)
+        ranged = chip_range is not None and has_private_rmw(st)
+        caps = ((cap,) + ((cap * chip_range[1], cap * chip_range[0]) if ranged else ())
+                + tuple(cap * x for x in capacity_scales))
+        at = dram_at_capacities(st, caps, model)
+        (r, w), n = at[0], int(st.arrays()[0].size)
         dr, dw = dr + r, dw + w
+        lo_hi = at[1:3] if ranged else [(r, w), (r, w)]
+        for i in range(2):
+            rng_r[i] += min(r, lo_hi[i][0]) if i == 0 else max(r, lo_hi[i][0])
+            rng_w[i] += min(w, lo_hi[i][1]) if i == 0 else max(w, lo_hi[i][1])
+        for i, (sr, sw) in enumerate(at[len(caps) - len(capacity_scales):]):
+            scaled[i][0] += sr
+            scaled[i][1] += sw
         kernels.append({"name": lau.name, "ctas": lau.ctas, "threads": lau.threads,
                         "smem_bytes": lau.smem_bytes, "registers": lau.registers,
                         "ctas_per_sm": lau.ctas_per_sm, "spill_bytes": lau.spill_bytes,
@@ -1191,6 +1220,25 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
                          "capacity_bytes": cap}, "warnings": warnings}
     if model.background_write_rate > 0:
         _add_background_writes(res, problem, hw, model)
+    bg = sum(k.get("background_write_bytes", 0.0) for k in kernels)
+    if capacity_scales:
+        res["dram_at_capacity_scales"] = [[x, r, w + bg] for x, (r, w) in
+                                          zip(capacity_scales, scaled)]
+    if chip_range is not None:
+        res["dram_read_bytes_range"] = rng_r
+        res["dram_write_bytes_range"] = [rng_w[0] + bg, rng_w[1] + bg]
+        res["l2_model"]["chip_capacity_range"] = list(chip_range)
+        wide = [(k, res[k + "_range"]) for k in ("dram_read_bytes", "dram_write_bytes")
+                if not (within(res[k + "_range"][0], res[k]) and within(res[k + "_range"][1], res[k]))]
+        if wide:
+            warnings.append(
+                "this pass sits on the L2's capacity edge (private read-modify-write round "
+                "trips near the effective capacity): its DRAM bytes depend on the chip, "
+                "beyond the 15 % / 16 MB bound, over the effective L2 capacities measured "
+                f"chip to chip (x{chip_range[0]:g} to x{chip_range[1]:g} of the model's): "
+                + ", ".join(f"{k.replace('dram_', 'DRAM ').replace('_bytes', '')} "
+                            f"{lo / 1e6:.0f}-{hi / 1e6:.0f} MB (point {res[k] / 1e6:.0f} MB)"
+                            for k, (lo, hi) in wide))
     return res
 
 

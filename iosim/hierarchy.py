@@ -652,9 +652,30 @@ def _dense_ranks(ids):
 
 def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     """(DRAM read bytes, DRAM write bytes, accesses) of a stream."""
+    (r, w), = dram_at_capacities(stream, (capacity,), model)
+    return r, w, stream_accesses(stream)
+
+
+def stream_accesses(stream: Stream) -> int:
+    return int(stream.arrays()[0].size)
+
+
+def has_private_rmw(stream: Stream) -> bool:
+    """Whether the stream has private read-modify-write round trips (a tile one CTA reads
+    and writes in one access: fa1's O, l, m; the local-memory frames), the accesses whose
+    capacity edge `analysis.levels`' chip-to-chip range is measured on."""
+    t, blk, nb, rd, wr, w, wb, sh = stream.arrays()
+    return bool(np.any(~sh & rd & wr))
+
+
+def dram_at_capacities(stream: Stream, capacities, model: L2Model):
+    """[(DRAM read bytes, DRAM write bytes)] of a stream at each capacity C in
+    `capacities` (bytes), the stack distances computed once: `dram_from_stream` at one C;
+    several give the same model at other effective L2 sizes (`analysis.levels`'
+    chip-to-chip range)."""
     t, blk, nb, rd, wr, w, wb, sh = stream.arrays()
     if t.size == 0:
-        return 0.0, 0.0, 0
+        return [(0.0, 0.0) for _ in capacities]
     keys, nkeys = _half_step_keys(t, 4 * t.size + 65536)
     if nkeys >= 0:
         # times are half-steps over a range not much longer than the stream: a counting
@@ -688,6 +709,13 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     if has_sd:
         d_prev = np.where(d_prev >= 0, d_prev + sd, d_prev)
         d_next = d_next + sd
+    return [_dram_at(capacity, model, dense, nb, rd, wr, w, wb, sh, sd, has_sd, foot,
+                     d_prev, d_next) for capacity in capacities]
+
+
+def _dram_at(capacity, model, dense, nb, rd, wr, w, wb, sh, sd, has_sd, foot, d_prev, d_next):
+    """`dram_at_capacities` at one capacity, from the time-ordered accesses and their
+    stack distances."""
     if model.policy == "random":
         miss_prev, evict = _random_replacement(dense, foot * w, d_prev, d_next, capacity)
     else:
@@ -749,7 +777,7 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
         stay = (1.0 - evict[lw]) * np.where(ll == lw, 1.0, 1.0 - evict[ll])
         resident = float(np.sum(w[lw] * wb[lw] * stay))
         writes += min(resident, model.drain_fraction * capacity / model.capacity_fraction)
-    return reads, writes, int(t.size)
+    return reads, writes
 
 
 @njit(cache=True)
