@@ -1329,6 +1329,20 @@ GPU_OF_DEVICE = {"NVIDIA H100 80GB HBM3": "H100-SXM", "NVIDIA H200": "H200"}
 LEVEL_KEYS = ("dram_read_bytes", "dram_write_bytes", "l2_read_bytes", "l2_write_bytes")
 
 
+def within_range(lo_hi, meas: float, rel: float = 0.15, floor: float = 16e6) -> bool:
+    """The chip-range check: `meas` inside [low, high] widened by the bound's tolerance (15 %
+    of the measured bytes or 16 MB, as `within`)."""
+    lo, hi = lo_hi
+    return lo <= meas <= hi or within(lo, meas, rel, floor) or within(hi, meas, rel, floor)
+
+
+def within_chip_range(pred: dict, measured: dict) -> dict:
+    """Whether DRAM reads and writes are inside the predicted chip-to-chip range
+    (`levels`' dram_*_bytes_range, `within_range`); the point where a prediction has none."""
+    return {k: within_range(pred.get(k + "_range", (pred[k], pred[k])), measured[k])
+            for k in ("dram_read_bytes", "dram_write_bytes")}
+
+
 def errors(pred: dict, measured: dict) -> tuple[dict, dict]:
     """(relative error of each LEVEL_KEYS count, None where nothing was measured; whether
     DRAM reads and writes are inside the bound, `within`)."""
@@ -1351,5 +1365,5 @@ def compare(rows, model: L2Model | None = None):
 
 
 __all__ = ["Launch", "Plan", "kernel_plan", "levels", "occupancy", "compare", "predict_row",
-           "within", "errors", "LEVEL_KEYS", "FITTED", "FITTED_V10", "FITTED_V9", "FITTED_V8", "FITTED_V7", "FITTED_V6", "FITTED_V5", "FITTED_V4", "LOCAL", "FITTED_V3", "FITTED_V2", "TC_CPASYNC_SECTOR_FACTOR",
+           "within", "within_range", "within_chip_range", "CHIP_CAPACITY_RANGE", "errors", "LEVEL_KEYS", "FITTED", "FITTED_V10", "FITTED_V9", "FITTED_V8", "FITTED_V7", "FITTED_V6", "FITTED_V5", "FITTED_V4", "LOCAL", "FITTED_V3", "FITTED_V2", "TC_CPASYNC_SECTOR_FACTOR",
            "REGISTERS", "FEW_ROWS"]
