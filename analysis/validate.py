@@ -141,7 +141,7 @@ def levels_rows(model=None, data=None) -> list[dict]:
     in) and the frozen score is kept beside it as a row of the set's split
     (levels_blind_rows). LEVELS_FP32_FAST (no predictions file: measured with the L2
     model v3 unchanged) is "blind" while the LEVELS_BLIND passes are."""
-    from analysis.levels import FITTED, GPU_OF_DEVICE, LEVEL_KEYS, compare
+    from analysis.levels import FITTED, GPU_OF_DEVICE, LEVEL_KEYS, compare, within_chip_range
     model = model or FITTED
     meas = [r for r in results.load("levels_measurement", data=data) if r.get("status") == "ok"]
     version = model_version()
@@ -178,8 +178,11 @@ def levels_rows(model=None, data=None) -> list[dict]:
             l2_model=p["l2_model"], warnings=p["warnings"],
             measured={k: m[k] for k in LEVEL_KEYS},
             predicted={k: p[k] for k in LEVEL_KEYS + ("requested_read_bytes",
-                                                      "requested_write_bytes")},
-            rel_error=err, within_bound=ok, **extra))
+                                                      "requested_write_bytes",
+                                                      "dram_read_bytes_range",
+                                                      "dram_write_bytes_range") if k in p},
+            rel_error=err, within_bound=ok, within_chip_range=within_chip_range(p, m),
+            **extra))
     for hdr, rows in rescored.values():          # the frozen score of a set the model left
         out += levels_blind_rows(rows, hdr)
     return out
@@ -205,6 +208,12 @@ def levels_summary(rows) -> list[dict]:
                             "dram_write": _stats([r["rel_error"]["dram_write_bytes"] for r in ss]),
                             "l2_read": _stats([r["rel_error"]["l2_read_bytes"] for r in ss]),
                             "inside_bound": sum(all(r["within_bound"].values()) for r in ss),
+                            # measured inside the chip-to-chip range (levels' dram_*_range,
+                            # widened by the bound's tolerance); a frozen blind row, which has
+                            # no range, counts its point (within_bound)
+                            "inside_chip_range": sum(all(r.get("within_chip_range",
+                                                               r["within_bound"]).values())
+                                                     for r in ss),
                             "rows": len(ss), "spilling_rows": len(spill)})
     return out
 
@@ -655,12 +664,14 @@ def format_summary(summary, what: str) -> str:
     lines = []
     if what == "levels":
         lines.append(f"{'device':<24}{'split':<9}{'family':<14}{'rows':>5}{'in bound':>9}"
-                     f"{'DRAM rd med':>12}{'worst':>8}{'DRAM wr med':>12}{'worst':>8}{'L2 rd med':>10}")
+                     f"{'DRAM rd med':>12}{'worst':>8}{'DRAM wr med':>12}{'worst':>8}{'L2 rd med':>10}"
+                     f"{'in chip range':>14}")
         for s in summary:
             lines.append(f"{s['device'][:23]:<24}{s['split']:<9}{s['family']:<14}{s['rows']:>5}"
                          f"{s['inside_bound']:>9}{s['dram_read']['median']:>12.1%}"
                          f"{s['dram_read']['worst']:>8.0%}{s['dram_write']['median']:>12.1%}"
-                         f"{s['dram_write']['worst']:>8.0%}{s['l2_read']['median']:>10.1%}")
+                         f"{s['dram_write']['worst']:>8.0%}{s['l2_read']['median']:>10.1%}"
+                         f"{s.get('inside_chip_range', s['inside_bound']):>14}")
     else:
         lines.append(f"{'device':<24}{'split':<9}{'family':<14}{'rows':>5}{'median':>9}{'worst':>8}{'<=10%':>7}")
         for s in summary:

@@ -652,9 +652,30 @@ def _dense_ranks(ids):
 
 def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     """(DRAM read bytes, DRAM write bytes, accesses) of a stream."""
+    (r, w), = dram_at_capacities(stream, (capacity,), model)
+    return r, w, stream_accesses(stream)
+
+
+def stream_accesses(stream: Stream) -> int:
+    return int(stream.arrays()[0].size)
+
+
+def has_private_rmw(stream: Stream) -> bool:
+    """Whether the stream has private read-modify-write round trips (a tile one CTA reads
+    and writes in one access: fa1's O, l, m; the local-memory frames), the accesses whose
+    capacity edge `analysis.levels`' chip-to-chip range is measured on."""
+    t, blk, nb, rd, wr, w, wb, sh = stream.arrays()
+    return bool(np.any(~sh & rd & wr))
+
+
+def dram_at_capacities(stream: Stream, capacities, model: L2Model):
+    """[(DRAM read bytes, DRAM write bytes)] of a stream at each capacity C in
+    `capacities` (bytes), the stack distances computed once: `dram_from_stream` at one C;
+    several give the same model at other effective L2 sizes (`analysis.levels`'
+    chip-to-chip range)."""
     t, blk, nb, rd, wr, w, wb, sh = stream.arrays()
     if t.size == 0:
-        return 0.0, 0.0, 0
+        return [(0.0, 0.0) for _ in capacities]
     keys, nkeys = _half_step_keys(t, 4 * t.size + 65536)
     if nkeys >= 0:
         # times are half-steps over a range not much longer than the stream: a counting
@@ -688,6 +709,16 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     if has_sd:
         d_prev = np.where(d_prev >= 0, d_prev + sd, d_prev)
         d_next = d_next + sd
+    cache = {}
+    return [_dram_at(capacity, model, dense, nb, rd, wr, w, wb, sh, sd, has_sd, foot,
+                     d_prev, d_next, cache) for capacity in capacities]
+
+
+def _dram_at(capacity, model, dense, nb, rd, wr, w, wb, sh, sd, has_sd, foot, d_prev, d_next,
+             cache):
+    """`dram_at_capacities` at one capacity, from the time-ordered accesses and their
+    stack distances; cache: what does not depend on the capacity (the dirty stack
+    distances, the partial tiles' layers, the last writes), kept for the next capacity."""
     if model.policy == "random":
         miss_prev, evict = _random_replacement(dense, foot * w, d_prev, d_next, capacity)
     else:
@@ -716,11 +747,15 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
                                                       capacity * f, Ap, model.keep_fraction)
         if model.dirty_fraction > 0 and wr.any():
             # dirty stack distance: distinct written bytes until the tile's next write
-            iw = np.flatnonzero(wr)
-            # (the tiles' own ids: _distances needs equal ids for equal tiles, not dense ones)
-            _, dw_next = _distances(dense[iw], wb[iw])
-            if has_sd:
-                dw_next = dw_next + sd[iw] * wb[iw] / np.maximum(nb[iw], 1e-300)
+            if "dirty" not in cache:
+                iw = np.flatnonzero(wr)
+                # (the tiles' own ids: _distances needs equal ids for equal tiles, not dense
+                # ones)
+                _, dw_next = _distances(dense[iw], wb[iw])
+                if has_sd:
+                    dw_next = dw_next + sd[iw] * wb[iw] / np.maximum(nb[iw], 1e-300)
+                cache["dirty"] = iw, dw_next
+            iw, dw_next = cache["dirty"]
             cw = capacity * model.dirty_fraction / model.capacity_fraction
             keep = np.ones_like(evict)
             keep[iw] = hit_probability(np.maximum(dw_next, 0.0), cw,
@@ -731,25 +766,27 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
         miss_prev = np.where(sh & (d_prev >= 0), miss_prev + (model.refetch_factor - 1.0) * deep, miss_prev)
     reads = float(np.sum(w * nb * miss_prev * rd))
     if model.partial_refetch and model.policy == "lru":
-        reads += _partial_refetch(dense, nb, foot, rd, w, d_prev, miss_prev, capacity, model)
+        reads += _partial_refetch(dense, nb, foot, rd, w, d_prev, miss_prev, capacity, model,
+                                  cache)
     writes = float(np.sum(w * wb * evict * wr))
     if model.drain_fraction > 0 and wr.any():
         # dirty bytes still resident at the kernel's end: each tile's last write, if it
         # was neither evicted nor cleaned before the tile's next access and the tile's last
         # access was not evicted before the end; the counters see up to drain_fraction x
         # L2 of them written back (`L2Model.drain_fraction`)
-        n, nt = dense.size, int(dense.max()) + 1
-        last = np.full(nt, -1, np.int64)                      # last access, per tile
-        np.maximum.at(last, dense, np.arange(n))
-        iw = np.flatnonzero(wr)
-        lw = np.full(nt, -1, np.int64)                        # last write, per tile
-        np.maximum.at(lw, dense[iw], iw)
-        ll = last[lw >= 0]
-        lw = lw[lw >= 0]
+        if "drain" not in cache:
+            n, nt = dense.size, int(dense.max()) + 1
+            last = np.full(nt, -1, np.int64)                      # last access, per tile
+            np.maximum.at(last, dense, np.arange(n))
+            iw = np.flatnonzero(wr)
+            lw = np.full(nt, -1, np.int64)                        # last write, per tile
+            np.maximum.at(lw, dense[iw], iw)
+            cache["drain"] = last[lw >= 0], lw[lw >= 0]
+        ll, lw = cache["drain"]
         stay = (1.0 - evict[lw]) * np.where(ll == lw, 1.0, 1.0 - evict[ll])
         resident = float(np.sum(w[lw] * wb[lw] * stay))
         writes += min(resident, model.drain_fraction * capacity / model.capacity_fraction)
-    return reads, writes, int(t.size)
+    return reads, writes
 
 
 @njit(cache=True)
@@ -808,18 +845,22 @@ def _partial_layers(order, dense, nb, foot, d_prev):
     return out_k[:cnt], out_b[:cnt], out_d[:cnt]
 
 
-def _partial_refetch(dense, nb, foot, rd, w, d_prev, miss_prev, capacity, model):
+def _partial_refetch(dense, nb, foot, rd, w, d_prev, miss_prev, capacity, model, cache=None):
     """Extra DRAM reads of coarse tiles accessed in part (`L2Model.partial_refetch`). An
     access that touches more of a tile (nb) than the tile's previous access did finds the
     extra bytes where they were last touched: each layer of them at the latest earlier
     access that reached it (a miss with P(miss | that distance)), bytes no access reached
     before always missing (their first touch). The base charge counted them at
-    P(miss | d_prev); this adds the difference."""
-    # the accesses by tile, then time (np.lexsort((arange(n), dense)), as a counting sort)
-    order = _counting_order(dense, int(dense.max()) + 1)
-    k, b, d = _partial_layers(order, dense, nb.astype(np.float64, copy=False),
-                              foot.astype(np.float64, copy=False),
-                              d_prev.astype(np.float64, copy=False))
+    P(miss | d_prev); this adds the difference. cache: a dict that keeps the layers (they do
+    not depend on the capacity) for the next call on the same accesses."""
+    cache = {} if cache is None else cache
+    if "layers" not in cache:
+        # the accesses by tile, then time (np.lexsort((arange(n), dense)), as a counting sort)
+        order = _counting_order(dense, int(dense.max()) + 1)
+        cache["layers"] = _partial_layers(order, dense, nb.astype(np.float64, copy=False),
+                                          foot.astype(np.float64, copy=False),
+                                          d_prev.astype(np.float64, copy=False))
+    k, b, d = cache["layers"]
     if k.size == 0:
         return 0.0
     miss = 1.0 - hit_probability(d, capacity, int(model.associativity), model.keep_fraction)

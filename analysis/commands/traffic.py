@@ -274,6 +274,12 @@ def levels_main(args, problem) -> int:
     print(f"{'L2 (from the SMs)':<28}{gb(lv['l2_read_bytes'])}{gb(lv['l2_write_bytes'])}"
           + (f"   + atomics {lv['l2_atomic_bytes'] / 1e9:.4f}" if lv["l2_atomic_bytes"] else ""))
     print(f"{'DRAM (cold L2)':<28}{gb(lv['dram_read_bytes'])}{gb(lv['dram_write_bytes'])}")
+    rr, wr = lv.get("dram_read_bytes_range"), lv.get("dram_write_bytes_range")
+    if rr and wr and (rr[0] != rr[1] or wr[0] != wr[1]):
+        g = lambda x: f"{x[0] / 1e9:.4f}-{x[1] / 1e9:.4f}"
+        print(f"{'DRAM, chip to chip':<28}{g(rr):>16}{g(wr):>16}   (effective L2 x"
+              f"{lv['l2_model']['chip_capacity_range'][0]:g} to x"
+              f"{lv['l2_model']['chip_capacity_range'][1]:g})")
     if t:
         print(f"predicted time: {t['predicted_ms']:.4f} ms")
     for k in (t["launches"] if t else []):

@@ -1,0 +1,97 @@
+"""The chip-to-chip range of the DRAM predictions (`analysis.levels.levels`'
+dram_read_bytes_range / dram_write_bytes_range, `CHIP_CAPACITY_RANGE`) and its validation
+count (`within_chip_range`)."""
+import numpy as np
+import pytest
+
+from iosim import Problem
+from iosim.hierarchy import L2Model, Stream, dram_at_capacities, dram_from_stream, has_private_rmw
+
+from analysis import levels as L
+
+KEYS = ("dram_read_bytes", "dram_write_bytes")
+#: fa1_tc at W = 0.53 of the H100's L2 (LEVELS_DEV8: 58 / 28 MB on machine A, 116 / 79 MB on
+#: machine B): on the edge
+EDGE = ("fa1", "tc", Problem(N=6144, d=64, batch=1, heads=17, dtype="fp16"))
+#: fa1_tc at W = 2.6 L2 (every round trip misses) and 0.1 L2 (every one hits)
+FAR = [("fa1", "tc", Problem(N=8192, d=128, batch=1, heads=32, dtype="fp16")),
+       ("fa1", "tc", Problem(N=1024, d=64, batch=1, heads=8, dtype="fp16"))]
+
+
+def _levels(case, **kw):
+    alg, kern, p = case
+    return L.levels(alg, p, "H100-SXM", kernel=kern, **kw)
+
+
+def test_the_range_constants_bracket_the_model():
+    lo, hi = L.CHIP_CAPACITY_RANGE
+    assert 0.5 < lo < 1.0 < hi < 1.5
+
+
+def test_range_brackets_the_point_and_is_wide_on_the_edge():
+    r = _levels(EDGE)
+    for k in KEYS:
+        lo, hi = r[k + "_range"]
+        assert lo <= r[k] <= hi
+    # at 0.53 L2 a chip with less effective L2 misses far more (machine B: 116 / 79 MB)
+    assert r["dram_read_bytes_range"][1] > 1.5 * r["dram_read_bytes"]
+    assert r["dram_write_bytes_range"][1] > 2.0 * r["dram_write_bytes"]
+    assert any("capacity edge" in w for w in r["warnings"])
+    # the range is the same model at C x hi (low end) and C x lo (high end)
+    lo, hi = L.CHIP_CAPACITY_RANGE
+    s = _levels(EDGE, capacity_scales=(hi, 1.0, lo), chip_range=None)
+    (_, r_hi, w_hi), (_, r_1, w_1), (_, r_lo, w_lo) = s["dram_at_capacity_scales"]
+    assert r_1 == pytest.approx(r["dram_read_bytes"], rel=1e-12)
+    assert w_1 == pytest.approx(r["dram_write_bytes"], rel=1e-12)
+    assert r["dram_read_bytes_range"] == pytest.approx([min(r_hi, r_1), max(r_lo, r_1)], rel=1e-12)
+    assert r["dram_write_bytes_range"] == pytest.approx([min(w_hi, w_1), max(w_lo, w_1)], rel=1e-12)
+    assert "dram_read_bytes_range" not in s
+
+
+@pytest.mark.parametrize("case", FAR)
+def test_range_is_the_point_far_from_the_edge(case):
+    r = _levels(case)
+    for k in KEYS:
+        lo, hi = r[k + "_range"]
+        assert lo <= r[k] <= hi
+        assert lo == pytest.approx(r[k], rel=1e-3) and hi == pytest.approx(r[k], rel=1e-3)
+    assert not any("capacity edge" in w for w in r["warnings"])
+
+
+def test_no_private_round_trips_no_range():
+    # the fa2 forward has no private read-modify-write round trips: its range is its point
+    r = L.levels("fa2", Problem(N=4096, d=64, batch=1, heads=16, dtype="fp16"), "H100-SXM")
+    for k in KEYS:
+        assert r[k + "_range"] == [r[k], r[k]]
+    assert not any("capacity edge" in w for w in r["warnings"])
+
+
+def test_dram_at_capacities_is_dram_from_stream_at_each_capacity():
+    st = Stream()
+    ids = st.ids(40)
+    for k in range(4):
+        st.add(np.arange(40) + 40.0 * k, ids, 1.0e6, True, True)
+    assert has_private_rmw(st)
+    m = L2Model(capacity_fraction=1.0, associativity=64)
+    caps = (30e6, 41e6, 60e6)
+    many = dram_at_capacities(st, caps, m)
+    for c, (r, w) in zip(caps, many):
+        r1, w1, n = dram_from_stream(st, c, m)
+        assert (r, w) == (r1, w1) and n == 160
+    # less capacity, more DRAM traffic
+    assert many[0][0] > many[1][0] > many[2][0]
+
+
+def test_within_chip_range():
+    pred = {"dram_read_bytes": 100e6, "dram_write_bytes": 50e6,
+            "dram_read_bytes_range": [90e6, 300e6], "dram_write_bytes_range": [40e6, 60e6]}
+    ok = L.within_chip_range(pred, {"dram_read_bytes": 250e6, "dram_write_bytes": 70e6})
+    assert ok == {"dram_read_bytes": True, "dram_write_bytes": True}     # 70 MB: +16 MB floor
+    ok = L.within_chip_range(pred, {"dram_read_bytes": 400e6, "dram_write_bytes": 20e6})
+    assert ok == {"dram_read_bytes": False, "dram_write_bytes": False}
+    # 345 MB: 300 MB is within 15 % of it
+    assert L.within_chip_range(pred, {"dram_read_bytes": 345e6, "dram_write_bytes": 50e6})["dram_read_bytes"]
+    # no range: the point, as the bound
+    point = {"dram_read_bytes": 100e6, "dram_write_bytes": 50e6}
+    assert L.within_chip_range(point, {"dram_read_bytes": 150e6, "dram_write_bytes": 50e6}) == \
+        {"dram_read_bytes": False, "dram_write_bytes": True}
