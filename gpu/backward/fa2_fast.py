@@ -56,6 +56,15 @@ scripts/bwd_fast_bench.py, results data set kind `bench`, "pass": "bwd"):
   v1b N_k != N_q and windows (issue 18): the band lo, hi as kernel arguments, the lower
       edge compiled in only with `window`. ptxas -v as above: d = 64 152 (causal 128,
       window 152), d = 128 241 (causal 247, window 247), no spills.
+  v1c own rows (banded builds; issue 18's d = 59 fp16 row, gpu.backward.flash): in a
+      tile that holds every key of some of its query rows, those rows' D is replaced
+      in shared memory (Ds) by rowsum(P o dP) over the tile (each thread's partial sums
+      of its register tile -> dSs[r, ax], two barriers, one thread per row adds them in
+      order), only in such tiles (the first key block of a causal band, every tile of a
+      narrow window). ptxas -v: d = 64 window 242, causal 182 registers (were 152 and
+      128), no spills: at 127.5 KB of shared memory one block per SM either way; d = 128
+      unchanged (241, causal 247, window 247). Placing the sums in a pass of their own
+      before A (entry by entry from shared memory) gave window 165, causal 236.
   Tried and dropped (ptxas only, no GPU): issuing the next query tile's Q, dO loads into
   registers during this tile (as gpu.forward.fa2_fast's stage=1): 255 registers and 224
   bytes of spills a thread at d = 64 (1 KB at d = 128); 1-D (flattened) global indexing:
@@ -106,6 +115,11 @@ dS = P o (dP o Z / (1 - p) - D) (phases B and C: dK, dQ); D = rowsum(dO o O) of 
 forward's dropped O, as without dropout. No extra HBM traffic (counts unchanged); the
 build without dropout keeps its arguments and its PTX (scripts/ptx_snapshot.py).
 
+Own rows (banded builds, as the plain kernel: gpu.backward.flash's module docstring): a
+query row whose keys all lie in key block j (`gpu.forward._band.own_rows`) takes D =
+rowsum(P o dP) (dropout: P o dP o Z / (1 - p)) over that tile, exact in fp32, instead of
+the pre-pass's rowsum(dO o O) from the stored O; D_i is still read (counts unchanged).
+
 Non-finite values (as the plain kernel, `flash` module docstring): a row whose L is -inf
 (it saw no key in the forward) has P = 0; a NaN L or score keeps P NaN; dS = P (dP - D)
 for every entry of the valid rows and columns (masked ones included, P = 0 there), so NaN
@@ -131,6 +145,7 @@ from numba import cuda, float32, int64, uint64
 # forward fast kernel's, shared rather than copied
 from ..forward.fa2_fast import (ALIGN, IMASK, TC_CHOICES, W, _pad_ps, _stride,
                                pair_row_loader, pair_tile_loader)
+from ..forward._band import OWN_ROWS, own_rows_dev
 from .._launch import (NB_DTYPE, NEG_INF, READ, SIM, WRITE, ZERO, add_count, dummy_mask,
                        jit_options, kernel_name, loader, specialisation)
 from .. import _philox
@@ -440,6 +455,7 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
     IL, ID, IdK, IdV, IA = BT["L"], BT["D"], BT["dK"], BT["dV"], BT["dQacc"]
     banded = bool(causal or window)
     LOW = bool(window)      # the band has a lower edge lo (causal alone: lo = -inf)
+    OWN = banded and OWN_ROWS   # own rows: exact D (module docstring)
 
     def body(q, k, v, do, L, D, dqacc, dk, dv, scale, N, N_k, lo, hi, H, G, mask,
              counters, key0, key1, offset, thr, rp):
@@ -603,6 +619,40 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                             for w in range(W):
                                 g += dov[w] * vv[b, w]
                             dp_acc[a, b] = g
+            # ---- own rows (banded): the rows whose keys all lie in this tile take
+            # D = rowsum(P o dP) over it, exact, instead of the D from the stored O
+            # (gpu.backward.flash, module docstring): each thread's partial sums go to
+            # dSs[r, ax] (not yet written); one thread per own row adds the TCA partials
+            # and overwrites D_i in shared memory (Ds), which the dS loop then reads ----
+            o_lo = int64(1)
+            o_hi = int64(0)
+            if OWN:
+                o_lo, o_hi = own_rows_dev(r0, r0 + rows - 1, c0, c0 + cols - 1, N_k, lo, hi)
+            if OWN and o_lo <= o_hi:
+                for a in range(RA):
+                    r = ay + TRA * a
+                    part = ZERO
+                    if r < rows and sm[LO + r] != NEG_INF:
+                        for b in range(CA):
+                            c = ax + TCA * b
+                            if c < cols and c0 + c - r0 - r <= hi and c0 + c - r0 - r >= lo:
+                                g = dp_acc[a, b]
+                                if dropout:
+                                    if (zb[a] >> uint64(b)) & _philox.U64_1:
+                                        g = g * rp
+                                    else:
+                                        g = ZERO
+                                part += s_acc[a, b] * g
+                    sm[SO + r * PS + ax] = part
+                cuda.syncthreads()
+                for a in range(RA):
+                    r = ay + TRA * a
+                    if ax == 0 and o_lo <= r0 + r <= o_hi:
+                        acc = ZERO
+                        for u in range(TCA):
+                            acc += sm[SO + r * PS + u]
+                        sm[DO + r] = acc                # own row: D_i exact, in place
+                cuda.syncthreads()
             # ---- dS = P (dP - D) -> shared (every valid entry, masked ones included) ----
             for a in range(RA):
                 r = ay + TRA * a
@@ -716,7 +766,7 @@ def fa2_bwd_fast_kernel(B_r, B_c, d, dt, causal, has_mask, count, threads, TCA, 
                        window=bool(window), mask=has_mask, dropout=bool(dropout), count=count,
                        t=threads, tca=TCA, txb=TXB, txc=TXC,
                        maxreg=maxreg or False, fused=not split, nostagger=not stagger,
-                       dqdirect=not dq_stage)
+                       dqdirect=not dq_stage, noown=banded and not OWN_ROWS)
     return kernel, name, jit_options(maxreg)
 
 

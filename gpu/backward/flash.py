@@ -20,6 +20,22 @@ fa2 (FlashAttention-2 backward), four launches:
      keep mask Z[r, c] by Philox
      (gpu._philox, same seed and offset), dV_j += (P o Z/(1-p))^T dO_i and
      dS = P o ((dO_i V_j^T) o Z/(1-p) - D_i); nothing N x N touches HBM, counts unchanged.
+  Own rows (banded fa2 builds: causal or a window; plain and fast main kernels): a query
+     row whose keys all lie in the current key block j (`gpu.forward._band.own_rows`)
+     takes D = rowsum(P o dP) over that tile (with dropout P o dP o Z/(1-p)), exact in
+     fp32, instead of the pre-pass's rowsum(dO o O): O is stored in the input dtype, and
+     its rounding error reaches dQ_i as scale (dO_i . dO_err) sum_c P K_c, largest where
+     a row sees few keys (|sum_c P K_c| ~ |K|): on the flash-attn matrix's d = 59 fp16
+     causal-window (128, 0) row (N_q = 1023, N_k = 1024) the first rows, 2 to 6 keys,
+     carried a dQ error 2.1x PyTorch's (one fp32 pass, one rounding; the matrix allows
+     2x). NumPy emulation (scripts/dq_fix_emulation.py, 40 draws at that shape): D from
+     the stored O 1.00-2.47x torch's, own rows exact 1.00-1.10x. D_i is still loaded
+     (counts and the ledger unchanged); the work is a row sum in the few tiles that hold
+     whole rows (the first key block of a causal band, every tile of a window narrower
+     than B_c), plus one pass over such rows' entries in the plain kernel. A row whose
+     keys span key blocks keeps rowsum(dO o O) (the error weighs less there: sum_c P K_c
+     averages many keys). The tensor-core backward (not run for band problems by
+     kernel='auto') and fa1 keep rowsum(dO o O) everywhere.
   3. `bwd_convert`: read dQacc, write dQ in the problem dtype (fp32 too).
   4. grouped heads only (kv_heads < heads), `bwd_group_sum`: read every query head's
      dK_h, dV_h, write the kv_heads sums.
@@ -76,7 +92,7 @@ from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SI
 from .. import api as _api
 from ..api import _check, _output, _return_like, _to_device
 from .. import _philox
-from ..forward._band import band_args, tile_in_band
+from ..forward._band import OWN_ROWS, band_args, own_rows_dev, tile_in_band
 from . import fa2_fast, fa2_tc, standard_tc
 from . import standard as backward_standard
 
@@ -228,6 +244,7 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
     dk[koff + c, z, x]; s1 and D are s1[z, qoff + r] either way. `packed`: fa2 only,
     without a block mask or dropout."""
     FA1 = alg == "fa1"
+    OWN = banded and not FA1 and OWN_ROWS   # fa2 with a band: exact D of own rows
     if packed and (FA1 or dropout or has_mask):
         raise ValueError("bwd_block: packed indexing runs the fa2 variant without a block "
                          "mask or dropout only")
@@ -327,6 +344,45 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
                         Ds[r] = D[z, qoff + r0 + r]
                     nS += 1
                 cuda.syncthreads()
+                # pass 0 (fa2, banded): the rows whose keys all lie in this tile ("own"
+                # rows) get D = rowsum(P o dP) over it, exact, in ls, instead of the D
+                # from the stored O (module docstring): P o dP per entry -> dSs (written
+                # by A only later), then one thread per row adds its row in order
+                # (deterministic: the counting and plain builds agree bit for bit)
+                o_lo = int64(1)
+                o_hi = int64(0)
+                if OWN:
+                    o_lo, o_hi = own_rows_dev(r0, r0 + rows - 1, c0, c0 + cols - 1, N_k,
+                                              lo, hi)
+                    if o_lo <= o_hi:
+                        own_n = o_hi - o_lo + 1
+                        for e in range(t, own_n * cols, threads):
+                            r = o_lo - r0 + e // cols
+                            c = e % cols
+                            st = Sts[r]
+                            pd = ZERO
+                            if st != NEG_INF and c0 + c - r0 - r <= hi and \
+                                    c0 + c - r0 - r >= lo:
+                                s = ZERO
+                                dp = ZERO
+                                for x in range(d):
+                                    s += ldx(Qs[r * d + x]) * ldx(Ks[c * d + x])
+                                    dp += ldx(dOs[r * d + x]) * ldx(Vs[c * d + x])
+                                if dropout:
+                                    if _philox.keep(key0, key1, offset, z, r0 + r, c0 + c,
+                                                    thr):
+                                        dp = dp * rp
+                                    else:
+                                        dp = ZERO
+                                pd = math.exp(s * scale - st) * dp
+                            dSs[r * B_c + c] = pd
+                        cuda.syncthreads()
+                        for r in range(o_lo - r0 + t, o_hi - r0 + 1, threads):
+                            acc = ZERO
+                            for c in range(cols):
+                                acc += dSs[r * B_c + c]
+                            ls[r] = acc
+                        cuda.syncthreads()
                 # A, lines 12-21: P and dS per entry
                 for e in range(t, rows * cols, threads):
                     r = e // cols
@@ -364,7 +420,10 @@ def bwd_block(alg, B_r, B_c, d, dt, banded, has_mask, count, threads, dropout=Fa
                             dp = ZERO
                     else:
                         Ps[r * B_c + c] = p
-                    dSs[r * B_c + c] = p * (dp - Ds[r])  # line 21
+                    Dr = Ds[r]
+                    if OWN and o_lo <= r0 + r <= o_hi:
+                        Dr = ls[r]                      # own row: exact D (pass 0)
+                    dSs[r * B_c + c] = p * (dp - Dr)    # line 21
                 cuda.syncthreads()
                 # B, lines 17 and 23: dV_j += P^T dO_i, dK_j += scale dS^T Q_i
                 for e in range(t, cols * d, threads):
@@ -461,7 +520,7 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
 
     name = kernel_name(f"{alg}_bwd_main", Br=B_r, Bc=B_c, d=d, dt=dt, causal=causal,
                        window=window, mask=has_mask, dropout=dropout, count=count,
-                       t=threads)
+                       t=threads, noown=alg == "fa2" and bool(causal or window) and not OWN_ROWS)
     return kernel, name
 
 

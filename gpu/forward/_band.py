@@ -12,6 +12,8 @@ Tile (i, j) (rows r0..r_last, keys c0..c_last) holds a visible pair iff
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numba import cuda
 
@@ -19,6 +21,10 @@ from iosim.problem import band_of, check_window
 
 #: stands for an unbounded side of the band (|c - r| never reaches it)
 BIG = 1 << 62
+#: the fa2 backward's own rows (`own_rows`): exact D where one key tile holds a row's keys.
+#: FLASHSIM_OWN_ROWS=0 (read at import) builds the banded backward kernels without them, as
+#: they were before (for A/B timings and the error they fix; kernel names end in _noown).
+OWN_ROWS = os.environ.get("FLASHSIM_OWN_ROWS", "1") != "0"
 
 
 def band_args(N_q: int, N_k: int, causal: bool, window=(-1, -1)):
@@ -28,6 +34,19 @@ def band_args(N_q: int, N_k: int, causal: bool, window=(-1, -1)):
     windowed = check_window(window, bool(causal)) != (-1, -1)
     lo, hi = band_of(int(N_q), int(N_k), bool(causal), window)
     return (windowed, np.int64(-BIG if lo is None else lo), np.int64(BIG if hi is None else hi))
+
+
+def own_rows(r0, r_last, c0, c_last, N_k, lo, hi):
+    """(o_lo, o_hi): the rows of r0..r_last whose keys (lo <= c - r <= hi, 0 <= c < N_k) all
+    lie in c0..c_last (an empty range when o_lo > o_hi). The fa2 backward kernels take such a
+    row's D = rowsum(P o dP) from the tile itself (exact) instead of rowsum(dO o O) from
+    the stored O (gpu.backward.flash, module docstring). Plain Python too (tests)."""
+    o_lo = r0 if c0 <= 0 else max(r0, c0 - lo)
+    o_hi = r_last if c_last >= N_k - 1 else min(r_last, c_last - hi)
+    return o_lo, o_hi
+
+
+own_rows_dev = cuda.jit(device=True, inline=True)(own_rows)
 
 
 @cuda.jit(device=True, inline=True)
