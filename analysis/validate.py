@@ -354,7 +354,7 @@ SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split="new", split3="new"
 #: d7c7db6, split "blind2" rows), the third (frozen model 1e821c2, split "blind3"
 #: rows), the fourth (frozen model 972eff4, split "blind4" rows), the fifth (split
 #: "blind5" rows), the sixth (frozen model ac08151, split "blind6" rows) and the seventh
-#: (frozen model bf23b81, split "blind7" rows), each taken as development rows once scored; and the seventh, ninth, tenth, eleventh and
+#: (frozen model bf23b81, split "blind7" rows), the eighth (frozen 1630114, split "blind8"), each taken as development rows once scored; and the seventh, ninth, tenth, eleventh and
 #: twelfth sessions' development rows (RUNTIME_DEV3, RUNTIME_DEV5, RUNTIME_DEV6,
 #: RUNTIME_DEV7, RUNTIME_DEV8, declared before measuring)
 for _configs, _tag in ((RUNTIME_BLIND, "blind1"), (RUNTIME_BLIND2, "blind2"),
@@ -362,7 +362,8 @@ for _configs, _tag in ((RUNTIME_BLIND, "blind1"), (RUNTIME_BLIND2, "blind2"),
                        (RUNTIME_BLIND4, "blind4"), (RUNTIME_DEV5, "dev5"),
                        (RUNTIME_BLIND5, "blind5"), (RUNTIME_DEV6, "dev6"),
                        (RUNTIME_BLIND6, "blind6"), (RUNTIME_DEV7, "dev7"),
-                       (RUNTIME_BLIND7, "blind7"), (RUNTIME_DEV8, "dev8")):
+                       (RUNTIME_BLIND7, "blind7"), (RUNTIME_DEV8, "dev8"),
+                       (RUNTIME_BLIND8, "blind8")):
     SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3=_tag)
                      for c in _configs if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS
