@@ -1175,6 +1175,12 @@ FITTED_V2 = L2Model(capacity_fraction=0.8, associativity=16, replicate=True,
 #: the chip-to-chip spread of the effective L2 capacity, as factors (lo, hi) of the model's
 #: C, over which `levels` gives dram_read_bytes_range / dram_write_bytes_range (v11, above;
 #: benchmarks/l2_edge_spread.py)
+#: Frozen at 1630114 (v10 constants with this range) and scored on the eighth blind set
+#: (LEVELS_BLIND8, declared in 45c6258, measured on both chips before the freeze;
+#: predictions committed in e836fd9): 15 of 16 inside the bound on the H100 (DRAM reads
+#: median 0.7 %, writes 1.4 %) and on the H200 (0.3 %, 2.1 %); out on both, fa1_tc b1 h30
+#: N 5120 (H100 reads +30 %, writes +32 %; H200 +28 %, +10 %), inside its chip range on
+#: both: 16 of 16 in the chip range on each chip.
 CHIP_CAPACITY_RANGE = (0.88, 1.12)
 
 

@@ -408,6 +408,17 @@ no misses there. Per family (H100 median / worst %): fa2_tc 2.2 / 8.8, fa2_fast 
 standard_fast 2.4 / 8.6, fa2_bwd_tc 3.8 / 6.2, fa2_bwd_fast 1.0 / 3.4, fa2_bwd 1.3 / 1.6,
 standard_bwd_tc 1.9 / 3.4, standard_bwd 0.9. The seventh blind set then joined the fit
 (559 H100 rows).
+The twelfth session changed no constant and no term (the fa1_fast row above is, by the
+repeat probe of analysis.levels v11's block, largely the chip: b1 h10 N 3072 d 128 ran
+61.8 ms on a second H100, b1 h9 60.3 ms there against 55.2 on the first) and froze the
+model at 1630114 for the eighth blind set (RUNTIME_BLIND8, declared in 45c6258, measured
+before the freeze; predictions committed in e836fd9): H100 median 2.0 %, worst 8.7 %, 42
+of 42 within 10 %; H200 (preset change only) 3.1 %, worst 10.1 %, 41 of 42 within 10 %,
+42 of 42 within 15 %. Per family (H100 median / worst %): fa2_tc 1.9 / 8.4, fa2_fast 1.8 /
+2.9, fa2_plain 4.5 / 5.2, fa1_tc 1.5 / 2.8, fa1_fast 0.9 / 2.6, standard_tc 3.4 / 6.3,
+standard_fast 2.8 / 8.7, fa2_bwd_tc 5.0 / 6.5, fa2_bwd_fast 1.2 / 3.0, fa2_bwd 3.0 / 4.4,
+standard_bwd_tc 2.4 / 2.9, standard_bwd 0.1. The eighth blind set and RUNTIME_DEV8 then
+joined the development rows (constants not refitted this session).
 """
 from __future__ import annotations
 
