@@ -27,7 +27,8 @@ from analysis.validation_configs import (LEVELS_BLIND, LEVELS_BLIND2, LEVELS_BLI
                                          LEVELS_BLIND5, RUNTIME_BLIND5, RUNTIME_DEV5,
                                          LEVELS_BLIND6, RUNTIME_BLIND6, RUNTIME_DEV6,
                                          LEVELS_BLIND7, RUNTIME_BLIND7, RUNTIME_DEV7,
-                                         LEVELS_BLIND8, RUNTIME_BLIND8, RUNTIME_DEV8)
+                                         LEVELS_BLIND8, RUNTIME_BLIND8, RUNTIME_DEV8,
+                                         LEVELS_BLIND9)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: measured after the L2 model was frozen (c9b0b77) and never fitted on: the blind set and
@@ -44,7 +45,8 @@ LEVELS_BLIND_SETS = {
     "levels_blind5": (LEVELS_BLIND5, "blind5", RUNS / "levels-blind5-predictions" / "predictions.json"),
     "levels_blind6": (LEVELS_BLIND6, "blind6", RUNS / "levels-blind6-predictions" / "predictions.json"),
     "levels_blind7": (LEVELS_BLIND7, "blind7", RUNS / "levels-blind7-predictions" / "predictions.json"),
-    "levels_blind8": (LEVELS_BLIND8, "blind8", RUNS / "levels-blind8-predictions" / "predictions.json")}
+    "levels_blind8": (LEVELS_BLIND8, "blind8", RUNS / "levels-blind8-predictions" / "predictions.json"),
+    "levels_blind9": (LEVELS_BLIND9, "blind9", RUNS / "levels-blind9-predictions" / "predictions.json")}
 RUNTIME_BLIND_SETS = {
     "runtime_blind": (RUNTIME_BLIND, "blind", RUNS / "runtime-blind-predictions" / "predictions.json"),
     "runtime_blind2": (RUNTIME_BLIND2, "blind2",
@@ -61,11 +63,11 @@ RUNTIME_BLIND_SETS = {
                        RUNS / "runtime-blind7-predictions" / "predictions.json"),
     "runtime_blind8": (RUNTIME_BLIND8, "blind8",
                        RUNS / "runtime-blind8-predictions" / "predictions.json")}
-#: the split each scored blind set's rows carry, in order of the sets (one per set: the
-#: levels sets use the same names)
-BLIND_SPLITS = tuple(split for _, split, _ in RUNTIME_BLIND_SETS.values())
-if BLIND_SPLITS != tuple(split for _, split, _ in LEVELS_BLIND_SETS.values()):
-    raise RuntimeError("LEVELS_BLIND_SETS and RUNTIME_BLIND_SETS must name the same splits")
+#: the split each scored blind set's rows carry, in order of the rounds (a round's levels
+#: and runtime sets share the name; the ninth round has a levels set only)
+BLIND_SPLITS = tuple(dict.fromkeys(
+    [split for _, split, _ in RUNTIME_BLIND_SETS.values()]
+    + [split for _, split, _ in LEVELS_BLIND_SETS.values()]))
 
 
 def model_version() -> str:

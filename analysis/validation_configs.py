@@ -1027,6 +1027,34 @@ LEVELS_BLIND8 = [dict(c, split="blind") for c in [
 ]]
 
 
+#: The hierarchy model's ninth blind set, declared 2026-11-27 (thirteenth session) before
+#: any of it was measured, with the model that scores it (v12: the chip range in every
+#: launch) already written: the rules of RUNTIME_BLIND (never fitted on, never used to
+#: choose a form; the predictions committed before the rows are measured). Half on the fa2
+#: forward's K/V re-read edge (where v12's range is new: tensor cores at d 64 and 128, few
+#: and many heads, the fast fp32 kernel at d 128), half a cover of the other default
+#: kernels, at shapes not measured before. No runtime set goes with it: the time model did
+#: not change.
+LEVELS_BLIND9 = [dict(c, split="blind") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 18, 46 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 14, 56 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 2, 120 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 4, 100 * K, 64),
+    cfg(F, "fa2", "tc", "fp16", 1, 2, 72 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 10, 60 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 14, 42 * K, 128),
+    cfg(F, "fa2", "fast", "fp32", 1, 48, 12 * K, 128),
+    cfg(F, "fa2", "tc", "fp16", 1, 20, 52 * K, 64, causal=True),
+    cfg(F, "fa2", "fast", "fp32", 1, 22, 13 * K, 64),
+    cfg(F, "fa2", "plain", "fp16", 1, 20, 5 * K, 64, tiles=(64, 64)),
+    cfg(F, "fa1", "tc", "fp16", 1, 26, 5 * K, 64),
+    cfg(F, "fa1", "default", "fp32", 1, 22, 3 * K, 64),
+    cfg(F, "standard", "tc", "fp16", 1, 26, 3 * K, 64),
+    cfg(B, "fa2", "tc", "fp16", 1, 14, 16 * K, 64, causal=True),
+    cfg(B, "fa2", "fast", "fp32", 1, 18, 6 * K, 64),
+]]
+
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -1123,7 +1151,8 @@ SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
         "runtime_dev7": RUNTIME_DEV7, "levels_dev7": LEVELS_DEV7,
         "runtime_blind7": RUNTIME_BLIND7, "levels_blind7": LEVELS_BLIND7,
         "runtime_dev8": RUNTIME_DEV8, "levels_dev8": LEVELS_DEV8,
-        "runtime_blind8": RUNTIME_BLIND8, "levels_blind8": LEVELS_BLIND8}
+        "runtime_blind8": RUNTIME_BLIND8, "levels_blind8": LEVELS_BLIND8,
+        "levels_blind9": LEVELS_BLIND9}
 
 
 def family_of(c: dict) -> str:
@@ -1143,4 +1172,4 @@ __all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME_BLI
            "RUNTIME_DEV5", "LEVELS_DEV5", "RUNTIME_BLIND5", "LEVELS_BLIND5",
            "RUNTIME_DEV6", "LEVELS_DEV6", "RUNTIME_BLIND6", "LEVELS_BLIND6",
            "RUNTIME_DEV7", "LEVELS_DEV7", "RUNTIME_BLIND7", "LEVELS_BLIND7",
-           "RUNTIME_DEV8", "LEVELS_DEV8", "RUNTIME_BLIND8", "LEVELS_BLIND8", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+           "RUNTIME_DEV8", "LEVELS_DEV8", "RUNTIME_BLIND8", "LEVELS_BLIND8", "LEVELS_BLIND9", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]

@@ -58,12 +58,23 @@ def test_range_is_the_point_far_from_the_edge(case):
     assert not any("capacity edge" in w for w in r["warnings"])
 
 
-def test_no_private_round_trips_no_range():
-    # the fa2 forward has no private read-modify-write round trips: its range is its point
-    r = L.levels("fa2", Problem(N=4096, d=64, batch=1, heads=16, dtype="fp16"), "H100-SXM")
+def test_fa2_kv_edge_is_ranged_and_far_from_it_is_the_point():
+    # v12: every launch is ranged. The fa2 forward far from its K/V edge (16 heads,
+    # N = 4096: K/V fit with room) has its point as its range ...
+    far = L.levels("fa2", Problem(N=4096, d=64, batch=1, heads=16, dtype="fp16"), "H100-SXM")
     for k in KEYS:
-        assert r[k + "_range"] == [r[k], r[k]]
-    assert not any("capacity edge" in w for w in r["warnings"])
+        lo, hi = far[k + "_range"]
+        assert lo == pytest.approx(far[k], rel=1e-3) and hi == pytest.approx(far[k], rel=1e-3)
+    assert not any("capacity edge" in w for w in far["warnings"])
+    # ... on the edge (20 heads, N = 48K: measured 393 MB of reads on the H100 against
+    # v10's 457) its reads span more than the point; writes (O once) barely move
+    edge = L.levels("fa2", Problem(N=48 * 1024, d=64, batch=1, heads=20, dtype="fp16"),
+                    "H100-SXM")
+    lo, hi = edge["dram_read_bytes_range"]
+    assert lo < 0.95 * edge["dram_read_bytes"] and hi > 1.05 * edge["dram_read_bytes"]
+    assert L.within_range((lo, hi), 393.5e6) and not L.within(edge["dram_read_bytes"], 393.5e6)
+    wlo, whi = edge["dram_write_bytes_range"]
+    assert whi - wlo < 0.05 * edge["dram_write_bytes"]
 
 
 def test_dram_at_capacities_is_dram_from_stream_at_each_capacity():

@@ -10,9 +10,10 @@ Runs in Numba's CUDA simulator (no GPU): tiny problems, 16 x 16 tiles.
     exact D), the other rows' must (float64 with D from the given O), plain and fast
     kernels, fp32, causal bottom-right and a window, with dropout for the plain kernel;
     dK, dV and the counts as the models / closed form say;
-  - the d = 59 fp16 effect at a tiny size: a draw (seed 91, N_q = 47, N_k = 48, causal,
-    window (128, 0)) on which D from the stored fp16 O gives 2.5x the error of dQ_ref
-    rounded once (PyTorch MATH's); the kernels must stay within 1.3x of it.
+  - the d = 59 fp16 effect at a tiny size: a draw (seed 24, one head, N_q = 47,
+    N_k = 48, causal, window (128, 0)) on which D from the stored fp16 O gives 4.8x the
+    error of dQ_ref rounded once (PyTorch MATH's); the kernels must stay within 1.3x of
+    it. One head, not four: the simulator runs it in 20 s instead of 86 s.
 """
 import math
 
@@ -131,13 +132,13 @@ def test_wrong_O_own_rows_exact_dropout(kernel):
 
 
 def test_d59_fp16_few_key_rows_within_torch_bound():
-    """The d = 59 fp16 causal-window row's effect at N_q = 47, N_k = 48 (seed 91): D from
-    the stored fp16 O gives > 2x the error of dQ_ref rounded once; the kernels (forward
-    gpu.attention, backward attention_backward, kernel='auto' -> plain, 16 x 16) stay
-    within 1.3x."""
-    d, Nq, Nk, H = 59, 47, 48, 4
+    """The d = 59 fp16 causal-window row's effect at N_q = 47, N_k = 48 (seed 24, one
+    head): D from the stored fp16 O gives > 2x the error of dQ_ref rounded once (4.8x
+    on this draw); the kernels (forward gpu.attention, backward attention_backward,
+    kernel='auto' -> plain, 16 x 16) stay within 1.3x. FLASHSIM_OWN_ROWS=0 fails it."""
+    d, Nq, Nk, H = 59, 47, 48, 1
     causal, window = True, (128, 0)
-    rng = np.random.default_rng(91)
+    rng = np.random.default_rng(24)
     q, k, v, do = [rng.standard_normal((1, H, n, d), dtype=np.float32).astype(np.float16)
                    for n in (Nq, Nk, Nk, Nq)]
     kw = dict(algorithm="fa2", causal=True, window=window)
