@@ -260,8 +260,9 @@ def levels_blind_predictions(model=None, gpu: str = "H100-SXM", set_name: str = 
         p = predict_row(c, gpu, model)
         preds.append({"id": c["id"], "config": c, "family": family_of(c), "kernel": p["kernel"],
                       "tiling": [p["block_rows"], p["block_cols"]],
-                      "predicted": {k: p[k] for k in LEVEL_KEYS + ("requested_read_bytes",
-                                                                   "requested_write_bytes")},
+                      "predicted": {k: p[k] for k in LEVEL_KEYS + (
+                          "requested_read_bytes", "requested_write_bytes",
+                          "dram_read_bytes_range", "dram_write_bytes_range") if k in p},
                       "kernels": [{k: v for k, v in kk.items()} for kk in p["kernels"]],
                       "warnings": p["warnings"]})
     return {"what": f"levels predictions for analysis.validation_configs.{set_name.upper()}, "
@@ -282,7 +283,7 @@ def levels_blind_rows(measured: list[dict], frozen: dict) -> list[dict]:
     """levels_validation-style rows (split "blind", or the frozen set's own) joining measured counter rows
     (analysis.hwmeasure's format: config.id, measured.{dram,l2}_{read,write}_bytes; rows
     with an error or a status other than ok are skipped) with the frozen predictions."""
-    from analysis.levels import LEVEL_KEYS, errors
+    from analysis.levels import LEVEL_KEYS, errors, within_chip_range
     by_id = {p["id"]: p for p in frozen["predictions"]}
     out = []
     for r in measured:
@@ -302,28 +303,40 @@ def levels_blind_rows(measured: list[dict], frozen: dict) -> list[dict]:
             gpu_preset=frozen["gpu_preset"], kernel=p["kernel"], tiling=p["tiling"],
             measured_tiling=r.get("tiling"), model_version=frozen["model_version"],
             frozen_commit=frozen["frozen_commit"], l2_model=frozen["l2_model"],
-            warnings=p["warnings"], measured=m, predicted=pr, rel_error=err, within_bound=ok))
+            warnings=p["warnings"], measured=m, predicted=pr, rel_error=err, within_bound=ok,
+            # frozen with a range (v12 on): scored against it too; earlier sets: none
+            **({"within_chip_range": within_chip_range(pr, m)}
+               if "dram_read_bytes_range" in pr else {})))
     return out
 
 
 def format_levels_blind(rows: list[dict], n_expected: int | None = None) -> str:
     """Per family and overall: rows, inside the bound (DRAM reads and writes within 15 %
     or 16 MB), median and worst |relative error| of DRAM reads and writes, and each row."""
+    ranged = bool(rows) and all("within_chip_range" in r for r in rows)
     lines = [f"{'family':<16}{'rows':>5}{'in bound':>9}{'DRAM rd med':>12}{'worst':>8}"
-             f"{'DRAM wr med':>12}{'worst':>8}"]
+             f"{'DRAM wr med':>12}{'worst':>8}" + (f"{'in chip range':>15}" if ranged else "")]
     for fam in sorted({r["family"] for r in rows}) + ["all"]:
         ss = [r for r in rows if fam == "all" or r["family"] == fam]
         rd = _stats([r["rel_error"]["dram_read_bytes"] for r in ss])
         wr = _stats([r["rel_error"]["dram_write_bytes"] for r in ss])
         lines.append(f"{fam:<16}{len(ss):>5}{sum(all(r['within_bound'].values()) for r in ss):>9}"
-                     f"{rd['median']:>12.1%}{rd['worst']:>8.0%}{wr['median']:>12.1%}{wr['worst']:>8.0%}")
+                     f"{rd['median']:>12.1%}{rd['worst']:>8.0%}{wr['median']:>12.1%}{wr['worst']:>8.0%}"
+                     + (f"{sum(all(r['within_chip_range'].values()) for r in ss):>15}"
+                        if ranged else ""))
     lines.append("")
     for r in rows:
         m, p, e = r["measured"], r["predicted"], r["rel_error"]
         lines.append(f"{r['config']['id'][:52]:<53}rd {m['dram_read_bytes'] / 1e6:9.1f} "
                      f"{p['dram_read_bytes'] / 1e6:9.1f} {e['dram_read_bytes']:+7.1%}  wr "
                      f"{m['dram_write_bytes'] / 1e6:8.1f} {p['dram_write_bytes'] / 1e6:8.1f} "
-                     f"{e['dram_write_bytes']:+7.1%}  {'ok' if all(r['within_bound'].values()) else 'OUT'}")
+                     f"{e['dram_write_bytes']:+7.1%}  {'ok' if all(r['within_bound'].values()) else 'OUT'}"
+                     + (f"  range rd {p['dram_read_bytes_range'][0] / 1e6:.0f}-"
+                        f"{p['dram_read_bytes_range'][1] / 1e6:.0f} wr "
+                        f"{p['dram_write_bytes_range'][0] / 1e6:.0f}-"
+                        f"{p['dram_write_bytes_range'][1] / 1e6:.0f} "
+                        f"{'in' if all(r['within_chip_range'].values()) else 'OUT'}"
+                        if ranged else ""))
     if n_expected is not None and len(rows) != n_expected:
         lines.append(f"note: {len(rows)} of {n_expected} blind passes have measured rows")
     return "\n".join(lines)
