@@ -6,8 +6,7 @@
 #   STAGES=counters SET=levels_new bash scripts/device_levels.sh   # the newer default kernels
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"; export OUT PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
+. scripts/_wheel_env.sh || exit 1   # numpy<2.5 from .whl/ (see there)
 STAGES=${STAGES:-"probe counters"}
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem --format=csv; } > "$OUT/device.txt" 2>&1
 for s in $STAGES; do

@@ -11,11 +11,7 @@
 # file (hwmeasure skips configurations already measured).
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"; export OUT PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-fi
+. scripts/_wheel_env.sh || exit 1   # numpy<2.5 from .whl/ (see there)
 BUDGET=${BUDGET:-250}
 { date -u; git rev-parse --short HEAD 2>/dev/null
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; } > "$OUT/device.txt" 2>&1

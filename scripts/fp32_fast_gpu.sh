@@ -16,13 +16,7 @@
 # Everything lands in $OUT (default ./out).
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"; export OUT PYTHONUNBUFFERED=1
-if ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+. scripts/_wheel_env.sh || exit 1   # numpy<2.5 from .whl/ (see there)
 FS="python3 -m analysis.cli"
 STAGES=${STAGES:-"pytest time bench"}
 for s in $STAGES; do

@@ -20,8 +20,7 @@
 # cannot eat the call.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"; export OUT PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
+. scripts/_wheel_env.sh || exit 1   # numpy<2.5 from .whl/ (see there)
 FS="python3 -m analysis.cli"
 STAGES=${STAGES:-"check sanitize backward"}
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv; } > "$OUT/device.txt" 2>&1

@@ -12,19 +12,18 @@
 #   REPEATS=3 bash scripts/repeat_probe.sh
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"; export OUT PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-fi
+. scripts/_wheel_env.sh || exit 1   # numpy<2.5 from .whl/ (see there)
 nvidia-smi --query-gpu=name,driver_version,uuid --format=csv > "$OUT/device.txt" 2>&1
 tmp=$(mktemp -d)
 for i in $(seq 1 "${REPEATS:-3}"); do
+  j=0
   for spec in ${PROBES:?PROBES=\"counters:SET:REGEX times:SET:REGEX ...\"}; do
     kind=${spec%%:*}; rest=${spec#*:}; set_name=${rest%%:*}; only=${rest#*:}
     case $kind in counters) out=levels_repeat ;; times) out=times_repeat ;;
       *) echo "unknown probe kind $kind (counters, times)"; exit 2 ;; esac
-    f="$tmp/$kind-$set_name-$i.jsonl"; t0=$(date +%s)
+    # a file per probe and repeat: hwmeasure appends to (and resumes) its --out, so two
+    # probes of one set sharing a file would copy the first one's rows again
+    j=$((j + 1)); f="$tmp/$kind-$set_name-$j-$i.jsonl"; t0=$(date +%s)
     timeout $(( ${STAGE_S:-150} + 30 )) python3 -m analysis.hwmeasure "$kind" --set "$set_name" \
         --only "$only" --budget-s "${STAGE_S:-150}" --out "$f" >> "$OUT/repeat_probe.log" 2>&1
     rc=$?
