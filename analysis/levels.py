@@ -1196,10 +1196,11 @@ FITTED_V2 = L2Model(capacity_fraction=0.8, associativity=16, replicate=True,
 #: declared with v12 written, predictions with ranges committed before it was measured):
 #: H100 (a third chip) 13 of 16 inside the bound, 16 of 16 inside the range; H200 12 of 16
 #: and 16 of 16. What the range means there differs by level: fa1's round trips move 3x
-#: chip to chip (above), while three fa2_tc edge passes repeated on that third H100 came
-#: within 2 % of their earlier rows: on the H100 the fa2 points' blind errors (-12 % to
-#: +18 %) are the model's, and the range is its uncertainty about where the K/V edge falls
-#: (+-12 % of C), not a chip spread. On the H200 one of five fa2 repeats moved 20 % (b1
+#: chip to chip (above), while the fa2 edge passes moved a few % at most across four H100s
+#: (three onset passes of blind2-6 within 2 % on the third; blind9's ten fa2 passes on a
+#: fourth within 1 % in seven, -2 % to -5 % in three): on the H100 the fa2 points' blind
+#: errors (-12 % to +18 %) are the model's, and the range is its uncertainty about where
+#: the K/V edge falls (+-12 % of C), not a chip spread. On the H200 one of five fa2 repeats moved 20 % (b1
 #: h16 N 32768 d 128). Cost: two more hit-probability passes over every stream, not two
 #: more streams; `chip_range=None` skips them.
 CHIP_CAPACITY_RANGE = (0.88, 1.12)
