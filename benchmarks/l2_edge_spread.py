@@ -13,8 +13,9 @@ is on the edge where the model's bytes at k = 0.9 and 1.1 differ by more than th
 a '*' and left out of the summaries; '>1.60': the measured bytes are at or below the
 model's compulsory traffic, '<0.50': above its bytes at half the capacity).
 Machines: "A" is the H100 of run 2026-11-27-h100-levels-dev8, "B" the H100 of
-2026-11-27-h100-l2-repeat (four repeats, averaged; their spread printed), "?" an older
-row (its machine was not recorded). H200 rows are reported apart (held out: nothing here is
+2026-11-27-h100-l2-repeat (four repeats, averaged; their spread printed), "C" and "D" the
+thirteenth session's H100s (by GPU UUID, `MACHINE_OF_UUID`), "?" an older row (its
+machine was not recorded); the H200 rows' machine letters say nothing (one letter set). H200 rows are reported apart (held out: nothing here is
 fitted on them).
 """
 import json
@@ -29,6 +30,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "results" / "data"
 GRID = tuple(np.round(np.arange(0.50, 1.6001, 0.02), 4))
 MACHINE = {"2026-11-27-h100-levels-dev8": "A", "2026-11-27-h100-l2-repeat": "B"}
+#: the H100s by GPU UUID (rows carry it from the twelfth session's second call on): B of
+#: the twelfth session; C and D of the thirteenth (D behaves as B on fa1's onset)
+MACHINE_OF_UUID = {"GPU-a0c8e126": "B", "GPU-6a0b2fb0": "C", "GPU-4ab63188": "D"}
+
+
+def machine_of(r: dict, default: str = "?") -> str:
+    """The machine letter of a measured row: by its GPU UUID where it has one, else by its
+    run (`MACHINE`), else `default`."""
+    uuid = (r.get("device_uuid") or "")[:12]
+    return MACHINE_OF_UUID.get(uuid) or MACHINE.get(r.get("run_id"), default)
 
 
 def load(name):
@@ -66,17 +77,17 @@ def rows_of(model):
     for r in load("levels_measurement"):
         if r.get("status") == "ok" and r["config"]["algorithm"] == "fa1":
             m = r["measured"]
-            out.append((r["device"], MACHINE.get(r["run_id"], "?"), r["config"],
+            out.append((r["device"], machine_of(r), r["config"],
                         (m["dram_read_bytes"], m["dram_write_bytes"]), None))
     rep = defaultdict(list)
     for r in load("levels_repeat"):
-        if r.get("status") == "ok":
-            rep[(r["device"], r["run_id"], r["config"]["id"])].append(r)
-    for (dev, run, _), rs in sorted(rep.items()):
+        if r.get("status") == "ok" and r["config"]["algorithm"] == "fa1":
+            rep[(r["device"], machine_of(r, "B?"), r["config"]["id"])].append(r)
+    for (dev, mach, _), rs in sorted(rep.items()):
         rd = [x["measured"]["dram_read_bytes"] for x in rs]
         wr = [x["measured"]["dram_write_bytes"] for x in rs]
         spread = (max(rd) / min(rd) - 1, max(wr) / min(wr) - 1, len(rs))
-        out.append((dev, MACHINE.get(run, "B?"), rs[0]["config"],
+        out.append((dev, mach, rs[0]["config"],
                     (float(np.mean(rd)), float(np.mean(wr))), spread))
     return out
 
@@ -162,6 +173,8 @@ def main(argv=None):
     print("H100 (all machines):  " + summary(res, "H100"))
     print("H100 machine A (dev8): " + summary(res, "H100", {"A"}))
     print("H100 machine B (repeat): " + summary(res, "H100", {"B"}))
+    print("H100 machine C:        " + summary(res, "H100", {"C"}))
+    print("H100 machine D:        " + summary(res, "H100", {"D"}))
     print("H100 older rows (?):  " + summary(res, "H100", {"?"}))
     print("H200 (held out):      " + summary(res, "H200"))
     if "--rows" in argv:

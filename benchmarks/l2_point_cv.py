@@ -4,9 +4,9 @@
 
 Folds by sha256(config id)[1] mod 5 (analysis.validate.cv_fold), as the v8-v10 blocks of
 analysis/levels.py. Rows: every ok H100 row of levels_measurement.jsonl, plus one row per
-configuration of levels_repeat.jsonl (machine B: the mean of its repeats), in the fold of
-its configuration id (so a configuration's two machines are never split between fit and
-test). Each fold picks the candidate with the most rows inside the bound on the other four
+configuration and machine of levels_repeat.jsonl (B, C, D: the mean of that machine's
+repeats), in the fold of its configuration id (so a configuration's machines are never
+split between fit and test). Each fold picks the candidate with the most rows inside the bound on the other four
 (ties: the median |log(pred / meas)| of DRAM reads and writes) and is scored on its own
 rows. H200 rows are not used.
 """
@@ -16,6 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+from l2_edge_spread import machine_of   # this folder: run as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "results" / "data"
@@ -31,11 +33,12 @@ def h100_rows():
     rep = {}
     for r in load("levels_repeat"):
         if r.get("status") == "ok" and r["device"] == "NVIDIA H100 80GB HBM3":
-            rep.setdefault(r["config"]["id"], []).append(r)
-    for cid, rs in sorted(rep.items()):
+            rep.setdefault((r["config"]["id"], machine_of(r, "B")), []).append(r)
+    for (cid, mach), rs in sorted(rep.items()):
+        # one row per configuration and machine: the mean of that machine's repeats
         m = {k: float(np.mean([x["measured"][k] for x in rs])) for k in rs[0]["measured"]
              if isinstance(rs[0]["measured"][k], (int, float))}
-        rows.append(dict(rs[0], measured=m, machine="B"))
+        rows.append(dict(rs[0], measured=m, machine=mach))
     return rows
 
 
@@ -66,7 +69,8 @@ def main():
     sc = {name: score(rows, m) for name, m in cands.items()}
     keys = list(next(iter(sc.values())))
     fold = {k: cv_fold(k[0]) for k in keys}
-    print(f"{len(keys)} H100 rows ({sum(1 for k in keys if k[1] == 'B')} machine-B repeat rows)")
+    print(f"{len(keys)} H100 rows ({sum(1 for k in keys if k[1] in ('B', 'C', 'D'))} repeat rows "
+          f"of machines B, C, D)")
     for name, s in sc.items():
         fa1 = [k for k in keys if k[0].startswith("fwd_fa1")]
         print(f"  {name:<16} all rows inside {sum(s[k][0] for k in keys):>4}   fa1 "
