@@ -567,6 +567,46 @@ class RuntimeModel:
 # ---------------------------------------------------------------------------------------
 # Work and traffic of each launch
 # ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class UniformWork:
+    """The work vector of a launch whose n CTAs all do the same work `value` (units of
+    work at one SM's full rate), np.full(n, value) without the array: the standard
+    kernels' tile products, fa1's heads and the backward's elementwise passes launch up to
+    millions of equal CTAs whose work is only summed (`sum`, the spill term's
+    `excess_sum`), maximised and scheduled (`makespans`: equal CTAs fill the machines in
+    waves), which is arithmetic. Each gives the float the array's numpy expression gives."""
+    n: int
+    value: float
+
+    @property
+    def size(self) -> int:
+        return self.n
+
+    def sum(self) -> float:
+        """np.full(n, value).sum(): n x value where every partial sum of numpy's pairwise
+        summation is exact (an integer value, |n x value| < 2^53), else that sum."""
+        v = float(self.value)
+        if v.is_integer() and abs(v) * self.n < 2.0 ** 53:
+            return 0.0 + float(self.n) * v          # (np.sum starts from +0.0)
+        return float(np.full(self.n, v).sum())
+
+    def max(self) -> float:
+        """np.max(np.full(n, value)) (n > 0)."""
+        return float(self.value)
+
+    def excess_sum(self) -> float:
+        """(work - 1).clip(0).sum(): the CTAs' work beyond their first unit (the spilling
+        builds' local-memory steps)."""
+        return UniformWork(self.n, float((np.float64(self.value) - 1).clip(0))).sum()
+
+
+def _work_excess(work) -> float:
+    """sum(max(work - 1, 0)) of a CTA work vector (array or `UniformWork`)."""
+    if isinstance(work, UniformWork):
+        return work.excess_sum()
+    return (work - 1).clip(0).sum()
+
+
 def _sums(p: Problem, t: Tiling):
     nA, RA, CA, RCA = (int(x) for x in iosim.tile_sums(p.N, t.B_r, t.B_c, p.causal))
     return nA, RA, CA, RCA
@@ -583,7 +623,7 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
     a = _active_prefix(N, t.B_r, t.B_c, p.causal)                 # key blocks per query block
     first = _first_query_block(N, t.B_r, t.B_c, p.causal)
     qb_per_kb = T_r - first                                        # query blocks per key block
-    ones = lambda n: np.ones(int(n))
+    ones = lambda n: UniformWork(int(n), 1.0)        # equal CTAs: no array
     tc = lv["kernel"] == "tc"
     out = []
     for k in lv["kernels"]:
@@ -600,7 +640,7 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             W, B2 = 4.0 * RCA * d * I, lv["l2_read_bytes"] + lv["l2_write_bytes"]
             work = np.tile((a + 1)[::-1] if heavy_first else a + 1, I)
         elif fam == "fa1_fwd":
-            W, work = 4.0 * RCA * d * I, ones(I) * (nA + T_c)
+            W, work = 4.0 * RCA * d * I, UniformWork(int(I), float(nA + T_c))
             B2 = lv["l2_read_bytes"] + lv["l2_write_bytes"]
         elif fam in ("std_S", "std_bwd_dP"):          # tile products S = QK^T, dP = dO V^T
             W, work, B2 = 2.0 * RCA * d * I, ones(nA * I), ((RA + CA) * d + RCA) * s * I
@@ -646,13 +686,14 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             # sum, conversions; dS: P dP, D, the product) at the fp32 rate: the same on
             # every chip of the same SMs and clocks, not the HBM's
             W, R = ROW_OPS * RCA * I, hw.fp32_flops
-        work = np.asarray(work, dtype=np.float64)
+        if not isinstance(work, UniformWork):
+            work = np.asarray(work, dtype=np.float64)
         spill = k.get("spill_bytes", 0)
         local = 0.0
         if spill:
             l1_free = 256 * 1024 - k["ctas_per_sm"] * k["smem_bytes"]
             if spill * k["threads"] * k["ctas_per_sm"] > l1_free:   # loads and stores
-                local = float(2 * spill * k["threads"] * (work - 1).clip(0).sum())
+                local = float(2 * spill * k["threads"] * _work_excess(work))
         entries = {"fa2_tc": 1, "fa2_fast": 1, "fa2_fwd": 1, "fa1_fwd": 1, "std_S": 0,
                    "std_PV": 0, "fa2_bwd_main": 2, "std_bwd_dP": 0, "std_bwd_dQ": 0,
                    "std_bwd_dK": 0, "std_bwd_dV": 0}.get(fam, 0) * float(RCA) * I
@@ -703,7 +744,8 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                 rounds = float((-(-t.B_r * d // thr) + -(-t.B_c * d // thr)) * waves)
             elif kern == "std_fast_PV":       # P_ij, V_j per key tile of its row block
                 rounds = float((-(-t.B_r * t.B_c // thr) + -(-t.B_c * d // thr))
-                               * float(np.max(work)) * waves)
+                               * float(work.max() if isinstance(work, UniformWork)
+                                       else np.max(work)) * waves)
             else:
                 rounds = float(nA * (-(-t.B_r * d // thr) + 1) * waves)
             miss = min(1.0, k["dram_read_bytes"] / max(1.0, lv["l2_read_bytes"]))
@@ -808,12 +850,35 @@ def _bwd_wavefronts(B_r: int, B_c: int, d: int, s: int) -> float:
 
 
 def _makespan(work, machines, uniform=None):
-    """uniform: whether all of work is work[0], where the caller knows (one pass fewer
-    over a grid of millions of CTAs)."""
+    """Makespan of the list schedule of work (CTAs in grid order, each to the earliest
+    free of `machines`): max(start + work), `_list_makespan`. uniform: whether all of work
+    is work[0], where the caller knows (one pass fewer over a grid of millions of CTAs)."""
     n = work.size
     if np.all(work == work[0]) if uniform is None else uniform:
         return -(-n // machines) * float(work[0])
-    return float((_schedule(work, machines) + work).max())
+    return float(_list_makespan(np.asarray(work, dtype=np.float64), int(machines)))
+
+
+@njit(cache=True)
+def _list_makespan(dur, slots):
+    """(iosim.hierarchy._schedule(dur, slots) + dur).max() without the start times: the
+    same heap of (free time, slot) (`iosim.hierarchy._schedule_slots`), each CTA ending
+    at its slot's free time + its work, the latest end kept as it goes (NaN, as np.max,
+    if any end is NaN); no arrays of millions of CTAs."""
+    n = dur.shape[0]
+    k = min(slots, n)
+    hf = np.zeros(k)                        # heap: free time ...
+    hs = np.arange(k)                       # ... and slot, in slot order
+    latest = -np.inf
+    nan = False
+    for c in range(n):
+        end = hf[0] + dur[c]
+        if end > latest:
+            latest = end
+        elif np.isnan(end):
+            nan = True
+        _heap_sift_down(hf, hs, k, 0, end, hs[0])      # the root's new free time
+    return np.nan if nan else latest
 
 
 #: grids past this many CTAs of unequal work keep the sequential list schedule (speed)
@@ -930,16 +995,29 @@ def makespans(work, hw, ctas_per_sm: int) -> dict:
     """The two schedules of a launch's CTAs, in units of work at one SM's full rate:
     mk_sm, SMs as machines sharing their throughput among resident CTAs; mk_slots, each
     of the SMs x CTAs-per-SM slots a machine running one CTA at a time at full rate (the
-    latency-bound view: divided by the share of an SM one CTA can use, see `imbalance`)."""
+    latency-bound view: divided by the share of an SM one CTA can use, see `imbalance`).
+    work: an array, or `UniformWork` (equal CTAs: waves of the machines, no array)."""
+    if isinstance(work, UniformWork):
+        total = work.sum() if work.n else 0
+        if work.n == 0 or total == 0:
+            return {"mk_sm": 0.0, "mk_slots": 0.0, "balanced": 1.0}
+        # `_makespan` of equal work: whole waves of the machines
+        waves = lambda machines: -(-work.n // machines) * float(work.value)
+        return {"mk_sm": waves(hw.sm_count), "mk_slots": waves(hw.sm_count * ctas_per_sm),
+                "balanced": float(total / hw.sm_count)}
     total = work.sum() if work.size else 0     # (summed and compared once)
     if work.size == 0 or total == 0:
         return {"mk_sm": 0.0, "mk_slots": 0.0, "balanced": 1.0}
     uniform = bool(np.all(work == work[0]))
-    mk_sm = _makespan(work, hw.sm_count, uniform) if uniform or work.size > SHARED_MAX_CTAS \
-        else _shared_makespan(work, hw.sm_count, max(1, ctas_per_sm))
-    return {"mk_sm": mk_sm,
-            "mk_slots": _makespan(work, hw.sm_count * ctas_per_sm, uniform),
-            "balanced": float(total / hw.sm_count)}
+    slots = hw.sm_count * ctas_per_sm
+    if uniform or work.size > SHARED_MAX_CTAS:
+        mk_sm = _makespan(work, hw.sm_count, uniform)
+        # one CTA per SM: the slot schedule is the same list schedule (computed once)
+        mk_slots = mk_sm if slots == hw.sm_count else _makespan(work, slots, uniform)
+    else:
+        mk_sm = _shared_makespan(work, hw.sm_count, max(1, ctas_per_sm))
+        mk_slots = _makespan(work, slots, uniform)
+    return {"mk_sm": mk_sm, "mk_slots": mk_slots, "balanced": float(total / hw.sm_count)}
 
 
 def imbalance(f: dict, w_sat: float) -> float:
@@ -1170,4 +1248,4 @@ def validate(rows: list[dict], model: RuntimeModel, gpu: str, features=None) -> 
 
 
 __all__ = ["RuntimeModel", "predict", "fit", "validate", "launch_features", "imbalance",
-           "family_key", "P_NORM"]
+           "family_key", "P_NORM", "UniformWork"]

@@ -87,10 +87,18 @@ sequence); to stay fast, CTAs that start together on the same data are merged (t
 each tile at the same step), and long sweeps are coarsened to groups of consecutive tiles
 (`max_accesses`), which quantises distances to a group's bytes.
 
+Speed (the same numbers): the hit probabilities and sums of every capacity asked for
+(`dram_at_capacities`: the point and the chip range) are taken in one compiled pass over
+the accesses (`_dram_fused`, `_dram_sums`), each summand with the numpy reference's float
+operations (`_dram_at`, kept for every model setting and used where the compiled path's
+preconditions, `_fused_applies`, do not hold) and summed in numpy's pairwise order, so the
+two agree to the bit (tests/test_hierarchy_fused.py).
+
 Units: bytes, whole problem (all batch x heads), one kernel launch (cold L2).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -275,6 +283,11 @@ class Stream:
     shared: list = field(default_factory=list)
     selfd: list = field(default_factory=list)
     next_id: int = 0
+    #: the concatenated arrays of `arrays` / `selfd_array`, kept until the next `add`
+    #: (each kernel launch's stream is read by several callers: the model, the access
+    #: count; concatenating its pieces again each time cost ~1 ms a call)
+    _cat: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _selfd_cat: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     def ids(self, n: int) -> np.ndarray:
         """n fresh tile ids (for private tiles, touched once)."""
@@ -287,6 +300,7 @@ class Stream:
         selfd: bytes added to the access's distances (a merged tile standing for several
         lines that are touched in turn, each after the others: its other lines' bytes)."""
         n = np.broadcast(t, blk, nbytes).size
+        self._cat = self._selfd_cat = None          # the concatenations are stale
         # broadcast views (no copy): `arrays` concatenates them into fresh arrays anyway
         self.selfd.append(np.broadcast_to(np.asarray(selfd, dtype=np.float64), (n,)))
         wb = nbytes if wb is None else wb
@@ -296,14 +310,41 @@ class Stream:
                            (self.wb, wb, np.float64), (self.shared, shared, bool)):
             lst.append(np.broadcast_to(np.asarray(v, dtype=dt), (n,)))
 
+    @property
+    def size(self) -> int:
+        """The number of accesses (the simulated accesses of `dram_from_stream`), without
+        concatenating the pieces."""
+        return int(sum(x.shape[0] for x in self.t))
+
+    def has_selfd(self) -> bool:
+        """Whether any access has a nonzero selfd (np.any of `selfd_array`, NaN counting
+        as nonzero), without concatenating: a piece broadcast from one value (stride 0)
+        is checked at its first element."""
+        return any(bool(np.any(x[:1] if x.strides[0] == 0 else x)) for x in self.selfd
+                   if x.size)
+
     def selfd_array(self):
-        return np.concatenate(self.selfd) if self.selfd else np.zeros(0)
+        """Each access's selfd (bytes added to its distances), in insertion order. Read
+        only: the array is kept for the next call until `add` (the stream is an input)."""
+        if self._selfd_cat is None:
+            out = np.concatenate(self.selfd) if self.selfd else np.zeros(0)
+            out.setflags(write=False)
+            self._selfd_cat = out
+        return self._selfd_cat
 
     def arrays(self):
-        cat = lambda L, dt: np.concatenate(L) if L else np.zeros(0, dt)
-        return (cat(self.t, np.float64), cat(self.blk, np.int64), cat(self.nbytes, np.float64),
-                cat(self.rd, bool), cat(self.wr, bool), cat(self.w, np.float64),
-                cat(self.wb, np.float64), cat(self.shared, bool))
+        """(t, blk, nbytes, rd, wr, w, wb, shared), each one array over the accesses in
+        insertion order. Read only: they are kept for the next call until `add` (callers
+        that need other values make their own, e.g. in time order)."""
+        if self._cat is None:
+            cat = lambda L, dt: np.concatenate(L) if L else np.zeros(0, dt)
+            out = (cat(self.t, np.float64), cat(self.blk, np.int64),
+                   cat(self.nbytes, np.float64), cat(self.rd, bool), cat(self.wr, bool),
+                   cat(self.w, np.float64), cat(self.wb, np.float64), cat(self.shared, bool))
+            for x in out:
+                x.setflags(write=False)
+            self._cat = out
+        return self._cat
 
 
 # ---------------------------------------------------------------------------------------
@@ -452,6 +493,52 @@ def _poisson_cdf_table(A: int):
     return _CDF_TABLES[A]
 
 
+_SLOPES = {}
+
+
+def _poisson_slopes(A: int):
+    """The slopes of `_poisson_cdf_table(A)`'s intervals, (fp[j + 1] - fp[j]) / (xp[j + 1]
+    - xp[j]) as np.interp computes them (IEEE operations: the same numbers), for
+    `_interp_finite`; None where a slope is not finite (never for these tables: xp is
+    strictly increasing, fp finite), which `_fused_applies` then declines."""
+    if A not in _SLOPES:
+        x, y = _poisson_cdf_table(A)
+        slope = (y[1:] - y[:-1]) / (x[1:] - x[:-1])
+        ok = bool(np.all(np.isfinite(y)) and np.all(np.diff(x) > 0)
+                  and np.all(np.isfinite(slope)))
+        _SLOPES[A] = slope if ok else None
+    return _SLOPES[A]
+
+
+@njit(cache=True, inline="always")      # per access and capacity: no call
+def _interp_finite(x, xp, fp, slope, inv):
+    """`_interp_uniform` at one point x with right = 0, for a table whose slopes are all
+    finite (`_poisson_slopes`): the same interval j and the same arithmetic,
+    slope[j] x (x - xp[j]) + fp[j], with the slope precomputed; its NaN repair never
+    applies there (a finite slope times a finite offset plus a finite fp[j] is finite) and
+    is left out (it made the loop ~3x slower). inv: (len(xp) - 1) / (xp[-1] - xp[0])."""
+    n = xp.shape[0]
+    x0 = xp[0]
+    if np.isnan(x):
+        return x
+    if x > xp[n - 1]:
+        return 0.0
+    if x < x0:
+        return fp[0]
+    if x == xp[n - 1]:
+        return fp[n - 1]
+    j = int((x - x0) * inv)
+    if j > n - 2:
+        j = n - 2
+    while j > 0 and xp[j] > x:
+        j -= 1
+    while j < n - 2 and xp[j + 1] <= x:
+        j += 1
+    if xp[j] == x:
+        return fp[j]
+    return slope[j] * (x - xp[j]) + fp[j]
+
+
 @njit(cache=True)
 def _interp_uniform(xv, xp, fp, right):
     """np.interp(xv, xp, fp, right=right) for an evenly spaced, increasing xp (the Poisson
@@ -512,6 +599,16 @@ def _hit_lru(D, a, capacity, xp, fp):
     return p
 
 
+@njit(cache=True, inline="always")      # per access and capacity: no call
+def _hit_one(D, a, capacity, xp, fp, slope, inv):
+    """`_hit_lru` at one stack distance D (bytes; < 0: no earlier access, never a hit),
+    the same arithmetic: interp(a x D / capacity) on the Poisson table (xp, fp, its slopes;
+    inv its points per unit of lam; `_interp_finite`)."""
+    if D < 0.0:
+        return 0.0
+    return _interp_finite(a * D / capacity, xp, fp, slope, inv)
+
+
 def hit_probability(D, capacity: float, associativity: int, keep_fraction: float = 0.0):
     """P(hit | stack distance D bytes) for the hashed set-associative LRU model; D < 0
     (no earlier access) gives 0. keep_fraction rho > 0: at least rho x min(1, C / D), the
@@ -545,26 +642,36 @@ class KernelTraffic:
 
 
 @njit(cache=True)
-def _half_step_keys(t, limit):
-    """(2 t - min(2 t) as integers, their number of values) where every time is a
-    multiple of a half step and the range is at most `limit`; (empty, -1) otherwise."""
+def _half_step_order(t, limit):
+    """The accesses' time order, argsort(t, kind="stable"), by a counting sort where every
+    time is a multiple of a half step and the range of 2 t is at most `limit` (the keys
+    2 t - min(2 t), computed where they are counted and placed, not stored); empty where
+    not (the caller sorts)."""
     n = t.shape[0]
     lo = 2.0 * t[0]
     hi = lo
     for i in range(n):
         v = 2.0 * t[i]
         if np.floor(v) != v:
-            return np.empty(0, np.int64), -1
+            return np.empty(0, np.int64)
         if v < lo:
             lo = v
         if v > hi:
             hi = v
     if hi - lo > limit:
-        return np.empty(0, np.int64), -1
-    keys = np.empty(n, np.int64)
+        return np.empty(0, np.int64)
+    nkeys = np.int64(hi - lo) + 1
+    pos = np.zeros(nkeys + 1, np.int64)
     for i in range(n):
-        keys[i] = np.int64(2.0 * t[i] - lo)
-    return keys, np.int64(hi - lo) + 1
+        pos[np.int64(2.0 * t[i] - lo) + 1] += 1
+    for k in range(nkeys):
+        pos[k + 1] += pos[k]
+    out = np.empty(n, np.int64)
+    for i in range(n):
+        k = np.int64(2.0 * t[i] - lo)
+        out[pos[k]] = i
+        pos[k] += 1
+    return out
 
 
 @njit(cache=True)
@@ -657,7 +764,8 @@ def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
 
 
 def stream_accesses(stream: Stream) -> int:
-    return int(stream.arrays()[0].size)
+    """The stream's number of accesses (`Stream.size`)."""
+    return stream.size
 
 
 def has_private_rmw(stream: Stream) -> bool:
@@ -673,32 +781,46 @@ def dram_at_capacities(stream: Stream, capacities, model: L2Model):
     `capacities` (bytes), the stack distances computed once: `dram_from_stream` at one C;
     several give the same model at other effective L2 sizes (`analysis.levels`'
     chip-to-chip range)."""
-    t, blk, nb, rd, wr, w, wb, sh = stream.arrays()
-    if t.size == 0:
+    if stream.size == 0:
         return [(0.0, 0.0) for _ in capacities]
-    keys, nkeys = _half_step_keys(t, 4 * t.size + 65536)
-    if nkeys >= 0:
-        # times are half-steps over a range not much longer than the stream: a counting
-        # sort (stable: time, then insertion order, as argsort(t, kind="stable"))
-        order = _counting_order(keys, nkeys)
-    else:
+    acc = _time_ordered(stream, model)
+    if _fused_applies(model, capacities):
+        return _dram_fused(capacities, model, *acc)
+    return _dram_reference(capacities, model, *acc)
+
+
+def _dram_reference(capacities, model, *acc):
+    """`dram_at_capacities` by `_dram_at`, capacity after capacity (numpy expressions;
+    every model setting), from `_time_ordered`'s arrays: the reference `_dram_fused`
+    reproduces where `_fused_applies`."""
+    cache = {}
+    return [_dram_at(capacity, model, *acc, cache) for capacity in capacities]
+
+
+def _time_ordered(stream: Stream, model: L2Model):
+    """What every capacity shares, from a non-empty stream: the accesses in time order
+    (dense tile ids, nbytes, rd, wr, w, wb, shared, selfd, has_sd), their footprints
+    (bytes each access counts in others' distances) and stack distances d_prev / d_next
+    (bytes), as `_dram_at` and `_dram_fused` take them."""
+    t, blk, nb, rd, wr, w, wb, sh = stream.arrays()
+    # times are half-steps over a range not much longer than the stream: a counting sort
+    # (stable: time, then insertion order, as argsort(t, kind="stable"))
+    order = _half_step_order(t, 4 * t.size + 65536)
+    if order.size != t.size:
         order = np.argsort(t, kind="stable")
-    sd = stream.selfd_array()
-    has_sd = sd.size == t.size and bool(np.any(sd))
+    has_sd = stream.has_selfd()
+    sd = stream.selfd_array() if has_sd else np.zeros(0)     # (read only where has_sd)
     # dense tile ids (the rank of each tile id among the distinct ones, as np.unique's
     # inverse) for the Fenwick pass, ranked before the time order: a rank does not depend
-    # on the accesses' order (the sorted tile ids themselves are not needed)
-    dense = _dense_ranks(blk)[order]
-    nb, rd, wr, w, wb, sh = (x[order] for x in (nb, rd, wr, w, wb, sh))
+    # on the accesses' order (the sorted tile ids themselves are not needed); then the
+    # ranks and arrays in time order and each access's footprint (bytes it counts in the
+    # other accesses' distances), in one compiled pass (`_gather_footprints`)
+    dense, nb, rd, wr, w, wb, sh, foot = _gather_footprints(
+        order, _dense_ranks(blk), nb, rd, wr, w, wb, sh, bool(model.replicate),
+        bool(model.home_written), float(model.shared_footprint),
+        float(model.private_footprint))
     if has_sd:
         sd = sd[order]
-    if model.replicate:
-        foot = nb * np.where(sh, model.shared_footprint, model.private_footprint)
-        if model.home_written:
-            # written bytes (stores, atomics) live in their home partition only
-            foot = np.where(sh & wr, model.shared_footprint * nb - (model.shared_footprint - 1.0) * np.minimum(wb, nb), foot)
-    else:
-        foot = nb
     if model.once_footprint >= 0 or model.once_write_footprint >= 0:
         single = np.bincount(dense)[dense] == 1
         if model.once_footprint >= 0:
@@ -709,9 +831,520 @@ def dram_at_capacities(stream: Stream, capacities, model: L2Model):
     if has_sd:
         d_prev = np.where(d_prev >= 0, d_prev + sd, d_prev)
         d_next = d_next + sd
-    cache = {}
-    return [_dram_at(capacity, model, dense, nb, rd, wr, w, wb, sh, sd, has_sd, foot,
-                     d_prev, d_next, cache) for capacity in capacities]
+    return dense, nb, rd, wr, w, wb, sh, sd, has_sd, foot, d_prev, d_next
+
+
+@njit(cache=True)
+def _gather_footprints(order, ranks, nb, rd, wr, w, wb, sh, replicate, home_written, sf, pf):
+    """(dense, nbytes, rd, wr, w, wb, shared, foot): the accesses' dense tile ids (ranks)
+    and arrays taken in `order` (x[order] each), and each access's footprint in bytes
+    (`L2Model.replicate`): with replicate, nbytes x (shared ? sf : pf), and with
+    home_written a shared written tile's sf x nbytes - (sf - 1) x min(wb, nbytes)
+    (written bytes live in their home partition only); without, nbytes. The numpy
+    expressions of `_time_ordered`'s earlier version, element by element, in one pass
+    (np.minimum's NaN rule kept)."""
+    n = order.shape[0]
+    # one 32-byte record per access (nbytes, w, wb, rank x 8 + the rd / wr / shared bits,
+    # exact as a float below 2^53): the time order is a scatter over the builders' pieces
+    # (they add the accesses kind by kind), and a gather of one record per access reads one
+    # cache line where seven arrays read seven
+    rec = np.empty((n, 4))
+    for k in range(n):
+        rec[k, 0] = nb[k]
+        rec[k, 1] = w[k]
+        rec[k, 2] = wb[k]
+        rec[k, 3] = float(ranks[k] * 8 + (1 if rd[k] else 0) + (2 if wr[k] else 0)
+                          + (4 if sh[k] else 0))
+    dense = np.empty(n, np.int64)
+    nb_o = np.empty(n)
+    rd_o = np.empty(n, np.bool_)
+    wr_o = np.empty(n, np.bool_)
+    w_o = np.empty(n)
+    wb_o = np.empty(n)
+    sh_o = np.empty(n, np.bool_)
+    foot = np.empty(n)
+    for i in range(n):
+        k = order[i]
+        b = rec[k, 0]
+        wbk = rec[k, 2]
+        code = np.int64(rec[k, 3])
+        s = (code & 4) != 0
+        wk = (code & 2) != 0
+        dense[i] = code >> 3
+        nb_o[i] = b
+        rd_o[i] = (code & 1) != 0
+        wr_o[i] = wk
+        w_o[i] = rec[k, 1]
+        wb_o[i] = wbk
+        sh_o[i] = s
+        f = b
+        if replicate:
+            f = b * (sf if s else pf)
+            if home_written and s and wk:
+                mn = wbk if (wbk <= b or np.isnan(wbk)) else b       # np.minimum(wb, nb)
+                f = sf * b - (sf - 1.0) * mn
+        foot[i] = f
+    return dense, nb_o, rd_o, wr_o, w_o, wb_o, sh_o, foot
+
+
+def _dirty_distances(dense, nb, wr, wb, sd, has_sd):
+    """(iw, dw_next): the written accesses (positions in time order) and their dirty stack
+    distance, the distinct bytes *written* until the tile's next write (or the end), in
+    bytes (`L2Model.dirty_fraction`). Does not depend on the capacity."""
+    iw = np.flatnonzero(wr)
+    # (the tiles' own ids: _distances needs equal ids for equal tiles, not dense ones)
+    _, dw_next = _distances(dense[iw], wb[iw])
+    if has_sd:
+        dw_next = dw_next + sd[iw] * wb[iw] / np.maximum(nb[iw], 1e-300)
+    return iw, dw_next
+
+
+def _last_accesses(dense, wr):
+    """(ll, lw): for each tile ever written (in tile order), its last access and its last
+    write (positions in time order), the accesses the end-of-kernel drain looks at
+    (`L2Model.drain_fraction`). Does not depend on the capacity."""
+    return _last_accesses_nb(dense, wr, int(dense.max()) + 1)
+
+
+@njit(cache=True)
+def _last_accesses_nb(dense, wr, nt):
+    """`_last_accesses` in one pass (np.maximum.at of the positions per tile, compiled)."""
+    last = np.full(nt, -1, np.int64)                      # last access, per tile
+    lw = np.full(nt, -1, np.int64)                        # last write, per tile
+    for i in range(dense.shape[0]):
+        last[dense[i]] = i
+        if wr[i]:
+            lw[dense[i]] = i
+    m = 0
+    for b in range(nt):
+        if lw[b] >= 0:
+            m += 1
+    ll_out = np.empty(m, np.int64)
+    lw_out = np.empty(m, np.int64)
+    m = 0
+    for b in range(nt):
+        if lw[b] >= 0:
+            ll_out[m] = last[b]
+            lw_out[m] = lw[b]
+            m += 1
+    return ll_out, lw_out
+
+
+def _layers(dense, nb, foot, d_prev):
+    """`_partial_layers` of the time-ordered accesses (access, bytes, distance in bytes):
+    the parts of coarse tiles that an access touches beyond the tile's previous access
+    (`L2Model.partial_refetch`). Does not depend on the capacity."""
+    # the accesses by tile, then time (np.lexsort((arange(n), dense)), as a counting sort)
+    order = _counting_order(dense, int(dense.max()) + 1)
+    return _partial_layers(order, dense, nb.astype(np.float64, copy=False),
+                           foot.astype(np.float64, copy=False),
+                           d_prev.astype(np.float64, copy=False))
+
+
+@njit(cache=True)
+def _grows_a_tile(dense, nb):
+    """Whether some access touches more of its tile than the tile's previous access
+    (nbytes[prev] >= nbytes is false, NaN included): the only accesses `_partial_layers`
+    gives layers for (its stack's top is the previous access, whose extent covers all of
+    a later access that is no larger). False: there are no layers to compute."""
+    nt = 0
+    for i in range(dense.shape[0]):
+        if dense[i] + 1 > nt:
+            nt = dense[i] + 1
+    last = np.empty(nt)
+    seen = np.zeros(nt, np.bool_)
+    for i in range(dense.shape[0]):
+        b = dense[i]
+        if seen[b] and not (last[b] >= nb[i]):
+            return True
+        last[b] = nb[i]
+        seen[b] = True
+    return False
+
+
+def _fused_applies(model: L2Model, capacities) -> bool:
+    """Whether `_dram_fused` gives `_dram_at`'s numbers (bit for bit) for this model and
+    these capacities (bytes): the LRU policy without keep_fraction's floor or the refetch
+    what-if, one associativity for shared and private tiles (private_associativity off
+    or equal), Poisson tables with finite slopes (`_interp_finite`), numpy's sums as
+    `_pairwise_sum` reproduces them, and every capacity the hit probabilities are taken
+    at (C, C x private_rmw_capacity, C x private_read_capacity, the dirty cap C_w) finite
+    and > 0: then a hit probability is NaN only where its distance is NaN, which the
+    terms `_dram_sums` skips rely on. Elsewhere `_dram_at` is the reference (and the
+    model): the fitted model (`analysis.levels.FITTED`) and its chip range take the
+    fused path."""
+    A = int(model.associativity)
+    if (model.policy != "lru" or model.keep_fraction > 0 or model.refetch_factor != 1.0
+            or (model.private_associativity and model.private_associativity != A)):
+        return False
+    Ad = int(model.dirty_associativity) or A
+    if (_poisson_slopes(A) is None or _poisson_slopes(Ad) is None
+            or _poisson_cdf_table(A)[0].size != _poisson_cdf_table(Ad)[0].size):
+        return False
+    if not _numpy_sum_is_pairwise():
+        return False
+    for c in capacities:
+        for x in (c, c * model.private_rmw_capacity, c * model.private_read_capacity,
+                  c * model.dirty_fraction / model.capacity_fraction if model.dirty_fraction > 0
+                  else 1.0):
+            if not (math.isfinite(x) and x > 0):
+                return False
+    return True
+
+
+# numpy's pairwise summation, reproduced so that the fused path's sums are np.sum's to the
+# bit without materialising the summands (arrays of accesses x capacities cost more in page
+# faults than the arithmetic): np.sum(x) of a contiguous float64 array is 0.0 + pw(x), where
+# pw of n <= 128 values is one block (below 8: in order; else 8 interleaved accumulators,
+# ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the rest in order) and pw of more
+# is pw(first n2) + pw(the rest), n2 = n // 2 rounded down to a multiple of 8.
+_PW_LEAF = 128
+
+
+@njit(cache=True)
+def _pairwise_program(n):
+    """numpy's pairwise summation of n values as a postfix program: an entry m >= 0 sums the
+    next m values as one block (`_block_sum`), -1 adds the last two partial sums (left +
+    right). Depends on n only."""
+    out = np.empty(2 * (n // 57) + 4, np.int64)       # blocks past the root hold >= 57
+    cnt = 0
+    size = np.empty(256, np.int64)                    # pending nodes: size, expanded?
+    done = np.zeros(256, np.bool_)
+    size[0] = n
+    top = 1
+    while top > 0:
+        top -= 1
+        m = size[top]
+        if m <= _PW_LEAF:
+            out[cnt] = m
+            cnt += 1
+        elif done[top]:
+            out[cnt] = -1
+            cnt += 1
+        else:
+            m2 = m // 2
+            m2 -= m2 % 8
+            done[top] = True                          # revisit after both halves
+            top += 1
+            size[top] = m - m2                        # right half, summed second
+            done[top] = False
+            top += 1
+            size[top] = m2                            # left half, summed first
+            done[top] = False
+            top += 1
+    return out[:cnt]
+
+
+@njit(cache=True, inline="always")
+def _block_sum(v, m):
+    """numpy's pairwise sum of v[:m], m <= 128 (one block, see above)."""
+    if m < 8:
+        res = 0.0
+        for i in range(m):
+            res += v[i]
+        return res
+    r0, r1, r2, r3, r4, r5, r6, r7 = v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]
+    i = 8
+    while i < m - m % 8:
+        r0 += v[i]
+        r1 += v[i + 1]
+        r2 += v[i + 2]
+        r3 += v[i + 3]
+        r4 += v[i + 4]
+        r5 += v[i + 5]
+        r6 += v[i + 6]
+        r7 += v[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < m:
+        res += v[i]
+        i += 1
+    return res
+
+
+@njit(cache=True)
+def _pairwise_sum(x):
+    """np.sum(x) of a 1-D float64 array by `_pairwise_program` and `_block_sum` (the check
+    that they are numpy's: `_numpy_sum_is_pairwise`, the tests)."""
+    prog = _pairwise_program(x.shape[0])
+    vals = np.empty(128)
+    top = 0
+    pos = 0
+    for op in prog:
+        if op >= 0:
+            vals[top] = _block_sum(x[pos:pos + op], op)
+            top += 1
+            pos += op
+        else:
+            top -= 1
+            vals[top - 1] = vals[top - 1] + vals[top]
+    return 0.0 + vals[0]
+
+
+_PAIRWISE_OK = []
+
+
+def _numpy_sum_is_pairwise() -> bool:
+    """Whether this numpy's np.sum is `_pairwise_sum` (checked once, on random arrays of
+    lengths around every block and split boundary); else the fused path is not taken."""
+    if not _PAIRWISE_OK:
+        rng = np.random.default_rng(12345)
+        ok = True
+        for n in (0, 1, 5, 7, 8, 9, 15, 16, 17, 100, 127, 128, 129, 130, 136, 255, 256, 257,
+                  1000, 1023, 4097, 8191, 8192, 8193, 65537, 100003, 1 << 20, (1 << 20) + 77):
+            x = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, n)
+            ok = ok and float(np.sum(x)) == float(_pairwise_sum(x))
+        _PAIRWISE_OK.append(ok)
+    return _PAIRWISE_OK[0]
+
+
+@njit(cache=True, inline="always")
+def _evict_from(h_next, keep, dirty):
+    """evict from P(hit | max(d_next, 0)) = h_next: 1 - h_next, the tile evicted before its
+    next access (or the end); with the dirty cap (dirty), 1 - (1 - evict) x keep, keep =
+    P(hit | max(dw_next, 0) against C_w) for a write (the dirty line not cleaned before
+    the tile's next write), 1 for any other access (`_dram_at`'s order of operations)."""
+    e = 1.0 - h_next
+    if dirty:
+        e = 1.0 - (1.0 - e) * keep
+    return e
+
+
+@njit(cache=True, inline="always")
+def _max0(x):
+    """np.maximum(x, 0.0) of one float (NaN stays NaN)."""
+    return x if (x >= 0.0 or np.isnan(x)) else 0.0
+
+
+@njit(cache=True)
+def _dram_sums(caps, caps_rmw, caps_read, caps_dirty, dirty, a, ad, tx, tf, ts,
+               nb, rd, wr, w, wb, sh, d_prev, d_next, dw_next, need_evict, ll, lw,
+               lk, lb, ld):
+    """`_dram_at`'s sums at every capacity caps[c] (bytes), in one pass over the
+    time-ordered accesses: each summand with `_dram_at`'s float operations in its order,
+    summed as np.sum sums (`_pairwise_program`), so the results are `_dram_at`'s to the
+    bit. tx, tf, ts: the Poisson tables (`_poisson_cdf_table`, `_poisson_slopes`) of the
+    associativity a (row 0) and of the dirty cap's ad (row 1).
+    Per access i, at C_i = caps[c], or caps_rmw[c] for a private read-modify-write round
+    trip, caps_read[c] for a private read-only re-read (`L2Model.private_rmw_capacity`):
+      reads: (w x nbytes) x miss_prev x rd, miss_prev = 1 - P(hit | d_prev, C_i);
+      writes: (w x wb) x evict x wr, evict from P(hit | max(d_next, 0), C_i) and, with
+      the dirty cap, keep = P(hit | max(dw_next, 0), caps_dirty[c]) (`_evict_from`).
+    A summand multiplied by rd = 0 (wr = 0) is a zero of the sign of w x nbytes (w x wb)
+    whatever miss_prev (evict) in [0, 1] stands beside it, so those are not computed
+    (1 stands in), except where the distance is NaN (a NaN summand) or, for evict, where
+    the drain needs it (need_evict).
+    Returns (sums, drain, partial): sums[c] the reads' and sums[nc + c] the writes' sums
+    (np.sum's, 0.0 + pairwise); the drain's summands (ll, lw: each written tile's last
+    access and last write) (w x wb)[lw] x (1 - evict[lw]) x (1 if ll == lw else
+    1 - evict[ll]), and the partial layers' (lk, lb, ld: access, bytes, distance; read
+    ones only) (w[k] x b) x ((1 - P(hit | d, C)) - miss_prev[k]), as arrays (few: numpy
+    sums them).
+    The pass keeps evict at the accesses the drain reads and miss_prev at those the
+    layers read (their slots), so neither is computed twice. It has `_hit_one` /
+    `_interp_finite` written out, once for its three look-ups: an inlined helper that
+    takes arrays costs reference counting per call there (about 5x the time); the
+    layers' own look-ups (few) call `_hit_one`."""
+    nc = caps.shape[0]
+    n = nb.shape[0]
+    K = 2 * nc
+    m = tx.shape[1]
+    invs = np.empty(2)
+    # x_one: below it a table gives exactly 1 (P(hit) rounds to 1 near lam = 0: 0.37 A at
+    # A = 96): the intervals there join two ones, slope 0, and 0 x (x - xp[j]) + 1 = 1,
+    # so the search for the interval is skipped
+    x_one = np.empty(2)
+    for tb in range(2):
+        invs[tb] = (m - 1) / (tx[tb, m - 1] - tx[tb, 0])
+        jj = 0
+        while jj < m and tf[tb, jj] == 1.0:
+            jj += 1
+        x_one[tb] = tx[tb, jj - 1] if jj > 0 else -np.inf
+    # the accesses whose evict the drain reads (each tile's last write, last access) and
+    # whose miss_prev the partial layers read: kept from the pass, at these slots
+    ev_slot = np.full(n, -1, np.int64)
+    nev = 0
+    for j in range(lw.shape[0]):
+        for u in (lw[j], ll[j]):
+            if ev_slot[u] < 0:
+                ev_slot[u] = nev
+                nev += 1
+    mp_slot = np.full(n, -1, np.int64)
+    nmp = 0
+    for j in range(lk.shape[0]):
+        if rd[lk[j]] and mp_slot[lk[j]] < 0:
+            mp_slot[lk[j]] = nmp
+            nmp += 1
+    ev_keep = np.empty((nc, nev))
+    mp_keep = np.empty((nc, nmp))
+    prog = _pairwise_program(n)
+    buf = np.empty((K, _PW_LEAF))
+    vals = np.empty((128, K))
+    h = np.empty(3)                                 # P(hit): miss_prev's, evict's, keep's
+    top = 0
+    pos = 0
+    for op in prog:
+        if op < 0:                                  # left + right, every sum
+            top -= 1
+            for k in range(K):
+                vals[top - 1, k] = vals[top - 1, k] + vals[top, k]
+            continue
+        for t in range(op):                         # one block's summands
+            i = pos + t
+            rdi = rd[i]
+            wri = wr[i]
+            priv = not sh[i]
+            rdf = 1.0 if rdi else 0.0
+            wrf = 1.0 if wri else 0.0
+            xr = w[i] * nb[i]
+            xw = w[i] * wb[i]
+            dp = d_prev[i]
+            dnm = _max0(d_next[i])
+            dwm = _max0(dw_next[i])
+            do_miss = rdi or np.isnan(dp)
+            do_evict = need_evict[i] or np.isnan(dnm)
+            for c in range(nc):
+                if priv and rdi:
+                    C = caps_rmw[c] if wri else caps_read[c]
+                else:
+                    C = caps[c]
+                for L in range(3):
+                    # the look-up: L = 0 miss_prev's, 1 evict's, 2 the dirty keep's
+                    if L == 0:
+                        if not do_miss:
+                            continue
+                        D, Cl, tb, al = dp, C, 0, a
+                    elif L == 1:
+                        if not do_evict:
+                            continue
+                        D, Cl, tb, al = dnm, C, 0, a
+                    else:
+                        if not (do_evict and dirty and wri):
+                            continue
+                        D, Cl, tb, al = dwm, caps_dirty[c], 1, ad
+                    # _hit_one(D, al, Cl, tx[tb], tf[tb], ts[tb], invs[tb]), written out
+                    if D < 0.0:
+                        hp = 0.0
+                    else:
+                        x = al * D / Cl
+                        if x < x_one[tb]:
+                            hp = 1.0
+                        elif np.isnan(x):
+                            hp = x
+                        elif x > tx[tb, m - 1]:
+                            hp = 0.0
+                        elif x < tx[tb, 0]:
+                            hp = tf[tb, 0]
+                        elif x == tx[tb, m - 1]:
+                            hp = tf[tb, m - 1]
+                        else:
+                            j = int((x - tx[tb, 0]) * invs[tb])
+                            if j > m - 2:
+                                j = m - 2
+                            while j > 0 and tx[tb, j] > x:
+                                j -= 1
+                            while j < m - 2 and tx[tb, j + 1] <= x:
+                                j += 1
+                            if tx[tb, j] == x:
+                                hp = tf[tb, j]
+                            else:
+                                hp = ts[tb, j] * (x - tx[tb, j]) + tf[tb, j]
+                    h[L] = hp
+                mp = 1.0 - h[0] if do_miss else 1.0
+                buf[c, t] = xr * mp * rdf
+                e = 1.0
+                if do_evict:
+                    e = _evict_from(h[1], h[2] if wri else 1.0, dirty)
+                buf[nc + c, t] = xw * e * wrf
+                if ev_slot[i] >= 0:
+                    ev_keep[c, ev_slot[i]] = e
+                if mp_slot[i] >= 0:
+                    mp_keep[c, mp_slot[i]] = mp
+        for k in range(K):
+            vals[top, k] = _block_sum(buf[k], op)
+        top += 1
+        pos += op
+    sums = np.empty(K)
+    for k in range(K):
+        sums[k] = 0.0 + vals[0, k]
+    nd = lw.shape[0]
+    drain = np.empty((nc, nd))
+    for j in range(nd):
+        p = lw[j]
+        q = ll[j]
+        xw = w[p] * wb[p]
+        for c in range(nc):
+            stay = (1.0 - ev_keep[c, ev_slot[p]]) * (1.0 if q == p else
+                                                      1.0 - ev_keep[c, ev_slot[q]])
+            drain[c, j] = xw * stay
+    xp, fp, sl = tx[0], tf[0], ts[0]
+    nl = lk.shape[0]
+    part = np.empty((nc, nl))
+    cnt = 0
+    for j in range(nl):
+        k = lk[j]
+        if rd[k]:
+            x = w[k] * lb[j]
+            for c in range(nc):
+                mj = 1.0 - _hit_one(ld[j], a, caps[c], xp, fp, sl, invs[0])
+                part[c, cnt] = x * (mj - mp_keep[c, mp_slot[k]])
+            cnt += 1
+    return sums, drain, part[:, :cnt]
+
+
+def _dram_fused(capacities, model, dense, nb, rd, wr, w, wb, sh, sd, has_sd, foot, d_prev,
+                d_next):
+    """`dram_at_capacities`' [(DRAM read bytes, DRAM write bytes)] at each capacity
+    (bytes) where `_fused_applies`: `_dram_at`'s numbers, its per-access arithmetic for
+    every capacity in one compiled pass (`_dram_sums`) instead of numpy expressions per
+    capacity. What does not depend on the capacity (the dirty stack distances, the last
+    accesses and writes, the partial layers) is computed once, by `_dram_at`'s helpers."""
+    A = int(model.associativity)
+    xp, fp = _poisson_cdf_table(A)
+    Ad = int(model.dirty_associativity) or A
+    xpd, fpd = _poisson_cdf_table(Ad)
+    n = dense.size
+    any_wr = bool(wr.any())
+    dirty = model.dirty_fraction > 0 and any_wr
+    drain = model.drain_fraction > 0 and any_wr
+    dw_all = np.zeros(n)                    # dirty stack distance at each write
+    if dirty:
+        iw, dw_next = _dirty_distances(dense, nb, wr, wb, sd, has_sd)
+        dw_all[iw] = dw_next
+    ll = lw = np.zeros(0, np.int64)
+    if drain:
+        ll, lw = _last_accesses(dense, wr)
+    need_evict = wr.copy()                  # evict is summed for writes, drained at ll
+    need_evict[ll] = True
+    lk, lb, ld = np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+    if model.partial_refetch and _grows_a_tile(dense, nb):
+        lk, lb, ld = _layers(dense, nb, foot, d_prev)
+    # the capacities each hit probability is taken at, as `_dram_at` computes them
+    caps = np.array([float(c) for c in capacities])
+    caps_rmw = np.array([float(c * model.private_rmw_capacity) for c in capacities])
+    caps_read = np.array([float(c * model.private_read_capacity) for c in capacities])
+    caps_dirty = np.array([float(c * model.dirty_fraction / model.capacity_fraction)
+                           if dirty else 1.0 for c in capacities])
+    f64 = lambda x: np.ascontiguousarray(x, dtype=np.float64)
+    tx, tf, ts = np.stack([xp, xpd]), np.stack([fp, fpd]), np.stack([_poisson_slopes(A),
+                                                                      _poisson_slopes(Ad)])
+    sums, dterm, pterm = _dram_sums(
+        caps, caps_rmw, caps_read, caps_dirty, dirty, float(A), float(Ad), tx, tf, ts,
+        f64(nb), np.ascontiguousarray(rd),
+        np.ascontiguousarray(wr), f64(w), f64(wb), np.ascontiguousarray(sh), f64(d_prev),
+        f64(d_next), dw_all, need_evict, ll, lw, lk, f64(lb), f64(ld))
+    nc = len(capacities)
+    out = []
+    for c, capacity in enumerate(capacities):
+        reads = float(sums[c])
+        if model.partial_refetch:
+            reads += float(np.sum(pterm[c])) if lk.size else 0.0
+        writes = float(sums[nc + c])
+        if drain:
+            resident = float(np.sum(dterm[c]))
+            writes += min(resident, model.drain_fraction * capacity / model.capacity_fraction)
+        out.append((reads, writes))
+    return out
 
 
 def _dram_at(capacity, model, dense, nb, rd, wr, w, wb, sh, sd, has_sd, foot, d_prev, d_next,
@@ -748,13 +1381,7 @@ def _dram_at(capacity, model, dense, nb, rd, wr, w, wb, sh, sd, has_sd, foot, d_
         if model.dirty_fraction > 0 and wr.any():
             # dirty stack distance: distinct written bytes until the tile's next write
             if "dirty" not in cache:
-                iw = np.flatnonzero(wr)
-                # (the tiles' own ids: _distances needs equal ids for equal tiles, not dense
-                # ones)
-                _, dw_next = _distances(dense[iw], wb[iw])
-                if has_sd:
-                    dw_next = dw_next + sd[iw] * wb[iw] / np.maximum(nb[iw], 1e-300)
-                cache["dirty"] = iw, dw_next
+                cache["dirty"] = _dirty_distances(dense, nb, wr, wb, sd, has_sd)
             iw, dw_next = cache["dirty"]
             cw = capacity * model.dirty_fraction / model.capacity_fraction
             keep = np.ones_like(evict)
@@ -775,13 +1402,7 @@ def _dram_at(capacity, model, dense, nb, rd, wr, w, wb, sh, sd, has_sd, foot, d_
         # access was not evicted before the end; the counters see up to drain_fraction x
         # L2 of them written back (`L2Model.drain_fraction`)
         if "drain" not in cache:
-            n, nt = dense.size, int(dense.max()) + 1
-            last = np.full(nt, -1, np.int64)                      # last access, per tile
-            np.maximum.at(last, dense, np.arange(n))
-            iw = np.flatnonzero(wr)
-            lw = np.full(nt, -1, np.int64)                        # last write, per tile
-            np.maximum.at(lw, dense[iw], iw)
-            cache["drain"] = last[lw >= 0], lw[lw >= 0]
+            cache["drain"] = _last_accesses(dense, wr)
         ll, lw = cache["drain"]
         stay = (1.0 - evict[lw]) * np.where(ll == lw, 1.0, 1.0 - evict[ll])
         resident = float(np.sum(w[lw] * wb[lw] * stay))
@@ -855,11 +1476,7 @@ def _partial_refetch(dense, nb, foot, rd, w, d_prev, miss_prev, capacity, model,
     not depend on the capacity) for the next call on the same accesses."""
     cache = {} if cache is None else cache
     if "layers" not in cache:
-        # the accesses by tile, then time (np.lexsort((arange(n), dense)), as a counting sort)
-        order = _counting_order(dense, int(dense.max()) + 1)
-        cache["layers"] = _partial_layers(order, dense, nb.astype(np.float64, copy=False),
-                                          foot.astype(np.float64, copy=False),
-                                          d_prev.astype(np.float64, copy=False))
+        cache["layers"] = _layers(dense, nb, foot, d_prev)
     k, b, d = cache["layers"]
     if k.size == 0:
         return 0.0
@@ -901,6 +1518,52 @@ def _random_replacement(blk, nb, d_prev, d_next, capacity, iterations=30):
 # ---------------------------------------------------------------------------------------
 # Stream builders: the kernels' access patterns
 # ---------------------------------------------------------------------------------------
+def _unique_rows(key):
+    """(first, inverse, counts) of np.unique(key, axis=0, return_index=True,
+    return_inverse=True, return_counts=True), the unique rows left out: the rows in
+    lexicographic order (columns compared as int64, as np.unique's structured view does) by
+    a stable sort, so `first` is each distinct row's first occurrence, as there. A stable
+    np.lexsort of the columns in place of the sort of structured rows (several times
+    faster)."""
+    n = key.shape[0]
+    perm = np.lexsort(key.T[::-1])              # column 0 the primary key; stable
+    aux = key[perm]
+    mask = np.empty(n, bool)
+    mask[:1] = True
+    mask[1:] = np.any(aux[1:] != aux[:-1], axis=1)
+    inv = np.empty(n, np.intp)
+    inv[perm] = np.cumsum(mask) - 1
+    return perm[mask], inv, np.diff(np.concatenate(np.nonzero(mask) + ([n],)))
+
+
+@njit(cache=True)
+def _sweep_groups(l, h, s0, c_lo, nc, q):
+    """The coarse tiles of the cohorts' sweeps (`sweep_kernel`): for cohort c, coarse
+    tiles c_lo[c] .. c_lo[c] + nc[c] - 1 of q real tiles each, clipped to its range
+    [l, h): (cohort, coarse index, real tiles in it (float), mid time step
+    s0 + (a + b) / 2 - l + 0.5 for its real tiles a..b-1), in cohort order; the numpy
+    expressions it replaces, element by element (one pass, no temporaries)."""
+    total = 0
+    for c in range(nc.shape[0]):
+        total += nc[c]
+    cta = np.empty(total, np.int64)
+    cidx = np.empty(total, np.int64)
+    cnt = np.empty(total)
+    tmid = np.empty(total)
+    r = 0
+    for c in range(nc.shape[0]):
+        for o in range(nc[c]):
+            ci = c_lo[c] + o
+            a = max(ci * q, l[c])               # first real tile of this group in the range
+            b = min(ci * q + q, h[c])
+            cta[r] = c
+            cidx[r] = ci
+            cnt[r] = np.float64(b - a)
+            tmid[r] = s0[c] + (a + b) / 2.0 - l[c] + 0.5
+            r += 1
+    return cta, cidx, cnt, tmid
+
+
 def _coarse(total_steps: int, budget: int) -> int:
     return max(1, -(-int(total_steps) // max(1, budget)))
 
@@ -944,8 +1607,7 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
     # CTAs that start together on the same tiles touch each tile at the same step: merge
     key = np.stack([start.view(np.int64), group, lo, hi,
                     (np.zeros(n, np.int64) if pre_shared is None else np.asarray(pre_shared))], 1)
-    _, first, inv, counts = np.unique(key, axis=0, return_index=True, return_inverse=True,
-                                      return_counts=True)
+    first, inv, counts = _unique_rows(key)
     mult = counts.astype(np.float64)            # CTAs per cohort (private bytes add up)
     g, l, h, s0 = group[first], lo[first], hi[first], start[first]
     st = np.maximum(h - l, 0)
@@ -967,13 +1629,8 @@ def sweep_kernel(stream: Stream, *, group, lo, hi, step_bytes, step_rd=True, ste
     nc = np.maximum(c_hi - c_lo, 0)
     if nc.sum() == 0:
         return m
-    cta = np.repeat(np.arange(m), nc)
-    off = np.arange(nc.sum()) - np.repeat(np.cumsum(nc) - nc, nc)
-    cidx = c_lo[cta] + off                      # coarse tile index
-    a = np.maximum(cidx * q, l[cta])            # first real tile of this group in the CTA's range
-    b = np.minimum(cidx * q + q, h[cta])
-    cnt = (b - a).astype(np.float64)
-    tmid = s0[cta] + (a + b) / 2.0 - l[cta] + 0.5
+    # each cohort's coarse tiles: cohort, coarse index, real tiles, mid time
+    cta, cidx, cnt, tmid = _sweep_groups(l, h, s0, c_lo, nc, q)
     ncoarse = -(-n_seq // q)
     wbytes = step_bytes if step_write_bytes is None else step_write_bytes
     stream.add(tmid, g[cta] * ncoarse + cidx + (1 << 40), cnt * step_bytes, step_rd, step_wr,
