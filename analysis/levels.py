@@ -1274,7 +1274,7 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
         caps = ((cap,) + ((cap * chip_range[1], cap * chip_range[0]) if ranged else ())
                 + tuple(cap * x for x in capacity_scales))
         at = dram_at_capacities(st, caps, model)
-        (r, w), n = at[0], int(st.arrays()[0].size)
+        (r, w), n = at[0], st.size
         dr, dw = dr + r, dw + w
         if ranged:
             # the larger capacity gives the low end, the smaller the high end; min / max
