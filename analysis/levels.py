@@ -1201,8 +1201,10 @@ FITTED_V2 = L2Model(capacity_fraction=0.8, associativity=16, replicate=True,
 #: fourth within 1 % in seven, -2 % to -5 % in three): on the H100 the fa2 points' blind
 #: errors (-12 % to +18 %) are the model's, and the range is its uncertainty about where
 #: the K/V edge falls (+-12 % of C), not a chip spread. On the H200 one of five fa2 repeats moved 20 % (b1
-#: h16 N 32768 d 128). Cost: two more hit-probability passes over every stream, not two
-#: more streams; `chip_range=None` skips them.
+#: h16 N 32768 d 128). Cost: the range's two capacities are evaluated with the point in
+#: one compiled pass over each stream (`iosim.hierarchy._dram_fused`): 1,000 sweep
+#: configurations in about 51 s on one core of the 2-core machine (84 s before that pass);
+#: `chip_range=None` skips them.
 CHIP_CAPACITY_RANGE = (0.88, 1.12)
 
 
