@@ -1055,6 +1055,40 @@ LEVELS_BLIND9 = [dict(c, split="blind") for c in [
 ]]
 
 
+#: Local memory of the spilling explicit tilings (issue 14: "have the model count local
+#: memory where a kernel has it"), declared 2026-11-28 (fourteenth session) before any of
+#: it was measured. Until now two passes per chip stood for these builds (fa2_tc 128 x 128
+#: at b1 h16 N 65536, fa2_fast 256 x 32 at d 128, b1 h64 N 16384), and their DRAM reads
+#: were 14 % / 6 % (H100 / H200) and 4 % / 1 % of their local loads where the model's
+#: frames fit. LEVELS_DEV10 spans the resident frames (grids smaller than one wave: 64 to
+#: 256 CTAs; full waves), the sweep length and the three builds that overflow the L1
+#: (`analysis.levels.LOCAL`); the model's local-memory term is developed on it.
+#: LEVELS_BLIND10, other shapes of the same builds, is measured in the same device call
+#: and read only after its predictions are committed (the rules of RUNTIME_BLIND).
+LEVELS_DEV10 = [dict(c, split="dev10") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 1, 16 * K, 64, tiles=(128, 128)),
+    cfg(F, "fa2", "tc", "fp16", 1, 2, 16 * K, 64, tiles=(128, 128)),
+    cfg(F, "fa2", "tc", "fp16", 1, 4, 32 * K, 64, tiles=(128, 128)),
+    cfg(F, "fa2", "tc", "fp16", 1, 8, 8 * K, 64, tiles=(128, 128)),
+    cfg(F, "fa2", "tc", "fp16", 2, 8, 32 * K, 64, tiles=(128, 128)),
+    cfg(F, "fa2", "tc", "fp16", 1, 4, 32 * K, 64, tiles=(64, 128)),
+    cfg(F, "fa2", "tc", "fp16", 1, 16, 16 * K, 64, tiles=(64, 128)),
+    cfg(F, "fa2", "fast", "fp32", 1, 1, 16 * K, 128, tiles=(256, 32)),
+    cfg(F, "fa2", "fast", "fp32", 1, 2, 16 * K, 128, tiles=(256, 32)),
+    cfg(F, "fa2", "fast", "fp32", 1, 16, 16 * K, 128, tiles=(256, 32)),
+    cfg(F, "fa2", "fast", "fp32", 1, 8, 32 * K, 128, tiles=(256, 32)),
+]]
+LEVELS_BLIND10 = [dict(c, split="blind") for c in [
+    cfg(F, "fa2", "tc", "fp16", 1, 3, 16 * K, 64, tiles=(128, 128)),
+    cfg(F, "fa2", "tc", "fp16", 1, 12, 24 * K, 64, tiles=(128, 128)),
+    cfg(F, "fa2", "tc", "fp16", 4, 4, 16 * K, 64, tiles=(128, 128)),
+    cfg(F, "fa2", "tc", "fp16", 1, 2, 64 * K, 64, tiles=(64, 128)),
+    cfg(F, "fa2", "tc", "fp16", 2, 8, 8 * K, 64, tiles=(64, 128)),
+    cfg(F, "fa2", "fast", "fp32", 1, 4, 8 * K, 128, tiles=(256, 32)),
+    cfg(F, "fa2", "fast", "fp32", 1, 32, 12 * K, 128, tiles=(256, 32)),
+    cfg(F, "fa2", "fast", "fp32", 1, 12, 24 * K, 128, tiles=(256, 32)),
+]]
+
 def _family_grid(pass_, algorithm, kernel, dtypes, shapes, ds, causals, tilings=(None,)):
     """Configurations of one kernel family over a grid; shapes are (batch, heads, kv, N)."""
     out = []
@@ -1152,7 +1186,8 @@ SETS = {"levels": LEVELS, "levels_new": LEVELS_NEW, "runtime": RUNTIME,
         "runtime_blind7": RUNTIME_BLIND7, "levels_blind7": LEVELS_BLIND7,
         "runtime_dev8": RUNTIME_DEV8, "levels_dev8": LEVELS_DEV8,
         "runtime_blind8": RUNTIME_BLIND8, "levels_blind8": LEVELS_BLIND8,
-        "levels_blind9": LEVELS_BLIND9}
+        "levels_blind9": LEVELS_BLIND9, "levels_dev10": LEVELS_DEV10,
+        "levels_blind10": LEVELS_BLIND10}
 
 
 def family_of(c: dict) -> str:
@@ -1172,4 +1207,5 @@ __all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME_BLI
            "RUNTIME_DEV5", "LEVELS_DEV5", "RUNTIME_BLIND5", "LEVELS_BLIND5",
            "RUNTIME_DEV6", "LEVELS_DEV6", "RUNTIME_BLIND6", "LEVELS_BLIND6",
            "RUNTIME_DEV7", "LEVELS_DEV7", "RUNTIME_BLIND7", "LEVELS_BLIND7",
-           "RUNTIME_DEV8", "LEVELS_DEV8", "RUNTIME_BLIND8", "LEVELS_BLIND8", "LEVELS_BLIND9", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+           "RUNTIME_DEV8", "LEVELS_DEV8", "RUNTIME_BLIND8", "LEVELS_BLIND8", "LEVELS_BLIND9", "LEVELS_DEV10",
+           "LEVELS_BLIND10", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
