@@ -1133,8 +1133,8 @@ FITTED_V2 = L2Model(capacity_fraction=0.8, associativity=16, replicate=True,
 #: the same model at C x CHIP_CAPACITY_RANGE[1] and x CHIP_CAPACITY_RANGE[0] (0.88, 1.12:
 #: the H100 factors' p2.5 and max, rounded out; 97 of the 98 H100 factors inside, H200
 #: 43 of 45), evaluated only in launches with private read-modify-write round trips (fa1's
-#: O, l, m; the local-memory frames: `iosim.hierarchy.has_private_rmw`), the point
-#: elsewhere (the K/V sweeps' edge may vary chip to chip too; it was not measured); the
+#: O, l, m; the local-memory frames), the point elsewhere (the K/V sweeps' edge may vary
+#: chip to chip too; it was not measured; v12, below, ranges every launch); the
 #: stack distances are computed once (`iosim.hierarchy.dram_at_capacities`). A warning
 #: names a pass whose range reaches beyond the bound about its point. `analysis.validate`
 #: counts, beside the bound (unchanged), the rows inside the range widened by the bound's

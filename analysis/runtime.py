@@ -607,6 +607,19 @@ def _work_excess(work) -> float:
     return (work - 1).clip(0).sum()
 
 
+def _equal_work(work, uniform=None):
+    """The work each CTA of `work` does (units at one SM's full rate) where all do the
+    same, else None: a `UniformWork`'s value (equal by construction: no array), an
+    array's first entry where every entry equals it (NaN equals none). uniform: whether
+    all of an array is work[0], where the caller knows (one pass fewer over a grid of
+    millions of CTAs)."""
+    if isinstance(work, UniformWork):
+        return float(work.value)
+    if np.all(work == work[0]) if uniform is None else uniform:
+        return float(work[0])
+    return None
+
+
 def _sums(p: Problem, t: Tiling):
     nA, RA, CA, RCA = (int(x) for x in iosim.tile_sums(p.N, t.B_r, t.B_c, p.causal))
     return nA, RA, CA, RCA
@@ -744,8 +757,7 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                 rounds = float((-(-t.B_r * d // thr) + -(-t.B_c * d // thr)) * waves)
             elif kern == "std_fast_PV":       # P_ij, V_j per key tile of its row block
                 rounds = float((-(-t.B_r * t.B_c // thr) + -(-t.B_c * d // thr))
-                               * float(work.max() if isinstance(work, UniformWork)
-                                       else np.max(work)) * waves)
+                               * float(work.max()) * waves)       # (array or UniformWork)
             else:
                 rounds = float(nA * (-(-t.B_r * d // thr) + 1) * waves)
             miss = min(1.0, k["dram_read_bytes"] / max(1.0, lv["l2_read_bytes"]))
@@ -850,12 +862,12 @@ def _bwd_wavefronts(B_r: int, B_c: int, d: int, s: int) -> float:
 
 
 def _makespan(work, machines, uniform=None):
-    """Makespan of the list schedule of work (CTAs in grid order, each to the earliest
-    free of `machines`): max(start + work), `_list_makespan`. uniform: whether all of work
-    is work[0], where the caller knows (one pass fewer over a grid of millions of CTAs)."""
-    n = work.size
-    if np.all(work == work[0]) if uniform is None else uniform:
-        return -(-n // machines) * float(work[0])
+    """Makespan of the list schedule of work (an array or `UniformWork`; CTAs in grid
+    order, each to the earliest free of `machines`): max(start + work), `_list_makespan`;
+    equal CTAs fill the machines in whole waves. uniform: as `_equal_work`'s."""
+    value = _equal_work(work, uniform)
+    if value is not None:
+        return -(-work.size // machines) * value
     return float(_list_makespan(np.asarray(work, dtype=np.float64), int(machines)))
 
 
@@ -997,18 +1009,10 @@ def makespans(work, hw, ctas_per_sm: int) -> dict:
     of the SMs x CTAs-per-SM slots a machine running one CTA at a time at full rate (the
     latency-bound view: divided by the share of an SM one CTA can use, see `imbalance`).
     work: an array, or `UniformWork` (equal CTAs: waves of the machines, no array)."""
-    if isinstance(work, UniformWork):
-        total = work.sum() if work.n else 0
-        if work.n == 0 or total == 0:
-            return {"mk_sm": 0.0, "mk_slots": 0.0, "balanced": 1.0}
-        # `_makespan` of equal work: whole waves of the machines
-        waves = lambda machines: -(-work.n // machines) * float(work.value)
-        return {"mk_sm": waves(hw.sm_count), "mk_slots": waves(hw.sm_count * ctas_per_sm),
-                "balanced": float(total / hw.sm_count)}
     total = work.sum() if work.size else 0     # (summed and compared once)
     if work.size == 0 or total == 0:
         return {"mk_sm": 0.0, "mk_slots": 0.0, "balanced": 1.0}
-    uniform = bool(np.all(work == work[0]))
+    uniform = _equal_work(work) is not None
     slots = hw.sm_count * ctas_per_sm
     if uniform or work.size > SHARED_MAX_CTAS:
         mk_sm = _makespan(work, hw.sm_count, uniform)

@@ -500,7 +500,8 @@ def _poisson_slopes(A: int):
     """The slopes of `_poisson_cdf_table(A)`'s intervals, (fp[j + 1] - fp[j]) / (xp[j + 1]
     - xp[j]) as np.interp computes them (IEEE operations: the same numbers), for
     `_interp_finite`; None where a slope is not finite (never for these tables: xp is
-    strictly increasing, fp finite), which `_fused_applies` then declines."""
+    strictly increasing, fp finite), which `_fused_applies` then declines and
+    `hit_probability` meets with np.interp."""
     if A not in _SLOPES:
         x, y = _poisson_cdf_table(A)
         slope = (y[1:] - y[:-1]) / (x[1:] - x[:-1])
@@ -512,11 +513,15 @@ def _poisson_slopes(A: int):
 
 @njit(cache=True, inline="always")      # per access and capacity: no call
 def _interp_finite(x, xp, fp, slope, inv):
-    """`_interp_uniform` at one point x with right = 0, for a table whose slopes are all
-    finite (`_poisson_slopes`): the same interval j and the same arithmetic,
-    slope[j] x (x - xp[j]) + fp[j], with the slope precomputed; its NaN repair never
-    applies there (a finite slope times a finite offset plus a finite fp[j] is finite) and
-    is left out (it made the loop ~3x slower). inv: (len(xp) - 1) / (xp[-1] - xp[0])."""
+    """np.interp(x, xp, fp, right=0) at one point x for an evenly spaced, increasing xp
+    whose slopes are all finite (the Poisson tables, `_poisson_slopes`), bit for bit: the
+    same interval j (xp[j] <= x < xp[j + 1], found from the spacing and corrected against
+    xp itself instead of numpy's binary search) and numpy's arithmetic,
+    slope[j] x (x - xp[j]) + fp[j], with the slope precomputed (numpy's own quotient), and
+    its end cases (x == xp[j]: fp[j]; x == xp[-1]: fp[-1]; x > xp[-1]: 0; x < xp[0]:
+    fp[0]). numpy's NaN repair never applies there (a finite slope times a finite offset
+    plus a finite fp[j] is finite) and is left out (it made the loop ~3x slower).
+    inv: (len(xp) - 1) / (xp[-1] - xp[0])."""
     n = xp.shape[0]
     x0 = xp[0]
     if np.isnan(x):
@@ -540,59 +545,27 @@ def _interp_finite(x, xp, fp, slope, inv):
 
 
 @njit(cache=True)
-def _interp_uniform(xv, xp, fp, right):
-    """np.interp(xv, xp, fp, right=right) for an evenly spaced, increasing xp (the Poisson
-    tables), bit for bit: the same interval j (xp[j] <= x < xp[j + 1], found from the
-    spacing and corrected against xp itself instead of numpy's binary search) and numpy's
-    arithmetic, slope x (x - xp[j]) + fp[j], with its end cases (x == xp[j]: fp[j];
-    x == xp[-1]: fp[-1]; x > xp[-1]: right; x < xp[0]: fp[0])."""
+def _interp_uniform(xv, xp, fp, slope):
+    """np.interp(xv, xp, fp, right=0) of a vector xv on a Poisson table (xp, fp, its
+    slopes), bit for bit: `_interp_finite` element by element."""
     n = xp.shape[0]
     out = np.empty(xv.shape[0])
-    x0 = xp[0]
-    inv = (n - 1) / (xp[n - 1] - x0)
+    inv = (n - 1) / (xp[n - 1] - xp[0])
     for i in range(xv.shape[0]):
-        x = xv[i]
-        if np.isnan(x):
-            out[i] = x
-            continue
-        if x > xp[n - 1]:
-            out[i] = right
-            continue
-        if x < x0:
-            out[i] = fp[0]
-            continue
-        if x == xp[n - 1]:
-            out[i] = fp[n - 1]
-            continue
-        j = int((x - x0) * inv)
-        if j > n - 2:
-            j = n - 2
-        while j > 0 and xp[j] > x:
-            j -= 1
-        while j < n - 2 and xp[j + 1] <= x:
-            j += 1
-        if xp[j] == x:
-            out[i] = fp[j]
-        else:
-            slope = (fp[j + 1] - fp[j]) / (xp[j + 1] - xp[j])
-            v = slope * (x - xp[j]) + fp[j]
-            if np.isnan(v):
-                v = slope * (x - xp[j + 1]) + fp[j + 1]
-                if np.isnan(v) and fp[j] == fp[j + 1]:
-                    v = fp[j]
-            out[i] = v
+        out[i] = _interp_finite(xv[i], xp, fp, slope, inv)
     return out
 
 
 @njit(cache=True)
-def _hit_lru(D, a, capacity, xp, fp):
+def _hit_lru(D, a, capacity, xp, fp, slope):
     """hit_probability without keep_fraction, element by element with numpy's arithmetic:
-    where(D < 0, 0, interp(a x max(D, 0) / capacity)) (`_interp_uniform`)."""
+    where(D < 0, 0, interp(a x max(D, 0) / capacity)) (`_interp_uniform`; slope: the
+    table's, `_poisson_slopes`)."""
     lam = np.empty(D.shape[0])
     for i in range(D.shape[0]):
         d = D[i]
         lam[i] = a * (0.0 if d < 0.0 else d) / capacity
-    p = _interp_uniform(lam, xp, fp, 0.0)
+    p = _interp_uniform(lam, xp, fp, slope)
     for i in range(D.shape[0]):
         if D[i] < 0.0:
             p[i] = 0.0
@@ -616,11 +589,15 @@ def hit_probability(D, capacity: float, associativity: int, keep_fraction: float
     keeps (L2Model.keep_fraction)."""
     D = np.asarray(D, dtype=np.float64)
     x, y = _poisson_cdf_table(int(associativity))
-    if keep_fraction <= 0 and D.ndim == 1:
+    sl = _poisson_slopes(int(associativity))
+    if sl is not None and keep_fraction <= 0 and D.ndim == 1:
         # the expressions below, fused in one compiled pass (`_hit_lru`)
-        return _hit_lru(D, float(associativity), float(capacity), x, y)
+        return _hit_lru(D, float(associativity), float(capacity), x, y, sl)
     lam = associativity * np.maximum(D, 0.0) / capacity
-    p = _interp_uniform(lam.ravel(), x, y, 0.0).reshape(lam.shape)  # P[Poisson(lam) <= A - 1]
+    # P[Poisson(lam) <= A - 1]; numpy's np.interp, which the look-up reproduces, where a
+    # slope is not finite (never for these tables: `_poisson_slopes`)
+    p = (np.interp(lam, x, y, right=0.0) if sl is None
+         else _interp_uniform(lam.ravel(), x, y, sl).reshape(lam.shape))
     if keep_fraction > 0:
         p = np.maximum(p, keep_fraction * np.minimum(1.0, capacity / np.maximum(D, 1e-300)))
     return np.where(D < 0, 0.0, p)
@@ -760,20 +737,7 @@ def _dense_ranks(ids):
 def dram_from_stream(stream: Stream, capacity: float, model: L2Model):
     """(DRAM read bytes, DRAM write bytes, accesses) of a stream."""
     (r, w), = dram_at_capacities(stream, (capacity,), model)
-    return r, w, stream_accesses(stream)
-
-
-def stream_accesses(stream: Stream) -> int:
-    """The stream's number of accesses (`Stream.size`)."""
-    return stream.size
-
-
-def has_private_rmw(stream: Stream) -> bool:
-    """Whether the stream has private read-modify-write round trips (a tile one CTA reads
-    and writes in one access: fa1's O, l, m; the local-memory frames), the accesses whose
-    capacity edge `analysis.levels`' chip-to-chip range is measured on."""
-    t, blk, nb, rd, wr, w, wb, sh = stream.arrays()
-    return bool(np.any(~sh & rd & wr))
+    return r, w, stream.size
 
 
 def dram_at_capacities(stream: Stream, capacities, model: L2Model):

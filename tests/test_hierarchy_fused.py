@@ -158,10 +158,10 @@ def test_table_look_up_is_the_reference():
     C = 40e6
     D = np.concatenate([rng.uniform(-1e6, 3.0 * C, 20000), [-1.0, 0.0, -0.0, np.nan, np.inf],
                         x[::97] * C / 96.0, [x[-1] * C / 96.0, 1e30]])
-    ref = H._hit_lru(D, 96.0, C, x, y)
+    ref = H._hit_lru(D, 96.0, C, x, y, sl)
     one = np.array([H._hit_one(d, 96.0, C, x, y, sl, inv) for d in D])
     np.testing.assert_array_equal(one, ref)
-    assert np.array_equal(H._interp_uniform(D / C, x, y, 0.0), np.interp(D / C, x, y, right=0.0),
+    assert np.array_equal(H._interp_uniform(D / C, x, y, sl), np.interp(D / C, x, y, right=0.0),
                           equal_nan=True)
 
 
@@ -176,7 +176,6 @@ def test_stream_arrays_are_kept_until_the_next_add():
     b = st.arrays()
     assert b is not a and st.size == 5 == b[0].size and st.has_selfd()
     assert st.has_selfd() == bool(np.any(st.selfd_array()))
-    assert H.stream_accesses(st) == 5
 
 
 def test_sweep_kernel_pieces_are_the_numpy_expressions():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from iosim import Problem
-from iosim.hierarchy import L2Model, Stream, dram_at_capacities, dram_from_stream, has_private_rmw
+from iosim.hierarchy import L2Model, Stream, dram_at_capacities, dram_from_stream
 
 from analysis import levels as L
 
@@ -82,7 +82,6 @@ def test_dram_at_capacities_is_dram_from_stream_at_each_capacity():
     ids = st.ids(40)
     for k in range(4):
         st.add(np.arange(40) + 40.0 * k, ids, 1.0e6, True, True)
-    assert has_private_rmw(st)
     m = L2Model(capacity_fraction=1.0, associativity=64)
     caps = (30e6, 41e6, 60e6)
     many = dram_at_capacities(st, caps, m)
