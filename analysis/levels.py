@@ -152,6 +152,12 @@ class Launch:
     registers: int
     ctas_per_sm: int
     spill_bytes: int = 0
+    #: a build whose resident local-memory frames overflow the L1 (`LOCAL`): per CTA, the
+    #: frame's distinct bytes and the bytes of it rewritten at each K/V step (0: none), and
+    #: the K/V steps of all its CTAs together (the spilling builds' bounds, v13)
+    local_frame_bytes: float = 0.0
+    local_write_bytes: float = 0.0
+    frame_steps: float = 0.0
 
 
 def occupancy(hw, threads: int, smem_bytes: int, registers: int) -> int:
@@ -449,25 +455,30 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
         frame = lau.spill_bytes * lau.threads
         loc = local_of(prefix, B_r, B_c, d, p.causal)
         local_frame = local_write = 0.0
+        a = _active_prefix(N, B_r, B_c, p.causal)
         if loc and model.local_memory and \
                 loc[0] * lau.threads * lau.ctas_per_sm > L1_BYTES - lau.ctas_per_sm * lau.smem_bytes:
             local_frame, local_write = loc[0] * lau.threads, loc[1] * lau.threads
+            lau = replace(lau, local_frame_bytes=local_frame, local_write_bytes=local_write,
+                          frame_steps=float(a.sum()) * z.size)
         # v8: the lagging part of a wave's cohort, where two or more CTAs share an SM and
         # the sweeps are of equal length (non-causal); L2Model.sweep_lag. v9: the causal
         # sweeps (heaviest first, each CTA its own cohort) with L2Model.causal_lag
         lag = (model.causal_lag if p.causal else model.sweep_lag) if lau.ctas_per_sm >= 2 else 0.0
-        a = _active_prefix(N, B_r, B_c, p.causal)
         order = np.arange(T_r)
         if p.causal and plan.kernel in ("tc", "fast"):
             order = order[::-1]                    # heaviest query blocks first
         _, rows = _blocks(N, B_r)
 
-        def build(st, slots):
+        def build(st, slots, frames=True):
+            # frames=False: the same launch without its local-memory frames (the spilling
+            # builds' lower bound of DRAM writes, `levels`)
             i, zz = _grid_order(order, z, plan.extra.get("grid_order", "query-major"))
             return sweep_kernel(st, group=zk[zz], lo=np.zeros(i.size), hi=a[i],
                                 step_bytes=2 * B_c * d * s, pre_bytes=rows[i].mean() * d * s,
                                 post_bytes=rows[i].mean() * (d * s + 4), frame_bytes=frame,
-                                local_frame_bytes=local_frame, local_write_bytes=local_write,
+                                local_frame_bytes=local_frame if frames else 0.0,
+                                local_write_bytes=local_write if frames else 0.0,
                                 lag=lag, slots=slots,
                                 budget=budget, n_seq=T_c)
         out.append((lau, build))
@@ -1205,6 +1216,34 @@ FITTED_V2 = L2Model(capacity_fraction=0.8, associativity=16, replicate=True,
 #: one compiled pass over each stream (`iosim.hierarchy._dram_fused`): 1,000 sweep
 #: configurations in about 51 s on one core of the 2-core machine (84 s before that pass);
 #: `chip_range=None` skips them.
+#: v13 (fourteenth session; the point model unchanged): the spilling builds' bounds. The
+#: builds whose resident local-memory frames overflow the L1 (`LOCAL`: fa2_tc 128 x 128 and
+#: 64 x 128 at d = 64, fa2_fast 256 x 32 at d = 128; explicit tilings only) were measured
+#: over LEVELS_DEV10 (11 passes, grids of 64 CTAs to 15 waves; run
+#: 2026-11-28-h100-levels-dev10, an H100 not seen before) and again, with the L2 sectors
+#: split by eviction class and hit / miss (scripts/l2_class_probe.py), on another:
+#:   * reads: where the resident frames are a quarter of the L2 or less, the points hold
+#:     (within 16 MB); where they fill about 27 MB, 13-99 % of the global (K/V) loads
+#:     reached DRAM on the fa2_tc 128 x 128 build, rising with the waves and the sweep
+#:     (1 wave 30-41 %, 3.9 waves 52-60 %, 15.5 waves 69-79 %, 31 waves 99 %), 13-32 % on
+#:     the fast 256 x 32 one; the L2's read misses on the long sweeps equal the global
+#:     loads (b2 h8 N 32768: 38.8 GB of misses, 38.7 GB of global loads), every request
+#:     carries the same eviction class (evict_normal), and the lockstep cohorts of the
+#:     point model count those re-reads as hits (points 5-42x low). The CTAs drift apart
+#:     as their frames' traffic fills the L2, and each re-reads the K/V its neighbours
+#:     read, by an amount no SKU-level constant fixes: the two chips differed up to 2x (the
+#:     fast build at one wave, 0.34 and 0.67 GB).
+#:   * writes: 25-29 % of the 128 x 128 build's local stores (its frame cleaned about 0.7
+#:     times a step), the same on both chips (within 1-2 %), 4-5 % of the 64 x 128 build's
+#:     and 3-6 % of the fast build's (up to 1.4x apart chip to chip); the point's dirty cap
+#:     gives +35 to +51 %, -88 to -95 % and -25 to -57 %.
+#: So for these builds the range is the physical bound, not the chip spread: reads up to
+#: every CTA's K/V loads (the pass's L2 reads), writes from the launch without its frames
+#: (none of the frames' write-backs) to that plus every step's rewritten frame bytes
+#: (ctas x steps x min(rewritten, frame)); the warning says the point is not within the
+#: bound. Before -> after on the development rows (the bound unchanged): the two spilling
+#: rows per chip inside the range (H100 and H200), and the dev10 rows 10 of 11 (out: the
+#: 64 x 128 build at b1 h16 N 16384, reads 0.15 GB against a low end of 0.23).
 CHIP_CAPACITY_RANGE = (0.88, 1.12)
 
 
@@ -1263,6 +1302,7 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
     cap = model.capacity_fraction * hw.l2_bytes
     kernels, dr, dw = [], 0.0, 0.0
     rng_r, rng_w = [0.0, 0.0], [0.0, 0.0]          # chip-to-chip [low, high]
+    spilled = 0.0           # resident frame bytes of a launch with the spilling bounds (v13)
     scaled = [[0.0, 0.0] for _ in capacity_scales]
     warnings = []
     if (algorithm, pass_, plan.kernel) in FEW_ROWS:
@@ -1282,10 +1322,23 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
             # the larger capacity gives the low end, the smaller the high end; min / max
             # keep the point inside where the model is not monotone in C
             (r_big, w_big), (r_small, w_small) = at[1], at[2]
-            rng_r[0] += min(r, r_big)
-            rng_r[1] += max(r, r_small)
-            rng_w[0] += min(w, w_big)
-            rng_w[1] += max(w, w_small)
+            lo_r, hi_r, lo_w, hi_w = min(r, r_big), max(r, r_small), min(w, w_big), max(w, w_small)
+            if lau.local_frame_bytes:
+                # v13: a spilling build's bounds (see CHIP_CAPACITY_RANGE): reads up to every CTA's
+                # K/V loads (the pass's L2 reads: a spilling build is one fa2 forward
+                # launch), writes from none of the frames' to every step's rewritten frame
+                st0 = Stream()
+                build(st0, slots, frames=False)
+                (_, w0), = dram_at_capacities(st0, (cap,), model)
+                hi_r = max(hi_r, (rd - atom) * factor)
+                lo_w = min(lo_w, w0)
+                hi_w = max(hi_w, w0 + lau.frame_steps * min(lau.local_write_bytes,
+                                                             lau.local_frame_bytes))
+                spilled = max(spilled, lau.local_frame_bytes * min(lau.ctas, slots))
+            rng_r[0] += lo_r
+            rng_r[1] += hi_r
+            rng_w[0] += lo_w
+            rng_w[1] += hi_w
         for i, (sr, sw) in enumerate(at[len(caps) - len(capacity_scales):]):
             scaled[i][0] += sr
             scaled[i][1] += sw
@@ -1334,9 +1387,25 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
         res["dram_read_bytes_range"] = rng_r
         res["dram_write_bytes_range"] = [rng_w[0] + bg, rng_w[1] + bg]
         res["l2_model"]["chip_capacity_range"] = list(chip_range)
+        # what the range is: the chip-to-chip capacity spread, or a spilling build's bound
+        res["dram_range_basis"] = "spill_bound" if spilled else "chip_capacity"
         wide = [(k, res[k + "_range"]) for k in ("dram_read_bytes", "dram_write_bytes")
                 if not (within(res[k + "_range"][0], res[k]) and within(res[k + "_range"][1], res[k]))]
-        if wide:
+        if spilled:
+            warnings.append(
+                f"its resident local-memory frames ({spilled / 1e6:.0f} MB, "
+                f"{spilled / cap:.2f} of the effective L2) take L2 room and traffic; where "
+                "they fill much of it, its CTAs drift apart and "
+                "re-read K/V tiles from DRAM that the point model (lockstep sweeps) counts as "
+                "hits, and the L2 writes part of the frames back at every step, by amounts "
+                "that differ chip to chip (analysis.levels, v13): the range is the bound "
+                "(reads: up to every CTA's K/V loads; writes: from none of the frames' "
+                "write-backs to every step's), and the point is not within the 15 % bound: "
+                + ", ".join(f"{k.replace('dram_', 'DRAM ').replace('_bytes', '')} "
+                            f"{res[k + '_range'][0] / 1e6:.0f}-{res[k + '_range'][1] / 1e6:.0f}"
+                            f" MB (point {res[k] / 1e6:.0f} MB)"
+                            for k in ("dram_read_bytes", "dram_write_bytes")))
+        elif wide:
             warnings.append(
                 "this pass sits on the L2's capacity edge (its working set near the "
                 "effective capacity): its DRAM bytes are not pinned down within the 15 % / "

@@ -105,3 +105,37 @@ def test_within_chip_range():
     point = {"dram_read_bytes": 100e6, "dram_write_bytes": 50e6}
     assert L.within_chip_range(point, {"dram_read_bytes": 150e6, "dram_write_bytes": 50e6}) == \
         {"dram_read_bytes": False, "dram_write_bytes": True}
+
+
+# v13: the spilling builds' bounds. fa2_tc 128 x 128 at d = 64 keeps a 400-byte frame
+# per thread in local memory, rewritten at every K/V step (analysis.levels.LOCAL); the
+# default 128 x 64 build has none.
+SPILL = Problem(N=32768, d=64, batch=1, heads=4, dtype="fp16")
+
+
+def test_spilling_build_range_is_the_physical_bound():
+    from iosim import Tiling
+    r = L.levels("fa2", SPILL, "H100-SXM", kernel="tc", tiling=Tiling(128, 128))
+    k = r["kernels"][0]
+    assert k["spill_bytes"] > 0
+    lo_r, hi_r = r["dram_read_bytes_range"]
+    lo_w, hi_w = r["dram_write_bytes_range"]
+    # reads: up to every CTA's K/V loads, i.e. the pass's L2 reads
+    assert hi_r == pytest.approx(r["l2_read_bytes"], rel=1e-12)
+    assert lo_r <= r["dram_read_bytes"] <= hi_r
+    # writes: from the launch without its frames to every step's rewritten frame
+    # (4 heads x 256 query blocks, 256 K/V steps each, 400 B x 256 threads a step),
+    # background writes added to both ends as to the point
+    steps = 4 * 256 * 256
+    bg = k["background_write_bytes"]
+    no_frames = L.levels("fa2", SPILL, "H100-SXM", kernel="tc", tiling=Tiling(128, 128),
+                         model=L.replace(L.FITTED, local_memory=False), chip_range=None)
+    assert lo_w <= no_frames["dram_write_bytes"] * 1.001
+    assert hi_w >= steps * 400 * 256
+    assert lo_w <= r["dram_write_bytes"] <= hi_w and lo_w >= bg
+    assert any("drift apart" in w for w in r["warnings"])
+    # the default build of the same problem has no frames and keeps its narrow range
+    d = L.levels("fa2", SPILL, "H100-SXM", kernel="tc")
+    assert d["kernels"][0]["spill_bytes"] == 0
+    assert d["dram_read_bytes_range"][1] < 0.1 * d["l2_read_bytes"]
+    assert not any("drift apart" in w for w in d["warnings"])

@@ -277,9 +277,12 @@ def levels_main(args, problem) -> int:
     rr, wr = lv.get("dram_read_bytes_range"), lv.get("dram_write_bytes_range")
     if rr and wr and (rr[0] != rr[1] or wr[0] != wr[1]):
         g = lambda x: f"{x[0] / 1e9:.4f}-{x[1] / 1e9:.4f}"
-        print(f"{'DRAM, edge range':<28}{g(rr):>16}{g(wr):>16}   (effective L2 x"
-              f"{lv['l2_model']['chip_capacity_range'][0]:g} to x"
-              f"{lv['l2_model']['chip_capacity_range'][1]:g})")
+        if lv.get("dram_range_basis") == "spill_bound":
+            print(f"{'DRAM, spilling bound':<28}{g(rr):>16}{g(wr):>16}   (see the warning)")
+        else:
+            print(f"{'DRAM, edge range':<28}{g(rr):>16}{g(wr):>16}   (effective L2 x"
+                  f"{lv['l2_model']['chip_capacity_range'][0]:g} to x"
+                  f"{lv['l2_model']['chip_capacity_range'][1]:g})")
     if t:
         print(f"predicted time: {t['predicted_ms']:.4f} ms")
     for k in (t["launches"] if t else []):
