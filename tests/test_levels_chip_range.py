@@ -120,7 +120,9 @@ def test_spilling_build_range_is_the_physical_bound():
     assert k["spill_bytes"] > 0
     lo_r, hi_r = r["dram_read_bytes_range"]
     lo_w, hi_w = r["dram_write_bytes_range"]
-    # reads: up to every CTA's K/V loads, i.e. the pass's L2 reads
+    # reads: from the compulsory Q + K + V (each byte once) up to every CTA's K/V loads,
+    # i.e. the pass's L2 reads
+    assert lo_r == 3 * 4 * 32768 * 64 * 2
     assert hi_r == pytest.approx(r["l2_read_bytes"], rel=1e-12)
     assert lo_r <= r["dram_read_bytes"] <= hi_r
     # writes: from the launch without its frames to every step's rewritten frame
