@@ -650,11 +650,11 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             # the causal tensor-core and fast builds launch the heaviest query blocks first
             # (blockIdx.x reversed, gpu.forward.fa2_tc / fa2_fast); the plain one in order
             heavy_first = p.causal and kern in ("fa2_tc", "fa2_fast")
-            W, B2 = 4.0 * RCA * d * I, lv["l2_read_bytes"] + lv["l2_write_bytes"]
+            W, B2 = 4.0 * RCA * d * I, _l2_global(lv)
             work = np.tile((a + 1)[::-1] if heavy_first else a + 1, I)
         elif fam == "fa1_fwd":
             W, work = 4.0 * RCA * d * I, UniformWork(int(I), float(nA + T_c))
-            B2 = lv["l2_read_bytes"] + lv["l2_write_bytes"]
+            B2 = _l2_global(lv)
         elif fam in ("std_S", "std_bwd_dP"):          # tile products S = QK^T, dP = dO V^T
             W, work, B2 = 2.0 * RCA * d * I, ones(nA * I), ((RA + CA) * d + RCA) * s * I
         elif fam in ("std_softmax", "std_bwd_dS"):    # row passes: S -> P; P, dP -> dS
@@ -693,7 +693,7 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
         else:
             R = hw.fp32_flops
         if fam == "fa2_tc":
-            B2 = lv["l2_read_bytes"] + lv["l2_write_bytes"]
+            B2 = _l2_global(lv)
         if fam in ROW_PASSES:
             # the row passes' work is their per-entry CUDA-core instructions (two exps, max,
             # sum, conversions; dS: P dP, D, the product) at the fp32 rate: the same on
@@ -760,7 +760,8 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                                * float(work.max()) * waves)       # (array or UniformWork)
             else:
                 rounds = float(nA * (-(-t.B_r * d // thr) + 1) * waves)
-            miss = min(1.0, k["dram_read_bytes"] / max(1.0, lv["l2_read_bytes"]))
+            miss = min(1.0, k["dram_read_bytes"] / max(1.0, lv["l2_read_bytes"]
+                                                        - lv.get("l2_local_read_bytes", 0.0)))
         out.append({"name": name, "family": key, "kernel": kern, "W": float(W), "R": float(R),
                     "lat_rounds": rounds, "lat_miss": miss,
                     "cta_waves": float(-(-k["ctas"] // (hw.sm_count * max(1, k["ctas_per_sm"]))))
@@ -859,6 +860,13 @@ def _bwd_wavefronts(B_r: int, B_c: int, d: int, s: int) -> float:
     b = -(-B_c * d // 32) * B_r * 4
     c = -(-B_r * d // 32) * B_c * 2
     return float(a + b + c)
+
+
+def _l2_global(lv: dict) -> float:
+    """A pass's L2 bytes less its local memory (`analysis.levels.local_l2_bytes`, which
+    the spill term t_local prices on its own)."""
+    return (lv["l2_read_bytes"] + lv["l2_write_bytes"]
+            - lv.get("l2_local_read_bytes", 0.0) - lv.get("l2_local_write_bytes", 0.0))
 
 
 def _makespan(work, machines, uniform=None):

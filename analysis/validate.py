@@ -132,8 +132,15 @@ def _frozen_levels() -> dict:
 
 
 def _same_prediction(pred: dict, frozen: dict) -> bool:
+    """Whether the current model predicts what was frozen: the points and, where the
+    frozen record has them, the ranges (a range that moved is a new prediction too: its
+    blind score stays the frozen one)."""
     from analysis.levels import LEVEL_KEYS
-    return all(abs(pred[k] - frozen[k]) <= 1e-9 * max(1.0, abs(frozen[k])) for k in LEVEL_KEYS)
+    same = lambda a, b: abs(a - b) <= 1e-9 * max(1.0, abs(b))
+    ranges = [k + "_range" for k in ("dram_read_bytes", "dram_write_bytes") if k + "_range" in frozen]
+    return (all(same(pred[k], frozen[k]) for k in LEVEL_KEYS)
+            and all(k in pred and all(same(a, b) for a, b in zip(pred[k], frozen[k]))
+                    for k in ranges))
 
 
 def levels_rows(model=None, data=None) -> list[dict]:

@@ -273,6 +273,9 @@ def levels_main(args, problem) -> int:
     print(f"{'requested (the ledger)':<28}{gb(lv['requested_read_bytes'])}{gb(lv['requested_write_bytes'])}")
     print(f"{'L2 (from the SMs)':<28}{gb(lv['l2_read_bytes'])}{gb(lv['l2_write_bytes'])}"
           + (f"   + atomics {lv['l2_atomic_bytes'] / 1e9:.4f}" if lv["l2_atomic_bytes"] else ""))
+    if lv.get("l2_local_read_bytes") or lv.get("l2_local_write_bytes"):
+        print(f"{'  of which local memory':<28}{gb(lv['l2_local_read_bytes'])}"
+              f"{gb(lv['l2_local_write_bytes'])}   (spilled registers, not in the ledger)")
     print(f"{'DRAM (cold L2)':<28}{gb(lv['dram_read_bytes'])}{gb(lv['dram_write_bytes'])}")
     rr, wr = lv.get("dram_read_bytes_range"), lv.get("dram_write_bytes_range")
     if rr and wr and (rr[0] != rr[1] or wr[0] != wr[1]):
