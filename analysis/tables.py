@@ -289,9 +289,20 @@ def _latest_blind(blinds: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(g, b) for g, b in blinds if b == last]
 
 
-def _frozen_of(rows, split: str) -> str:
-    return ", ".join(sorted({str(r.get("frozen_model_commit") or r.get("frozen_commit"))[:7]
-                             for r in rows if r.get("split") == split}))
+def _frozen_of(rows, split: str, device: str | None = None, files: dict | None = None) -> str:
+    """The commit(s) a blind set's predictions were frozen at, on one device ("H100",
+    "H200") or all: its frozen-score rows carry it; rows the current model still predicts
+    exactly as frozen carry none, and files ({GPU preset: the set's predictions file
+    header}, where given) says."""
+    out = set()
+    for r in rows:
+        if r.get("split") != split or (device and (device == "H200") != ("H200" in r["device"])):
+            continue
+        c = r.get("frozen_model_commit") or r.get("frozen_commit")
+        if not c and files:
+            c = (files.get("H200" if "H200" in r["device"] else "H100-SXM") or {}).get("frozen_commit")
+        out.add(str(c)[:7])
+    return ", ".join(sorted(out))
 
 
 def table_levels_validation(data=None) -> str:
@@ -300,7 +311,7 @@ def table_levels_validation(data=None) -> str:
     writes, on the H100 (all rows: development and blind), the H200 (all held out) and the
     newest blind set (frozen predictions); then one line per blind set and device (every
     family together)."""
-    from analysis.validate import BLIND_SPLITS, LEVELS_BLIND_SETS, levels_summary
+    from analysis.validate import BLIND_SPLITS, LEVELS_BLIND_SETS, _frozen_levels, levels_summary
     rows = R.load("levels_validation", data=data)
     summ = {}
     for s in levels_summary(rows):
@@ -310,22 +321,24 @@ def table_levels_validation(data=None) -> str:
     fams = sorted({k[2] for k in summ}, key=lambda f: (f == "all", f))
     blinds = _blind_columns(summ)
     latest = _latest_blind(blinds)
-    cell = lambda s: (f"{s['inside_bound']}/{s['rows']} | {_pct(s['dram_read']['median'])}, "
+    cell = lambda s: (f"{s['inside_bound']}/{s['rows']} ({s.get('inside_chip_range', s['inside_bound'])}) | {_pct(s['dram_read']['median'])}, "
                       f"{_pct(s['dram_read']['worst'])} | {_pct(s['dram_write']['median'])}, "
                       f"{_pct(s['dram_write']['worst'])}") if s else "– | – | –"
-    lines = ["| family | H100: in bound | DRAM read med, worst | DRAM write med, worst "
-             "| H200: in bound | DRAM read med, worst | DRAM write med, worst |"
-             + "".join(f" {g} {b}: in bound | DRAM read | DRAM write |" for g, b in latest),
+    lines = ["| family | H100: in bound (range) | DRAM read med, worst | DRAM write med, worst "
+             "| H200: in bound (range) | DRAM read med, worst | DRAM write med, worst |"
+             + "".join(f" {g} {b}: in bound (range) | DRAM read | DRAM write |" for g, b in latest),
              "|---|---|---|---|---|---|---|" + "---|---|---|" * len(latest)]
     for f in fams:
         lines.append(f"| {f} | {cell(summ.get(('H100', 'all', f)))} | "
                      f"{cell(summ.get(('H200', 'all', f)))} |"
                      + "".join(f" {cell(summ.get((g, b, f)))} |" for g, b in latest))
     if blinds:
-        lines += ["", "| blind set | device | frozen at | in bound | DRAM read med, worst "
+        lines += ["", "| blind set | device | frozen at | in bound (range) | DRAM read med, worst "
                   "| DRAM write med, worst |", "|---|---|---|---|---|---|"]
         set_of = {split: name for name, (_, split, _) in LEVELS_BLIND_SETS.items()}
-        lines += [f"| {set_of[b].upper()} | {g} | {_frozen_of(rows, b)} | "
+        frozen = _frozen_levels()
+        files = lambda b: {gpu: hdr for (gpu, _), (_, sp, _, hdr) in frozen.items() if sp == b}
+        lines += [f"| {set_of[b].upper()} | {g} | {_frozen_of(rows, b, g, files(b))} | "
                   f"{cell(summ.get((g, b, 'all')))} |" for g, b in blinds]
     m = next((r["l2_model"] for r in rows if "frozen_commit" not in r), {})
     note = (f"L2 model: C = {m.get('capacity_fraction')} x L2, {m.get('associativity')} ways, "
@@ -334,6 +347,8 @@ def table_levels_validation(data=None) -> str:
             f"end-of-kernel drain <= {m.get('drain_fraction', 0.0)} x L2, "
             f"wave lag {m.get('sweep_lag', 0.0)} x sweep (causal {m.get('causal_lag', 0.0)}), "
             f"fa1's read-modify-write round trips at x{m.get('private_rmw_capacity', 1.0)} of C; "
+            "(range): rows inside the DRAM range (the edge range, or a spilling build's bound) "
+            "widened by the bound; sets frozen before ranges existed count the bound's rows; "
             if rows else "")
     return "\n".join(lines) + "\n" + _source("levels_validation", rows, note)
 
