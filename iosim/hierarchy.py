@@ -620,10 +620,9 @@ class KernelTraffic:
 
 @njit(cache=True)
 def _half_step_order(t, limit):
-    """The accesses' time order, argsort(t, kind="stable"), by a counting sort where every
-    time is a multiple of a half step and the range of 2 t is at most `limit` (the keys
-    2 t - min(2 t), computed where they are counted and placed, not stored); empty where
-    not (the caller sorts)."""
+    """The accesses' time order, argsort(t, kind="stable"), by a counting sort
+    (`_counting_order` of the keys 2 t - min(2 t)) where every time is a multiple of a half
+    step and the range of 2 t is at most `limit`; empty where not (the caller sorts)."""
     n = t.shape[0]
     lo = 2.0 * t[0]
     hi = lo
@@ -637,18 +636,10 @@ def _half_step_order(t, limit):
             hi = v
     if hi - lo > limit:
         return np.empty(0, np.int64)
-    nkeys = np.int64(hi - lo) + 1
-    pos = np.zeros(nkeys + 1, np.int64)
+    keys = np.empty(n, np.int64)
     for i in range(n):
-        pos[np.int64(2.0 * t[i] - lo) + 1] += 1
-    for k in range(nkeys):
-        pos[k + 1] += pos[k]
-    out = np.empty(n, np.int64)
-    for i in range(n):
-        k = np.int64(2.0 * t[i] - lo)
-        out[pos[k]] = i
-        pos[k] += 1
-    return out
+        keys[i] = np.int64(2.0 * t[i] - lo)
+    return _counting_order(keys, np.int64(hi - lo) + 1)
 
 
 @njit(cache=True)
