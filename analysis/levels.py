@@ -1307,6 +1307,13 @@ CHIP_CAPACITY_RANGE = (0.88, 1.12)
 UNBOUNDED_L2 = 1e18
 
 
+def _spans(res: dict, keys) -> str:
+    """The warnings' "DRAM read LO-HI MB (point P MB), ..." of these keys of a result."""
+    return ", ".join(f"{k.replace('dram_', 'DRAM ').replace('_bytes', '')} "
+                     f"{res[k + '_range'][0] / 1e6:.0f}-{res[k + '_range'][1] / 1e6:.0f} MB "
+                     f"(point {res[k] / 1e6:.0f} MB)" for k in keys)
+
+
 def requested(p: Problem, plan: Plan):
     """The pass's ledger (iosim closed form): (read bytes, write bytes, atomic bytes)."""
     if plan.pass_ == "fwd":
@@ -1458,7 +1465,7 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
         res["l2_model"]["chip_capacity_range"] = list(chip_range)
         # what the range is: the chip-to-chip capacity spread, or a spilling build's bound
         res["dram_range_basis"] = "spill_bound" if spilled else "chip_capacity"
-        wide = [(k, res[k + "_range"]) for k in ("dram_read_bytes", "dram_write_bytes")
+        wide = [k for k in ("dram_read_bytes", "dram_write_bytes")
                 if not (within(res[k + "_range"][0], res[k]) and within(res[k + "_range"][1], res[k]))]
         if spilled:
             warnings.append(
@@ -1470,10 +1477,7 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
                 "that differ chip to chip (analysis.levels, v13): the range is the bound "
                 "(reads: up to every CTA's K/V loads; writes: from none of the frames' "
                 "write-backs to every step's), and the point is not within the 15 % bound: "
-                + ", ".join(f"{k.replace('dram_', 'DRAM ').replace('_bytes', '')} "
-                            f"{res[k + '_range'][0] / 1e6:.0f}-{res[k + '_range'][1] / 1e6:.0f}"
-                            f" MB (point {res[k] / 1e6:.0f} MB)"
-                            for k in ("dram_read_bytes", "dram_write_bytes")))
+                + _spans(res, ("dram_read_bytes", "dram_write_bytes")))
         elif wide:
             warnings.append(
                 "this pass sits on the L2's capacity edge (its working set near the "
@@ -1482,9 +1486,7 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
                 f"(x{chip_range[0]:g} to x{chip_range[1]:g} of the model's; at fa1's round "
                 "trips the chip's own spread, at the K/V sweeps' edge the model's "
                 "uncertainty) they span "
-                + ", ".join(f"{k.replace('dram_', 'DRAM ').replace('_bytes', '')} "
-                            f"{lo / 1e6:.0f}-{hi / 1e6:.0f} MB (point {res[k] / 1e6:.0f} MB)"
-                            for k, (lo, hi) in wide))
+                + _spans(res, wide))
     return res
 
 
