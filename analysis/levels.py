@@ -1475,7 +1475,8 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
                 "re-read K/V tiles from DRAM that the point model (lockstep sweeps) counts as "
                 "hits, and the L2 writes part of the frames back at every step, by amounts "
                 "that differ chip to chip (analysis.levels, v13): the range is the bound "
-                "(reads: up to every CTA's K/V loads; writes: from none of the frames' "
+                "(reads: from the compulsory bytes up to every CTA's K/V loads; writes: from none "
+                "of the frames' "
                 "write-backs to every step's), and the point is not within the 15 % bound: "
                 + _spans(res, ("dram_read_bytes", "dram_write_bytes")))
         elif wide:
