@@ -309,16 +309,17 @@ def counters_row(c: dict, kernels: list[dict]) -> dict:
     return row
 
 
-def _counter_rows(chunk, ncu: str, env: dict, timeout: float) -> list[dict]:
-    """Run `chunk` (configurations) in one child process under ncu; one row each (a
-    configuration ncu did not reach gets no row)."""
-    rows = []
+def ncu_passes(chunk, ncu: str, metrics, timeout: float) -> list[tuple]:
+    """Run `chunk` (configurations) in one child process under ncu with `metrics`:
+    [(configuration, its manifest record, its pass's kernels [{id, kernel, metrics}] or
+    None where the pass failed or ncu saw none of it)], one per configuration the child
+    reached, in order (scripts/l2_class_probe.py asks for other metrics)."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg_path, man = os.path.join(tmp, "configs.json"), os.path.join(tmp, "manifest.jsonl")
         with open(cfg_path, "w") as f:
             json.dump(chunk, f)
         cmd = [ncu, "--csv", "--print-units", "base", "--clock-control", "none",
-               "-k", f"regex:{OUR_KERNELS}", "--metrics", ",".join(COUNTER_METRICS),
+               "-k", f"regex:{OUR_KERNELS}", "--metrics", ",".join(metrics),
                sys.executable, "-m", "analysis.hwmeasure", "child-counters",
                "--configs", cfg_path, "--manifest", man]
         try:
@@ -329,18 +330,25 @@ def _counter_rows(chunk, ncu: str, env: dict, timeout: float) -> list[dict]:
             print(f"hwmeasure: ncu chunk timed out after {timeout:.0f} s", file=sys.stderr)
         passes = split_passes(parse_ncu_csv(text))
         recs = [json.loads(ln) for ln in open(man)] if os.path.exists(man) else []
-        if not recs:
-            print((text or "")[-3000:], file=sys.stderr)
-        for i, rec in enumerate(recs):
-            c = next(x for x in chunk if x["id"] == rec["id"])
-            row = {"kind": "levels_measurement", **env, "config": c,
-                   "tiling": rec.get("tiling"), "status": "ok" if rec["ok"] else "error"}
-            if rec["ok"] and i < len(passes) and passes[i]:
-                row["measured"] = counters_row(c, passes[i])
-            else:
-                row["status"] = "error"
-                row["error"] = rec.get("error") or "no ncu rows for this pass"
-            rows.append(row)
+    if not recs:
+        print((text or "")[-3000:], file=sys.stderr)
+    return [(next(x for x in chunk if x["id"] == rec["id"]), rec,
+             passes[i] if rec["ok"] and i < len(passes) and passes[i] else None)
+            for i, rec in enumerate(recs)]
+
+
+def _counter_rows(chunk, ncu: str, env: dict, timeout: float) -> list[dict]:
+    """Run `chunk` (configurations) in one child process under ncu; one row each (a
+    configuration ncu did not reach gets no row)."""
+    rows = []
+    for c, rec, kernels in ncu_passes(chunk, ncu, COUNTER_METRICS, timeout):
+        row = {"kind": "levels_measurement", **env, "config": c,
+               "tiling": rec.get("tiling"), "status": "ok" if kernels else "error"}
+        if kernels:
+            row["measured"] = counters_row(c, kernels)
+        else:
+            row["error"] = rec.get("error") or "no ncu rows for this pass"
+        rows.append(row)
     return rows
 
 

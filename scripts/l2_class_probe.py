@@ -19,10 +19,7 @@ Compute and torch (as analysis.hwmeasure's counters).
 """
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 
 from analysis import hwmeasure
 from analysis.ncu import find_ncu
@@ -53,24 +50,18 @@ def main(argv=None) -> int:
     if not ncu:
         raise SystemExit("l2_class_probe: ncu (Nsight Compute) not found")
     env = hwmeasure.environment()
-    with tempfile.TemporaryDirectory() as tmp, open(a.out, "a") as out:
+    with open(a.out, "a") as out:
         for c in configs:                      # one child each: a failure costs one row
-            cfg_path, man = os.path.join(tmp, "c.json"), os.path.join(tmp, "m.jsonl")
-            json.dump([c], open(cfg_path, "w"))
-            cmd = [ncu, "--csv", "--print-units", "base", "--clock-control", "none",
-                   "-k", f"regex:{hwmeasure.OUR_KERNELS}", "--metrics", ",".join(METRICS),
-                   sys.executable, "-m", "analysis.hwmeasure", "child-counters",
-                   "--configs", cfg_path, "--manifest", man]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
-            passes = hwmeasure.split_passes(hwmeasure.parse_ncu_csv(proc.stdout))
+            got = hwmeasure.ncu_passes([c], ncu, METRICS, timeout=500)
             row = {"kind": "l2_class_probe", **env, "config": c, "status": "error"}
-            if passes and passes[0]:
+            if got and got[0][2]:
+                kernels = got[0][2]
                 row["status"] = "ok"
-                row["measured"] = {m: sum(k["metrics"].get(m, 0.0) for k in passes[0])
+                row["measured"] = {m: sum(k["metrics"].get(m, 0.0) for k in kernels)
                                    for m in METRICS}
-                row["kernels"] = [k["kernel"] for k in passes[0]]
+                row["kernels"] = [k["kernel"] for k in kernels]
             else:
-                row["error"] = (proc.stdout + proc.stderr)[-1500:]
+                row["error"] = (got[0][1].get("error") if got else None) or "no ncu rows for this pass"
             out.write(json.dumps(row) + "\n")
             out.flush()
             print(c["id"], row["status"], flush=True)

@@ -68,3 +68,40 @@ def test_a_kernel_without_a_module_is_taken_not_dropped():
     with pytest.raises(RuntimeError, match="brand_new"):
         hm.passes_from_trace({"traceEvents": [_ev(MARK, 0), _ev("_3cdynamic_3e::brand_new[x]", 1),
                                               _ev(MARK, 2)]})
+
+
+FAKE_NCU = r'''#!/usr/bin/env python3
+# A stand-in for Nsight Compute: writes the child's manifest (the first configuration
+# ok, the second failed) and prints CSV rows for marker, kernel, marker of the first
+# pass and a marker pair around nothing for the second, as `ncu --csv` would.
+import json, sys
+a = sys.argv
+cfgs = json.load(open(a[a.index("--configs") + 1]))
+metrics = a[a.index("--metrics") + 1].split(",")
+with open(a[a.index("--manifest") + 1], "w") as f:
+    f.write(json.dumps({"id": cfgs[0]["id"], "ok": True, "tiling": [64, 64]}) + "\n")
+    f.write(json.dumps({"id": cfgs[1]["id"], "ok": False, "error": "ValueError: no"}) + "\n")
+print('"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"')
+rows = [(0, "flashsim_marker"), (1, "fa2_fwd_kernel"), (2, "fa2_fwd_kernel"),
+        (3, "flashsim_marker"), (4, "flashsim_marker"), (5, "flashsim_marker")]
+for i, k in rows:
+    for m in metrics:
+        print(f'"{i}","{k}","{m}","byte","{i * 10}"')
+'''
+
+
+def test_ncu_passes_and_counter_rows_from_one_run(tmp_path):
+    """hwmeasure.ncu_passes (shared by the counters and scripts/l2_class_probe.py) cuts a
+    run's kernels into passes by the manifest; _counter_rows makes rows of them."""
+    ncu = tmp_path / "ncu"
+    ncu.write_text(FAKE_NCU)
+    ncu.chmod(0o755)
+    chunk = [{"id": "a"}, {"id": "b"}]
+    got = hm.ncu_passes(chunk, str(ncu), ["dram__bytes_read.sum"], timeout=60)
+    assert [(c["id"], rec["ok"]) for c, rec, _ in got] == [("a", True), ("b", False)]
+    assert [k["id"] for k in got[0][2]] == [1, 2] and got[1][2] is None
+    assert got[0][2][1]["metrics"] == {"dram__bytes_read.sum": 20.0}
+    rows = hm._counter_rows(chunk, str(ncu), {"device": "fake"}, timeout=60)
+    assert [r["status"] for r in rows] == ["ok", "error"]
+    assert rows[0]["measured"]["dram_read_bytes"] == 10.0 + 20.0
+    assert rows[0]["tiling"] == [64, 64] and rows[1]["error"] == "ValueError: no"
