@@ -32,9 +32,9 @@ GRID = tuple(np.round(np.arange(0.50, 1.6001, 0.02), 4))
 MACHINE = {"2026-11-27-h100-levels-dev8": "A", "2026-11-27-h100-l2-repeat": "B"}
 #: the H100s by GPU UUID (rows carry it from the twelfth session's second call on): B of
 #: the twelfth session; C and D of the thirteenth (D behaves as B on fa1's onset); E and F
-#: of the fourteenth (spilling builds only, no fa1 pass yet)
+#: and G of the fourteenth (spilling builds only, no fa1 pass yet)
 MACHINE_OF_UUID = {"GPU-a0c8e126": "B", "GPU-6a0b2fb0": "C", "GPU-4ab63188": "D",
-                   "GPU-f9e71482": "E", "GPU-89aae31d": "F"}
+                   "GPU-f9e71482": "E", "GPU-89aae31d": "F", "GPU-8624f543": "G"}
 
 
 def machine_of(r: dict, default: str = "?") -> str:
