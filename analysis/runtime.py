@@ -432,6 +432,7 @@ import numpy as np
 import iosim
 from iosim import Problem, Tiling, get_hardware
 from iosim.hierarchy import _heap_push, _heap_sift_down, _schedule, njit
+from iosim.launch.plan import _fast_smem_bytes
 
 P_NORM = 4.0
 #: the model form the constants were fitted for (it names them in `source`)
@@ -799,28 +800,6 @@ O_ROUNDTRIP = ("fa1_tc", "fa1_fast", "fa1_fwd")
 
 #: the register-tiled fp32 CUDA-core kernels (their shared-memory term, `_fast_smem_bytes`)
 FAST_SMEM = ("fa2_fast", "fa1_fast", "std_fast_S", "std_fast_PV")
-
-
-def _fast_smem_bytes(p: Problem, t: Tiling, threads: int, kern: str = "fa2_fast") -> float:
-    """Shared-memory bytes the fast fp32 fa2 forward loads: each thread's register tile
-    (RM query rows x RN keys for S = QK^T, RM x DN head columns for O += PV) loads
-    RM + RN (RM + DN) words per d step (key step) for RM RN (RM DN) FMAs, so the
-    loads per FMA fall as the register tile grows (gpu.forward.fa2_fast.plan)."""
-    from gpu import api
-    from gpu.forward import fa2_fast, standard_fast
-    fma = float(iosim.tile_sums(p.N, t.B_r, t.B_c, p.causal)[3]) * p.d * p.instances
-    if kern == "std_fast_S":
-        _, _, RM, RN = standard_fast.s_plan(t.B_r, t.B_c, p.d, threads)
-        return 4.0 * fma * (RM + RN) / (RM * RN)
-    if kern == "std_fast_PV":
-        _, _, RM, DN = standard_fast.pv_plan(t.B_r, t.B_c, p.d, threads)
-        return 4.0 * fma * (RM + DN) / (RM * DN)
-    opts = api.FA2_FAST_TUNED.get((t.B_r, t.B_c, threads), {}) if kern == "fa2_fast" else {}
-    pl = fa2_fast.plan(t.B_r, t.B_c, p.d, threads, opts.get("TC"))
-    if pl is None:
-        pl = fa2_fast.plan(t.B_r, t.B_c, p.d, threads)
-    _, _, RM, RN, DN = pl
-    return 4.0 * fma * ((RM + RN) / (RM * RN) + (RM + DN) / (RM * DN))
 
 
 #: independent MMA accumulator fragments an SM sub-partition needs in flight to keep its
