@@ -24,7 +24,8 @@ MODES = ("forward", "decode", "call-overhead", "backward")
 #: options each benchmark takes (argparse dests); the others must stay unset
 MODE_OPTIONS = {
     "forward": {"seq_lens", "head_dims", "dtypes", "causal", "impls", "reps", "batch_heads",
-                "passes", "time_cap_ms", "row_budget_s", "budget_s", "out", "record"},
+                "passes", "time_cap_ms", "row_budget_s", "budget_s", "out", "record",
+                "tilings"},
     "decode": {"out", "budget_s", "reps", "quick", "no_checks", "no_sweep"},
     "call-overhead": {"out", "seq_lens", "reps", "batch_heads", "head_dims", "impls", "run_id",
                       "no_profile"},
@@ -39,12 +40,13 @@ FLAGS = {"seq_lens": "--seq-lens", "head_dims": "--head-dims", "dtypes": "--dtyp
          "record": "--record", "quick": "--quick", "no_checks": "--no-checks",
          "no_sweep": "--no-sweep", "run_id": "--run-id", "no_profile": "--no-profile",
          "warm": "--warm", "no_torch": "--no-torch", "no_variants": "--no-variants",
-         "plain": "--plain", "smoke": "--smoke"}
+         "plain": "--plain", "smoke": "--smoke", "tilings": "--tilings"}
 
 EXAMPLES = """examples:
   flashsim bench                      # the forward sweep, every point, on a CUDA GPU with torch
   flashsim bench --seq-lens 1024,4096 --head-dims 64 --dtypes fp16 --impls fa2,torch_flash --out out/bench.json
   flashsim bench --record              # and append the rows to the results data set
+  flashsim bench --impls fa2_kernel,torch_flash --dtypes fp16 --head-dims 64 --seq-lens 4096,8192 --causal off --tilings default,128x64,64x64,128x32
   flashsim bench --decode --out out/decode_bench.jsonl            # about 5 minutes on an H100
   flashsim bench --decode --quick --no-sweep --out out/decode.jsonl   # a few points only
   flashsim bench --call-overhead --seq-lens 1024,4096 --out out/call_overhead.jsonl
@@ -112,6 +114,10 @@ def register(sub):
                    help="results file: forward: JSON (default: out/<date>-<device>.json; a "
                         "rerun on the same file resumes); the others: JSON lines, appended, "
                         "required")
+    p.add_argument("--tilings", default=None, metavar="BrxBc,...",
+                   help="time the Numba kernels (fa2, fa2_kernel, fa1, standard) at each tiling "
+                        "B_r x B_c, 'default' for their own choice (default: default); rows "
+                        "carry 'tiling'; PyTorch's impls run once")
     p.add_argument("--record", action="store_true",
                    help="also append the rows measured now to the results data set "
                         "(benchmarks/results/data/bench.jsonl)")
@@ -183,7 +189,8 @@ def options_from_args(args) -> dict:
                 causal=_default(args.causal, "both"),
                 impls=B.parse_name_list("impls", _default(args.impls, B.IMPLS), B.IMPLS),
                 batch_heads=_default(args.batch_heads, 16), opts=opts, out=args.out,
-                passes=B.parse_name_list("pass", _default(args.passes, "fwd"), B.PASSES))
+                passes=B.parse_name_list("pass", _default(args.passes, "fwd"), B.PASSES),
+                tilings=B.parse_tilings(_default(args.tilings, "default")))
 
 
 def decode_options(args) -> dict:
@@ -261,6 +268,9 @@ def main(args) -> int:
                   "backward": backward_options}[args.mode](args)
         if args.mode == "forward":
             _positive("batch_heads", kwargs["batch_heads"])
+            if args.record and kwargs["tilings"] != [None]:
+                raise ValueError("--record takes the default tilings' rows only (the data "
+                                 "set's bench rows and fig8); drop --tilings or --record")
     except ValueError as e:
         return _fail(args, str(e))
     missing = needs_gpu(args)
