@@ -857,7 +857,7 @@ def compact_table(rows: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Entry point used by the command and the H100 script
+# Entry point of `flashsim bench` (the forward sweep)
 # ---------------------------------------------------------------------------------------
 def run_bench(*, seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal="both",
               impls=IMPLS, batch_heads=16, passes=("fwd",), opts: Options | None = None, out=None,

@@ -98,7 +98,7 @@ def test_help_lists_the_benchmarks_with_examples(capsys):
     with pytest.raises(SystemExit):
         cli_main(["bench", "--help"])
     text = capsys.readouterr().out
-    for w in ("--decode", "--call-overhead", "--backward", "--smoke",
+    for w in ("--decode", "--call-overhead", "--backward", "--smoke", "--tilings",
               "flashsim bench --decode --out", "flashsim bench --call-overhead",
               "flashsim bench --backward"):
         assert w in text
