@@ -1,6 +1,5 @@
 """The pure parts of `flashsim bench` and the ncu script: formulas, sweep order, skip rules,
 rows, resume, the no-GPU message, the ncu CSV parser. A fake backend stands in for the GPU."""
-import importlib.util
 import json
 import re
 import sys
@@ -501,7 +500,6 @@ def test_ncu_verdict_known_tc_loads():
 def test_run_ncu_plumbing_with_a_stand_in_ncu(tmp_path, monkeypatch):
     """run_ncu: command, CSV log, comparison with the ledger and verdict, with a stand-in
     ncu that writes the ledger's own byte counts (loads x 9/8 for the tc kernel)."""
-    import iosim
     fake = tmp_path / "ncu"
     fake.write_text(f"""#!{sys.executable}
 import sys
