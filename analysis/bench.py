@@ -36,6 +36,12 @@ Points whose predicted memory exceeds free memory, or whose predicted single-cal
 skipped with the reason. Rows go to the JSON file as soon as made (atomic rewrite), so an
 interrupted run keeps them and a rerun on the same file skips points already done.
 
+Tilings (`--tilings 128x64,64x64,default`): the Numba kernels (fa2, fa2_kernel, fa1,
+standard) run once per tiling B_r x B_c (`block_rows`, `block_cols` of gpu.attention; the
+kernel picks its threads), PyTorch's impls once; such rows carry "tiling": [B_r, B_c]
+(absent: the default tiling). A tiling a kernel cannot run is a skipped row with the
+kernel's reason.
+
 `record_rows(rows)` appends a run's rows to the results data set (kind `bench`;
 `flashsim bench --record`), where the README's tables and `flashsim figure fig8` read them.
 
@@ -199,20 +205,26 @@ class Point:
     causal: bool
     batch_heads: int
     pass_: str = "fwd"
+    #: (B_r, B_c) given with --tilings (the Numba kernels only); None: the default tiling
+    tiling: tuple | None = None
 
     def key(self) -> tuple:
+        """ROW_KEY's fields (and the tiling where one was given)."""
         return (self.impl, self.dtype, self.N, self.d, self.batch_heads, self.causal,
-                self.pass_)
+                self.pass_) + (() if self.tiling is None else (self.tiling,))
 
     def series(self) -> tuple:
         """Points that differ only in N form a series (for time prediction)."""
-        return (self.impl, self.dtype, self.d, self.causal, self.batch_heads, self.pass_)
+        return (self.impl, self.dtype, self.d, self.causal, self.batch_heads, self.pass_,
+                self.tiling)
 
 
 def sweep(seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal=(False, True),
-          impls=IMPLS, batch_heads=16, passes=("fwd",)) -> list[Point]:
+          impls=IMPLS, batch_heads=16, passes=("fwd",), tilings=(None,)) -> list[Point]:
     """All points, the PRIORITY ones first (in their order), then the rest grouped by
-    (d, dtype, causal) with N ascending (so time predictions from smaller N exist)."""
+    (d, dtype, causal) with N ascending (so time predictions from smaller N exist). The
+    Numba kernels' impls run once per entry of `tilings` ((B_r, B_c), or None for the
+    default tiling), PyTorch's once."""
     groups = []
     for (d, N, dt, c) in PRIORITY:
         if d in head_dims and N in seq_lens and dt in dtypes and c in causal:
@@ -223,13 +235,35 @@ def sweep(seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal=(False, 
                 for N in sorted(seq_lens):
                     if (d, N, dt, c) not in groups:
                         groups.append((d, N, dt, c))
-    return [Point(impl, dt, N, d, c, batch_heads, ps) for (d, N, dt, c) in groups
-            for ps in passes for impl in impls]
+    return [Point(impl, dt, N, d, c, batch_heads, ps, t) for (d, N, dt, c) in groups
+            for ps in passes for impl in impls
+            for t in (tilings if impl in GPU_IMPLS or impl in KERNEL_IMPLS else (None,))]
 
 
 def row_key(row: dict) -> tuple:
-    """A row's point (rows from before passes existed were forward rows)."""
-    return tuple(row.get(k, "fwd") if k == "pass" else row.get(k) for k in ROW_KEY)
+    """A row's point (rows from before passes existed were forward rows; rows without
+    `tiling` ran the default tiling)."""
+    return (tuple(row.get(k, "fwd") if k == "pass" else row.get(k) for k in ROW_KEY)
+            + ((tuple(row["tiling"]),) if row.get("tiling") else ()))
+
+
+def parse_tilings(text) -> list[tuple | None]:
+    """'default,128x64' -> [None, (128, 64)]: B_r x B_c, positive integers; 'default' is
+    the kernel's own choice."""
+    allowed = "B_rxB_c with positive integers (128x64) or 'default'"
+    out = []
+    for raw in str(text).split(","):
+        s = raw.strip()
+        if s == "default":
+            t = None
+        else:
+            m = re.fullmatch(r"(\d+)x(\d+)", s)
+            if not m or int(m.group(1)) <= 0 or int(m.group(2)) <= 0:
+                raise ValueError(f"tilings={s!r} is not allowed; allowed: {allowed}")
+            t = (int(m.group(1)), int(m.group(2)))
+        if t not in out:
+            out.append(t)
+    return out
 
 
 def is_done(row: dict) -> bool:
@@ -311,6 +345,8 @@ def make_row(point: Point, *, run_id: str, meta: dict, ms=None, times=None, rel_
         "ms_max": None if not times else float(max(times)),
         "versions": meta.get("versions", {}),
     }
+    if point.tiling is not None:
+        row["tiling"] = list(point.tiling)
     if rel_err is not None and not math.isfinite(float(rel_err)):
         row["note"] = "output has non-finite values"
     if extra:
@@ -362,7 +398,7 @@ def run_sweep(points, backend, results: ResultFile, opts: Options, *, run_id: st
     for r in results.rows:
         if r.get("ms_median") is not None:
             p = Point(r["impl"], r["dtype"], r["N"], r["d"], r["causal"], r["batch_heads"],
-                      r.get("pass", "fwd"))
+                      r.get("pass", "fwd"), tuple(r["tiling"]) if r.get("tiling") else None)
             measured.setdefault(p.series(), {})[p.N] = r["ms_median"]
     made = []
 
@@ -370,12 +406,13 @@ def run_sweep(points, backend, results: ResultFile, opts: Options, *, run_id: st
         row = make_row(point, run_id=run_id, meta=meta, **kw)
         results.add(row)
         made.append(row)
+        impl = point.impl + ("" if point.tiling is None else "@{}x{}".format(*point.tiling))
         if row["ms_median"] is not None:
-            log(f"{point.impl:>16} {point.dtype} N={point.N:<6} d={point.d:<4} "
+            log(f"{impl:>16} {point.dtype} N={point.N:<6} d={point.d:<4} "
                 f"causal={int(point.causal)} {row['ms_median']:10.3f} ms "
                 f"{row['tflops']:8.2f} TFLOP/s rel_err={row['rel_err']}")
         else:
-            log(f"{point.impl:>16} {point.dtype} N={point.N:<6} d={point.d:<4} "
+            log(f"{impl:>16} {point.dtype} N={point.N:<6} d={point.d:<4} "
                 f"causal={int(point.causal)} skipped: {row['skipped']}")
         if on_point:
             on_point(row)
@@ -613,18 +650,26 @@ class TorchBackend:
         self.torch.cuda.empty_cache()
 
     # -- one call ----------------------------------------------------------------------
+    @staticmethod
+    def tiling_kwargs(point: Point) -> dict:
+        if point.tiling is None:
+            return {}
+        return {"block_rows": point.tiling[0], "block_cols": point.tiling[1]}
+
     def call(self, point: Point, s: int):
         q, k, v = self.sets[s]
         if point.pass_ == "fwd+bwd":
             return self.call_fwd_bwd(point, q, k, v)
         if point.impl in GPU_IMPLS:
-            return self.gpu.attention(q, k, v, algorithm=point.impl, causal=point.causal)
+            return self.gpu.attention(q, k, v, algorithm=point.impl, causal=point.causal,
+                                      **self.tiling_kwargs(point))
         if point.impl in KERNEL_IMPLS:
             key = (point.key(), self.set_key)
             if self.launcher_key != key:   # outputs allocated once per point
                 self.launcher = None
                 self.launcher = self.gpu.api.kernel_launcher(
-                    q, k, v, algorithm=KERNEL_IMPLS[point.impl], causal=point.causal)
+                    q, k, v, algorithm=KERNEL_IMPLS[point.impl], causal=point.causal,
+                    **self.tiling_kwargs(point))
                 self.launcher_key = key
             return self.launcher(q, k, v)
         F = self.torch.nn.functional
@@ -636,7 +681,8 @@ class TorchBackend:
         from gpu.autograd import flash_attention
         qq, kk, vv = (x.detach().requires_grad_(True) for x in (q, k, v))
         if point.impl in GPU_IMPLS:
-            out = flash_attention(qq, kk, vv, algorithm=point.impl, causal=point.causal)
+            out = flash_attention(qq, kk, vv, algorithm=point.impl, causal=point.causal,
+                                  **self.tiling_kwargs(point))
         else:
             F = self.torch.nn.functional
             with self.sdpa_kernel(self.backends[point.impl]):
@@ -734,6 +780,8 @@ class TorchBackend:
         return int(torch_peak + driver - out_bytes)
 
     def row_extra(self, point: Point) -> dict:
+        if point.tiling is not None:
+            return {"block_rows": point.tiling[0], "block_cols": point.tiling[1]}
         if point.impl in GPU_IMPLS or point.impl in KERNEL_IMPLS:
             alg = KERNEL_IMPLS.get(point.impl, point.impl)
             t = self.gpu.default_tiling(alg, point.d, point.dtype, point.causal)
@@ -770,11 +818,15 @@ def fmt_cell(row) -> str:
 
 def compact_table(rows: list[dict]) -> str:
     """ms/TFLOP/s per (dtype, d, causal) block, N by impl; then skips and errors."""
-    impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
+    def label(r):        # an impl, or an impl at a tiling given with --tilings
+        return r["impl"] + ("@{}x{}".format(*r["tiling"]) if r.get("tiling") else "")
+    impls = []
+    for i in IMPLS:
+        impls += [x for x in dict.fromkeys(label(r) for r in rows if r["impl"] == i)]
     by = {}
     ps = lambda r: r.get("pass", "fwd")
     for r in rows:
-        by[(ps(r), r["dtype"], r["d"], r["causal"], r["N"], r["impl"])] = r
+        by[(ps(r), r["dtype"], r["d"], r["causal"], r["N"], label(r))] = r
     blocks = sorted({(ps(r), r["dtype"], r["d"], r["causal"]) for r in rows},
                     key=lambda k: (k[0] != "fwd", k[2], k[3], k[1] != "fp32"))
     short = {"torch_math": "t_math", "torch_efficient": "t_eff", "torch_flash": "t_flash",
@@ -805,13 +857,15 @@ def compact_table(rows: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Entry point used by the command and the H100 script
+# Entry point of `flashsim bench` (the forward sweep)
 # ---------------------------------------------------------------------------------------
 def run_bench(*, seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal="both",
               impls=IMPLS, batch_heads=16, passes=("fwd",), opts: Options | None = None, out=None,
-              backend=None, log=print, progress: bool | None = None) -> tuple[Path, list[dict]]:
+              backend=None, log=print, progress: bool | None = None,
+              tilings=(None,)) -> tuple[Path, list[dict]]:
     """Run the sweep on the real GPU (or the given backend); returns (path, rows made).
-    progress: a status line on stderr (analysis.progress; None: only on a terminal)."""
+    progress: a status line on stderr (analysis.progress; None: only on a terminal).
+    tilings: (B_r, B_c) pairs (None: the default) the Numba kernels run at."""
     if isinstance(batch_heads, bool) or not isinstance(batch_heads, int) or batch_heads <= 0:
         raise ValueError(f"batch_heads={batch_heads!r} is not allowed; allowed: positive integers")
     opts = opts or Options()
@@ -819,7 +873,7 @@ def run_bench(*, seq_lens=SEQ_LENS, head_dims=HEAD_DIMS, dtypes=DTYPES, causal="
         if ps not in PASSES:
             raise ValueError(f"pass={ps!r} is not allowed; allowed: {', '.join(PASSES)}")
     points = sweep(seq_lens, head_dims, dtypes, parse_causal(causal), impls, batch_heads,
-                   tuple(passes))
+                   tuple(passes), tuple(tilings))
     backend = backend or TorchBackend()
     device = backend.device_name
     path = Path(out) if out else default_results_path(device)

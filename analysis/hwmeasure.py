@@ -313,7 +313,7 @@ def ncu_passes(chunk, ncu: str, metrics, timeout: float) -> list[tuple]:
     """Run `chunk` (configurations) in one child process under ncu with `metrics`:
     [(configuration, its manifest record, its pass's kernels [{id, kernel, metrics}] or
     None where the pass failed or ncu saw none of it)], one per configuration the child
-    reached, in order (scripts/l2_class_probe.py asks for other metrics)."""
+    reached, in order (`metrics`: any Nsight Compute metrics, not only the counters)."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg_path, man = os.path.join(tmp, "configs.json"), os.path.join(tmp, "manifest.jsonl")
         with open(cfg_path, "w") as f:

@@ -11,6 +11,12 @@ d = 48 and 80), gpu.backward.fa2_tc (the default tilings at d = 64 and 128, MT =
 a window), gpu.forward.fa1_tc, gpu.forward.standard_tc and gpu.backward.standard_tc (one
 build each): every user of gpu/mma.cuh, for checking that a change to the templates leaves them alone.
 
+    NUMBA_ENABLE_CUDASIM=0 PYTHONPATH=$PWD python3 scripts/ptx_snapshot.py OUTDIR --decode
+
+--decode: gpu.decode's fp16 builds instead (NVVM, no GPU): the main kernel at d 64 / 128,
+NG 1 / 4 query heads a block, S = 1 / > 1, contiguous / paged (N_q = 1, causal, uncounted;
+split_kv.plan's GPU layout), and the combine at d 64 / 128 (128 threads).
+
 Builds: gpu.forward.fa2_fast, fa1_fast, standard_fast (S and PV kernels) and
 gpu.backward.fa2_fast (main and preprocessing kernels); fp32 and fp16; causal or not;
 counting or not; the api's usual tiling and one other (and the band / stage variants
@@ -110,6 +116,36 @@ def tc_builds():
     return out
 
 
+def decode_builds():
+    """(file name, kind, d, NG, split, paged) of gpu.decode's builds (--decode)."""
+    out = [(f"main_d{d}_ng{NG}_s{int(split)}_p{int(paged)}", "main", d, NG, split, paged)
+           for d in (64, 128) for NG in (1, 4) for split in (False, True)
+           for paged in (False, True)]
+    return out + [(f"combine_d{d}", "combine", d, None, None, None) for d in (64, 128)]
+
+
+def one_decode(job):
+    fname, kind, d, NG, split, paged = job
+    from numba import cuda, types as T
+    import gpu.decode.split_kv as K
+    h, f, i64 = T.float16, T.float32, T.int64
+
+    def A(t, n):
+        return T.Array(t, n, "C")
+    if kind == "combine":
+        kern = K.combine_kernel(d, "fp16", 1, False, 128)
+        sig = (A(f, 5), A(f, 4), A(h, 4), A(f, 3), i64, i64, A(i64, 2))
+    else:
+        lay = K.plan(d, "fp16", NG)
+        kern = K.decode_kernel(d, "fp16", 1, NG, split, paged, True, False, lay["NT"],
+                               lay["VW"], lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"],
+                               *([lay["red"]] if "red" in lay else []))
+        sig = (A(h, 4), A(h, 4), A(h, 4), A(T.int32, 2), A(h, 4), A(f, 3), A(f, 5), A(f, 4),
+               f, i64, i64, i64, i64, i64, A(i64, 2))
+    ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))
+    return fname, kern.py_func.__name__, normalise(ptx)
+
+
 def one_tc(job):
     fname, mod, args, kw = job
     import importlib
@@ -154,12 +190,14 @@ def main():
     jobs = int(sys.argv[sys.argv.index("-j") + 1]) if "-j" in sys.argv else 2
     only = [a for a in sys.argv[2:] if a.startswith("--only=")]
     tc = "--tc" in sys.argv
-    bs = tc_builds() if tc else builds()
+    decode = "--decode" in sys.argv
+    bs, fn = ((tc_builds(), one_tc) if tc else (decode_builds(), one_decode) if decode
+              else (builds(), one))
     if only:
         bs = [b for b in bs if b[0].startswith(only[0][7:])]
     os.makedirs(outdir, exist_ok=True)
     with ProcessPoolExecutor(jobs) as ex:
-        for fname, name, text in ex.map(one_tc if tc else one, bs):
+        for fname, name, text in ex.map(fn, bs):
             with open(os.path.join(outdir, fname + ".ptx"), "w") as f:
                 f.write(f"// {name}\n" + text)
     print(f"{len(bs)} builds -> {outdir}")

@@ -1,6 +1,5 @@
 """The pure parts of `flashsim bench` and the ncu script: formulas, sweep order, skip rules,
 rows, resume, the no-GPU message, the ncu CSV parser. A fake backend stands in for the GPU."""
-import importlib.util
 import json
 import re
 import sys
@@ -501,7 +500,6 @@ def test_ncu_verdict_known_tc_loads():
 def test_run_ncu_plumbing_with_a_stand_in_ncu(tmp_path, monkeypatch):
     """run_ncu: command, CSV log, comparison with the ledger and verdict, with a stand-in
     ncu that writes the ledger's own byte counts (loads x 9/8 for the tc kernel)."""
-    import iosim
     fake = tmp_path / "ncu"
     fake.write_text(f"""#!{sys.executable}
 import sys
@@ -529,3 +527,61 @@ open(log, "w").write(head + "\\n" + "\\n".join(
     assert all(r["ok"] for r in rows), [r.get("notes") for r in rows]
     assert by["fa2-tc"]["compare"]["ld_rel_diff"] == pytest.approx(0.125)
     assert "expected" in by["fa2-tc"]["notes"][0] and by["fa1"]["notes"] == []
+
+
+# ---------------------------------------------------------------------------------------
+# --tilings: the Numba kernels once per tiling, PyTorch once; rows carry "tiling"
+# ---------------------------------------------------------------------------------------
+def test_parse_tilings():
+    assert B.parse_tilings("default,128x64, 64x64,128x64") == [None, (128, 64), (64, 64)]
+    for bad in ("128", "128x0", "ax64", "128x64x2", ""):
+        with pytest.raises(ValueError, match=r"tilings=.* is not allowed; allowed: B_rxB_c"):
+            B.parse_tilings(bad)
+
+
+def test_tilings_sweep_rows_resume_and_table(tmp_path):
+    pts = B.sweep(seq_lens=[1024], head_dims=[64], dtypes=["fp16"], causal=[False],
+                  impls=["fa2", "fa2_kernel", "torch_flash"], tilings=(None, (128, 64)))
+    assert [(p.impl, p.tiling) for p in pts] == [("fa2", None), ("fa2", (128, 64)),
+                                                 ("fa2_kernel", None),
+                                                 ("fa2_kernel", (128, 64)),
+                                                 ("torch_flash", None)]
+    # the default tiling's key is the one rows had before tilings existed
+    assert pts[0].key() == ("fa2", "fp16", 1024, 64, 16, False, "fwd")
+    out = tmp_path / "t.json"
+    kw = dict(seq_lens=[1024], head_dims=[64], dtypes=["fp16"], causal="off",
+              impls=["fa2", "torch_flash"], tilings=[None, (64, 32)], out=out,
+              log=lambda *a: None)
+    backend = FakeBackend(ms=lambda p: 2.0 if p.tiling else 1.0)
+    _, rows = B.run_bench(backend=backend, **kw)
+    assert [(r["impl"], r.get("tiling"), r["ms_median"]) for r in rows] == [
+        ("fa2", None, 1.01), ("fa2", [64, 32], 2.02), ("torch_flash", None, 1.01)]
+    assert [B.row_key(r) for r in rows] == [p.key() for p in B.sweep(
+        [1024], [64], ["fp16"], [False], ["fa2", "torch_flash"], tilings=(None, (64, 32)))]
+    table = B.compact_table(rows)
+    assert "fa2@64x32" in table and "2.02/" in table
+    # a rerun on the same file resumes: nothing to redo
+    again = FakeBackend()
+    _, rows2 = B.run_bench(backend=again, **kw)
+    assert rows2 == [] and again.calls == []
+
+
+def test_cli_tilings(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(B, "gpu_problem", lambda: None)
+    real = B.run_bench
+    monkeypatch.setattr(B, "run_bench", lambda **kw: real(backend=FakeBackend(),
+                                                          log=lambda *a: None, **kw))
+    out = tmp_path / "res.json"
+    assert cli_main(["bench", "--seq-lens", "512", "--head-dims", "64", "--dtypes", "fp16",
+                     "--causal", "off", "--impls", "fa2_kernel", "--tilings", "128x64,default",
+                     "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["impl"], r.get("tiling")) for r in rows] == [("fa2_kernel", [128, 64]),
+                                                            ("fa2_kernel", None)]
+    capsys.readouterr()
+    assert cli_main(["bench", "--tilings", "128by64"]) == 2
+    assert "tilings='128by64' is not allowed" in capsys.readouterr().err
+    assert cli_main(["bench", "--tilings", "128x64", "--record"]) == 2
+    assert "--record takes the default tilings' rows only" in capsys.readouterr().err
+    assert cli_main(["bench", "--decode", "--tilings", "128x64", "--out", "x.jsonl"]) == 2
+    assert "--tilings does not apply to --decode" in capsys.readouterr().err

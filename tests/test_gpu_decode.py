@@ -255,21 +255,16 @@ def test_gpu_lane_layout_in_the_simulator(lpr, dtype, N_kv, page, S, kv_reads):
                                                           kv_reads=kv_reads).counts()
 
 
-def test_decode_bench_script_without_a_gpu(tmp_path, monkeypatch):
+def test_decode_bench_without_a_gpu(tmp_path, monkeypatch):
     import json
     import subprocess
     import sys
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
-    script = root / "scripts" / "decode_bench.py"
-    r = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 0 and "--out" in r.stdout and "--budget-s" in r.stdout
-    sys.path.insert(0, str(script.parent))
-    try:
-        import decode_bench as D
-    finally:
-        sys.path.remove(str(script.parent))
+    r = subprocess.run([sys.executable, "-m", "analysis.cli", "bench", "--help"], cwd=root,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--decode" in r.stdout and "--budget-s" in r.stdout
+    from analysis import bench_decode as D
     # K and V once + Q + O (fp16) + L (float32) + the block table
     assert D.dram_bytes(2, 32, 8, 1, 1000, 128, 2, 256) == (2 * 2 * 8 * 1000 * 128 * 2
                                                            + 2 * 2 * 32 * 128 * 2 + 4 * 2 * 32

@@ -91,7 +91,7 @@ for i, k in rows:
 
 
 def test_ncu_passes_and_counter_rows_from_one_run(tmp_path):
-    """hwmeasure.ncu_passes (shared by the counters and scripts/l2_class_probe.py) cuts a
+    """hwmeasure.ncu_passes (any Nsight Compute metrics, the counters' among them) cuts a
     run's kernels into passes by the manifest; _counter_rows makes rows of them."""
     ncu = tmp_path / "ncu"
     ncu.write_text(FAKE_NCU)

@@ -1,17 +1,18 @@
-"""Check and time the register-tiled fa2 backward (gpu.backward.fa2_fast) on a CUDA GPU,
-next to PyTorch's scaled_dot_product_attention (EFFICIENT, MATH) in the same run.
+"""`flashsim bench --backward`: check and time the register-tiled fa2 backward
+(gpu.backward.fa2_fast) on a CUDA GPU, next to PyTorch's scaled_dot_product_attention
+(EFFICIENT, MATH) in the same run.
 
-Run from the repository root (about 1-2 minutes on an H100; numpy < 2.5 first on the path,
-as scripts/h100_check.sh does):
-    FLASHSIM_COMMIT=$(git rev-parse HEAD) python3 scripts/bwd_fast_bench.py --out $OUT/bwd_fast.jsonl
+About 1-2 minutes on an H100 (numpy < 2.5 first on the path); the commit recorded is
+$FLASHSIM_COMMIT:
+    flashsim bench --backward --out out/bwd_fast.jsonl
 
 1. Correctness (fp32; fp16 inputs too): N = 1000 (ragged), batch 1, 4 query heads on 2
    K/V heads, d = 64 causal and d = 128 dense, the default fast tiling: the instrumented
    counts == iosim.backward_closed_form('fa2', ...), and rel err ||g - ref||_F / ||ref||_F
    of dq, dk, dv against iosim.reference_attention_backward (float64); bound 1e-5 (fp32),
    2e-2 (fp16 inputs). Printed and written to <out>.check.json.
-2. Timing, batch x heads = --bh (16), N = --N (4096), fp32, d = 64 and 128, dense and
-   causal. Each timed call sits between two CUDA events (Numba's, on the default stream
+2. Timing, batch x heads = --batch-heads (16), N = --seq-lens (4096), fp32, d = 64 and
+   128 (--head-dims), dense and causal (--causal). Each timed call sits between two CUDA events (Numba's, on the default stream
    that torch uses too); --warm calls first, then --reps calls back to back with no host
    sync between; rows give the median, min, max. Rows (kind "bench"; tiling and option
    variants: kind "bwd_fast_variants"; "pass" "bwd" or
@@ -27,7 +28,7 @@ as scripts/h100_check.sh does):
    rel_err (ours and torch): max over dq, dk, dv of the rel err against a float64 torch
    autograd reference on the device, computed once per point. tflops: 10 N^2 d per
    instance for "bwd" (5 matmuls), 14 N^2 d for "fwd+bwd", halved when causal.
-3. Variants (--variants, on by default): the main kernel alone at other tilings / thread
+3. Variants (on unless --no-variants): the main kernel alone at other tilings / thread
    counts / register caps (d = 64 and 128, dense), each checked against the default's dK,
    dV first; rows carry "variant".
 --plain also times the plain main kernel (`flash.bwd_main_kernel('fa2', ...)`, 3 reps) at
@@ -36,17 +37,13 @@ torch, no torch rows (runs in the simulator: NUMBA_ENABLE_CUDASIM=1; timings are
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import sys
 import time
 import traceback
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from types import SimpleNamespace
 
 #: variants of the main kernel: name -> (d, B_r, B_c, threads, options)
 VARIANTS = {
@@ -65,33 +62,17 @@ VARIANTS = {
 }
 
 
-def parse(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Runs on a CUDA GPU (--smoke: the simulator).")
-    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
-                                                  "bwd_fast_bench.jsonl"),
-                    help="JSON-lines file the rows are appended to (default $OUT/"
-                         "bwd_fast_bench.jsonl)")
-    ap.add_argument("--N", type=int, default=4096, help="sequence length (default 4096)")
-    ap.add_argument("--bh", type=int, default=16, help="batch x heads (default 16)")
-    ap.add_argument("--dims", default="64,128", help="head dims (default 64,128)")
-    ap.add_argument("--reps", type=int, default=20, help="timed calls (>= 20 by default)")
-    ap.add_argument("--warm", type=int, default=3, help="warm-up calls (default 3)")
-    ap.add_argument("--no-causal", action="store_true", help="dense only")
-    ap.add_argument("--no-torch", action="store_true", help="skip the torch rows")
-    ap.add_argument("--no-variants", dest="variants", action="store_false",
-                    help="skip the variant timings")
-    ap.add_argument("--plain", action="store_true",
-                    help="also time the plain main kernel (slow; 3 reps)")
-    ap.add_argument("--run-id", default=None, help="run_id of the rows (default: a new one)")
-    ap.add_argument("--smoke", action="store_true",
-                    help="tiny sizes, no torch (for the simulator)")
-    return ap.parse_args(argv)
+#: smallest --reps (timed calls per point)
+MIN_REPS = 1
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
+def run(out, *, N=4096, batch_heads=16, head_dims=(64, 128), causal=(False, True), reps=20,
+        warm=3, torch_rows=True, variants=True, plain=False, run_id=None, smoke=False) -> int:
+    """Parts 1-3 into `out` (JSON lines, appended). Exit status 0, or 1 when a check, a
+    point or a variant failed. On a GPU with torch, or (`smoke`) in Numba's simulator."""
+    args = SimpleNamespace(out=out, N=N, bh=batch_heads, dims=",".join(map(str, head_dims)),
+                           reps=reps, warm=warm, causal=list(causal), no_torch=not torch_rows,
+                           variants=variants, plain=plain, run_id=run_id, smoke=smoke)
     import numpy as np
     print("numpy", np.__version__, "from", np.__file__, flush=True)
     if tuple(int(x) for x in np.__version__.split(".")[:2]) >= (2, 5):
@@ -141,7 +122,7 @@ def main(argv=None) -> int:
         kind = "bwd_fast_variants" if payload.get("variant") else "bench"
         row = make_row(kind, run_id=run_id, device=device, date=date, commit=commit,
                        versions=versions, bench_run_id=run_id,
-                       source="scripts/bwd_fast_bench.py", **payload)
+                       source="flashsim bench --backward", **payload)
         with open(args.out, "a") as f:
             f.write(json.dumps(row) + "\n")
         ms = row.get("ms_median")
@@ -269,7 +250,7 @@ def main(argv=None) -> int:
         return x.cpu().numpy() if use_torch else x.copy_to_host()
 
     for d in dims:
-        for causal in ([False] if args.no_causal else [False, True]):
+        for causal in args.causal:
             point = dict(dtype="fp32", N=N, d=d, batch_heads=BH, causal=causal)
             print(f"point d={d} causal={causal} (t = {time.perf_counter() - t_start:.0f} s)",
                   flush=True)
@@ -426,7 +407,9 @@ def main(argv=None) -> int:
                             emit(impl="ours_fa2_fast_main", **point, **{"pass": "bwd"},
                                  variant=name, ms_median=None, tflops=None, rel_err=None,
                                  skipped=f"{type(exc).__name__}: {exc}"[:300])
-                del q, k, v, do, O, L, q3, k3, v3, o3, do3, L2, D2, acc, dk_h, dv_h
+                # free the point's arrays before the next one
+                q = k = v = do = O = L = None
+                q3 = k3 = v3 = o3 = do3 = L2 = D2 = acc = dk_h = dv_h = None
                 keep.clear()
                 if use_torch:
                     torch.cuda.empty_cache()
@@ -437,6 +420,3 @@ def main(argv=None) -> int:
     print("FAILURES:" if failures else "all ok", *failures, sep="\n", flush=True)
     return 1 if failures else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

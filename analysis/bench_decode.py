@@ -1,12 +1,12 @@
-#!/usr/bin/env python3
-"""KV-cache decoding on a GPU: correctness, exact counts and timings of gpu.decode's
-kernels against torch SDPA (and flash_attn where importable). One script, one run
-(about 5-6 minutes on an H100; --budget-s caps it), rows to a JSONL file.
+"""`flashsim bench --decode`: KV-cache decoding on a GPU: correctness, exact counts and
+timings of gpu.decode's kernels against torch SDPA (and flash_attn where importable). One
+run (about 5-6 minutes on an H100; --budget-s caps it), rows to a JSONL file.
 
-Run from the repository root on a CUDA GPU (numpy < 2.5 first on the path: numba-cuda
-0.30.4 cannot compile kernels on numpy >= 2.5):
-    FLASHSIM_COMMIT=$(git rev-parse HEAD) PYTHONPATH=. python3 scripts/decode_bench.py --out decode_bench.jsonl
+On a CUDA GPU with torch (numpy < 2.5 first on the path: numba-cuda 0.30.4 cannot compile
+kernels on numpy >= 2.5):
+    flashsim bench --decode --out decode_bench.jsonl
 then `flashsim results add decode_bench.jsonl` stores the rows in the results data set.
+The commit recorded is $FLASHSIM_COMMIT, else the checkout's HEAD.
 
 (a) checks (kind "decode_check", one row each): gpu.decode on NumPy inputs at a few
     sizes (fp16 / fp32, MHA / GQA with both kv_reads, contiguous / paged with a ragged last
@@ -49,19 +49,14 @@ with status "error" and the run goes on. Progress goes to stdout.
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import math
 import os
 import statistics
-import sys
+
 import time
 import traceback
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 BATCHES = (1, 8, 32, 64)
 KV_LENS = (1024, 4096, 16384, 65536, 131072)
@@ -76,29 +71,10 @@ SWEEP_SHAPES = (("b1_mha_d128_16k", 1, "mha", 128, 16384, None),
                 ("b8_mha_d64_4k", 8, "mha", 64, 4096, None))
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(
-        description="gpu.decode on a GPU: checks, exact counts and timings against torch SDPA "
-                    "(rows kind decode_check / decode_bench to --out, JSONL). Needs a CUDA GPU "
-                    "with torch; see the module docstring for the method.",
-        epilog="example: FLASHSIM_COMMIT=$(git rev-parse HEAD) PYTHONPATH=. python3 "
-               "scripts/decode_bench.py --out decode_bench.jsonl",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, metavar="FILE",
-                    help="JSONL file the rows are appended to, one as soon as it is measured")
-    ap.add_argument("--budget-s", type=float, default=330.0, metavar="S",
-                    help="wall-clock budget in seconds (default 330): the timing matrix stops "
-                         "at 70%% of it, the num_splits sweep at 95%%; points not reached are "
-                         "recorded as skipped")
-    ap.add_argument("--reps", type=int, default=20, help="timed calls per point (>= 20)")
-    ap.add_argument("--quick", action="store_true",
-                    help="a few points of each part only (a smoke test)")
-    ap.add_argument("--no-checks", action="store_true", help="skip part (a)")
-    ap.add_argument("--no-sweep", action="store_true", help="skip part (c)")
-    args = ap.parse_args(argv)
-    if args.reps < 20:
-        ap.error(f"--reps={args.reps} is not allowed; allowed: >= 20")
-    return args
+#: smallest --reps (timed calls per point)
+MIN_REPS = 20
+#: default whole-run budget in seconds
+BUDGET_S = 330.0
 
 
 class Writer:
@@ -374,13 +350,12 @@ class Bench:
         sets.clear()
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    from analysis.bench import gpu_problem, versions
-    msg = gpu_problem()
-    if msg:
-        print(f"decode_bench: {msg}", file=sys.stderr)
-        return 2
+def run(out, *, budget_s=BUDGET_S, reps=MIN_REPS, quick=False, checks=True,
+        sweep=True) -> int:
+    """Parts (a) (unless not `checks`), (b), (c) (unless not `sweep`) into `out`, within
+    `budget_s` seconds. Exit status: 0, or 1 when a check failed. Needs torch + a GPU
+    (the caller checks: analysis.bench.gpu_problem)."""
+    from analysis.bench import versions
     import torch
     from analysis import results as R
     t0 = time.monotonic()
@@ -390,24 +365,24 @@ def main(argv=None) -> int:
                 date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 commit=os.environ.get("FLASHSIM_COMMIT") or R.current_commit(),
                 versions=vers)
-    w = Writer(args.out, base)
-    print(f"decode_bench: {base['device']}, run {base['run_id']}, rows -> {args.out}", flush=True)
+    w = Writer(out, base)
+    print(f"decode_bench: {base['device']}, run {base['run_id']}, rows -> {out}", flush=True)
     ok = True
-    if not args.no_checks:
+    if checks:
         print("(a) checks", flush=True)
-        ok = run_checks(w, args.quick)
-    bench = Bench(w, args.reps)
+        ok = run_checks(w, quick)
+    bench = Bench(w, reps)
     print(f"(b) timings ({time.monotonic() - t0:.0f} s so far)", flush=True)
     points = [(b, attn, d, n, page) for d in HEAD_DIMS for attn in ATTN for page in (None, PAGE)
               for b in BATCHES for n in KV_LENS]
-    if args.quick:
+    if quick:
         points = [(1, "mha", 128, 4096, None), (8, "gqa", 128, 16384, PAGE),
                   (64, "mha", 64, 1024, None)]
     # the smallest points first within the budget: sort by cache size so that a run cut
     # by the budget loses the largest points, not a whole series
     points.sort(key=lambda x: x[0] * ATTN[x[1]][1] * x[2] * x[3])
     for i, (b, attn, d, n, page) in enumerate(points):
-        if time.monotonic() - t0 > 0.7 * args.budget_s:
+        if time.monotonic() - t0 > 0.7 * budget_s:
             for (b2, a2, d2, n2, p2) in points[i:]:
                 H, Hk = ATTN[a2]
                 w.row("decode_bench", impl="flashsim", dtype="fp16", batch=b2, heads=H,
@@ -416,12 +391,12 @@ def main(argv=None) -> int:
             print(f"  budget: {len(points) - i} points skipped", flush=True)
             break
         bench.point(b, attn, d, n, page)
-    if not args.no_sweep:
+    if sweep:
         print(f"(c) num_splits sweep ({time.monotonic() - t0:.0f} s so far)", flush=True)
-        shapes = SWEEP_SHAPES[:1] if args.quick else SWEEP_SHAPES
+        shapes = SWEEP_SHAPES[:1] if quick else SWEEP_SHAPES
         for name, b, attn, d, n, page in shapes:
-            for S in (SWEEP_S[:8] if args.quick else SWEEP_S):
-                if time.monotonic() - t0 > 0.95 * args.budget_s:
+            for S in (SWEEP_S[:8] if quick else SWEEP_S):
+                if time.monotonic() - t0 > 0.95 * budget_s:
                     print("  budget: sweep stopped", flush=True)
                     break
                 if (S - 1) * -(-n // S) >= n:
@@ -432,6 +407,3 @@ def main(argv=None) -> int:
           f"{'passed' if ok else 'FAILED'}", flush=True)
     return 0 if ok else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

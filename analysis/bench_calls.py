@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""Per-call host overhead of `gpu.attention` against its kernel alone (run once on a GPU).
+"""`flashsim bench --call-overhead`: per-call host overhead of `gpu.attention` against its
+kernel alone, on a CUDA GPU.
 
 fp16 fa2, d=64, batch x heads=16, non-causal, N in --seq-lens (default 1024, 4096), in
 one run, on torch tensors (inputs rotated over enough sets to exceed 2 x the 50 MB L2):
@@ -26,60 +26,39 @@ outputs bit-identical to the full path's, max |O - O_efficient|.
 Rows (kind `host_time`: kind, run_id, device, date, commit (env FLASHSIM_COMMIT, else the
 checkout's HEAD), versions, what="call_overhead" / "call_overhead_summary", ...) are
 appended to --out (JSON lines) as measured; `flashsim results add` takes the file.
-Under 2 minutes on an H100. Needs torch with CUDA and numpy < 2.5; --help works anywhere.
+Under 2 minutes on an H100. Needs torch with CUDA and numpy < 2.5.
 
-    python3 scripts/call_overhead.py --out out/call_overhead.jsonl
+    flashsim bench --call-overhead --out out/call_overhead.jsonl
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import math
 import os
 import statistics
-import sys
 import time
 import warnings
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from types import SimpleNamespace
 
 IMPLS = ("fa2_kernel", "fa2", "fa2_full", "fa2_full_poison", "torch_efficient", "torch_flash")
 
 
-def parse(argv=None):
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0] + " Writes host_time rows (JSON lines).",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  FLASHSIM_COMMIT=$(git rev-parse HEAD) python3 scripts/call_overhead.py "
-               "--out out/call_overhead.jsonl")
-    p.add_argument("--out", required=True, help="JSON-lines file the rows are appended to")
-    p.add_argument("--seq-lens", default="1024,4096", help="N values (default 1024,4096)")
-    p.add_argument("--reps", type=int, default=50, help="timed calls per method (default 50)")
-    p.add_argument("--batch-heads", type=int, default=16)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--impls", default=",".join(IMPLS), help=f"default {','.join(IMPLS)}")
-    p.add_argument("--run-id", default=None, help="default host_time-<UTC time>-<hex>")
-    p.add_argument("--no-profile", action="store_true",
-                   help="skip the cProfile of 200 thin calls kept in the fa2 rows")
-    a = p.parse_args(argv)
-    a.seq_lens = [int(x) for x in a.seq_lens.split(",") if x.strip()]
-    a.impls = [x.strip() for x in a.impls.split(",") if x.strip()]
-    bad = [x for x in a.impls if x not in IMPLS]
-    if bad or a.reps < 5:
-        p.error(f"--impls {bad} not allowed (allowed: {', '.join(IMPLS)})" if bad
-                else "--reps must be >= 5")
-    return a
+#: smallest --reps (timed calls per method)
+MIN_REPS = 5
+#: defaults of the options
+SEQ_LENS = (1024, 4096)
+REPS = 50
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
+def run(out, *, seq_lens=SEQ_LENS, reps=REPS, batch_heads=16, head_dim=64, impls=IMPLS,
+        run_id=None, profile=True) -> int:
+    """Time each impl at each N into `out` (JSON lines, appended). Needs torch + a GPU
+    (the caller checks: analysis.bench.gpu_problem)."""
+    args = SimpleNamespace(out=out, seq_lens=list(seq_lens), reps=reps,
+                           batch_heads=batch_heads, head_dim=head_dim, impls=list(impls),
+                           run_id=run_id, no_profile=not profile)
     from analysis import bench as B
-    problem = B.gpu_problem()
-    if problem:
-        print(f"call_overhead: {problem}")
-        return 2
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -273,6 +252,3 @@ def main(argv=None) -> int:
           f"fast launches {_launch.fast_launches}, thin calls {api.thin_calls}", flush=True)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
