@@ -2,9 +2,9 @@
 
 `TABLES` maps a table name to a function `(data) -> str` (Markdown, ending with a source
 line). `flashsim results tables` replaces the text between `<!-- results:NAME -->` and
-`<!-- /results:NAME -->` in README.md with TABLES[NAME](data), so the README's tables
-cannot drift from the data. To add a table: write a function here, add it to TABLES,
-put the two marker comments where it goes, run `flashsim results tables`.
+`<!-- /results:NAME -->` in `TARGET` (docs/results.md) with TABLES[NAME](data), so the
+published tables cannot drift from the data. To add a table: write a function here, add
+it to TABLES, put the two marker comments where it goes, run `flashsim results tables`.
 
 Selection rule of every table: for each point, the latest row of the data set (file order
 is the order the runs were recorded) on the device `DEVICE`; measured rows only.
@@ -16,8 +16,12 @@ from typing import Callable
 
 from analysis import results as R
 
-#: the device the README's tables report (the one the project's runs used)
+#: the device the results page's tables report (the one the project's runs used)
 DEVICE = "H100"
+
+#: the page whose marked tables `flashsim results tables` regenerates, relative to the
+#: repository root
+TARGET = "docs/results.md"
 
 
 def latest(rows, key: Callable[[dict], object], keep: Callable[[dict], bool] = lambda r: True):
@@ -396,7 +400,7 @@ def table_runtime_validation(data=None) -> str:
     return "\n".join(lines) + "\n" + _source("runtime_validation", rows, note)
 
 
-#: table name -> function(data) -> Markdown; the README's markers name these
+#: table name -> function(data) -> Markdown; the results page's markers name these
 TABLES: dict[str, Callable] = {
     "forward_fp32": table_forward_fp32,
     "forward_fp16": table_forward_fp16,
