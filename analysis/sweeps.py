@@ -393,7 +393,7 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
     An exception from `evaluate` becomes a row with status "error" and its message; a
     KeyboardInterrupt/SystemExit stops the sweep (rows so far are kept: a re-run resumes).
     """
-    from .executor import LocalExecutor
+    from .executor_base import LocalExecutor
     pts = [normalise(p) for p in points]
     path = check_out_file(path)
     if backend is None:
