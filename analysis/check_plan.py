@@ -153,9 +153,10 @@ def n_rows(suite: str, cfg: dict) -> int:
 
 
 def shard_plan(cases: list, index: int, count: int) -> list:
-    """Shard `index` of `count` of a plan (module docstring: Sharding)."""
-    return check_variants.shard(cases, index, count,
-                 group=lambda c: (c[0], c[1]["group"]) if c[0] == "variants" else id(c[1]))
+    """Shard `index` of `count` of a plan (analysis.check's docstring: Sharding)."""
+    return check_variants.shard(
+        cases, index, count,
+        group=lambda c: (c[0], c[1]["group"]) if c[0] == "variants" else id(c[1]))
 
 
 def forward_name(cfg) -> str:
@@ -164,7 +165,6 @@ def forward_name(cfg) -> str:
     return (f"{cfg['alg']}{kern} N={cfg['N']} d={cfg['d']} {cfg['dtype']}"
             f"{' causal' if cfg['causal'] else ''}{' mask' if cfg['mask'] else ''}"
             f" H={cfg['heads']}/{cfg['kv_heads']}{tiles}")
-
 
 
 def tc_name(cfg) -> str:
@@ -181,11 +181,9 @@ def tc_name(cfg) -> str:
     return name
 
 
-
 def backward_name(cfg, alg) -> str:
     return (f"{alg} N={cfg['N']} d={cfg['d']} {cfg['dtype']}"
             f"{' causal' if cfg['causal'] else ''} B={cfg['batch']} H={cfg['heads']}")
-
 
 
 def case_name(suite: str, cfg: dict) -> str:

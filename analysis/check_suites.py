@@ -456,7 +456,7 @@ def fp16_model(alg, q, k, v, o, do, causal, B_c):
 
 def compare_plain_counted(alg, dt, counted, plain):
     """(ok, details): bit-identity where the kernel is deterministic; fa2's dQ within the
-    stated tolerance (module docstring)."""
+    stated tolerance (analysis.check's docstring: backward)."""
     if _T is not None:
         to64 = lambda x: x.double()
         same = lambda a, b: bool(_T.equal(a, b))
