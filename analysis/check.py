@@ -170,17 +170,23 @@ def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
                on_row: Callable[[dict], None] | None = None,
                on_case: Callable[[int, int, str], None] | None = None,
                shard: tuple[int, int] | None = None,
-               done_rows: list[dict] | None = None) -> dict:
+               done_rows: list[dict] | None = None,
+               on_start: Callable[[int, int, str], None] | None = None,
+               show_progress: bool | None = None) -> dict:
     """Run the checks of `suites` in `mode` and return the result:
     {kind: "check", mode, device, versions, date, commit, reference, suites, skipped:
     [{suite, reason}], shard, rows: [...], n_rows, n_passed, n_failed, n_refused, ok}.
     Each row carries suite, name, status (pass / fail / refused), ok, failures; `ok` of
     the result: no row failed (refused rows are counted in n_refused, not as failures).
     shard=(i, n): only shard i of n (`shard_plan`). on_row(row) is called as each row is
-    made; on_case(done, total, name) after each configuration (progress). done_rows: rows
-    an interrupted run of the same plan already made (each carries `case`, the name of the
-    configuration that made it): those configurations are not run again and their rows
-    are part of the result."""
+    made; on_start(done, total, name) before each configuration runs and on_case(done,
+    total, name) after it (progress: done counts the configurations finished). done_rows:
+    rows an interrupted run of the same plan already made (each carries `case`, the name
+    of the configuration that made it): those configurations are not run again and their
+    rows are part of the result. show_progress: a status line on stderr (analysis.progress:
+    configurations done / to run, elapsed, time left, the one running), on a terminal
+    only, never with CI set; None (default): shown when no callback (on_row, on_case,
+    on_start) is given (a caller with callbacks prints and draws its own), False: never."""
     from gpu import _launch
     if mode != "sim" and _launch.SIM:
         raise ValueError(f"mode={mode!r} needs a CUDA GPU; without one run mode='sim' (the "
@@ -207,6 +213,11 @@ def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
     rows = list(done_rows or [])
     done = {r.get("case") for r in rows}
     t_start = time.perf_counter()
+    from analysis.progress import Progress
+    own = show_progress or (show_progress is None
+                            and all(f is None for f in (on_row, on_case, on_start)))
+    bar = Progress(sum(case_name(s, c) not in done for s, c in cases), "check",
+                   show=None if own else False)
     from gpu import api as _api
     poison_before = _api.set_poison(True)   # validation: unwritten elements show as NaN
 
@@ -218,6 +229,7 @@ def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
             on_row(row)
 
     try:
+        bar.start()
         for i, (suite, cfg) in enumerate(cases):
             t0 = time.perf_counter()
             case = case_name(suite, cfg)
@@ -225,6 +237,9 @@ def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
                 if on_case:
                     on_case(i + 1, total, case)
                 continue
+            if on_start:
+                on_start(i, total, case)
+            bar.set_note(case)
             if suite == "forward":
                 name = forward_name(cfg)
                 try:
@@ -271,9 +286,11 @@ def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
                 for row, alg in zip(made, cfg["algs"]):
                     row.update(suite=suite, name=backward_name(cfg, alg))
                     add(row)
+            bar.update()
             if on_case:
                 on_case(i + 1, total, name)
     finally:
+        bar.close()
         _S._T = None
         _api.set_poison(poison_before)
     return finish_result({
@@ -293,8 +310,6 @@ def run_checks(mode: str, suites=DEFAULT_SUITES, *, algorithms=ALGORITHMS,
                                      "same dtype + 1e-5 (without torch: 2 x the storage "
                                      "rounding model + 1e-5), x in O, dQ, dK, dV"},
             "rows": rows, "total_s": round(time.perf_counter() - t_start, 1)})
-
-
 
 
 def finish_result(result: dict) -> dict:
