@@ -283,7 +283,7 @@ def check(cfg: dict, T=None) -> dict:
     import gpu
     from gpu import _launch
     from gpu.backward import attention_backward
-    from analysis.check import TC_L_BOUND, compare_plain_counted
+    from analysis.check_suites import TC_L_BOUND, compare_plain_counted
     t0 = time.perf_counter()
     Nq, Nk, d, dt, causal = cfg["N_q"], cfg["N_k"], cfg["d"], cfg["dtype"], cfg["causal"]
     window = tuple(cfg["window"])

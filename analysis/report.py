@@ -197,7 +197,8 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
         kpath = os.path.join(out_dir, "sweep_kernel_gpt2.jsonl")
         kp = grid(algorithm="fa1", N=1024, d=64, heads=16, batch=64, dtype="fp16",
                   block_rows=64, block_cols=[64, 128, 256, 512])
-        from .progress import Progress, pending
+        from .progress import Progress
+        from .sweeps import pending
         with Progress(pending(kp, kpath), "report: GPU kernel runs") as bar:
             run_sweep(kp, kpath, evaluate_kernel, progress=lambda msg: bar.update())
         krows = [r for r in read_rows(kpath) if r["status"] == "ok"]

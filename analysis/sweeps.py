@@ -235,6 +235,14 @@ def read_rows(path) -> list[dict]:
     return list(rows.values())
 
 
+def pending(points, path) -> int:
+    """How many of a sweep's `points` are not yet in its JSON-lines file `path` (what
+    run_sweep will evaluate, unless rows of the file are stale or errors: it also
+    evaluates those again; its own status line counts them)."""
+    seen = {r.get("key") for r in read_rows(path)} if os.path.exists(path) else set()
+    return sum(1 for p in points if point_key({**DEFAULTS, **p}) not in seen)
+
+
 def _parse_line(line: bytes, path: str, where: str) -> dict:
     try:
         row = json.loads(line)
@@ -368,7 +376,8 @@ class _SweepFile:
 
 def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
               progress: Callable[[str], None] | None = None, retry_errors: bool = True,
-              version: str | None = None, executor=None, backend: str | None = None) -> dict:
+              version: str | None = None, executor=None, backend: str | None = None,
+              show_progress: bool | None = None) -> dict:
     """Evaluate every point without a current row in `path`, appending one JSON row each.
 
     Every point is normalised and checked first (ConfigError before any work). `path`
@@ -392,8 +401,15 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
     Returns {"done": newly written, "skipped": reused, "errors": new error rows}.
     An exception from `evaluate` becomes a row with status "error" and its message; a
     KeyboardInterrupt/SystemExit stops the sweep (rows so far are kept: a re-run resumes).
+
+    `progress(message)` is called after each row written ("STATUS KEY"). `show_progress`:
+    a status line on stderr (analysis.progress: points done / the points to evaluate,
+    elapsed, time left, the point running), on a terminal only, never with CI set; None
+    (default): shown when no `progress` callback is given (a caller with a callback draws
+    its own), False: never.
     """
-    from .executor import LocalExecutor
+    from .executor_base import LocalExecutor
+    from .progress import Progress
     pts = [normalise(p) for p in points]
     path = check_out_file(path)
     if backend is None:
@@ -412,6 +428,9 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
                 and (row["status"] == "ok" or (row["status"] == "error" and not retry_errors)))
 
     sf = _SweepFile(path)
+    bar = Progress(None, "sweep", show=False if show_progress is False or (
+        show_progress is None and progress is not None) else None)
+    pending: set = set()          # keys of the points to evaluate, as the file stood
 
     def todo():
         """The points still to evaluate, each checked against the file (re-read under
@@ -423,7 +442,11 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
                 row = sf.rows.get(point_key(full))
             if reusable(row):
                 counts["skipped"] += 1
+                key = point_key(full)
+                if key in pending and key not in written:   # a concurrent run made it
+                    bar.total -= 1
                 continue
+            bar.set_note(point_label(full))
             yield full
 
     work = functools.partial(evaluate_point, evaluate, version=version, backend=backend,
@@ -437,7 +460,10 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
         with sf.locked():
             sf.repair()
             sf.update()
+            pending.update(k for k in map(point_key, pts) if not reusable(sf.rows.get(k)))
             sf.compact()
+        bar.total = len(pending)
+        bar.start()
         # closing(): an interrupted driver stops the executor's outstanding work at once
         with contextlib.closing(executor.map(work, todo(), backend=backend, lost=lost)) as rows:
             for row in rows:
@@ -449,19 +475,39 @@ def run_sweep(points: Iterable[dict], path, evaluate: Callable[[dict], dict], *,
                     sf.update()
                     if reusable(sf.rows.get(key)):  # another run wrote it meanwhile
                         counts["skipped"] += 1
+                        if key in pending:
+                            bar.total -= 1
                         continue
                     sf.append(row)
                 written.add(key)
                 counts["errors"] += row["status"] == "error"
                 counts["done"] += 1
+                bar.update(note=None if executor.name == "local" else point_label(row))
                 if progress:
                     progress(f"{row['status']:5s} {key}")
         with sf.locked():
             sf.update()
             sf.compact()
     finally:
+        bar.close()
         sf.close()
     return counts
+
+
+def point_label(p: dict) -> str:
+    """A short name of a sweep point, for status lines: 'fa2 N=1024 d=64 fp16 causal
+    B=1 H=16 64x64 s=0.5'."""
+    text = f"{p['algorithm']} N={p['N']} d={p['d']} {p['dtype']}"
+    if p.get("causal"):
+        text += " causal"
+    text += f" B={p['batch']} H={p['heads']}"
+    if p.get("block_rows"):
+        text += f" {p['block_rows']}x{p['block_cols']}"
+    elif p.get("sram_bytes"):
+        text += f" M={p['sram_bytes']}B"
+    if p.get("sparsity", 1.0) != 1.0:
+        text += f" s={p['sparsity']:g}"
+    return text
 
 
 def evaluate_point(evaluate: Callable[[dict], dict], full: dict, *, version: str,
@@ -701,7 +747,9 @@ def evaluate_kernel(params: dict, *, repeats: int = 3) -> dict:
 
 EVALUATORS = {"model": evaluate_model, "kernel": evaluate_kernel}
 
-__all__ = ["DEFAULTS", "EVALUATORS", "ROW_KEYS", "SweepFileError", "WHERE_FIELDS", "build",
-           "ensure_cuda_env", "evaluate_kernel", "evaluate_model", "evaluate_point", "grid",
-           "has_cuda_gpu", "import_gpu",           "is_sweep_row", "model_row", "model_version", "normalise", "point_key",
-           "provenance", "random_block_mask", "read_rows", "run_kernel", "run_sweep"]
+__all__ = ["DEFAULTS", "EVALUATORS", "ROW_KEYS", "SweepFileError", "WHERE_FIELDS",
+           "build", "ensure_cuda_env", "evaluate_kernel", "evaluate_model",
+           "evaluate_point", "grid", "has_cuda_gpu", "import_gpu", "is_sweep_row",
+           "model_row", "model_version", "normalise", "pending", "point_key",
+           "point_label", "provenance", "random_block_mask", "read_rows", "run_kernel",
+           "run_sweep"]

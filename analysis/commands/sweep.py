@@ -115,7 +115,8 @@ def main(args) -> int:
     executor = make_executor(args.executor, args.address, **kw)
     if args.backend == "kernel" and args.executor == "local":
         ensure_cuda_env()   # (ray: each worker decides on its own node)
-    from analysis.progress import Progress, pending
+    from analysis.progress import Progress
+    from analysis.sweeps import pending
     with executor, Progress(pending(points, args.out), "sweep") as bar:
         st = run_sweep(points, args.out, EVALUATORS[args.backend], retry_errors=not args.no_retry,
                        progress=lambda msg: bar.update(note=msg.split(" ", 1)[0]),

@@ -1,0 +1,2 @@
+"""Data: the validation configuration sets as JSON (NAME.json, one per set), loaded by
+analysis.validation_configs. No code here."""
