@@ -1062,7 +1062,7 @@ LEVELS_BLIND9 = [dict(c, split="blind") for c in [
 #: were 14 % / 6 % (H100 / H200) and 4 % / 1 % of their local loads where the model's
 #: frames fit. LEVELS_DEV10 spans the resident frames (grids smaller than one wave: 64 to
 #: 256 CTAs; full waves), the sweep length and the three builds that overflow the L1
-#: (`analysis.levels.LOCAL`); the model's local-memory term is developed on it.
+#: (`iosim.launch.plan.LOCAL`); the model's local-memory term is developed on it.
 #: LEVELS_BLIND10, other shapes of the same builds, is measured in the same device call
 #: and read only after its predictions are committed (the rules of RUNTIME_BLIND).
 LEVELS_DEV10 = [dict(c, split="dev10") for c in [
@@ -1155,7 +1155,7 @@ def _hash_split(c: dict) -> str:
     never sees one. A second alternation within (family, causal) strata had the same flaw
     one axis up (every d = 128 configuration "heldout"). split3, declared before any fit on
     it, takes each configuration's side from a hash of its id, so no grid axis decides it.
-    All three are reported (analysis.runtime.SPLITS)."""
+    All three are reported (analysis.validate)."""
     import hashlib
     return "fit" if hashlib.sha256(c["id"].encode()).digest()[0] % 2 == 0 else "heldout"
 
@@ -1166,7 +1166,7 @@ def levels_split(c: dict) -> str:
     """The hierarchy model's fit / heldout side of a LEVELS configuration: the same hash
     rule as the runtime set's split3 (declared before the L2 model was fitted; an earlier
     exploratory scan of its two constants looked at all H100 rows, see
-    analysis.levels.FITTED). The H200 rows are held out entirely (preset change only)."""
+    iosim.memory.FITTED). The H200 rows are held out entirely (preset change only)."""
     return _hash_split(c)
 
 

@@ -2,7 +2,10 @@
 
 Problem (what), Hardware (where), Tiling (how it is cut), schedule (in what order):
 `execute` runs a schedule for real through a counting memory; `closed_form` gives the
-same ledger by formula. See README.md for the counting conventions.
+same ledger by formula. See README.md for the counting conventions. Below the ledger:
+`kernel_plan` (which kernel launches a pass runs, `iosim.launch`), `levels` (the bytes at
+L2 and DRAM, `iosim.memory`), `predict_time` and `predict_decode` (the kernels' time,
+`iosim.timing`).
 """
 from .backward import (BACKWARD, BackwardExecution, BackwardLedger, backward_closed_form,
                        backward_closed_form_arrays, execute_backward, reference_attention_backward)
@@ -26,6 +29,9 @@ from .varlen import (VarlenExecution, VarlenLedger, VarlenProblem, check_cu_seql
 from .gpt2 import flash_passes, gpt2_table, standard_passes
 from .tiling import (ALGORITHMS, Tiling, paper_tiling, resolve_tiling, sram_footprint_bytes,
                      sram_to_elements)
+from .launch.plan import kernel_plan
+from .passes import levels
+from .timing import predict_decode, predict_time
 
 __all__ = [
     "BACKWARD", "BackwardExecution", "BackwardLedger", "backward_closed_form",
@@ -46,4 +52,5 @@ __all__ = [
     "random_varlen_inputs", "reference_varlen", "varlen_closed_form",
     "varlen_backward_closed_form", "execute_varlen_backward", "reference_varlen_backward",
     "VarlenBackwardExecution",
+    "kernel_plan", "levels", "predict_time", "predict_decode",
 ]

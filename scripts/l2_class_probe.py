@@ -2,7 +2,7 @@
 """Probe: which L2 reads miss in a spilling build, local memory's or the K/V's?
 
 Why: the spilling explicit tilings (fa2_tc 128 x 128 and 64 x 128 at d = 64, fa2_fast
-256 x 32 at d = 128; `analysis.levels.LOCAL`) read 4-99 % of their global loads, or
+256 x 32 at d = 128; `iosim.launch.plan.LOCAL`) read 4-99 % of their global loads, or
 equally 3-14 % of their local loads, from DRAM (LEVELS_DEV10). Nsight Compute's DRAM and
 L2 totals cannot say which: both are device memory. Its L2 counters do split every
 request by the eviction class it carries (evict_first / evict_last / evict_normal /
