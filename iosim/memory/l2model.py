@@ -45,7 +45,7 @@ class L2Model:
         partitions) occupies per byte: 2 if every far copy were kept as long as its home
         copy; less where the L2 drops clean duplicates first (the far copy of a line whose
         home partition still holds it), so that a shared stream fills the cache more
-        slowly than twice its bytes. v4 fits 1.75.
+        slowly than twice its bytes.
     drain_fraction: the part of the dirty data resident at the kernel's end that reaches
         DRAM inside the measured kernel, at most drain_fraction x the L2's bytes (the
         write-back as the kernel retires; 2-3 MB measured on the H100). 0: none (the

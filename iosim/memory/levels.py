@@ -52,23 +52,14 @@ FITTED = L2Model(**_FITS["models"][_FITS["fitted"]])
 CHIP_CAPACITY_RANGE = (0.88, 1.12)
 
 
-#: L2 sectors per requested sector for gpu.forward.fa2_tc's global loads. Its cp.async copies
-#: land in shared rows padded to d + 8 halves (conflict-free ldmatrix); a warp's 512
-#: contiguous bytes then reach L2 as 2.6x the requests and 1.5x the sectors. Measured:
-#: fa2_tc's loads 1.48-1.50x its own exact counts (Nsight Compute, H100 and H200), and
-#: the probe scripts/l2_sector_probe.py: 16-byte cp.async into contiguous shared memory
-#: 1.00x, into 144-byte rows 1.50x (3,145,728 sectors for 64 MiB).
+#: L2 sectors per requested sector for gpu.forward.fa2_tc's global loads: its cp.async copies
+#: land in shared rows padded to d + 8 halves (conflict-free ldmatrix), so a warp's 512
+#: contiguous bytes reach L2 as 1.5x the sectors (measured 1.48-1.50x; docs/models-history.md)
 TC_CPASYNC_SECTOR_FACTOR = 1.5
 
 
-#: Kernel families whose launch plans follow their docstrings but have no Nsight Compute
-#: rows yet (levels() says so in its warnings). The tensor-core fa1 / standard forward,
-#: fa2 / standard backward and the fast fa2 backward were measured on the H100
-#: (LEVELS_NEW, 2026-11-25-h100-levels-new) and left this set.
-#: Kernels with few Nsight Compute rows: (algorithm, pass, kernel) -> what they showed.
-#: The fp32 fast standard / fa1 forward: LEVELS_FP32_FAST (run
-#: 2026-11-25-h100-levels-fp32-fast, measured after their plans were frozen), then the
-#: RUNTIME_DEV4 diagnostics (2026-11-27-h100-runtime-dev4); counts as of v6.
+#: Kernels with few Nsight Compute rows: (algorithm, pass, kernel) -> what they showed
+#: (`pass_levels` says so in its warnings; which runs: docs/models-history.md)
 FEW_ROWS = {
     ("fa1", "fwd", "fast"): "7 passes measured on the H100, 1 on the H200: DRAM inside the "
                             "bound in 7 of 8 (the miss: 16 heads at N = 4096, d = 64, "
@@ -78,7 +69,7 @@ FEW_ROWS = {
 
 
 #: the share of the L1 left beside shared memory that holds local-memory frames
-#: (`local_l2_bytes`): fitted on LEVELS_DEV10's L2 reads (v13, below)
+#: (`local_l2_bytes`): fitted on the spilling builds' measured L2 reads
 L1_FRAME_SHARE = 0.7
 
 
