@@ -30,7 +30,7 @@ def register(sub):
                         "(H100-SXM, or H200: predictions-H200.json)")
     p.add_argument("--refit", action="store_true",
                    help="refit the model's constants first (levels: the L2 model grid on the "
-                        "fit half; runtime: analysis/runtime_constants.json on every H100 row)")
+                        "fit half; runtime: iosim/timing/runtime_constants.json on every H100 row)")
     p.add_argument("--no-write", action="store_true", help="print only; leave the data set alone")
     p.set_defaults(func=main)
 

@@ -39,9 +39,9 @@ from .stream import Stream
 CONSTANTS_PATH = os.path.join(os.path.dirname(__file__), "l2_constants.json")
 with open(CONSTANTS_PATH) as _f:
     _FITS = json.load(_f)
-FITTED_V5, FITTED_V8, FITTED_V9, FITTED_V10 = (L2Model(**_FITS["models"][v])
-                                               for v in ("v5", "v8", "v9", "v10"))
-FITTED = L2Model(**_FITS["models"][_FITS["fitted"]])
+_MODELS = {v: L2Model(**fields) for v, fields in _FITS["models"].items()}
+FITTED_V5, FITTED_V8, FITTED_V9, FITTED_V10 = (_MODELS[v] for v in ("v5", "v8", "v9", "v10"))
+FITTED = _MODELS[_FITS["fitted"]]
 
 #: the chip-to-chip spread of the effective L2 capacity, as factors (lo, hi) of the model's
 #: C, over which `pass_levels` gives dram_read_bytes_range / dram_write_bytes_range: the
