@@ -30,8 +30,6 @@ from .gpt2 import flash_passes, gpt2_table, standard_passes
 from .tiling import (ALGORITHMS, Tiling, paper_tiling, resolve_tiling, sram_footprint_bytes,
                      sram_to_elements)
 from .launch.plan import kernel_plan
-from .passes import levels
-from .timing import predict_decode, predict_time
 
 __all__ = [
     "BACKWARD", "BackwardExecution", "BackwardLedger", "backward_closed_form",
@@ -54,3 +52,17 @@ __all__ = [
     "VarlenBackwardExecution",
     "kernel_plan", "levels", "predict_time", "predict_decode",
 ]
+
+#: the L2 / DRAM and time models' entry points, imported on first use: those models compile
+#: with Numba, and `import iosim` leaves numba unimported (its CUDA simulator switch,
+#: NUMBA_ENABLE_CUDASIM, is read when numba is first imported)
+_LAZY = {"levels": "passes", "predict_time": "timing", "predict_decode": "timing"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from importlib import import_module
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'iosim' has no attribute {name!r}")

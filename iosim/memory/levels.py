@@ -228,7 +228,7 @@ def pass_levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str 
             warnings.append(f"{lau.name} spills about {lau.spill_bytes} bytes of registers per "
                             f"thread to local memory (ptxas): that traffic is not in the ledger"
                             + ("; its local-memory frames are in the DRAM predictions "
-                               "(analysis.levels.LOCAL, where they overflow the L1)" if counted
+                               "(iosim.launch.plan.LOCAL, where they overflow the L1)" if counted
                                else " nor in these predictions"))
     res = {"gpu": hw.name, "algorithm": algorithm, "pass": pass_, "kernel": plan.kernel,
             "grid_order": grid_order,
@@ -274,7 +274,7 @@ def pass_levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str 
                 "they fill much of it, its CTAs drift apart and "
                 "re-read K/V tiles from DRAM that the point model (lockstep sweeps) counts as "
                 "hits, and the L2 writes part of the frames back at every step, by amounts "
-                "that differ chip to chip (analysis.levels, v13): the range is the bound "
+                "that differ chip to chip (iosim.memory): the range is the bound "
                 "(reads: from the compulsory bytes up to every CTA's K/V loads; writes: from none "
                 "of the frames' "
                 "write-backs to every step's), and the point is not within the 15 % bound: "
