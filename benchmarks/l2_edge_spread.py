@@ -139,10 +139,10 @@ def summary(res, dev, machines=None):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    import iosim.memory as L
+    import iosim.memory as M
     model = None
     if "--model" in argv:
-        model = getattr(L, "FITTED_" + argv[argv.index("--model") + 1].upper())
+        model = getattr(M, "FITTED_" + argv[argv.index("--model") + 1].upper())
     res = analyse(model)
     res.sort(key=lambda x: (x["device"], x["W_L2"], x["id"], x["machine"]))
     print("k: the factor of the model's effective L2 capacity at which it reproduces the measured DRAM bytes "
