@@ -126,7 +126,7 @@ def _git_commit():
 def _kernel_kwargs(c: dict) -> dict:
     """Keywords that pin the configuration's kernel: the fa2 forward's named one; for
     every other pass 'default' means the plain kernels (what ran when the configurations
-    were measured; analysis.levels.config_kernel)."""
+    were measured; analysis.fit_levels.config_kernel)."""
     if c["algorithm"] != "fa2" or c["pass"] != "fwd":
         return {"kernel": "plain" if c["kernel"] == "default" else c["kernel"]}
     return {"tc": {"tensor_cores": True}, "fast": {"fast": True},

@@ -21,7 +21,7 @@ not the launch, inputs rotated over `input_sets` copies (so the L2 does not keep
 the median over >= 20 repetitions. Every intermediate an operation reads (S, the masked
 S, P, the dropped P) is computed beforehand for each copy, outside the timed region.
 
-The modelled side: `analysis.runtime.predict` for flashsim's standard and fa2 with the
+The modelled side: `iosim.predict_time` for flashsim's standard and fa2 with the
 tiling the kernels ran, per launch, on the measuring device's preset (H100-SXM for an
 H100). `PAIRING` says which PyTorch operations each flashsim kernel stands for: std_S <->
 the Q K^T matmul, std_softmax <-> mask + softmax, std_PV <-> the P V matmul, fa2 <-> all
@@ -124,7 +124,7 @@ def flashsim_configs(c: dict) -> dict:
 def pair_kernels(kernels: list[dict]) -> list[dict]:
     """flashsim's measured kernels ([{name, ms}], as time_config gives them) -> one entry
     per kernel: {op (its family), kernel_name, measured_ms, pairs_with, note}."""
-    from analysis.runtime import family_key
+    from iosim.timing import family_key
     out = []
     for k in kernels:
         fam = family_key(k["name"])
@@ -137,17 +137,17 @@ def pair_kernels(kernels: list[dict]) -> list[dict]:
 
 
 def modelled(c: dict, impl: str, gpu: str = "H100-SXM", tiling=None) -> list[dict]:
-    """analysis.runtime.predict for one flashsim impl, per launch: [{op, predicted_ms,
+    """iosim.predict_time for one flashsim impl, per launch: [{op, predicted_ms,
     binds, terms_ms, imbalance, pairs_with}]. tiling: (B_r, B_r) the kernels ran, or None
     (the model's default)."""
-    from iosim import Problem, Tiling
-    from analysis.runtime import family_key, predict
+    from iosim import Problem, Tiling, predict_time
+    from iosim.timing import family_key
     fc = flashsim_configs(c)[impl]
     p = Problem(N=c["N"], d=c["d"], batch=c["batch"], heads=c["heads"], kv_heads=c["kv_heads"],
                 dtype=c["dtype"], causal=c["causal"])
     # the standard rows were measured on the plain kernels (before standard_tc)
-    pr = predict(fc["algorithm"], p, gpu, kernel=fc["kernel"] if fc["algorithm"] == "fa2" else "plain",
-                 tiling=None if tiling is None else Tiling(*tiling))
+    pr = predict_time(fc["algorithm"], p, gpu, kernel=fc["kernel"] if fc["algorithm"] == "fa2" else "plain",
+                      tiling=None if tiling is None else Tiling(*tiling))
     out = []
     for la in pr["launches"]:
         fam = family_key(la["name"])
@@ -362,7 +362,7 @@ def measure(N=1024, d=64, batch=8, heads=16, dtype="fp16", causal=True, dropout_
     log = log or (lambda msg: print(msg, flush=True))
     from analysis import results as R
     from analysis.hwmeasure import environment
-    from analysis.levels import GPU_OF_DEVICE
+    from analysis.fit_levels import GPU_OF_DEVICE
     c = problem_config(N=N, d=d, batch=batch, heads=heads, dtype=dtype, causal=causal,
                        dropout_p=dropout_p)
     if reps < 20:

@@ -36,7 +36,7 @@ def _md_check(c: theory.Check) -> str:
 
 def _levels_section(d9, d10, d11) -> list[str]:
     """REPORT.md lines for figures 9-11 (numbers only; no pass/fail: the model's
-    validation criteria live in analysis.levels)."""
+    validation criteria live in analysis.fit_levels)."""
     from .figures.fig11_levels_validation import METRICS, summary
     out = ["## Below the ledger: L2 and DRAM (model, cold L2)", "",
            f"fa2 forward, {d9['config']['dtype']}, d={d9['config']['d']}, default kernel: where "
@@ -234,7 +234,7 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
     if val is not None:
         figures += save(fig7_validation.plot(val), out_dir, fig7_validation.NAME, val["config"])
         log(f"figure {fig7_validation.NAME}")
-    # the L2 / DRAM model (analysis.levels): figures 9-11, their numbers in the report
+    # the L2 / DRAM model (iosim.memory): figures 9-11, their numbers in the report
     from .figures import fig9_levels, fig10_grid_order, fig11_levels_validation
     d9 = fig9_levels.generate()
     figures += save(fig9_levels.plot(d9), out_dir, fig9_levels.NAME,
@@ -249,7 +249,7 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
                     d11["config"])
     log(f"figure {fig11_levels_validation.NAME} ({len(d11['points'])} measured rows)")
     lines += _levels_section(d9, d10, d11)
-    # the time model (analysis.runtime): figure 12 (against the measured times, roofline)
+    # the time model (iosim.timing): figure 12 (against the measured times, roofline)
     # and figure 13 (time by operation; measured where op_breakdown rows exist)
     from .figures import fig12_runtime_validation, fig13_time_breakdown
     d12 = fig12_runtime_validation.generate()

@@ -73,14 +73,12 @@ BLIND_SPLITS = tuple(dict.fromkeys(
 
 
 def model_version() -> str:
-    """sha256 (16 hex digits) of the model's source: iosim/*.py, analysis/levels.py,
-    analysis/runtime.py and the fitted time constants."""
+    """sha256 (16 hex digits) of the model's source: iosim's modules and its fitted
+    constants (iosim/**/*.py, iosim/**/*.json)."""
     h = hashlib.sha256()
-    files = sorted((ROOT / "iosim").glob("*.py")) + [ROOT / "analysis" / "levels.py",
-                                                    ROOT / "analysis" / "runtime.py",
-                                                    ROOT / "analysis" / "runtime_constants.json"]
+    files = sorted((ROOT / "iosim").rglob("*.py")) + sorted((ROOT / "iosim").rglob("*.json"))
     for f in files:
-        h.update(f.name.encode())
+        h.update(f.relative_to(ROOT).as_posix().encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
@@ -135,7 +133,7 @@ def _same_prediction(pred: dict, frozen: dict) -> bool:
     """Whether the current model predicts what was frozen: the points and, where the
     frozen record has them, the ranges (a range that moved is a new prediction too: its
     blind score stays the frozen one)."""
-    from analysis.levels import LEVEL_KEYS
+    from analysis.fit_levels import LEVEL_KEYS
     same = lambda a, b: abs(a - b) <= 1e-9 * max(1.0, abs(b))
     ranges = [k + "_range" for k in ("dram_read_bytes", "dram_write_bytes") if k + "_range" in frozen]
     return (all(same(pred[k], frozen[k]) for k in LEVEL_KEYS)
@@ -152,7 +150,8 @@ def levels_rows(model=None, data=None) -> list[dict]:
     in) and the frozen score is kept beside it as a row of the set's split
     (levels_blind_rows). LEVELS_FP32_FAST (no predictions file: measured with the L2
     model v3 unchanged) is "blind" while the LEVELS_BLIND passes are."""
-    from analysis.levels import FITTED, GPU_OF_DEVICE, LEVEL_KEYS, compare, within_chip_range
+    from analysis.fit_levels import GPU_OF_DEVICE, LEVEL_KEYS, compare, within_chip_range
+    from iosim.memory import FITTED
     model = model or FITTED
     meas = [r for r in results.load("levels_measurement", data=data) if r.get("status") == "ok"]
     version = model_version()
@@ -260,7 +259,8 @@ def levels_blind_predictions(model=None, gpu: str = "H100-SXM", set_name: str = 
     the device) and the pass's DRAM / L2 bytes. With the frozen commit (git HEAD, which
     must be clean: the model's code and constants committed) and the model version."""
     import datetime as _dt
-    from analysis.levels import FITTED, LEVEL_KEYS, predict_row
+    from analysis.fit_levels import LEVEL_KEYS, predict_row
+    from iosim.memory import FITTED
     model = model or FITTED
     commit = _frozen_commit()
     configs, split, _ = LEVELS_BLIND_SETS[set_name]
@@ -292,7 +292,7 @@ def levels_blind_rows(measured: list[dict], frozen: dict) -> list[dict]:
     """levels_validation-style rows (split "blind", or the frozen set's own) joining measured counter rows
     (analysis.hwmeasure's format: config.id, measured.{dram,l2}_{read,write}_bytes; rows
     with an error or a status other than ok are skipped) with the frozen predictions."""
-    from analysis.levels import LEVEL_KEYS, errors, within_chip_range
+    from analysis.fit_levels import LEVEL_KEYS, errors, within_chip_range
     by_id = {p["id"]: p for p in frozen["predictions"]}
     out = []
     for r in measured:
@@ -413,17 +413,17 @@ def runtime_measured(data=None) -> list[dict]:
 
 
 def _features(rows):
-    from analysis import runtime
-    from analysis.levels import GPU_OF_DEVICE
-    return [runtime.row_features(r, GPU_OF_DEVICE[r["device"]]) for r in rows]
+    from analysis import fit_runtime
+    from analysis.fit_levels import GPU_OF_DEVICE
+    return [fit_runtime.row_features(r, GPU_OF_DEVICE[r["device"]]) for r in rows]
 
 
 def _fit_on(rows, feats, keep, source):
-    from analysis import runtime
+    from analysis import fit_runtime
     from iosim import get_hardware
     data = [(f, m) for r, (fs, ms) in zip(rows, feats) if "H100" in r["device"] and keep(r)
             for f, m in zip(fs, ms)]
-    return runtime.fit_best(data, get_hardware("H100-SXM"), source=source)
+    return fit_runtime.fit_best(data, get_hardware("H100-SXM"), source=source)
 
 
 def runtime_fit(data=None):
@@ -433,16 +433,16 @@ def runtime_fit(data=None):
     feats = _features(rows)
     h = [r for r in rows if "H100" in r["device"]]
     run = sorted({r["run_id"] for r in h})
-    from analysis.runtime import FORM
+    from iosim.timing import FORM
     return _fit_on(rows, feats, lambda r: True,
                    f"{FORM}, all H100 rows ({len(h)}) of {', '.join(run)}")
 
 
 def _pass_ms(feats, model, gpu):
-    from analysis import runtime
     from iosim import get_hardware
+    from iosim.timing import predict_launch
     hw = get_hardware(gpu)
-    return sum(runtime.predict_launch(f, model, hw)["predicted_ms"] for f in feats)
+    return sum(predict_launch(f, model, hw)["predicted_ms"] for f in feats)
 
 
 def runtime_rows(model=None, data=None, cv: bool = True) -> list[dict]:
@@ -451,9 +451,10 @@ def runtime_rows(model=None, data=None, cv: bool = True) -> list[dict]:
     cross-validated prediction (cv_predicted_ms: the model refitted without the row's fold)
     and the prediction of a refit on split3's "fit" half of RUNTIME plus the LEVELS_NEW rows
     (heldout3_predicted_ms, on split3's "heldout" rows: the old held-out half)."""
-    from analysis import runtime
-    from analysis.levels import GPU_OF_DEVICE
-    model = model or runtime.RuntimeModel.load()
+    from analysis import fit_runtime
+    from analysis.fit_levels import GPU_OF_DEVICE
+    from iosim.timing import RuntimeModel
+    model = model or RuntimeModel.load()
     meas = runtime_measured(data)
     feats = _features(meas)
     version = model_version()
@@ -467,7 +468,7 @@ def runtime_rows(model=None, data=None, cv: bool = True) -> list[dict]:
     out = []
     for r, (fs, ms) in zip(meas, feats):
         gpu = GPU_OF_DEVICE[r["device"]]
-        v = runtime.validate([r], model, gpu, features=(fs, ms))[0]
+        v = fit_runtime.validate([r], model, gpu, features=(fs, ms))[0]
         c = SPLIT_OF[r["config"]["id"]]
         v.update(split="fit" if gpu == "H100-SXM" else "heldout", split3=c["split3"],
                  split_preregistered=c["split"], gpu_preset=gpu, model_version=version,
@@ -516,19 +517,20 @@ def runtime_summary(rows, split_field="split") -> list[dict]:
 def runtime_blind_predictions(model=None, gpu: str = "H100-SXM", set_name: str = "runtime_blind") -> dict:
     """The time model's prediction for every configuration of a blind set (`set_name`, a
     key of RUNTIME_BLIND_SETS), with the tiling
-    the kernel runs by default on `gpu` (analysis.levels.kernel_plan: gpu.api's and
+    the kernel runs by default on `gpu` (iosim.kernel_plan: gpu.api's and
     gpu.backward's rules for the preset, no GPU needed); configurations the model cannot
     predict carry status "cannot_predict" and the reason."""
-    from analysis import runtime
-    from analysis.levels import predict_row, problem_of
-    model = model or runtime.RuntimeModel.load()
+    from analysis.fit_levels import predict_row, problem_of
+    from iosim import predict_time
+    from iosim.timing import RuntimeModel
+    model = model or RuntimeModel.load()
     configs, split, _ = RUNTIME_BLIND_SETS[set_name]
     out = []
     for c in configs:
         rec = {"id": c["id"], "config": c, "family": family_of(c)}
         try:
             lv = predict_row(c, gpu)
-            p = runtime.predict(c["algorithm"], problem_of(c), gpu, model=model, levels_result=lv)
+            p = predict_time(c["algorithm"], problem_of(c), gpu, model=model, levels_result=lv)
         except ValueError as e:
             rec.update(status="cannot_predict", reason=str(e))
         else:
@@ -549,9 +551,9 @@ def write_runtime_blind_predictions(set_name: str = "runtime_blind2", path=None,
     import datetime as _dt
     out = {"frozen_commit": _frozen_commit(),
            "made_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-           "what": f"analysis.runtime predictions for analysis.validation_configs."
+           "what": f"iosim.timing predictions for analysis.validation_configs."
                    f"{set_name.upper()} on the {gpu} preset, tilings by "
-                   f"analysis.levels.kernel_plan (host-only), frozen before the measured rows "
+                   f"iosim.kernel_plan (host-only), frozen before the measured rows "
                    f"were read. Score with: python3 -m analysis.validate runtime-blind "
                    f"MEASURED.jsonl --set {set_name} --gpu {gpu}",
            **runtime_blind_predictions(model, gpu=gpu, set_name=set_name)}
@@ -564,7 +566,7 @@ def runtime_blind_rows(measured: list[dict], predictions: dict) -> list[dict]:
     with the frozen predictions. Rows whose measurement failed get status
     "measurement_failed"; configurations the model could not predict, "cannot_predict";
     predicted configurations with no measured row, "not_measured"."""
-    from analysis.runtime import family_key
+    from iosim.timing import family_key
 
     def fk(name):
         try:

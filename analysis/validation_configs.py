@@ -115,7 +115,7 @@ del _c
 def _hash_split(c: dict) -> str:
     """split3: "fit" or "heldout" by the first byte of sha256(id), about half each (no grid
     axis decides it; analysis/configs/runtime.json's `about` says why it replaced `split`).
-    All splits are reported (analysis.runtime.SPLITS)."""
+    All splits are reported (analysis.validate)."""
     import hashlib
     return "fit" if hashlib.sha256(c["id"].encode()).digest()[0] % 2 == 0 else "heldout"
 
@@ -124,7 +124,7 @@ def levels_split(c: dict) -> str:
     """The hierarchy model's fit / heldout side of a LEVELS configuration: the same hash
     rule as the runtime set's split3 (declared before the L2 model was fitted; an earlier
     exploratory scan of its two constants looked at all H100 rows, see
-    analysis.levels.FITTED). The H200 rows are held out entirely (preset change only)."""
+    iosim.memory.FITTED). The H200 rows are held out entirely (preset change only)."""
     return _hash_split(c)
 
 

@@ -4,7 +4,7 @@
 
 For every fa1 pass measured under Nsight Compute (levels_measurement.jsonl, H100 and H200,
 and the levels_repeat rows: the same passes four times on another H100), the model
-(`analysis.levels.FITTED` unless --model) is inverted: the factor k of its effective L2
+(`iosim.memory.FITTED` unless --model) is inverted: the factor k of its effective L2
 capacity C (every tile's edge, the dirty cap and the drain with it: `levels`'
 capacity_scales) at which it reproduces the measured DRAM reads, and the one for the
 measured writes (log-linear interpolation on a grid of k = 0.5 ... 1.6, step 0.02). A count
@@ -68,7 +68,7 @@ def invert(ks, ys, meas):
 
 def edge(ks, ys, lo=0.9, hi=1.1):
     """On the edge: the model's bytes at C x lo and C x hi differ by more than the bound."""
-    from analysis.levels import within
+    from iosim.memory import within
     a, b = (ys[int(np.argmin(np.abs(np.asarray(ks) - x)))] for x in (lo, hi))
     return not within(a, b)
 
@@ -95,7 +95,8 @@ def rows_of(model):
 
 
 def analyse(model=None):
-    from analysis.levels import GPU_OF_DEVICE, config_kernel, levels, problem_of
+    from analysis.fit_levels import GPU_OF_DEVICE, config_kernel, problem_of
+    from iosim import levels
     from iosim import Tiling, get_hardware
     res = []
     for dev, mach, c, (mr, mw), spread in rows_of(model):
@@ -138,10 +139,10 @@ def summary(res, dev, machines=None):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    from analysis import levels as L
+    import iosim.memory as M
     model = None
     if "--model" in argv:
-        model = getattr(L, "FITTED_" + argv[argv.index("--model") + 1].upper())
+        model = getattr(M, "FITTED_" + argv[argv.index("--model") + 1].upper())
     res = analyse(model)
     res.sort(key=lambda x: (x["device"], x["W_L2"], x["id"], x["machine"]))
     print("k: the factor of the model's effective L2 capacity at which it reproduces the measured DRAM bytes "

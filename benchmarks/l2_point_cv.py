@@ -2,8 +2,8 @@
 
     PYTHONPATH=<tree> python3 benchmarks/l2_point_cv.py
 
-Folds by sha256(config id)[1] mod 5 (analysis.validate.cv_fold), as the v8-v10 blocks of
-analysis/levels.py. Rows: every ok H100 row of levels_measurement.jsonl, plus one row per
+Folds by sha256(config id)[1] mod 5 (analysis.validate.cv_fold), as the v8-v10 fits of the
+L2 model (docs/models-history.md). Rows: every ok H100 row of levels_measurement.jsonl, plus one row per
 configuration and machine of levels_repeat.jsonl (B, C, D: the mean of that machine's
 repeats), in the fold of its configuration id (so a configuration's machines are never
 split between fit and test). Each fold picks the candidate with the most rows inside the bound on the other four
@@ -43,7 +43,7 @@ def h100_rows():
 
 
 def candidates():
-    from analysis.levels import FITTED_V10
+    from iosim.memory import FITTED_V10
     out = {"v10 (rmw 0.93)": FITTED_V10}
     for f in (0.89, 0.90, 0.91, 0.92, 0.94, 0.95, 0.96, 0.97):
         out[f"rmw {f}"] = replace(FITTED_V10, private_rmw_capacity=f)
@@ -53,7 +53,7 @@ def candidates():
 
 
 def score(rows, model):
-    from analysis.levels import compare
+    from analysis.fit_levels import compare
     res = {}
     for r, p, err, ok in compare(rows, model):
         e = [abs(math.log(max(p[k], 1e6) / max(r["measured"][k], 1e6)))

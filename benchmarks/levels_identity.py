@@ -1,11 +1,11 @@
-"""Dump `analysis.levels.levels` outputs to JSON, to check that a speed change alters no
+"""Dump `iosim.levels` outputs to JSON, to check that a speed change alters no
 result (a tool, not a test).
 
     PYTHONPATH=<tree> python3 benchmarks/levels_identity.py OUT.json [--n 1000]
 
 Writes one JSON document: the outputs of model_speed.py --levels' configurations (the
 same draws, model_speed.levels_configs) and of every ok row of levels_measurement.jsonl
-(analysis.levels.predict_row, as analysis.validate.levels_rows asks for them). Floats are
+(analysis.fit_levels.predict_row, as analysis.validate.levels_rows asks for them). Floats are
 written with repr (exact round trip), so two dumps compare bit for bit with `cmp`.
 """
 import json
@@ -32,7 +32,8 @@ def _plain(x):
 
 def main():
     from analysis import results
-    from analysis.levels import GPU_OF_DEVICE, levels, predict_row
+    from analysis.fit_levels import GPU_OF_DEVICE, predict_row
+    from iosim import levels
     out = sys.argv[1]
     n = int(sys.argv[sys.argv.index("--n") + 1]) if "--n" in sys.argv else 1000
     sweep = [levels(alg, p, gpu, pass_=pass_, kernel=kern)

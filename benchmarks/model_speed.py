@@ -4,7 +4,7 @@
 
 Prints: closed forms for 100,000 configurations (vectorised), and executing fa2 at
 N=4096, d=64, one head (B_r = B_c = 64). Targets from the foundation issue: < 1 s and < 10 s.
-With --levels: the L2 / DRAM model (analysis.levels.levels) over 1,000 configurations
+With --levels: the L2 / DRAM model (iosim.levels) over 1,000 configurations
 (N <= 32K; every modelled pass), target < 60 s on a 2-core machine (issue 14).
 """
 import platform
@@ -38,7 +38,7 @@ def levels_configs(n=1000, seed=0):
 def levels_sweep(n=1000, seed=0):
     """Seconds for `levels` over `levels_configs(n, seed)` (drawn as they are evaluated),
     after one warm-up call (numba compilation)."""
-    from analysis.levels import levels
+    from iosim import levels
     levels("fa2", Problem(N=1024, d=64, heads=4, dtype="fp16"), "H100-SXM")
     t0 = time.perf_counter()
     for alg, p, gpu, pass_, kern in levels_configs(n, seed):

@@ -1,10 +1,10 @@
-"""Dump `analysis.runtime.predict` outputs to JSON, to check that a speed change alters no
+"""Dump `iosim.predict_time` outputs to JSON, to check that a speed change alters no
 time prediction (a tool, not a test; the companion of levels_identity.py).
 
     PYTHONPATH=<tree> python3 benchmarks/runtime_identity.py OUT.json [--n 300]
 
 The first n of model_speed.py --levels' configurations (model_speed.levels_configs),
-each predicted as analysis.validate does (runtime.predict with the pass and kernel);
+each predicted as analysis.validate does (iosim.predict_time with the pass and kernel);
 floats written with repr (exact round trip), so two dumps compare bit for bit with `cmp`.
 """
 import json
@@ -15,13 +15,13 @@ from model_speed import levels_configs
 
 
 def main():
-    from analysis import runtime
+    from iosim import predict_time
     out = sys.argv[1]
     n = int(sys.argv[sys.argv.index("--n") + 1]) if "--n" in sys.argv else 300
     res = []
     for alg, p, gpu, pass_, kern in levels_configs(n):
         try:
-            res.append(runtime.predict(alg, p, gpu, pass_=pass_, kernel=kern))
+            res.append(predict_time(alg, p, gpu, pass_=pass_, kernel=kern))
         except ValueError as e:                   # a pass the time model cannot predict
             res.append({"error": str(e)})
     with open(out, "w") as f:

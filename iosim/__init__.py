@@ -2,7 +2,10 @@
 
 Problem (what), Hardware (where), Tiling (how it is cut), schedule (in what order):
 `execute` runs a schedule for real through a counting memory; `closed_form` gives the
-same ledger by formula. See README.md for the counting conventions.
+same ledger by formula. See README.md for the counting conventions. Below the ledger:
+`kernel_plan` (which kernel launches a pass runs, `iosim.launch`), `levels` (the bytes at
+L2 and DRAM, `iosim.memory`), `predict_time` and `predict_decode` (the kernels' time,
+`iosim.timing`).
 """
 from .backward import (BACKWARD, BackwardExecution, BackwardLedger, backward_closed_form,
                        backward_closed_form_arrays, execute_backward, reference_attention_backward)
@@ -26,6 +29,7 @@ from .varlen import (VarlenExecution, VarlenLedger, VarlenProblem, check_cu_seql
 from .gpt2 import flash_passes, gpt2_table, standard_passes
 from .tiling import (ALGORITHMS, Tiling, paper_tiling, resolve_tiling, sram_footprint_bytes,
                      sram_to_elements)
+from .launch.plan import kernel_plan
 
 __all__ = [
     "BACKWARD", "BackwardExecution", "BackwardLedger", "backward_closed_form",
@@ -46,4 +50,19 @@ __all__ = [
     "random_varlen_inputs", "reference_varlen", "varlen_closed_form",
     "varlen_backward_closed_form", "execute_varlen_backward", "reference_varlen_backward",
     "VarlenBackwardExecution",
+    "kernel_plan", "levels", "predict_time", "predict_decode",
 ]
+
+#: the L2 / DRAM and time models' entry points, imported on first use: those models compile
+#: with Numba, and `import iosim` leaves numba unimported (its CUDA simulator switch,
+#: NUMBA_ENABLE_CUDASIM, is read when numba is first imported)
+_LAZY = {"levels": "passes", "predict_time": "timing", "predict_decode": "timing"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from importlib import import_module
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'iosim' has no attribute {name!r}")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .problem import ConfigError
+from .problem import ConfigError, check_dropout_p  # noqa: F401 (check_dropout_p: dropout_p is a Problem field)
 
 #: Philox-4x32 round constants (Salmon et al. 2011; Random123's philox.h).
 PHILOX_M0 = 0xD2511F53
@@ -65,18 +65,6 @@ def philox4x32(counter, key, rounds: int = PHILOX_ROUNDS):
         k0 = (k0 + np.uint64(PHILOX_W0)) & _U32
         k1 = (k1 + np.uint64(PHILOX_W1)) & _U32
     return tuple(x.astype(np.uint32) for x in (c0, c1, c2, c3))
-
-
-def check_dropout_p(p) -> float:
-    """p as a float; ConfigError naming dropout_p unless 0 <= p < 1 (a number)."""
-    try:
-        ok = not isinstance(p, bool) and 0.0 <= float(p) < 1.0
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ConfigError(f"dropout_p={p!r} is not allowed; allowed: a number with "
-                          f"0 <= dropout_p < 1 (the probability of dropping an entry of P)")
-    return float(p)
 
 
 def check_seed(seed, offset=0) -> tuple[int, int]:

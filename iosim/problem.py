@@ -59,6 +59,18 @@ def check_dtype(dtype) -> str:
 MAX_HEAD_DIM = 256
 
 
+def check_dropout_p(p) -> float:
+    """p as a float; ConfigError naming dropout_p unless 0 <= p < 1 (a number)."""
+    try:
+        ok = not isinstance(p, bool) and 0.0 <= float(p) < 1.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"dropout_p={p!r} is not allowed; allowed: a number with "
+                          f"0 <= dropout_p < 1 (the probability of dropping an entry of P)")
+    return float(p)
+
+
 def check_head_dim(d) -> int:
     """d as an int if it is an integer in 1..MAX_HEAD_DIM (the head dimension, in elements),
     else ConfigError naming d and the allowed range."""
@@ -165,7 +177,6 @@ class Problem(HeadsAndDtype):
     dropout_p: float = 0.0
 
     def __post_init__(self):
-        from .dropout import check_dropout_p
         object.__setattr__(self, "dropout_p", check_dropout_p(self.dropout_p))
         for name in ("N", "batch", "heads"):
             object.__setattr__(self, name, _positive_int(name, getattr(self, name)))

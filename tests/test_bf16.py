@@ -392,7 +392,7 @@ def test_cli_traffic_bf16(capsys):
                 "--dtype", "bf16", "--levels"]) == 2
     err = capsys.readouterr().err
     assert "--dtype=bf16 does not go with --levels" in err and len(err.strip().splitlines()) == 1
-    from analysis.levels import levels
+    from iosim import levels
     with pytest.raises(ValueError, match="dtype='bf16': the hierarchy and time models"):
         levels("fa2", iosim.Problem(N=1024, d=64, dtype="bf16"), "H100-SXM")
 

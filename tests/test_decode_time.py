@@ -1,9 +1,10 @@
-"""analysis.decode_time: the split, the predictions, the CLI keys, the committed rows."""
+"""iosim.timing.decode and analysis.fit_decode: the split, the predictions, the CLI keys, the committed rows."""
 import json
 
 import pytest
 
-import analysis.decode_time as DT
+import analysis.fit_decode as DT
+import iosim.timing.decode as DM
 from analysis.cli import main
 from iosim import DecodeProblem
 
@@ -28,7 +29,7 @@ def test_predictions_positive_and_monotone_in_N_kv(kv_reads, kv_heads, page, d, 
     for N_kv in (1024, 2048, 4096, 8192, 16384, 65536, 131072):
         p = DecodeProblem(N_kv=N_kv, d=d, batch=4, heads=32, kv_heads=kv_heads, N_q=1,
                           dtype="fp16", page_size=page)
-        out = DT.predict_decode(p, num_splits=S, kv_reads=kv_reads)
+        out = DM.predict_decode(p, num_splits=S, kv_reads=kv_reads)
         assert out["predicted_ms"] > 0
         assert abs(sum(out["shares"].values()) - 1) < 1e-9
         assert out["binding"] in out["terms_us"]
@@ -39,15 +40,15 @@ def test_predictions_positive_and_monotone_in_N_kv(kv_reads, kv_heads, page, d, 
 
 def test_h200_is_a_preset_change():
     p = DecodeProblem(N_kv=8192, d=128, batch=8, heads=32, kv_heads=32, N_q=1, dtype="fp16")
-    h100 = DT.predict_decode(p, "H100-SXM", 1)
-    h200 = DT.predict_decode(p, "H200", 1)
+    h100 = DM.predict_decode(p, "H100-SXM", 1)
+    h200 = DM.predict_decode(p, "H200", 1)
     assert h200["predicted_ms"] > 0 and h200["t_dram_us"] < h100["t_dram_us"]
 
 
 def test_layout_matches_the_measured_rows():
     for r in DT.measured_rows()[:40]:
         NR = 1 if r["kv_reads"] == "per_query_head" else r["heads"] // r["kv_heads"]
-        lay = DT.layout(r["d"], r["dtype"], NR)
+        lay = DM.layout(r["d"], r["dtype"], NR)
         assert {k: lay[k] for k in ("NT", "VW", "LPR", "KPG", "TB")} == \
             {k: r["kernel_layout"][k] for k in ("NT", "VW", "LPR", "KPG", "TB")}
 
@@ -65,7 +66,7 @@ def test_cli_decode_levels_adds_predicted_ms(capsys):
     assert out["predicted_ms"] > 0 and out["decode_time"]["num_splits"] == out["num_splits"]
     p = DecodeProblem(N_kv=16384, d=128, batch=1, heads=32, kv_heads=8, N_q=1, dtype="fp16")
     assert out["predicted_ms"] == pytest.approx(
-        DT.predict_decode(p, "H100-SXM", kv_reads="per_group")["predicted_ms"])
+        DM.predict_decode(p, "H100-SXM", kv_reads="per_group")["predicted_ms"])
     assert main(argv[:-1] + ["H200", "--levels"]) == 0
     assert json.loads(capsys.readouterr().out)["decode_time"]["gpu"] == "H200"
 
@@ -84,7 +85,7 @@ def test_committed_validation_rows_are_the_current_models():
         c = by_cfg[json.dumps(f["config"], sort_keys=True)]
         assert c["predicted_ms"] == pytest.approx(f["predicted_ms"], rel=1e-9)
         assert c["split"] == f["split"] and c["kind"] == DT.KIND
-        assert c["constants_source"] == DT.load_constants()["source"]
+        assert c["constants_source"] == DM.load_constants()["source"]
 
 
 def test_heldout_summary_in_the_docstring_matches_the_committed_rows():
@@ -99,6 +100,6 @@ def test_predictions_outside_the_measured_rows_say_so():
     """fp16, N_q = 1, d 64 / 128 on the H100 preset: no warning; each step outside what
     was timed (dtype, N_q, d, preset) adds its own."""
     base = dict(N_kv=4096, d=128, batch=2, heads=32, kv_heads=8)
-    assert DT.predict_decode(DecodeProblem(**base), "H100-SXM")["warnings"] == []
-    w = DT.predict_decode(DecodeProblem(**dict(base, dtype="bf16", N_q=4, d=96)), "H200")["warnings"]
+    assert DM.predict_decode(DecodeProblem(**base), "H100-SXM")["warnings"] == []
+    w = DM.predict_decode(DecodeProblem(**dict(base, dtype="bf16", N_q=4, d=96)), "H200")["warnings"]
     assert [x.split("=")[0] for x in w] == ["dtype", "N_q", "d", "gpu"]

@@ -52,7 +52,7 @@ def test_fig10_grid_order_small_grid(tmp_path):
 def test_fig11_levels_validation_subset(tmp_path):
     from analysis import results as R
     from analysis.figures import fig11_levels_validation as f
-    from analysis.levels import predict_row
+    from analysis.fit_levels import predict_row
     rows = R.load("levels_measurement")
 
     def small(r):

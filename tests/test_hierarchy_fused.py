@@ -1,28 +1,33 @@
-"""The compiled path of the L2 model (`iosim.hierarchy._dram_fused`: every capacity of a
+"""The compiled path of the L2 model (`iosim.memory.fused._dram_fused`: every capacity of a
 stream in one pass) against its reference, `_dram_at` capacity by capacity (numpy
-expressions), bit for bit: on random streams, on the streams of `analysis.levels`, and at
+expressions), bit for bit: on random streams, on the streams of `iosim.memory`, and at
 every capacity asked for; with the pieces it rests on (numpy's pairwise sum, the Poisson
 table look-up, the stream builders' compiled parts) and the uniform CTA work of
-`analysis.runtime`."""
+`iosim.timing`."""
 import dataclasses
 
 import numpy as np
 import pytest
 
 from iosim import Problem, Tiling, get_hardware
-from iosim import hierarchy as H
-from iosim.hierarchy import L2Model, Stream, dram_at_capacities
+from iosim.memory import dram as mem_dram
+from iosim.memory import fused as mem_fused
+from iosim.memory import hits as mem_hits
+from iosim.memory import order as mem_order
+from iosim.memory import schedule as mem_schedule
+from iosim.memory import stream as mem_stream
+from iosim.memory import L2Model, Stream, dram_at_capacities
 
 
 def _fitted():
-    from analysis.levels import FITTED
+    from iosim.memory import FITTED
     return FITTED
 
 
 def _both(st, caps, model):
     """(fused, reference) [(reads, writes)] of a stream at `caps` (bytes)."""
-    acc = H._time_ordered(st, model)
-    return H._dram_fused(caps, model, *acc), H._dram_reference(caps, model, *acc)
+    acc = mem_order._time_ordered(st, model)
+    return mem_fused._dram_fused(caps, model, *acc), mem_dram._dram_reference(caps, model, *acc)
 
 
 def _random_stream(seed, n=3000, tiles=300, selfd=False):
@@ -46,7 +51,7 @@ def _random_stream(seed, n=3000, tiles=300, selfd=False):
 
 
 MODELS = {
-    "fitted": None,                                         # analysis.levels.FITTED
+    "fitted": None,                                         # iosim.memory.FITTED
     "plain": L2Model(capacity_fraction=0.8, associativity=16),
     "dirty ways": L2Model(capacity_fraction=0.75, associativity=96, replicate=True,
                           dirty_fraction=0.4, dirty_associativity=24, drain_fraction=0.1,
@@ -67,18 +72,20 @@ def test_fused_is_the_reference_on_random_streams(name, seed):
     model = MODELS[name] or _fitted()
     st = _random_stream(seed, selfd=(seed == 2))
     caps = (40e6, 40e6 * 1.12, 40e6 * 0.88, 3e6, 1e9)
-    assert H._fused_applies(model, caps)
+    assert mem_fused._fused_applies(model, caps)
     fused, ref = _both(st, caps, model)
     assert fused == ref                    # every capacity, reads and writes, to the bit
     assert dram_at_capacities(st, caps, model) == ref
 
 
 def _levels_streams():
-    """(stream, capacities) of a few passes of `analysis.levels` (small problems): fa1's
+    """(stream, capacities) of a few passes of `iosim.memory` (small problems): fa1's
     private round trips near the edge, the causal fa2 forward, the standard backward, a
     spilling fa2_tc build (local-memory frames: selfd), the fast fa2 forward with grouped
     K/V at N = 32K (coarse tiles touched in part: the partial layers)."""
-    from analysis import levels as L
+    from iosim.memory import access
+    import iosim
+    import iosim.memory as M
     cases = [("fa1", Problem(N=2048, d=64, heads=24, dtype="fp16"), "fwd", "tc", None,
               "H100-SXM"),
              ("fa2", Problem(N=8192, d=64, heads=4, dtype="fp16", causal=True), "fwd",
@@ -92,10 +99,10 @@ def _levels_streams():
     out = []
     for alg, p, pass_, kern, tiling, gpu in cases:
         hw = get_hardware(gpu)
-        plan = L.kernel_plan(alg, p, hw, pass_=pass_, kernel=kern, tiling=tiling)
-        cap = L.FITTED.capacity_fraction * hw.l2_bytes
-        lo, hi = L.CHIP_CAPACITY_RANGE
-        for lau, build in L._launches_and_streams(p, plan, hw, L.FITTED):
+        plan = iosim.kernel_plan(alg, p, hw, pass_=pass_, kernel=kern, tiling=tiling)
+        cap = M.FITTED.capacity_fraction * hw.l2_bytes
+        lo, hi = M.CHIP_CAPACITY_RANGE
+        for lau, build in access._launches_and_streams(p, plan, hw, M.FITTED):
             st = Stream()
             build(st, hw.sm_count * lau.ctas_per_sm)
             if st.size:
@@ -107,7 +114,7 @@ def test_fused_is_the_reference_on_levels_streams():
     model = _fitted()
     streams = _levels_streams()
     assert any(st.has_selfd() for st, _ in streams)                       # frames
-    assert any(H._grows_a_tile(*H._time_ordered(st, model)[:2]) for st, _ in streams)
+    assert any(mem_order._grows_a_tile(*mem_order._time_ordered(st, model)[:2]) for st, _ in streams)
     for st, caps in streams:
         fused, ref = _both(st, caps, model)
         assert fused == ref
@@ -121,47 +128,47 @@ def test_reference_where_the_fused_path_does_not_apply():
                   dataclasses.replace(base, keep_fraction=0.2),
                   dataclasses.replace(base, refetch_factor=1.5),
                   dataclasses.replace(base, private_associativity=16)):
-        assert not H._fused_applies(model, caps)
-        acc = H._time_ordered(st, model)
-        assert dram_at_capacities(st, caps, model) == H._dram_reference(caps, model, *acc)
-    assert not H._fused_applies(base, (40e6, 0.0))
-    assert not H._fused_applies(base, (float("inf"),))
+        assert not mem_fused._fused_applies(model, caps)
+        acc = mem_order._time_ordered(st, model)
+        assert dram_at_capacities(st, caps, model) == mem_dram._dram_reference(caps, model, *acc)
+    assert not mem_fused._fused_applies(base, (40e6, 0.0))
+    assert not mem_fused._fused_applies(base, (float("inf"),))
 
 
 def test_partial_layers_exist_exactly_where_a_tile_grows():
     model = _fitted()
     for seed in range(4):
-        acc = H._time_ordered(_random_stream(seed), model)
+        acc = mem_order._time_ordered(_random_stream(seed), model)
         dense, nb, foot, d_prev = acc[0], acc[1], acc[9], acc[10]
-        assert H._grows_a_tile(dense, nb) == (H._layers(dense, nb, foot, d_prev)[0].size > 0)
+        assert mem_order._grows_a_tile(dense, nb) == (mem_order._layers(dense, nb, foot, d_prev)[0].size > 0)
     st = Stream()
     st.add(np.arange(4.0), np.zeros(4, np.int64), [4e3, 4e3, 2e3, 1e3], True, False)
-    acc = H._time_ordered(st, model)
-    assert not H._grows_a_tile(acc[0], acc[1])
+    acc = mem_order._time_ordered(st, model)
+    assert not mem_order._grows_a_tile(acc[0], acc[1])
 
 
 def test_pairwise_sum_is_numpys():
-    assert H._numpy_sum_is_pairwise()
+    assert mem_fused._numpy_sum_is_pairwise()
     rng = np.random.default_rng(5)
     for n in list(range(0, 600)) + [1023, 4096, 8193, 65536 + 13, 300_007]:
         x = rng.standard_normal(n) * 10.0 ** rng.integers(-6, 6, n)
-        assert float(H._pairwise_sum(x)) == float(np.sum(x)), n
-    prog = H._pairwise_program(1000)
+        assert float(mem_fused._pairwise_sum(x)) == float(np.sum(x)), n
+    prog = mem_fused._pairwise_program(1000)
     assert prog[prog >= 0].sum() == 1000 and (prog < 0).sum() == (prog >= 0).sum() - 1
 
 
 def test_table_look_up_is_the_reference():
-    x, y = H._poisson_cdf_table(96)
-    sl = H._poisson_slopes(96)
+    x, y = mem_hits._poisson_cdf_table(96)
+    sl = mem_hits._poisson_slopes(96)
     inv = (x.size - 1) / (x[-1] - x[0])
     rng = np.random.default_rng(6)
     C = 40e6
     D = np.concatenate([rng.uniform(-1e6, 3.0 * C, 20000), [-1.0, 0.0, -0.0, np.nan, np.inf],
                         x[::97] * C / 96.0, [x[-1] * C / 96.0, 1e30]])
-    ref = H._hit_lru(D, 96.0, C, x, y, sl)
-    one = np.array([H._hit_one(d, 96.0, C, x, y, sl, inv) for d in D])
+    ref = mem_hits._hit_lru(D, 96.0, C, x, y, sl)
+    one = np.array([mem_hits._hit_one(d, 96.0, C, x, y, sl, inv) for d in D])
     np.testing.assert_array_equal(one, ref)
-    assert np.array_equal(H._interp_uniform(D / C, x, y, sl), np.interp(D / C, x, y, right=0.0),
+    assert np.array_equal(mem_hits._interp_uniform(D / C, x, y, sl), np.interp(D / C, x, y, right=0.0),
                           equal_nan=True)
 
 
@@ -184,7 +191,7 @@ def test_sweep_kernel_pieces_are_the_numpy_expressions():
     key[:, 0] = rng.choice([0, 4607182418800017408, 4611686018427387904], 500)
     _, first, inv, counts = np.unique(key, axis=0, return_index=True, return_inverse=True,
                                       return_counts=True)
-    f2, i2, c2 = H._unique_rows(key)
+    f2, i2, c2 = mem_stream._unique_rows(key)
     assert np.array_equal(first, f2) and np.array_equal(inv.ravel(), i2)
     assert np.array_equal(counts, c2)
     m, q = 50, 3
@@ -199,7 +206,7 @@ def test_sweep_kernel_pieces_are_the_numpy_expressions():
     cidx = c_lo[cta] + off
     a = np.maximum(cidx * q, l[cta])
     b = np.minimum(cidx * q + q, h[cta])
-    got = H._sweep_groups(l, h, s0, c_lo, nc, q)
+    got = mem_stream._sweep_groups(l, h, s0, c_lo, nc, q)
     for x, y in zip(got, (cta, cidx, (b - a).astype(np.float64),
                           s0[cta] + (a + b) / 2.0 - l[cta] + 0.5)):
         assert np.array_equal(x, y)
@@ -209,7 +216,7 @@ def test_sweep_kernel_pieces_are_the_numpy_expressions():
                                      (5_000_000, 1.0, 8), (40_000, 3.0, 1), (17, 0.5, 3),
                                      (0, 1.0, 2), (100, 0.0, 2)])
 def test_uniform_work_is_the_array(n, v, cps):
-    from analysis.runtime import UniformWork, _work_excess, makespans
+    from iosim.timing.makespan import UniformWork, _work_excess, makespans
     hw = get_hardware("H100-SXM")
     u, a = UniformWork(n, v), np.full(n, v)
     assert makespans(u, hw, cps) == makespans(a, hw, cps)
@@ -219,22 +226,22 @@ def test_uniform_work_is_the_array(n, v, cps):
 
 
 def test_list_makespan_is_the_schedules_latest_end():
-    from analysis.runtime import _list_makespan, _makespan
+    from iosim.timing.makespan import _list_makespan, _makespan
     rng = np.random.default_rng(8)
     for n, machines in ((1, 4), (50, 132), (3000, 132), (20000, 1056), (777, 1)):
         work = rng.integers(1, 300, n).astype(np.float64) * rng.choice([1.0, 0.37], n)
-        ref = float((H._schedule(work, machines) + work).max())
+        ref = float((mem_schedule._schedule(work, machines) + work).max())
         assert _list_makespan(work, machines) == ref
         assert _makespan(work, machines, False) == ref
     work = np.array([1.0, np.nan, 2.0])
-    assert np.isnan(_list_makespan(work, 2)) and np.isnan((H._schedule(work, 2) + work).max())
+    assert np.isnan(_list_makespan(work, 2)) and np.isnan((mem_schedule._schedule(work, 2) + work).max())
 
 
 def test_time_order_is_the_stable_argsort():
     rng = np.random.default_rng(9)
     for t in (np.round(rng.uniform(0, 500, 5000) * 2) / 2, rng.integers(0, 3, 100) * 1.0,
               np.array([3.0])):
-        assert np.array_equal(H._half_step_order(t, 4 * t.size + 65536),
+        assert np.array_equal(mem_order._half_step_order(t, 4 * t.size + 65536),
                               np.argsort(t, kind="stable"))
-    assert H._half_step_order(np.array([0.0, 0.25]), 100).size == 0      # not half steps
-    assert H._half_step_order(np.array([0.0, 1e9]), 100).size == 0       # range too long
+    assert mem_order._half_step_order(np.array([0.0, 0.25]), 100).size == 0      # not half steps
+    assert mem_order._half_step_order(np.array([0.0, 1e9]), 100).size == 0       # range too long

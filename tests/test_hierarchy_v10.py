@@ -1,20 +1,20 @@
-"""The L2 model's tenth revision (iosim.hierarchy): the private round trips' capacity edge
-(`L2Model.private_rmw_capacity`) and fa1's Q_i as a tile of its own (`analysis.levels`)."""
+"""The L2 model's tenth revision (iosim.memory): the private round trips' capacity edge
+(`L2Model.private_rmw_capacity`) and fa1's Q_i as a tile of its own (`iosim.memory`)."""
 import dataclasses
 
 import numpy as np
 import pytest
 
 from iosim import Problem
-from iosim.hierarchy import L2Model, Stream, dram_from_stream
+from iosim.memory import L2Model, Stream, dram_from_stream
 
 
 def test_v10_is_v9_with_the_private_round_trip_edge():
-    from analysis import levels as L
-    assert L.FITTED is L.FITTED_V10
-    assert L.FITTED_V9.private_rmw_capacity == 1.0
-    assert L.FITTED_V10.private_rmw_capacity == pytest.approx(0.93)
-    assert dataclasses.replace(L.FITTED_V10, private_rmw_capacity=1.0) == L.FITTED_V9
+    import iosim.memory as M
+    assert M.FITTED is M.FITTED_V10
+    assert M.FITTED_V9.private_rmw_capacity == 1.0
+    assert M.FITTED_V10.private_rmw_capacity == pytest.approx(0.93)
+    assert dataclasses.replace(M.FITTED_V10, private_rmw_capacity=1.0) == M.FITTED_V9
 
 
 def _round_trips(n_tiles=40, tile=1.0e6, steps=4, read_only=False):
@@ -48,25 +48,26 @@ def test_private_round_trips_leave_at_their_own_edge():
 
 
 def test_fa1_near_capacity_writes_more_and_fa2_is_unchanged():
-    from analysis import levels as L
+    import iosim
+    import iosim.memory as M
     # LEVELS_DEV6 fa1_tc h16 N 8192 (W = 0.66 L2): 698 MB read, 483 MB written measured;
     # v9 366 / 230 MB
     p = Problem(N=8192, d=64, heads=16, dtype="fp16")
-    v10 = L.levels("fa1", p, "H100-SXM", model=L.FITTED_V10)
-    v9 = L.levels("fa1", p, "H100-SXM", model=L.FITTED_V9)
+    v10 = iosim.levels("fa1", p, "H100-SXM", model=M.FITTED_V10)
+    v9 = iosim.levels("fa1", p, "H100-SXM", model=M.FITTED_V9)
     assert v10["dram_write_bytes"] > 1.5 * v9["dram_write_bytes"]
     assert v10["dram_read_bytes"] > 1.3 * v9["dram_read_bytes"]
     assert v10["l2_model"]["private_rmw_capacity"] == pytest.approx(0.93)
     # far from the edge fa1 is as before (fits: compulsory only; far past: every round trip)
     for q in (Problem(N=4096, d=64, heads=16, dtype="fp16"),
               Problem(N=8192, d=64, heads=32, dtype="fp16")):
-        a = L.levels("fa1", q, "H100-SXM", model=L.FITTED_V10)
-        b = L.levels("fa1", q, "H100-SXM", model=L.FITTED_V9)
+        a = iosim.levels("fa1", q, "H100-SXM", model=M.FITTED_V10)
+        b = iosim.levels("fa1", q, "H100-SXM", model=M.FITTED_V9)
         assert a["dram_read_bytes"] == pytest.approx(b["dram_read_bytes"], rel=0.02)
     # the fa2 forward has no private round trips
     q = Problem(N=32768, d=64, heads=16, dtype="fp16")
-    assert L.levels("fa2", q, "H100-SXM", model=L.FITTED_V10)["dram_read_bytes"] == \
-        L.levels("fa2", q, "H100-SXM", model=L.FITTED_V9)["dram_read_bytes"]
+    assert iosim.levels("fa2", q, "H100-SXM", model=M.FITTED_V10)["dram_read_bytes"] == \
+        iosim.levels("fa2", q, "H100-SXM", model=M.FITTED_V9)["dram_read_bytes"]
 
 
 def test_private_capacities_are_checked():

@@ -1,4 +1,4 @@
-"""The L2 model's sixth revision (iosim.hierarchy): partial accesses of coarse tiles
+"""The L2 model's sixth revision (iosim.memory): partial accesses of coarse tiles
 (`L2Model.partial_refetch`) and the local memory of builds whose frames overflow the L1
 (`L2Model.local_memory`, `sweep_kernel`'s local_frame_bytes)."""
 import dataclasses
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from iosim import Problem
-from iosim.hierarchy import L2Model, Stream, dram_from_stream, sweep_kernel
+from iosim.memory import L2Model, Stream, dram_from_stream, sweep_kernel
 
 
 def test_partial_accesses_of_a_tile_load_each_byte_once():
@@ -76,7 +76,8 @@ def test_levels_counts_local_memory_of_the_spilling_tc_build():
     """fa2_tc 128 x 128 at d = 64 keeps fragments in a 400-byte local frame that overflows
     the L1: with local_memory its DRAM writes are of the order of its frames' rewrites
     (Nsight Compute: 327 GB at N = 65536, 16 heads), not the few MB of O."""
-    from analysis.levels import FITTED, FITTED_V5, levels
+    from iosim import levels
+    from iosim.memory import FITTED, FITTED_V5
     from iosim import Tiling
     p = Problem(N=8192, d=64, heads=16, dtype="fp16")
     new = levels("fa2", p, "H100-SXM", kernel="tc", tiling=Tiling(128, 128), model=FITTED)
@@ -97,7 +98,7 @@ def test_partial_layers_stay_within_their_room():
     """_partial_layers writes its layers into arrays of 4 n + 16 without bounds checks
     (Numba): the argument in its comment bounds them by 3 n. Random and adversarial
     streams (extents falling step by step, then jumping above all of them) stay within it."""
-    from iosim.hierarchy import _partial_layers
+    from iosim.memory.order import _partial_layers
     rng = np.random.default_rng(0)
     for trial in range(150):
         n = int(rng.integers(1, 400))

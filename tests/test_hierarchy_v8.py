@@ -1,12 +1,12 @@
-"""The L2 model's eighth revision (iosim.hierarchy): the wave's lagging part
-(`L2Model.sweep_lag`, `sweep_kernel`'s lag), and where `analysis.levels` applies it."""
+"""The L2 model's eighth revision (iosim.memory): the wave's lagging part
+(`L2Model.sweep_lag`, `sweep_kernel`'s lag), and where `iosim.memory` applies it."""
 import dataclasses
 
 import numpy as np
 import pytest
 
 from iosim import Problem
-from iosim.hierarchy import L2Model, Stream, dram_from_stream, sweep_kernel
+from iosim.memory import L2Model, Stream, dram_from_stream, sweep_kernel
 
 M = L2Model(1.0, 4096)           # a nearly hard capacity edge
 
@@ -39,16 +39,17 @@ def test_lagging_read_hits_within_capacity_and_misses_beyond():
 
 
 def test_levels_applies_the_lag_to_the_non_causal_tc_forward_only():
-    from analysis import levels as L
-    off = dataclasses.replace(L.FITTED_V8, sweep_lag=0.0)
+    import iosim
+    import iosim.memory as M
+    off = dataclasses.replace(M.FITTED_V8, sweep_lag=0.0)
     deep = Problem(N=98304, d=64, heads=8, dtype="fp16")
-    on_r = L.levels("fa2", deep, "H100-SXM", model=L.FITTED_V8)["dram_read_bytes"]
-    off_r = L.levels("fa2", deep, "H100-SXM", model=off)["dram_read_bytes"]
+    on_r = iosim.levels("fa2", deep, "H100-SXM", model=M.FITTED_V8)["dram_read_bytes"]
+    off_r = iosim.levels("fa2", deep, "H100-SXM", model=off)["dram_read_bytes"]
     assert on_r > 1.2 * off_r       # 1,031 and 800 MB; measured 1,146 MB (v7: 734 MB)
     for p, kernel in ((dataclasses.replace(deep, causal=True), "auto"),
                       (Problem(N=32768, d=64, heads=16, dtype="fp32"), "auto")):
-        a = L.levels("fa2", p, "H100-SXM", kernel=kernel, model=L.FITTED_V8)
-        b = L.levels("fa2", p, "H100-SXM", kernel=kernel, model=off)
+        a = iosim.levels("fa2", p, "H100-SXM", kernel=kernel, model=M.FITTED_V8)
+        b = iosim.levels("fa2", p, "H100-SXM", kernel=kernel, model=off)
         assert a["dram_read_bytes"] == b["dram_read_bytes"]
 
 

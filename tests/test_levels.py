@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from iosim import Problem, Tiling, closed_form, get_hardware
-from iosim.hierarchy import (L2Model, Stream, _distances, _schedule, dram_from_stream,
-                             hit_probability)
+from iosim.memory import L2Model, Stream, dram_from_stream, hit_probability
+from iosim.memory.hits import _distances
+from iosim.memory.schedule import _schedule
 
 
 # ---------------------------------------------------------------------------------------
@@ -97,7 +98,9 @@ def test_l2model_rejects_bad_constants():
 # ---------------------------------------------------------------------------------------
 # Plans and levels
 # ---------------------------------------------------------------------------------------
-from analysis import levels as L  # noqa: E402  (imports gpu in the simulator)
+from analysis import fit_levels as FL
+from iosim.launch import plan
+import iosim  # noqa: E402  (imports gpu in the simulator)
 
 
 @pytest.mark.parametrize("args, want", [
@@ -115,7 +118,7 @@ def test_kernel_plan_is_what_the_gpu_runs(args, want):
     ran their plain kernels then: kernel='plain' names them now)."""
     alg, dt, d, causal = args
     kernel = "auto" if alg == "fa2" else "plain"
-    plan = L.kernel_plan(alg, Problem(N=4096, d=d, heads=16, dtype=dt, causal=causal),
+    plan = iosim.kernel_plan(alg, Problem(N=4096, d=d, heads=16, dtype=dt, causal=causal),
                          get_hardware("H100-SXM"), kernel=kernel)
     assert (plan.kernel, plan.tiling.B_r, plan.tiling.B_c) == want
 
@@ -136,14 +139,14 @@ def test_newer_default_kernels_are_planned_and_flagged(alg, pass_, dt, runs, nam
     are flagged; kernel='plain' still models the plain ones."""
     p = Problem(N=2048, d=64, heads=4, dtype=dt)
     hw = get_hardware("H100-SXM")
-    plan = L.kernel_plan(alg, p, hw, pass_=pass_)
+    plan = iosim.kernel_plan(alg, p, hw, pass_=pass_)
     assert plan.kernel == runs
-    r = L.levels(alg, p, hw, pass_=pass_)
+    r = iosim.levels(alg, p, hw, pass_=pass_)
     assert [k["name"] for k in r["kernels"]] == names
     assert any("few Nsight Compute rows" in w for w in r["warnings"]) == flagged
     assert 0 < r["dram_read_bytes"] <= 1.01 * r["requested_read_bytes"]
-    assert L.kernel_plan(alg, p, hw, pass_=pass_, kernel="plain").kernel == "default"
-    plain = L.levels(alg, p, hw, pass_=pass_, kernel="plain")
+    assert iosim.kernel_plan(alg, p, hw, pass_=pass_, kernel="plain").kernel == "default"
+    plain = iosim.levels(alg, p, hw, pass_=pass_, kernel="plain")
     assert not any("few Nsight Compute rows" in w for w in plain["warnings"])
 
 
@@ -153,8 +156,8 @@ def test_levels_new_configurations_are_planned():
     assert 0 < len(LEVELS_NEW) <= 16 and SETS["levels_new"] is LEVELS_NEW
     assert len({c["id"] for c in LEVELS_NEW}) == len(LEVELS_NEW)
     for c in LEVELS_NEW:
-        plan = L.kernel_plan(c["algorithm"], L.problem_of(c), get_hardware("H100-SXM"),
-                             pass_=c["pass"], kernel=L.config_kernel(c))
+        plan = iosim.kernel_plan(c["algorithm"], FL.problem_of(c), get_hardware("H100-SXM"),
+                             pass_=c["pass"], kernel=FL.config_kernel(c))
         assert plan.kernel == c["kernel"], c["id"]
 
 
@@ -165,10 +168,10 @@ def test_fast_fp32_forward_plan(alg, want):
     the plain kernels' schedule (same ledger); kernel='plain' still models the plain ones."""
     p = Problem(N=1024, d=64, heads=4, dtype="fp32")
     hw = get_hardware("H100-SXM")
-    plan = L.kernel_plan(alg, p, hw)
+    plan = iosim.kernel_plan(alg, p, hw)
     assert (plan.kernel, plan.tiling.B_r, plan.tiling.B_c, plan.threads) == ("fast",) + want
-    assert L.kernel_plan(alg, p, hw, kernel="plain").kernel == "default"
-    r = L.levels(alg, p, hw)
+    assert iosim.kernel_plan(alg, p, hw, kernel="plain").kernel == "default"
+    r = iosim.levels(alg, p, hw)
     led = closed_form(alg, p, Tiling(*want[:2]))
     assert r["requested_read_bytes"] == led.hbm_read_bytes
     assert 0 < r["dram_read_bytes"] <= r["requested_read_bytes"]
@@ -176,16 +179,16 @@ def test_fast_fp32_forward_plan(alg, want):
 
 def test_occupancy_limits():
     hw = get_hardware("H100-SXM")
-    assert L.occupancy(hw, 256, 55_000, 128) == 2          # registers: 128 x 256 = 32 K
-    assert L.occupancy(hw, 128, 100_000, 32) == 2          # shared memory
-    assert L.occupancy(hw, 1024, 0, 32) == 2               # warps: 64 per SM
+    assert plan.occupancy(hw, 256, 55_000, 128) == 2          # registers: 128 x 256 = 32 K
+    assert plan.occupancy(hw, 128, 100_000, 32) == 2          # shared memory
+    assert plan.occupancy(hw, 1024, 0, 32) == 2               # warps: 64 per SM
 
 
 def test_levels_compulsory_when_everything_fits():
     """fa2 at N = 4096, 16 heads (25 MB of Q, K, V): DRAM reads are Q + K + V once, though
     the kernel requests K and V 32 times; L2 sees the requests (x1.5 for fa2_tc)."""
     p = Problem(N=4096, d=64, heads=16, dtype="fp16")
-    r = L.levels("fa2", p, "H100-SXM")
+    r = iosim.levels("fa2", p, "H100-SXM")
     qkv = 3 * 16 * 4096 * 64 * 2
     led = closed_form("fa2", p, Tiling(128, 64))
     assert r["requested_read_bytes"] == led.hbm_read_bytes
@@ -196,8 +199,8 @@ def test_levels_compulsory_when_everything_fits():
 
 def test_levels_rereads_when_kv_does_not_fit_and_l2_size_matters():
     p = Problem(N=131072, d=64, heads=1, dtype="fp16")     # K + V = 33.5 MB per head
-    h100 = L.levels("fa2", p, "H100-SXM")
-    a100 = L.levels("fa2", p, "A100-40GB")
+    h100 = iosim.levels("fa2", p, "H100-SXM")
+    a100 = iosim.levels("fa2", p, "A100-40GB")
     qkv = 3 * 131072 * 64 * 2
     assert h100["dram_read_bytes"] > 1.5 * qkv
     assert a100["dram_read_bytes"] >= h100["dram_read_bytes"]
@@ -207,7 +210,7 @@ def test_levels_bounded_by_requests_for_every_pass():
     for alg, pass_, dt in (("fa1", "fwd", "fp32"), ("standard", "fwd", "fp16"),
                            ("fa2", "bwd", "fp16"), ("standard", "bwd", "fp32")):
         p = Problem(N=1024, d=64, heads=4, dtype=dt, causal=True)
-        r = L.levels(alg, p, "H100-SXM", pass_=pass_, kernel="plain")
+        r = iosim.levels(alg, p, "H100-SXM", pass_=pass_, kernel="plain")
         assert 0 < r["dram_read_bytes"] <= 1.01 * r["requested_read_bytes"], (alg, pass_)
         assert 0 <= r["dram_write_bytes"] <= 1.01 * r["requested_write_bytes"], (alg, pass_)
 
@@ -215,20 +218,20 @@ def test_levels_bounded_by_requests_for_every_pass():
 def test_levels_rejects_what_it_does_not_model():
     m = np.ones((4, 4), dtype=bool)
     with pytest.raises(ValueError, match="block_mask"):
-        L.levels("fa2", Problem(N=256, d=64, block_mask=m), "H100-SXM")
+        iosim.levels("fa2", Problem(N=256, d=64, block_mask=m), "H100-SXM")
     with pytest.raises(ValueError, match="grid_order"):
-        L.levels("fa1", Problem(N=256, d=64), "H100-SXM", grid_order="head-major",
+        iosim.levels("fa1", Problem(N=256, d=64), "H100-SXM", grid_order="head-major",
                  kernel="plain")
     with pytest.raises(ValueError, match="grid_order"):
-        L.levels("fa2", Problem(N=256, d=64), "H100-SXM", grid_order="diagonal")
+        iosim.levels("fa2", Problem(N=256, d=64), "H100-SXM", grid_order="diagonal")
 
 
 # ---------------------------------------------------------------------------------------
 # The time model
 # ---------------------------------------------------------------------------------------
 def test_runtime_prediction_has_a_breakdown():
-    from analysis.runtime import predict
-    t = predict("standard", Problem(N=2048, d=64, heads=16, dtype="fp16"), "H100-SXM",
+    from iosim import predict_time
+    t = predict_time("standard", Problem(N=2048, d=64, heads=16, dtype="fp16"), "H100-SXM",
                 kernel="plain")
     assert [x["family"].split("_fp")[0] for x in t["launches"]] == ["std_S", "std_softmax", "std_PV"]
     assert t["predicted_ms"] == pytest.approx(sum(x["predicted_ms"] for x in t["launches"]))
@@ -240,8 +243,8 @@ def test_runtime_prediction_has_a_breakdown():
 def test_runtime_latency_rounds_of_the_fast_fa1():
     """Form 7: the fast fa1 (a lone CTA per instance, element-wise step-8 loads) carries a
     latency term, reported with the others; shares still sum to one."""
-    from analysis.runtime import predict
-    t = predict("fa1", Problem(N=2048, d=128, heads=16, dtype="fp32"), "H100-SXM",
+    from iosim import predict_time
+    t = predict_time("fa1", Problem(N=2048, d=128, heads=16, dtype="fp32"), "H100-SXM",
                 kernel="fast")
     (x,) = t["launches"]
     assert x["terms_ms"]["latency"] > 0
@@ -254,7 +257,7 @@ def test_runtime_latency_rounds_of_the_fast_fa1():
 
 
 def test_imbalance_waves_and_causal():
-    from analysis.runtime import imbalance, makespans
+    from iosim.timing import imbalance, makespans
     hw = get_hardware("H100-SXM")
     f = dict(makespans(np.ones(264), hw, 2), warps=8)
     assert imbalance(f, 8.0) == pytest.approx(1.0)
@@ -268,7 +271,8 @@ def test_committed_validation_rows_are_current():
     """The data set's validation rows were made by this model: recomputing a few gives the
     same predictions (a stale row would not)."""
     from analysis import results
-    from analysis.runtime import RuntimeModel, validate
+    from analysis.fit_runtime import validate
+    from iosim.timing import RuntimeModel
     from analysis.validate import BLIND_SPLITS
     rows = results.load("runtime_validation")
     meas = {(r["run_id"], r["config"]["id"]): r for r in results.load("runtime_measurement")}
@@ -280,7 +284,7 @@ def test_committed_validation_rows_are_current():
     lrows = results.load("levels_validation")
     lmeas = {(r["run_id"], r["config"]["id"]): r for r in results.load("levels_measurement")}
     for v in [r for r in lrows if "frozen_commit" not in r][::23]:   # not a frozen score
-        p = L.predict_row(v["config"], v["gpu_preset"])
+        p = FL.predict_row(v["config"], v["gpu_preset"])
         assert p["dram_read_bytes"] == pytest.approx(v["predicted"]["dram_read_bytes"], rel=1e-6)
         assert (v["run_id"], v["config"]["id"]) in lmeas
 
@@ -315,7 +319,7 @@ def test_traffic_levels_bad_input_one_line(argv, word, capsys):
 
 def test_random_replacement_keeps_part_of_an_overflowing_cycle():
     """Under LRU a cyclic sweep just larger than C misses every time; under random
-    replacement part of it survives (the alternative policy of iosim.hierarchy)."""
+    replacement part of it survives (the alternative policy of iosim.memory)."""
     C = 1000.0
     st = Stream()
     blk = np.tile(np.arange(12), 20)                      # 12 x 100 bytes, cycled 20 times
@@ -441,7 +445,7 @@ def test_spill_frames_are_one_tile_per_slot():
     """A spilling build's stack frame lives at its SM slot's local-memory addresses: the
     CTAs that follow in a slot rewrite the same lines, so few frames reach DRAM when the
     CTAs are short (here: 4 slots, 64 CTAs, everything fits in C)."""
-    from iosim.hierarchy import sweep_kernel
+    from iosim.memory import sweep_kernel
     st = Stream()
     n = 64
     sweep_kernel(st, group=np.zeros(n), lo=np.zeros(n), hi=np.full(n, 4), step_bytes=10.0,
@@ -468,7 +472,7 @@ def test_levels_blind_predictions_and_scorer(tmp_path):
     assert ok.returncode == 0
     meas = []
     for i, p in enumerate(frozen["predictions"][:3]):
-        m = {k: p["predicted"][k] * (1.2 if i == 1 else 1.0) for k in L.LEVEL_KEYS}
+        m = {k: p["predicted"][k] * (1.2 if i == 1 else 1.0) for k in FL.LEVEL_KEYS}
         meas.append({"config": p["config"], "measured": m, "run_id": "r", "device": "d",
                      "date": "x", "commit": "c", "versions": {}})
     meas.append({"config": frozen["predictions"][3]["config"], "error": "failed"})

@@ -1,13 +1,16 @@
-"""The chip-to-chip range of the DRAM predictions (`analysis.levels.levels`'
+"""The chip-to-chip range of the DRAM predictions (`iosim.levels`'
 dram_read_bytes_range / dram_write_bytes_range, `CHIP_CAPACITY_RANGE`) and its validation
 count (`within_chip_range`)."""
 import numpy as np
 import pytest
 
 from iosim import Problem
-from iosim.hierarchy import L2Model, Stream, dram_at_capacities, dram_from_stream
+from iosim.memory import L2Model, Stream, dram_at_capacities, dram_from_stream
 
-from analysis import levels as L
+from analysis import fit_levels as FL
+import dataclasses
+import iosim
+import iosim.memory as M
 
 KEYS = ("dram_read_bytes", "dram_write_bytes")
 #: fa1_tc at W = 0.53 of the H100's L2 (LEVELS_DEV8: 58 / 28 MB on machine A, 116 / 79 MB on
@@ -20,11 +23,11 @@ FAR = [("fa1", "tc", Problem(N=8192, d=128, batch=1, heads=32, dtype="fp16")),
 
 def _levels(case, **kw):
     alg, kern, p = case
-    return L.levels(alg, p, "H100-SXM", kernel=kern, **kw)
+    return iosim.levels(alg, p, "H100-SXM", kernel=kern, **kw)
 
 
 def test_the_range_constants_bracket_the_model():
-    lo, hi = L.CHIP_CAPACITY_RANGE
+    lo, hi = M.CHIP_CAPACITY_RANGE
     assert 0.5 < lo < 1.0 < hi < 1.5
 
 
@@ -38,7 +41,7 @@ def test_range_brackets_the_point_and_is_wide_on_the_edge():
     assert r["dram_write_bytes_range"][1] > 2.0 * r["dram_write_bytes"]
     assert any("capacity edge" in w for w in r["warnings"])
     # the range is the same model at C x hi (low end) and C x lo (high end)
-    lo, hi = L.CHIP_CAPACITY_RANGE
+    lo, hi = M.CHIP_CAPACITY_RANGE
     s = _levels(EDGE, capacity_scales=(hi, 1.0, lo), chip_range=None)
     (_, r_hi, w_hi), (_, r_1, w_1), (_, r_lo, w_lo) = s["dram_at_capacity_scales"]
     assert r_1 == pytest.approx(r["dram_read_bytes"], rel=1e-12)
@@ -61,18 +64,18 @@ def test_range_is_the_point_far_from_the_edge(case):
 def test_fa2_kv_edge_is_ranged_and_far_from_it_is_the_point():
     # v12: every launch is ranged. The fa2 forward far from its K/V edge (16 heads,
     # N = 4096: K/V fit with room) has its point as its range ...
-    far = L.levels("fa2", Problem(N=4096, d=64, batch=1, heads=16, dtype="fp16"), "H100-SXM")
+    far = iosim.levels("fa2", Problem(N=4096, d=64, batch=1, heads=16, dtype="fp16"), "H100-SXM")
     for k in KEYS:
         lo, hi = far[k + "_range"]
         assert lo == pytest.approx(far[k], rel=1e-3) and hi == pytest.approx(far[k], rel=1e-3)
     assert not any("capacity edge" in w for w in far["warnings"])
     # ... on the edge (20 heads, N = 48K: measured 393 MB of reads on the H100 against
     # v10's 457) its reads span more than the point; writes (O once) barely move
-    edge = L.levels("fa2", Problem(N=48 * 1024, d=64, batch=1, heads=20, dtype="fp16"),
+    edge = iosim.levels("fa2", Problem(N=48 * 1024, d=64, batch=1, heads=20, dtype="fp16"),
                     "H100-SXM")
     lo, hi = edge["dram_read_bytes_range"]
     assert lo < 0.95 * edge["dram_read_bytes"] and hi > 1.05 * edge["dram_read_bytes"]
-    assert L.within_range((lo, hi), 393.5e6) and not L.within(edge["dram_read_bytes"], 393.5e6)
+    assert FL.within_range((lo, hi), 393.5e6) and not M.within(edge["dram_read_bytes"], 393.5e6)
     wlo, whi = edge["dram_write_bytes_range"]
     assert whi - wlo < 0.05 * edge["dram_write_bytes"]
 
@@ -95,27 +98,27 @@ def test_dram_at_capacities_is_dram_from_stream_at_each_capacity():
 def test_within_chip_range():
     pred = {"dram_read_bytes": 100e6, "dram_write_bytes": 50e6,
             "dram_read_bytes_range": [90e6, 300e6], "dram_write_bytes_range": [40e6, 60e6]}
-    ok = L.within_chip_range(pred, {"dram_read_bytes": 250e6, "dram_write_bytes": 70e6})
+    ok = FL.within_chip_range(pred, {"dram_read_bytes": 250e6, "dram_write_bytes": 70e6})
     assert ok == {"dram_read_bytes": True, "dram_write_bytes": True}     # 70 MB: +16 MB floor
-    ok = L.within_chip_range(pred, {"dram_read_bytes": 400e6, "dram_write_bytes": 20e6})
+    ok = FL.within_chip_range(pred, {"dram_read_bytes": 400e6, "dram_write_bytes": 20e6})
     assert ok == {"dram_read_bytes": False, "dram_write_bytes": False}
     # 345 MB: 300 MB is within 15 % of it
-    assert L.within_chip_range(pred, {"dram_read_bytes": 345e6, "dram_write_bytes": 50e6})["dram_read_bytes"]
+    assert FL.within_chip_range(pred, {"dram_read_bytes": 345e6, "dram_write_bytes": 50e6})["dram_read_bytes"]
     # no range: the point, as the bound
     point = {"dram_read_bytes": 100e6, "dram_write_bytes": 50e6}
-    assert L.within_chip_range(point, {"dram_read_bytes": 150e6, "dram_write_bytes": 50e6}) == \
+    assert FL.within_chip_range(point, {"dram_read_bytes": 150e6, "dram_write_bytes": 50e6}) == \
         {"dram_read_bytes": False, "dram_write_bytes": True}
 
 
 # v13: the spilling builds' bounds. fa2_tc 128 x 128 at d = 64 keeps a 400-byte frame
-# per thread in local memory, rewritten at every K/V step (analysis.levels.LOCAL); the
+# per thread in local memory, rewritten at every K/V step (iosim.launch.plan.LOCAL); the
 # default 128 x 64 build has none.
 SPILL = Problem(N=32768, d=64, batch=1, heads=4, dtype="fp16")
 
 
 def test_spilling_build_range_is_the_physical_bound():
     from iosim import Tiling
-    r = L.levels("fa2", SPILL, "H100-SXM", kernel="tc", tiling=Tiling(128, 128))
+    r = iosim.levels("fa2", SPILL, "H100-SXM", kernel="tc", tiling=Tiling(128, 128))
     k = r["kernels"][0]
     assert k["spill_bytes"] > 0
     lo_r, hi_r = r["dram_read_bytes_range"]
@@ -130,14 +133,14 @@ def test_spilling_build_range_is_the_physical_bound():
     # background writes added to both ends as to the point
     steps = 4 * 256 * 256
     bg = k["background_write_bytes"]
-    no_frames = L.levels("fa2", SPILL, "H100-SXM", kernel="tc", tiling=Tiling(128, 128),
-                         model=L.replace(L.FITTED, local_memory=False), chip_range=None)
+    no_frames = iosim.levels("fa2", SPILL, "H100-SXM", kernel="tc", tiling=Tiling(128, 128),
+                         model=dataclasses.replace(M.FITTED, local_memory=False), chip_range=None)
     assert lo_w <= no_frames["dram_write_bytes"] * 1.001
     assert hi_w >= steps * 400 * 256
     assert lo_w <= r["dram_write_bytes"] <= hi_w and lo_w >= bg
     assert any("drift apart" in w for w in r["warnings"])
     # the default build of the same problem has no frames and keeps its narrow range
-    d = L.levels("fa2", SPILL, "H100-SXM", kernel="tc")
+    d = iosim.levels("fa2", SPILL, "H100-SXM", kernel="tc")
     assert d["kernels"][0]["spill_bytes"] == 0
     assert d["dram_read_bytes_range"][1] < 0.1 * d["l2_read_bytes"] and d["l2_local_read_bytes"] == 0
     assert not any("drift apart" in w for w in d["warnings"])
@@ -150,14 +153,14 @@ def test_local_memory_at_the_l2():
     build's 1,040 bytes a thread a step, less what 0.7 of the L1 left beside its shared
     memory holds of the SM's frames."""
     from iosim import Tiling
-    fast = L.levels("fa2", Problem(N=16384, d=64, heads=16, dtype="fp32"), "H100-SXM",
+    fast = iosim.levels("fa2", Problem(N=16384, d=64, heads=16, dtype="fp32"), "H100-SXM",
                     kernel="fast")
     k = fast["kernels"][0]
     assert (k["spill_bytes"], k["threads"], k["ctas"]) == (88, 512, 16 * 64)
     assert fast["l2_local_write_bytes"] == 88 * 512 * 16 * 64
     assert fast["l2_write_bytes"] == fast["requested_write_bytes"] + 88 * 512 * 16 * 64
     assert fast["l2_local_read_bytes"] == 0 and fast["l2_read_bytes"] == fast["requested_read_bytes"]
-    tc = L.levels("fa2", SPILL, "H100-SXM", kernel="tc", tiling=Tiling(128, 128))
+    tc = iosim.levels("fa2", SPILL, "H100-SXM", kernel="tc", tiling=Tiling(128, 128))
     k = tc["kernels"][0]
     ctas, steps = 4 * 256, 4 * 256 * 256              # CTAs; CTAs x K/V steps (T_c = 256)
     assert (k["threads"], k["ctas_per_sm"], k["spill_bytes"]) == (256, 2, 520)
@@ -167,4 +170,4 @@ def test_local_memory_at_the_l2():
     held = 0.7 * 60 * 1024 / (2 * 256 * 400)
     assert tc["l2_local_read_bytes"] == pytest.approx(steps * 1040 * 256 * (1 - held))
     assert tc["l2_read_bytes"] == pytest.approx(
-        tc["requested_read_bytes"] * L.TC_CPASYNC_SECTOR_FACTOR + tc["l2_local_read_bytes"])
+        tc["requested_read_bytes"] * M.TC_CPASYNC_SECTOR_FACTOR + tc["l2_local_read_bytes"])

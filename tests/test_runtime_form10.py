@@ -1,4 +1,4 @@
-"""Form 10 of the time model (analysis.runtime): the plain row passes' (softmax S -> P,
+"""Form 10 of the time model (iosim.timing): the plain row passes' (softmax S -> P,
 the backward's dS) tile steps cost, besides sigma per warp of the CTA (the loop over the
 row's tiles, run by every warp), sigma_w per warp that holds entries of the tile (thread t
 takes entries c0 + t, c0 + t + threads, ...: one load in flight per thread and pass); the
@@ -9,8 +9,8 @@ from iosim import Problem, get_hardware
 
 
 def _softmax(p, kernel, algorithm="standard", pass_="fwd"):
-    from analysis.levels import levels
-    from analysis.runtime import launch_features
+    from iosim import levels
+    from iosim.timing import launch_features
     hw = get_hardware("H100-SXM")
     lv = levels(algorithm, p, hw, pass_=pass_, kernel=kernel)
     (f,) = [f for f in launch_features(p, lv, hw) if f["kernel"] in ("std_softmax", "std_bwd_dS")]
@@ -44,7 +44,7 @@ def test_flat_sweep_has_no_per_tile_rounds():
 def test_plain_row_passes_and_model_term():
     """The plain softmax (128 threads, B_c = 32 at d = 128: one warp of four holds a
     tile's entries) and dS take the same count; sigma_w adds to the work term."""
-    from analysis.runtime import RuntimeModel, terms
+    from iosim.timing import RuntimeModel, terms
     p = Problem(N=1024, d=128, batch=1, heads=2, dtype="fp32", causal=True)
     f, lv = _softmax(p, "plain")
     assert lv["block_cols"] == 32 and f["warps"] == 4
@@ -60,12 +60,12 @@ def test_plain_row_passes_and_model_term():
 
 
 def test_compiled_shared_makespan_reproduces_the_python_schedule():
-    """analysis.runtime._shared_makespan (compiled) against _shared_makespan_py, the
+    """iosim.timing.makespan._shared_makespan (compiled) against _shared_makespan_py, the
     reference it reproduces: bit for bit on random grids (ties, causal-like ramps, grids
     smaller and larger than the slots)."""
     import numpy as np
 
-    from analysis import runtime as R
+    from iosim.timing import makespan as R
     rng = np.random.default_rng(11)
     for n, sms, slots in ((1, 132, 1), (7, 4, 2), (300, 132, 2), (1000, 132, 3),
                           (133, 132, 1), (64, 8, 4)):

@@ -1,4 +1,4 @@
-"""Form 9 of the time model (analysis.runtime): the causal fast fa2 backward's CTAs are
+"""Form 9 of the time model (iosim.timing): the causal fast fa2 backward's CTAs are
 dispatched in its grid's real order, every head's key block 0 first, then every head's
 block 1, ... (grid (instances, T_c), gpu.backward.fa2_fast.run), not head by head."""
 import numpy as np
@@ -8,8 +8,8 @@ from iosim import Problem, get_hardware
 
 
 def _bwd_launch(p, kernel):
-    from analysis.levels import levels
-    from analysis.runtime import launch_features
+    from iosim import levels
+    from iosim.timing import launch_features
     hw = get_hardware("H100-SXM")
     lv = levels("fa2", p, hw, pass_="bwd", kernel=kernel)
     (f,) = [f for f in launch_features(p, lv, hw) if f["kernel"] in ("fa2_bwd_fast", "fa2_bwd_tc")]
@@ -17,14 +17,14 @@ def _bwd_launch(p, kernel):
 
 
 def test_causal_fast_backward_grid_is_heaviest_first_across_heads():
-    from analysis.runtime import makespans
+    from iosim.timing import makespans
     p = Problem(N=2048, d=64, batch=2, heads=8, dtype="fp32", causal=True)
     f, lv, hw = _bwd_launch(p, "fast")
     T_c = -(-p.N // lv["block_cols"])
     assert f["ctas"] == T_c * p.instances
     # key block j of every head: T_r - first query block + 1 units; the grid order
     # repeats each key block's work over the instances (blockIdx.x = instance)
-    from analysis.levels import _first_query_block
+    from iosim.memory.access import _first_query_block
     T_r = -(-p.N // lv["block_rows"])
     per_kb = T_r - _first_query_block(p.N, lv["block_rows"], lv["block_cols"], True) + 1
     w = np.repeat(per_kb, p.instances).astype(float)
@@ -39,10 +39,10 @@ def test_non_causal_and_tensor_core_backward_keep_their_order():
     """The non-causal fast backward (grid (T_c, instances)) and the tensor-core backward
     (grid (T_c, instances) causal or not) run head by head: equal CTAs, or each head's
     key blocks in order."""
-    from analysis.runtime import makespans
+    from iosim.timing import makespans
     p = Problem(N=2048, d=64, batch=2, heads=8, dtype="fp16", causal=True)
     f, lv, hw = _bwd_launch(p, "tc")
-    from analysis.levels import _first_query_block
+    from iosim.memory.access import _first_query_block
     T_r = -(-p.N // lv["block_rows"])
     per_kb = T_r - _first_query_block(p.N, lv["block_rows"], lv["block_cols"], True) + 1
     w = np.tile(per_kb, p.instances).astype(float)
@@ -51,6 +51,7 @@ def test_non_causal_and_tensor_core_backward_keep_their_order():
 
 def test_g_mem_is_held_at_the_sm_count():
     """Form 9: g_mem is not fitted; the constants on file and any refit hold it at G_MEM."""
-    from analysis.runtime import G_MEM, SHARED_PARAMS, RuntimeModel
+    from analysis.fit_runtime import G_MEM, SHARED_PARAMS
+    from iosim.timing import RuntimeModel
     assert "g_mem" not in SHARED_PARAMS
     assert RuntimeModel.load().g_mem == G_MEM == get_hardware("H100-SXM").sm_count

@@ -58,7 +58,7 @@ def register(sub):
     lv.add_argument("--levels", action="store_true",
                     help="add l2_read_bytes, l2_write_bytes, dram_read_bytes, dram_write_bytes "
                          "and predicted_ms (with each kernel's breakdown); with --decode "
-                         "(fp16): predicted_ms and decode_time (analysis.decode_time: the main "
+                         "(fp16): predicted_ms and decode_time (iosim.timing.decode: the main "
                          "and combine kernels gpu.decode runs, num_splits by its rule on --gpu, "
                          "default H100-SXM), no L2 / DRAM keys")
     lv.add_argument("--pass", dest="pass_", choices=("fwd", "bwd"), default="fwd",
@@ -227,9 +227,7 @@ def main(args) -> int:
 
 def levels_main(args, problem) -> int:
     """`--levels`: the pass's requested, L2 and DRAM bytes and its predicted time."""
-    from iosim import Tiling
-    from analysis.levels import levels
-    from analysis.runtime import predict
+    from iosim import Tiling, levels, predict_time
     if args.sram_bytes is not None:
         raise ConfigError(f"--sram-bytes={args.sram_bytes} does not go with --levels: the "
                           f"hierarchy and time models take a GPU (--gpu PRESET)")
@@ -245,10 +243,10 @@ def levels_main(args, problem) -> int:
     lv = levels(args.algorithm, problem, gpu, pass_=args.pass_, kernel=args.kernel,
                 tiling=tiling, grid_order=args.grid_order)
     try:
-        t = predict(args.algorithm, problem, gpu, levels_result=lv)
+        t = predict_time(args.algorithm, problem, gpu, levels_result=lv)
     except ValueError as exc:   # a kernel the time model has no family (constants) for
         t = None
-        lv["warnings"].append(f"no predicted time: the time model (analysis.runtime) cannot "
+        lv["warnings"].append(f"no predicted time: the time model (iosim.timing) cannot "
                               f"predict the {args.algorithm} {args.pass_} '{lv['kernel']}' "
                               f"kernels: {exc}")
     out = dict(lv, predicted_ms=t["predicted_ms"] if t else None, time=t)
@@ -341,7 +339,7 @@ def decode_main(args) -> int:
     led = decode_closed_form(schedule, prob, num_splits=S, kv_reads=args.kv_reads)
     pred = None
     if args.levels:
-        from analysis.decode_time import predict_decode
+        from iosim import predict_decode
         pred = predict_decode(prob, gpu, S, kv_reads=args.kv_reads)
     if args.json:
         out = led.to_dict()
@@ -363,7 +361,7 @@ def decode_main(args) -> int:
     print(f"HBM traffic: {led.hbm_bytes:,} bytes total ({led.hbm_read_bytes:,} read, "
           f"{led.hbm_write_bytes:,} written)")
     if pred is not None:
-        print(f"predicted time on {gpu} (analysis.decode_time): {pred['predicted_ms']:.4f} ms "
+        print(f"predicted time on {gpu} (iosim.timing.decode): {pred['predicted_ms']:.4f} ms "
               f"(main {pred['main_ms']:.4f}, combine {pred['combine_ms']:.4f}; binding "
               f"{pred['binding']})")
         for t, v in pred["terms_us"].items():

@@ -30,7 +30,7 @@ def register(sub):
                         "(H100-SXM, or H200: predictions-H200.json)")
     p.add_argument("--refit", action="store_true",
                    help="refit the model's constants first (levels: the L2 model grid on the "
-                        "fit half; runtime: analysis/runtime_constants.json on every H100 row)")
+                        "fit half; runtime: iosim/timing/runtime_constants.json on every H100 row)")
     p.add_argument("--no-write", action="store_true", help="print only; leave the data set alone")
     p.set_defaults(func=main)
 
@@ -38,14 +38,14 @@ def register(sub):
 def main(args) -> int:
     from analysis import validate as V
     if args.what == "levels":
-        from analysis import levels
+        from analysis import fit_levels
         model = None
         if args.refit:
             from analysis import results
             rows = [r for r in results.load("levels_measurement") if r.get("status") == "ok"
                     and "H100" in r["device"] and V.levels_split(r["config"]) == "fit"]
-            model = levels.fit_l2(rows)
-            print(f"fitted L2 model: {model}  (analysis.levels.FITTED holds the committed one)")
+            model = fit_levels.fit_l2(rows)
+            print(f"fitted L2 model: {model}  (iosim.memory.FITTED holds the committed one)")
         rows = V.levels_rows(model)
         summary = V.levels_summary(rows)
         print(V.format_summary(summary, "levels"))
@@ -63,13 +63,13 @@ def main(args) -> int:
         V.score_runtime_blind(args.measured, write=not args.no_write, set_name=args.set,
                               gpu=args.gpu)
         return 0
-    from analysis import runtime
+    from iosim.timing import RuntimeModel
     model = None
     if args.refit:
         model = V.runtime_fit()
         if not args.no_write:
             model.save()
-    model = model or runtime.RuntimeModel.load()
+    model = model or RuntimeModel.load()
     print(model.table())
     rows = V.runtime_rows(model)
     print(V.format_summary(V.runtime_summary(rows), "runtime"))

@@ -1,7 +1,7 @@
 """Figure 10: how the order CTAs are dispatched in changes the fa2 forward's DRAM reads.
 
 The fa2 forward (fp16, d=64, the default tensor-core kernel, 128 x 64 tiles) on the
-H100-SXM preset, predicted by `analysis.levels.levels` (`iosim.hierarchy`'s L2 model) for
+H100-SXM preset, predicted by `iosim.levels` (`iosim.memory`'s L2 model) for
 three grid orders:
 
 * query-major (blockIdx.x = query block: what the kernels do): all query blocks of one
@@ -39,7 +39,7 @@ def generate(gpu="H100-SXM", Ns=None, bhs=None, N_fixed=16384, bh_fixed=16, d=64
              dtype="fp16", orders=ORDERS, second_panel=True):
     """{"panels": {"N" | "bh": {"x", "requested", "floor", "dram": {order: [...]}}},
     "config", "calls", "seconds"}."""
-    from analysis.levels import levels
+    from iosim import levels
     from iosim import Problem
     t0 = time.perf_counter()
     Ns = list(Ns) if Ns is not None else _N_grid(lo=4096)
@@ -121,7 +121,7 @@ def plot(data):
         f"fa2 forward, {cfg['dtype']}, d={cfg['d']}, non-causal, default kernel "
         f"({', '.join(cfg['kernels'])}), {cfg['gpu']} preset. Bytes, whole problem (all batch "
         f"x heads), one kernel launch with a cold L2 (Nsight Compute flushes it before each "
-        f"kernel); DRAM = iosim.hierarchy's prediction. query-major: blockIdx.x = query block, "
+        f"kernel); DRAM = iosim.memory's prediction. query-major: blockIdx.x = query block, "
         f"what the kernels do; head-major: blockIdx.x = (batch, head) instance; swizzle-8: "
         f"groups of 8 instances, query-major inside a group (the same as head-major for batch x heads <= 8). head-major and swizzle-8 are "
         f"model what-ifs (no kernel runs them, none measured). Numbers at the right: DRAM "

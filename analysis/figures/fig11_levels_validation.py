@@ -3,13 +3,13 @@
 For every `levels_measurement` row of the results data set with status ok (Nsight
 Compute on the H100 and the H200: `dram__bytes_read` / `dram__bytes_write` summed over
 the pass's kernels, each launched with a cold L2 since ncu flushes it before each
-kernel), the prediction of `analysis.levels.predict_row(config, gpu)` (the preset of the
-measuring device, `analysis.levels.GPU_OF_DEVICE`) against the measurement, bytes for the
+kernel), the prediction of `analysis.fit_levels.predict_row(config, gpu)` (the preset of the
+measuring device, `analysis.fit_levels.GPU_OF_DEVICE`) against the measurement, bytes for the
 whole problem, log-log: reads left, writes right. The line is y = x, the band +-15 %;
 the legend counts the rows within the issue's bound (15 % or 16 MB, whichever is larger:
-`analysis.levels.within`). Colour: kernel family (`analysis.validation_configs.family_of`);
+`iosim.memory.within`). Colour: kernel family (`analysis.validation_configs.family_of`);
 marker: device. Configurations whose kernel spills registers to local memory (ptxas,
-`analysis.levels.SPILLS`) are ringed (thick: 256 bytes per thread or more): that traffic
+`iosim.launch.plan.SPILLS`) are ringed (thick: 256 bytes per thread or more): that traffic
 is in the measurement and not in the model.
 
 Remake: `flashsim figure fig11` (one model call per row: about 6-10 s).
@@ -38,7 +38,8 @@ def generate(rows=None, data=None, select=None):
     """One point per ok row: {"points": [...], "config", "seconds"}. rows: measured
     levels rows (default: all of the data set); select: optional predicate on a row."""
     from analysis import results as R
-    from analysis.levels import GPU_OF_DEVICE, predict_row, within
+    from analysis.fit_levels import GPU_OF_DEVICE, predict_row
+    from iosim.memory import within
     from analysis.validation_configs import family_of
     t0 = time.perf_counter()
     rows = R.load("levels_measurement", data=data) if rows is None else rows
@@ -139,7 +140,7 @@ def plot(data):
         f"): one kernel pass each (forward or backward; all its kernels summed), bytes for the "
         f"whole problem (all batch x heads). Measured: Nsight Compute dram__bytes, every kernel "
         f"launched with a cold L2 (ncu flushes it before each kernel). Predicted: "
-        f"analysis.levels.predict_row with the device's preset (iosim.hierarchy's L2 model). "
+        f"analysis.fit_levels.predict_row with the device's preset (iosim.memory's L2 model). "
         f"Rings: the kernel spills registers to local memory (ptxas); that traffic is "
         f"measured, not modelled. Predictions below the axis are drawn on it as down-triangles.")
     fig.text(0.5, 0.095, textwrap.fill(caption, 170), ha="center", va="top", fontsize=6.8,

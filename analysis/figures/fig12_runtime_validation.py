@@ -5,7 +5,7 @@ kernels on a roofline.
 results data set (H100 and H200; forward and backward; the pass's kernels summed), in
 milliseconds, log-log, y = x with a +-10 % band. Measured: CUPTI kernel times (median
 over repetitions, warm clocks, inputs rotated so the L2 does not keep them;
-`analysis.hwmeasure.time_config`). Predicted: `analysis.runtime` with the constants
+`analysis.hwmeasure.time_config`). Predicted: `iosim.timing` with the constants
 fitted on every H100 row; each H100 row is drawn at its 5-fold cross-validated
 prediction (the model refitted without the row's fold: `cv_predicted_ms`); every H200
 row is held out (only the preset changes). Colour: kernel family; marker: H100
@@ -19,13 +19,13 @@ tensor-core and fp32 CUDA-core peaks, HBM and L2 bandwidths) with each measured 
 forward pass placed at its modelled arithmetic intensity and its achieved FLOP/s:
 FLOPs = 4 d x RCA x batch x heads, RCA the score entries of the active tiles
 (`iosim.tile_sums` with the measured tiling: what the kernel computes, partly masked
-causal tiles included); (b) per DRAM byte (`analysis.levels.levels(...)`'s
+causal tiles included); (b) per DRAM byte (`iosim.levels(...)`'s
 dram_read_bytes + dram_write_bytes, cold L2), (c) per L2 byte (l2_read_bytes +
 l2_write_bytes). Achieved = FLOPs / measured time. The standard pass (three kernels) is
 one point: its FLOPs over its three kernels' time and traffic. fa2_tc runs on the tensor
 cores; every other kernel on the CUDA cores (the fp32 roof), fp16 included. At most
 `max_calls` (80) configurations are placed, evenly spaced within each family, one model
-call each (`analysis.levels.levels`, cached per configuration).
+call each (`iosim.levels`, cached per configuration).
 
 Remake: `flashsim figure fig12` (about 3-5 s: 80 model calls).
 """
@@ -82,14 +82,14 @@ _LEVELS_CACHE: dict = {}
 
 
 def _gpu_of(device: str):
-    from analysis.levels import GPU_OF_DEVICE
+    from analysis.fit_levels import GPU_OF_DEVICE
     return GPU_OF_DEVICE.get(device)
 
 
 def _levels_of(c: dict, tiling, gpu: str) -> dict:
-    """analysis.levels.levels for one configuration with its measured tiling (cached)."""
-    from iosim import Tiling
-    from analysis.levels import config_kernel, levels, problem_of
+    """iosim.levels for one configuration with its measured tiling (cached)."""
+    from iosim import Tiling, levels
+    from analysis.fit_levels import config_kernel, problem_of
     key = (c["id"], tuple(tiling), gpu)
     if key not in _LEVELS_CACHE:
         kernel = config_kernel(c)
@@ -303,7 +303,7 @@ def plot(data):
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_ylabel("predicted kernel time of the pass (ms, analysis.runtime)")
+    ax.set_ylabel("predicted kernel time of the pass (ms, iosim.timing)")
     ax.tick_params(labelbottom=False)
     errs = [100 * abs(p["rel_error"]) for p in pts] or [10]
     lim = min(100, 10 * math.ceil(max(errs) / 10 + 0.5))
@@ -342,14 +342,14 @@ def plot(data):
     caption = (
         f"(a) Every runtime_validation row ({n_dev['H100-SXM']} on the H100, {n_dev['H200']} on "
         f"the H200; forward and backward passes, each pass's kernels summed): measured = CUPTI "
-        f"kernel time (median, warm clocks, rotated inputs), predicted = analysis.runtime with "
+        f"kernel time (median, warm clocks, rotated inputs), predicted = iosim.timing with "
         f"constants fitted on the H100 fit rows"
         + (f" (fit rows: median |error| {100 * fit['median_abs']:.1f} %)" if fit else "")
         + f"; the H200 rows change only the preset. "
         f"(b, c) {len(rf['points'])} of the {rf['forward_rows']} measured H100 forward passes "
         f"(evenly spaced per family), at FLOPs = 4 d x (score entries of the active tiles) x "
         f"batch x heads over the measured time, against the modelled DRAM bytes (b, cold L2) "
-        f"and L2 bytes (c) of analysis.levels. fa2_tc uses the tensor cores; every other "
+        f"and L2 bytes (c) of iosim.memory. fa2_tc uses the tensor cores; every other "
         f"kernel (fp16 included) the CUDA cores, whose roof is the dashed line. The standard "
         f"pass (three kernels) is one point.")
     fig.text(0.5, 0.075, textwrap.fill(caption, 200), ha="center", va="top", fontsize=6.8,

@@ -17,7 +17,7 @@ batch 8, 16 heads, N = 1024, d = 64, fp16, causal, dropout p = 0.1), from the
     masked tiles), std_softmax <-> mask + softmax, std_PV <-> P V matmul. flashsim has no
     dropout.
 
-Modelled bars (hatched): `analysis.runtime.predict` per launch on the measuring device's
+Modelled bars (hatched): `iosim.predict_time` per launch on the measuring device's
 preset (H100-SXM without rows), with the tiling the kernels ran. Over each bar: its total
 and, for a measured bar, the speed-up over the panel's first measured bar; for a modelled
 bar, model / measured where that kernel was measured. Without op_breakdown rows only the
@@ -71,7 +71,7 @@ def generate(rows=None, data=None, gpu: str | None = None):
     rows (default: the data set's)."""
     from analysis import opbreakdown as OB
     from analysis import results as R
-    from analysis.levels import GPU_OF_DEVICE
+    from analysis.fit_levels import GPU_OF_DEVICE
     t0 = time.perf_counter()
     rows = R.load(OB.KIND, data=data) if rows is None else rows
     run, run_id = _latest_run(rows)
@@ -208,7 +208,7 @@ def plot(data):
     handles = [Patch(facecolor=SEGMENTS[k][0], hatch=SEGMENTS[k][1], edgecolor="white",
                      label=SEGMENTS[k][2]) for k in used]
     handles.append(Patch(facecolor="#bbbbbb", alpha=0.45, hatch="//", edgecolor="white",
-                         label="modelled (analysis.runtime)"))
+                         label="modelled (iosim.timing)"))
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.19), ncol=4,
                fontsize=7, frameon=False)
     shape = (f"batch {c['batch']}, {c['heads']} heads, N = {c['N']}, d = {c['d']}, {c['dtype']}"
@@ -225,7 +225,7 @@ def plot(data):
         "attention under sdpa_kernel(FLASH_ATTENTION / EFFICIENT_ATTENTION). flashsim: its "
         "kernels timed by CUPTI (analysis.hwmeasure.time_config); flashsim has no dropout, "
         "and applies the causal mask inside std_S (skipping fully masked tiles), so its "
-        "std_softmax stands for PyTorch's mask + softmax. Modelled (hatched): analysis.runtime."
+        "std_softmax stands for PyTorch's mask + softmax. Modelled (hatched): iosim.timing."
         f"predict on the {c['gpu']} preset, tilings standard {tl.get('flashsim_standard')}, "
         f"fa2 {tl.get('flashsim_fa2')} (None: the model's default). flashsim's kernels are "
         "Numba research kernels: its standard runs its tile products on the CUDA cores, "

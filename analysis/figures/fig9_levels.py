@@ -2,7 +2,7 @@
 
 The fa2 forward (fp16, d=64, the default kernel and tiling `gpu.attention` picks: the
 tensor-core kernel, B_r x B_c = 128 x 64) on two presets, H100-SXM and A100-40GB (one
-column each), from `analysis.levels.levels` (`iosim.hierarchy`'s L2 model):
+column each), from `iosim.levels` (`iosim.memory`'s L2 model):
 
 * (a), top row: against N = 1K .. 128K at batch x heads = 16;
 * (b), bottom row: against batch x heads = 1 .. 256 at N = 16K.
@@ -56,7 +56,7 @@ def floor_bytes(N, d, bh, itemsize=2):
 
 
 def _point(gpu, N, bh, d, dtype, kernel):
-    from analysis.levels import levels
+    from iosim import levels
     from iosim import Problem
     r = levels("fa2", Problem(N=int(N), d=d, batch=1, heads=int(bh), dtype=dtype), gpu,
                pass_="fwd", kernel=kernel)
@@ -253,7 +253,7 @@ def plot(data):
         f"fa2 forward, {cfg['dtype']}, d={cfg['d']}, non-causal, default kernel "
         f"({', '.join(cfg['kernels'])}), query-major grid. Reads in bytes, whole problem "
         f"(all batch x heads), one kernel launch with a cold L2 (Nsight Compute flushes it "
-        f"before each kernel). L2 = 32-byte sectors the SMs ask of L2; DRAM = iosim.hierarchy's "
+        f"before each kernel). L2 = 32-byte sectors the SMs ask of L2; DRAM = iosim.memory's "
         f"prediction. Dotted line: first point where predicted DRAM reads exceed Q + K + V "
         f"read once by {100 * (cfg['threshold'] - 1):.0f} % (grid, then bisection). "
         f"Open markers: {n_meas} measured H100 rows (levels_measurement) with exactly this "

@@ -1,0 +1,229 @@
+"""The decode time model (`iosim.timing.decode`, `iosim.predict_decode`) fitted to and scored
+on the measured decode_bench rows: the fixed fit / held-out split (`split_of`), the fit of
+its constants (`fit`), the decode_time_validation rows and their summaries.
+
+    python3 -m analysis.fit_decode fit        refit and write iosim/timing/decode_constants.json
+    python3 -m analysis.fit_decode validate   rewrite the decode_time_validation rows, print scores
+    python3 -m analysis.fit_decode constants  print the constants
+
+The constants are fitted by least squares on log time (scipy.optimize.least_squares, bounds
+>= 0) over the fit half of the flashsim rows (`split_of`).
+
+Held-out accuracy (the 188 held-out rows; HELDOUT_SUMMARY, checked against the committed
+rows by tests/test_decode_time.py): |pred/meas - 1| median 4.0 %, worst 19.6 %, 164 of
+188 within 10 %; fa2_decode 3.2 % / 18.6 % / 43 of 47; split_kv 4.0 % / 19.6 % / 121 of
+141; contiguous 4.0 % / 19.6 % / 102 of 115; paged 3.8 % / 19.2 % / 62 of 73; small
+cache (N_kv <= 4096) 3.7 % / 17.6 % / 63 of 68; large 4.1 % / 19.6 % / 101 of 120.
+Not a blind score: while the form was being developed, the held-out summaries of two
+earlier, worse variants were printed (medians 7.7 % and 10.1 %); the changes were chosen
+on the fit half's residuals, but the held-out half was not wholly unseen. A blind set of
+decode rows, declared before measuring, is the test still to run.
+Regimes it misses: (a) MHA at d = 128 with one or two CTAs a SM (batch 1, S <= 4: the
+latency chain at d = 128 is shorter than the d-blind L_kv + L_q NR says), +18 to +20 %;
+(b) grouped d = 128 at three CTAs on the busiest SM (S = 36..49 of the paged sweep),
+-14 to -19 %: measured time jumps 64 % from two to three CTAs a SM where the model's issue
+bound adds 50 %; (c) the sweep rows' own noise (neighbouring S differing by 20-40 %).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+from iosim import DecodeProblem
+from iosim.timing import RuntimeModel
+from iosim.timing.decode import CONSTANTS_PATH, MODEL_VERSION, load_constants, predict_decode
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_PATH = ROOT / "benchmarks" / "results" / "data" / "decode_bench.jsonl"
+VALIDATION_PATH = ROOT / "benchmarks" / "results" / "data" / "decode_time_validation.jsonl"
+KIND = "decode_time_validation"
+
+#: the fields of a decode_bench row that name its configuration (the split's key)
+SPLIT_KEY_FIELDS = ("batch", "heads", "kv_heads", "seq_len_q", "seq_len_kv", "d", "dtype",
+                    "paged", "kv_reads", "num_splits", "schedule", "sweep")
+#: fitted constants (us), in the order of the fit
+FITTED = ("t_main0", "L_kv", "L_q", "c_kv", "c_row", "c_sh", "c_cta", "t_comb0", "c_s")
+#: cache rows at or below which a row counts as "small cache" in the per-group summary
+SMALL_CACHE = 4096
+
+#: the held-out half's scores at the committed constants (regenerate with `validate`;
+#: tests/test_decode_time.py recomputes them from the committed validation rows)
+HELDOUT_SUMMARY = {
+    "all": {"rows": 188, "median": 0.0397, "worst": 0.1957, "within_10pct": 164},
+    "schedule=fa2_decode": {"rows": 47, "median": 0.0325, "worst": 0.1855, "within_10pct": 43},
+    "schedule=split_kv": {"rows": 141, "median": 0.0403, "worst": 0.1957, "within_10pct": 121},
+    "layout=contiguous": {"rows": 115, "median": 0.0399, "worst": 0.1957, "within_10pct": 102},
+    "layout=paged": {"rows": 73, "median": 0.0384, "worst": 0.1918, "within_10pct": 62},
+    "cache=large": {"rows": 120, "median": 0.0407, "worst": 0.1957, "within_10pct": 101},
+    "cache=small": {"rows": 68, "median": 0.0368, "worst": 0.1761, "within_10pct": 63},
+}
+
+
+def split_of(row: dict) -> str:
+    """"heldout" or "fit" for a measured decode_bench row.
+
+    Fixed before any fitting (committed first, on its own, in 8ec6d9c, before any constant
+    was fitted): key = json.dumps({k: row.get(k) for k in SPLIT_KEY_FIELDS},
+    sort_keys=True); the row is held out when the first byte of sha256(key) is odd, else
+    it is in the fit half."""
+    key = json.dumps({k: row.get(k) for k in SPLIT_KEY_FIELDS}, sort_keys=True)
+    return "heldout" if hashlib.sha256(key.encode()).digest()[0] % 2 else "fit"
+
+
+def e_dram_from_runtime() -> float:
+    """The runtime model's achieved DRAM fraction (not fitted on decode rows)."""
+    return float(RuntimeModel.load().e_dram)
+
+
+def print_constants(constants=None) -> None:
+    c = constants or load_constants()
+    print(f"decode time model ({c.get('model_version', MODEL_VERSION)}), constants:")
+    for k, v in c["constants"].items():
+        unit = "" if k == "e_dram" else " us"
+        print(f"  {k:8s} {v:10.4f}{unit}   {c['meaning'].get(k, '')}")
+    print(f"source: {c['source']}")
+
+
+# ---------------------------------------------------------------------------------------
+# Rows, fit, validation
+# ---------------------------------------------------------------------------------------
+def measured_rows(path=None) -> list[dict]:
+    """The flashsim decode_bench rows with status ok (torch_sdpa rows are never used)."""
+    out = []
+    for line in Path(path or BENCH_PATH).read_text().splitlines():
+        r = json.loads(line)
+        if r.get("kind") == "decode_bench" and r.get("impl") == "flashsim" and r.get("status") == "ok":
+            out.append(r)
+    return out
+
+
+def problem_of(row: dict) -> DecodeProblem:
+    return DecodeProblem(N_kv=row["seq_len_kv"], d=row["d"], batch=row["batch"],
+                         heads=row["heads"], kv_heads=row["kv_heads"], N_q=row["seq_len_q"],
+                         dtype=row["dtype"], page_size=row["paged"])
+
+
+def predict_row(row: dict, constants=None) -> dict:
+    return predict_decode(problem_of(row), "H100-SXM", row["num_splits"],
+                          kv_reads=row["kv_reads"], constants=constants)
+
+
+def fit(rows=None) -> dict:
+    """Least squares on log(predicted / measured) over the fit half; returns the constants
+    document (as stored in iosim/timing/decode_constants.json)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+    rows = [r for r in (rows or measured_rows()) if split_of(r) == "fit"]
+    e_dram = e_dram_from_runtime()
+    meas = np.array([r["ms_median"] * 1e3 for r in rows])
+
+    def resid(x):
+        k = dict(zip(FITTED, x), e_dram=e_dram)
+        doc = {"constants": k}
+        pred = np.array([predict_row(r, doc)["predicted_ms"] * 1e3 for r in rows])
+        return np.log(pred / meas)
+
+    x0 = np.array([5.0, 4.0, 1.0, 1.0, 0.3, 1.0, 1.0, 3.0, 0.05])
+    sol = least_squares(resid, x0, bounds=(0, np.inf), x_scale="jac")
+    k = {name: float(v) for name, v in zip(FITTED, sol.x)}
+    k["e_dram"] = e_dram
+    run_ids = sorted({r["run_id"] for r in rows})
+    return {
+        "model_version": MODEL_VERSION,
+        "constants": k,
+        "meaning": {
+            "t_main0": "main kernel: launch, prologue, first tile's load latency (once)",
+            "L_kv": "per tile of a CTA: latency its SM's other CTAs do not cover",
+            "L_q": "per tile and query row of the block: the latency chain's part that grows with NR",
+            "c_kv": "per tile of a CTA: SM issue cost (16-byte K/V loads, barriers), shared by its SM's n CTAs",
+            "c_row": "per tile, x TB / 64: issue cost per key row (S store, softmax columns, loop)",
+            "c_sh": "per tile and query row, x KPG log2(LPR) / 16: the query row's issue cost (dot products, group-sum shuffle steps, softmax, P V), scaled by its shuffle steps",
+            "c_cta": "per CTA on its SM: issue cost of the prologue (Q to shared) and epilogue (O or Opart)",
+            "t_comb0": "combine: launch gap after the main kernel and fixed latency",
+            "c_s": "combine: per split (each thread's serial loop over the partials)",
+            "e_dram": "achieved fraction of HBM bandwidth: the form-9 runtime model's e_dram, not fitted here",
+        },
+        "source": (f"least squares on log time over the {len(rows)} fit-half flashsim rows "
+                   f"(analysis.fit_decode.split_of) of {', '.join(run_ids)} "
+                   f"(H100 SXM, fp16, commit e5d20a2); e_dram from iosim/timing/runtime_constants.json"),
+        "fit_rows": len(rows),
+        "fit_rms_log": float(np.sqrt(np.mean(sol.fun ** 2))),
+    }
+
+
+def group_of(row: dict) -> dict:
+    return {"schedule": row["schedule"], "layout": "paged" if row["paged"] else "contiguous",
+            "cache": "small" if row["seq_len_kv"] <= SMALL_CACHE else "large"}
+
+
+def validation_rows(rows=None, constants=None) -> list[dict]:
+    c = constants or load_constants()
+    out = []
+    for r in rows or measured_rows():
+        pr = predict_row(r, c)
+        cfg = {k: r.get(k) for k in SPLIT_KEY_FIELDS}
+        out.append({"kind": KIND, "run_id": r["run_id"], "device": r["device"],
+                    "date": r["date"], "commit": r["commit"], "versions": r["versions"],
+                    "config": cfg, "split": split_of(r), **group_of(r),
+                    "measured_ms": r["ms_median"], "predicted_ms": round(pr["predicted_ms"], 6),
+                    "rel_error": round(pr["predicted_ms"] / r["ms_median"] - 1, 6),
+                    "binding": pr["binding"], "main_binding": pr["main_binding"],
+                    "terms_us": {k: round(v, 4) for k, v in pr["terms_us"].items()},
+                    "model_version": c.get("model_version", MODEL_VERSION),
+                    "constants_source": c["source"]})
+    return out
+
+
+def summarise(vrows, split="heldout") -> dict:
+    """median and worst |pred/meas - 1|, rows within 10 %, overall and per group."""
+    sel = [v for v in vrows if v["split"] == split]
+
+    def score(rs):
+        e = sorted(abs(v["rel_error"]) for v in rs)
+        if not e:
+            return None
+        m = len(e)
+        med = e[m // 2] if m % 2 else (e[m // 2 - 1] + e[m // 2]) / 2
+        return {"rows": m, "median": round(med, 4), "worst": round(e[-1], 4),
+                "within_10pct": sum(x <= 0.10 for x in e)}
+
+    out = {"all": score(sel)}
+    for g in ("schedule", "layout", "cache"):
+        for val in sorted({v[g] for v in sel}):
+            out[f"{g}={val}"] = score([v for v in sel if v[g] == val])
+    return out
+
+
+def print_summary(vrows) -> None:
+    for split in ("fit", "heldout"):
+        print(f"{split}:")
+        for g, s in summarise(vrows, split).items():
+            print(f"  {g:22s} {s['rows']:4d} rows  median {100 * s['median']:5.1f} %  "
+                  f"worst {100 * s['worst']:5.1f} %  within 10 %: {s['within_10pct']}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m analysis.fit_decode",
+                                 description="time model of gpu.decode's kernels")
+    ap.add_argument("command", choices=("fit", "validate", "constants"))
+    a = ap.parse_args(argv)
+    if a.command == "fit":
+        doc = fit()
+        CONSTANTS_PATH.write_text(json.dumps(doc, indent=2) + "\n")
+        print_constants(doc)
+        print(f"fit rms log error {doc['fit_rms_log']:.4f} on {doc['fit_rows']} rows")
+    elif a.command == "constants":
+        print_constants()
+    else:
+        v = validation_rows()
+        VALIDATION_PATH.write_text("".join(json.dumps(r) + "\n" for r in v))
+        print(f"{len(v)} rows -> {VALIDATION_PATH.relative_to(ROOT)}")
+        print_constants()
+        print_summary(v)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,178 @@
+"""Time model of gpu.decode's kernels (split-KV decoding): `predict_decode`.
+
+It predicts the GPU time of one decoding step: the main kernel and, when num_splits S > 1,
+the combine kernel and the gap between the two launches. Names as in gpu/decode/split_kv.py:
+N_kv cache rows, S = num_splits, C = ceil(N_kv / S) chunk rows, readers R = batch x heads
+(kv_reads "per_query_head") or batch x kv_heads ("per_group", NG = heads // kv_heads query
+heads a block), NR = NG x N_q query rows a block, TB rows a tile (split_kv.plan: NT = 128
+threads, VW = 16 / itemsize, LPR = d / VW, TB = NT / LPR x KPG).
+
+The main kernel is bound by its SMs' issue rate of the tile loop, not by DRAM (the DRAM
+term is a floor). Per kernel, in us:
+  main kernel   t_main = t_main0 + max(t_tiles, t_dram)
+      t_tiles = max(latency, issue): a CTA's tile loop is either bound by its own
+              dependent chain or by its SM's issue rate shared with the SM's other CTAs;
+          latency = T x (L_kv + L_q x NR)
+          issue   = n x ((C / TB) x (c_kv + c_row x TB / 64 + c_sh x NR x KPG log2(LPR) / 16)
+                         + c_cta)
+          T = tiles of the heaviest CTA (contiguous: ceil(C / TB); paged: its chunk cut at
+              page boundaries, ceil(segment / TB) a segment);
+          n = ceil(S x R / SMs): CTAs on the busiest SM (all resident at once);
+          c_kv: a 16 KB tile's K/V loads and barriers; c_row: per key row, x TB / 64;
+              c_sh: per query row of the block, scaled by the warp's group-sum shuffle
+              steps KPG log2(LPR); c_cta: a CTA's prologue (Q to shared) and epilogue;
+      t_dram = the main kernel's HBM bytes (iosim.decode's ledger less the combine's)
+               / (e_dram x hbm_bandwidth), e_dram = the time model's achieved DRAM
+               fraction (`iosim.timing`'s runtime_constants.json), not fitted here;
+      t_main0 = launch, ramp and the first tile's load latency, once a kernel.
+  combine (S > 1)  t_comb = t_comb0 + S x c_s + combine bytes / (e_dram x hbm_bandwidth)
+      t_comb0: the second launch's gap and fixed latency; c_s: each thread's serial loop
+      over the S partials; the bytes are Opart / Lpart read and O / L written.
+  predicted = t_main + t_comb; `binding` names the largest term.
+
+The constants (decode_constants.json) were fitted on H100 fp16 rows with N_q = 1 and d 64 /
+128 (`analysis.fit_decode`); other dtypes, N_q, d and presets are unvalidated and say so in
+`warnings`. The measurements, fit and held-out scores: docs/models-history.md.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..decode import DecodeProblem, choose_num_splits, decode_closed_form, split_bounds
+from ..hardware import get_hardware
+
+CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
+MODEL_VERSION = "decode-time v1"
+ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+
+# ---------------------------------------------------------------------------------------
+# The kernels' shape (no GPU, no Numba)
+# ---------------------------------------------------------------------------------------
+def layout(d: int, dtype: str, NR: int) -> dict:
+    """gpu.decode.split_kv.plan's GPU layout (NT, VW, LPR, NGRP, KPG, TB), without Numba."""
+    itemsize = ITEMSIZE[dtype]
+    NT = 128
+    VW = 16 // itemsize
+    if d % VW or 32 % (d // VW) and d // VW > 32:
+        VW = 1
+    LPR = d // VW
+    while LPR > 32:
+        VW *= 2
+        LPR = d // VW
+    A = -(-NR * d // NT)
+    while A > 64 and NT < 1024:
+        NT *= 2
+        A = -(-NR * d // NT)
+    NGRP = NT // LPR
+    KPG = max(1, min(64 // NGRP, 32 // VW))
+    return dict(NT=NT, VW=VW, LPR=LPR, NGRP=NGRP, KPG=KPG, TB=NGRP * KPG)
+
+
+def chunk_tiles(a: int, e: int, TB: int, page_size: int | None) -> int:
+    """Tiles the main kernel's loop runs over the chunk [a, e): contiguous, ceil((e - a) /
+    TB); paged, the chunk cut at page boundaries, ceil(segment / TB) a segment."""
+    if e <= a:
+        return 0
+    if not page_size:
+        return -(-(e - a) // TB)
+    P, n, x = int(page_size), 0, a
+    while x < e:
+        y = min(e, (x // P + 1) * P)
+        n += -(-(y - x) // TB)
+        x = y
+    return n
+
+
+def kernel_shape(problem: DecodeProblem, num_splits: int, kv_reads: str) -> dict:
+    """R, NR, layout, tiles T of the heaviest CTA, CTAs."""
+    p = problem
+    NG = 1 if kv_reads == "per_query_head" else p.group
+    NR = NG * p.N_q
+    lay = layout(p.d, p.dtype, NR)
+    R = p.readers(kv_reads)
+    b = split_bounds(p.N_kv, num_splits)
+    T = max(chunk_tiles(a, e, lay["TB"], p.page_size) for a, e in b)
+    C = max(e - a for a, e in b)
+    return dict(R=R, NR=NR, layout=lay, T=T, C=C, ctas=num_splits * R)
+
+
+
+# ---------------------------------------------------------------------------------------
+# Constants
+# ---------------------------------------------------------------------------------------
+def load_constants(path=None) -> dict:
+    return json.loads(Path(path or CONSTANTS_PATH).read_text())
+
+
+# ---------------------------------------------------------------------------------------
+# Prediction
+# ---------------------------------------------------------------------------------------
+def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
+    p = problem
+    sh = kernel_shape(p, S, kv_reads)
+    schedule = "fa2_decode" if S == 1 else "split_kv"
+    led = decode_closed_form(schedule, p, num_splits=S, kv_reads=kv_reads)
+    comb_read = led.read_bytes_of("Opart") + led.read_bytes_of("Lpart")
+    comb_write = (led.write_bytes_of("O") + led.write_bytes_of("L")) if S > 1 else 0
+    main_bytes = led.hbm_bytes - comb_read - comb_write
+    comb_bytes = led.hbm_bytes - main_bytes
+    bw = k["e_dram"] * hw.hbm_bandwidth / 1e6          # bytes per us
+    n = -(-sh["ctas"] // hw.sm_count)
+    lay, NR = sh["layout"], sh["NR"]
+    latency = sh["T"] * (k["L_kv"] + k["L_q"] * NR)
+    steps = lay["KPG"] * math.log2(lay["LPR"])        # group-sum shuffle steps a warp, a row
+    per_tile = (k["c_kv"] + k["c_row"] * lay["TB"] / 64
+                + NR * k["c_sh"] * steps / 16)
+    issue = n * (sh["C"] / lay["TB"] * per_tile + k["c_cta"])
+    t_tiles = max(latency, issue)
+    t_dram = main_bytes / bw
+    terms = {"main_fixed": k["t_main0"], "main_tiles": t_tiles if t_tiles >= t_dram else 0.0,
+             "main_dram": t_dram if t_dram > t_tiles else 0.0}
+    if S > 1:
+        terms.update(combine_fixed=k["t_comb0"], combine_splits=S * k["c_s"],
+                     combine_dram=comb_bytes / bw)
+    info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
+                NR=sh["NR"], tiles_per_cta=sh["T"], ctas=sh["ctas"], ctas_per_busiest_sm=n,
+                sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
+                combine_hbm_bytes=comb_bytes, t_tiles_us=t_tiles, t_dram_us=t_dram)
+    return terms, info
+
+
+def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=None, *,
+                   kv_reads: str = "per_query_head", constants=None) -> dict:
+    """Predicted time of gpu.decode's kernels for one decoding step.
+
+    num_splits None: the rule gpu.decode uses (iosim.choose_num_splits on the preset's SM
+    count). Returns predicted_ms, main_ms, combine_ms (0 when S = 1), terms (us, each
+    term's value), shares (of the total), binding (the largest term), main_binding ("tiles"
+    or "dram": which of the main kernel's two bounds is taken), the shape numbers, and
+    `warnings`: where the prediction leaves what was measured (a dtype other than fp16,
+    N_q > 1, d other than 64 / 128, a preset other than the H100's), each a sentence."""
+    hw = get_hardware(gpu)
+    warnings = []
+    if problem.dtype != "fp16":
+        warnings.append(f"dtype={problem.dtype!r}: only fp16 decode kernels were timed; the "
+                        f"fp16 constants are used, unvalidated")
+    if problem.N_q != 1:
+        warnings.append(f"N_q={problem.N_q}: only N_q = 1 was timed; unvalidated")
+    if problem.d not in (64, 128):
+        warnings.append(f"d={problem.d}: only d = 64 and 128 were timed; unvalidated")
+    if hw.name != get_hardware("H100-SXM").name:
+        warnings.append(f"gpu={gpu!r}: the constants were fitted on the H100; this preset "
+                        f"changes only the SM count and HBM bandwidth, untested (no decode "
+                        f"rows on it)")
+    if num_splits is None:
+        num_splits = choose_num_splits(problem, hw.sm_count, kv_reads=kv_reads).num_splits
+    c = constants or load_constants()
+    terms, info = _terms(problem, int(num_splits), kv_reads, hw, c["constants"])
+    total = sum(terms.values())
+    main = sum(v for t, v in terms.items() if t.startswith("main"))
+    return dict(predicted_ms=total / 1e3, main_ms=main / 1e3, combine_ms=(total - main) / 1e3,
+                gpu=gpu, terms_us=terms, shares={t: v / total for t, v in terms.items()},
+                binding=max(terms, key=terms.get),
+                main_binding="tiles" if info["t_tiles_us"] >= info["t_dram_us"] else "dram",
+                model_version=c.get("model_version", MODEL_VERSION), warnings=warnings,
+                **info)
