@@ -186,11 +186,6 @@ def test_marker_rules(tmp_path):
     assert b[0]["line"] == 2 and b[0]["code"] == "nvidia-smi\n"
 
 
-#: pages another branch of the same change adds (helper 'model': the models' derivation
-#: history); remove an entry once the page is in the tree
-ADDED_ELSEWHERE = {"docs/models-history.md"}
-
-
 def test_relative_links_resolve():
     """Every relative Markdown link of README.md and docs/*.md names a file that exists."""
     missing = []
@@ -201,7 +196,7 @@ def test_relative_links_resolve():
                 continue
             path = (page.parent / target).resolve()
             rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
-            if not path.exists() and rel not in ADDED_ELSEWHERE:
+            if not path.exists():
                 missing.append(f"{page.relative_to(ROOT)}: {target}")
     assert not missing, missing
 
