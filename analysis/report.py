@@ -308,7 +308,8 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
 
     result = "all checks passed" if not failed else "FAILED: " + ", ".join(failed)
     lines += ["## Figures", ""]
-    for p in figures:
+    number = lambda p: int(os.path.basename(p)[3:].split("_")[0])   # fig12_... -> 12
+    for p in sorted(figures, key=number):
         if p.endswith(".png"):
             name = os.path.basename(p)
             lines.append(f"- [{name}]({name}) ([svg]({name[:-4]}.svg))")
