@@ -131,7 +131,7 @@ def error_cdf(ax, errors: dict, goals=(0.10, 0.15), xmax: float = 0.5, title: st
     ax.set_ylim(0, 1.0)
     ax.set_xlabel("|predicted / measured - 1| (%)")
     ax.set_ylabel("share of rows with at most this error")
-    if legend:
+    if legend and ax.get_legend_handles_labels()[0]:
         ax.legend(loc="lower right", fontsize=7, title=f"{legend_title} (rows; median)",
                   title_fontsize=7, framealpha=0.9)
     if title:
