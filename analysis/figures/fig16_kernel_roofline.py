@@ -28,14 +28,14 @@ def generate(**kw):
     return fig12_runtime_validation.generate(**kw)
 
 
-def _panel(ax, rf, which):
+def _panel(ax, rf, which, room=1):
     import numpy as np
     pk = rf["peaks"]
     bw = pk["hbm_bandwidth"] if which == "dram" else pk["l2_bandwidth"]
     key = f"intensity_{which}"
     xs = [p[key] for p in rf["points"]] or [1.0, 1e3]
     lo = 10 ** math.floor(math.log10(min(xs) / 2))
-    hi = 10 ** math.ceil(math.log10(max(max(xs) * 2, pk["fp16_tensor_flops"] / bw * 4)))
+    hi = room * 10 ** math.ceil(math.log10(max(max(xs) * 2, pk["fp16_tensor_flops"] / bw * 4)))
     intensity = np.geomspace(lo, hi, 300)
     for peak, ls in ((pk["fp16_tensor_flops"], "-"), (pk["fp32_flops"], "--")):
         ax.loglog(intensity, np.minimum(peak, intensity * bw) / 1e12, ls, color="black", lw=1.1)
@@ -60,7 +60,7 @@ def plot(data):
     rf = data["roofline"]
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 4.4), constrained_layout=True, sharey=True)
     _panel(axes[0], rf, "dram")
-    _panel(axes[1], rf, "l2")
+    _panel(axes[1], rf, "l2", room=10)             # room for the legend right of the points
     axes[0].set_ylabel("achieved TFLOP/s (measured time)")
     pk = rf["peaks"]
     handles = [Line2D([], [], ls="none", marker=family_style(f)["marker"], ms=5,
