@@ -4,16 +4,27 @@
 status: 0 when every check passed, 1 otherwise. Without a GPU the kernels run in Numba's
 CUDA simulator at tiny sizes (validation only, no timings); with a GPU it adds kernel runs
 of the paper's GPT-2 medium block-size experiment with measured runtimes.
+
+What it writes to `out_dir` depends only on the code and the data set: run twice, it
+writes the same bytes (the committed figures/ stays clean in git). What says when, where
+and how long (wall times, the sweep rows' provenance, the GPU runs' sweep file) goes to
+`out_dir/run/` (RUN_DIR), which .gitignore lists.
 """
 from __future__ import annotations
 
+import datetime as _dt
+import json
 import os
 import time
 
 from . import theory
 from .paths import check_out_dir
-from .sweeps import (ensure_cuda_env, evaluate_kernel, evaluate_model, grid, model_version,
-                     read_rows, run_sweep)
+from .sweeps import (WHERE_FIELDS, ensure_cuda_env, evaluate_kernel, evaluate_model, grid,
+                     model_version, provenance, read_rows, run_sweep)
+
+#: The untracked folder (inside out_dir) for this run's record: run.json (wall times,
+#: where it ran), sweep_model.jsonl with every row's provenance, the GPU runs' sweep.
+RUN_DIR = "run"
 
 #: The model sweep the report writes (bytes for M: 16 KiB .. the H100's 227 KiB).
 MODEL_GRID = dict(algorithm=["standard", "fa1", "fa2"], N=[512, 1024, 2048, 4096, 8192, 16384],
@@ -22,11 +33,34 @@ MODEL_GRID = dict(algorithm=["standard", "fa1", "fa2"], N=[512, 1024, 2048, 4096
 
 
 class _Progress:
+    """Prints each step with the seconds since the start; keeps them for run.json."""
+
     def __init__(self):
         self.t0 = time.perf_counter()
+        self.steps = []
 
     def __call__(self, msg: str):
-        print(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", flush=True)
+        t = time.perf_counter() - self.t0
+        self.steps.append({"seconds": round(t, 2), "step": msg})
+        print(f"[{t:6.1f}s] {msg}", flush=True)
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Write under a name of this process, then move into place (concurrent reports on
+    one directory each leave a whole file)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _rows_text(rows, drop=()) -> str:
+    return "".join(json.dumps({k: v for k, v in r.items() if k not in drop}) + "\n"
+                   for r in rows)
 
 
 def _md_check(c: theory.Check) -> str:
@@ -70,7 +104,7 @@ def _levels_section(d9, d10, d11) -> list[str]:
 def _runtime_section(d12, d13) -> list[str]:
     """REPORT.md lines for figures 12 and 13 (numbers only)."""
     from .figures.fig12_runtime_validation import family_roof_summary
-    out = ["## Time model (analysis.runtime)", "",
+    out = ["## Time model (iosim.timing)", "",
            f"Predicted vs measured kernel time of a pass (fig12, {len(d12['points'])} "
            "runtime_validation rows): |predicted / measured - 1|:", "",
            "| device | split | rows | median | worst | within 10 % |", "|---|---|---|---|---|---|"]
@@ -96,6 +130,8 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
     """Run everything into `out_dir`; return 0 if all checks pass, else 1."""
     log = _Progress()
     out_dir = check_out_dir(out_dir)
+    run_dir = os.path.join(out_dir, RUN_DIR)
+    os.makedirs(run_dir, exist_ok=True)
     gpu_present = ensure_cuda_env()
     log(f"flashsim report -> {out_dir}/ ({'GPU' if gpu_present else 'no GPU: CUDA simulator'})")
     lines = ["# flashsim report", ""]
@@ -138,16 +174,21 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
 
     # 3. model sweep -------------------------------------------------------------------
     # regenerated on every run (instant), never trusted from an earlier or committed file:
-    # written to a file of this process, then moved into place (atomic; concurrent
-    # reports each leave a whole file)
+    # written to a file of this process in run/ (rows with their provenance), then copied
+    # without the provenance (WHERE_FIELDS: when, where, how long) to out_dir, whose rows
+    # keep model_version, so a sweep resumed on that file never reuses a row of an older
+    # model; both moved into place atomically (concurrent reports each leave whole files)
     sweep_path = os.path.join(out_dir, "sweep_model.jsonl")
-    tmp_path = f"{sweep_path}.{os.getpid()}.tmp"
+    run_sweep_path = os.path.join(run_dir, "sweep_model.jsonl")
+    tmp_path = f"{run_sweep_path}.{os.getpid()}.tmp"
     if os.path.exists(tmp_path):
         os.remove(tmp_path)
     pts = grid(**MODEL_GRID)
     try:
         st = run_sweep(pts, tmp_path, evaluate_model)
-        os.replace(tmp_path, sweep_path)
+        full_rows = read_rows(tmp_path)
+        _write_atomic(sweep_path, _rows_text(full_rows, drop=WHERE_FIELDS))
+        os.replace(tmp_path, run_sweep_path)
     finally:
         if os.path.exists(tmp_path):
             os.remove(tmp_path)
@@ -194,11 +235,10 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
     # 5. GPU runs (only with a GPU) -------------------------------------------------------
     runtimes = None
     if gpu_present:
-        kpath = os.path.join(out_dir, "sweep_kernel_gpt2.jsonl")
+        kpath = os.path.join(run_dir, "sweep_kernel_gpt2.jsonl")   # measured: untracked
         kp = grid(algorithm="fa1", N=1024, d=64, heads=16, batch=64, dtype="fp16",
                   block_rows=64, block_cols=[64, 128, 256, 512])
-        from .progress import Progress
-        from .sweeps import pending
+        from .progress import Progress, pending
         with Progress(pending(kp, kpath), "report: GPU kernel runs") as bar:
             run_sweep(kp, kpath, evaluate_kernel, progress=lambda msg: bar.update())
         krows = [r for r in read_rows(kpath) if r["status"] == "ok"]
@@ -219,9 +259,10 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
         log("GPU kernel runs SKIPPED: no CUDA GPU")
 
     # 6. figures -------------------------------------------------------------------------
+    # every figure of analysis.figures.NAMES; those from measured rows (fig8, fig11-fig14)
+    # read the committed data set, so no GPU is needed
     from .figures import (fig1_traffic_vs_M, fig2_traffic_vs_N, fig3_block_size, fig4_tiling_heatmap,
-                          fig5_roofline, fig6_memory_footprint, fig15_window)
-    from .figures._style import save
+                          fig5_roofline, fig6_memory_footprint, fig8_bench, fig15_window)
     for mod in (fig1_traffic_vs_M, fig2_traffic_vs_N, fig4_tiling_heatmap, fig5_roofline,
                 fig6_memory_footprint, fig15_window):
         figures += mod.make(out_dir)
@@ -232,51 +273,58 @@ def run_report(out_dir="figures", *, kernel_validation=True) -> int:
         figures += fig3_block_size.make(out_dir)
     log(f"figure {fig3_block_size.NAME}")
     if val is not None:
-        figures += save(fig7_validation.plot(val), out_dir, fig7_validation.NAME, val["config"])
+        figures += fig7_validation.draw(val, out_dir)
         log(f"figure {fig7_validation.NAME}")
+    figures += fig8_bench.make(out_dir)
+    log(f"figure {fig8_bench.NAME} (bench rows of the data set)")
     # the L2 / DRAM model (iosim.memory): figures 9-11, their numbers in the report
     from .figures import fig9_levels, fig10_grid_order, fig11_levels_validation
     d9 = fig9_levels.generate()
-    figures += save(fig9_levels.plot(d9), out_dir, fig9_levels.NAME,
-                    {**d9["config"], "calls": d9["calls"]})
+    figures += fig9_levels.draw(d9, out_dir)
     log(f"figure {fig9_levels.NAME} ({d9['calls']} model calls)")
     d10 = fig10_grid_order.generate()
-    figures += save(fig10_grid_order.plot(d10), out_dir, fig10_grid_order.NAME,
-                    {**d10["config"], "calls": d10["calls"]})
+    figures += fig10_grid_order.draw(d10, out_dir)
     log(f"figure {fig10_grid_order.NAME} ({d10['calls']} model calls)")
     d11 = fig11_levels_validation.generate()
-    figures += save(fig11_levels_validation.plot(d11), out_dir, fig11_levels_validation.NAME,
-                    d11["config"])
+    figures += fig11_levels_validation.draw(d11, out_dir)
     log(f"figure {fig11_levels_validation.NAME} ({len(d11['points'])} measured rows)")
     lines += _levels_section(d9, d10, d11)
-    # the time model (iosim.timing): figure 12 (against the measured times, roofline)
-    # and figure 13 (time by operation; measured where op_breakdown rows exist)
-    from .figures import fig12_runtime_validation, fig13_time_breakdown
+    # the time model (iosim.timing): figure 12 (against the measured times), 16 (the
+    # measured forward passes on the roofline) and 13 (time by operation; measured where
+    # op_breakdown rows exist); 14 the decoding model and kernels
+    from .figures import (fig12_runtime_validation, fig13_time_breakdown, fig14_decode,
+                          fig16_kernel_roofline)
     d12 = fig12_runtime_validation.generate()
-    figures += save(fig12_runtime_validation.plot(d12), out_dir, fig12_runtime_validation.NAME,
-                    {**d12["config"], "calls": d12["calls"]})
-    log(f"figure {fig12_runtime_validation.NAME} ({len(d12['points'])} measured rows, "
-        f"{d12['calls']} model calls)")
+    figures += fig12_runtime_validation.draw(d12, out_dir)
+    log(f"figure {fig12_runtime_validation.NAME} ({len(d12['points'])} measured rows)")
+    figures += fig16_kernel_roofline.draw(d12, out_dir)
+    log(f"figure {fig16_kernel_roofline.NAME} ({d12['calls']} model calls)")
     d13 = fig13_time_breakdown.generate()
-    figures += save(fig13_time_breakdown.plot(d13), out_dir, fig13_time_breakdown.NAME,
-                    {**d13["config"], "measured": d13["measured"]})
+    figures += fig13_time_breakdown.draw(d13, out_dir)
     log(f"figure {fig13_time_breakdown.NAME} ({'measured' if d13['measured'] else 'modelled only'})")
     lines += _runtime_section(d12, d13)
+    figures += fig14_decode.make(out_dir)
+    log(f"figure {fig14_decode.NAME}")
 
+    result = "all checks passed" if not failed else "FAILED: " + ", ".join(failed)
     lines += ["## Figures", ""]
-    for p in figures:
+    number = lambda p: int(os.path.basename(p)[3:].split("_")[0])   # fig12_... -> 12
+    for p in sorted(figures, key=number):
         if p.endswith(".png"):
             name = os.path.basename(p)
             lines.append(f"- [{name}]({name}) ([svg]({name[:-4]}.svg))")
-    lines += ["", f"Wall time: {time.perf_counter() - log.t0:.1f} s. "
-              f"Result: {'all checks passed' if not failed else 'FAILED: ' + ', '.join(failed)}.", ""]
-    report_path = os.path.join(out_dir, "REPORT.md")
-    with open(f"{report_path}.{os.getpid()}.tmp", "w") as f:    # then moved into place
-        f.write("\n".join(lines))
-    os.replace(f"{report_path}.{os.getpid()}.tmp", report_path)
-    log(f"wrote {os.path.join(out_dir, 'REPORT.md')}: "
-        f"{'all checks passed' if not failed else 'FAILED: ' + ', '.join(failed)}")
+    # no wall time here: REPORT.md is committed and must not change from run to run
+    lines += ["", f"Result: {result}.", ""]
+    _write_atomic(os.path.join(out_dir, "REPORT.md"), "\n".join(lines))
+    wall = time.perf_counter() - log.t0
+    _write_atomic(os.path.join(run_dir, "run.json"), json.dumps(
+        {"result": result, "wall_seconds": round(wall, 1), "gpu": gpu_present,
+         "model_version": model_version("model"), "where": provenance(None),
+         "made_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+         "steps": log.steps}, indent=1) + "\n")
+    log(f"wrote {os.path.join(out_dir, 'REPORT.md')}: {result} (wall time {wall:.1f} s; "
+        f"this run's record in {run_dir}/)")
     return 0 if not failed else 1
 
 
-__all__ = ["MODEL_GRID", "run_report"]
+__all__ = ["MODEL_GRID", "RUN_DIR", "run_report"]

@@ -234,7 +234,7 @@ def test_cli_report_without_kernels():
         assert os.path.getsize(os.path.join(out_dir, next(
             p for p in os.listdir(out_dir) if p.startswith(f"fig{n}_") and p.endswith(".png")))) > 0
     assert "Below the ledger: L2 and DRAM" in text
-    assert "Time model (analysis.runtime)" in text
+    assert "Time model (iosim.timing)" in text
     assert len(read_rows(os.path.join(out_dir, "sweep_model.jsonl"))) == 360
 
 

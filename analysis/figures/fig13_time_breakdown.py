@@ -29,7 +29,6 @@ Remake: `flashsim figure fig13` (two model calls, about 1-2 s). The rows:
 """
 from __future__ import annotations
 
-import textwrap
 import time
 
 from ._style import save
@@ -38,10 +37,10 @@ NAME = "fig13_time_breakdown"
 
 #: segment key -> (colour, hatch, legend label)
 SEGMENTS = {
-    "matmul_qk": ("#1f77b4", None, "Q K^T matmul (flashsim std_S: with the causal mask)"),
+    "matmul_qk": ("#1f77b4", None, "Q K^T matmul (std_S, masked)"),
     "mask": ("#ff7f0e", None, "mask"),
     "softmax": ("#2ca02c", None, "softmax"),
-    "mask+softmax": ("#2ca02c", "..", "mask + softmax (flashsim std_softmax; mask in std_S)"),
+    "mask+softmax": ("#2ca02c", "..", "softmax (std_softmax)"),
     "dropout": ("#d62728", None, "dropout"),
     "matmul_pv": ("#9467bd", None, "P V matmul"),
     "fused": ("#7f7f7f", None, "fused kernel"),
@@ -158,6 +157,13 @@ def bar_notes(bars) -> list[str]:
     return out
 
 
+def _short(label: str) -> str:
+    """A bar's tick label, short: measured is the default, modelled bars say so."""
+    return (label.replace("PyTorch unfused\n(measured)", "PyTorch\nunfused")
+            .replace("flashsim standard", "flashsim\nstandard")
+            .replace(" (measured)", "").replace(" (modelled)", ",\nmodel"))
+
+
 def _panel(ax, bars, title):
     import numpy as np
     x = np.arange(len(bars))
@@ -176,10 +182,12 @@ def _panel(ax, bars, title):
         if b.get("sequence_ms"):
             ax.plot([i - 0.36, i + 0.36], [b["sequence_ms"]] * 2, "k-", lw=1.6)
             ax.text(i + 0.38, b["sequence_ms"], "in\nsequence", fontsize=6, va="center")
+        note = note.replace("model / measured ", "") + (" x meas." if "model / measured"
+                                                         in note else "")
         ax.text(i, max(y, b.get("sequence_ms") or 0) + 0.02 * top, note, ha="center",
-                va="bottom", fontsize=7)
+                va="bottom", fontsize=6.5)
     ax.set_xticks(x)
-    ax.set_xticklabels([b["label"] for b in bars], fontsize=7)
+    ax.set_xticklabels([_short(b["label"]) for b in bars], fontsize=7)
     ax.set_ylim(0, top * 1.22)
     ax.set_xlim(-0.6, max(len(bars), 4) - 0.4)
     ax.set_ylabel("GPU time of the forward (ms)")
@@ -191,14 +199,13 @@ def plot(data):
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
     plt.rcParams.update({"font.size": 8, "axes.grid": True, "grid.alpha": 0.3})
-    fig, axes = plt.subplots(1, 2, figsize=(13.0, 6.9), constrained_layout=True,
-                             gridspec_kw={"width_ratios": [1.5, 1]})
-    fig.get_layout_engine().set(rect=(0, 0.19, 1, 0.81))
+    fig, axes = plt.subplots(1, 2, figsize=(10.0, 5.2), constrained_layout=True,
+                             gridspec_kw={"width_ratios": [1.6, 1]})
     c = data["config"]
     a = [b for b in data["bars"] if b["panel"] == "a"]
     b = [x for x in data["bars"] if x["panel"] == "b"]
-    _panel(axes[0], a, "(a) PyTorch's unfused attention against the fused kernels")
-    _panel(axes[1], b, "(b) flashsim: standard (S and P through HBM) against fa2")
+    _panel(axes[0], a, "(a) PyTorch's unfused ops against fused kernels")
+    _panel(axes[1], b, "(b) flashsim: standard against fa2")
     if not data["measured"]:
         axes[0].text(0.5, 0.55, "no op_breakdown rows yet:\npython3 -m analysis.opbreakdown "
                      "--out rows.jsonl\n(on a GPU), then flashsim results add rows.jsonl",
@@ -208,38 +215,21 @@ def plot(data):
     handles = [Patch(facecolor=SEGMENTS[k][0], hatch=SEGMENTS[k][1], edgecolor="white",
                      label=SEGMENTS[k][2]) for k in used]
     handles.append(Patch(facecolor="#bbbbbb", alpha=0.45, hatch="//", edgecolor="white",
-                         label="modelled (iosim.timing)"))
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.19), ncol=4,
-               fontsize=7, frameon=False)
+                         label="modelled (time model)"))
+    axes[0].legend(handles=handles, loc="upper right", ncol=2, fontsize=7, framealpha=0.9)
     shape = (f"batch {c['batch']}, {c['heads']} heads, N = {c['N']}, d = {c['d']}, {c['dtype']}"
              f"{', causal' if c['causal'] else ''}, dropout p = {c['dropout_p']:g}")
-    where = (f"measured on {c['device']} (run {c['run_id']})" if data["measured"] else
-             f"NO op_breakdown rows yet: modelled bars only ({c['gpu']} preset)")
-    fig.suptitle(f"Attention forward time by operation (the paper's Figure 1, right): {shape}\n"
-                 f"{where}", fontsize=10, fontweight="bold")
-    tl = c["tiling"]
-    caption = (
-        "PyTorch: each operation timed alone with CUDA events (median of >= 20 repetitions, "
-        "inputs rotated over several copies, every intermediate computed beforehand); the "
-        "tick marks the operations timed as one sequence. torch SDPA: scaled_dot_product_"
-        "attention under sdpa_kernel(FLASH_ATTENTION / EFFICIENT_ATTENTION). flashsim: its "
-        "kernels timed by CUPTI (analysis.hwmeasure.time_config); flashsim has no dropout, "
-        "and applies the causal mask inside std_S (skipping fully masked tiles), so its "
-        "std_softmax stands for PyTorch's mask + softmax. Modelled (hatched): iosim.timing."
-        f"predict on the {c['gpu']} preset, tilings standard {tl.get('flashsim_standard')}, "
-        f"fa2 {tl.get('flashsim_fa2')} (None: the model's default). flashsim's kernels are "
-        "Numba research kernels: its standard runs its tile products on the CUDA cores, "
-        "PyTorch's on cuBLAS tensor cores, hence panel (b)'s own scale.")
-    if data["errors"]:
-        caption += " Not measured: " + "; ".join(
-            f"{e['impl']} p={e['dropout_p']}: {str(e['error']).splitlines()[0][:80]}"
-            for e in data["errors"])
-    fig.text(0.5, 0.105, textwrap.fill(caption, 200), ha="center", va="top", fontsize=6.6,
-             color="#333333")
+    where = (f"measured on the {c['device']}" if data["measured"] else
+             f"no measured rows yet: modelled only ({c['gpu']} preset)")
+    fig.suptitle(f"Attention forward time by operation (the paper's Figure 1, right), {where}\n"
+                 f"{shape}", fontsize=10)
     return fig
 
 
+def draw(data, out_dir="figures"):
+    """Save the figure of `data` (from generate) as out_dir/NAME.png and .svg."""
+    return save(plot(data), out_dir, NAME, {**data["config"], "measured": data["measured"]})
+
+
 def make(out_dir="figures", **kw):
-    data = generate(**kw)
-    return save(plot(data), out_dir, NAME, {**data["config"], "measured": data["measured"],
-                                            "seconds": round(data["seconds"], 2)})
+    return draw(generate(**kw), out_dir)

@@ -1,32 +1,29 @@
-"""Figure 14: KV-cache decoding: modelled traffic against the cache length N_kv and the
-number of splits S, and the measured kernels (gpu.decode) against the HBM roofline.
+"""Figure 14: KV-cache decoding: the measured kernels against the HBM roof, and the decode
+time model's error.
 
 One configuration family: N_q = 1 new row, fp16, d = 128, 32 query heads (MHA, and GQA on
-8 K/V heads), contiguous cache; the H100-SXM preset (132 SMs, 3.35 TB/s).
+8 K/V heads); the H100-SXM preset (132 SMs, 3.35 TB/s).
 
-(a) Model: HBM bytes per decoding step (iosim.decode.decode_closed_form, problem totals)
-    against N_kv, batch 1: fa2_decode (S = 1) and split_kv at the rule's S
-    (iosim.choose_num_splits for 132 SMs); GQA with kv_reads "per_query_head" (each query
-    head reads its group's K/V: G = 4 times the K/V bytes) and "per_group" (once). The
-    split's extra bytes (Opart, Lpart written and read back) are drawn alone (dotted).
-(b) Model and measurement against S at one shape (batch 1, MHA, N_kv = 16K): the bytes
-    (left axis) grow with S by the partials; the blocks in flight, S x batch x heads,
-    fill the 132 SMs at the rule's S (marked). Measured kernel time (right axis) from the
-    data set's num_splits sweep rows (`decode_bench`, sweep "num_splits", shape
-    "b1_mha_d128_16k") where present.
-(c) Measured kernel time against N_kv (decode_bench rows, flashsim with num_splits
-    "auto" and torch SDPA, contiguous and paged, per batch; d = 128) and the roofline
-    floor dram_bytes / 3.35 TB/s (the least a step must move: K and V once, Q, O, L).
-(d) Achieved bandwidth dram_bytes / time against N_kv, with the 3.35 TB/s line.
-Without decode_bench rows, (c) draws the floor only, (d) the roofline only, (b) the
-model only, and the title says so.
+(a) Achieved bandwidth against the cache length N_kv, from the data set's decode_bench
+    rows (flashsim's gpu.decode with num_splits "auto", and torch SDPA; contiguous cache;
+    colour: implementation, line: MHA or GQA, marker: batch): dram_bytes / time, where
+    dram_bytes = K and V once + Q + O + L (+ block table) is the least a step moves, the
+    same for every implementation. The black line is the preset's HBM bandwidth.
+(b) The decode time model (`analysis.fit_decode.predict_row`) against the held-out
+    flashsim rows (`analysis.fit_decode.split_of`): per schedule (fa2_decode, split_kv)
+    and cache layout (contiguous, paged), the share of rows whose |predicted / measured -
+    1| is at most x, with lines at 10 % and 15 %.
+
+`generate` also computes the traffic model (iosim.decode.decode_closed_form, bytes per
+step against N_kv; MHA and GQA with kv_reads "per_query_head" and "per_group"), the
+num_splits rule (iosim.choose_num_splits) and its partial-output traffic against S, and
+the measured num_splits sweep rows, for the tests and REPORT readers.
 
 Rows: `scripts/decode_bench.py --out rows.jsonl` on a GPU, then
-`flashsim results add rows.jsonl`. Remake: `flashsim figure fig14` (< 1 s).
+`flashsim results add rows.jsonl`. Remake: `flashsim figure fig14` (about 2 s).
 """
 from __future__ import annotations
 
-import textwrap
 import time
 
 from ._style import save
@@ -101,6 +98,7 @@ def generate(rows=None, data=None, device: str = "H100", gpu: str = "H100-SXM"):
             sw[r["num_splits"]] = float(r["ms_median"])
     return {"series": series, "sweep": sweep, "rule": rule.to_dict(),
             "measured": measured, "sweep_measured": sorted(sw.items()),
+            "errors": model_errors(rows),
             "has_rows": bool(ok),
             "config": {"data_set": KIND, "device": device, "gpu": gpu, "d": D, "heads": HEADS,
                        "kv_heads_gqa": KV_GQA, "dtype": "fp16", "seq_len_q": 1,
@@ -109,127 +107,86 @@ def generate(rows=None, data=None, device: str = "H100", gpu: str = "H100-SXM"):
             "seconds": time.perf_counter() - t0}
 
 
+def model_errors(rows) -> dict:
+    """{"schedule, layout": [|predicted / measured - 1|, ...]} of the decode time model
+    (`analysis.fit_decode.predict_row`) over the held-out flashsim rows
+    (`analysis.fit_decode.split_of`; the rows the constants were not fitted on)."""
+    from analysis import fit_decode as T
+    fs = [r for r in rows if r.get("kind", KIND) == KIND and r.get("impl") == "flashsim"
+          and r.get("status") == "ok" and r.get("ms_median") and "schedule" in r]
+    out: dict = {}
+    for v in T.validation_rows(fs) if fs else []:
+        if v["split"] == "heldout":
+            out.setdefault(f"{v['schedule']}, {v['layout']}", []).append(abs(v["rel_error"]))
+    return dict(sorted(out.items()))
+
+
+_ERROR_STYLE = {"fa2_decode": "#1f77b4", "split_kv": "#2ca02c"}
+
+
+def _error_style(name: str) -> dict:
+    schedule, layout = name.split(", ")
+    return {"color": _ERROR_STYLE.get(schedule, "#7f7f7f"),
+            "ls": "-" if layout == "contiguous" else "--", "marker": "o"}
+
+
 def plot(data):
+    """(a) achieved bandwidth of the measured decoding steps (contiguous cache) against
+    the HBM roof; (b) the decode time model's error on the held-out rows."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from ._style import error_cdf
     plt.rcParams.update({"font.size": 8, "axes.grid": True, "grid.alpha": 0.3})
-    fig, axes = plt.subplots(2, 2, figsize=(12.5, 9.0), constrained_layout=True)
-    fig.get_layout_engine().set(rect=(0, 0.07, 1, 0.93))
+    fig, (ax, axe) = plt.subplots(1, 2, figsize=(9.0, 4.4), layout="constrained",
+                                  gridspec_kw={"width_ratios": [1.25, 1]})
     c = data["config"]
     bw = c["hbm_bandwidth"]
-    # (a) model bytes against N_kv
-    ax = axes[0, 0]
-    colors = {"MHA": "#1f77b4", "GQA per_query_head": "#ff7f0e", "GQA per_group": "#2ca02c"}
-    for name, pts in data["series"].items():
-        x = [p["N_kv"] for p in pts]
-        ax.loglog(x, [p["fa2_decode"] for p in pts], "-", color=colors[name],
-                  label=f"{name}: fa2_decode (S = 1)")
-        ax.loglog(x, [p["split_kv"] for p in pts], "--", marker="o", ms=3, color=colors[name],
-                  label=f"{name}: split_kv, S from the rule")
-        ax.loglog(x, [max(p["partials"], 1) for p in pts], ":", color=colors[name], lw=1,
-                  label=f"{name}: Opart + Lpart bytes alone")
-        for p in pts[::2]:
-            ax.annotate(f"S={p['S']}", (p["N_kv"], p["split_kv"]), fontsize=6,
-                        textcoords="offset points", xytext=(2, 4), color=colors[name])
-    ax.set_xlabel("cache length N_kv (rows)")
-    ax.set_ylabel("HBM bytes per step (model, problem total)")
-    ax.set_title(f"(a) model: bytes per step, batch 1, {c['heads']} query heads\n(GQA "
-                 f"per_query_head requests what MHA does: the lines coincide)", fontsize=8.5)
-    ax.legend(fontsize=6.2, ncol=1)
-    # (b) partial traffic and time against S
-    ax = axes[0, 1]
-    sw = data["sweep"]
-    rule = data["rule"]
-    ax.plot([p["S"] for p in sw], [p["partial_pct"] for p in sw], "-", color="#1f77b4",
-            label="model: Opart + Lpart bytes, % of K + V bytes (left)")
-    ax.axhline(5.0, color="#1f77b4", ls=":", lw=0.8, label="the rule's cap (5 %)")
-    ax.axvline(rule["num_splits"], color="#444444", ls=":", lw=1)
-    ax.axvline(-(-rule["target_blocks"] // rule["blocks_per_split"]), color="#bbbbbb", lw=4,
-               alpha=0.4, label="S x blocks a split >= SMs from here")
-    ax.text(rule["num_splits"] + 0.7, 0.2, f"rule: S = {rule['num_splits']}\n({rule['binding']}: "
-            f"{rule['blocks_per_split']} blocks a split,\n{rule['target_blocks']} SMs)",
-            fontsize=6.5, va="bottom")
-    ax.set_xlabel("num_splits S")
-    ax.set_ylabel("partial-output traffic (% of the K + V bytes, model)")
-    ax2 = ax.twinx()
-    ax2.plot([p["S"] for p in sw], [p["floor_ms"] * 1e3 for p in sw], "-", color="#999999",
-             lw=0.8, label="model bytes / HBM bandwidth (us, right)")
-    if data["sweep_measured"]:
-        xs, ys = zip(*data["sweep_measured"])
-        ax2.plot(xs, [y * 1e3 for y in ys], "o-", ms=3, color="#2ca02c",
-                 label="measured flashsim kernels (us, right)")
-    else:
-        ax2.text(0.5, 0.6, "no num_splits sweep rows yet: model only", transform=ax2.transAxes,
-                 ha="center", color="#aa0000", fontsize=8)
-    ax2.set_ylabel("time per step (us)")
-    ax2.set_ylim(bottom=0)
-    ax2.grid(False)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=6.5, loc="upper left")
-    ax.set_title(f"(b) against S: batch 1, MHA, N_kv = {SWEEP_N_KV}, d = {D}, fp16",
-                 fontsize=8.5)
-    # (c) time against N_kv, (d) bandwidth against N_kv
-    axc, axd = axes[1, 0], axes[1, 1]
-    floor = {}
-    for m in data["measured"]:
-        floor.setdefault((m["attn"], m["batch"]), {})[m["N_kv"]] = m["floor_ms"]
-    for m_key in sorted({(m["impl"], m["attn"], m["batch"], m["paged"]) for m in data["measured"]},
-                        key=str):
-        impl, attn, batch, paged = m_key
-        pts = sorted((m for m in data["measured"]
-                      if (m["impl"], m["attn"], m["batch"], m["paged"]) == m_key),
+    meas = [m for m in data["measured"] if not m["paged"]]
+    for key in sorted({(m["impl"], m["attn"], m["batch"]) for m in meas}, key=str):
+        impl, attn, batch = key
+        pts = sorted((m for m in meas if (m["impl"], m["attn"], m["batch"]) == key),
                      key=lambda m: m["N_kv"])
-        style = dict(color=IMPL_COLORS.get(impl, "#7f7f7f"), marker=BATCH_MARKERS.get(batch, "x"),
-                     ms=4, ls="-" if attn == "mha" else "--",
-                     mfc="white" if paged else None, lw=0.9, alpha=0.85)
-        lab = f"{impl} {attn} b={batch}{' paged' if paged else ''}"
-        axc.loglog([m["N_kv"] for m in pts], [m["ms"] for m in pts], label=lab, **style)
-        axd.semilogx([m["N_kv"] for m in pts], [m["gbps"] for m in pts], label=lab, **style)
-    if not data["measured"]:   # the floor of the model family instead
-        for name, pts in data["series"].items():
-            if name == "GQA per_query_head":
-                continue
-            axc.loglog([p["N_kv"] for p in pts],
-                       [min(p["fa2_decode"], p["split_kv"]) / bw * 1e3 for p in pts], "-",
-                       label=f"{name}, batch 1: model bytes / {bw / 1e12:.2f} TB/s")
-        for ax in (axc, axd):
-            ax.text(0.5, 0.5, "no decode_bench rows yet: model only\n(scripts/decode_bench.py "
-                    "on a GPU,\nthen flashsim results add rows.jsonl)", transform=ax.transAxes,
-                    ha="center", va="center", fontsize=8, color="#aa0000")
-    else:
-        for (attn, batch), fl in sorted(floor.items()):
-            xs = sorted(fl)
-            axc.loglog(xs, [fl[x] for x in xs], ":", color="#444444", lw=0.8)
-    axd.axhline(bw / 1e9, color="black", lw=1.2, label=f"HBM roofline {bw / 1e12:.2f} TB/s")
-    axc.set_xlabel("cache length N_kv (rows)")
-    axc.set_ylabel("time per decoding step (ms)")
-    axc.set_title("(c) measured kernel time (dotted: dram_bytes / HBM bandwidth)", fontsize=8.5)
-    axd.set_xlabel("cache length N_kv (rows)")
-    axd.set_ylabel("achieved GB/s (dram_bytes / time)")
-    axd.set_title("(d) achieved bandwidth against the HBM roofline", fontsize=8.5)
-    axd.set_ylim(0, max([bw / 1e9] + [m["gbps"] for m in data["measured"]]) * 1.15)
-    axd.set_xscale("log")
-    axd.set_xlim(KV_LENS[0] / 1.5, KV_LENS[-1] * 1.5)
-    axc.legend(fontsize=5.8, ncol=2)
-    axd.legend(fontsize=5.8, ncol=2, loc="lower right")
-    where = (f"measured on {', '.join(c['devices'])} ({c['rows']} decode_bench rows)"
-             if data["has_rows"] else "NO decode_bench rows yet: model panels only")
-    fig.suptitle(f"KV-cache decoding (N_q = 1, fp16, d = {c['d']}): traffic model and the "
-                 f"gpu.decode kernels; {where}", fontsize=10, fontweight="bold")
-    caption = ("Model: iosim.decode.decode_closed_form (every element the kernels request, "
-               "= the kernels' own counts) on the " + c["gpu"] + " preset; S from "
-               "iosim.choose_num_splits. Measured: scripts/decode_bench.py (CUDA events around "
-               "the kernels alone, median of >= 20 calls, K/V rotated over copies totalling "
-               ">= 200 MB where memory allows). dram_bytes = K and V once + Q + O + L "
-               "(+ block table): the least a step moves, the same for every implementation; "
-               "open markers: paged (256-row pages); dashed: GQA (32 query heads on 8 K/V heads, "
-               "flashsim kv_reads='per_group').")
-    fig.text(0.5, 0.055, textwrap.fill(caption, 190), ha="center", va="top", fontsize=6.8,
-             color="#333333")
+        ax.plot([m["N_kv"] for m in pts], [m["gbps"] for m in pts],
+                color=IMPL_COLORS.get(impl, "#7f7f7f"), marker=BATCH_MARKERS.get(batch, "x"),
+                ms=4, ls="-" if attn == "mha" else "--", lw=1.0, alpha=0.85)
+    ax.axhline(bw / 1e9, color="black", lw=1.2)
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(KV_LENS[0] / 1.4, KV_LENS[-1] * 1.4)
+    ax.set_xticks(KV_LENS[::2], [f"{n // 1024}K" for n in KV_LENS[::2]])
+    ax.set_ylim(0, bw / 1e9 * 1.45)
+    ax.set_xlabel("cache length N_kv (rows)")
+    ax.set_ylabel("achieved GB/s (least bytes a step moves / time)")
+    ax.set_title("(a) measured steps against the HBM roof (contiguous cache)", fontsize=9)
+    if not meas:
+        ax.text(0.5, 0.5, "no decode_bench rows yet", transform=ax.transAxes, ha="center",
+                va="center", fontsize=9, color="#aa0000")
+    impls = sorted({m["impl"] for m in meas})
+    handles = [Line2D([], [], color=IMPL_COLORS.get(i, "#7f7f7f"), lw=1.5, label=i)
+               for i in impls]
+    handles += [Line2D([], [], color="#777777", ls="-", label=f"MHA ({c['heads']} heads)"),
+                Line2D([], [], color="#777777", ls="--",
+                       label=f"GQA ({c['heads']} on {c['kv_heads_gqa']})")]
+    handles += [Line2D([], [], color="#777777", ls="none", marker=BATCH_MARKERS[b], ms=4,
+                       label=f"batch {b}") for b in sorted({m["batch"] for m in meas})
+                if b in BATCH_MARKERS]
+    handles.append(Line2D([], [], color="black", lw=1.2, label=f"HBM {bw / 1e12:.2f} TB/s"))
+    ax.legend(handles=handles, loc="upper center", ncol=4, fontsize=6.5, framealpha=0.9)
+    n = sum(len(v) for v in data["errors"].values())
+    error_cdf(axe, data["errors"], goals=(0.10, 0.15), xmax=0.25, style=_error_style,
+              title=f"(b) time model, held-out rows ({n})", legend_title="schedule, cache")
+    if not data["errors"]:
+        axe.text(0.5, 0.5, "no decode_bench rows yet", transform=axe.transAxes, ha="center",
+                 va="center", fontsize=9, color="#aa0000")
+    fig.suptitle(f"KV-cache decoding on the {c['gpu'].split('-')[0]} (one new row, fp16, "
+                 f"d = {c['d']}): where the kernels stand against\nthe HBM roof, and how well "
+                 "the decode time model predicts them", fontsize=10)
     return fig
 
 
+def draw(data, out_dir="figures"):
+    """Save the figure of `data` (from generate) as out_dir/NAME.png and .svg."""
+    return save(plot(data), out_dir, NAME, {**data["config"], "has_rows": data["has_rows"]})
+
+
 def make(out_dir="figures", **kw):
-    data = generate(**kw)
-    return save(plot(data), out_dir, NAME, {**data["config"], "has_rows": data["has_rows"],
-                                            "seconds": round(data["seconds"], 2)})
+    return draw(generate(**kw), out_dir)
