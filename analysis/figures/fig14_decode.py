@@ -19,7 +19,7 @@ step against N_kv; MHA and GQA with kv_reads "per_query_head" and "per_group"), 
 num_splits rule (iosim.choose_num_splits) and its partial-output traffic against S, and
 the measured num_splits sweep rows, for the tests and REPORT readers.
 
-Rows: `scripts/decode_bench.py --out rows.jsonl` on a GPU, then
+Rows: `flashsim bench --decode --out rows.jsonl` on a GPU, then
 `flashsim results add rows.jsonl`. Remake: `flashsim figure fig14` (about 2 s).
 """
 from __future__ import annotations
