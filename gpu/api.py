@@ -101,111 +101,24 @@ from ._launch import (DEFAULT_SMEM_BYTES, HOST_DTYPE, NP_DTYPE, SIM, check_fits,
 BF16 = HOST_DTYPE["bf16"]
 
 
-def tc_dtypes(module) -> tuple:
-    """The storage dtypes a tensor-core kernel module runs: its DTYPES (e.g. ("fp16",
-    "bf16")), or ("fp16",) for a module that does not declare them."""
-    return tuple(getattr(module, "DTYPES", ("fp16",)))
+from iosim.launch.tables import (DEFAULT_TILES, FA1_FAST_FALLBACK, FA1_FAST_THREADS,  # noqa: F401
+                                 FA1_FAST_TILES, FA1_FAST_TUNED, FA2_FAST_FALLBACK,
+                                 FA2_FAST_THREADS, FA2_FAST_TILES, FA2_FAST_TUNED,
+                                 FA2_TC_FALLBACK, FA2_TC_MT, FA2_TC_TILES, FA2_TC_TILES_CAUSAL,
+                                 FAST_ALGORITHMS, FAST_DTYPES, HEAD_DIMS, KERNELS,
+                                 STANDARD_FAST_FALLBACK, STANDARD_FAST_THREADS,
+                                 STANDARD_FAST_TILES, STANDARD_FAST_TUNED, Tunable, fa2_tc_mt,
+                                 on_change, other_fast_tables, plain_default_tiling, tc_dtypes)
+
+_Tunable = Tunable
 
 
-#: storage dtypes of the register-tiled (fast) kernels; bf16 runs on the plain kernels
-#: (and the tensor-core ones whose module lists it in DTYPES)
-FAST_DTYPES = ("fp32", "fp16")
-
-
+@on_change
 def clear_plans() -> None:
     """Forget every cached launch plan of the thin call path (the next call of each kind
-    takes the full path again and rebuilds its plan)."""
+    takes the full path again and rebuilds its plan). Runs on every change of a tile table
+    (`iosim.launch.tables.Tunable`)."""
     _PLANS.clear()
-
-
-class _Tunable(dict):
-    """A dict of tuning constants (tilings, MT, ...). Any change clears the thin path's
-    launch plans, which were built under the old values (analysis.check sets FA2_TC_MT
-    per configuration, for one)."""
-
-
-def _clearing(name):
-    base = getattr(dict, name)
-
-    def method(self, *a, **kw):
-        out = base(self, *a, **kw)
-        clear_plans()
-        return out
-    method.__name__ = name
-    return method
-
-
-for _name in ("__setitem__", "__delitem__", "clear", "update", "pop", "popitem", "setdefault",
-              "__ior__"):
-    setattr(_Tunable, _name, _clearing(_name))
-del _name
-
-#: Head dims d (elements) `attention` and `attention_backward` take: every integer in
-#: 1..iosim.MAX_HEAD_DIM = 256. The plain kernels (fa2, fa1, standard and the plain
-#: backward) loop over d and load exactly d elements per row, whatever d is; the fast fp32
-#: kernels need d a multiple of 4 with room in their register tiles (`fa2_fast.plan`,
-#: `gpu.backward.fa2_fast.plan_error`) and the tensor-core ones a multiple of 16 in
-#: 16..128, so kernel='auto' runs the plain kernels for other d.
-HEAD_DIMS = tuple(range(1, iosim.MAX_HEAD_DIM + 1))
-#: square default tiles B tried in order (module docstring); 8 lets every d <= 256 fit 48 KB
-DEFAULT_TILES = (64, 32, 16, 8)
-#: fa2's default on a GPU: head dim -> (B_r, B_c, threads) of gpu.forward.fa2_fast, fastest fp32
-#: variant measured on the H100 at N=4096 (see the module docstring); head dims not
-#: listed take the first of FA2_FAST_FALLBACK that the fast kernel supports. d=128 runs
-#: 64 x 32 with 256 threads (TC = 16): ptxas -v reports 255 registers and no spills,
-#: where 256 x 32 at d=128 (512 threads, 128 registers) spilled 500 bytes a thread
-#: into local memory, which multiplied its L2 traffic (Nsight Compute: 6.7x its ledger).
-FA2_FAST_TILES = _Tunable({64: (256, 32, 512), 128: (64, 32, 256)})
-FA2_FAST_FALLBACK = ((256, 32, 512), (128, 64, 256), (128, 64, 128), (64, 64, 256),
-                     (64, 64, 128), (32, 32, 128))
-#: tuning measured best on the H100 for (B_r, B_c, threads): TC (threads per query row)
-#: and maxreg (register cap per thread); see `fa2_fast_options` for the rest
-FA2_FAST_TUNED = _Tunable({(256, 32, 512): dict(TC=8, maxreg=128, stage=1),
-                           (128, 64, 256): dict(TC=8, maxreg=128)})
-#: thread counts tried, in order, for the fast kernel when the caller gives a tiling
-FA2_FAST_THREADS = (256, 128, 64)
-#: standard's fast fp32 kernels (gpu.forward.standard_fast): head dim -> (B_r, B_c, threads)
-#: of the default tiling on a GPU; other head dims take the first of
-#: STANDARD_FAST_FALLBACK the kernels run. Not yet timed on a GPU
-#: (scripts/fp32_fast_gpu.sh sweeps tilings).
-STANDARD_FAST_TILES = _Tunable({64: (128, 128, 256), 128: (64, 64, 128)})
-STANDARD_FAST_FALLBACK = ((128, 128, 256), (128, 64, 256), (64, 64, 128), (64, 64, 64),
-                          (32, 32, 64))
-#: tuning keywords of gpu.forward.standard_fast.run (stage, maxreg) per (B_r, B_c, threads)
-STANDARD_FAST_TUNED = _Tunable({})
-#: thread counts tried, in order, for the fast standard kernels when the caller gives a
-#: tiling but no thread count
-STANDARD_FAST_THREADS = (256, 128, 64)
-#: fa1's fast fp32 kernel (gpu.forward.fa1_fast), as STANDARD_FAST_*: one block per
-#: instance, so a block must fill an SM alone (512 threads, registers capped at 128:
-#: `other_fast_options`). Not yet timed on a GPU (scripts/fp32_fast_gpu.sh).
-FA1_FAST_TILES = _Tunable({64: (128, 128, 512), 128: (64, 64, 256)})
-FA1_FAST_FALLBACK = ((128, 128, 512), (128, 64, 512), (64, 64, 256), (64, 64, 128),
-                     (32, 32, 128))
-FA1_FAST_TUNED = _Tunable({})
-FA1_FAST_THREADS = (512, 256, 128)
-#: fp16 fa2's default on a GPU: head dim -> (B_r, B_c) of gpu.forward.fa2_tc (tensor cores),
-#: the fastest tiling without register spills measured on the H100 at N=4096 and 8192
-#: (16 heads), without causal masking (FA2_TC_TILES) and with it (FA2_TC_TILES_CAUSAL):
-#: the data set's tc_tilings rows (`flashsim results show tc_tilings`; kernel ms at N=4096: d=64
-#: 128 x 64 0.284-0.287, causal 64 x 64 0.272-0.279; d=128 64 x 64 0.523-0.527, causal
-#: 0.382-0.387). Other head dims take the first of FA2_TC_FALLBACK that fits (not
-#: tuned). At d=128, 128 x 32 with MT=2 ran 5% faster (0.499 ms; 1.951 against 2.066
-#: at N=8192) but needs 255 registers and spills 72 bytes a thread (104 causal; ptxas
-#: -v): not the default; block_rows=128, block_cols=32 selects it.
-FA2_TC_TILES = _Tunable({64: (128, 64), 128: (64, 64)})
-FA2_TC_TILES_CAUSAL = _Tunable({64: (64, 64), 128: (64, 64)})
-FA2_TC_FALLBACK = ((128, 64), (64, 64), (64, 32))
-#: m-tiles of 16 query rows per warp (MT) of gpu.forward.fa2_tc for (B_r, B_c, d); tilings not
-#: listed run MT=1. Each K/V fragment then feeds MT products, registers grow with MT and
-#: threads = 2 B_r / MT. Listed: large-B_r tilings whose MT=2 build was the one timed
-#: (same run: 128 x 32 at d=128 above; 256 x 64 at d=64, 0.290 ms).
-FA2_TC_MT: dict = _Tunable({(128, 32, 128): 2, (256, 64, 64): 2})
-
-
-def fa2_tc_mt(B_r: int, B_c: int, d: int) -> int:
-    """MT the tensor-core kernel runs (B_r, B_c, d) with: FA2_TC_MT's entry, else 1."""
-    return FA2_TC_MT.get((B_r, B_c, d), 1)
 
 
 @dataclass
@@ -305,10 +218,8 @@ def fa2_fast_threads(B_r: int, B_c: int, d: int, threads: int | None) -> int | N
 
 def _other_fast(algorithm: str):
     """(module, tiles, fallback, tuned, threads) of standard's / fa1's fast kernels."""
-    if algorithm == "standard":
-        return (standard_fast, STANDARD_FAST_TILES, STANDARD_FAST_FALLBACK,
-                STANDARD_FAST_TUNED, STANDARD_FAST_THREADS)
-    return fa1_fast, FA1_FAST_TILES, FA1_FAST_FALLBACK, FA1_FAST_TUNED, FA1_FAST_THREADS
+    return ((standard_fast if algorithm == "standard" else fa1_fast),) + \
+        other_fast_tables(algorithm)
 
 
 def _other_fast_fits(algorithm, B_r, B_c, d, threads, dtype, N_k, limit) -> bool:
@@ -419,11 +330,7 @@ def default_tiling(algorithm: str, d: int, dtype: str, causal: bool = False,
         fast = other_fast_default(algorithm, d)
         if fast is not None:
             return Tiling(fast[0], fast[1])
-    for B in DEFAULT_TILES:
-        if sram_footprint_bytes(algorithm, B, B, d, dtype) <= DEFAULT_SMEM_BYTES:
-            return Tiling(B, B)
-    B = DEFAULT_TILES[-1]
-    return Tiling(B, B)
+    return plain_default_tiling(algorithm, d, dtype)
 
 
 def _check(name, x, dims=("batch", "heads", "N", "d"), layout=""):
@@ -576,10 +483,6 @@ def _return_like(dev, kind, like):
     return dev
 
 
-#: the values of `attention`'s kernel= parameter
-KERNELS = ("auto", "plain", "fast", "tc")
-#: the algorithms with a fast (register-tiled, fp32 math) forward kernel
-FAST_ALGORITHMS = ("fa2", "standard", "fa1")
 
 
 def _pick_kernel(kernel, fast, tensor_cores, algorithm, dname):
