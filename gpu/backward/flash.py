@@ -89,7 +89,7 @@ from .._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE, ZERO, add_
                       check_fits, default_threads, dtype_name, kernel_name, dummy_mask, launch,
                       loader, specialisation, storer)
 from .. import api as _api
-from ..api import _check, _output, _return_like, _to_device
+from .._io import _check, _output, _return_like, _to_device
 from .. import _philox
 from ..forward._band import OWN_ROWS, band_args, own_rows_dev, tile_in_band
 from . import fa2_fast, fa2_tc, standard_tc

@@ -330,7 +330,7 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     from ..forward import standard, standard_tc
     from .._launch import SIM, default_threads, dtype_name, new_counters
     from .. import api as _api
-    from ..api import _check, _output, _return_like, _to_device
+    from .._io import _check, _output, _return_like, _to_device
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, _, _ = _check("k", k)
     Hk, Nk = shape_k[1], shape_k[2]
