@@ -4,6 +4,9 @@ bits), allocating outputs (torch's caching allocator on its current stream, or N
 NaN-filled when poisoned) and returning them in the caller's kind."""
 from __future__ import annotations
 
+from ._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads
+
 import numpy as np
 from numba import cuda
 

@@ -38,6 +38,9 @@ backward kernels. The pieces:
 """
 from __future__ import annotations
 
+from ._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads
+
 import contextlib
 import functools
 import math

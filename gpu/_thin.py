@@ -3,6 +3,9 @@ described for the plan key (`_describer`), the bytes an array spans (`_span`) an
 plan of a repeat call (`_Plan`: its recorded launches and the outputs to allocate)."""
 from __future__ import annotations
 
+from ._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads
+
 import math
 
 import numpy as np

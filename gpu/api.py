@@ -79,6 +79,9 @@ run with it on.
 """
 from __future__ import annotations
 
+from ._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads
+
 import contextlib
 import os
 import warnings
