@@ -37,7 +37,6 @@ Row results (model): hbm_bytes / hbm_read_bytes / hbm_write_bytes (problem total
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime as _dt
 import functools
 import hashlib
@@ -68,29 +67,9 @@ DEFAULTS = {"algorithm": "fa1", "N": 1024, "d": 64, "batch": 1, "heads": 1, "dty
 # ---------------------------------------------------------------------------------------
 # GPU detection (without importing numba.cuda)
 # ---------------------------------------------------------------------------------------
-def has_cuda_gpu() -> bool:
-    """True if the CUDA driver reports a device. Asks libcuda directly (ctypes), so that
-    NUMBA_ENABLE_CUDASIM can still be set before numba.cuda is imported."""
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return False
-    for name in ("libcuda.so.1", "libcuda.so"):
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError:
-            continue
-        count = ctypes.c_int(0)
-        if lib.cuInit(0) == 0 and lib.cuDeviceGetCount(ctypes.byref(count)) == 0:
-            return count.value > 0
-    return False
-
-
-def ensure_cuda_env() -> bool:
-    """Set NUMBA_ENABLE_CUDASIM=1 when no GPU is present (before numba.cuda is imported).
-    Returns True when a real GPU will be used."""
-    gpu = has_cuda_gpu()
-    if not gpu:
-        os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-    return gpu
+# has_cuda_gpu(): whether libcuda reports a device; ensure_cuda_env(): the simulator where
+# none is. Both live in gpu._env (standard library only: importing it loads no numba).
+from gpu._env import ensure_cuda_env, has_cuda_gpu  # noqa: E402,F401
 
 
 def import_gpu():

@@ -38,6 +38,9 @@ backward kernels. The pieces:
 """
 from __future__ import annotations
 
+from ._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads
+
 import contextlib
 import functools
 import math
@@ -72,7 +75,7 @@ HOST_DTYPE = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16),
 BF16_NAN_BITS = 0x7FC0
 
 #: Default shared memory per block without opt-in, and in the simulator (bytes).
-DEFAULT_SMEM_BYTES = 48 * 1024
+from iosim.launch.tables import DEFAULT_SMEM_BYTES  # noqa: E402
 
 #: Constants for kernels: always float32 so no float64 creeps into the PTX.
 NEG_INF = np.float32(-math.inf)

@@ -16,6 +16,9 @@ thr)` per entry of P (one Philox evaluation per entry: a thread recomputes the g
 """
 from __future__ import annotations
 
+from ._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads
+
 import inspect
 
 import numpy as np

@@ -14,6 +14,9 @@ kernels are not run (`ptr`, `ptr32` are None); `linked_ptx` builds their PTX wit
 """
 from __future__ import annotations
 
+from ._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads
+
 import os
 
 from numba import cuda

@@ -79,8 +79,10 @@ run with it on.
 """
 from __future__ import annotations
 
+from ._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads
+
 import contextlib
-import math
 import os
 import warnings
 from dataclasses import dataclass
@@ -89,123 +91,66 @@ import numpy as np
 from numba import cuda
 
 import iosim
-from iosim.tiling import ALGORITHMS, Tiling, resolve_tiling, sram_footprint_bytes
+from iosim.tiling import ALGORITHMS, resolve_tiling, sram_footprint_bytes
 
 from . import _launch
 from .forward import (fa1, fa1_fast, fa1_tc, fa2, fa2_fast, fa2_tc, standard, standard_fast,
                       standard_tc)
-from ._launch import (DEFAULT_SMEM_BYTES, HOST_DTYPE, NP_DTYPE, SIM, check_fits,
-                      counters_to_ledger, default_threads, device_smem_limit, dtype_name,
-                      filled, new_counters)
+from ._launch import (NP_DTYPE, SIM, check_fits, counters_to_ledger, default_threads,
+                      device_smem_limit, dtype_name, new_counters)
+# The pieces of this module's job, by concern, re-exported here (gpu.api.X keeps working):
+# the tile tables (iosim.launch.tables: the model reads them too), the kernel and tiling
+# choice (_choose), arrays in and out (_io), the thin path's plans (_thin).
+from iosim.launch.tables import (DEFAULT_TILES, FA1_FAST_FALLBACK, FA1_FAST_THREADS,
+                                 FA1_FAST_TILES, FA1_FAST_TUNED, FA2_FAST_FALLBACK,
+                                 FA2_FAST_THREADS, FA2_FAST_TILES, FA2_FAST_TUNED,
+                                 FA2_TC_FALLBACK, FA2_TC_MT, FA2_TC_TILES, FA2_TC_TILES_CAUSAL,
+                                 FAST_ALGORITHMS, FAST_DTYPES, HEAD_DIMS, KERNELS,
+                                 STANDARD_FAST_FALLBACK, STANDARD_FAST_THREADS,
+                                 STANDARD_FAST_TILES, STANDARD_FAST_TUNED, Tunable, fa2_tc_mt,
+                                 on_change, tc_dtypes)
+from ._choose import (DROPOUT_KERNELS, _check_dropout, _fast_fits, _other_fast,
+                      _other_fast_candidates, _other_fast_fits, _pick_kernel, default_tiling,
+                      fa2_fast_default, fa2_fast_options, fa2_fast_threads, fa2_tc_default,
+                      other_fast_default, other_fast_options, other_fast_threads,
+                      other_tc_default, other_tc_module)
+from ._io import (BF16, _aligned16, _bf16_bits, _check, _no_band, _output, _return_like,
+                  _to_device, _torch_bf16, _torch_dtype, _torch_like, _torch_stream)
+from ._thin import _NO_PLAN, _Plan, _describer, _describe_torch
 
-BF16 = HOST_DTYPE["bf16"]
+__all__ = [
+    # the call
+    "attention", "attention_result", "AttentionResult", "kernel_launcher", "default_tiling",
+    # the thin path and poisoning
+    "clear_plans", "thin_path", "set_poison", "poison_outputs", "POISON", "THIN",
+    "MAX_PLANS",
+    # iosim.launch.tables
+    "DEFAULT_TILES", "FA1_FAST_FALLBACK", "FA1_FAST_THREADS", "FA1_FAST_TILES",
+    "FA1_FAST_TUNED", "FA2_FAST_FALLBACK", "FA2_FAST_THREADS", "FA2_FAST_TILES",
+    "FA2_FAST_TUNED", "FA2_TC_FALLBACK", "FA2_TC_MT", "FA2_TC_TILES", "FA2_TC_TILES_CAUSAL",
+    "FAST_ALGORITHMS", "FAST_DTYPES", "HEAD_DIMS", "KERNELS", "STANDARD_FAST_FALLBACK",
+    "STANDARD_FAST_THREADS", "STANDARD_FAST_TILES", "STANDARD_FAST_TUNED", "fa2_tc_mt",
+    "tc_dtypes",
+    # _choose
+    "DROPOUT_KERNELS", "fa2_fast_default", "fa2_fast_options", "fa2_fast_threads",
+    "fa2_tc_default", "other_fast_default", "other_fast_options", "other_fast_threads",
+    "other_tc_default", "other_tc_module",
+    # _io, _thin (used by gpu.backward, gpu.decode and the tests)
+    "BF16", "_aligned16", "_bf16_bits", "_check", "_no_band", "_output", "_return_like",
+    "_to_device", "_torch_bf16", "_torch_dtype", "_torch_like", "_torch_stream",
+    "_check_dropout", "_fast_fits", "_other_fast", "_other_fast_candidates",
+    "_other_fast_fits", "_pick_kernel", "_NO_PLAN", "_Plan", "_describer", "_describe_torch",
+]
+
+_Tunable = Tunable
 
 
-def tc_dtypes(module) -> tuple:
-    """The storage dtypes a tensor-core kernel module runs: its DTYPES (e.g. ("fp16",
-    "bf16")), or ("fp16",) for a module that does not declare them."""
-    return tuple(getattr(module, "DTYPES", ("fp16",)))
-
-
-#: storage dtypes of the register-tiled (fast) kernels; bf16 runs on the plain kernels
-#: (and the tensor-core ones whose module lists it in DTYPES)
-FAST_DTYPES = ("fp32", "fp16")
-
-
+@on_change
 def clear_plans() -> None:
     """Forget every cached launch plan of the thin call path (the next call of each kind
-    takes the full path again and rebuilds its plan)."""
+    takes the full path again and rebuilds its plan). Runs on every change of a tile table
+    (`iosim.launch.tables.Tunable`)."""
     _PLANS.clear()
-
-
-class _Tunable(dict):
-    """A dict of tuning constants (tilings, MT, ...). Any change clears the thin path's
-    launch plans, which were built under the old values (analysis.check sets FA2_TC_MT
-    per configuration, for one)."""
-
-
-def _clearing(name):
-    base = getattr(dict, name)
-
-    def method(self, *a, **kw):
-        out = base(self, *a, **kw)
-        clear_plans()
-        return out
-    method.__name__ = name
-    return method
-
-
-for _name in ("__setitem__", "__delitem__", "clear", "update", "pop", "popitem", "setdefault",
-              "__ior__"):
-    setattr(_Tunable, _name, _clearing(_name))
-del _name
-
-#: Head dims d (elements) `attention` and `attention_backward` take: every integer in
-#: 1..iosim.MAX_HEAD_DIM = 256. The plain kernels (fa2, fa1, standard and the plain
-#: backward) loop over d and load exactly d elements per row, whatever d is; the fast fp32
-#: kernels need d a multiple of 4 with room in their register tiles (`fa2_fast.plan`,
-#: `gpu.backward.fa2_fast.plan_error`) and the tensor-core ones a multiple of 16 in
-#: 16..128, so kernel='auto' runs the plain kernels for other d.
-HEAD_DIMS = tuple(range(1, iosim.MAX_HEAD_DIM + 1))
-#: square default tiles B tried in order (module docstring); 8 lets every d <= 256 fit 48 KB
-DEFAULT_TILES = (64, 32, 16, 8)
-#: fa2's default on a GPU: head dim -> (B_r, B_c, threads) of gpu.forward.fa2_fast, fastest fp32
-#: variant measured on the H100 at N=4096 (see the module docstring); head dims not
-#: listed take the first of FA2_FAST_FALLBACK that the fast kernel supports. d=128 runs
-#: 64 x 32 with 256 threads (TC = 16): ptxas -v reports 255 registers and no spills,
-#: where 256 x 32 at d=128 (512 threads, 128 registers) spilled 500 bytes a thread
-#: into local memory, which multiplied its L2 traffic (Nsight Compute: 6.7x its ledger).
-FA2_FAST_TILES = _Tunable({64: (256, 32, 512), 128: (64, 32, 256)})
-FA2_FAST_FALLBACK = ((256, 32, 512), (128, 64, 256), (128, 64, 128), (64, 64, 256),
-                     (64, 64, 128), (32, 32, 128))
-#: tuning measured best on the H100 for (B_r, B_c, threads): TC (threads per query row)
-#: and maxreg (register cap per thread); see `fa2_fast_options` for the rest
-FA2_FAST_TUNED = _Tunable({(256, 32, 512): dict(TC=8, maxreg=128, stage=1),
-                           (128, 64, 256): dict(TC=8, maxreg=128)})
-#: thread counts tried, in order, for the fast kernel when the caller gives a tiling
-FA2_FAST_THREADS = (256, 128, 64)
-#: standard's fast fp32 kernels (gpu.forward.standard_fast): head dim -> (B_r, B_c, threads)
-#: of the default tiling on a GPU; other head dims take the first of
-#: STANDARD_FAST_FALLBACK the kernels run. Not yet timed on a GPU
-#: (scripts/fp32_fast_gpu.sh sweeps tilings).
-STANDARD_FAST_TILES = _Tunable({64: (128, 128, 256), 128: (64, 64, 128)})
-STANDARD_FAST_FALLBACK = ((128, 128, 256), (128, 64, 256), (64, 64, 128), (64, 64, 64),
-                          (32, 32, 64))
-#: tuning keywords of gpu.forward.standard_fast.run (stage, maxreg) per (B_r, B_c, threads)
-STANDARD_FAST_TUNED = _Tunable({})
-#: thread counts tried, in order, for the fast standard kernels when the caller gives a
-#: tiling but no thread count
-STANDARD_FAST_THREADS = (256, 128, 64)
-#: fa1's fast fp32 kernel (gpu.forward.fa1_fast), as STANDARD_FAST_*: one block per
-#: instance, so a block must fill an SM alone (512 threads, registers capped at 128:
-#: `other_fast_options`). Not yet timed on a GPU (scripts/fp32_fast_gpu.sh).
-FA1_FAST_TILES = _Tunable({64: (128, 128, 512), 128: (64, 64, 256)})
-FA1_FAST_FALLBACK = ((128, 128, 512), (128, 64, 512), (64, 64, 256), (64, 64, 128),
-                     (32, 32, 128))
-FA1_FAST_TUNED = _Tunable({})
-FA1_FAST_THREADS = (512, 256, 128)
-#: fp16 fa2's default on a GPU: head dim -> (B_r, B_c) of gpu.forward.fa2_tc (tensor cores),
-#: the fastest tiling without register spills measured on the H100 at N=4096 and 8192
-#: (16 heads), without causal masking (FA2_TC_TILES) and with it (FA2_TC_TILES_CAUSAL):
-#: the data set's tc_tilings rows (`flashsim results show tc_tilings`; kernel ms at N=4096: d=64
-#: 128 x 64 0.284-0.287, causal 64 x 64 0.272-0.279; d=128 64 x 64 0.523-0.527, causal
-#: 0.382-0.387). Other head dims take the first of FA2_TC_FALLBACK that fits (not
-#: tuned). At d=128, 128 x 32 with MT=2 ran 5% faster (0.499 ms; 1.951 against 2.066
-#: at N=8192) but needs 255 registers and spills 72 bytes a thread (104 causal; ptxas
-#: -v): not the default; block_rows=128, block_cols=32 selects it.
-FA2_TC_TILES = _Tunable({64: (128, 64), 128: (64, 64)})
-FA2_TC_TILES_CAUSAL = _Tunable({64: (64, 64), 128: (64, 64)})
-FA2_TC_FALLBACK = ((128, 64), (64, 64), (64, 32))
-#: m-tiles of 16 query rows per warp (MT) of gpu.forward.fa2_tc for (B_r, B_c, d); tilings not
-#: listed run MT=1. Each K/V fragment then feeds MT products, registers grow with MT and
-#: threads = 2 B_r / MT. Listed: large-B_r tilings whose MT=2 build was the one timed
-#: (same run: 128 x 32 at d=128 above; 256 x 64 at d=64, 0.290 ms).
-FA2_TC_MT: dict = _Tunable({(128, 32, 128): 2, (256, 64, 64): 2})
-
-
-def fa2_tc_mt(B_r: int, B_c: int, d: int) -> int:
-    """MT the tensor-core kernel runs (B_r, B_c, d) with: FA2_TC_MT's entry, else 1."""
-    return FA2_TC_MT.get((B_r, B_c, d), 1)
 
 
 @dataclass
@@ -219,449 +164,10 @@ class AttentionResult:
     ledger: iosim.Ledger | None = None
 
 
-def fa2_fast_default(d: int) -> tuple[int, int, int] | None:
-    """(B_r, B_c, threads) of the fast fa2 kernel's default tiling for head dim d, or None
-    where it has none (the simulator: its warps are OS threads, so tiny blocks rule)."""
-    if SIM:
-        return None
-    limit = device_smem_limit()
-    for B_r, B_c, threads in ((FA2_FAST_TILES[d],) if d in FA2_FAST_TILES else ()) + \
-            FA2_FAST_FALLBACK:
-        if _fast_fits(B_r, B_c, d, threads, limit):
-            return B_r, B_c, threads
-    return None
 
 
-def fa2_tc_default(d: int, causal: bool = False, dtype: str = "fp16") -> tuple[int, int] | None:
-    """(B_r, B_c) of the tensor-core fa2 kernel's default tiling for fp16 (or bf16, where
-    gpu.forward.fa2_tc runs it) at head dim d, or None where it cannot run (the simulator;
-    a dtype it does not take). Head dims without a tuned entry take the first of
-    FA2_TC_FALLBACK that fits (not timed: d=40..256 all get 128 x 64; d=256 uses 203 KB
-    of shared memory and 249 registers, no spills)."""
-    if SIM or dtype not in tc_dtypes(fa2_tc):
-        return None
-    limit = device_smem_limit()
-    tuned = (FA2_TC_TILES_CAUSAL if causal else FA2_TC_TILES).get(d)
-    for B_r, B_c in ((tuned,) if tuned else ()) + FA2_TC_FALLBACK:
-        if fa2_tc.supports(B_r, B_c, d, dtype, smem_limit=limit, MT=fa2_tc_mt(B_r, B_c, d)):
-            return B_r, B_c
-    return None
 
 
-def _aligned16(x, kind) -> bool:
-    """Whether a device input's data is 16-byte aligned (fa2_tc copies 16 bytes at a time);
-    NumPy inputs are copied into fresh, aligned device arrays."""
-    if kind == "numpy":
-        return True
-    if _torch_like(x) is not None:      # bfloat16 tensors have no __cuda_array_interface__
-        return x.data_ptr() % 16 == 0
-    return x.__cuda_array_interface__["data"][0] % 16 == 0
-
-
-def _fast_fits(B_r: int, B_c: int, d: int, threads: int, limit: int) -> bool:
-    """Whether the fast kernel runs this tiling as `attention` would launch it: with its
-    tuned TC (fa2_fast_options) and, on hardware, warp-shuffle reductions (no RED
-    region in shared memory)."""
-    if fa2_fast.plan(B_r, B_c, d, threads) is None:
-        return False
-    opts = fa2_fast_options(B_r, B_c, d, threads)
-    return fa2_fast.supports(B_r, B_c, d, threads, TC=opts.get("TC"), shfl=not SIM,
-                             stage=opts.get("stage", 0), smem_limit=limit)
-
-
-def fa2_fast_options(B_r: int, B_c: int, d: int, threads: int) -> dict:
-    """Tuning keywords (TC, maxreg, stage) for gpu.forward.fa2_fast.run: the measured ones of
-    FA2_FAST_TUNED where the kernel can use them at this d; otherwise TC from
-    `fa2_fast.plan` and a register cap only above 256 threads, the one that lets a block
-    be resident (65,536 registers per SM: 128 at 512 threads). The simulator takes no
-    register cap."""
-    opts = dict(FA2_FAST_TUNED.get((B_r, B_c, threads), {}))
-    if "TC" in opts and fa2_fast.plan(B_r, B_c, d, threads, opts["TC"]) is None:
-        del opts["TC"]
-    if SIM:
-        opts.pop("maxreg", None)
-    elif "maxreg" not in opts and threads > 256:
-        opts["maxreg"] = 65536 // threads
-    return opts
-
-
-def fa2_fast_threads(B_r: int, B_c: int, d: int, threads: int | None) -> int | None:
-    """Thread count at which the fast fa2 kernel runs (B_r, B_c, d), or None if none
-    of `threads` (given) or FA2_FAST_THREADS (not given) works on this device."""
-    limit = device_smem_limit()
-    if threads is not None:
-        candidates = (threads,)
-    elif SIM:   # the simulator runs one OS thread per CUDA thread: keep its default
-        candidates = (default_threads(),)
-    else:       # the measured thread count of this tiling first (FA2_FAST_TILES), then the rest
-        tuned = [t for (br, bc, t) in list(FA2_FAST_TILES.values()) + list(FA2_FAST_FALLBACK)
-                 if (br, bc) == (B_r, B_c)]
-        candidates = tuple(dict.fromkeys(tuned + list(FA2_FAST_THREADS)))
-    for t in candidates:
-        if _fast_fits(B_r, B_c, d, t, limit):
-            return t
-    return None
-
-
-def _other_fast(algorithm: str):
-    """(module, tiles, fallback, tuned, threads) of standard's / fa1's fast kernels."""
-    if algorithm == "standard":
-        return (standard_fast, STANDARD_FAST_TILES, STANDARD_FAST_FALLBACK,
-                STANDARD_FAST_TUNED, STANDARD_FAST_THREADS)
-    return fa1_fast, FA1_FAST_TILES, FA1_FAST_FALLBACK, FA1_FAST_TUNED, FA1_FAST_THREADS
-
-
-def _other_fast_fits(algorithm, B_r, B_c, d, threads, dtype, N_k, limit) -> bool:
-    if algorithm == "standard":
-        return standard_fast.supports(B_r, B_c, d, threads, dtype, N_k=N_k, smem_limit=limit)
-    return fa1_fast.supports(B_r, B_c, d, threads, dtype, shfl=not SIM, smem_limit=limit)
-
-
-def _other_fast_candidates(algorithm: str, B_r: int, B_c: int, threads: int | None) -> tuple:
-    """Thread counts to try for standard's / fa1's fast kernels at (B_r, B_c)."""
-    if threads is not None:
-        return (threads,)
-    if SIM:     # the simulator runs one OS thread per CUDA thread: keep its default
-        return (default_threads(),)
-    _, tiles, fallback, _, tlist = _other_fast(algorithm)
-    tuned = [t for (br, bc, t) in list(tiles.values()) + list(fallback) if (br, bc) == (B_r, B_c)]
-    return tuple(dict.fromkeys(tuned + list(tlist)))
-
-
-def other_fast_threads(algorithm: str, B_r: int, B_c: int, d: int, dtype: str,
-                       threads: int | None, N_k: int | None = None) -> int | None:
-    """Thread count at which gpu.forward.standard_fast / fa1_fast runs (B_r, B_c, d,
-    dtype) on this device (shared memory included; standard: also the softmax row of
-    N_k float32), or None."""
-    limit = device_smem_limit()
-    for t in _other_fast_candidates(algorithm, B_r, B_c, threads):
-        if _other_fast_fits(algorithm, B_r, B_c, d, t, dtype, N_k, limit):
-            return t
-    return None
-
-
-def other_fast_default(algorithm: str, d: int) -> tuple[int, int, int] | None:
-    """(B_r, B_c, threads) of standard's / fa1's fast kernels' default tiling for head dim
-    d (fp32 on a GPU: STANDARD_FAST_TILES / FA1_FAST_TILES, then their FALLBACK), or None
-    (the simulator, or no tiling fits)."""
-    if SIM:
-        return None
-    limit = device_smem_limit()
-    _, tiles, fallback, _, _ = _other_fast(algorithm)
-    for B_r, B_c, t in ((tiles[d],) if d in tiles else ()) + fallback:
-        if _other_fast_fits(algorithm, B_r, B_c, d, t, "fp32", None, limit):
-            return B_r, B_c, t
-    return None
-
-
-def other_fast_options(algorithm: str, B_r: int, B_c: int, threads: int) -> dict:
-    """Tuning keywords of gpu.forward.standard_fast.run (stage, maxreg) / fa1_fast.run
-    (maxreg): STANDARD_FAST_TUNED / FA1_FAST_TUNED's entry; else a register cap only above
-    256 threads, the one that lets a block be resident (65,536 registers per SM). The
-    simulator takes no register cap."""
-    opts = dict(_other_fast(algorithm)[3].get((B_r, B_c, threads), {}))
-    if SIM:
-        opts.pop("maxreg", None)
-    elif "maxreg" not in opts and threads > 256:
-        opts["maxreg"] = 65536 // threads
-    return opts
-
-
-def other_tc_module(algorithm: str):
-    """The tensor-core kernel module of fa1 / standard (fp16): gpu.forward.fa1_tc or
-    gpu.forward.standard_tc."""
-    return {"fa1": fa1_tc, "standard": standard_tc}[algorithm]
-
-
-def other_tc_default(algorithm: str, d: int, causal: bool = False,
-                     dtype: str = "fp16") -> dict | None:
-    """dict(B_r, B_c[, MT, stages]) the fa1 / standard tensor-core kernels run by default
-    (fp16, or bf16 where the module lists it in DTYPES; on a GPU where the tiling fits),
-    else None (the simulator; no fit; a dtype it does not take)."""
-    if SIM or algorithm not in ("fa1", "standard"):
-        return None
-    mod = other_tc_module(algorithm)
-    if dtype not in tc_dtypes(mod):
-        return None
-    t = mod.default_tiling(d, causal)
-    if algorithm == "fa1":
-        ok = mod.supports(t["B_r"], t["B_c"], d, dtype, MT=t["MT"], stages=t["stages"])
-    else:
-        ok = mod.supports(t["B_r"], t["B_c"], d, dtype)
-    return t if ok else None
-
-
-def default_tiling(algorithm: str, d: int, dtype: str, causal: bool = False,
-                   kernel: str = "auto") -> Tiling:
-    """The tiling `attention` uses when none is given (see the module docstring): for fp16
-    on a GPU the tensor-core kernels' defaults (fa2, fa1, standard; they may depend on
-    `causal`), unless kernel='plain' (or 'fast'); for fp32 (or kernel='fast') fa2's and
-    standard's fast kernels' defaults (FA2_FAST_TILES, STANDARD_FAST_TILES). bf16: the
-    tensor-core defaults where the module takes bf16 (`tc_dtypes`), else the plain
-    kernels' square tiles (the fast kernels take fp32 and fp16 only)."""
-    dtype = iosim.check_dtype(dtype)
-    if algorithm in ("fa1", "standard") and dtype != "fp32" and kernel in ("auto", "tc"):
-        t = other_tc_default(algorithm, d, causal, dtype)
-        if t is not None:
-            return Tiling(t["B_r"], t["B_c"])
-    if algorithm == "fa2" and dtype != "fp32" and kernel in ("auto", "tc"):
-        tc = fa2_tc_default(d, causal, dtype)
-        if tc is not None:
-            return Tiling(*tc)
-    if dtype not in FAST_DTYPES:
-        kernel = "plain"
-    if algorithm == "fa2" and kernel != "plain":
-        fast = fa2_fast_default(d)
-        if fast is not None:
-            return Tiling(fast[0], fast[1])
-    if algorithm in ("standard", "fa1") and (
-            kernel == "fast" or (kernel == "auto" and dtype == "fp32")):
-        fast = other_fast_default(algorithm, d)
-        if fast is not None:
-            return Tiling(fast[0], fast[1])
-    for B in DEFAULT_TILES:
-        if sram_footprint_bytes(algorithm, B, B, d, dtype) <= DEFAULT_SMEM_BYTES:
-            return Tiling(B, B)
-    B = DEFAULT_TILES[-1]
-    return Tiling(B, B)
-
-
-def _check(name, x, dims=("batch", "heads", "N", "d"), layout=""):
-    """(shape, numpy dtype, kind) of one input, with validation of ndim/dtype/layout.
-    dims: the names of its axes (their number is the ndim required); layout: words
-    added to the ndim error (e.g. whose layout it is)."""
-    if isinstance(x, np.ndarray):
-        kind = "numpy"
-        shape, dt, contig = x.shape, x.dtype, x.flags.c_contiguous
-    elif _torch_bf16(x):    # torch refuses __cuda_array_interface__ for bfloat16
-        if not x.is_cuda:
-            raise ValueError(f"{name} is a torch.bfloat16 tensor on {x.device}; allowed: "
-                             f"CUDA tensors (or NumPy arrays)")
-        kind = "cai"
-        shape, dt, contig = tuple(x.shape), BF16, x.is_contiguous()
-    elif hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"):  # numba device array
-        kind = "numba"
-        shape, dt, contig = x.shape, np.dtype(x.dtype), x.is_c_contiguous()
-    elif hasattr(x, "__cuda_array_interface__"):                        # torch, CuPy, ...
-        kind = "cai"
-        cai = x.__cuda_array_interface__
-        shape = tuple(cai["shape"])
-        # ml_dtypes' bfloat16 describes itself as the 2-byte void '<V2': taken as bf16
-        dt = BF16 if cai["typestr"] == BF16.str else np.dtype(cai["typestr"])
-        strides = cai.get("strides")
-        contig = strides is None or tuple(strides) == tuple(
-            int(np.prod(shape[i + 1:])) * dt.itemsize for i in range(len(shape)))
-    else:
-        raise ValueError(f"{name} must be a NumPy array or a CUDA device array "
-                         f"(__cuda_array_interface__); got {type(x).__name__}")
-    if len(shape) != len(dims):
-        raise ValueError(f"{name} has shape {tuple(shape)} (ndim={len(shape)}); "
-                         f"expected {len(dims)} dimensions ({', '.join(dims)}){layout}")
-    if dt not in HOST_DTYPE.values():
-        raise ValueError(f"{name} has dtype {dt}; allowed: float32, float16, bfloat16")
-    if not contig:
-        raise ValueError(f"{name} must be C-contiguous (row-major); make a contiguous copy")
-    return tuple(int(s) for s in shape), dt, kind
-
-
-def _torch_bf16(x) -> bool:
-    """Whether x is a torch.bfloat16 tensor."""
-    return _torch_like(x) is not None and str(getattr(x, "dtype", "")) == "torch.bfloat16"
-
-
-def _bf16_bits(dev):
-    """A Numba device array of bf16 (ml_dtypes.bfloat16 or '<V2') as the uint16 bits the
-    kernels take (a view, no copy); other arrays unchanged."""
-    if np.dtype(dev.dtype) == BF16 or np.dtype(dev.dtype) == np.dtype("V2"):
-        return dev.view(NP_DTYPE["bf16"])
-    return dev
-
-
-def _to_device(x, kind):
-    """The input as a Numba device array in its storage dtype (bf16: uint16 bits, a view
-    of the caller's memory for device inputs)."""
-    if kind == "numpy":
-        h = x.view(NP_DTYPE["bf16"]) if x.dtype == BF16 else x
-        # A C-contiguous array may carry any stride on a length-1 axis (x[None] has 0):
-        # Numba copies the strides as they are, and its device reshape (the kernels take
-        # (instances, N, d) views) then refuses with "operation requires copying". Copy
-        # it flat and give it its shape on the device, with canonical strides.
-        return cuda.to_device(np.ascontiguousarray(h).reshape(-1)).reshape(h.shape)
-    if kind == "numba":
-        return _bf16_bits(x)
-    if _torch_bf16(x):
-        # the int16 view has a __cuda_array_interface__ (bfloat16 has none); same stream
-        # rule as below
-        import torch
-        return cuda.as_cuda_array(x.detach().view(torch.int16), sync=False).view(
-            NP_DTYPE["bf16"])
-    if _torch_like(x) is not None:
-        # our kernels run on torch's current stream (`_torch_stream`), the stream torch
-        # reports as the producer's: ordered after it without a host-blocking sync
-        return cuda.as_cuda_array(x, sync=False)
-    # Numba synchronises on the producer's stream before using a foreign array. Our
-    # kernels run on the legacy default stream, which is already ordered after work on
-    # that same stream (stream 1, or None = unspecified/legacy): skip the host-blocking
-    # sync there, keep it for any other stream.
-    stream = x.__cuda_array_interface__.get("stream")
-    return _bf16_bits(cuda.as_cuda_array(x, sync=stream not in (None, 1)))
-
-
-def _torch_like(like):
-    """The torch module if `like` is a torch tensor, else None."""
-    if type(like).__module__.split(".")[0] != "torch":
-        return None
-    import torch
-    return torch
-
-
-def _torch_stream(torch, device):
-    """Raw handle of torch's current stream on `device` (0: the legacy default stream)."""
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if get is not None:
-        return int(get(device.index if device.index is not None else torch.cuda.current_device()))
-    return int(torch.cuda.current_stream(device).cuda_stream)
-
-
-def _output(shape, npdt, kind, like, poison=True):
-    """(caller-kind object or None, numba device view) of a new output; filled with NaN
-    when `poison` (so elements no kernel writes show), else left uninitialised.
-
-    torch callers get a torch tensor from torch's caching allocator on the current stream
-    (the one the kernels run on; no cuMemAlloc / cuMemFree per call: Numba's deferred
-    frees synchronise the device, which put a host round trip inside every timed call);
-    others a Numba device array."""
-    torch = _torch_like(like) if kind == "cai" else None
-    if torch is None:
-        if poison:       # bf16 (uint16 storage): the bits of a bf16 NaN
-            return None, filled(shape, npdt, np.nan)
-        return None, cuda.device_array(shape, dtype=npdt)
-    tdt = _torch_dtype(torch, npdt)
-    t = (torch.full(shape, float("nan"), device=like.device, dtype=tdt) if poison
-         else torch.empty(shape, device=like.device, dtype=tdt))
-    if tdt == torch.bfloat16:
-        return t, cuda.as_cuda_array(t.view(torch.int16), sync=False).view(npdt)
-    return t, cuda.as_cuda_array(t, sync=False)
-
-
-def _torch_dtype(torch, npdt):
-    """The torch dtype of an output whose device storage dtype is npdt (uint16: bf16)."""
-    return {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32,
-            NP_DTYPE["bf16"]: torch.bfloat16}[np.dtype(npdt)]
-
-
-def _no_band(common: dict) -> dict:
-    """The launch keywords without N_k and window (kernels that take neither)."""
-    return {k: v for k, v in common.items() if k not in ("N_k", "window")}
-
-
-def _return_like(dev, kind, like):
-    """Convert a numba device array back to the caller's kind (uint16 storage is bf16:
-    NumPy / Numba callers get ml_dtypes.bfloat16, torch callers torch.bfloat16)."""
-    bf16 = np.dtype(dev.dtype) == NP_DTYPE["bf16"]
-    if kind == "numpy":
-        host = dev.copy_to_host()
-        return host.view(BF16) if bf16 else host
-    if kind == "numba" or (bf16 and _torch_like(like) is None):
-        return dev.view(BF16) if bf16 else dev     # CuPy has no bfloat16: a Numba array
-    mod = type(like).__module__.split(".")[0]
-    if mod == "torch":
-        import torch
-        if bf16:
-            return torch.as_tensor(dev.view(np.int16), device=like.device).view(torch.bfloat16)
-        return torch.as_tensor(dev, device=like.device)
-    if mod == "cupy":
-        import cupy
-        return cupy.asarray(dev)
-    return dev
-
-
-#: the values of `attention`'s kernel= parameter
-KERNELS = ("auto", "plain", "fast", "tc")
-#: the algorithms with a fast (register-tiled, fp32 math) forward kernel
-FAST_ALGORITHMS = ("fa2", "standard", "fa1")
-
-
-def _pick_kernel(kernel, fast, tensor_cores, algorithm, dname):
-    """(kernel, allow_tc) from `attention`'s kernel= and the deprecated fast= and
-    tensor_cores=; ValueError for a choice that cannot run whatever the tiling."""
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel={kernel!r} is not allowed; allowed: "
-                         f"{', '.join(repr(x) for x in KERNELS)}")
-    if fast not in (None, True, False):
-        raise ValueError(f"fast={fast!r} is not allowed; allowed: None, True, False "
-                         f"(deprecated: use kernel='fast' or kernel='plain')")
-    if tensor_cores not in (None, True, False):
-        raise ValueError(f"tensor_cores={tensor_cores!r} is not allowed; allowed: None, True, "
-                         f"False (deprecated: use kernel='tc')")
-    allow_tc = True
-    if fast is not None or tensor_cores is not None:
-        given = ", ".join(f"{n}={x!r}" for n, x in (("fast", fast), ("tensor_cores", tensor_cores))
-                          if x is not None)
-        if kernel != "auto":
-            raise ValueError(f"kernel={kernel!r} and the deprecated {given} were both given; "
-                             f"give kernel= only")
-        if fast is not None and tensor_cores:
-            raise ValueError(f"{given}: contradictory (deprecated) choices; give kernel= only: "
-                             f"'plain', 'fast' or 'tc'")
-        if tensor_cores:
-            kernel = "tc"
-        elif fast is not None:
-            kernel = "fast" if fast else "plain"
-        allow_tc = tensor_cores is not False
-        warnings.warn(f"gpu.attention: {given} is deprecated and will be removed in the next "
-                      f"release; use kernel={kernel!r}"
-                      + (" (tensor_cores=False: kernel='fast' or 'plain')"
-                         if kernel == "auto" else ""), DeprecationWarning, stacklevel=4)
-    if kernel == "fast" and algorithm not in FAST_ALGORITHMS:
-        raise ValueError(f"kernel='fast' is not allowed for algorithm={algorithm!r}; allowed "
-                         f"for: {', '.join(FAST_ALGORITHMS)}; {algorithm!r} has "
-                         f"kernel='auto', 'plain' or (fp16) 'tc'")
-    if kernel == "fast" and dname not in FAST_DTYPES:
-        raise ValueError(f"kernel='fast' is not allowed for {dname}: the fast kernels take "
-                         f"{', '.join(FAST_DTYPES)}; use kernel='auto' or 'plain'")
-    dts = tc_dtypes(fa2_tc if algorithm == "fa2" else other_tc_module(algorithm))
-    if kernel == "tc" and dname not in dts:
-        names = " or ".join({"fp16": "float16", "bf16": "bfloat16"}.get(x, x) for x in dts)
-        raise ValueError(f"kernel='tc' needs {names} inputs: the tensor-core {algorithm} "
-                         f"kernels multiply {' or '.join(dts)} tiles (got {dname}); use "
-                         f"kernel='auto'"
-                         + (" or 'fast'" if algorithm == "fa2" and dname in FAST_DTYPES
-                            else " or 'plain'"))
-    return kernel, allow_tc
-
-
-#: The kernel= choices that apply dropout, per algorithm: fa2's plain, fast (fp32 math,
-#: CUDA cores) and tensor-core kernels, forward and backward; fa1's plain, fast and
-#: tensor-core forward kernels and its (one, plain) backward; standard's plain, fast and
-#: tensor-core forward kernels (the unfused graph's dropout: the softmax kernel stores the
-#: keep mask Z in HBM, uint8, the PV kernel reads it) and its plain and tensor-core
-#: backward (lines 1 and 2 read Z; standard has no fast backward: kernel='fast' there is
-#: refused for every p). 'auto' picks among them as it would without dropout.
-DROPOUT_KERNELS = {"fa2": ("auto", "plain", "fast", "tc"),
-                   "fa1": ("auto", "plain", "fast", "tc"),
-                   "standard": ("auto", "plain", "fast", "tc")}
-
-
-def _check_dropout(dropout_p, dropout_seed, dropout_offset, algorithm, kernel):
-    """(p, seed, offset) for dropout_p > 0, None for 0; ValueError (iosim ConfigError)
-    for a bad p, seed or offset, or for a kernel without dropout (`DROPOUT_KERNELS`
-    lists those with it), naming dropout_p, the algorithm and kernel, and what is
-    allowed."""
-    from iosim.dropout import check_dropout_p, check_seed
-    p = check_dropout_p(dropout_p)
-    seed, offset = check_seed(dropout_seed, dropout_offset)
-    if not p:
-        return None
-    allowed = DROPOUT_KERNELS.get(algorithm)
-    if allowed is None:
-        raise ValueError(f"dropout_p={p} is not supported by algorithm={algorithm!r}; "
-                         f"allowed: algorithm=" + " or ".join(map(repr, DROPOUT_KERNELS)))
-    if kernel not in allowed:
-        raise ValueError(f"dropout_p={p} is not supported by the {algorithm} "
-                         f"kernel={kernel!r}: it has no dropout; allowed with dropout: "
-                         f"kernel=" + ", ".join(map(repr, allowed)))
-    return p, seed, offset
 
 
 def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=None,
@@ -1035,7 +541,6 @@ def _attention_full(q, k, v, *, algorithm, causal, scale, block_rows, block_cols
 # The thin call path: plan keys and plans
 # ---------------------------------------------------------------------------------------
 _PLANS: dict = {}
-_NO_PLAN = object()     # a key whose calls always take the full path
 #: plans kept at most (all are dropped when full: rebuilt on the next call of each kind)
 MAX_PLANS = 256
 #: calls that took the thin path in this process (tests check it is taken)
@@ -1086,45 +591,6 @@ def thin_path(enabled: bool):
         THIN = saved
 
 
-def _describe_torch(x):
-    return (x.shape, x.dtype, x.stride(), x.device, x.requires_grad), x.data_ptr()
-
-
-def _describe_numba(x):
-    return ((x.shape, x.dtype, x.strides),
-            0 if SIM else (x.device_ctypes_pointer.value or 0))
-
-
-def _describe_cai(x):
-    c = x.__cuda_array_interface__
-    if c.get("stream") not in (None, 1):
-        # the full path synchronises with that producer stream on every call: no plan
-        raise LookupError("producer stream")
-    st = c.get("strides")
-    return ((tuple(c["shape"]), c["typestr"], None if st is None else tuple(st)),
-            c["data"][0])
-
-
-_DESCRIBERS: dict = {}
-
-
-def _describer(t):
-    """How to describe an input of type t for the plan key: (hashable description,
-    data pointer); None for types that always take the full path (NumPy arrays...)."""
-    f = _DESCRIBERS.get(t, _NO_PLAN)
-    if f is _NO_PLAN:
-        if t.__module__.split(".")[0] == "torch" and hasattr(t, "data_ptr"):
-            f = _describe_torch
-        elif hasattr(t, "copy_to_host") and hasattr(t, "is_c_contiguous"):
-            f = _describe_numba
-        elif hasattr(t, "__cuda_array_interface__") and not SIM:
-            f = _describe_cai
-        else:
-            f = None
-        _DESCRIBERS[t] = f
-    return f
-
-
 def _call_options(**kwargs) -> dict:
     """`attention`'s options as it builds them for `_plan_key` (every parameter but q, k,
     v, by name, defaults filled in, poison resolved); TypeError for an unknown one."""
@@ -1158,95 +624,6 @@ def _plan_key(q, k, v, opts: dict):
     return key, {"q": pq, "k": pk, "v": pv}
 
 
-def _span(a):
-    """[start, end) of a device array's bytes; None for anything else (scalars)."""
-    if SIM:
-        ary = getattr(a, "_ary", None)       # the simulator's arrays wrap a NumPy array
-        if not isinstance(ary, np.ndarray):
-            return None
-        start = ary.__array_interface__["data"][0]
-        return start, start + ary.nbytes
-    ptr = getattr(a, "device_ctypes_pointer", None)
-    if ptr is None:
-        return None
-    start = ptr.value or 0
-    return start, start + a.size * a.dtype.itemsize
-
-
-class _Plan:
-    """What a repeat call needs: the recorded launches (`_launch.ThinLaunch`) and the
-    outputs to allocate: (slot, shape the caller gets, 3-D shape the kernels see,
-    NumPy dtype)."""
-    __slots__ = ("launches", "outs", "kind", "torch", "poison", "stats", "shape", "calls",
-                 "tdt")
-
-    @classmethod
-    def build(cls, launches, views, kind, torch, poison, stats, shape):
-        """A plan from a full call's recorded launches, or None where one cannot be made.
-        Each array argument that is one of the call's own arrays (`views`: q, k, v
-        views, outputs, scratch) becomes a slot, by identity; every other argument is a
-        constant of the plan (scalars, dummy or block-mask arrays)."""
-        slot_of = {id(a): name for name, a in views.items()}
-        spans = [_span(a) for a in views.values()]
-        thin = []
-        for kern, grid, block, shmem, args in launches:
-            slots = [slot_of.get(id(a)) for a in args]
-            for a, slot in zip(args, slots):
-                # a constant must not alias the call's own memory: a view of q or o made
-                # inside a `run` (not the object itself) would be replayed with the first
-                # call's pointer. No plan then: such calls always take the full path.
-                sp = None if slot is not None else _span(a)
-                if sp is not None and any(v is not None and sp[0] < v[1] and v[0] < sp[1]
-                                          for v in spans):
-                    return None
-            t = _launch.thin_launch(kern, grid, block, shmem, args, slots)
-            if t is None:
-                return None
-            thin.append(t)
-        if not thin:
-            return None
-        B, H, N, d = shape
-        p = cls()
-        p.launches, p.kind, p.torch, p.poison, p.stats = tuple(thin), kind, torch, poison, stats
-        p.shape, p.calls = shape, 0
-        user = {"o": (B, H, N, d), "L": (B, H, N)}
-        p.outs = tuple((name, user.get(name, tuple(a.shape)), tuple(a.shape), np.dtype(a.dtype))
-                       for name, a in views.items() if name not in ("q", "k", "v"))
-        if torch is not None:
-            p.tdt = {npdt: _torch_dtype(torch, npdt) for _n, _s, _s3, npdt in p.outs}
-        return p
-
-    def __call__(self, q, k, v, ptrs):
-        if self.torch is not None:
-            torch, dev = self.torch, q.device
-            arrays = {}
-            for name, shape, _shape3, npdt in self.outs:
-                t = (torch.full(shape, math.nan, dtype=self.tdt[npdt], device=dev)
-                     if self.poison else torch.empty(shape, dtype=self.tdt[npdt], device=dev))
-                arrays[name] = t
-                ptrs[name] = t.data_ptr()
-            stream = _launch.core_stream(_torch_stream(torch, dev))
-            for t in self.launches:
-                t.go(stream, arrays, ptrs)
-            return (arrays["o"], arrays["L"]) if self.stats else arrays["o"]
-        B, H, N, d = self.shape
-        arrays = {}
-        if SIM:     # the simulator launches through Numba: it needs the input views
-            arrays["q"] = _bf16_bits(q).reshape(B * H, N, d)
-            arrays["k"] = _bf16_bits(k).reshape(k.shape[0] * k.shape[1], N, d)
-            arrays["v"] = _bf16_bits(v).reshape(v.shape[0] * v.shape[1], N, d)
-        for name, _shape, shape3, npdt in self.outs:
-            a = filled(shape3, npdt, np.nan) if self.poison else cuda.device_array(shape3, npdt)
-            arrays[name] = a
-            if not SIM:
-                ptrs[name] = a.device_ctypes_pointer.value or 0
-        stream = None if SIM else _launch.core_stream(0)
-        for t in self.launches:
-            t.go(stream, arrays, ptrs)
-        O = _return_like(arrays["o"].reshape(B, H, N, d), self.kind, q)
-        if not self.stats:
-            return O
-        return O, _return_like(arrays["L"].reshape(B, H, N), self.kind, q)
 
 
 def kernel_launcher(q, k, v, **kwargs):

@@ -10,6 +10,9 @@ It reuses gpu.api's helpers for devices, outputs and poisoning (`gpu.api.POISON`
 """
 from __future__ import annotations
 
+from ._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads
+
 import numpy as np
 from numba import cuda
 

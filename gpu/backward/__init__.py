@@ -13,6 +13,8 @@
 
 Each has an instrumented build whose own element counts equal iosim.backward's ledger.
 """
+from .._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads
 from .flash import (BACKWARD_ALGORITHMS, BT, BW_TENSORS, attention_backward,
                     backward_shared_bytes, bwd_shared_bytes, default_backward_tiling)
 from . import standard

@@ -83,25 +83,27 @@ import numpy as np
 from numba import cuda, float32, int64
 
 import iosim
-from iosim.backward import BackwardLedger
 from iosim.tiling import Tiling
 
-from .._launch import (DEFAULT_SMEM_BYTES, NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE,
-                      ZERO, T, add_count, check_fits, default_threads, dtype_name, kernel_name,
-                      dummy_mask, launch, loader, new_counters, specialisation, storer)
+from .._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE, ZERO, add_count,
+                      check_fits, default_threads, dtype_name, kernel_name, dummy_mask, launch,
+                      loader, specialisation, storer)
 from .. import api as _api
-from ..api import _check, _output, _return_like, _to_device
+from .._io import _check, _output, _return_like, _to_device
 from .. import _philox
 from ..forward._band import OWN_ROWS, band_args, own_rows_dev, tile_in_band
 from . import fa2_fast, fa2_tc, standard_tc
 from . import standard as backward_standard
 
-#: Counter rows of the backward: the forward's tensors plus the fa2 accumulator.
-BW_TENSORS = tuple(T) + ("dQacc",)
-BT = {name: i for i, name in enumerate(BW_TENSORS)}
-#: square default tiles B tried in order (`default_backward_tiling`); 8 and 4 let every
-#: d <= 256 fit 48 KB (fa2/fa1 fp32 d=256 needs B=4: 24,752 bytes, B=8 needs 49,760)
-DEFAULT_TILES = (64, 32, 16, 8, 4)
+# the counter rows, counters, ledger and element-wise passes all backward kernels share
+from ._common import (BT, BW_TENSORS, _counters_to_ledger, _flat_launch, _new_counters,
+                      convert_kernel, group_sum_kernel)
+
+# the plain kernels' launch geometry (shared memory, default tiles): iosim.launch
+from iosim.launch.backward import flash as _geometry
+from iosim.launch.backward.flash import backward_shared_bytes, bwd_shared_bytes, plain_backward_tiling
+
+DEFAULT_TILES, DEFAULT_SMEM_BYTES = _geometry.DEFAULT_TILES, _geometry.DEFAULT_SMEM_BYTES
 #: Algorithms with GPU backward kernels (all of iosim's backward schedules).
 BACKWARD_ALGORITHMS = ("standard", "fa1", "fa2")
 #: attention_backward(kernel=...), the fa2 main kernel: "auto" (fp16: the tensor-core
@@ -111,19 +113,6 @@ BACKWARD_ALGORITHMS = ("standard", "fa1", "fa2")
 BACKWARD_KERNELS = ("auto", "plain", "fast", "tc")
 
 
-def bwd_shared_bytes(B_r: int, B_c: int, d: int, dt: str) -> int:
-    """Dynamic shared memory of `bwd_main` in bytes (module docstring layout)."""
-    f32 = 2 * B_c * d + 2 * B_r * B_c + 3 * B_r
-    return 4 * f32 + NP_DTYPE[dt].itemsize * (2 * B_c * d + 2 * B_r * d)
-
-
-def backward_shared_bytes(algorithm: str, B_r: int, B_c: int, d: int, dt: str) -> int:
-    """Dynamic shared memory per block of `algorithm`'s tiled backward kernels (bytes):
-    fa1/fa2 `bwd_shared_bytes`; standard `backward_standard.std_bwd_shared_bytes` (its
-    one-row dS kernel needs 2 N elements more, checked separately)."""
-    if algorithm == "standard":
-        return backward_standard.std_bwd_shared_bytes(B_r, B_c, d, dt)
-    return bwd_shared_bytes(B_r, B_c, d, dt)
 
 
 def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2",
@@ -154,28 +143,9 @@ def default_backward_tiling(d: int, dt: str, algorithm: str = "fa2",
         fast = fa2_fast.default_tiling(d, dt)
         if fast is not None:
             return Tiling(fast[0], fast[1])
-    for B in DEFAULT_TILES:
-        if B < 16 and d <= 128:
-            # up to d = 128 the default was, and stays, 16 x 16 when nothing larger fits
-            # 48 KB (fa1 / fa2 fp32 at d = 128: 51,392 bytes, above 48 KB by opt-in): the
-            # measured validation configurations ran it
-            return Tiling(16, 16)
-        if backward_shared_bytes(algorithm, B, B, d, dt) <= DEFAULT_SMEM_BYTES:
-            return Tiling(B, B)
-    return Tiling(DEFAULT_TILES[-1], DEFAULT_TILES[-1])
+    return plain_backward_tiling(d, dt, algorithm)
 
 
-def _new_counters(count):
-    if not count:           # the uncounted kernels never touch it: one cached dummy
-        return new_counters(False)
-    return cuda.to_device(np.zeros((len(BW_TENSORS), 2), dtype=np.int64))
-
-
-def _counters_to_ledger(counters, algorithm, problem, tiling) -> BackwardLedger:
-    host = counters.copy_to_host()
-    reads = {t: int(host[i, READ]) for t, i in BT.items() if host[i, READ]}
-    writes = {t: int(host[i, WRITE]) for t, i in BT.items() if host[i, WRITE]}
-    return BackwardLedger(f"{algorithm}-backward", problem, tiling, reads, writes)
 
 
 # ---------------------------------------------------------------------------------------
@@ -523,65 +493,6 @@ def bwd_main_kernel(alg, B_r, B_c, d, dt, causal, has_mask, count, threads, drop
                        t=threads, noown=alg == "fa2" and bool(causal or window) and not OWN_ROWS)
     return kernel, name
 
-
-# ---------------------------------------------------------------------------------------
-# Element-wise passes: dQ = dQacc; grouped-head sums of dK, dV
-# ---------------------------------------------------------------------------------------
-@specialisation
-def convert_kernel(dt, count):
-    """Kernel convert(dqacc, dq, counters): dq = dqacc (problem dtype); flat views."""
-    IA, IdQ = BT["dQacc"], BT["dQ"]
-    stx = storer(dt)                    # float32 -> element (bf16: rounded bits)
-
-    def kernel(acc, dq, counters):
-        n = int64(0)
-        for e in range(cuda.grid(1), dq.shape[0], cuda.gridsize(1)):
-            dq[e] = stx(acc[e])
-            n += 1
-        if count:
-            add_count(counters, IA, READ, n)
-            add_count(counters, IdQ, WRITE, n)
-
-    return kernel, kernel_name("bwd_convert", dt=dt, count=count)
-
-
-@specialisation
-def group_sum_kernel(dt, count):
-    """Kernel gsum(dk_h, dv_h, dk, dv, group, counters): dk[g] = sum over the group's query
-    heads of dk_h (same for dv); dk_h, dv_h: (batch * heads, N*d), dk, dv: (batch *
-    kv_heads, N*d); head h of batch b belongs to kv instance (b*heads + h) // group."""
-    IdK, IdV = BT["dK"], BT["dV"]
-    ldx, stx = loader(dt), storer(dt)
-
-    def kernel(dk_h, dv_h, dk, dv, group, counters):
-        nd = dk.shape[1]
-        nr = int64(0)
-        nw = int64(0)
-        for e in range(cuda.grid(1), dk.shape[0] * nd, cuda.gridsize(1)):
-            zg = e // nd
-            x = e % nd
-            ak = ZERO
-            av = ZERO
-            for h in range(group):
-                ak += ldx(dk_h[zg * group + h, x])
-                av += ldx(dv_h[zg * group + h, x])
-                nr += 1
-            dk[zg, x] = stx(ak)
-            dv[zg, x] = stx(av)
-            nw += 1
-        if count:
-            add_count(counters, IdK, READ, nr)
-            add_count(counters, IdV, READ, nr)
-            add_count(counters, IdK, WRITE, nw)
-            add_count(counters, IdV, WRITE, nw)
-
-    return kernel, kernel_name("bwd_group_sum", dt=dt, count=count)
-
-
-def _flat_launch(kern, n, *args):
-    threads = default_threads() if SIM else 256
-    blocks = max(1, min(4 if SIM else 4096, -(-n // threads)))
-    launch(kern, blocks, threads, 0, *args)   # repeat launches skip Numba's dispatcher
 
 
 # ---------------------------------------------------------------------------------------

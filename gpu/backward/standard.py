@@ -65,27 +65,8 @@ IQ, IK, IV, IP, IdO = T["Q"], T["K"], T["V"], T["P"], T["dO"]
 IdP, IdS, IdQ, IdK, IdV = T["dP"], T["dS"], T["dQ"], T["dK"], T["dV"]
 
 
-def std_bwd_shared_bytes(B_r: int, B_c: int, d: int, dt: str) -> int:
-    """Dynamic shared memory of the tiled standard-backward kernels (bytes): the largest of
-    the dV/dK, dQ and dP kernels' footprints (module docstring)."""
-    it = NP_DTYPE[dt].itemsize
-    dv_dk = 4 * B_c * d + it * (B_r * B_c + B_r * d)
-    dq = 4 * B_r * d + it * (B_r * B_c + B_c * d)
-    dp = it * (B_r * d + B_c * d)
-    return max(dv_dk, dq, dp)
-
-
-def ds_shared_bytes(N: int, dt: str) -> int:
-    """Dynamic shared memory of the dS kernel (bytes): one row of P and of dP."""
-    return 2 * N * NP_DTYPE[dt].itemsize
-
-
-def ds_threads(N: int, threads: int) -> int:
-    """Threads of the one-row-per-block dS kernel: `threads`, but no more than N needs."""
-    return max(1, min(threads, 1 << (max(N, 1) - 1).bit_length()))
-
-
-# ---------------------------------------------------------------------------------------
+# the launch geometry (shared memory, threads): iosim.launch
+from iosim.launch.backward.standard import ds_shared_bytes, ds_threads, std_bwd_shared_bytes
 # Lines 1 and 5: dV_j = sum_i P_ij^T dO_i,  dK_j = scale sum_i dS_ij^T Q_i
 # ---------------------------------------------------------------------------------------
 @specialisation
@@ -349,7 +330,7 @@ def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_col
     from ..forward import standard, standard_tc
     from .._launch import SIM, default_threads, dtype_name, new_counters
     from .. import api as _api
-    from ..api import _check, _output, _return_like, _to_device
+    from .._io import _check, _output, _return_like, _to_device
     (B, H, N, d), dt, kind = _check("q", q)
     shape_k, _, _ = _check("k", k)
     Hk, Nk = shape_k[1], shape_k[2]

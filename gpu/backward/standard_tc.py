@@ -62,42 +62,9 @@ IQ, IK, IV, IP, IdO = T["Q"], T["K"], T["V"], T["P"], T["dO"]
 IdP, IdS, IdQ, IdK, IdV = T["dP"], T["dS"], T["dQ"], T["dK"], T["dV"]
 
 
-def plan_error(B_r: int, B_c: int, d: int, dt: str) -> str | None:
-    """Why these kernels cannot run the configuration, or None if they can (shared memory
-    aside: see `supports`)."""
-    err = fwd.plan_error(B_r, B_c, d, dt)
-    if err:
-        return err
-    if B_c // 16 not in WARPS:
-        return f"B_c={B_c}: must be 16 x warps, warps in {WARPS} (lines 1, 5: a warp per 16 keys)"
-    return None
-
-
-def default_tiling(d: int, causal: bool = False) -> dict:
-    """dict(B_r, B_c): 128 x 64, as the forward (`gpu.forward.standard_tc.default_tiling`),
-    so that the backward reads the P the forward wrote with the same tiling; not yet tuned
-    on a GPU."""
-    return dict(B_r=128, B_c=64)
-
-
-def colblock_layout(B_r: int, B_c: int, d: int) -> dict:
-    """X buffer b at XO + b XB (rows of B_c + 8 halves), Y buffer b at YO + b YB (rows of
-    d + 8); dV_j / dK_j afterwards at word 0 (rows of d + 8)."""
-    SH = d + 8
-    SW = SH // 2
-    XSH = B_c + 8
-    XSW = XSH // 2
-    XB = B_r * XSW
-    YB = B_r * SW
-    XO, YO = 0, 2 * XB
-    words = max(YO + 2 * YB, B_c * SW)
-    return dict(SH=SH, SW=SW, XSH=XSH, XSW=XSW, XO=XO, XB=XB, YO=YO, YB=YB, words=words,
-                bytes=4 * words)
-
-
-def shared_bytes(B_r: int, B_c: int, d: int) -> int:
-    """The largest dynamic shared memory of the three tile kernels (bytes)."""
-    return max(fwd.shared_bytes(B_r, B_c, d), colblock_layout(B_r, B_c, d)["bytes"])
+# the launch geometry (which tilings run, threads, shared-memory layout): iosim.launch
+from iosim.launch.backward.standard_tc import (colblock_layout, default_tiling, plan_error,
+                                              shared_bytes)
 
 
 def supports(B_r: int, B_c: int, d: int, dt: str = "fp16", N: int | None = None,
@@ -426,7 +393,7 @@ def backward_arrays(q, k, v, do, P, *, causal=False, scale=None, block_rows=None
     (batch, heads, N, N) uint8 (forward_arrays(..., dropout_p=...))."""
     import iosim
     from .._launch import filled
-    from .flash import _counters_to_ledger, _flat_launch, _new_counters, group_sum_kernel
+    from ._common import _counters_to_ledger, _flat_launch, _new_counters, group_sum_kernel
     B, H, N, d = q.shape
     Hk = k.shape[1]
     t = default_tiling(d, causal)

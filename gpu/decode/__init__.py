@@ -33,6 +33,8 @@ configuration's launches for repeated calls on preallocated arrays (benchmarks).
 the function and its modules (`gpu.decode.split_kv`, `gpu.decode.api`) share one name
 without one shadowing the other.
 """
+from .._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads
 import inspect as _inspect
 import sys as _sys
 import types as _types

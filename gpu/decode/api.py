@@ -20,7 +20,7 @@ from iosim.decode import (KV_READS, DecodeLedger, DecodeProblem, check_num_split
 from iosim.problem import ConfigError
 
 from .._launch import HOST_DTYPE, NP_DTYPE, READ, SIM, WRITE, check_fits, dtype_name, filled, launch
-from ..api import BF16, _output, _return_like, _to_device, _torch_bf16
+from .._io import BF16, _output, _return_like, _to_device, _torch_bf16
 from . import split_kv as K
 
 #: GPU preset whose SM count the "auto" rule uses where no GPU is present (the simulator)

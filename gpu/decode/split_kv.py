@@ -64,15 +64,17 @@ import math
 from numba import cuda, float32, int32, int64
 
 from iosim.decode import DECODE_ORDER
+# the launch geometry (threads, lanes, tile rows, shared memory): iosim.launch.decode
+from iosim.launch import decode as _geometry
 
-from .._launch import (NAN, NEG_INF, NP_DTYPE, READ, SIM, WRITE, ZERO, add_count,
-                       kernel_name, lane_group_reducer, loader, specialisation, storer)
+from .._launch import (NAN, NEG_INF, READ, SIM, WRITE, ZERO, add_count, kernel_name,
+                       lane_group_reducer, loader, specialisation, storer)
 
 #: rows of the decode counters array (same names and order as iosim.decode's ledger)
 COUNTED = DECODE_ORDER
 C = {name: i for i, name in enumerate(COUNTED)}
 #: largest O accumulator entries one thread keeps in registers (NR x d / NT)
-MAX_ACC = 64
+MAX_ACC = _geometry.MAX_ACC
 FULL = 0xFFFFFFFF
 
 
@@ -123,55 +125,11 @@ _LD16 = {} if SIM else {4: _make_ld16(4), 8: _make_ld16(8)}
 # ---------------------------------------------------------------------------------------
 # Plan
 # ---------------------------------------------------------------------------------------
+
 def plan(d: int, dt: str, NR: int, vec_ok: bool = True, sim: bool = SIM,
          lanes_per_row: int | None = None) -> dict:
-    """Compile-time layout for head dim d, dtype dt and NR query rows per block:
-    NT threads, VW elements a lane, LPR lanes a key row, NGRP groups, KPG rows a group
-    per tile, TB rows a tile, A accumulator entries a thread, shfl, vec (16-byte loads),
-    red (a shared scratch for the group sums when there are no shuffles), smem_bytes.
-    lanes_per_row (simulator only, a power of two dividing d and 16): run the lane-group
-    layout of the GPU build in the simulator, its group sums through shared memory
-    instead of warp shuffles (tests). ValueError when no layout fits."""
-    itemsize = NP_DTYPE[dt].itemsize
-    if lanes_per_row is not None and not sim:
-        raise ValueError("lanes_per_row is for the simulator only (on a GPU LPR follows d)")
-    if sim:
-        NT, LPR, VW, shfl, vec = 16, 1, d, False, False
-        if lanes_per_row is not None:
-            LPR = int(lanes_per_row)
-            if LPR < 1 or LPR & (LPR - 1) or d % LPR or NT % LPR:
-                raise ValueError(f"lanes_per_row={lanes_per_row!r} is not allowed for d={d}; "
-                                 f"allowed: a power of two dividing d and {NT}")
-            VW = d // LPR
-    else:
-        NT, shfl = 128, True
-        VW = 16 // itemsize
-        if d % VW or 32 % (d // VW) and d // VW > 32:
-            VW = 1
-        LPR = d // VW
-        while LPR > 32:                        # d > 32 VW: more elements a lane
-            VW *= 2
-            LPR = d // VW
-        if 32 % LPR:                           # a group must not straddle warps
-            raise ValueError(f"d={d} is not supported by gpu.decode ({dt}); allowed: "
-                             f"head dims with d / {16 // itemsize} a power of two, e.g. "
-                             f"16, 32, 64, 128, 256")
-        # 16-byte loads convert fp16 in PTX; bf16 (uint16 bits) loads element by element
-        vec = bool(vec_ok) and VW * itemsize == 16 and dt != "bf16"
-    A = -(-NR * d // NT)
-    while A > MAX_ACC and NT < 1024:
-        NT *= 2
-        A = -(-NR * d // NT)
-    if A > MAX_ACC:
-        raise ValueError(f"{NR} query rows x d={d} per block is too many for gpu.decode "
-                         f"(at most {MAX_ACC * 1024 // d} rows); use kv_reads='per_query_head'")
-    NGRP = NT // LPR
-    KPG = 2 if sim else max(1, min(64 // NGRP, 32 // VW))
-    TB = NGRP * KPG
-    red = LPR > 1 and not shfl
-    f32 = NR * d + TB * d + NR * TB + 3 * NR + (NT if red else 0)
-    return dict(NT=NT, VW=VW, LPR=LPR, NGRP=NGRP, KPG=KPG, TB=TB, A=A, shfl=shfl, vec=vec,
-                red=red, smem_bytes=4 * f32)
+    """`iosim.launch.decode.plan` for this process's build (sim: Numba's simulator)."""
+    return _geometry.plan(d, dt, NR, vec_ok, sim, lanes_per_row)
 
 
 @specialisation

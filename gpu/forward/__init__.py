@@ -17,3 +17,5 @@
 `gpu.attention` picks among them; each has an instrumented build whose own element
 counts equal iosim's ledger.
 """
+from .._env import use_backend
+use_backend()   # first: GPU or Numba's simulator, settled before numba.cuda loads

@@ -397,9 +397,7 @@ def shared_bytes(B_r, B_c, d, dt) -> int:
     return sram_footprint_bytes("standard", B_r, B_c, d, dt)
 
 
-def softmax_threads(N: int, threads: int) -> int:
-    """Threads of the row-softmax kernel: `threads`, but no more than N needs."""
-    return max(1, min(threads, 1 << (max(N, 1) - 1).bit_length()))
+from iosim.launch.forward.standard import softmax_threads  # the launch plan: iosim.launch
 
 
 def run(q3, k3, v3, o3, s3, p3, scale, N, H, G, mask, active, counters, *, B_r, B_c, dt,

@@ -15,6 +15,11 @@ from dataclasses import dataclass, field
 from ..problem import Problem
 from ..tiling import Tiling, sram_footprint_bytes
 from ..closed_form import tile_sums
+from . import tables as api
+from .backward import fa2_fast as bwd_fast, fa2_tc as bwd_tc, standard_tc as bwd_std_tc
+from .backward.flash import backward_shared_bytes, plain_backward_tiling
+from .forward import (fa1_fast, fa1_tc, fa2_fast, fa2_tc, standard as plain, standard_fast,
+                      standard_tc)
 
 #: Registers per thread of each kernel (ptxas, as Nsight Compute's
 #: launch__registers_per_thread reported them on the H100, 2026-11-25): kernel prefix ->
@@ -165,11 +170,6 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
     """The plan `gpu.attention` (pass_='fwd') or `gpu.backward.attention_backward`
     ('bwd') follows for these arguments on `hw`, without a GPU. kernel: 'auto' (the
     default choice) or 'tc' | 'fast' | 'plain' to pin the fa2 forward kernel."""
-    from analysis.sweeps import ensure_cuda_env
-    ensure_cuda_env()
-    from gpu import api
-    from gpu.forward import fa2_fast, fa2_tc
-    from gpu.backward import default_backward_tiling
     d, dt, causal = problem.d, problem.dtype, problem.causal
     limit = hw.smem_per_block_bytes
     if not (algorithm == "fa2" and pass_ == "fwd"):
@@ -195,12 +195,11 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
         if runs != "plain":
             return _newer_plan(algorithm, pass_, runs, problem, hw, tiling)
     if pass_ == "bwd":
-        t = tiling or default_backward_tiling(d, dt, algorithm, kernel="plain")
-        from gpu.backward import backward_shared_bytes
+        t = tiling or plain_backward_tiling(d, dt, algorithm)
         return Plan(algorithm, "bwd", "default", t, 128,
                     backward_shared_bytes(algorithm, t.B_r, t.B_c, d, dt))
     if algorithm != "fa2":
-        t = tiling or api.default_tiling(algorithm, d, dt, causal, "plain")
+        t = tiling or api.plain_default_tiling(algorithm, d, dt)
         return Plan(algorithm, "fwd", "default", t, 128,
                     sram_footprint_bytes(algorithm, t.B_r, t.B_c, d, dt))
     if kernel not in ("auto", "tc", "fast", "plain"):
@@ -242,7 +241,7 @@ def kernel_plan(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
                 return Plan("fa2", "fwd", "fast", Tiling(B_r, B_c), threads, sm, opts)
         if choice == "fast":
             raise ValueError(f"kernel='fast' cannot run {tiling} at d={d}")
-    t = tiling or api.default_tiling("fa2", d, dt, causal, "plain")
+    t = tiling or api.plain_default_tiling("fa2", d, dt)
     return Plan("fa2", "fwd", "plain", t, 128,
                 sram_footprint_bytes("fa2", t.B_r, t.B_c, d, dt))
 
@@ -255,11 +254,8 @@ def _fast_forward_plan(algorithm, problem, hw, tiling):
     the plain kernels' (S per active tile, a softmax row kernel, PV per query block; fa1:
     one block per instance); only the launch geometry differs. extra["geom"]: launch name
     -> (threads, dynamic shared bytes)."""
-    from gpu import api
-    from gpu.forward import fa1_fast, standard_fast
-    from gpu.forward import standard as plain
     d, N, limit = problem.d, problem.N, hw.smem_per_block_bytes
-    _, tiles, fallback, _, tlist = api._other_fast(algorithm)
+    tiles, fallback, _, tlist = api.other_fast_tables(algorithm)
 
     def fits(B_r, B_c, t):
         if algorithm == "standard":
@@ -301,7 +297,7 @@ def _newer_plan(algorithm, pass_, runs, problem, hw, tiling):
     extra["geom"]: launch name -> (threads, dynamic shared bytes)."""
     d, causal, N = problem.d, problem.causal, problem.N
     if algorithm == "fa1":
-        from gpu.forward import fa1_tc as m
+        m = fa1_tc
         t = m.default_tiling(d, causal)
         B_r, B_c = (tiling.B_r, tiling.B_c) if tiling else (t["B_r"], t["B_c"])
         thr = m.threads_per_block(B_r, t["MT"])
@@ -309,8 +305,7 @@ def _newer_plan(algorithm, pass_, runs, problem, hw, tiling):
         return Plan("fa1", "fwd", "tc", Tiling(B_r, B_c), thr, sm,
                     {"geom": {"fa1_tc": (thr, sm)}, "MT": t["MT"], "stages": t["stages"]})
     if algorithm == "standard":
-        from gpu.forward import standard_tc as f
-        from gpu.backward import standard_tc as b
+        f, b = standard_tc, bwd_std_tc
         t = f.default_tiling(d, causal)
         B_r, B_c = (tiling.B_r, tiling.B_c) if tiling else (t["B_r"], t["B_c"])
         vec = N % 8 == 0
@@ -325,14 +320,14 @@ def _newer_plan(algorithm, pass_, runs, problem, hw, tiling):
                     "std_tc_bwd_dQ": rowblock, "std_tc_bwd_dK": col}
         return Plan("standard", pass_, "tc", Tiling(B_r, B_c), 2 * B_r, tile[1], {"geom": geom})
     if runs == "tc":                                  # fa2 backward, tensor cores
-        from gpu.backward import fa2_tc as m
+        m = bwd_tc
         t = m.default_tiling(d, causal)
         B_r, B_c = (tiling.B_r, tiling.B_c) if tiling else (t["B_r"], t["B_c"])
         thr = 32 * m.warps_of(B_c, t["MT"])
         sm = m.layout(B_r, B_c, d)["bytes"]
         return Plan("fa2", "bwd", "tc", Tiling(B_r, B_c), thr, sm,
                     {"geom": {"fa2_bwd_main": (thr, sm), "fa2_bwd_pre": (256, 0)}})
-    from gpu.backward import fa2_fast as m            # fa2 backward, fast fp32
+    m = bwd_fast                                      # fa2 backward, fast fp32
     t = m.default_tiling(d, problem.dtype, smem_limit=hw.smem_per_block_bytes)
     if t is None:
         raise ValueError(f"the fast fa2 backward has no tiling for d={d} on {hw.name}")
@@ -350,8 +345,6 @@ def _fast_smem_bytes(p: Problem, t: Tiling, threads: int, kern: str = "fa2_fast"
     (RM query rows x RN keys for S = QK^T, RM x DN head columns for O += PV) loads
     RM + RN (RM + DN) words per d step (key step) for RM RN (RM DN) FMAs, so the
     loads per FMA fall as the register tile grows (gpu.forward.fa2_fast.plan)."""
-    from gpu import api
-    from gpu.forward import fa2_fast, standard_fast
     fma = float(tile_sums(p.N, t.B_r, t.B_c, p.causal)[3]) * p.d * p.instances
     if kern == "std_fast_S":
         _, _, RM, RN = standard_fast.s_plan(t.B_r, t.B_c, p.d, threads)
