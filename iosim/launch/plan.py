@@ -86,8 +86,8 @@ SPILLS = {("fa2_tc", 128, 128, 64, False): 520, ("fa2_tc", 64, 128, 64, False): 
 #: (run 2026-11-25-h100-levels): the whole frame rewritten every tile; fa2_fast 256 x 32
 #: at d = 128: 388 bytes of local loads and 57 of stores per thread and tile (Nsight
 #: Compute, 64 heads, N = 16384). Where the resident CTAs' frames overflow the L1 (256 KB
-#: per SM less their shared memory, as `analysis.runtime` charges t_local) every step
-#: re-reads the frame from L2 (`iosim.hierarchy.sweep_kernel`'s local_frame_bytes); the
+#: per SM less their shared memory, as `iosim.timing` charges t_local) every step
+#: re-reads the frame from L2 (`iosim.memory.sweep_kernel`'s local_frame_bytes); the
 #: fast d = 64 build's 88-byte frame fits in the L1 (its L2 reads equal its global loads)
 #: and is written once per CTA. The third number: local load bytes per thread and tile
 #: (Nsight Compute, the same runs), which `local_l2_bytes` counts at the L2.
