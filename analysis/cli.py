@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         importlib.import_module(f"analysis.commands.{name}").register(sub)
         cmd = sub.choices[name]
+        cmd.set_defaults(command_name=name)   # for error lines (an option may be --command)
         if not cmd.epilog and name in EXAMPLES:
             cmd.epilog = "examples:\n" + "\n".join("  " + e for e in EXAMPLES[name])
             cmd.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
         msg = f"{e.strerror or type(e).__name__}:{where}" if e.strerror else f"{type(e).__name__}: {e}"
     except MemoryError as e:  # last resort (commands check sizes first): one line, exit 2
         msg = f"out of memory ({e or 'MemoryError'}); the problem is too large for this machine"
-    print(f"flashsim {args.command}: error: {' '.join(msg.split())}", file=sys.stderr)
+    print(f"flashsim {args.command_name}: error: {' '.join(msg.split())}", file=sys.stderr)
     return 2
 
 
