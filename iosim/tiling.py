@@ -40,7 +40,7 @@ class Tiling:
 
 def sram_to_elements(sram_bytes: int, dtype: str) -> int:
     """M in elements of the input dtype, from bytes (floor)."""
-    return int(sram_bytes) // DTYPES[check_dtype(dtype)].itemsize
+    return check_sram_bytes(sram_bytes) // DTYPES[check_dtype(dtype)].itemsize
 
 
 def paper_tiling(M_elements: int, d: int) -> Tiling:
@@ -73,8 +73,9 @@ def sram_footprint_bytes(algorithm: str, B_r: int, B_c: int, d: int, dtype: str)
                  dtype and O_i (B_r x d) in float32. (The row-wise softmax holds one row
                  of N float32 values; it is independent of the tiling and not counted.)
     """
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(ALGORITHMS)}")
+    B_r, B_c = Tiling(B_r, B_c).B_r, Tiling(B_r, B_c).B_c     # positive integers, or ConfigError
     d = check_head_dim(d)
     s = DTYPES[check_dtype(dtype)].itemsize
     if algorithm == "standard":

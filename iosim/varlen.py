@@ -104,7 +104,8 @@ class VarlenProblem(HeadsAndDtype):
         object.__setattr__(self, "heads", h)
         object.__setattr__(self, "kv_heads", kv)
         object.__setattr__(self, "dtype", check_dtype(self.dtype))
-        object.__setattr__(self, "causal", bool(self.causal))
+        from .reference import check_flag
+        object.__setattr__(self, "causal", check_flag("causal", self.causal))
         object.__setattr__(self, "window", check_window(self.window, self.causal))
 
     @classmethod
@@ -207,8 +208,17 @@ class VarlenLedger(TrafficCounts):
         }
 
 
+def _check_problem_tiling(problem, tiling) -> None:
+    if not isinstance(problem, VarlenProblem):
+        raise ConfigError(f"problem={type(problem).__name__} is not allowed; allowed: an "
+                          f"iosim.VarlenProblem")
+    if not isinstance(tiling, Tiling):
+        raise ConfigError(f"tiling={tiling!r} is not allowed; allowed: an "
+                          f"iosim.Tiling(B_r, B_c)")
+
+
 def _check_algorithm(algorithm: str) -> None:
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: "
                           f"{', '.join(ALGORITHMS)}")
 
@@ -232,6 +242,7 @@ def varlen_closed_form(algorithm: str, problem: VarlenProblem, tiling: Tiling) -
     iosim.closed_form per sequence (totals in elements; module docstring)."""
     from .closed_form import closed_form
     _check_algorithm(algorithm)
+    _check_problem_tiling(problem, tiling)
     reads: dict = {}
     writes: dict = {}
     for b in range(problem.batch):
@@ -392,6 +403,7 @@ def varlen_backward_closed_form(problem: VarlenProblem, tiling: Tiling,
     when both are 0)."""
     from .backward import BackwardLedger, backward_closed_form
     _backward_algorithm(algorithm)
+    _check_problem_tiling(problem, tiling)
     reads: dict = {}
     writes: dict = {}
     for b in range(problem.batch):
