@@ -129,7 +129,7 @@ def dropout_weights(p, keep, dropout_p: float):
     dropout_p = check_dropout_p(dropout_p)
     if keep is None:
         if dropout_p:
-            raise ValueError(f"dropout_p={dropout_p} needs the keep mask (dropout_keep=...)")
+            raise ConfigError(f"dropout_p={dropout_p} needs the keep mask (dropout_keep=...)")
         return p
     return np.where(np.asarray(keep, dtype=bool), p / (1.0 - dropout_p), 0.0)
 

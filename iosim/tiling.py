@@ -133,6 +133,9 @@ def resolve_tiling(algorithm: str, d: int, dtype: str, *, block_rows: int | None
         raise ConfigError("block_rows and block_cols must be given together "
                           f"(got block_rows={block_rows!r}, block_cols={block_cols!r})")
     if block_rows is not None:
+        for name, v in (("block_rows", block_rows), ("block_cols", block_cols)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
+                raise ConfigError(f"{name}={v!r} must be a positive integer")
         t = Tiling(block_rows, block_cols)
         if sram_bytes is not None:
             check_tiling_fits(algorithm, t, d, dtype, sram_bytes)
