@@ -113,6 +113,19 @@ def check_causal_array(causal):
     return a
 
 
+def check_arrays(*, causal, window, d, **sizes):
+    """The arguments of the vectorised closed forms, checked: d integers in
+    1..MAX_HEAD_DIM, every other size (N, B_r, B_c, ...) integers >= 1 (N_k and kv_heads
+    may be None: their defaults), causal bools, window one (left, right) pair. Returns
+    (causal as a bool array, window as a tuple); ConfigError naming the first bad one."""
+    from .problem import check_window
+    check_int_array("d", d, 1, MAX_HEAD_DIM)
+    for name, x in sizes.items():
+        if not (x is None and name in ("N_k", "kv_heads")):
+            check_int_array(name, x, 1)
+    return check_causal_array(causal), check_window(window)
+
+
 def floor_sum(n, m, a, b):
     """sum_{i=0}^{n-1} floor((a i + b) / m) for integer arrays, n >= 0, m >= 1, a, b >= 0.
     Exact at any size (object arrays of Python ints where int64 could overflow)."""
@@ -386,15 +399,9 @@ def closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False, itemsize
       reads / writes: {tensor: elements}, read_bytes, write_bytes, hbm_bytes.
     int64 arrays where int64 holds every count exactly, else object arrays of Python ints.
     """
-    from .problem import check_window
     _check_algorithm(algorithm)
-    for name, x, hi in (("N", N, None), ("d", d, MAX_HEAD_DIM), ("B_r", B_r, None),
-                        ("B_c", B_c, None), ("itemsize", itemsize, None),
-                        ("instances", instances, None)) + ((("N_k", N_k, None),)
-                                                           if N_k is not None else ()):
-        check_int_array(name, x, 1, hi)
-    causal = check_causal_array(causal)
-    window = check_window(window)
+    causal, window = check_arrays(causal=causal, window=window, N=N, d=d, B_r=B_r, B_c=B_c,
+                                  itemsize=itemsize, instances=instances, N_k=N_k)
     # counts are at most about 16 (N + B_r + B_c)^2 d instances elements, times 8 bytes
     bound = (128.0 * (_max(N) + (0.0 if N_k is None else _max(N_k)) + _max(B_r) + _max(B_c)
                       + 2.0) ** 2 * max(_max(d), 1.0)
