@@ -176,10 +176,14 @@ LEVELS_MAX_BLOCKS = 1 << 22
 LEVELS_MAX_TILES = 1 << 27
 
 
-def levels_size_error(algorithm: str, problem, tiling) -> str | None:
+def levels_size_error(algorithm: str, problem, tiling, *, names=("--seq-len", "--batch x --heads",
+                                                                 "--levels")) -> str | None:
     """None if the L2 / DRAM model can take the problem at this tiling (LEVELS_MAX_BLOCKS,
-    LEVELS_MAX_TILES), else a one-line error naming --seq-len and the largest it takes at
-    these batch, heads and tiling (or batch x heads, when no --seq-len fits)."""
+    LEVELS_MAX_TILES), else a one-line error naming the sequence length and the largest
+    the model takes at these batch, heads and tiling (or batch x heads, when no length
+    fits). names: what the message calls N, batch x heads and the model (the model's own
+    entry: ("N", "batch x heads", "the L2 / DRAM model"))."""
+    n_name, i_name, what = names
     N, I, B_r, B_c = problem.N, problem.instances, tiling.B_r, tiling.B_c
     T_r, T_c = tiling.T_r(N), tiling.T_c(N)
     blocks, tiles = max(T_r, T_c) * I, (T_r * T_c if algorithm == "standard" else 0)
@@ -191,7 +195,7 @@ def levels_size_error(algorithm: str, problem, tiling) -> str | None:
                f"{LEVELS_MAX_TILES:,}" if algorithm == "standard" else ""))
     per = LEVELS_MAX_BLOCKS // I
     if per == 0:
-        return (f"--batch x --heads = {I:,} is too large for --levels: {rule}; allowed: "
+        return (f"{i_name} = {I:,} is too large for {what}: {rule}; allowed: "
                 f"batch x heads <= {LEVELS_MAX_BLOCKS:,}")
     n_max = per * min(B_r, B_c)
     if algorithm == "standard":           # ceil(N/B_r) ceil(N/B_c) grows with N: bisect
@@ -204,7 +208,7 @@ def levels_size_error(algorithm: str, problem, tiling) -> str | None:
                 hi = mid - 1
         n_max = lo
     got = f"{blocks:,} thread blocks" + (f" and {tiles:,} tiles" if tiles else "")
-    return (f"--seq-len={N} is too large for --levels ({got}): {rule}; allowed: --seq-len <= "
+    return (f"{n_name}={N} is too large for {what} ({got}): {rule}; allowed: {n_name} <= "
             f"{n_max:,} at batch={problem.batch}, heads={problem.heads} and this tiling")
 
 
