@@ -3,7 +3,8 @@
 Each subcommand lives in analysis/commands/<name>.py and defines `register(subparsers)`,
 which adds its parser and sets `func(args) -> exit status`. Bad input and file-system
 errors (ValueError, OSError) exit with status 2 and one line on stderr naming the
-parameter or path, never a traceback.
+parameter or path, never a traceback; so does running out of memory (MemoryError), as a
+last resort behind the commands' own size checks.
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         importlib.import_module(f"analysis.commands.{name}").register(sub)
         cmd = sub.choices[name]
+        cmd.set_defaults(command_name=name)   # for error lines (an option may be --command)
         if not cmd.epilog and name in EXAMPLES:
             cmd.epilog = "examples:\n" + "\n".join("  " + e for e in EXAMPLES[name])
             cmd.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -86,7 +88,9 @@ def main(argv=None) -> int:
     except OSError as e:     # a file-system error met while working: exit 2, naming the path
         where = f" {e.filename!r}" if e.filename else ""
         msg = f"{e.strerror or type(e).__name__}:{where}" if e.strerror else f"{type(e).__name__}: {e}"
-    print(f"flashsim {args.command}: error: {' '.join(msg.split())}", file=sys.stderr)
+    except MemoryError as e:  # last resort (commands check sizes first): one line, exit 2
+        msg = f"out of memory ({e or 'MemoryError'}); the problem is too large for this machine"
+    print(f"flashsim {args.command_name}: error: {' '.join(msg.split())}", file=sys.stderr)
     return 2
 
 

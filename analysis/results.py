@@ -46,6 +46,32 @@ def data_dir(data=None) -> Path:
     return Path(env) if env else DEFAULT_DATA
 
 
+def existing_data_dir(data=None) -> Path:
+    """data_dir(data) if it is a folder, else ValueError naming it and where it came from
+    (--data, $FLASHSIM_RESULTS or the default): reading a data set that is not there is an
+    error, not an empty answer."""
+    d = data_dir(data)
+    if not d.is_dir():
+        where = ("--data" if data is not None else
+                 "$FLASHSIM_RESULTS" if os.environ.get("FLASHSIM_RESULTS") else "the default")
+        what = "is not a folder" if d.exists() else "does not exist"
+        raise ValueError(f"data set folder {str(d)!r} ({where}) {what}; allowed: a folder "
+                         f"of <kind>.jsonl files")
+    return d
+
+
+def check_kind_known(kind: str, data=None) -> str:
+    """kind if the data set (which must exist) has rows of it, else ValueError naming it
+    and the kinds there are."""
+    _check_kind(kind)
+    d = existing_data_dir(data)
+    known = kinds(data)
+    if kind not in known:
+        raise ValueError(f"kind={kind!r} is not in the data set at {str(d)!r}; allowed: "
+                         f"{', '.join(known) if known else '(none: the folder is empty)'}")
+    return kind
+
+
 def path_of(kind: str, data=None) -> Path:
     _check_kind(kind)
     return data_dir(data) / f"{kind}.jsonl"

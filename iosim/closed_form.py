@@ -76,6 +76,56 @@ def _ints(dtype, *arrays):
     return tuple(np.asarray(x, dtype=np.int64) for x in arrays)
 
 
+def _short(x) -> str:
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_int_array(name: str, x, low: int = 1, high: int | None = None):
+    """x (an integer or an array of integers: int dtypes, or object arrays of Python
+    ints) if every value is in low..high, else ConfigError naming `name`. Floats, bools,
+    strings and NaN are refused: truncating 8.5 rows to 8 would be a wrong answer."""
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError):          # ragged nested lists
+        a = None
+    if a is None or a.dtype.kind not in "iuO" or (a.dtype == object and not all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+            for v in a.flat)):
+        raise ConfigError(f"{name}={_short(x)} is not allowed; allowed: integers (or arrays "
+                          f"of integers) >= {low}")
+    if a.size and (int(a.min()) < low or (high is not None and int(a.max()) > high)):
+        bad = int(a.min()) if int(a.min()) < low else int(a.max())
+        if name == "d":
+            raise ConfigError(f"head dimension d={bad} is not allowed; allowed: integers "
+                              f"{low}..{high}")
+        span = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ConfigError(f"{name}={bad} is not allowed; allowed: integers {span}")
+    return x
+
+
+def check_causal_array(causal):
+    """causal (a bool, or an array of bools) as a bool array, else ConfigError."""
+    a = np.asarray(causal) if not isinstance(causal, str) else None
+    if a is None or a.dtype.kind != "b":
+        raise ConfigError(f"causal={_short(causal)} is not allowed; allowed: True, False or "
+                          f"an array of bools")
+    return a
+
+
+def check_arrays(*, causal, window, d, **sizes):
+    """The arguments of the vectorised closed forms, checked: d integers in
+    1..MAX_HEAD_DIM, every other size (N, B_r, B_c, ...) integers >= 1 (N_k and kv_heads
+    may be None: their defaults), causal bools, window one (left, right) pair. Returns
+    (causal as a bool array, window as a tuple); ConfigError naming the first bad one."""
+    from .problem import check_window
+    check_int_array("d", d, 1, MAX_HEAD_DIM)
+    for name, x in sizes.items():
+        if not (x is None and name in ("N_k", "kv_heads")):
+            check_int_array(name, x, 1)
+    return check_causal_array(causal), check_window(window)
+
+
 def floor_sum(n, m, a, b):
     """sum_{i=0}^{n-1} floor((a i + b) / m) for integer arrays, n >= 0, m >= 1, a, b >= 0.
     Exact at any size (object arrays of Python ints where int64 could overflow)."""
@@ -217,12 +267,16 @@ def tile_sums(N, B_r, B_c, causal, *, N_k=None, window=(-1, -1)):
         N_k = N if N_k is None else N_k
         dt = int_dtype(16.0 * (_max(N) + _max(N_k) + _max(B_r) + _max(B_c) + 2.0) ** 2,
                        N, N_k, B_r, B_c)
-        N, N_k, B_r, B_c = _ints(dt, N, N_k, B_r, B_c)
-        causal = np.asarray(causal, dtype=bool)
+        # at least 1-d: NumPy turns 0-d object arrays into Python scalars mid-expression,
+        # which np.where would then squeeze into int64 (OverflowError past 2^63)
+        shape = np.broadcast_shapes(*(np.shape(x) for x in (N, N_k, B_r, B_c, causal)))
+        N, N_k, B_r, B_c = (np.array(np.broadcast_to(x, shape), dtype=dt).reshape(-1)
+                            for x in _ints(dt, N, N_k, B_r, B_c))
+        causal = np.broadcast_to(np.asarray(causal, dtype=bool), shape).reshape(-1)
         o = N_k - N                                   # iosim.problem.band_of, vectorised
         lo = -(N + B_r) if left < 0 else o - left
-        hi = np.where(causal, o, (N_k + B_c) if right < 0 else o + right)
-        return band_tile_sums(N, N_k, B_r, B_c, lo, hi)
+        hi = np.where(causal, o, (N_k + B_c) if right < 0 else o + right).astype(dt)
+        return tuple(x.reshape(shape) for x in band_tile_sums(N, N_k, B_r, B_c, lo, hi))
     dt = int_dtype(16.0 * (_max(N) + _max(B_r) + _max(B_c) + 2.0) ** 2, N, B_r, B_c)
     shape = np.broadcast_shapes(*(np.shape(x) for x in (N, B_r, B_c, causal)))
     # at least 1-d: NumPy turns 0-d object arrays into Python scalars mid-expression
@@ -304,8 +358,27 @@ def problem_sums(problem: Problem, tiling: Tiling) -> tuple[int, int, int, int]:
     return band_sums(problem.N, problem.N_k, tiling.B_r, tiling.B_c, problem.band)
 
 
+def _check_algorithm(algorithm) -> str:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: "
+                          f"{', '.join(ALGORITHMS)}")
+    return algorithm
+
+
+def check_problem_tiling(problem, tiling) -> None:
+    """ConfigError unless problem is an iosim.Problem and tiling an iosim.Tiling."""
+    if not isinstance(problem, Problem):
+        raise ConfigError(f"problem={_short(problem)} is not allowed; allowed: an "
+                          f"iosim.Problem")
+    if not isinstance(tiling, Tiling):
+        raise ConfigError(f"tiling={_short(tiling)} is not allowed; allowed: an "
+                          f"iosim.Tiling(B_r, B_c)")
+
+
 def closed_form(algorithm: str, problem: Problem, tiling: Tiling) -> Ledger:
     """The ledger of `execute(algorithm, problem, tiling)`, computed by formula (totals)."""
+    _check_algorithm(algorithm)
+    check_problem_tiling(problem, tiling)
     nA, RA, CA, RCA = problem_sums(problem, tiling)
     reads, writes = counts_from_sums(algorithm, problem.N, problem.d, nA, RA, CA, RCA,
                                      problem.N_k, dropout=problem.dropout_p > 0)
@@ -326,6 +399,9 @@ def closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False, itemsize
       reads / writes: {tensor: elements}, read_bytes, write_bytes, hbm_bytes.
     int64 arrays where int64 holds every count exactly, else object arrays of Python ints.
     """
+    _check_algorithm(algorithm)
+    causal, window = check_arrays(causal=causal, window=window, N=N, d=d, B_r=B_r, B_c=B_c,
+                                  itemsize=itemsize, instances=instances, N_k=N_k)
     # counts are at most about 16 (N + B_r + B_c)^2 d instances elements, times 8 bytes
     bound = (128.0 * (_max(N) + (0.0 if N_k is None else _max(N_k)) + _max(B_r) + _max(B_c)
                       + 2.0) ** 2 * max(_max(d), 1.0)

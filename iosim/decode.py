@@ -141,13 +141,13 @@ class DecodeProblem(HeadsAndDtype):
 
 
 def check_kv_reads(kv_reads) -> str:
-    if kv_reads not in KV_READS:
+    if not isinstance(kv_reads, str) or kv_reads not in KV_READS:
         raise ConfigError(f"kv_reads={kv_reads!r} is not known; allowed: {', '.join(KV_READS)}")
     return kv_reads
 
 
 def check_schedule(schedule) -> str:
-    if schedule not in DECODE:
+    if not isinstance(schedule, str) or schedule not in DECODE:
         raise ConfigError(f"schedule={schedule!r} is not known; allowed: {', '.join(DECODE)}")
     return schedule
 

@@ -79,9 +79,12 @@ class TrafficCounts:
         return self.hbm_read_bytes + self.hbm_write_bytes
 
     @property
-    def hbm_bytes_per_head(self) -> float:
-        """Per (batch, query head) pair."""
-        return self.hbm_bytes / self.problem.instances
+    def hbm_bytes_per_head(self) -> int | float:
+        """Bytes per (batch, query head) pair: an exact int where every instance does the
+        same work (the total divides evenly, as for every uniform problem); otherwise
+        (iosim.varlen: sequences of different lengths) the mean, a float."""
+        q, r = divmod(self.hbm_bytes, self.problem.instances)
+        return q if r == 0 else self.hbm_bytes / self.problem.instances
 
     def per_tensor(self) -> dict:
         """{tensor: {read_elements, write_elements, read_bytes, write_bytes}} (totals)."""
@@ -91,15 +94,23 @@ class TrafficCounts:
                     "write_bytes": self.write_bytes_of(t)} for t in self.tensors()}
 
     def table(self) -> str:
-        """A readable per-tensor table (bytes are problem totals)."""
-        w = self.NAME_WIDTH
-        rows = [f"{'tensor':<{w}}{'read elems':>16}{'write elems':>16}{'read bytes':>18}{'write bytes':>18}"]
-        for name, c in self.per_tensor().items():
-            rows.append(f"{name:<{w}}{c['read_elements']:>16,}{c['write_elements']:>16,}"
-                        f"{c['read_bytes']:>18,}{c['write_bytes']:>18,}")
-        rows.append(f"{'total':<{w}}{self.read_elements:>16,}{self.write_elements:>16,}"
-                    f"{self.hbm_read_bytes:>18,}{self.hbm_write_bytes:>18,}")
-        return "\n".join(rows)
+        """A readable per-tensor table (bytes are problem totals). Columns are at least
+        16 / 18 characters wide and grow with the longest figure, so they stay apart at
+        any size."""
+        rows = [(name, c["read_elements"], c["write_elements"], c["read_bytes"],
+                 c["write_bytes"]) for name, c in self.per_tensor().items()]
+        rows.append(("total", self.read_elements, self.write_elements, self.hbm_read_bytes,
+                     self.hbm_write_bytes))
+        head = ("tensor", "read elems", "write elems", "read bytes", "write bytes")
+        widths = [max([self.NAME_WIDTH] + [len(r[0]) + 1 for r in rows])]
+        for k, least in zip(range(1, 5), (16, 16, 18, 18)):
+            widths.append(max([least] + [len(f"{r[k]:,}") + 2 for r in rows]))
+        lines = [f"{head[0]:<{widths[0]}}" + "".join(f"{h:>{w}}" for h, w in
+                                                     zip(head[1:], widths[1:]))]
+        for r in rows:
+            lines.append(f"{r[0]:<{widths[0]}}" + "".join(f"{v:>{w},}" for v, w in
+                                                          zip(r[1:], widths[1:])))
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)

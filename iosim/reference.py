@@ -3,7 +3,59 @@ from __future__ import annotations
 
 import numpy as np
 
-from .problem import band_of
+from .problem import ConfigError, band_of
+
+
+def _as_float_array(name: str, x) -> np.ndarray:
+    try:
+        a = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} is not allowed: it is not an array of numbers "
+                          f"(got {type(x).__name__})") from None
+    return a
+
+
+def check_qkv(q, k, v):
+    """q (..., heads, N_q, d), k and v (..., kv_heads, N_k, d) as float64 arrays, or a
+    ConfigError naming the array and the shapes allowed: at least 3-d, equal leading
+    (batch) dimensions, the same d >= 1 in q and k, k and v of one shape but v's d,
+    N_k >= 1, kv_heads >= 1 dividing heads."""
+    q, k, v = (_as_float_array(n, x) for n, x in (("q", q), ("k", k), ("v", v)))
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim < 3:
+            raise ConfigError(f"{name} has shape {x.shape}; allowed: (..., heads, rows, d), "
+                              f"at least 3 dimensions")
+    want = "q (..., heads, N_q, d), k and v (..., kv_heads, N_k, d)"
+    if q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1]:
+        raise ConfigError(f"q, k, v have shapes {q.shape}, {k.shape}, {v.shape}; allowed: "
+                          f"{want} with the same leading dimensions")
+    if q.shape[-1] < 1 or q.shape[-1] != k.shape[-1]:
+        raise ConfigError(f"q has d={q.shape[-1]} and k d={k.shape[-1]}; allowed: the same "
+                          f"d >= 1 ({want})")
+    H, G = q.shape[-3], k.shape[-3]
+    if G < 1 or H % G:
+        raise ConfigError(f"q has {H} heads and k, v {G}; allowed: kv_heads >= 1 dividing "
+                          f"heads ({want})")
+    if k.shape[-2] < 1:
+        raise ConfigError(f"k and v have N_k=0 rows; allowed: N_k >= 1 ({want})")
+    return q, k, v
+
+
+def check_real(name: str, x) -> float:
+    """x as a float if it is a real number (NaN and Inf included: they propagate), else
+    ConfigError naming `name`."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer,
+                                                             np.floating)):
+        raise ConfigError(f"{name}={x!r} is not allowed; allowed: a real number")
+    return float(x)
+
+
+def check_flag(name: str, x) -> bool:
+    """x as a bool if it is one (Python or NumPy bool, or the integers 0 and 1), else
+    ConfigError naming `name`."""
+    if isinstance(x, (bool, np.bool_)) or (isinstance(x, (int, np.integer)) and x in (0, 1)):
+        return bool(x)
+    raise ConfigError(f"{name}={x!r} is not allowed; allowed: True or False")
 
 
 def element_mask(N: int, causal: bool, block_mask=None, B_r: int | None = None,
@@ -13,6 +65,7 @@ def element_mask(N: int, causal: bool, block_mask=None, B_r: int | None = None,
     column c. Causal and window align bottom-right (iosim.problem.band_of), o = N_k - N_q:
     causal c <= r + o; window (left, right) r + o - left <= c <= r + o + right."""
     N_k = N if N_k is None else int(N_k)
+    causal = check_flag("causal", causal)
     lo, hi = band_of(N, N_k, causal, window)
     dc = np.arange(N_k)[None, :] - np.arange(N)[:, None]
     allowed = np.ones((N, N_k), dtype=bool)
@@ -22,8 +75,15 @@ def element_mask(N: int, causal: bool, block_mask=None, B_r: int | None = None,
         allowed &= dc <= hi
     if block_mask is not None:
         if B_r is None or B_c is None:
-            raise ValueError("block_mask needs B_r and B_c to expand it to elements")
-        bm = np.asarray(block_mask, dtype=bool)
+            raise ConfigError("block_mask needs B_r and B_c to expand it to elements")
+        from .tiling import Tiling
+        t = Tiling(B_r, B_c)                     # positive integers, or ConfigError
+        bm = np.asarray(block_mask)
+        want = (t.T_r(N), t.T_c(N_k))
+        if bm.dtype != np.bool_ or bm.shape != want:
+            raise ConfigError(f"block_mask has dtype {bm.dtype} and shape {bm.shape}; "
+                              f"allowed: bools of shape (ceil(N_q / B_r), ceil(N_k / B_c)) "
+                              f"= {want}")
         rows = np.arange(N) // B_r
         cols = np.arange(N_k) // B_c
         allowed &= bm[rows[:, None], cols[None, :]]
@@ -69,7 +129,7 @@ def dropout_weights(p, keep, dropout_p: float):
     dropout_p = check_dropout_p(dropout_p)
     if keep is None:
         if dropout_p:
-            raise ValueError(f"dropout_p={dropout_p} needs the keep mask (dropout_keep=...)")
+            raise ConfigError(f"dropout_p={dropout_p} needs the keep mask (dropout_keep=...)")
         return p
     return np.where(np.asarray(keep, dtype=bool), p / (1.0 - dropout_p), 0.0)
 
@@ -95,15 +155,13 @@ def reference_attention(q, k, v, *, causal: bool = False, scale: float | None = 
     dropout_keep (..., heads, N_q, N_k) (iosim.dropout.problem_keep_mask gives the one
     the schedules and kernels use); L is the logsumexp before dropout.
     """
-    q = np.asarray(q, dtype=np.float64)
-    k = np.asarray(k, dtype=np.float64)
-    v = np.asarray(v, dtype=np.float64)
+    q, k, v = check_qkv(q, k, v)
     H, G = q.shape[-3], k.shape[-3]
     if H != G:
         k = np.repeat(k, H // G, axis=-3)
         v = np.repeat(v, H // G, axis=-3)
     N, d = q.shape[-2], q.shape[-1]
-    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+    scale = 1.0 / np.sqrt(d) if scale is None else check_real("scale", scale)
     allowed = element_mask(N, causal, block_mask, B_r, B_c, N_k=k.shape[-2], window=window)
     p, lse, _ = reference_probs(q, k, allowed, scale)
     with np.errstate(invalid="ignore", over="ignore"):

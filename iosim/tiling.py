@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .problem import DTYPES, ConfigError, check_dtype, check_head_dim
 
 ALGORITHMS = ("standard", "fa1", "fa2")
@@ -25,8 +27,9 @@ class Tiling:
     def __post_init__(self):
         for name in ("B_r", "B_c"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
                 raise ConfigError(f"{name}={v!r} must be a positive integer")
+            object.__setattr__(self, name, int(v))
 
     def T_r(self, N: int) -> int:
         return -(-N // self.B_r)
@@ -37,7 +40,7 @@ class Tiling:
 
 def sram_to_elements(sram_bytes: int, dtype: str) -> int:
     """M in elements of the input dtype, from bytes (floor)."""
-    return int(sram_bytes) // DTYPES[check_dtype(dtype)].itemsize
+    return check_sram_bytes(sram_bytes) // DTYPES[check_dtype(dtype)].itemsize
 
 
 def paper_tiling(M_elements: int, d: int) -> Tiling:
@@ -50,8 +53,9 @@ def paper_tiling(M_elements: int, d: int) -> Tiling:
     V_j, O_i) to about M/4 each and ignores S and the statistics, so the real footprint
     (`sram_footprint_bytes`) exceeds M; we report that and do not reject it.
     """
-    if M_elements < 1:
-        raise ConfigError(f"M={M_elements!r} elements must be positive")
+    if isinstance(M_elements, bool) or not isinstance(M_elements, (int, np.integer)) \
+            or M_elements < 1:
+        raise ConfigError(f"M={M_elements!r} elements must be a positive integer")
     d = check_head_dim(d)
     b = -(-int(M_elements) // (4 * d))
     return Tiling(B_r=min(b, int(d)), B_c=b)
@@ -69,8 +73,9 @@ def sram_footprint_bytes(algorithm: str, B_r: int, B_c: int, d: int, dtype: str)
                  dtype and O_i (B_r x d) in float32. (The row-wise softmax holds one row
                  of N float32 values; it is independent of the tiling and not counted.)
     """
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(ALGORITHMS)}")
+    B_r, B_c = Tiling(B_r, B_c).B_r, Tiling(B_r, B_c).B_c     # positive integers, or ConfigError
     d = check_head_dim(d)
     s = DTYPES[check_dtype(dtype)].itemsize
     if algorithm == "standard":
@@ -78,6 +83,41 @@ def sram_footprint_bytes(algorithm: str, B_r: int, B_c: int, d: int, dtype: str)
         pv = s * (B_r * B_c + B_c * d) + F32 * B_r * d
         return max(qk, pv)
     return s * d * (B_r + 2 * B_c) + F32 * (B_r * d + B_r * B_c + 2 * B_r)
+
+
+def check_sram_bytes(sram_bytes) -> int:
+    """sram_bytes (M in bytes) as an int if it is a positive integer, else ConfigError."""
+    if isinstance(sram_bytes, bool) or not isinstance(sram_bytes, (int, np.integer)) \
+            or sram_bytes <= 0:
+        raise ConfigError(f"sram_bytes={sram_bytes!r} must be a positive integer (bytes)")
+    return int(sram_bytes)
+
+
+def check_tiling_fits(algorithm: str, tiling: Tiling, d: int, dtype: str, sram_bytes: int, *,
+                      footprint_bytes: int | None = None, kernel: str | None = None) -> int:
+    """The one rule for a tiling over the SRAM limit, in every path (the ledger's
+    `resolve_tiling`, `flashsim traffic --levels`): a tiling the caller gives must fit,
+    footprint <= sram_bytes (bytes of shared memory one thread block may use: M, or a
+    GPU preset's `sram_bytes`), else ConfigError naming block_rows, block_cols, the
+    footprint and the limit. Returns the footprint in bytes.
+
+    footprint_bytes: the shared memory of the kernel that runs the tiling (a launch plan's
+    smem_bytes, named by `kernel`); default: the schedule's own footprint,
+    `sram_footprint_bytes`. Tilings a rule picks (the paper's rule, a kernel's default)
+    are not checked here: the paper's rule may exceed M by design (`paper_tiling`)."""
+    if not isinstance(tiling, Tiling):
+        raise ConfigError(f"tiling={tiling!r} must be an iosim.Tiling(B_r, B_c)")
+    sram_bytes = check_sram_bytes(sram_bytes)
+    d = check_head_dim(d)
+    fp = (sram_footprint_bytes(algorithm, tiling.B_r, tiling.B_c, d, dtype)
+          if footprint_bytes is None else int(footprint_bytes))
+    if fp > sram_bytes:
+        what = f"the {algorithm} {kernel} kernel" if kernel else algorithm
+        raise ConfigError(
+            f"block_rows={tiling.B_r}, block_cols={tiling.B_c} need {fp} bytes of SRAM for "
+            f"{what} at d={d}, {check_dtype(dtype)}, but sram_bytes={sram_bytes}; allowed: "
+            f"tilings whose footprint fits sram_bytes")
+    return fp
 
 
 def resolve_tiling(algorithm: str, d: int, dtype: str, *, block_rows: int | None = None,
@@ -93,18 +133,16 @@ def resolve_tiling(algorithm: str, d: int, dtype: str, *, block_rows: int | None
         raise ConfigError("block_rows and block_cols must be given together "
                           f"(got block_rows={block_rows!r}, block_cols={block_cols!r})")
     if block_rows is not None:
+        for name, v in (("block_rows", block_rows), ("block_cols", block_cols)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
+                raise ConfigError(f"{name}={v!r} must be a positive integer")
         t = Tiling(block_rows, block_cols)
         if sram_bytes is not None:
-            fp = sram_footprint_bytes(algorithm, t.B_r, t.B_c, d, dtype)
-            if fp > sram_bytes:
-                raise ConfigError(
-                    f"block_rows={t.B_r}, block_cols={t.B_c} need {fp} bytes of SRAM for "
-                    f"{algorithm} at d={d}, {check_dtype(dtype)}, but sram_bytes={sram_bytes}")
+            check_tiling_fits(algorithm, t, d, dtype, sram_bytes)
         return t
     if sram_bytes is None:
         raise ConfigError("give block_rows and block_cols, or sram_bytes (or a --gpu preset)")
-    if isinstance(sram_bytes, bool) or int(sram_bytes) != sram_bytes or sram_bytes <= 0:
-        raise ConfigError(f"sram_bytes={sram_bytes!r} must be a positive integer")
+    sram_bytes = check_sram_bytes(sram_bytes)
     M = sram_to_elements(sram_bytes, dtype)
     if M < 4 * d:
         raise ConfigError(
@@ -118,4 +156,4 @@ def ceil_div(a: int, b: int) -> int:
 
 
 __all__ = ["Tiling", "ALGORITHMS", "paper_tiling", "sram_footprint_bytes", "resolve_tiling",
-           "sram_to_elements", "ceil_div"]
+           "check_tiling_fits", "check_sram_bytes", "sram_to_elements", "ceil_div"]

@@ -20,6 +20,7 @@ Counts are totals over sequences and query heads, in elements (bytes via `itemsi
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +58,21 @@ def check_cu_seqlens(name: str, cu, total: int | None = None) -> tuple[int, ...]
         raise ConfigError(f"{name}={list(vals)} ends at {vals[-1]} but the packed tensor "
                           f"has {int(total)} rows; allowed: {name}[-1] = {int(total)}")
     return vals
+
+
+def _offsets(seqlens) -> list[int]:
+    """[0, N_0, N_0 + N_1, ...]: exact Python ints at any size."""
+    return [0, *itertools.accumulate(seqlens)]
+
+
+def _int32_offsets(name: str, seqlens) -> np.ndarray:
+    cu = _offsets(seqlens)
+    top = int(np.iinfo(np.int32).max)
+    if cu[-1] > top:
+        raise ConfigError(f"{name}: {cu[-1]} packed rows do not fit the kernels' int32 "
+                          f"offsets; allowed: at most {top} rows (the model's ledgers, "
+                          f"varlen_closed_form, take any size)")
+    return np.array(cu, dtype=np.int32)
 
 
 @dataclass(frozen=True)
@@ -104,7 +120,8 @@ class VarlenProblem(HeadsAndDtype):
         object.__setattr__(self, "heads", h)
         object.__setattr__(self, "kv_heads", kv)
         object.__setattr__(self, "dtype", check_dtype(self.dtype))
-        object.__setattr__(self, "causal", bool(self.causal))
+        from .reference import check_flag
+        object.__setattr__(self, "causal", check_flag("causal", self.causal))
         object.__setattr__(self, "window", check_window(self.window, self.causal))
 
     @classmethod
@@ -127,12 +144,13 @@ class VarlenProblem(HeadsAndDtype):
 
     @property
     def cu_seqlens_q(self) -> np.ndarray:
-        """int32 (batch + 1,): row offset of each sequence in the packed q."""
-        return np.concatenate([[0], np.cumsum(self.seqlens_q)]).astype(np.int32)
+        """int32 (batch + 1,): row offset of each sequence in the packed q (as the kernels
+        and flash-attn take it; ConfigError past int32, where it would wrap)."""
+        return _int32_offsets("cu_seqlens_q", self.seqlens_q)
 
     @property
     def cu_seqlens_k(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.seqlens_k)]).astype(np.int32)
+        return _int32_offsets("cu_seqlens_k", self.seqlens_k)
 
     @property
     def total_q(self) -> int:
@@ -195,7 +213,7 @@ class VarlenLedger(TrafficCounts):
             "seq_len": p.total_q, "head_dim": p.d, "dtype": p.dtype, "causal": p.causal,
             "seq_len_kv": p.total_k, "window": list(p.window),
             "block_sparse": False,
-            "cu_seqlens_q": p.cu_seqlens_q.tolist(), "cu_seqlens_k": p.cu_seqlens_k.tolist(),
+            "cu_seqlens_q": _offsets(p.seqlens_q), "cu_seqlens_k": _offsets(p.seqlens_k),
             "block_rows": t.B_r, "block_cols": t.B_c,
             "hbm_read_bytes": self.hbm_read_bytes,
             "hbm_write_bytes": self.hbm_write_bytes,
@@ -207,8 +225,17 @@ class VarlenLedger(TrafficCounts):
         }
 
 
+def _check_problem_tiling(problem, tiling) -> None:
+    if not isinstance(problem, VarlenProblem):
+        raise ConfigError(f"problem={type(problem).__name__} is not allowed; allowed: an "
+                          f"iosim.VarlenProblem")
+    if not isinstance(tiling, Tiling):
+        raise ConfigError(f"tiling={tiling!r} is not allowed; allowed: an "
+                          f"iosim.Tiling(B_r, B_c)")
+
+
 def _check_algorithm(algorithm: str) -> None:
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: "
                           f"{', '.join(ALGORITHMS)}")
 
@@ -232,6 +259,7 @@ def varlen_closed_form(algorithm: str, problem: VarlenProblem, tiling: Tiling) -
     iosim.closed_form per sequence (totals in elements; module docstring)."""
     from .closed_form import closed_form
     _check_algorithm(algorithm)
+    _check_problem_tiling(problem, tiling)
     reads: dict = {}
     writes: dict = {}
     for b in range(problem.batch):
@@ -392,6 +420,7 @@ def varlen_backward_closed_form(problem: VarlenProblem, tiling: Tiling,
     when both are 0)."""
     from .backward import BackwardLedger, backward_closed_form
     _backward_algorithm(algorithm)
+    _check_problem_tiling(problem, tiling)
     reads: dict = {}
     writes: dict = {}
     for b in range(problem.batch):

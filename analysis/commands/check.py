@@ -154,9 +154,11 @@ def _err(msg: str) -> int:
 def main(args) -> int:
     from iosim import ConfigError
     suites = _suites(args.suite)
+    _algorithms(args.algorithms)
     if args.repeats < 0:
         raise ConfigError(f"repeats={args.repeats} must be >= 0")
     shard = _shard(args.shard)
+    _check_outputs(args)
     if args.merge:
         return _merge(args)
     if args.ptx:
@@ -178,6 +180,19 @@ def main(args) -> int:
                         f"toolkit) on PATH; not found")
         return _sanitizer(args, path, suites) if args.sanitizer else _ncu(args)
     return _checks(args, suites, has_gpu, shard)
+
+
+def _check_outputs(args) -> None:
+    """Every path the run will write, checked before any work (a bad --json must not
+    fail after minutes of checks): --json and its PATH.rows.jsonl, and the results data
+    set with --record."""
+    from analysis.paths import check_out_dir, check_out_file
+    if args.json is not None:
+        check_out_file(args.json, "--json")
+        check_out_file(args.json + ".rows.jsonl", "--json (its PATH.rows.jsonl)")
+    if args.record:
+        from analysis import results as R
+        check_out_dir(R.data_dir(), "--record (the results data set)")
 
 
 def _report(args, result) -> int:

@@ -47,7 +47,8 @@ def register(sub):
     ad.add_argument("--date", default=None, help="date for rows that lack one")
     ad.add_argument("--versions", default=None, metavar="JSON",
                     help='versions for rows that lack them, e.g. \'{"torch": "2.11.0"}\'')
-    ad.add_argument("--command", default=None, help="JUnit XML: the pytest command that ran")
+    ad.add_argument("--command", dest="junit_command", default=None,
+                    help="JUnit XML: the pytest command that ran")
     t = s.add_parser("tables", help="regenerate the marked tables in README.md")
     t.add_argument("--readme", default=None, metavar="FILE", help="default: README.md of the "
                                                                   "repository")
@@ -69,9 +70,10 @@ def main(args) -> int:
     if args.action is None:
         raise ConfigError("give an action: list, show, add or tables (flashsim results --help)")
     if args.action == "list":
+        R.existing_data_dir(args.data)
         ks = R.kinds(args.data)
         if not ks:
-            print(f"no data set at {R.data_dir(args.data)}")
+            print(f"{R.data_dir(args.data)}: no kinds (no <kind>.jsonl files)")
             return 0
         print(f"{R.data_dir(args.data)}:")
         for k in ks:
@@ -87,8 +89,12 @@ def main(args) -> int:
                 raise ConfigError(f"where={w!r} must be KEY=VALUE")
             k, v = w.split("=", 1)
             where[k] = _value(v)
-        for r in R.load(args.kind, device=args.device, data=args.data, **where):
+        R.check_kind_known(args.kind, args.data)
+        rows = R.load(args.kind, device=args.device, data=args.data, **where)
+        for r in rows:
             print(json.dumps(r))
+        if not rows:      # a filter that matches nothing is an answer, not an error
+            print(f"flashsim results: no {args.kind} rows match", file=sys.stderr)
         return 0
     if args.action == "add":
         return _add(args, R)
@@ -97,18 +103,33 @@ def main(args) -> int:
 
 def _add(args, R) -> int:
     from iosim import ConfigError
+    from analysis.paths import check_out_dir
     path = Path(args.file)
-    if not path.exists():
-        raise ConfigError(f"file={args.file!r} does not exist")
+    if not path.is_file():
+        raise ConfigError(f"file={args.file!r} "
+                          f"{'is not a file' if path.exists() else 'does not exist'}")
     text = path.read_text()
     if path.suffix == ".xml":
-        rows = R.junit_rows(text, command=args.command)
+        rows = R.junit_rows(text, command=args.junit_command)
     else:
         try:
             data = json.loads(text)
-            rows = data if isinstance(data, list) else data.get("rows", [data])
+            rows = (data if isinstance(data, list) else
+                    data.get("rows", [data]) if isinstance(data, dict) else [data])
         except json.JSONDecodeError:
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            rows = []
+            for n, line in enumerate(text.splitlines(), 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        raise ConfigError(f"file={args.file!r}: line {n} is not JSON ({e.msg}); "
+                                          f"allowed: a JSON list, a JSON object or JSON "
+                                          f"lines, or JUnit XML (FILE.xml)") from None
+        bad = [r for r in rows if not isinstance(r, dict)]
+        if bad:
+            raise ConfigError(f"file={args.file!r}: rows must be JSON objects; got "
+                              f"{json.dumps(bad[0])[:60]}")
     try:
         versions = json.loads(args.versions) if args.versions else {}
     except json.JSONDecodeError as e:
@@ -130,6 +151,9 @@ def _add(args, R) -> int:
         r.setdefault("commit", args.commit)
         r.setdefault("versions", versions)
         made.append(r)
+    for r in made:          # every row checked, then the folder: a bad row adds nothing
+        R.validate(r)
+    check_out_dir(R.data_dir(args.data), "--data")
     added, skipped = R.append(made, data=args.data)
     print(f"flashsim results: {added} rows added, {skipped} already there")
     return 0
@@ -138,7 +162,14 @@ def _add(args, R) -> int:
 def _tables(args) -> int:
     from analysis import results as R
     from analysis.tables import render
+    from analysis.paths import check_out_file
     readme = Path(args.readme) if args.readme else R.ROOT / "README.md"
+    R.existing_data_dir(args.data)
+    if not readme.is_file():
+        raise ValueError(f"--readme {str(readme)!r} "
+                         f"{'is not a file' if readme.exists() else 'does not exist'}")
+    if not args.check:
+        check_out_file(readme, "--readme")
     old = readme.read_text()
     new, names = render(old, data=args.data)
     if not names:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -37,6 +38,7 @@ def register(sub):
 
 def main(args) -> int:
     from analysis import validate as V
+    _check_outputs(args)
     if args.what == "levels":
         from analysis import fit_levels
         model = None
@@ -78,3 +80,21 @@ def main(args) -> int:
         print(f"wrote {len(rows)} rows (and {len(blind)} blind rows kept) to "
               f"{V._write('runtime_validation', rows + blind)}")
     return 0
+
+
+def _check_outputs(args) -> None:
+    """What the run will read and write, checked before any work: the results data set
+    (its validation rows are replaced) unless --no-write, runtime --refit's constants
+    file, runtime-blind's --measured file."""
+    from iosim import ConfigError
+    from analysis import results
+    from analysis.paths import check_out_dir, check_out_file
+    if args.what == "runtime-blind" and args.measured is not None \
+            and not os.path.isfile(args.measured):
+        raise ConfigError(f"--measured {args.measured!r} is not a file")
+    if args.no_write:
+        return
+    check_out_dir(results.data_dir(), "the results data set")
+    if args.what == "runtime" and args.refit:
+        from iosim.timing.model import CONSTANTS_PATH
+        check_out_file(CONSTANTS_PATH, "the runtime constants")
