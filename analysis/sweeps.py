@@ -156,8 +156,9 @@ def point_key(params: dict) -> str:
 # ---------------------------------------------------------------------------------------
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Source files whose content makes a row, per backend (globs relative to the project).
-VERSION_SOURCES = {"model": ("iosim/*.py", "analysis/sweeps.py"),
-                   "kernel": ("iosim/*.py", "analysis/sweeps.py", "gpu/*.py", "gpu/*.cu")}
+VERSION_SOURCES = {"model": ("iosim/**/*.py", "iosim/**/*.json", "analysis/sweeps.py"),
+                   "kernel": ("iosim/**/*.py", "iosim/**/*.json", "analysis/sweeps.py",
+                              "gpu/**/*.py", "gpu/**/*.cu", "gpu/**/*.cuh")}
 _version_cache: dict = {}
 
 
@@ -170,7 +171,7 @@ def model_version(backend: str = "model") -> str:
         import glob
         h = hashlib.sha256()
         for pattern in VERSION_SOURCES[backend]:
-            for f in sorted(glob.glob(os.path.join(_ROOT, pattern))):
+            for f in sorted(glob.glob(os.path.join(_ROOT, pattern), recursive=True)):
                 h.update(os.path.relpath(f, _ROOT).encode() + b"\0")
                 with open(f, "rb") as fh:
                     h.update(fh.read() + b"\0")

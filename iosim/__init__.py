@@ -27,8 +27,8 @@ from .varlen import (VarlenExecution, VarlenLedger, VarlenProblem, check_cu_seql
                      execute_varlen_backward, reference_varlen_backward,
                      VarlenBackwardExecution)
 from .gpt2 import flash_passes, gpt2_table, standard_passes
-from .tiling import (ALGORITHMS, Tiling, paper_tiling, resolve_tiling, sram_footprint_bytes,
-                     sram_to_elements)
+from .tiling import (ALGORITHMS, Tiling, check_tiling_fits, paper_tiling, resolve_tiling,
+                     sram_footprint_bytes, sram_to_elements)
 from .launch.plan import kernel_plan
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "ALGORITHMS", "DTYPES", "MAX_HEAD_DIM", "check_head_dim", "PRESETS", "ConfigError",
     "CountingMemory", "Execution", "FORWARD",
     "Hardware", "Ledger", "Problem", "Tiling", "active_tiles", "block_bounds", "check_dtype",
+    "check_tiling_fits",
     "closed_form", "closed_form_arrays", "element_mask", "execute", "floor_sum", "get_hardware",
     "paper_tiling", "random_inputs", "reference_attention", "resolve_tiling", "rounder",
     "rounding_model_attention", "rounding_model_backward",

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .closed_form import _max, _ints, exact_ints, int_dtype, problem_sums, tile_sums
+from .closed_form import _max, _ints, check_arrays, exact_ints, int_dtype, problem_sums, tile_sums
 from .ledger import CountingMemory, Ledger
 from .problem import MAX_HEAD_DIM, STAT_DTYPE, ConfigError, Problem
 from .reference import _masked_matmul, dropout_weights, element_mask, reference_probs
@@ -87,7 +87,7 @@ class BackwardLedger(Ledger):
 
 
 def _check_algorithm(algorithm):
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(ALGORITHMS)}")
 
 
@@ -392,6 +392,9 @@ def backward_closed_form_arrays(algorithm: str, N, d, B_r, B_c, *, causal=False,
     exactly, else object arrays of Python ints (iosim.closed_form.int_dtype).
     """
     _check_algorithm(algorithm)
+    causal, window = check_arrays(causal=causal, window=window, N=N, d=d, B_r=B_r, B_c=B_c,
+                                  itemsize=itemsize, batch=batch, heads=heads,
+                                  kv_heads=kv_heads, N_k=N_k)
     kv_heads = heads if kv_heads is None else kv_heads
     # counts are at most about 16 (N + B_r + B_c)^2 d batch heads elements, times 8 bytes
     bound = (128.0 * (_max(N) + (0.0 if N_k is None else _max(N_k)) + _max(B_r) + _max(B_c) + 2.0) ** 2 * max(_max(d), 1.0)

@@ -86,6 +86,14 @@ def _positive_int(name: str, value) -> int:
     return int(value)
 
 
+def check_flag(name: str, x) -> bool:
+    """x as a bool if it is one (Python or NumPy bool, or the integers 0 and 1), else
+    ConfigError naming `name`."""
+    if isinstance(x, (bool, np.bool_)) or (isinstance(x, (int, np.integer)) and x in (0, 1)):
+        return bool(x)
+    raise ConfigError(f"{name}={x!r} is not allowed; allowed: True or False")
+
+
 def check_window(window, causal: bool = False) -> tuple[int, int]:
     """(left, right) of a local window as flash-attn's window_size: each an integer >= -1,
     -1 meaning unbounded on that side. With causal=True the right side is 0 by
@@ -188,7 +196,7 @@ class Problem(HeadsAndDtype):
             raise ConfigError(f"kv_heads={kv} must divide heads={self.heads}")
         object.__setattr__(self, "kv_heads", kv)
         object.__setattr__(self, "dtype", check_dtype(self.dtype))
-        object.__setattr__(self, "causal", bool(self.causal))
+        object.__setattr__(self, "causal", check_flag("causal", self.causal))
         object.__setattr__(self, "window", check_window(self.window, self.causal))
         if self.block_mask is not None:
             m = np.asarray(self.block_mask)

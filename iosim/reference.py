@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .problem import ConfigError, band_of
+from .problem import ConfigError, band_of, check_flag
 
 
 def _as_float_array(name: str, x) -> np.ndarray:
@@ -48,14 +48,6 @@ def check_real(name: str, x) -> float:
                                                              np.floating)):
         raise ConfigError(f"{name}={x!r} is not allowed; allowed: a real number")
     return float(x)
-
-
-def check_flag(name: str, x) -> bool:
-    """x as a bool if it is one (Python or NumPy bool, or the integers 0 and 1), else
-    ConfigError naming `name`."""
-    if isinstance(x, (bool, np.bool_)) or (isinstance(x, (int, np.integer)) and x in (0, 1)):
-        return bool(x)
-    raise ConfigError(f"{name}={x!r} is not allowed; allowed: True or False")
 
 
 def element_mask(N: int, causal: bool, block_mask=None, B_r: int | None = None,

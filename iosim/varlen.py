@@ -120,7 +120,7 @@ class VarlenProblem(HeadsAndDtype):
         object.__setattr__(self, "heads", h)
         object.__setattr__(self, "kv_heads", kv)
         object.__setattr__(self, "dtype", check_dtype(self.dtype))
-        from .reference import check_flag
+        from .problem import check_flag
         object.__setattr__(self, "causal", check_flag("causal", self.causal))
         object.__setattr__(self, "window", check_window(self.window, self.causal))
 

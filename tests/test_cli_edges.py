@@ -153,8 +153,8 @@ def test_decode_takes_no_tiling():
 # 3. sizes the L2 model cannot lay out; MemoryError
 # ---------------------------------------------------------------------------------------
 def test_levels_at_1e12_is_one_line_before_the_model(monkeypatch):
-    import analysis.levels
-    monkeypatch.setattr(analysis.levels, "levels", lambda *a, **k: pytest.fail("model ran"))
+    import iosim
+    monkeypatch.setattr(iosim, "levels", lambda *a, **k: pytest.fail("model ran"))
     t0 = time.time()
     rc, _, err = run(["traffic", "--algorithm", "fa2", "--seq-len", str(10 ** 12),
                       "--head-dim", "64", "--levels"])
@@ -163,8 +163,7 @@ def test_levels_at_1e12_is_one_line_before_the_model(monkeypatch):
 
 
 def test_levels_size_rule_boundaries():
-    from analysis.commands.traffic import (LEVELS_MAX_BLOCKS, LEVELS_MAX_TILES,
-                                           levels_size_error)
+    from iosim.memory.limits import LEVELS_MAX_BLOCKS, LEVELS_MAX_TILES, levels_size_error
     t = iosim.Tiling(128, 64)
     n_max = LEVELS_MAX_BLOCKS * 64 // 2                   # batch 2: ceil(N / 64) x 2 blocks
     assert levels_size_error("fa2", iosim.Problem(N=n_max, d=64, batch=2), t) is None
@@ -281,13 +280,12 @@ def test_traffic_fuzz(monkeypatch):
     """Every argument list exits 0 (valid JSON with --json) or 2 with one stderr line
     naming the problem, never a traceback. The L2 / time / decode-time models are stood
     in for (they are tested elsewhere): reaching them means the arguments were accepted."""
-    import analysis.decode_time
-    import analysis.levels
+    import iosim
 
     def reached(*a, **k):
         raise _ModelReached
-    monkeypatch.setattr(analysis.levels, "levels", reached)
-    monkeypatch.setattr(analysis.decode_time, "predict_decode", reached)
+    monkeypatch.setattr(iosim, "levels", reached)
+    monkeypatch.setattr(iosim, "predict_decode", reached)
 
     @settings(max_examples=150, deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

@@ -260,9 +260,12 @@ def main(args) -> int:
         if args.mode != "forward" and args.out is None:
             raise ValueError(f"--out is required with --{args.mode}: a JSON-lines file the "
                              f"rows are appended to")
+        from analysis.paths import check_out_dir, check_out_file
         if args.out is not None:
-            from analysis.paths import check_out_file
             check_out_file(args.out)
+        if getattr(args, "record", False):          # before any work, as every command
+            from analysis import results as R
+            check_out_dir(R.data_dir(), "--record (the results data set)")
         kwargs = {"forward": options_from_args, "decode": decode_options,
                   "call-overhead": call_overhead_options,
                   "backward": backward_options}[args.mode](args)

@@ -166,52 +166,6 @@ def _mean(total: int, n: int) -> str:
     return f"{q:,}" if r == 0 else f"~{(2 * total + n) // (2 * n):,}"
 
 
-#: What the L2 / DRAM model (iosim.memory) can lay out. It builds arrays over every
-#: thread block of a launch (max(T_r, T_c) x batch x heads, T_r = ceil(N / B_r),
-#: T_c = ceil(N / B_c)) and, for standard's tile kernels, over the T_r x T_c tiles of one
-#: head before it coarsens them. Measured on one core: the causal fa2 forward at 2^22
-#: thread blocks took 3.5 GB and 20 s; standard at 2^27 tiles 3.5 GB and 10 s; beyond
-#: them it runs out of memory (N = 10^12: 58 GB for one array over fa2's query blocks).
-LEVELS_MAX_BLOCKS = 1 << 22
-LEVELS_MAX_TILES = 1 << 27
-
-
-def levels_size_error(algorithm: str, problem, tiling, *, names=("--seq-len", "--batch x --heads",
-                                                                 "--levels")) -> str | None:
-    """None if the L2 / DRAM model can take the problem at this tiling (LEVELS_MAX_BLOCKS,
-    LEVELS_MAX_TILES), else a one-line error naming the sequence length and the largest
-    the model takes at these batch, heads and tiling (or batch x heads, when no length
-    fits). names: what the message calls N, batch x heads and the model (the model's own
-    entry: ("N", "batch x heads", "the L2 / DRAM model"))."""
-    n_name, i_name, what = names
-    N, I, B_r, B_c = problem.N, problem.instances, tiling.B_r, tiling.B_c
-    T_r, T_c = tiling.T_r(N), tiling.T_c(N)
-    blocks, tiles = max(T_r, T_c) * I, (T_r * T_c if algorithm == "standard" else 0)
-    if blocks <= LEVELS_MAX_BLOCKS and tiles <= LEVELS_MAX_TILES:
-        return None
-    rule = (f"the L2/DRAM model lays out every thread block, max(ceil(N/B_r), ceil(N/B_c)) x "
-            f"batch x heads (B_r={B_r}, B_c={B_c}), at most {LEVELS_MAX_BLOCKS:,}"
-            + (f", and standard's ceil(N/B_r) x ceil(N/B_c) tiles of a head, at most "
-               f"{LEVELS_MAX_TILES:,}" if algorithm == "standard" else ""))
-    per = LEVELS_MAX_BLOCKS // I
-    if per == 0:
-        return (f"{i_name} = {I:,} is too large for {what}: {rule}; allowed: "
-                f"batch x heads <= {LEVELS_MAX_BLOCKS:,}")
-    n_max = per * min(B_r, B_c)
-    if algorithm == "standard":           # ceil(N/B_r) ceil(N/B_c) grows with N: bisect
-        lo, hi = 0, n_max
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if tiling.T_r(mid) * tiling.T_c(mid) <= LEVELS_MAX_TILES:
-                lo = mid
-            else:
-                hi = mid - 1
-        n_max = lo
-    got = f"{blocks:,} thread blocks" + (f" and {tiles:,} tiles" if tiles else "")
-    return (f"{n_name}={N} is too large for {what} ({got}): {rule}; allowed: {n_name} <= "
-            f"{n_max:,} at batch={problem.batch}, heads={problem.heads} and this tiling")
-
-
 def decode_flags(args) -> list[str]:
     """The decode-only options given (each implies --decode)."""
     return [f for f, v in (("--num-splits", args.num_splits), ("--page-size", args.page_size),
@@ -282,7 +236,7 @@ def levels_main(args, problem) -> int:
     """`--levels`: the pass's requested, L2 and DRAM bytes and its predicted time."""
     from iosim import Tiling, levels, predict_time
     from iosim.launch import kernel_plan
-    from iosim.tiling import check_tiling_fits
+    from iosim.memory.limits import levels_size_error
     if args.sram_bytes is not None:
         raise ConfigError(f"--sram-bytes={args.sram_bytes} does not go with --levels: the "
                           f"hierarchy and time models take a GPU (--gpu PRESET)")
@@ -295,15 +249,11 @@ def levels_main(args, problem) -> int:
                           "the bf16 ledger, which counts 2 bytes an element as fp16)")
     gpu = get_hardware(args.gpu or "H100-SXM")
     tiling = None if args.block_rows is None else Tiling(args.block_rows, args.block_cols)
-    # before the model runs: a given tiling must fit the GPU's shared memory on the kernel
-    # that runs it (the one SRAM rule, iosim.tiling.check_tiling_fits), and the problem
-    # must be one the model can lay out (levels_size_error)
+    # the model checks a given tiling against the shared memory of the kernel that runs
+    # it and the problem's size at its entry; the size is checked here first only to name
+    # the command's options in the message
     plan = kernel_plan(args.algorithm, problem, gpu, pass_=args.pass_, kernel=args.kernel,
                        tiling=tiling)
-    if tiling is not None:
-        check_tiling_fits(args.algorithm, plan.tiling, problem.d, problem.dtype,
-                          gpu.sram_bytes, footprint_bytes=plan.smem_bytes,
-                          kernel=f"{args.pass_} '{plan.kernel}'")
     too_big = levels_size_error(args.algorithm, problem, plan.tiling)
     if too_big:
         raise ConfigError(too_big)

@@ -27,11 +27,12 @@ from ..backward import backward_closed_form
 from ..closed_form import closed_form, tile_sums
 from ..hardware import get_hardware
 from ..launch.plan import L1_BYTES, SMEM_CARVEOUTS, SMEM_RESERVED, Launch, Plan, kernel_plan, local_of
-from ..problem import Problem
-from ..tiling import Tiling
+from ..problem import ConfigError, Problem
+from ..tiling import Tiling, check_tiling_fits
 from .access import GRID_ORDERS, _launches_and_streams
 from .dram import dram_at_capacities
 from .l2model import L2Model
+from .limits import levels_size_error
 from .stream import Stream
 
 #: the fitted L2 models (l2_constants.json): FITTED, the one `pass_levels` uses, and the
@@ -158,6 +159,13 @@ def pass_levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str 
                          f"hierarchy model covers N_k = N without a window; those variants "
                          f"are modelled in the ledger (iosim.closed_form) only")
     plan = kernel_plan(algorithm, problem, hw, pass_=pass_, kernel=kernel, tiling=tiling)
+    if tiling is not None:      # the one SRAM rule, on the kernel that runs the tiling
+        check_tiling_fits(algorithm, plan.tiling, problem.d, problem.dtype, hw.sram_bytes,
+                          footprint_bytes=plan.smem_bytes, kernel=f"{pass_} '{plan.kernel}'")
+    too_big = levels_size_error(algorithm, problem, plan.tiling,
+                                names=("N", "batch x heads", "the L2 / DRAM model"))
+    if too_big:
+        raise ConfigError(too_big)
     if grid_order != "query-major":
         if not (algorithm == "fa2" and pass_ == "fwd"):
             raise ValueError(f"grid_order={grid_order!r} is modelled for the fa2 forward only")
