@@ -203,7 +203,7 @@ def test_relative_links_resolve():
 def test_results_page_is_up_to_date():
     """docs/results.md's generated tables equal what the data set gives."""
     r = subprocess.run([sys.executable, "-m", "analysis.cli", "results", "tables", "--check",
-                        "--readme", str(ROOT / "docs" / "results.md")],
+                        "--page", str(ROOT / "docs" / "results.md")],
                        cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.returncode == 0 and "tables up to date" in r.stdout, r.stdout + r.stderr

@@ -68,7 +68,7 @@ def test_forward_table_takes_the_latest_measured_row(tmp_path):
 
 
 def test_readme_tables_are_up_to_date(capsys):
-    """README.md's generated tables equal what the data set gives (they cannot drift)."""
+    """docs/results.md's generated tables equal what the data set gives (they cannot drift)."""
     assert cli(["results", "tables", "--check"]) == 0, capsys.readouterr().err
 
 

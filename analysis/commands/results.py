@@ -1,5 +1,5 @@
 """`flashsim results`: the results data set (benchmarks/results/data/<kind>.jsonl):
-list it, show rows, add rows, regenerate the README's result tables."""
+list it, show rows, add rows, regenerate the results page's tables (docs/results.md)."""
 from __future__ import annotations
 
 import argparse
@@ -13,16 +13,16 @@ EPILOG = """examples:
   flashsim results add out/bench.json --kind bench --run-id 2026-12-01-a100-bench
   flashsim results add out/gpu_tests.xml --run-id gpu_tests-20261201T1200-a100 \
       --device "NVIDIA A100-SXM4-80GB" --commit abc1234 --command "pytest -m gpu"
-  flashsim results tables                        # regenerate README.md's marked tables
-  flashsim results tables --check                # exit 1 if README.md is out of date
+  flashsim results tables                        # regenerate docs/results.md's tables
+  flashsim results tables --check                # exit 1 if docs/results.md is out of date
 
-A table goes where README.md has <!-- results:NAME --> ... <!-- /results:NAME -->;
+A table goes where the page has <!-- results:NAME --> ... <!-- /results:NAME -->;
 NAME is a key of analysis.tables.TABLES."""
 
 
 def register(sub):
     p = sub.add_parser("results", help="the results data set: list, show, add rows, "
-                                       "regenerate the README's tables",
+                                       "regenerate the results page's tables",
                        description=__doc__.replace("\n", " "), epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=None, metavar="DIR",
@@ -49,9 +49,10 @@ def register(sub):
                     help='versions for rows that lack them, e.g. \'{"torch": "2.11.0"}\'')
     ad.add_argument("--command", dest="junit_command", default=None,
                     help="JUnit XML: the pytest command that ran")
-    t = s.add_parser("tables", help="regenerate the marked tables in README.md")
-    t.add_argument("--readme", default=None, metavar="FILE", help="default: README.md of the "
-                                                                  "repository")
+    t = s.add_parser("tables", help="regenerate the marked tables in docs/results.md")
+    t.add_argument("--page", "--readme", dest="page", default=None, metavar="FILE",
+                   help="the Markdown page holding the markers (default: docs/results.md "
+                        "of the repository)")
     t.add_argument("--check", action="store_true",
                    help="change nothing; exit 1 if a table is out of date")
     p.set_defaults(func=main)
@@ -161,20 +162,20 @@ def _add(args, R) -> int:
 
 def _tables(args) -> int:
     from analysis import results as R
-    from analysis.tables import render
+    from analysis.tables import TARGET, render
     from analysis.paths import check_out_file
-    readme = Path(args.readme) if args.readme else R.ROOT / "README.md"
+    readme = Path(args.page) if args.page else R.ROOT / TARGET
     R.existing_data_dir(args.data)
     if not readme.is_file():
-        raise ValueError(f"--readme {str(readme)!r} "
+        raise ValueError(f"--page {str(readme)!r} "
                          f"{'is not a file' if readme.exists() else 'does not exist'}")
     if not args.check:
-        check_out_file(readme, "--readme")
+        check_out_file(readme, "--page")
     old = readme.read_text()
     new, names = render(old, data=args.data)
-    if not names:
-        print(f"{readme}: no <!-- results:NAME --> markers")
-        return 0
+    if not names:               # nothing to regenerate or check is an error, not a pass
+        raise ValueError(f"--page {str(readme)!r} has no <!-- results:NAME --> markers; "
+                         f"allowed: a page with at least one (docs/results.md)")
     if args.check:
         if new != old:
             print(f"{readme}: tables out of date ({', '.join(names)}); run "
