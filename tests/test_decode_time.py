@@ -101,5 +101,8 @@ def test_predictions_outside_the_measured_rows_say_so():
     was timed (dtype, N_q, d, preset) adds its own."""
     base = dict(N_kv=4096, d=128, batch=2, heads=32, kv_heads=8)
     assert DM.predict_decode(DecodeProblem(**base), "H100-SXM")["warnings"] == []
-    w = DM.predict_decode(DecodeProblem(**dict(base, dtype="bf16", N_q=4, d=96)), "H200")["warnings"]
+    w = DM.predict_decode(DecodeProblem(**dict(base, dtype="bf16", N_q=4, d=256)), "H200")["warnings"]
     assert [x.split("=")[0] for x in w] == ["dtype", "N_q", "d", "gpu"]
+    # a head dim the decode kernels cannot run: no number at all, a one-line refusal
+    with pytest.raises(ValueError, match="d=96 is not supported"):
+        DM.predict_decode(DecodeProblem(**dict(base, d=96)), "H100-SXM")

@@ -355,10 +355,14 @@ def decode_main(args) -> int:
     S = 1 if S is None else S
     schedule = "fa2_decode" if S == 1 else "split_kv"
     led = decode_closed_form(schedule, prob, num_splits=S, kv_reads=args.kv_reads)
-    pred = None
+    pred = declined = None
     if args.levels:
         from iosim import predict_decode
-        pred = predict_decode(prob, gpu, S, kv_reads=args.kv_reads)
+        try:
+            pred = predict_decode(prob, gpu, S, kv_reads=args.kv_reads)
+        except ValueError as exc:     # a problem the decode kernels (so the model) cannot run
+            declined = (f"no predicted time: the decode time model (iosim.timing.decode) "
+                        f"does not model this problem: {exc}")
     if args.json:
         out = led.to_dict()
         out["schedule"] = schedule
@@ -367,6 +371,8 @@ def decode_main(args) -> int:
         if pred is not None:
             out["predicted_ms"] = pred["predicted_ms"]
             out["decode_time"] = pred
+        if declined:
+            out["predicted_ms"], out["warnings"] = None, [declined]
         print(json.dumps(out, indent=2))
         return 0
     print(f"decode {schedule}: N_q={prob.N_q} N_kv={prob.N_kv} d={prob.d} {prob.dtype} "
@@ -386,4 +392,6 @@ def decode_main(args) -> int:
             print(f"  {t:15s} {v:10.2f} us  {100 * pred['shares'][t]:5.1f} %")
         for w in pred["warnings"]:
             print(f"warning: {w}")
+    if declined:
+        print(declined)
     return 0

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from ..decode import DecodeProblem, choose_num_splits, decode_closed_form, split_bounds
 from ..hardware import get_hardware
+from ..launch.decode import plan
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
 MODEL_VERSION = "decode-time v1"
@@ -52,23 +53,11 @@ ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 # The kernels' shape (no GPU, no Numba)
 # ---------------------------------------------------------------------------------------
 def layout(d: int, dtype: str, NR: int) -> dict:
-    """gpu.decode.split_kv.plan's GPU layout (NT, VW, LPR, NGRP, KPG, TB), without Numba."""
-    itemsize = ITEMSIZE[dtype]
-    NT = 128
-    VW = 16 // itemsize
-    if d % VW or 32 % (d // VW) and d // VW > 32:
-        VW = 1
-    LPR = d // VW
-    while LPR > 32:
-        VW *= 2
-        LPR = d // VW
-    A = -(-NR * d // NT)
-    while A > 64 and NT < 1024:
-        NT *= 2
-        A = -(-NR * d // NT)
-    NGRP = NT // LPR
-    KPG = max(1, min(64 // NGRP, 32 // VW))
-    return dict(NT=NT, VW=VW, LPR=LPR, NGRP=NGRP, KPG=KPG, TB=NGRP * KPG)
+    """The split-KV decode kernel's GPU layout (NT, VW, LPR, NGRP, KPG, TB) for head dim d,
+    dtype and NR query rows a block: its launch plan (`iosim.launch.decode.plan`), which
+    refuses (ValueError) a layout the kernel cannot run."""
+    p = plan(d, dtype, NR)
+    return {k: p[k] for k in ("NT", "VW", "LPR", "NGRP", "KPG", "TB")}
 
 
 def chunk_tiles(a: int, e: int, TB: int, page_size: int | None) -> int:
