@@ -13,8 +13,6 @@ of the public entry points.
    random bad values for iosim's constructors and closed forms raise ConfigError naming
    the parameter, never another exception or a wrong answer.
 """
-import contextlib
-import io
 import json
 import os
 import time
@@ -28,17 +26,8 @@ import iosim
 from iosim import ConfigError
 from iosim.tiling import check_tiling_fits
 
+from _cli import run_cli as run
 
-def run(argv):
-    """(exit status, stdout, stderr) of `flashsim ARGV`, in this process."""
-    from analysis.cli import main
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as e:          # argparse's own errors
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
 
 
 def one_line_error(rc, err, *words):

@@ -8,8 +8,6 @@
 3. A fuzz of the command line: every argument list either exits 0 (with valid JSON for
    --json) or exits 2 with exactly one line on stderr, never a traceback.
 """
-import contextlib
-import io
 import json
 
 import numpy as np
@@ -17,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import iosim
+from _cli import run_cli as _run_cli
 from iosim.backward import (backward_closed_form, execute_backward,
                             reference_attention_backward)
 
@@ -175,15 +174,6 @@ def argvs(draw, out_dir):
     return argv
 
 
-def _run_cli(argv):
-    from analysis.cli import main
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as e:      # argparse's own errors
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
 
 
 def test_cli_fuzz(tmp_path_factory):
