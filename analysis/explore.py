@@ -1,0 +1,260 @@
+"""The explorer page (`flashsim explore`): one self-contained HTML file that plays a forward
+schedule as iosim executed it, tile by tile, with its traffic, waves and the L2 / DRAM
+model beneath.
+
+Data flows one way. Python runs the schedule (`iosim.execute(..., record=True)`: the
+counting memory's access trace, with the schedules' own marks of kernel, thread block and
+tile), takes the ledger (`iosim.closed_form`), the L2 / DRAM prediction (`iosim.levels`),
+the predicted time (`iosim.predict_time`) and a grid of closed forms for the what-if panel
+(`iosim.closed_form_arrays`), and embeds them as JSON in a template (explore_page.html:
+plain JavaScript and SVG). The page only draws and sums what it is given: its counters are
+running sums of the trace's element counts, which end at the ledger by construction (and
+`build_view` checks that they do before writing a page).
+
+Units: elements in the trace and the counters (bytes = elements x the tensor's itemsize,
+given per tensor), bytes for the DRAM model, milliseconds for times.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from iosim import (ConfigError, PRESETS, Problem, Tiling, closed_form, closed_form_arrays,
+                   execute, get_hardware, sram_footprint_bytes, sram_to_elements)
+
+#: the most recorded accesses (all instances together) one page holds: a 1024 x 64 problem
+#: with 64 x 64 tiles is about 2,400 (standard) and its page about 0.2 MB; at the limit a
+#: page is about 6 MB
+MAX_ACCESSES = 250_000
+
+#: the what-if grid: sequence lengths, head dims, block sizes and SRAM sizes (bytes)
+WHATIF_N = (256, 512, 1024, 2048, 4096)
+WHATIF_D = (32, 64, 128)
+WHATIF_B = (32, 64, 128)
+WHATIF_M = (49152, 98304, 101376, 166912, 232448)
+
+TEMPLATE = os.path.join(os.path.dirname(__file__), "explore_page.html")
+
+
+def estimate_accesses(algorithm: str, problem: Problem, tiling: Tiling) -> int:
+    """An upper bound on the accesses `execute` records for this problem (all instances)."""
+    T_r, T_c = tiling.T_r(problem.N), tiling.T_c(problem.N_k)
+    per = {"standard": 6 * T_r * T_c + 2 * T_r, "fa1": 7 * T_r * T_c + 2 * T_c + 3,
+           "fa2": 2 * T_r * T_c + 3 * T_r}[algorithm]
+    return per * problem.instances
+
+
+def check_size(algorithm: str, problem: Problem, tiling: Tiling) -> None:
+    """ConfigError (one line) when the page would hold more than MAX_ACCESSES accesses."""
+    n = estimate_accesses(algorithm, problem, tiling)
+    if n > MAX_ACCESSES:
+        raise ConfigError(
+            f"the {algorithm} schedule of N={problem.N}, N_k={problem.N_k}, "
+            f"batch x heads={problem.instances} at B_r={tiling.B_r}, B_c={tiling.B_c} makes "
+            f"about {n:,} accesses; the explorer page draws at most {MAX_ACCESSES:,} "
+            f"(larger blocks, fewer heads or a shorter sequence)")
+
+
+def trace_steps(trace: list) -> dict:
+    """The recorded trace (`iosim.CountingMemory.trace`) as the page's steps: each mark
+    starts a step [kernel, cta, i, j, accesses], an access [op (0 read, 1 write), tensor,
+    r0, r1, c0, c1, elements]; CTAs numbered in order of first appearance per instance and
+    kernel, i.e. launch order (the kernels' query-major grids: instance by instance)."""
+    kernels, tensors, instances, ctas, steps = [], [], [], {}, []
+    inst = -1
+    for e in trace:
+        if e[0] == "instance":
+            instances.append(list(e[1:]))
+            inst += 1
+        elif e[0] == "mark":
+            _, kernel, cta, tile = e
+            if kernel not in kernels:
+                kernels.append(kernel)
+            k = kernels.index(kernel)
+            key = (inst, k, cta if not isinstance(cta, tuple) else tuple(cta))
+            if key not in ctas:
+                ctas[key] = len(ctas)
+            i, j = tile if tile is not None else (-1, -1)
+            steps.append([k, ctas[key], int(i), int(j), []])
+        else:
+            op, name, span, n = e
+            if name not in tensors:
+                tensors.append(name)
+            if not steps:
+                raise ValueError("the trace has an access before its first mark")
+            steps[-1][4].append([0 if op == "r" else 1, tensors.index(name), *map(int, span), int(n)])
+    cta_list = [None] * len(ctas)
+    for (inst_, k, cta), n in ctas.items():
+        cta_list[n] = [k, inst_, list(cta) if isinstance(cta, tuple) else [cta]]
+    return {"kernels": kernels, "tensors": tensors, "instances": instances,
+            "ctas": cta_list, "steps": steps}
+
+
+def trace_counts(data: dict) -> dict:
+    """{tensor: (read elements, write elements)} summed over the page's steps: what the
+    page's counters show at the end."""
+    out = {t: [0, 0] for t in data["tensors"]}
+    for step in data["steps"]:
+        for op, t, *_, n in step[4]:
+            out[data["tensors"][t]][op] += n
+    return {t: tuple(c) for t, c in out.items() if c[0] or c[1]}
+
+
+def _waves(data: dict, tiling: Tiling, problem: Problem, hw, occupancy: list | None) -> list:
+    """Per kernel: slots (SMs x CTAs per SM) and each CTA's launch position, wave and slot.
+    A CTA of the softmax kernel stands for the B_r one-row CTAs the GPU launches (the
+    schedule reads a query block's rows together), so it takes as many positions. Waves:
+    launch position // slots, as if the CTAs took equal time."""
+    out = []
+    for k, name in enumerate(data["kernels"]):
+        per_sm = occupancy[k] if occupancy else 1
+        slots = hw.sm_count * per_sm
+        pos, cta_pos = 0, {}
+        for n, (kk, _, ident) in enumerate(data["ctas"]):
+            if kk != k:
+                continue
+            width = 1
+            if name == "std_softmax":
+                i = ident[0]
+                width = min(problem.N, (i + 1) * tiling.B_r) - i * tiling.B_r
+            cta_pos[n] = [pos, pos // slots, pos % slots, width]
+            pos += width
+        out.append({"name": name, "ctas_per_sm": per_sm, "slots": slots, "gpu_ctas": pos,
+                    "waves": -(-pos // slots), "occupancy_known": bool(occupancy),
+                    "cta": {str(n): v for n, v in cta_pos.items()}})
+    return out
+
+
+def _levels(algorithm: str, problem: Problem, tiling: Tiling, hw):
+    """(result or None, why not): iosim.levels for these arguments, as `flashsim traffic
+    --levels --block-rows --block-cols` gives it, with the predicted time."""
+    import iosim
+    try:
+        lv = iosim.levels(algorithm, problem, hw, tiling=tiling)
+    except ValueError as e:
+        return None, str(e)
+    try:
+        t = iosim.predict_time(algorithm, problem, hw, levels_result=lv)["predicted_ms"]
+    except ValueError as e:
+        t, lv["warnings"] = None, lv["warnings"] + [f"no predicted time: {e}"]
+    return {"kernel": lv["kernel"], "dram_read_bytes": lv["dram_read_bytes"],
+            "dram_write_bytes": lv["dram_write_bytes"],
+            "l2_read_bytes": lv["l2_read_bytes"], "l2_write_bytes": lv["l2_write_bytes"],
+            "requested_read_bytes": lv["requested_read_bytes"],
+            "requested_write_bytes": lv["requested_write_bytes"],
+            "kernels": [{"name": k["name"], "ctas": k["ctas"], "ctas_per_sm": k["ctas_per_sm"],
+                         "dram_bytes": k["dram_read_bytes"] + k["dram_write_bytes"]}
+                        for k in lv["kernels"]],
+            "predicted_ms": t, "warnings": lv["warnings"]}, None
+
+
+def build_view(algorithm: str, problem: Problem, tiling: Tiling, gpu: str = "H100-SXM",
+               label: str | None = None) -> dict:
+    """One schedule's data for the page: the executed trace as steps, the active tiles,
+    the ledger, the waves on `gpu` and the L2 / DRAM model's prediction (or why none)."""
+    hw = get_hardware(gpu)
+    check_size(algorithm, problem, tiling)
+    ex = execute(algorithm, problem, tiling, record=True, seed=0)
+    data = trace_steps(ex.trace)
+    ledger = closed_form(algorithm, problem, tiling)
+    if trace_counts(data) != ledger.counts() or ex.ledger.counts() != ledger.counts():
+        raise AssertionError(f"the trace of {algorithm} does not sum to its ledger")
+    from iosim.schedules import active_tiles
+    lv, why = _levels(algorithm, problem, tiling, hw)
+    occ = None
+    if lv and len(lv["kernels"]) == len(data["kernels"]):
+        occ = [k["ctas_per_sm"] for k in lv["kernels"]]
+        # the DRAM bytes each launch adds as its last step ends
+        last = {}
+        for n, s in enumerate(data["steps"]):
+            last[s[0]] = n
+        lv["kernel_done_step"] = [last[k] for k in range(len(data["kernels"]))]
+    elif lv:
+        why, lv = "the model's launches do not match the schedule's kernels", None
+    p = problem
+    shapes = {t: list(ex_shape) for t, ex_shape in _shapes(p).items() if t in data["tensors"]}
+    view = {"label": label or f"{algorithm} {tiling.B_r}x{tiling.B_c}",
+            "algorithm": algorithm, "gpu": hw.name, "sm_count": hw.sm_count,
+            "problem": {"N": p.N, "N_k": p.N_k, "d": p.d, "batch": p.batch, "heads": p.heads,
+                        "kv_heads": p.kv_heads, "dtype": p.dtype, "causal": p.causal,
+                        "window": list(p.window)},
+            "tiling": {"B_r": tiling.B_r, "B_c": tiling.B_c, "T_r": tiling.T_r(p.N),
+                       "T_c": tiling.T_c(p.N_k)},
+            "active": active_tiles(p, tiling).astype(int).tolist(),
+            "itemsize": {t: p.itemsize_of(t) for t in data["tensors"]},
+            "shapes": shapes,
+            "ledger": {t: list(c) for t, c in ledger.counts().items()},
+            "ledger_bytes": ledger.hbm_bytes,
+            "waves": _waves(data, tiling, p, hw, occ),
+            "levels": lv, "levels_declined": why, **data}
+    return view
+
+
+def _shapes(p: Problem) -> dict:
+    """(rows, columns) of each tensor one instance holds in HBM."""
+    return {"Q": (p.N, p.d), "K": (p.N_k, p.d), "V": (p.N_k, p.d), "O": (p.N, p.d),
+            "S": (p.N, p.N_k), "P": (p.N, p.N_k), "Z": (p.N, p.N_k),
+            "l": (p.N, 1), "m": (p.N, 1), "L": (p.N, 1)}
+
+
+def whatif_grid(algorithms: list, problem: Problem) -> dict:
+    """The what-if panel's numbers: for each algorithm and (N, d, B_r, B_c) of the grid, the
+    ledger's elements per head (closed_form_arrays, the page's causal setting) and the
+    on-chip footprint; per (N, d, M) the N^2 d^2 / M bound and the lower bound
+    max(4 N d, N^2 d^2 / M) (analysis.theory; M in elements of the dtype); per preset and
+    point the predicted time of the whole problem (batch x heads of the page) or why the
+    time model declines it."""
+    from iosim import predict_time
+    from analysis.theory import flash_bound, lower_bound
+    Ns = sorted(set(WHATIF_N) | {problem.N})
+    p = problem
+    N, d, Br, Bc = np.meshgrid(Ns, WHATIF_D, WHATIF_B, WHATIF_B, indexing="ij")
+    traffic, footprint = {}, {}
+    for alg in algorithms:
+        cf = closed_form_arrays(alg, N, d, Br, Bc, causal=p.causal, itemsize=p.itemsize,
+                                instances=1)
+        tot = sum(cf["reads"].values()) + sum(cf["writes"].values())
+        traffic[alg] = np.asarray(tot, dtype=np.float64).ravel().tolist()
+        footprint[alg] = [[[sram_footprint_bytes(alg, br, bc, dd, p.dtype) for bc in WHATIF_B]
+                           for br in WHATIF_B] for dd in WHATIF_D]
+    Ms = [sram_to_elements(m, p.dtype) for m in WHATIF_M]
+    nn, dd, mm = np.meshgrid(Ns, WHATIF_D, Ms, indexing="ij")
+    reasons, times = [], {}
+    for alg in algorithms:
+        for gpu in PRESETS:
+            row = []
+            for n_ in Ns:
+                for d_ in WHATIF_D:
+                    for br in WHATIF_B:
+                        for bc in WHATIF_B:
+                            try:
+                                q = Problem(N=n_, d=d_, batch=p.batch, heads=p.heads,
+                                            kv_heads=p.kv_heads, dtype=p.dtype, causal=p.causal)
+                                row.append(predict_time(alg, q, gpu, tiling=Tiling(br, bc))
+                                           ["predicted_ms"])
+                            except ValueError as e:
+                                msg = " ".join(str(e).split())
+                                if msg not in reasons:
+                                    reasons.append(msg)
+                                row.append(-1 - reasons.index(msg))
+            times[f"{alg}|{gpu}"] = row
+    return {"N": Ns, "d": list(WHATIF_D), "B": list(WHATIF_B), "M_bytes": list(WHATIF_M),
+            "M_elements": Ms, "algorithms": list(algorithms), "presets": list(PRESETS),
+            "traffic": traffic, "footprint": footprint,
+            "bound": flash_bound(nn, dd, mm).ravel().tolist(),
+            "lower_bound": lower_bound(nn, dd, mm).ravel().tolist(),
+            "time_ms": times, "time_declined": reasons,
+            "start": {"N": p.N, "d": p.d}}
+
+
+def page(views: list, whatif: dict | None, title: str) -> str:
+    """The HTML page: the template with the data embedded as JSON (no network, no server)."""
+    with open(TEMPLATE, encoding="utf-8") as f:
+        html = f.read()
+    data = json.dumps({"title": title, "views": views, "whatif": whatif},
+                      separators=(",", ":"), default=float)
+    # "</" inside a script element would end it
+    data = data.replace("</", "<\\/")
+    return html.replace("__TITLE__", title).replace("__DATA__", data)
