@@ -102,19 +102,26 @@ def trace_counts(data: dict) -> dict:
     return {t: tuple(c) for t, c in out.items() if c[0] or c[1]}
 
 
-def _waves(data: dict, tiling: Tiling, problem: Problem, hw, occupancy: list | None) -> list:
+def _waves(data: dict, tiling: Tiling, problem: Problem, hw, occupancy: list | None,
+           heavy_first: bool = False, gpu_names: list | None = None) -> list:
     """Per kernel: slots (SMs x CTAs per SM) and each CTA's launch position, wave and slot.
-    A CTA of the softmax kernel stands for the B_r one-row CTAs the GPU launches (the
-    schedule reads a query block's rows together), so it takes as many positions. Waves:
-    launch position // slots, as if the CTAs took equal time."""
+    Launch order: the trace's (the kernels' grids, instance by instance), except that the
+    causal fa2 tensor-core and fast forward kernels launch each instance's query blocks
+    heaviest first (heavy_first; blockIdx.x reversed in gpu.forward.fa2_tc / fa2_fast, as
+    iosim.memory and iosim.timing model them). A CTA of the softmax kernel stands for the
+    B_r one-row CTAs the GPU launches (the schedule reads a query block's rows together),
+    so it takes as many positions. Waves: launch position // slots, as if the CTAs took
+    equal time."""
     out = []
     for k, name in enumerate(data["kernels"]):
         per_sm = occupancy[k] if occupancy else 1
         slots = hw.sm_count * per_sm
         pos, cta_pos = 0, {}
-        for n, (kk, _, ident) in enumerate(data["ctas"]):
-            if kk != k:
-                continue
+        mine = [n for n, c in enumerate(data["ctas"]) if c[0] == k]
+        if heavy_first and name == "fa2_fwd":
+            mine.sort(key=lambda n: (data["ctas"][n][1], -data["ctas"][n][2][0]))
+        for n in mine:
+            ident = data["ctas"][n][2]
             width = 1
             if name == "std_softmax":
                 i = ident[0]
@@ -122,6 +129,8 @@ def _waves(data: dict, tiling: Tiling, problem: Problem, hw, occupancy: list | N
             cta_pos[n] = [pos, pos // slots, pos % slots, width]
             pos += width
         out.append({"name": name, "ctas_per_sm": per_sm, "slots": slots, "gpu_ctas": pos,
+                    "gpu_name": gpu_names[k] if gpu_names else None,
+                    "heavy_first": heavy_first and name == "fa2_fwd",
                     "waves": -(-pos // slots), "occupancy_known": bool(occupancy),
                     "cta": {str(n): v for n, v in cta_pos.items()}})
     return out
@@ -163,9 +172,10 @@ def build_view(algorithm: str, problem: Problem, tiling: Tiling, gpu: str = "H10
         raise AssertionError(f"the trace of {algorithm} does not sum to its ledger")
     from iosim.schedules import active_tiles
     lv, why = _levels(algorithm, problem, tiling, hw)
-    occ = None
+    occ = names = None
     if lv and len(lv["kernels"]) == len(data["kernels"]):
         occ = [k["ctas_per_sm"] for k in lv["kernels"]]
+        names = [k["name"] for k in lv["kernels"]]
         # the DRAM bytes each launch adds as its last step ends
         last = {}
         for n, s in enumerate(data["steps"]):
@@ -187,9 +197,22 @@ def build_view(algorithm: str, problem: Problem, tiling: Tiling, gpu: str = "H10
             "shapes": shapes,
             "ledger": {t: list(c) for t, c in ledger.counts().items()},
             "ledger_bytes": ledger.hbm_bytes,
-            "waves": _waves(data, tiling, p, hw, occ),
+            "waves": _waves(data, tiling, p, hw, occ, _heavy_first(algorithm, p, tiling, hw),
+                            names),
             "levels": lv, "levels_declined": why, **data}
     return view
+
+
+def _heavy_first(algorithm: str, problem: Problem, tiling: Tiling, hw) -> bool:
+    """Whether the forward kernel gpu.attention runs here launches its query blocks
+    heaviest first: the causal fa2 'tc' and 'fast' kernels (iosim.kernel_plan's choice)."""
+    from iosim import kernel_plan
+    if algorithm != "fa2" or not problem.causal:
+        return False
+    try:
+        return kernel_plan("fa2", problem, hw, tiling=tiling).kernel in ("tc", "fast")
+    except ValueError:
+        return False
 
 
 def _shapes(p: Problem) -> dict:

@@ -210,3 +210,17 @@ def test_browser_compare_and_whatif(browser, tmp_path):
     iM = 1
     assert _val(browser, "wi-bound") == W["bound"][(iN * len(W["d"]) + idd) * len(W["M_bytes"]) + iM]
     browser.save_screenshot(str(tmp_path / "whatif.png"))
+
+
+def test_waves_follow_the_launch_order():
+    """Waves: the causal fa2 tensor-core / fast kernels launch the heaviest query block first;
+    the slots are the preset's SMs x the plan's CTAs per SM."""
+    p = Problem(N=256, d=32, causal=True, heads=2)
+    v = build_view("fa2", p, Tiling(64, 64))
+    w = v["waves"][0]
+    assert w["heavy_first"] and w["slots"] == v["sm_count"] * w["ctas_per_sm"]
+    first = [n for n, (pos, *_rest) in w["cta"].items() if pos == 0][0]
+    assert v["ctas"][int(first)][2] == [3]           # query block T_r - 1 of instance 0
+    dense = build_view("fa2", Problem(N=256, d=32, heads=2), Tiling(64, 64))["waves"][0]
+    assert not dense["heavy_first"]
+    assert [dense["cta"][str(n)][0] for n in range(8)] == list(range(8))
