@@ -38,20 +38,24 @@ WHATIF_M = (49152, 98304, 101376, 166912, 232448)
 TEMPLATE = os.path.join(os.path.dirname(__file__), "explore_page.html")
 
 
-def estimate_accesses(algorithm: str, problem: Problem, tiling: Tiling) -> int:
-    """An upper bound on the accesses `execute` records for this problem (all instances)."""
+def estimate_accesses(algorithm: str, problem: Problem, tiling: Tiling, pass_: str = "fwd") -> int:
+    """An upper bound on the accesses `execute` (or `execute_backward`) records for this
+    problem (all instances)."""
     T_r, T_c = tiling.T_r(problem.N), tiling.T_c(problem.N_k)
-    per = {"standard": 6 * T_r * T_c + 2 * T_r, "fa1": 7 * T_r * T_c + 2 * T_c + 3,
-           "fa2": 2 * T_r * T_c + 3 * T_r}[algorithm]
+    if pass_ == "bwd":
+        per = 12 * T_r * T_c + 4 * (T_r + T_c) + 8
+    else:
+        per = {"standard": 6 * T_r * T_c + 2 * T_r, "fa1": 7 * T_r * T_c + 2 * T_c + 3,
+               "fa2": 2 * T_r * T_c + 3 * T_r}[algorithm]
     return per * problem.instances
 
 
-def check_size(algorithm: str, problem: Problem, tiling: Tiling) -> None:
+def check_size(algorithm: str, problem: Problem, tiling: Tiling, pass_: str = "fwd") -> None:
     """ConfigError (one line) when the page would hold more than MAX_ACCESSES accesses."""
-    n = estimate_accesses(algorithm, problem, tiling)
+    n = estimate_accesses(algorithm, problem, tiling, pass_)
     if n > MAX_ACCESSES:
         raise ConfigError(
-            f"the {algorithm} schedule of N={problem.N}, N_k={problem.N_k}, "
+            f"the {algorithm} {'backward ' if pass_ == 'bwd' else ''}schedule of N={problem.N}, N_k={problem.N_k}, "
             f"batch x heads={problem.instances} at B_r={tiling.B_r}, B_c={tiling.B_c} makes "
             f"about {n:,} accesses; the explorer page draws at most {MAX_ACCESSES:,} "
             f"(larger blocks, fewer heads or a shorter sequence)")
@@ -61,7 +65,8 @@ def trace_steps(trace: list) -> dict:
     """The recorded trace (`iosim.CountingMemory.trace`) as the page's steps: each mark
     starts a step [kernel, cta, i, j, accesses], an access [op (0 read, 1 write), tensor,
     r0, r1, c0, c1, elements]; CTAs numbered in order of first appearance per instance and
-    kernel, i.e. launch order (the kernels' query-major grids: instance by instance)."""
+    kernel, i.e. launch order (the kernels' query-major grids: instance by instance); the
+    steps of a pass with several kernels ordered kernel by kernel."""
     kernels, tensors, instances, ctas, steps = [], [], [], {}, []
     inst = -1
     for e in trace:
@@ -85,6 +90,10 @@ def trace_steps(trace: list) -> dict:
             if not steps:
                 raise ValueError("the trace has an access before its first mark")
             steps[-1][4].append([0 if op == "r" else 1, tensors.index(name), *map(int, span), int(n)])
+    # kernel by kernel, as the GPU launches them (each kernel's CTAs over every instance
+    # before the next kernel); iosim runs an instance's kernels in turn, then the next
+    # instance: the same accesses, and within a kernel the same order (a stable sort)
+    steps.sort(key=lambda s: s[0])
     cta_list = [None] * len(ctas)
     for (inst_, k, cta), n in ctas.items():
         cta_list[n] = [k, inst_, list(cta) if isinstance(cta, tuple) else [cta]]
@@ -136,16 +145,17 @@ def _waves(data: dict, tiling: Tiling, problem: Problem, hw, occupancy: list | N
     return out
 
 
-def _levels(algorithm: str, problem: Problem, tiling: Tiling, hw):
+def _levels(algorithm: str, problem: Problem, tiling: Tiling, hw, pass_: str = "fwd"):
     """(result or None, why not): iosim.levels for these arguments, as `flashsim traffic
-    --levels --block-rows --block-cols` gives it, with the predicted time."""
+    --levels --block-rows --block-cols [--pass bwd]` gives it, with the predicted time."""
     import iosim
     try:
-        lv = iosim.levels(algorithm, problem, hw, tiling=tiling)
+        lv = iosim.levels(algorithm, problem, hw, tiling=tiling, pass_=pass_)
     except ValueError as e:
         return None, str(e)
     try:
-        t = iosim.predict_time(algorithm, problem, hw, levels_result=lv)["predicted_ms"]
+        t = iosim.predict_time(algorithm, problem, hw, pass_=pass_,
+                               levels_result=lv)["predicted_ms"]
     except ValueError as e:
         t, lv["warnings"] = None, lv["warnings"] + [f"no predicted time: {e}"]
     return {"kernel": lv["kernel"], "dram_read_bytes": lv["dram_read_bytes"],
@@ -160,18 +170,27 @@ def _levels(algorithm: str, problem: Problem, tiling: Tiling, hw):
 
 
 def build_view(algorithm: str, problem: Problem, tiling: Tiling, gpu: str = "H100-SXM",
-               label: str | None = None) -> dict:
+               label: str | None = None, pass_: str = "fwd") -> dict:
     """One schedule's data for the page: the executed trace as steps, the active tiles,
-    the ledger, the waves on `gpu` and the L2 / DRAM model's prediction (or why none)."""
+    the ledger, the waves on `gpu` and the L2 / DRAM model's prediction (or why none).
+    pass_: "fwd" (iosim.execute) or "bwd" (iosim.execute_backward: the backward's
+    accesses only, its forward run uncounted)."""
+    from iosim import backward_closed_form, execute_backward
     hw = get_hardware(gpu)
-    check_size(algorithm, problem, tiling)
-    ex = execute(algorithm, problem, tiling, record=True, seed=0)
+    if pass_ not in ("fwd", "bwd"):
+        raise ConfigError(f"pass_={pass_!r} is not known; allowed: fwd, bwd")
+    check_size(algorithm, problem, tiling, pass_)
+    if pass_ == "bwd":
+        ex = execute_backward(algorithm, problem, tiling, record=True, seed=0)
+        ledger = backward_closed_form(algorithm, problem, tiling)
+    else:
+        ex = execute(algorithm, problem, tiling, record=True, seed=0)
+        ledger = closed_form(algorithm, problem, tiling)
     data = trace_steps(ex.trace)
-    ledger = closed_form(algorithm, problem, tiling)
     if trace_counts(data) != ledger.counts() or ex.ledger.counts() != ledger.counts():
         raise AssertionError(f"the trace of {algorithm} does not sum to its ledger")
     from iosim.schedules import active_tiles
-    lv, why = _levels(algorithm, problem, tiling, hw)
+    lv, why = _levels(algorithm, problem, tiling, hw, pass_)
     occ = names = None
     if lv and len(lv["kernels"]) == len(data["kernels"]):
         occ = [k["ctas_per_sm"] for k in lv["kernels"]]
@@ -186,18 +205,19 @@ def build_view(algorithm: str, problem: Problem, tiling: Tiling, gpu: str = "H10
     p = problem
     shapes = {t: list(ex_shape) for t, ex_shape in _shapes(p).items() if t in data["tensors"]}
     view = {"label": label or f"{algorithm} {tiling.B_r}x{tiling.B_c}",
-            "algorithm": algorithm, "gpu": hw.name, "sm_count": hw.sm_count,
+            "algorithm": algorithm, "pass": pass_, "gpu": hw.name, "sm_count": hw.sm_count,
             "problem": {"N": p.N, "N_k": p.N_k, "d": p.d, "batch": p.batch, "heads": p.heads,
                         "kv_heads": p.kv_heads, "dtype": p.dtype, "causal": p.causal,
                         "window": list(p.window)},
             "tiling": {"B_r": tiling.B_r, "B_c": tiling.B_c, "T_r": tiling.T_r(p.N),
                        "T_c": tiling.T_c(p.N_k)},
             "active": active_tiles(p, tiling).astype(int).tolist(),
-            "itemsize": {t: p.itemsize_of(t) for t in data["tensors"]},
+            "itemsize": {t: ledger.itemsize_of(t) for t in data["tensors"]},
             "shapes": shapes,
             "ledger": {t: list(c) for t, c in ledger.counts().items()},
             "ledger_bytes": ledger.hbm_bytes,
-            "waves": _waves(data, tiling, p, hw, occ, _heavy_first(algorithm, p, tiling, hw),
+            "waves": _waves(data, tiling, p, hw, occ,
+                            pass_ == "fwd" and _heavy_first(algorithm, p, tiling, hw),
                             names),
             "levels": lv, "levels_declined": why, **data}
     return view
@@ -219,25 +239,31 @@ def _shapes(p: Problem) -> dict:
     """(rows, columns) of each tensor one instance holds in HBM."""
     return {"Q": (p.N, p.d), "K": (p.N_k, p.d), "V": (p.N_k, p.d), "O": (p.N, p.d),
             "S": (p.N, p.N_k), "P": (p.N, p.N_k), "Z": (p.N, p.N_k),
-            "l": (p.N, 1), "m": (p.N, 1), "L": (p.N, 1)}
+            "l": (p.N, 1), "m": (p.N, 1), "L": (p.N, 1), "D": (p.N, 1),
+            "dO": (p.N, p.d), "dQ": (p.N, p.d), "dQacc": (p.N, p.d), "dK": (p.N_k, p.d),
+            "dV": (p.N_k, p.d), "dP": (p.N, p.N_k), "dS": (p.N, p.N_k)}
 
 
-def whatif_grid(algorithms: list, problem: Problem) -> dict:
+def whatif_grid(algorithms: list, problem: Problem, pass_: str = "fwd") -> dict:
     """The what-if panel's numbers: for each algorithm and (N, d, B_r, B_c) of the grid, the
     ledger's elements per head (closed_form_arrays, the page's causal setting) and the
     on-chip footprint; per (N, d, M) the N^2 d^2 / M bound and the lower bound
     max(4 N d, N^2 d^2 / M) (analysis.theory; M in elements of the dtype); per preset and
     point the predicted time of the whole problem (batch x heads of the page) or why the
-    time model declines it."""
-    from iosim import predict_time
+    time model declines it. pass_ "bwd": the backward's ledger and time."""
+    from iosim import backward_closed_form_arrays, predict_time
     from analysis.theory import flash_bound, lower_bound
     Ns = sorted(set(WHATIF_N) | {problem.N})
     p = problem
     N, d, Br, Bc = np.meshgrid(Ns, WHATIF_D, WHATIF_B, WHATIF_B, indexing="ij")
     traffic, footprint = {}, {}
     for alg in algorithms:
-        cf = closed_form_arrays(alg, N, d, Br, Bc, causal=p.causal, itemsize=p.itemsize,
-                                instances=1)
+        if pass_ == "bwd":
+            cf = backward_closed_form_arrays(alg, N, d, Br, Bc, causal=p.causal,
+                                             itemsize=p.itemsize)
+        else:
+            cf = closed_form_arrays(alg, N, d, Br, Bc, causal=p.causal, itemsize=p.itemsize,
+                                    instances=1)
         tot = sum(cf["reads"].values()) + sum(cf["writes"].values())
         traffic[alg] = np.asarray(tot, dtype=np.float64).ravel().tolist()
         footprint[alg] = [[[sram_footprint_bytes(alg, br, bc, dd, p.dtype) for bc in WHATIF_B]
@@ -255,8 +281,8 @@ def whatif_grid(algorithms: list, problem: Problem) -> dict:
                             try:
                                 q = Problem(N=n_, d=d_, batch=p.batch, heads=p.heads,
                                             kv_heads=p.kv_heads, dtype=p.dtype, causal=p.causal)
-                                row.append(predict_time(alg, q, gpu, tiling=Tiling(br, bc))
-                                           ["predicted_ms"])
+                                row.append(predict_time(alg, q, gpu, pass_=pass_,
+                                                        tiling=Tiling(br, bc))["predicted_ms"])
                             except ValueError as e:
                                 msg = " ".join(str(e).split())
                                 if msg not in reasons:
@@ -268,7 +294,7 @@ def whatif_grid(algorithms: list, problem: Problem) -> dict:
             "traffic": traffic, "footprint": footprint,
             "bound": flash_bound(nn, dd, mm).ravel().tolist(),
             "lower_bound": lower_bound(nn, dd, mm).ravel().tolist(),
-            "time_ms": times, "time_declined": reasons,
+            "time_ms": times, "time_declined": reasons, "pass": pass_,
             "start": {"N": p.N, "d": p.d}}
 
 

@@ -47,6 +47,21 @@ def test_trace_sums_to_ledger(alg, problem, tiling):
             assert active[i, j]
 
 
+@pytest.mark.parametrize("alg,problem,tiling", CASES[:4] + [
+    ("fa2", Problem(N=64, d=8, batch=2, heads=4, kv_heads=2, causal=True), Tiling(16, 32)),
+    ("standard", Problem(N=48, d=8, N_k=80, heads=2, kv_heads=1, window=(20, 3)), Tiling(16, 16))])
+def test_backward_trace_sums_to_ledger(alg, problem, tiling):
+    """The backward's trace (with the grouped heads' dK, dV reduction) sums to its ledger;
+    recording changes no count."""
+    ex = iosim.execute_backward(alg, problem, tiling, record=True)
+    want = iosim.backward_closed_form(alg, problem, tiling).counts()
+    assert ex.ledger.counts() == iosim.execute_backward(alg, problem, tiling).ledger.counts() == want
+    data = trace_steps(ex.trace)
+    assert trace_counts(data) == want
+    kernels = [s[0] for s in data["steps"]]
+    assert kernels == sorted(kernels)            # kernel by kernel, in launch order
+
+
 def test_view_checks_and_declines():
     """build_view: the ledger, the waves, and the L2 model's refusal named for N_k != N."""
     v = build_view("fa2", Problem(N=64, d=8, N_k=128, causal=True), Tiling(16, 32))
@@ -166,6 +181,11 @@ BROWSER_CASES = {
             "--block-rows", "32", "--block-cols", "64"],
     "standard": ["--algorithm", "standard", "--seq-len", "128", "--head-dim", "16",
                  "--block-rows", "32", "--block-cols", "32", "--causal"],
+    "fa2_backward": ["--algorithm", "fa2", "--seq-len", "128", "--head-dim", "16", "--heads", "2",
+                     "--kv-heads", "1", "--block-rows", "32", "--block-cols", "32", "--causal",
+                     "--backward"],
+    "standard_backward": ["--algorithm", "standard", "--seq-len", "96", "--head-dim", "16",
+                          "--block-rows", "32", "--block-cols", "32", "--backward"],
     "gqa_nk": ["--algorithm", "fa2", "--seq-len", "64", "--seq-len-kv", "160", "--heads", "4",
                "--kv-heads", "2", "--head-dim", "16", "--block-rows", "16", "--block-cols", "32",
                "--causal"],

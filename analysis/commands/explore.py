@@ -11,6 +11,7 @@ EPILOG = """examples:
   flashsim explore --algorithm fa2 --seq-len 1024 --head-dim 64 --block-rows 64 --block-cols 64 --causal --out fa2.html
   flashsim explore --algorithm fa2 --seq-len 1024 --head-dim 64 --block-rows 64 --block-cols 64 --compare fa1 --out fa2_fa1.html
   flashsim explore --algorithm fa2 --seq-len 512 --head-dim 64 --block-rows 64 --block-cols 64 --compare-tiling 128x64 --out tilings.html
+  flashsim explore --algorithm fa2 --seq-len 512 --head-dim 64 --block-rows 64 --block-cols 64 --backward --out fa2_bwd.html
   flashsim explore --algorithm fa2 --seq-len 256 --seq-len-kv 512 --heads 4 --kv-heads 2 --head-dim 32 --block-rows 32 --block-cols 64 --causal --out gqa.html"""
 
 
@@ -18,7 +19,7 @@ def register(sub):
     from .traffic import _window
     p = sub.add_parser("explore", help="write the explorer page: a schedule played tile by tile",
                        description="Write one self-contained HTML page (no network, no server) "
-                                   "that plays a forward schedule as iosim executes it: the "
+                                   "that plays a forward (or, with --backward, backward) schedule as iosim executes it: the "
                                    "tiles each thread block reads and writes, per-tensor "
                                    "counters ending at the ledger, the waves on --gpu, the L2 / "
                                    "DRAM model's bytes, and what-if controls over closed forms "
@@ -47,6 +48,8 @@ def register(sub):
                       help="the same schedule at a second tiling, e.g. 128x64")
     cmp_.add_argument("--compare-causal", action="store_true",
                       help="the same schedule with the causal mask toggled")
+    p.add_argument("--backward", action="store_true",
+                   help="the backward pass (dQ, dK, dV) instead of the forward")
     p.add_argument("--no-whatif", action="store_true",
                    help="leave out the what-if panel (its time grid takes a few seconds)")
     p.add_argument("--out", required=True, metavar="FILE.html", help="the page to write")
@@ -62,8 +65,9 @@ def _tiling(text: str) -> tuple[int, int]:
     return br, bc
 
 
-def _label(alg: str, t: Tiling, causal: bool) -> str:
-    return f"{alg} {t.B_r}x{t.B_c}{' causal' if causal else ''}"
+def _label(alg: str, t: Tiling, causal: bool, pass_: str = "fwd") -> str:
+    return (f"{alg}{' backward' if pass_ == 'bwd' else ''} {t.B_r}x{t.B_c}"
+            f"{' causal' if causal else ''}")
 
 
 def main(args) -> int:
@@ -88,11 +92,13 @@ def main(args) -> int:
         other = replace(problem, causal=not problem.causal)
         runs.append((args.algorithm, other, tiling))
     from analysis.explore import check_size
+    pass_ = "bwd" if args.backward else "fwd"
     for alg, prob, t in runs:          # refuse before any work
-        check_size(alg, prob, t)
-    views = [build_view(alg, prob, t, hw.name, _label(alg, t, prob.causal)) for alg, prob, t in runs]
+        check_size(alg, prob, t, pass_)
+    views = [build_view(alg, prob, t, hw.name, _label(alg, t, prob.causal, pass_), pass_)
+             for alg, prob, t in runs]
     algs = list(dict.fromkeys(a for a, _, _ in runs))
-    whatif = None if args.no_whatif else whatif_grid(algs, problem)
+    whatif = None if args.no_whatif else whatif_grid(algs, problem, pass_)
     title = " vs ".join(v["label"] for v in views) + f", N={problem.N} d={problem.d}"
     html = page(views, whatif, title)
     d = os.path.dirname(os.path.abspath(args.out))
