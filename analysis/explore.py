@@ -24,10 +24,14 @@ import numpy as np
 from iosim import (ConfigError, PRESETS, Problem, Tiling, closed_form, closed_form_arrays,
                    execute, get_hardware, sram_footprint_bytes, sram_to_elements)
 
-#: the most recorded accesses (all instances together) one page holds: a 1024 x 64 problem
-#: with 64 x 64 tiles is about 2,400 (standard) and its page about 0.2 MB; at the limit a
-#: page is about 6 MB
+#: the most recorded accesses (all instances together) one page draws access by access: a
+#: 1024 x 64 problem with 64 x 64 tiles is about 2,400 (standard) and its page about 0.1 MB;
+#: at the limit a page is about 6 MB
 MAX_ACCESSES = 250_000
+#: up to this many, the page is summarised per thread block (one step per CTA: its reads and
+#: writes per tensor, the tiles it visited as a range), the counters still exact; beyond
+#: it the command refuses (the recorded trace alone would take a few hundred MB here)
+MAX_SUMMARISED = 1_500_000
 
 #: the what-if grid: sequence lengths, head dims, block sizes and SRAM sizes (bytes)
 WHATIF_N = (256, 512, 1024, 2048, 4096)
@@ -50,15 +54,44 @@ def estimate_accesses(algorithm: str, problem: Problem, tiling: Tiling, pass_: s
     return per * problem.instances
 
 
-def check_size(algorithm: str, problem: Problem, tiling: Tiling, pass_: str = "fwd") -> None:
-    """ConfigError (one line) when the page would hold more than MAX_ACCESSES accesses."""
+def check_size(algorithm: str, problem: Problem, tiling: Tiling, pass_: str = "fwd") -> bool:
+    """Whether the page is summarised per thread block (over MAX_ACCESSES accesses);
+    ConfigError (one line) over MAX_SUMMARISED."""
     n = estimate_accesses(algorithm, problem, tiling, pass_)
-    if n > MAX_ACCESSES:
+    if n > MAX_SUMMARISED:
         raise ConfigError(
             f"the {algorithm} {'backward ' if pass_ == 'bwd' else ''}schedule of N={problem.N}, N_k={problem.N_k}, "
             f"batch x heads={problem.instances} at B_r={tiling.B_r}, B_c={tiling.B_c} makes "
-            f"about {n:,} accesses; the explorer page draws at most {MAX_ACCESSES:,} "
-            f"(larger blocks, fewer heads or a shorter sequence)")
+            f"about {n:,} accesses; the explorer page draws at most {MAX_ACCESSES:,} one by "
+            f"one and {MAX_SUMMARISED:,} summarised per thread block (larger blocks, fewer "
+            f"heads or a shorter sequence)")
+    return n > MAX_ACCESSES
+
+
+def per_cta(data: dict) -> dict:
+    """The steps summarised per thread block: consecutive steps of one CTA become one step
+    [kernel, cta, i, j, accesses, tiles], its accesses one per (op, tensor) spanning the
+    rows and columns they touched, with the elements summed (so the counters still end at
+    the ledger), and tiles = [i0, i1, j0, j1] the range of S tiles it visited (or None)."""
+    out = []
+    for k, cta, i, j, acc in data["steps"]:
+        if not out or out[-1][0] != k or out[-1][1] != cta:
+            out.append([k, cta, i, j, {}, None])
+        step = out[-1]
+        if i >= 0 and j >= 0:
+            t = step[5]
+            step[5] = [i, i, j, j] if t is None else [min(t[0], i), max(t[1], i),
+                                                       min(t[2], j), max(t[3], j)]
+        for op, tn, r0, r1, c0, c1, n in acc:
+            a = step[4].get((op, tn))
+            step[4][(op, tn)] = [op, tn, r0, r1, c0, c1, n] if a is None else [
+                op, tn, min(a[2], r0), max(a[3], r1), min(a[4], c0), max(a[5], c1), a[6] + n]
+    for step in out:
+        step[4] = list(step[4].values())
+        if step[5] is not None:         # the CTA's query (key) block, where it has one
+            step[2] = step[5][0] if step[5][0] == step[5][1] else -1
+            step[3] = step[5][2] if step[5][2] == step[5][3] else -1
+    return dict(data, steps=out)
 
 
 def trace_steps(trace: list) -> dict:
@@ -179,7 +212,7 @@ def build_view(algorithm: str, problem: Problem, tiling: Tiling, gpu: str = "H10
     hw = get_hardware(gpu)
     if pass_ not in ("fwd", "bwd"):
         raise ConfigError(f"pass_={pass_!r} is not known; allowed: fwd, bwd")
-    check_size(algorithm, problem, tiling, pass_)
+    summarised = check_size(algorithm, problem, tiling, pass_)
     if pass_ == "bwd":
         ex = execute_backward(algorithm, problem, tiling, record=True, seed=0)
         ledger = backward_closed_form(algorithm, problem, tiling)
@@ -187,6 +220,9 @@ def build_view(algorithm: str, problem: Problem, tiling: Tiling, gpu: str = "H10
         ex = execute(algorithm, problem, tiling, record=True, seed=0)
         ledger = closed_form(algorithm, problem, tiling)
     data = trace_steps(ex.trace)
+    ex.trace = None
+    if summarised:
+        data = per_cta(data)
     if trace_counts(data) != ledger.counts() or ex.ledger.counts() != ledger.counts():
         raise AssertionError(f"the trace of {algorithm} does not sum to its ledger")
     from iosim.schedules import active_tiles
@@ -219,7 +255,7 @@ def build_view(algorithm: str, problem: Problem, tiling: Tiling, gpu: str = "H10
             "waves": _waves(data, tiling, p, hw, occ,
                             pass_ == "fwd" and _heavy_first(algorithm, p, tiling, hw),
                             names),
-            "levels": lv, "levels_declined": why, **data}
+            "levels": lv, "levels_declined": why, "summarised": summarised, **data}
     return view
 
 

@@ -200,6 +200,22 @@ def test_browser_steps_to_the_ledger(browser, tmp_path, name):
     assert (tmp_path / f"{name}.png").stat().st_size > 1000
 
 
+def test_browser_summarised(browser, tmp_path, monkeypatch):
+    """Over MAX_ACCESSES the page is summarised per thread block; its counters still end at
+    the ledger."""
+    import analysis.explore
+    monkeypatch.setattr(analysis.explore, "MAX_ACCESSES", 50)
+    path = _page(tmp_path, "--algorithm", "fa1", "--seq-len", "128", "--head-dim", "16",
+                 "--heads", "2", "--block-rows", "32", "--block-cols", "32", "--causal",
+                 "--no-whatif")
+    data = _data(path)
+    v = data["views"][0]
+    assert v["summarised"] and len(v["steps"]) == len(v["ctas"]) == 2
+    browser.get(path.as_uri())
+    assert "Summarised per thread block" in browser.find_element("id", "view0").text
+    _check_end(browser, data, tmp_path, "summarised")
+
+
 def test_browser_compare_and_whatif(browser, tmp_path):
     path = _page(tmp_path, "--algorithm", "fa2", "--seq-len", "256", "--head-dim", "32",
                  "--block-rows", "64", "--block-cols", "64", "--compare", "fa1")
