@@ -1,10 +1,11 @@
-"""The explorer page (`flashsim explore`): one self-contained HTML file that plays a forward
-schedule as iosim executed it, tile by tile, with its traffic, waves and the L2 / DRAM
-model beneath.
+"""The explorer page (`flashsim explore`): one self-contained HTML file that plays a schedule
+(forward, backward or a decoding step) as iosim executed it, tile by tile, with its
+traffic, waves and the L2 / DRAM model beneath.
 
-Data flows one way. Python runs the schedule (`iosim.execute(..., record=True)`: the
-counting memory's access trace, with the schedules' own marks of kernel, thread block and
-tile), takes the ledger (`iosim.closed_form`), the L2 / DRAM prediction (`iosim.levels`),
+Data flows one way. Python runs the schedule (`iosim.execute(..., record=True)`, or
+`execute_backward` / `execute_decode`: the counting memory's access trace, with the
+schedules' own marks of kernel, thread block and tile), takes the ledger
+(`iosim.closed_form` and its backward and decode counterparts), the L2 / DRAM prediction (`iosim.levels`),
 the predicted time (`iosim.predict_time`) and a grid of closed forms for the what-if panel
 (`iosim.closed_form_arrays`), and embeds them as JSON in a template (explore_page.html:
 plain JavaScript and SVG). The page only draws and sums what it is given: its counters are
@@ -343,3 +344,102 @@ def page(views: list, whatif: dict | None, title: str) -> str:
     # "</" inside a script element would end it
     data = data.replace("</", "<\\/")
     return html.replace("__TITLE__", title).replace("__DATA__", data)
+
+
+# ---------------------------------------------------------------------------------------
+# Decoding: N_q new rows of each query head against a cache of N_kv rows
+# ---------------------------------------------------------------------------------------
+def _piece_rows(chunk: int) -> int:
+    """Cache rows a decode block loads at a time on the page: the largest divisor of the
+    split's chunk up to 128 (so that the pieces of every split line up in one grid), or
+    the whole chunk where that divisor is under 16 (numerics only: no count depends on
+    it, iosim.execute_decode's block_kv)."""
+    best = max(x for x in range(1, min(chunk, 128) + 1) if chunk % x == 0)
+    return best if best >= 16 or best == chunk else chunk
+
+
+def build_decode_view(problem, num_splits: int = 1, kv_reads: str = "per_query_head",
+                      gpu: str = "H100-SXM", label: str | None = None) -> dict:
+    """A decoding step's data for the page (iosim.execute_decode, contiguous cache): the
+    grid's rows are the query heads (N_q rows each), its columns the cache of each K/V
+    head in pieces, a query head's tiles those of its group's K/V head; a step is one
+    piece a block reads, its chunk's start or its partial results' writes, then the
+    combine blocks (split-KV). No L2 / DRAM model covers decoding; the page shows the
+    decode time model's prediction (iosim.predict_decode) instead."""
+    from iosim import decode_closed_form, execute_decode, predict_decode, split_bounds
+    from iosim.decode import split_rows
+    p, hw = problem, get_hardware(gpu)
+    if p.paged:
+        raise ConfigError("--page-size: the explorer page draws contiguous caches only "
+                          "(a paged cache's rows are scattered over pages)")
+    S = num_splits
+    schedule = "split_kv" if S > 1 else "fa2_decode"
+    C = split_rows(p.N_kv, S)
+    bk = _piece_rows(C)
+    T_kv = -(-p.N_kv // bk)
+    n_acc = p.batch * p.heads * (2 * S * (T_kv // max(1, S) + 2) + 4)
+    if n_acc > MAX_ACCESSES:
+        raise ConfigError(f"the decode schedule of N_kv={p.N_kv}, batch x heads="
+                          f"{p.batch * p.heads} makes about {n_acc:,} accesses; the explorer "
+                          f"page draws at most {MAX_ACCESSES:,} (fewer heads or a shorter cache)")
+    ex = execute_decode(schedule, p, num_splits=S, kv_reads=kv_reads, block_kv=bk, record=True)
+    ledger = decode_closed_form(schedule, p, num_splits=S, kv_reads=kv_reads)
+    H, Nq, d, G = p.heads, p.N_q, p.d, p.group
+    KV = T_kv * bk                                    # a K/V head's cache, padded to pieces
+
+    def rows(name, sp):
+        """The flat span of a decode tensor as (r0, r1, c0, c1) of its page layout."""
+        ax = [sp[i:i + 2] for i in range(0, len(sp), 2)]
+        if name in ("K", "V"):                        # (batch, kv_heads, N_kv, d)
+            g, c = ax[1][0], ax[2]
+            return g * KV + c[0], g * KV + c[1], 0, d
+        if name in ("Q", "O", "L"):                   # (batch, heads, N_q[, d])
+            h = ax[1]
+            return h[0] * Nq, h[1] * Nq, 0, (d if name != "L" else 1)
+        h, s = ax[1], ax[2]                           # Opart, Lpart (batch, heads, S, N_q[, d])
+        return ((h[0] * S + s[0]) * Nq, (h[1] - 1) * S * Nq + s[1] * Nq, 0,
+                d if name == "Opart" else 1)
+    trace = []
+    for e in ex.trace:
+        if e[0] in ("r", "w"):
+            e = (e[0], e[1], rows(e[1], e[2]), e[3])
+        elif e[0] == "mark" and e[1] in ("fa2_decode", "split_kv"):
+            h0, c0 = e[3]
+            j = -1 if c0 < 0 else (h0 // G) * T_kv + c0 // bk
+            e = ("mark", e[1], e[2], (h0, j))
+        trace.append(e)
+    data = trace_steps(trace)
+    if trace_counts(data) != ledger.counts() or ex.ledger.counts() != ledger.counts():
+        raise AssertionError("the decode trace does not sum to its ledger")
+    active = [[int(h // G == j // T_kv) for j in range(p.kv_heads * T_kv)] for h in range(H)]
+    try:
+        t = predict_decode(p, hw.name, num_splits=S, kv_reads=kv_reads)
+        why = (f"the L2 / DRAM model (iosim.levels) covers the forward and backward passes, "
+               f"not decoding; the decode time model (iosim.predict_decode) predicts "
+               f"{t['predicted_ms']:.4f} ms for this step on {hw.name}")
+    except (ValueError, KeyError, TypeError) as e:
+        why = ("the L2 / DRAM model (iosim.levels) covers the forward and backward passes, "
+               f"not decoding; the decode time model declines this step: {e}")
+    shapes = {"Q": [H * Nq, d], "O": [H * Nq, d], "L": [H * Nq, 1],
+              "K": [p.kv_heads * KV, d], "V": [p.kv_heads * KV, d],
+              "Opart": [H * S * Nq, d], "Lpart": [H * S * Nq, 1]}
+    chunks = split_bounds(p.N_kv, S)
+    return {"label": label or f"{schedule} ({S} split{'s' if S > 1 else ''})",
+            "algorithm": schedule, "pass": "decode", "gpu": hw.name, "sm_count": hw.sm_count,
+            "desc": (f"decoding: N_q={Nq} new rows of each of {H} query heads against a cache "
+                     f"of N_kv={p.N_kv} rows of {p.kv_heads} K/V heads (grid rows: query "
+                     f"heads; columns: each K/V head's cache in pieces of {bk} rows; a query "
+                     f"head's tiles are its group's), d={d}, {p.dtype}, batch={p.batch}, "
+                     f"{S} split(s) of {C} rows {[list(c) for c in chunks][:4]}"
+                     f"{'...' if S > 4 else ''}, kv_reads={kv_reads}"),
+            "problem": {"N": H * Nq, "N_k": p.kv_heads * KV, "d": d, "batch": p.batch,
+                        "heads": H, "kv_heads": p.kv_heads, "dtype": p.dtype, "causal": False,
+                        "window": [-1, -1]},
+            "tiling": {"B_r": Nq, "B_c": bk, "T_r": H, "T_c": p.kv_heads * T_kv},
+            "active": active,
+            "itemsize": {t: ledger.itemsize_of(t) for t in data["tensors"]},
+            "shapes": {t: sh for t, sh in shapes.items() if t in data["tensors"]},
+            "ledger": {t: list(c) for t, c in ledger.counts().items()},
+            "ledger_bytes": ledger.hbm_bytes,
+            "waves": _waves(data, Tiling(Nq, bk), Problem(N=H * Nq, d=d), hw, None),
+            "levels": None, "levels_declined": why, "summarised": False, **data}

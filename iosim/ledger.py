@@ -186,16 +186,18 @@ class CountingMemory:
             self.trace.append(("mark", kernel, cta, tile))
 
     def _span(self, name: str, index) -> tuple:
-        """(r0, r1, c0, c1) of an access to `name` at `index` (slices; a whole tensor
-        without one)."""
+        """(start, stop) of each axis of an access to `name` at `index`, flattened: (r0,
+        r1, c0, c1) for a matrix, (r0, r1, 0, 1) for a vector; an integer index i is
+        (i, i + 1), a missing one the whole axis (decode's tensors have more axes)."""
         shape = self.arrays[name].shape
         spans = []
-        for axis in range(2):
+        for axis in range(max(2, len(shape))):
             n = shape[axis] if axis < len(shape) else 1
             s = index[axis] if axis < len(index) else slice(None)
-            if not isinstance(s, slice):   # the forward and decode schedules use slices
-                return None
-            start, stop, _ = s.indices(n)
+            if isinstance(s, slice):
+                start, stop, _ = s.indices(n)
+            else:
+                start, stop = int(s), int(s) + 1
             spans += [start, stop]
         return tuple(spans)
 

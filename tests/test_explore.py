@@ -62,6 +62,28 @@ def test_backward_trace_sums_to_ledger(alg, problem, tiling):
     assert kernels == sorted(kernels)            # kernel by kernel, in launch order
 
 
+@pytest.mark.parametrize("kw,splits,kv_reads", [
+    (dict(N_kv=300, d=8, heads=4, kv_heads=2), 1, "per_query_head"),
+    (dict(N_kv=1000, d=8, heads=4, kv_heads=2, N_q=3), 3, "per_query_head"),
+    (dict(N_kv=257, d=8, batch=2, heads=4, kv_heads=1, N_q=2), 4, "per_group"),
+])
+def test_decode_trace_sums_to_ledger(kw, splits, kv_reads):
+    """A decoding step's page: its steps sum to the decode ledger (the view checks it),
+    recording changes no count, and each query head's tiles are its group's."""
+    from analysis.explore import build_decode_view
+    p = iosim.DecodeProblem(**kw)
+    v = build_decode_view(p, splits, kv_reads)
+    schedule = "split_kv" if splits > 1 else "fa2_decode"
+    want = iosim.decode_closed_form(schedule, p, num_splits=splits, kv_reads=kv_reads).counts()
+    assert trace_counts(v) == want
+    assert iosim.execute_decode(schedule, p, num_splits=splits, kv_reads=kv_reads,
+                                block_kv=64).ledger.counts() == want
+    for k, cta, i, j, acc in v["steps"]:
+        if j >= 0:
+            assert v["active"][i][j]
+    assert v["levels"] is None and "predict_decode" in v["levels_declined"]
+
+
 def test_view_checks_and_declines():
     """build_view: the ledger, the waves, and the L2 model's refusal named for N_k != N."""
     v = build_view("fa2", Problem(N=64, d=8, N_k=128, causal=True), Tiling(16, 32))
@@ -101,6 +123,9 @@ def test_page_self_contained(tmp_path):
     (["--seq-len", "128", "--block-rows", "0", "--block-cols", "16"], "block"),
     (["--seq-len", "128", "--compare-tiling", "12by3"], "--compare-tiling"),
     (["--seq-len", "128", "--gpu", "nope"], "gpu"),
+    (["--seq-len", "1", "--seq-len-kv", "64", "--decode", "--causal"], "--causal"),
+    (["--seq-len", "1", "--decode"], "--seq-len-kv"),
+    (["--seq-len", "128", "--num-splits", "2"], "--decode"),
 ])
 def test_bad_input(tmp_path, args, needle):
     rc, _, err = run_cli(["explore", "--algorithm", "fa2", "--head-dim", "16", *args,
@@ -186,6 +211,8 @@ BROWSER_CASES = {
                      "--backward"],
     "standard_backward": ["--algorithm", "standard", "--seq-len", "96", "--head-dim", "16",
                           "--block-rows", "32", "--block-cols", "32", "--backward"],
+    "decode_split": ["--algorithm", "fa2", "--decode", "--seq-len", "2", "--seq-len-kv", "600",
+                     "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--num-splits", "3"],
     "gqa_nk": ["--algorithm", "fa2", "--seq-len", "64", "--seq-len-kv", "160", "--heads", "4",
                "--kv-heads", "2", "--head-dim", "16", "--block-rows", "16", "--block-cols", "32",
                "--causal"],

@@ -12,6 +12,7 @@ EPILOG = """examples:
   flashsim explore --algorithm fa2 --seq-len 1024 --head-dim 64 --block-rows 64 --block-cols 64 --compare fa1 --out fa2_fa1.html
   flashsim explore --algorithm fa2 --seq-len 512 --head-dim 64 --block-rows 64 --block-cols 64 --compare-tiling 128x64 --out tilings.html
   flashsim explore --algorithm fa2 --seq-len 512 --head-dim 64 --block-rows 64 --block-cols 64 --backward --out fa2_bwd.html
+  flashsim explore --algorithm fa2 --decode --seq-len 1 --seq-len-kv 4096 --heads 8 --kv-heads 2 --head-dim 64 --num-splits 4 --out decode.html
   flashsim explore --algorithm fa2 --seq-len 256 --seq-len-kv 512 --heads 4 --kv-heads 2 --head-dim 32 --block-rows 32 --block-cols 64 --causal --out gqa.html"""
 
 
@@ -50,6 +51,18 @@ def register(sub):
                       help="the same schedule with the causal mask toggled")
     p.add_argument("--backward", action="store_true",
                    help="the backward pass (dQ, dK, dV) instead of the forward")
+    dec = p.add_argument_group("decoding (--decode)",
+                               "one decoding step (iosim.execute_decode): --seq-len new rows "
+                               "(1..16) of each query head against a contiguous cache of "
+                               "--seq-len-kv rows; the fa2 schedule (one block per head) or "
+                               "split-KV (--num-splits S > 1, then the combine)")
+    dec.add_argument("--decode", action="store_true", help="a decoding step")
+    dec.add_argument("--num-splits", type=int, default=1, metavar="S",
+                     help="split-KV splits (default 1: the fa2 decode schedule)")
+    dec.add_argument("--kv-reads", choices=("per_query_head", "per_group"),
+                     default="per_query_head",
+                     help="grouped heads: each query head reads its group's K/V (default), "
+                          "or one block per K/V head reads it once")
     p.add_argument("--no-whatif", action="store_true",
                    help="leave out the what-if panel (its time grid takes a few seconds)")
     p.add_argument("--out", required=True, metavar="FILE.html", help="the page to write")
@@ -75,6 +88,10 @@ def main(args) -> int:
     hw = get_hardware(args.gpu)
     if not args.out.endswith((".html", ".htm")):
         raise ConfigError(f"--out={args.out!r} is not allowed; allowed: a file name ending in .html")
+    if args.decode:
+        return decode_main(args, hw)
+    if args.num_splits != 1 or args.kv_reads != "per_query_head":
+        raise ConfigError("--num-splits and --kv-reads need --decode")
     window = (-1, -1) if args.window is None else args.window
     problem = Problem(N=args.seq_len, d=args.head_dim, batch=args.batch, heads=args.heads,
                       kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal,
@@ -107,4 +124,32 @@ def main(args) -> int:
         f.write(html)
     print(f"wrote {args.out} ({len(html) / 1e6:.2f} MB): {title}; "
           f"{sum(len(v['steps']) for v in views):,} steps")
+    return 0
+
+
+def decode_main(args, hw) -> int:
+    """`--decode`: one decoding step's page (no compare, no what-if)."""
+    from iosim import DecodeProblem
+    from analysis.explore import build_decode_view, page
+    clash = [f for f, bad in (("--compare", args.compare), ("--compare-tiling", args.compare_tiling),
+                              ("--compare-causal", args.compare_causal),
+                              ("--backward", args.backward), ("--causal", args.causal),
+                              ("--window", args.window is not None),
+                              ("--block-rows", args.block_rows is not None),
+                              ("--block-cols", args.block_cols is not None)) if bad]
+    if clash:
+        raise ConfigError(f"--decode does not go with {', '.join(clash)}: a decoding step "
+                          f"sees its whole cache, in pieces the page chooses")
+    if args.seq_len_kv is None:
+        raise ConfigError("--decode needs --seq-len-kv (the cache length N_kv)")
+    problem = DecodeProblem(N_kv=args.seq_len_kv, d=args.head_dim, N_q=args.seq_len,
+                            batch=args.batch, heads=args.heads, kv_heads=args.kv_heads,
+                            dtype=args.dtype)
+    view = build_decode_view(problem, args.num_splits, args.kv_reads, hw.name)
+    title = f"{view['label']}, N_q={problem.N_q} N_kv={problem.N_kv} d={problem.d}"
+    html = page([view], None, title)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(html)
+    print(f"wrote {args.out} ({len(html) / 1e6:.2f} MB): {title}; {len(view['steps']):,} steps")
     return 0
