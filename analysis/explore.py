@@ -245,7 +245,9 @@ def build_view(algorithm: str, problem: Problem, tiling: Tiling, gpu: str = "H10
             "algorithm": algorithm, "pass": pass_, "gpu": hw.name, "sm_count": hw.sm_count,
             "problem": {"N": p.N, "N_k": p.N_k, "d": p.d, "batch": p.batch, "heads": p.heads,
                         "kv_heads": p.kv_heads, "dtype": p.dtype, "causal": p.causal,
-                        "window": list(p.window)},
+                        "window": list(p.window),
+                        "block_sparse": (None if p.block_mask is None else
+                                         f"{float(np.mean(p.block_mask)):.2f}")},
             "tiling": {"B_r": tiling.B_r, "B_c": tiling.B_c, "T_r": tiling.T_r(p.N),
                        "T_c": tiling.T_c(p.N_k)},
             "active": active_tiles(p, tiling).astype(int).tolist(),

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 import iosim
@@ -27,6 +28,8 @@ CASES = [  # (algorithm, problem, tiling)
     ("standard", Problem(N=50, d=8, N_k=90, batch=2, heads=2, kv_heads=1, window=(30, -1)),
      Tiling(16, 8)),
     ("fa2", Problem(N=130, d=8, window=(10, 10)), Tiling(32, 16)),
+    ("fa1", Problem(N=96, d=8, causal=True, block_mask=np.eye(3, 6, dtype=bool) |
+                    np.eye(3, 6, 2, dtype=bool)), Tiling(32, 16)),
 ]
 
 
@@ -185,6 +188,8 @@ def _check_end(d, data, shots, name):
     assert d.find_element("id", "stepinfo").get_attribute("data-step") == "2"
     d.find_element("id", "btn-end").click()
     for vi, v in enumerate(data["views"]):
+        skipped = d.find_elements("css selector", f"#v{vi}-svg rect[data-skipped]")
+        assert len(skipped) == sum(1 for row in v["active"] for x in row if not x)
         for t, (r, w) in v["ledger"].items():
             assert _val(d, f"v{vi}-r-{t}") == r, (vi, t)
             assert _val(d, f"v{vi}-w-{t}") == w, (vi, t)
@@ -213,6 +218,8 @@ BROWSER_CASES = {
                           "--block-rows", "32", "--block-cols", "32", "--backward"],
     "decode_split": ["--algorithm", "fa2", "--decode", "--seq-len", "2", "--seq-len-kv", "600",
                      "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--num-splits", "3"],
+    "block_sparse": ["--algorithm", "fa2", "--seq-len", "128", "--head-dim", "16",
+                     "--block-rows", "16", "--block-cols", "16", "--sparsity", "0.3"],
     "gqa_nk": ["--algorithm", "fa2", "--seq-len", "64", "--seq-len-kv", "160", "--heads", "4",
                "--kv-heads", "2", "--head-dim", "16", "--block-rows", "16", "--block-cols", "32",
                "--causal"],

@@ -40,6 +40,10 @@ def register(sub):
     p.add_argument("--causal", action="store_true", help="causal mask, bottom-right aligned")
     p.add_argument("--window", metavar="LEFT,RIGHT", type=_window,
                    help="local window (as flashsim traffic); -1 = unbounded")
+    p.add_argument("--sparsity", type=float, default=1.0, metavar="S",
+                   help="a random block-sparse mask keeping a fraction S in (0, 1] of the "
+                        "tiles (analysis.sweeps.random_block_mask; default 1: none)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random block mask")
     p.add_argument("--gpu", default="H100-SXM", metavar="PRESET",
                    help=f"preset for the waves, the L2 / DRAM model and times: {', '.join(PRESETS)}")
     cmp_ = p.add_mutually_exclusive_group()
@@ -99,15 +103,23 @@ def main(args) -> int:
     tiling = resolve_tiling(args.algorithm, problem.d, problem.dtype, block_rows=args.block_rows,
                             block_cols=args.block_cols,
                             sram_bytes=None if args.block_rows else hw.sram_bytes)
-    runs = [(args.algorithm, problem, tiling)]
+    from dataclasses import replace
+
+    def masked(prob, t):
+        """prob with the random block mask of --sparsity over tiling t (one per tiling)."""
+        if args.sparsity == 1.0:
+            return prob
+        from analysis.sweeps import random_block_mask
+        return replace(prob, block_mask=random_block_mask(t.T_r(prob.N), t.T_c(prob.N_k),
+                                                          args.sparsity, args.seed))
+    runs = [(args.algorithm, masked(problem, tiling), tiling)]
     if args.compare:
-        runs.append((args.compare, problem, tiling))
+        runs.append((args.compare, runs[0][1], tiling))
     elif args.compare_tiling:
-        runs.append((args.algorithm, problem, Tiling(*args.compare_tiling)))
+        other = Tiling(*args.compare_tiling)
+        runs.append((args.algorithm, masked(problem, other), other))
     elif args.compare_causal:
-        from dataclasses import replace
-        other = replace(problem, causal=not problem.causal)
-        runs.append((args.algorithm, other, tiling))
+        runs.append((args.algorithm, replace(runs[0][1], causal=not problem.causal), tiling))
     from analysis.explore import check_size
     pass_ = "bwd" if args.backward else "fwd"
     for alg, prob, t in runs:          # refuse before any work
@@ -116,6 +128,8 @@ def main(args) -> int:
              for alg, prob, t in runs]
     algs = list(dict.fromkeys(a for a, _, _ in runs))
     whatif = None if args.no_whatif else whatif_grid(algs, problem, pass_)
+    if whatif and args.sparsity != 1.0:
+        whatif["note"] = "The grid is of the dense (or causal) problem: the block mask is not in it."
     title = " vs ".join(v["label"] for v in views) + f", N={problem.N} d={problem.d}"
     html = page(views, whatif, title)
     d = os.path.dirname(os.path.abspath(args.out))
@@ -135,6 +149,7 @@ def decode_main(args, hw) -> int:
                               ("--compare-causal", args.compare_causal),
                               ("--backward", args.backward), ("--causal", args.causal),
                               ("--window", args.window is not None),
+                              ("--sparsity", args.sparsity != 1.0),
                               ("--block-rows", args.block_rows is not None),
                               ("--block-cols", args.block_cols is not None)) if bad]
     if clash:
