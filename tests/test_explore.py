@@ -258,6 +258,23 @@ def test_browser_compare_and_whatif(browser, tmp_path):
     _check_end(browser, data, tmp_path, "compare")
     a, b = data["views"]
     assert _val(browser, "diff-bytes") == b["ledger_bytes"] - a["ledger_bytes"]
+    # one step back from the end: the last step's accesses come off the counters
+    last = a["steps"][-1] if len(a["steps"]) >= len(b["steps"]) else None
+    browser.find_element("id", "btn-back").click()
+    if last:
+        for op, t, *_, n in last[4]:
+            name = a["tensors"][t]
+            assert _val(browser, f"v0-{'rw'[op]}-{name}") == a["ledger"][name][op] - sum(
+                x[6] for x in last[4] if x[0] == op and x[1] == t)
+    # play, then pause: the step advances and then stays
+    import time
+    browser.find_element("id", "btn-reset").click()
+    browser.find_element("id", "btn-play").click()
+    time.sleep(0.6)
+    browser.find_element("id", "btn-play").click()
+    at = int(browser.find_element("id", "stepinfo").get_attribute("data-step"))
+    time.sleep(0.3)
+    assert 0 < at == int(browser.find_element("id", "stepinfo").get_attribute("data-step"))
     from selenium.webdriver.support.ui import Select
     toggle = browser.find_element("id", "compare-toggle")
     assert browser.find_element("id", "view1").is_displayed()
