@@ -311,3 +311,30 @@ def test_waves_follow_the_launch_order():
     dense = build_view("fa2", Problem(N=256, d=32, heads=2), Tiling(64, 64))["waves"][0]
     assert not dense["heavy_first"]
     assert [dense["cta"][str(n)][0] for n in range(8)] == list(range(8))
+
+
+def test_trace_sums_to_ledger_property():
+    """Many random problems (masks, windows, N_q != N_k, grouped heads, ragged tiles): the
+    forward and backward traces sum to their ledgers exactly."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(alg=st.sampled_from(["standard", "fa1", "fa2"]), N=st.integers(1, 70),
+           N_k=st.integers(1, 70), B_r=st.integers(1, 40), B_c=st.integers(1, 40),
+           causal=st.booleans(), wl=st.integers(-1, 30), wr=st.integers(-1, 30),
+           group=st.sampled_from([(1, 1), (2, 1), (4, 2)]), backward=st.booleans())
+    def check(alg, N, N_k, B_r, B_c, causal, wl, wr, group, backward):
+        if causal and wr not in (-1, 0):
+            wr = 0
+        p = Problem(N=N, d=4, N_k=N_k, heads=group[0], kv_heads=group[1], causal=causal,
+                    window=(wl, wr))
+        t = Tiling(B_r, B_c)
+        if backward:
+            ex = iosim.execute_backward(alg, p, t, record=True)
+            want = iosim.backward_closed_form(alg, p, t).counts()
+        else:
+            ex = execute(alg, p, t, record=True)
+            want = closed_form(alg, p, t).counts()
+        assert ex.ledger.counts() == want
+        assert trace_counts(trace_steps(ex.trace)) == want
+    check()
