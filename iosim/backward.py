@@ -115,19 +115,22 @@ from .schedules import _scores  # noqa: E402  (S_ij with entries outside the ban
 # forward's leftovers; they write dQ, dK, dV (N x d, problem dtype) into mem.
 # ---------------------------------------------------------------------------------------
 def _colblock_product(mem: CountingMemory, a: str, b: str, out: str, rows, cols, active,
-                      d: int, dt, scale=None, dropout_p: float = 0.0):
+                      d: int, dt, scale=None, dropout_p: float = 0.0, kernel: str = "colblock"):
     """Out_j = [scale] sum_i A_ij^T B_i over the active tiles, one pass per key block,
     accumulated in float32 (gpu.backward.standard.tposed_kernel): dV = P^T dO and
-    dK = scale dS^T Q. dropout_p > 0: A_ij dropped with Z_ij read from HBM ("Z")."""
+    dK = scale dS^T Q. dropout_p > 0: A_ij dropped with Z_ij read from HBM ("Z").
+    kernel: its name in the access trace (`CountingMemory.mark`)."""
     for j, (c0, c1) in enumerate(cols):
         acc = np.zeros((c1 - c0, d), dtype=F32)
         for i, (r0, r1) in enumerate(rows):
             if active[i, j]:
+                mem.mark(kernel, j, (i, j))
                 Aij = mem.read(a, slice(r0, r1), slice(c0, c1)).astype(F32)
                 if dropout_p:
                     Aij = dropped(Aij, mem.read("Z", slice(r0, r1), slice(c0, c1)) != 0,
                                   dropout_p)
                 acc += Aij.T @ mem.read(b, slice(r0, r1)).astype(F32)
+        mem.mark(kernel, j, (-1, j))
         mem.write(out, (acc if scale is None else F32(scale) * acc).astype(dt), slice(c0, c1))
 
 
@@ -142,11 +145,13 @@ def standard_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, sca
         mem.alloc(name, np.full((n, d), np.nan, dtype=dt))
     p_drop = problem.dropout_p
     # 1. dV_j = sum_i (P_ij [o Z_ij / (1 - p)])^T dO_i
-    _colblock_product(mem, "P", "dO", "dV", rows, cols, A, d, dt, dropout_p=p_drop)
+    _colblock_product(mem, "P", "dO", "dV", rows, cols, A, d, dt, dropout_p=p_drop,
+                      kernel="std_bwd_dV")
     # 2. dP_ij = dO_i V_j^T [o Z_ij / (1 - p)]
     for i, (r0, r1) in enumerate(rows):
         for j, (c0, c1) in enumerate(cols):
             if A[i, j]:
+                mem.mark("std_bwd_dP", (i, j), (i, j))
                 dOi = mem.read("dO", slice(r0, r1)).astype(F32)
                 Vj = mem.read("V", slice(c0, c1)).astype(F32)
                 dP = dOi @ Vj.T
@@ -158,14 +163,15 @@ def standard_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, sca
         js = [j for j in range(len(cols)) if A[i, j]]
         if not js:
             continue
+        mem.mark("std_bwd_dS", i, (i, -1))
         P = read_row_active(mem, "P", r0, r1, cols, js)
         dP = read_row_active(mem, "dP", r0, r1, cols, js)
         D = (P * dP).sum(axis=1, keepdims=True, dtype=F32)
         write_row_active(mem, "dS", (P * (dP - D)).astype(dt), r0, r1, cols, js)
     # 4. dQ_i = scale sum_j dS_ij K_j  (dS = P o (dP - D) already holds the dropout)
-    rowblock_product(mem, "dS", "K", "dQ", rows, cols, A, d, dt, scale)
+    rowblock_product(mem, "dS", "K", "dQ", rows, cols, A, d, dt, scale, kernel="std_bwd_dQ")
     # 5. dK_j = scale sum_i dS_ij^T Q_i
-    _colblock_product(mem, "dS", "Q", "dK", rows, cols, A, d, dt, scale)
+    _colblock_product(mem, "dS", "Q", "dK", rows, cols, A, d, dt, scale, kernel="std_bwd_dK")
 
 
 def fa1_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: float):
@@ -173,10 +179,12 @@ def fa1_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: f
     N_k = problem.N_k
     rows, cols = block_bounds(N, tiling.B_r), block_bounds(N_k, tiling.B_c)
     A = active_tiles(problem, tiling)
+    mem.mark("fa1_bwd", 0)
     for name, n in (("dQ", N), ("dK", N_k), ("dV", N_k)):             # line 6
         mem.alloc(name, np.full((n, d), np.nan, dtype=dt))
         mem.write(name, np.zeros((n, d), dtype=dt))
     for j, (c0, c1) in enumerate(cols):                               # line 7
+        mem.mark("fa1_bwd", 0, (-1, j))
         Kj = mem.read("K", slice(c0, c1)).astype(F32)                 # line 8
         Vj = mem.read("V", slice(c0, c1)).astype(F32)
         dK_t = np.zeros((c1 - c0, d), dtype=F32)                      # line 9
@@ -184,6 +192,7 @@ def fa1_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: f
         for i, (r0, r1) in enumerate(rows):                           # line 10
             if not A[i, j]:
                 continue
+            mem.mark("fa1_bwd", 0, (i, j))
             Qi = mem.read("Q", slice(r0, r1)).astype(F32)             # line 11
             Oi = mem.read("O", slice(r0, r1)).astype(F32)
             dOi = mem.read("dO", slice(r0, r1)).astype(F32)
@@ -198,6 +207,7 @@ def fa1_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: f
             dS = P * (dP - D)                                         # line 21
             mem.write("dQ", (dQi + F32(scale) * (dS @ Kj)).astype(dt), slice(r0, r1))  # line 22
             dK_t += F32(scale) * (dS.T @ Qi)                          # line 23
+        mem.mark("fa1_bwd", 0, (-1, j))
         mem.write("dK", dK_t.astype(dt), slice(c0, c1))               # line 25
         mem.write("dV", dV_t.astype(dt), slice(c0, c1))
 
@@ -212,13 +222,16 @@ def fa2_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: f
     for name, n in (("dQ", N), ("dK", N_k), ("dV", N_k)):
         mem.alloc(name, np.full((n, d), np.nan, dtype=dt))
     # preprocess: D = rowsum(dO o O); dQacc = 0
-    for r0, r1 in rows:
+    for i, (r0, r1) in enumerate(rows):
+        mem.mark("fa2_bwd_pre", i, (i, -1))
         dOi = mem.read("dO", slice(r0, r1)).astype(F32)
         Oi = mem.read("O", slice(r0, r1)).astype(F32)
         mem.write("D", (dOi * Oi).sum(axis=1, dtype=F32), slice(r0, r1))
+    mem.mark("fa2_bwd_pre", "dQacc = 0")
     mem.write("dQacc", np.zeros((N, d), dtype=F32))
     # main: one thread block per key block j
     for j, (c0, c1) in enumerate(cols):
+        mem.mark("fa2_bwd_main", j, (-1, j))
         Kj = mem.read("K", slice(c0, c1)).astype(F32)
         Vj = mem.read("V", slice(c0, c1)).astype(F32)
         dK_t = np.zeros((c1 - c0, d), dtype=F32)
@@ -226,6 +239,7 @@ def fa2_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: f
         for i, (r0, r1) in enumerate(rows):
             if not A[i, j]:
                 continue
+            mem.mark("fa2_bwd_main", j, (i, j))
             Qi = mem.read("Q", slice(r0, r1)).astype(F32)
             dOi = mem.read("dO", slice(r0, r1)).astype(F32)
             Li, Di = mem.read("L", slice(r0, r1)), mem.read("D", slice(r0, r1))
@@ -237,9 +251,11 @@ def fa2_backward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: f
             part = mem.read("dQacc", slice(r0, r1))
             mem.write("dQacc", (part + F32(scale) * (dS @ Kj)).astype(F32), slice(r0, r1))
             dK_t += F32(scale) * (dS.T @ Qi)
+        mem.mark("fa2_bwd_main", j, (-1, j))
         mem.write("dK", dK_t.astype(dt), slice(c0, c1))
         mem.write("dV", dV_t.astype(dt), slice(c0, c1))
     # convert: dQ = dQacc in the problem dtype
+    mem.mark("bwd_convert", 0)
     mem.write("dQ", mem.read("dQacc").astype(dt))
 
 
@@ -250,13 +266,15 @@ class BackwardExecution:
     """Result of `execute_backward`: dq (batch, heads, N_q, d), dk and dv (batch, kv_heads,
     N_k, d) in the problem dtype, the backward-only ledger, and the forward output O."""
 
-    def __init__(self, dq, dk, dv, ledger, O):
+    def __init__(self, dq, dk, dv, ledger, O, trace=None):
         self.dq, self.dk, self.dv, self.ledger, self.O = dq, dk, dv, ledger, O
+        self.trace = trace
 
 
 def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=None,
                      do=None, *, scale: float | None = None, seed: int = 0,
-                     dropout_seed: int = 0, dropout_offset: int = 0) -> BackwardExecution:
+                     dropout_seed: int = 0, dropout_offset: int = 0,
+                     record: bool = False) -> BackwardExecution:
     """Run the forward schedule of `algorithm` (uncounted), then its backward, counted.
 
     Every (batch, query head) instance is executed. The ledger holds only the backward's
@@ -264,6 +282,9 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
     "<algorithm>-backward"). q, k, v, do default to standard-normal arrays from `seed`.
     dropout_seed, dropout_offset: the Philox keep mask's (problem.dropout_p > 0); forward
     and backward use the same mask.
+    record: also return the backward's access trace (`BackwardExecution.trace`, as
+    `iosim.execute`'s): ("instance", b, h, g) before each instance, ("instance", b, None,
+    g) before a group's dK, dV reduction.
     """
     _check_algorithm(algorithm)
     B, H, G, N, d = problem.batch, problem.heads, problem.kv_heads, problem.N, problem.d
@@ -284,9 +305,13 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
     dk_h = np.empty((B, H, N_k, d), dtype=dt)   # per query head, before the group sum
     dv_h = np.empty((B, H, N_k, d), dtype=dt)
     counted = CountingMemory()
+    if record:
+        counted.record()
     for b in range(B):
         for h in range(H):
             g = h // problem.group
+            if record:
+                counted.trace.append(("instance", b, h, g))
             fwd = CountingMemory(Q=q[b, h], K=k[b, g], V=v[b, g])
             set_instance_keep(fwd, problem, b, h, dropout_seed, dropout_offset)
             counted.keep = fwd.keep
@@ -305,6 +330,9 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
         for out, per_head, name in ((dk, dk_h, "dK"), (dv, dv_h, "dV")):
             for b in range(B):
                 for g in range(G):
+                    if record:
+                        counted.trace.append(("instance", b, None, g))
+                    counted.mark("bwd_group_sum", (name, b, g))
                     acc = np.zeros((N_k, d), dtype=F32)
                     for h in range(g * problem.group, (g + 1) * problem.group):
                         counted.alloc(name, per_head[b, h])
@@ -314,7 +342,7 @@ def execute_backward(algorithm: str, problem: Problem, tiling: Tiling, q=None, k
                     out[b, g] = counted.arrays[name]
     ledger = BackwardLedger(f"{algorithm}-backward", problem, tiling,
                             dict(counted.reads), dict(counted.writes))
-    return BackwardExecution(dq, dk, dv, ledger, O)
+    return BackwardExecution(dq, dk, dv, ledger, O, counted.trace)
 
 
 # ---------------------------------------------------------------------------------------

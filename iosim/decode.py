@@ -299,30 +299,39 @@ def paged_cache(problem: DecodeProblem, k, v, seed: int = 0):
 # One thread block: a reader's chunk of the cache
 # ---------------------------------------------------------------------------------------
 def _kv_pieces(mem: CountingMemory, problem: DecodeProblem, b: int, g: int, a: int, e: int,
-               block_kv: int):
+               block_kv: int, mark=(None, None, 0)):
     """Yield (c0, K, V) over rows [a, e) of sequence b, K/V head g, as the block reads
     them: contiguous in blocks of block_kv rows; paged page by page (one block-table
-    entry per page touched), each page's rows in pieces of at most block_kv."""
+    entry per page touched), each page's rows in pieces of at most block_kv.
+    mark = (kernel, cta, first query head): each piece's mark in the access trace."""
+    kernel, cta, h0 = mark
     if not problem.paged:
         for c0 in range(a, e, block_kv):
             c1 = min(c0 + block_kv, e)
+            mem.mark(kernel, cta, (h0, c0))
             yield c0, mem.read("K", b, g, slice(c0, c1)), mem.read("V", b, g, slice(c0, c1))
         return
     P = problem.page_size
     for j in range(a // P, (e - 1) // P + 1):
+        mem.mark(kernel, cta, (h0, max(a, j * P)))
         phys = int(mem.read("block_table", b, slice(j, j + 1))[0])
         lo, hi = max(a, j * P), min(e, (j + 1) * P)
         for c0 in range(lo, hi, block_kv):
             c1 = min(c0 + block_kv, hi)
+            if c0 > lo:
+                mem.mark(kernel, cta, (h0, c0))
             rows = slice(c0 - j * P, c1 - j * P)
             yield c0, mem.read("K", phys, rows, g), mem.read("V", phys, rows, g)
 
 
 def _block(mem, problem: DecodeProblem, b: int, hs, g: int, a: int, e: int, scale: float,
-           block_kv: int):
+           block_kv: int, kernel: str = "decode", cta=None):
     """One thread block: query heads hs (sharing K/V head g) over cache rows [a, e).
     Returns (O, L) float32, shaped (len(hs), N_q, d) and (len(hs), N_q); a row that sees
-    no key of the chunk gets O = 0, L = -inf (NaN if it sees one and meets a NaN)."""
+    no key of the chunk gets O = 0, L = -inf (NaN if it sees one and meets a NaN).
+    kernel, cta: the block's names in the access trace (`CountingMemory.mark`; its tiles
+    are (first query head, first cache row of the piece), -1 for the whole chunk)."""
+    mem.mark(kernel, cta, (hs[0], -1))
     N_q, N_kv, d = problem.N_q, problem.N_kv, problem.d
     Q = np.concatenate([mem.read("Q", b, h) for h in hs], axis=0).astype(F32)  # (n, d)
     r = np.tile(np.arange(N_q), len(hs))                    # each row's index among N_q
@@ -331,7 +340,7 @@ def _block(mem, problem: DecodeProblem, b: int, hs, g: int, a: int, e: int, scal
     acc = np.zeros((n, d), dtype=F32)
     m = np.full(n, NEG_INF, dtype=F32)
     l = np.zeros(n, dtype=F32)
-    for c0, K, V in _kv_pieces(mem, problem, b, g, a, e, block_kv):
+    for c0, K, V in _kv_pieces(mem, problem, b, g, a, e, block_kv, (kernel, cta, hs[0])):
         c = np.arange(c0, c0 + K.shape[0])
         S = (F32(scale) * (Q @ K.astype(F32).T)).astype(F32)
         S = np.where(c[None, :] <= last[:, None], S, NEG_INF)
@@ -359,8 +368,8 @@ class DecodeExecution:
     """Result of `execute_decode`: O (batch, heads, N_q, d) in the problem dtype, the
     ledger, and stats (L (batch, heads, N_q) float32; block_table when paged)."""
 
-    def __init__(self, O, ledger: DecodeLedger, stats: dict):
-        self.O, self.ledger, self.stats = O, ledger, stats
+    def __init__(self, O, ledger: DecodeLedger, stats: dict, trace: list | None = None):
+        self.O, self.ledger, self.stats, self.trace = O, ledger, stats, trace
 
     def __iter__(self):  # allow `O, ledger = execute_decode(...)`
         return iter((self.O, self.ledger))
@@ -378,12 +387,14 @@ def _check_inputs(problem: DecodeProblem, q, k, v):
 def execute_decode(schedule: str, problem: DecodeProblem, q=None, k=None, v=None, *,
                    num_splits: int = 1, kv_reads: str = "per_query_head", block_kv: int = 128,
                    scale: float | None = None, seed: int = 0,
-                   page_seed: int = 0) -> DecodeExecution:
+                   page_seed: int = 0, record: bool = False) -> DecodeExecution:
     """Run a decode schedule on (q, k, v) (random if omitted; k, v in the logical layout,
     scattered into pages by `paged_cache(page_seed)` when the problem is paged) and count
     every access. schedule: "fa2_decode" (num_splits must be 1) or "split_kv".
     block_kv: K/V rows a block loads at a time (numerics only; no count depends on it).
-    Ledger counts are problem totals in elements."""
+    Ledger counts are problem totals in elements. record: also return the access trace
+    (`DecodeExecution.trace`, `CountingMemory.trace`), ("instance", b, None, None) before
+    each sequence's blocks and ("instance", b, h, g) before each combine block."""
     check_schedule(schedule)
     check_kv_reads(kv_reads)
     S = check_num_splits(problem.N_kv, num_splits)
@@ -398,6 +409,8 @@ def execute_decode(schedule: str, problem: DecodeProblem, q=None, k=None, v=None
     q, k, v = (np.asarray(x, dtype=dt) for x in (q, k, v))
     scale = check_scale(1.0 / np.sqrt(p.d) if scale is None else scale)
     mem = CountingMemory(Q=q)
+    if record:
+        mem.record()
     stats: dict = {}
     if p.paged:
         kp, vp, table = paged_cache(p, k, v, page_seed)
@@ -416,10 +429,13 @@ def execute_decode(schedule: str, problem: DecodeProblem, q=None, k=None, v=None
               else [list(range(g * G, (g + 1) * G)) for g in range(p.kv_heads)])
     chunks = split_bounds(p.N_kv, S)
     for b in range(p.batch):                       # the grid: batch x readers x splits
+        if record:
+            mem.trace.append(("instance", b, None, None))
         for hs in groups:
             g = hs[0] // G
             for s, (a, e) in enumerate(chunks):
-                O, L = _block(mem, p, b, hs, g, a, e, scale, block_kv)
+                O, L = _block(mem, p, b, hs, g, a, e, scale, block_kv, schedule, (b, hs[0], s))
+                mem.mark(schedule, (b, hs[0], s), (hs[0], -1))
                 for i, h in enumerate(hs):
                     if split:
                         mem.write("Opart", O[i], b, h, s)
@@ -430,12 +446,15 @@ def execute_decode(schedule: str, problem: DecodeProblem, q=None, k=None, v=None
     if split:                                      # combine: one block per (batch, head)
         for b in range(p.batch):
             for h in range(p.heads):
+                if record:
+                    mem.trace.append(("instance", b, h, h // G))
+                mem.mark("combine", (b, h), (h, -1))
                 O, L = combine_partials(mem.read("Opart", b, h), mem.read("Lpart", b, h))
                 mem.write("O", O.astype(dt), b, h)
                 mem.write("L", L.astype(F32), b, h)
     stats["L"] = mem.arrays["L"].copy()
     ledger = DecodeLedger(schedule, p, S, kv_reads, dict(mem.reads), dict(mem.writes))
-    return DecodeExecution(mem.arrays["O"].copy(), ledger, stats)
+    return DecodeExecution(mem.arrays["O"].copy(), ledger, stats, mem.trace)
 
 
 # ---------------------------------------------------------------------------------------

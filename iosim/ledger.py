@@ -157,6 +157,13 @@ class CountingMemory:
     #: kernels regenerate on chip (iosim.dropout), so reading it is not counted.
     keep = None
 
+    #: The access trace, or None (the default: nothing recorded). `record()` starts one: a
+    #: list, in program order, of ("r" | "w", tensor, (r0, r1, c0, c1), elements) for each
+    #: access (rows r0:r1, columns c0:c1 of the tensor; a 1-D tensor has columns 0:1) and
+    #: the schedules' ("mark", kernel, cta, tile) entries (`mark`). Recording changes no
+    #: count; it feeds the explorer page (analysis.explore).
+    trace = None
+
     def __init__(self, **arrays):
         self.arrays = dict(arrays)
         self.reads: dict[str, int] = {}
@@ -165,9 +172,40 @@ class CountingMemory:
     def alloc(self, name, array):
         self.arrays[name] = array
 
+    def record(self) -> "CountingMemory":
+        """Start recording the access trace (`trace`); returns self."""
+        self.trace = []
+        return self
+
+    def mark(self, kernel: str, cta, tile=None) -> None:
+        """Where the schedule is: the accesses that follow belong to thread block `cta` of
+        kernel `kernel`, working on S tile `tile` = (i, j) (i = -1: key block j as a
+        whole; j = -1: query block i as a whole; None: no tile). Recorded only while
+        `trace` is on; free otherwise."""
+        if self.trace is not None:
+            self.trace.append(("mark", kernel, cta, tile))
+
+    def _span(self, name: str, index) -> tuple:
+        """(start, stop) of each axis of an access to `name` at `index`, flattened: (r0,
+        r1, c0, c1) for a matrix, (r0, r1, 0, 1) for a vector; an integer index i is
+        (i, i + 1), a missing one the whole axis (decode's tensors have more axes)."""
+        shape = self.arrays[name].shape
+        spans = []
+        for axis in range(max(2, len(shape))):
+            n = shape[axis] if axis < len(shape) else 1
+            s = index[axis] if axis < len(index) else slice(None)
+            if isinstance(s, slice):
+                start, stop, _ = s.indices(n)
+            else:
+                start, stop = int(s), int(s) + 1
+            spans += [start, stop]
+        return tuple(spans)
+
     def read(self, name: str, *index):
         block = self.arrays[name][index if index else slice(None)]
         self.reads[name] = self.reads.get(name, 0) + block.size
+        if self.trace is not None:
+            self.trace.append(("r", name, self._span(name, index), block.size))
         return block.copy()
 
     def write(self, name: str, value, *index):
@@ -175,6 +213,8 @@ class CountingMemory:
         idx = index if index else slice(None)
         dst = target[idx]
         self.writes[name] = self.writes.get(name, 0) + dst.size
+        if self.trace is not None:
+            self.trace.append(("w", name, self._span(name, index), dst.size))
         target[idx] = value
 
     def ledger(self, algorithm: str, problem: Problem, tiling: Tiling, multiplier: int = 1) -> Ledger:

@@ -185,19 +185,22 @@ def tile_keep(mem: CountingMemory, r0: int, r1: int, c0: int, c1: int):
 
 
 def rowblock_product(mem: CountingMemory, a: str, b: str, out: str, rows, cols, active,
-                     d: int, dt, scale=None, dropout_p: float = 0.0):
+                     d: int, dt, scale=None, dropout_p: float = 0.0, kernel: str = "rowblock"):
     """Out_i = [scale] sum_j A_ij B_j over the active tiles, one pass per query block,
     accumulated in float32 (gpu.forward.standard.rowblock_product_kernel): the forward's O = P V
     and the standard backward's dQ = scale dS K. dropout_p > 0: A_ij is dropped with the
-    keep mask Z_ij read from HBM tensor "Z" (the standard forward's O = (P o Z/(1-p)) V)."""
+    keep mask Z_ij read from HBM tensor "Z" (the standard forward's O = (P o Z/(1-p)) V).
+    kernel: its name in the access trace (`CountingMemory.mark`)."""
     for i, (r0, r1) in enumerate(rows):
         acc = np.zeros((r1 - r0, d), dtype=F32)
         for j, (c0, c1) in enumerate(cols):
             if active[i, j]:
+                mem.mark(kernel, i, (i, j))
                 A = mem.read(a, slice(r0, r1), slice(c0, c1)).astype(F32)
                 if dropout_p:
                     A = dropped(A, mem.read("Z", slice(r0, r1), slice(c0, c1)) != 0, dropout_p)
                 acc += A @ mem.read(b, slice(c0, c1)).astype(F32)
+        mem.mark(kernel, i, (i, -1))
         mem.write(out, (acc if scale is None else F32(scale) * acc).astype(dt), slice(r0, r1))
 
 
@@ -219,6 +222,7 @@ def standard_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scal
     for i, (r0, r1) in enumerate(rows):
         for j, (c0, c1) in enumerate(cols):
             if active[i, j]:
+                mem.mark("std_S", (i, j), (i, j))
                 Qi, Kj = mem.read("Q", slice(r0, r1)), mem.read("K", slice(c0, c1))
                 mem.write("S", _scores(Qi, Kj, scale, r0, c0, problem.band).astype(dt),
                           slice(r0, r1), slice(c0, c1))
@@ -228,6 +232,7 @@ def standard_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scal
         js = [j for j in range(len(cols)) if active[i, j]]
         if not js:
             continue
+        mem.mark("std_softmax", i, (i, -1))
         S = read_row_active(mem, "S", r0, r1, cols, js)
         m = _safe(S.max(axis=1, keepdims=True))          # NaN propagates
         with np.errstate(invalid="ignore", over="ignore"):
@@ -241,7 +246,8 @@ def standard_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scal
             write_row_active(mem, "Z", mem.keep[r0:r1].astype(np.uint8)[
                 :, np.concatenate([np.arange(*cols[j]) for j in js])], r0, r1, cols, js)
     # Kernel 3: O_i = sum_j (P_ij [o Z_ij / (1 - p)]) V_j, one thread block per query block.
-    rowblock_product(mem, "P", "V", "O", rows, cols, active, d, dt, dropout_p=p_drop)
+    rowblock_product(mem, "P", "V", "O", rows, cols, active, d, dt, dropout_p=p_drop,
+                     kernel="std_PV")
     return {}
 
 
@@ -253,15 +259,18 @@ def fa1_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: fl
     mem.alloc("l", np.full(N, np.nan, dtype=F32))
     mem.alloc("m", np.full(N, np.nan, dtype=F32))
     # Step 2: initialise O = (0)_{N x d}, l = (0)_N, m = (-inf)_N in HBM.
+    mem.mark("fa1_fwd", 0)
     mem.write("O", np.zeros((N, d), dtype=dt))
     mem.write("l", np.zeros(N, dtype=F32))
     mem.write("m", np.full(N, NEG_INF, dtype=F32))
     for j, (c0, c1) in enumerate(cols):                      # step 5
+        mem.mark("fa1_fwd", 0, (-1, j))
         Kj = mem.read("K", slice(c0, c1)).astype(F32)        # step 6
         Vj = mem.read("V", slice(c0, c1)).astype(F32)
         for i, (r0, r1) in enumerate(rows):                  # step 7
             if not active[i, j]:
                 continue
+            mem.mark("fa1_fwd", 0, (i, j))
             Qi = mem.read("Q", slice(r0, r1))                # step 8
             Oi = mem.read("O", slice(r0, r1)).astype(F32)
             li = mem.read("l", slice(r0, r1))
@@ -294,6 +303,7 @@ def fa2_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: fl
     mem.alloc("O", np.full((N, d), np.nan, dtype=dt))
     mem.alloc("L", np.full(N, np.nan, dtype=F32))
     for i, (r0, r1) in enumerate(rows):          # one thread block per query block
+        mem.mark("fa2_fwd", i, (i, -1))
         Qi = mem.read("Q", slice(r0, r1))
         acc = np.zeros((r1 - r0, d), dtype=F32)  # unnormalised O_i, on chip
         m = np.full(r1 - r0, NEG_INF, dtype=F32)
@@ -301,6 +311,7 @@ def fa2_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: fl
         for j, (c0, c1) in enumerate(cols):
             if not active[i, j]:
                 continue
+            mem.mark("fa2_fwd", i, (i, j))
             Kj = mem.read("K", slice(c0, c1))
             Vj = mem.read("V", slice(c0, c1)).astype(F32)
             S = _scores(Qi, Kj, scale, r0, c0, problem.band)
@@ -320,6 +331,7 @@ def fa2_forward(mem: CountingMemory, problem: Problem, tiling: Tiling, scale: fl
             O = np.where(pos[:, None], acc / np.where(pos, l, F32(1))[:, None], nan_or_0[:, None])
             L = np.where(pos, m + np.log(np.where(pos, l, F32(1))),
                          np.where(np.isnan(nan_or_0), F32(np.nan), NEG_INF)).astype(F32)
+        mem.mark("fa2_fwd", i, (i, -1))
         mem.write("O", O.astype(dt), slice(r0, r1))
         mem.write("L", L, slice(r0, r1))
     return {"L": mem.arrays["L"].copy()}
@@ -362,8 +374,8 @@ def _check_inputs(problem: Problem, q, k, v):
 class Execution:
     """Result of `execute`: output O (batch, heads, N, d), the ledger, and statistics."""
 
-    def __init__(self, O, ledger: Ledger, stats: dict):
-        self.O, self.ledger, self.stats = O, ledger, stats
+    def __init__(self, O, ledger: Ledger, stats: dict, trace: list | None = None):
+        self.O, self.ledger, self.stats, self.trace = O, ledger, stats, trace
 
     def __iter__(self):  # allow `O, ledger = execute(...)`
         return iter((self.O, self.ledger))
@@ -381,7 +393,7 @@ def set_instance_keep(mem: CountingMemory, problem: Problem, b: int, h: int,
 
 def execute(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=None, *,
             scale: float | None = None, seed: int = 0, instances: str = "all",
-            dropout_seed: int = 0, dropout_offset: int = 0) -> Execution:
+            dropout_seed: int = 0, dropout_offset: int = 0, record: bool = False) -> Execution:
     """Run a forward schedule on (q, k, v) (random if omitted) and count every access.
 
     instances="all" executes every (batch, head); "one" executes instance (0, 0) only and
@@ -390,6 +402,8 @@ def execute(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=
     Ledger counts are problem totals in elements (see iosim.ledger).
     dropout_seed, dropout_offset: the Philox seed and offset of the keep mask when
     problem.dropout_p > 0 (iosim.dropout; ignored otherwise).
+    record: also return the access trace (`Execution.trace`, `CountingMemory.trace`), with
+    an ("instance", b, h, g) entry before each instance's accesses (g: its K/V head).
     """
     if algorithm not in FORWARD:
         raise ConfigError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(ALGORITHMS)}")
@@ -407,8 +421,12 @@ def execute(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=
     O = np.empty((len({b for b, _ in pairs}), len({h for _, h in pairs}), problem.N, problem.d), dtype=dt)
     stats: dict = {}
     mem = CountingMemory()
+    if record:
+        mem.record()
     for b, h in pairs:
         g = h // problem.group
+        if record:
+            mem.trace.append(("instance", b, h, g))
         mem.alloc("Q", q[b, h]); mem.alloc("K", k[b, g]); mem.alloc("V", v[b, g])
         set_instance_keep(mem, problem, b, h, dropout_seed, dropout_offset)
         st = FORWARD[algorithm](mem, problem, tiling, scale)
@@ -416,4 +434,4 @@ def execute(algorithm: str, problem: Problem, tiling: Tiling, q=None, k=None, v=
         for name, arr in st.items():
             stats.setdefault(name, np.empty(O.shape[:2] + arr.shape, dtype=arr.dtype))[b, h] = arr
     multiplier = problem.instances if instances == "one" else 1
-    return Execution(O, mem.ledger(algorithm, problem, tiling, multiplier), stats)
+    return Execution(O, mem.ledger(algorithm, problem, tiling, multiplier), stats, mem.trace)
