@@ -75,6 +75,8 @@ def use_backend() -> bool:
                                    f"NUMBA_ENABLE_CUDASIM={sim} selects Numba's simulator; "
                                    f"unset one of them")
         _decided = not on_sim
+        if on_sim:
+            _fast_simulator()
         return _decided
     if has_cuda_gpu():
         _decided = True
@@ -88,4 +90,12 @@ def use_backend() -> bool:
                      f"simulator (same results, much slower; {REQUIRE_VAR}=1 makes this "
                      "an error)\n")
     _decided = False
+    _fast_simulator()
     return False
+
+
+def _fast_simulator() -> None:
+    """The simulator's block scheduler without its busy-wait (`gpu._simsync`): the same
+    results, a fraction of the time."""
+    from . import _simsync
+    _simsync.install()

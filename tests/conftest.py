@@ -15,9 +15,9 @@ from analysis.sweeps import has_cuda_gpu
 HAS_GPU = has_cuda_gpu()
 if not HAS_GPU:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    # the simulator's block scheduler without its busy-wait (tests/_simsync.py): same
+    # the simulator's block scheduler without its busy-wait (gpu/_simsync.py): same
     # results, a fraction of the time
-    import _simsync
+    from gpu import _simsync
     SIM_EVENT_DRIVEN = _simsync.install()
 # gpu.attention NaN-fills its outputs only in validation mode: the tests check that no
 # element is left unwritten, so they run in it (gpu.api.POISON, read at import)

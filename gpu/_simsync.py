@@ -1,4 +1,4 @@
-"""An event-driven thread-block scheduler for Numba's CUDA simulator (test speed only).
+"""An event-driven thread-block scheduler for Numba's CUDA simulator (its speed only).
 
 The simulator runs every CUDA thread of a block as a Python thread; its BlockManager finds
 out that all of them have reached `syncthreads()` by polling them in a busy loop on the
@@ -11,7 +11,9 @@ the original loop (release the block when every live thread is blocked; re-raise
 first thread exception after aborting the others). What a kernel computes and which
 kernels the simulator accepts are unchanged; only the waiting is. The patch applies to the
 numba-cuda versions whose simulator has the structure it replaces (checked), else it is
-a no-op; FLASHSIM_SIM_POLL=1 keeps the original scheduler.
+a no-op; FLASHSIM_SIM_POLL=1 keeps the original scheduler. `gpu._env.use_backend`
+installs it wherever the kernels run in the simulator (a small example that ran for
+minutes under the polling loop runs in seconds).
 """
 import os
 import threading
