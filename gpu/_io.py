@@ -26,24 +26,20 @@ def _aligned16(x, kind) -> bool:
     return x.__cuda_array_interface__["data"][0] % 16 == 0
 
 
-def _check(name, x, dims=("batch", "heads", "N", "d"), layout=""):
-    """(shape, numpy dtype, kind) of one input, with validation of ndim/dtype/layout.
-    dims: the names of its axes (their number is the ndim required); layout: words
-    added to the ndim error (e.g. whose layout it is)."""
+def _kind_of(name, x):
+    """(shape, numpy dtype, kind, c-contiguous) of an input array: kind "numpy", "numba"
+    (a Numba device array) or "cai" (torch, CuPy, ...: __cuda_array_interface__, and
+    torch's bfloat16 tensors, which have none); ValueError naming `name` otherwise."""
     if isinstance(x, np.ndarray):
-        kind = "numpy"
-        shape, dt, contig = x.shape, x.dtype, x.flags.c_contiguous
-    elif _torch_bf16(x):    # torch refuses __cuda_array_interface__ for bfloat16
+        return x.shape, x.dtype, "numpy", x.flags.c_contiguous
+    if _torch_bf16(x):      # torch refuses __cuda_array_interface__ for bfloat16
         if not x.is_cuda:
             raise ValueError(f"{name} is a torch.bfloat16 tensor on {x.device}; allowed: "
                              f"CUDA tensors (or NumPy arrays)")
-        kind = "cai"
-        shape, dt, contig = tuple(x.shape), BF16, x.is_contiguous()
-    elif hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"):  # numba device array
-        kind = "numba"
-        shape, dt, contig = x.shape, np.dtype(x.dtype), x.is_c_contiguous()
-    elif hasattr(x, "__cuda_array_interface__"):                        # torch, CuPy, ...
-        kind = "cai"
+        return tuple(x.shape), BF16, "cai", x.is_contiguous()
+    if hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"):  # numba device array
+        return x.shape, np.dtype(x.dtype), "numba", x.is_c_contiguous()
+    if hasattr(x, "__cuda_array_interface__"):                        # torch, CuPy, ...
         cai = x.__cuda_array_interface__
         shape = tuple(cai["shape"])
         # ml_dtypes' bfloat16 describes itself as the 2-byte void '<V2': taken as bf16
@@ -51,9 +47,16 @@ def _check(name, x, dims=("batch", "heads", "N", "d"), layout=""):
         strides = cai.get("strides")
         contig = strides is None or tuple(strides) == tuple(
             int(np.prod(shape[i + 1:])) * dt.itemsize for i in range(len(shape)))
-    else:
-        raise ValueError(f"{name} must be a NumPy array or a CUDA device array "
-                         f"(__cuda_array_interface__); got {type(x).__name__}")
+        return shape, dt, "cai", contig
+    raise ValueError(f"{name} must be a NumPy array or a CUDA device array "
+                     f"(__cuda_array_interface__); got {type(x).__name__}")
+
+
+def _check(name, x, dims=("batch", "heads", "N", "d"), layout=""):
+    """(shape, numpy dtype, kind) of one input, with validation of ndim/dtype/layout.
+    dims: the names of its axes (their number is the ndim required); layout: words
+    added to the ndim error (e.g. whose layout it is)."""
+    shape, dt, kind, contig = _kind_of(name, x)
     if len(shape) != len(dims):
         raise ValueError(f"{name} has shape {tuple(shape)} (ndim={len(shape)}); "
                          f"expected {len(dims)} dimensions ({', '.join(dims)}){layout}")

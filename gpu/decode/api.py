@@ -20,35 +20,12 @@ from iosim.decode import (KV_READS, DecodeLedger, DecodeProblem, check_num_split
 from iosim.problem import ConfigError
 
 from .._launch import HOST_DTYPE, NP_DTYPE, READ, SIM, WRITE, check_fits, dtype_name, filled, launch
-from .._io import BF16, _output, _return_like, _to_device, _torch_bf16
+from .._io import _kind_of, _output, _return_like, _to_device, _torch_bf16
 from . import split_kv as K
 
 #: GPU preset whose SM count the "auto" rule uses where no GPU is present (the simulator)
 SIM_PRESET = "H100-SXM"
 _DUMMIES: dict = {}
-
-
-def _kind_of(name, x):
-    """(shape, numpy dtype, kind, c-contiguous) of an input, or ValueError."""
-    if isinstance(x, np.ndarray):
-        return x.shape, x.dtype, "numpy", x.flags.c_contiguous
-    if hasattr(x, "copy_to_host") and hasattr(x, "is_c_contiguous"):
-        return x.shape, np.dtype(x.dtype), "numba", x.is_c_contiguous()
-    if _torch_bf16(x):          # torch has no __cuda_array_interface__ for bfloat16
-        if not x.is_cuda:
-            raise ValueError(f"{name} is a torch.bfloat16 tensor on {x.device}; allowed: "
-                             f"CUDA tensors (or NumPy arrays)")
-        return tuple(x.shape), BF16, "cai", x.is_contiguous()
-    if hasattr(x, "__cuda_array_interface__"):
-        cai = x.__cuda_array_interface__
-        shape = tuple(cai["shape"])
-        dt = BF16 if cai["typestr"] == BF16.str else np.dtype(cai["typestr"])
-        strides = cai.get("strides")
-        contig = strides is None or tuple(strides) == tuple(
-            int(np.prod(shape[i + 1:])) * dt.itemsize for i in range(len(shape)))
-        return shape, dt, "cai", contig
-    raise ValueError(f"{name} must be a NumPy array or a CUDA device array "
-                     f"(__cuda_array_interface__); got {type(x).__name__}")
 
 
 def _check_float(name, x, ndim, dims):
