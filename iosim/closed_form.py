@@ -365,11 +365,12 @@ def _check_algorithm(algorithm) -> str:
     return algorithm
 
 
-def check_problem_tiling(problem, tiling) -> None:
-    """ConfigError unless problem is an iosim.Problem and tiling an iosim.Tiling."""
-    if not isinstance(problem, Problem):
+def check_problem_tiling(problem, tiling, problem_type=Problem) -> None:
+    """ConfigError unless problem is a `problem_type` (iosim.Problem, or VarlenProblem for
+    the packed ledgers) and tiling an iosim.Tiling."""
+    if not isinstance(problem, problem_type):
         raise ConfigError(f"problem={_short(problem)} is not allowed; allowed: an "
-                          f"iosim.Problem")
+                          f"iosim.{problem_type.__name__}")
     if not isinstance(tiling, Tiling):
         raise ConfigError(f"tiling={_short(tiling)} is not allowed; allowed: an "
                           f"iosim.Tiling(B_r, B_c)")

@@ -226,12 +226,8 @@ class VarlenLedger(TrafficCounts):
 
 
 def _check_problem_tiling(problem, tiling) -> None:
-    if not isinstance(problem, VarlenProblem):
-        raise ConfigError(f"problem={type(problem).__name__} is not allowed; allowed: an "
-                          f"iosim.VarlenProblem")
-    if not isinstance(tiling, Tiling):
-        raise ConfigError(f"tiling={tiling!r} is not allowed; allowed: an "
-                          f"iosim.Tiling(B_r, B_c)")
+    from .closed_form import check_problem_tiling
+    check_problem_tiling(problem, tiling, VarlenProblem)
 
 
 def _check_algorithm(algorithm: str) -> None:
