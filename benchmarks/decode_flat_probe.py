@@ -1,0 +1,272 @@
+"""Probe of gpu.decode.flat (the streaming decode kernel) on a GPU, before it replaced the
+tiled kernel in gpu.decode: correctness and exact counts against iosim, then kernel
+times against the tiled kernel (DecodeLauncher) and torch SDPA in the same run, over lane
+layouts (threads, rows a group) and split counts. Rows (kind "decode_probe") to --out.
+
+    python3 benchmarks/decode_flat_probe.py --out decode_probe.jsonl [--quick]
+    python3 benchmarks/decode_flat_probe.py --sanitize      (tiny cases, for compute-sanitizer)
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+def flat_launch(p, S, kv_reads, causal=True, count=False, vec=True, threads=None, kpg=None):
+    """(fn(q, k, v, tab, seqlens, o, L, opart, lpart, ctr, scale), plan, partials)."""
+    from gpu.decode import flat as F, split_kv as K
+    from gpu._launch import launch, filled
+    from numba import cuda
+    NG = 1 if kv_reads == "per_query_head" else p.heads // p.kv_heads
+    lay = F.plan(p.d, p.dtype, NG * p.N_q, vec_ok=vec, threads=threads, rows_per_group=kpg)
+    if lay is None:
+        return None, None, None
+    ker = F.flat_kernel(p.d, p.dtype, p.N_q, NG, S > 1, p.paged, causal, count, lay["NT"],
+                        lay["VW"], lay["LPR"], lay["KPG"], lay["vec"])
+    comb = K.combine_kernel(p.d, p.dtype, p.N_q, count, 128) if S > 1 else None
+    if S > 1:
+        parts = (filled((p.batch, p.heads, S, p.N_q, p.d), np.float32, np.nan),
+                 filled((p.batch, p.heads, S, p.N_q), np.float32, np.nan))
+    else:
+        parts = (cuda.to_device(np.zeros((1,) * 5, np.float32)),
+                 cuda.to_device(np.zeros((1,) * 4, np.float32)))
+    grid = (S, p.batch * p.heads // NG)
+    H, G, P = np.int64(p.heads), np.int64(p.heads // p.kv_heads), np.int64(p.page_size or 1)
+
+    def fn(q, k, v, tab, sl, o, L, opart, lpart, ctr, scale):
+        launch(ker, grid, lay["NT"], lay["smem_bytes"], q, k, v, tab, sl, o, L, opart, lpart,
+               np.float32(scale), H, G, P, ctr)
+        if comb is not None:
+            launch(comb, p.batch * p.heads, 128, K.combine_smem_bytes(S, p.N_q), opart, lpart,
+                   o, L, np.int64(S), H, ctr)
+    return fn, lay, parts
+
+
+CHECKS = (  # dtype, batch, heads, kv_heads, N_kv, d, N_q, page, S, kv_reads
+    ("fp16", 2, 8, 2, 1000, 64, 1, None, 1, "per_group"),
+    ("fp16", 2, 8, 2, 1000, 64, 1, None, 7, "per_query_head"),
+    ("fp16", 3, 4, 4, 777, 128, 1, 16, 5, "per_query_head"),
+    ("fp16", 2, 8, 1, 2049, 128, 2, 256, 3, "per_group"),
+    ("fp32", 2, 4, 2, 513, 64, 4, None, 4, "per_group"),
+    ("fp32", 1, 4, 4, 300, 128, 1, 7, 2, "per_query_head"),
+    ("bf16", 2, 8, 2, 1000, 128, 1, None, 3, "per_group"),
+    ("fp16", 1, 2, 2, 5000, 256, 1, None, 2, "per_query_head"),
+    ("fp16", 1, 4, 4, 70000, 64, 1, 16, 1, "per_query_head"),
+)
+
+
+def checks(emit, sanitize=False):
+    from iosim.decode import (DecodeProblem, decode_closed_form, paged_cache,
+                              random_decode_inputs, reference_decode)
+    from gpu._launch import READ, WRITE
+    from gpu.decode import split_kv as K
+    from numba import cuda
+    ok = True
+    cases = CHECKS[:3] if sanitize else CHECKS
+    for dt, B, H, Hk, N, d, nq, page, S, kvr in cases:
+        if sanitize:
+            N = min(N, 300)
+        p = DecodeProblem(N_kv=N, d=d, batch=B, heads=H, kv_heads=Hk, N_q=nq, dtype=dt,
+                          page_size=page)
+        q, k, v = random_decode_inputs(p, seed=3)
+        ref, lse = reference_decode(q.astype(np.float64), k.astype(np.float64),
+                                    v.astype(np.float64), return_lse=True)
+        if page:
+            kh, vh, tab = paged_cache(p, k, v, seed=4)
+        else:
+            kh, vh, tab = k, v, np.zeros((1, 1), np.int32)
+        bits = (lambda x: x.view(np.uint16)) if dt == "bf16" else (lambda x: x)
+        for count in (True, False):
+            fn, lay, (opart, lpart) = flat_launch(p, S, kvr, count=count)
+            qd, kd, vd = (cuda.to_device(bits(x)) for x in (q, kh, vh))
+            td = cuda.to_device(tab)
+            sl = cuda.to_device(np.full(B, N, np.int32))
+            o = cuda.to_device(np.zeros(q.shape, np.uint16 if dt == "bf16" else q.dtype))
+            L = cuda.to_device(np.zeros(q.shape[:3], np.float32))
+            ctr = cuda.to_device(np.zeros((len(K.COUNTED), 2), np.int64))
+            fn(qd, kd, vd, td, sl, o, L, opart, lpart, ctr, 1.0 / math.sqrt(d))
+            O = o.copy_to_host()
+            if dt == "bf16":
+                O = O.view(q.dtype)
+            O = O.astype(np.float64)
+            err = float(np.abs(O - ref).max() / np.abs(ref).max())
+            lerr = float(np.abs(L.copy_to_host() - lse).max())
+            tol = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1.6e-2}[dt]
+            row = dict(check=f"{dt} B{B} H{H}/{Hk} N{N} d{d} nq{nq} page{page} S{S} {kvr}",
+                       count=count, rel_err=err, lse_err=lerr, tol=tol,
+                       kernel_layout={x: lay[x] for x in ("NT", "VW", "LPR", "KPG", "vec")})
+            if count:
+                led = decode_closed_form("split_kv" if S > 1 else "fa2_decode", p,
+                                         num_splits=S, kv_reads=kvr)
+                c = ctr.copy_to_host()
+                got_r = {t: int(c[i, READ]) for t, i in K.C.items() if c[i, READ]}
+                got_w = {t: int(c[i, WRITE]) for t, i in K.C.items() if c[i, WRITE]}
+                row["counts_exact"] = got_r == dict(led.reads) and got_w == dict(led.writes)
+                ok &= row["counts_exact"]
+            row["passed"] = err <= tol and lerr <= 1e-3 and row.get("counts_exact", True)
+            ok &= row["passed"]
+            emit("decode_probe_check", row)
+    return ok
+
+
+SHAPES = (  # batch, attn, d, N_kv, page
+    (8, "gqa", 64, 16384, None), (8, "mha", 64, 16384, None), (8, "mha", 128, 16384, None),
+    (8, "gqa", 128, 16384, None), (8, "mqa", 128, 16384, None), (64, "gqa", 128, 16384, None),
+    (1, "gqa", 128, 65536, None), (1, "mha", 128, 131072, None), (32, "mha", 128, 4096, None),
+    (8, "gqa", 128, 16384, 16), (8, "gqa", 128, 16384, 256), (8, "mha", 64, 16384, 16),
+    (1, "gqa", 128, 131072, 256),
+)
+ATTN = {"mha": (32, 32), "gqa": (32, 8), "mqa": (8, 1)}
+
+
+def timings(emit, quick, budget_s):
+    import torch
+    import iosim
+    from numba import cuda
+    from gpu.decode import DecodeLauncher
+    from analysis.bench_decode import Timer, dram_bytes
+    timer = Timer(torch, 20)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    t0 = time.monotonic()
+    shapes = SHAPES[:3] if quick else SHAPES
+    for B, attn, d, N, page in shapes:
+        if time.monotonic() - t0 > budget_s:
+            print("budget: timings stopped", flush=True)
+            break
+        H, Hk = ATTN[attn]
+        p = iosim.DecodeProblem(N_kv=N, d=d, batch=B, heads=H, kv_heads=Hk, N_q=1,
+                                dtype="fp16", page_size=page)
+        dbytes = dram_bytes(B, H, Hk, 1, N, d, 2, page)
+        pages = -(-N // page) if page else 0
+        cache = 2 * B * Hk * (pages * page if page else N) * d * 2
+        copies = max(2, -(-200_000_000 // cache))
+        g = torch.Generator(device="cuda").manual_seed(N + B + d)
+        sets = []
+        for i in range(copies):
+            q = torch.randn((B, H, 1, d), device="cuda", dtype=torch.float16, generator=g)
+            shape = (B * pages, page, Hk, d) if page else (B, Hk, N, d)
+            tab = (torch.randperm(B * pages, device="cuda", generator=g).to(torch.int32)
+                   .reshape(B, pages).contiguous() if page else
+                   torch.zeros((1, 1), device="cuda", dtype=torch.int32))
+            k = torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
+            v = torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
+            sets.append((q, k, v, tab))
+        dev = [tuple(cuda.as_cuda_array(x, sync=False) for x in s) for s in sets]
+        sl = cuda.as_cuda_array(torch.full((B,), N, device="cuda", dtype=torch.int32))
+        o = torch.empty((B, H, 1, d), device="cuda", dtype=torch.float16)
+        L = torch.empty((B, H, 1), device="cuda", dtype=torch.float32)
+        od, Ld = cuda.as_cuda_array(o), cuda.as_cuda_array(L)
+        scale = 1 / math.sqrt(d)
+        base = dict(batch=B, attn=attn, heads=H, kv_heads=Hk, d=d, seq_len_kv=N, paged=page,
+                    dtype="fp16", seq_len_q=1, dram_bytes=dbytes, kv_copies=copies)
+        ref = None
+        if not page:
+            F_ = torch.nn.functional
+
+            def sdpa(i):
+                q, k, v, _ = sets[i]
+                return F_.scaled_dot_product_attention(q, k, v, scale=scale,
+                                                       enable_gqa=H != Hk)
+            ms, mn = timer(sdpa, copies)
+            ref = sdpa(0).float()
+            emit("decode_probe", dict(base, impl="torch_sdpa", ms_median=ms, ms_min=mn,
+                                      gbps=dbytes / ms / 1e6))
+        for kvr in ("per_group", "per_query_head") if H != Hk else ("per_query_head",):
+            rule = iosim.choose_num_splits(p, sms, kv_reads=kvr)
+            # the tiled kernel (today's gpu.decode)
+            try:
+                run = DecodeLauncher(p, rule.num_splits, kv_reads=kvr)
+                opart, lpart = run.partials()
+                ctr = run.new_counters()
+
+                def tiled(i):
+                    qd, kd, vd, td = dev[i]
+                    run(qd, kd, vd, td if page else None, od, Ld, opart, lpart, ctr, scale)
+                ms, mn = timer(tiled, copies)
+                emit("decode_probe", dict(base, impl="flashsim_tiled", kv_reads=kvr,
+                                          num_splits=rule.num_splits, ms_median=ms,
+                                          ms_min=mn, gbps=dbytes / ms / 1e6))
+            except Exception as e:
+                emit("decode_probe", dict(base, impl="flashsim_tiled", kv_reads=kvr,
+                                          status="error", error=repr(e)[:300]))
+            R = B * (H if kvr == "per_query_head" else Hk)
+            Ss = sorted({rule.num_splits, 1} | {max(1, min(N // 256, -(-sms * w // R)))
+                                                for w in (2, 4, 8, 16)})
+            for NT in ((128,) if quick else (128, 256)):
+                for kpg in ((None,) if quick else (None, 2, 4, 8)):
+                    for S in Ss:
+                        try:
+                            fn, lay, (opart, lpart) = flat_launch(p, S, kvr, threads=NT,
+                                                                  kpg=kpg)
+                            if fn is None:
+                                continue
+                            ctr = cuda.to_device(np.zeros((1, 1), np.int64))
+
+                            def flat(i):
+                                qd, kd, vd, td = dev[i]
+                                fn(qd, kd, vd, td, sl, od, Ld, opart, lpart, ctr, scale)
+                            ms, mn = timer(flat, copies)
+                            flat(0)
+                            torch.cuda.synchronize()
+                            diff = (float((o.float() - ref).abs().max()) if ref is not None
+                                    else None)
+                            emit("decode_probe", dict(
+                                base, impl="flashsim_flat", kv_reads=kvr, num_splits=S,
+                                rule_num_splits=rule.num_splits, ms_median=ms, ms_min=mn,
+                                gbps=dbytes / ms / 1e6, max_abs_diff_vs_sdpa=diff,
+                                kernel_layout={x: lay[x] for x in
+                                               ("NT", "VW", "LPR", "KPG", "TB", "vec")}))
+                        except Exception as e:
+                            emit("decode_probe", dict(base, impl="flashsim_flat",
+                                                      kv_reads=kvr, num_splits=S,
+                                                      threads=NT, kpg=kpg, status="error",
+                                                      error=repr(e)[:300]))
+        sets.clear()
+        torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="decode_probe.jsonl")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=200)
+    a = ap.parse_args()
+    import subprocess
+    dev = "?"
+    try:
+        import torch
+        dev = torch.cuda.get_device_name()
+    except Exception:
+        pass
+    commit = os.environ.get("FLASHSIM_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    base = dict(device=dev, date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                commit=commit, run_id="decode_probe-" + time.strftime("%Y%m%dT%H%M%S"))
+    f = open(a.out, "a")
+
+    def emit(kind, row):
+        r = dict(kind=kind, **base, **row)
+        f.write(json.dumps(r) + "\n")
+        f.flush()
+        short = {k: v for k, v in row.items() if k not in ("kernel_layout",)}
+        print(kind, short, flush=True)
+    ok = checks(emit, sanitize=a.sanitize)
+    print("checks", "passed" if ok else "FAILED", flush=True)
+    if not a.sanitize:
+        timings(emit, a.quick, a.budget_s)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,362 @@
+"""Split-KV decoding, the streaming main kernel: every lane group runs its own online
+softmax over its own key rows, with no barrier inside the key loop.
+
+Same schedules, hence the same HBM traffic, as `iosim.decode` and `split_kv`'s tiled
+kernel (fa2_decode when the grid has S = 1 split, split_kv when S > 1; contiguous or
+paged cache; kv_reads "per_query_head" or "per_group"); the instrumented build
+(count=True) counts every element it loads or stores. Only the work inside a block is
+arranged differently:
+
+    split_kv.decode_kernel (tiled)           this kernel (flat)
+    A  groups form S = Q K^T -> shared       each group of LPR lanes forms its own scores
+    B  warps: softmax statistics -> shared   and keeps its own m, l and O accumulator in
+    C  threads: O += P V from shared         registers (FlashDecoding's split, one level
+       3 barriers per tile of TB rows        down: the block's groups are its splits)
+                                             no barrier per tile; one merge at the end
+
+Why. Decoding streams K and V once and does about N_q G multiply-adds per element loaded:
+the time is the time to move K and V, and that needs many bytes in flight on every SM
+(bandwidth x latency: a few MB across an H100). A block of the tiled kernel waits at three
+barriers per tile, so only one tile of loads per block is ever in flight. Here each lane
+keeps two tiles of loads (KPG key rows of K and of V, 16 bytes a row a lane) in flight
+while it computes on the previous two, with nothing to wait for but its own data.
+
+Grid (S, R) as in split_kv: blockIdx.x = split s, blockIdx.y = reader (b, first query
+head h0) serving NR = NG x N_q query rows. Sequence b has N_kv = seqlens[b] rows (the
+batch may be ragged); its split s covers rows [a, e) = [s C, min((s+1) C, N_kv)),
+C = ceil(N_kv / S). A block with a < e:
+    Q (NR x d) -> shared (each element read once), then each lane keeps its VW columns of
+    every row, times the softmax scale, in registers.
+    For each window of rows (contiguous cache: the whole chunk; paged: up to NPW pages,
+    whose block-table entries are read once into shared memory first):
+      tiles of TB = NGRP x KPG rows; lane group gi takes rows c = tile + gi + NGRP kk
+      (kk < KPG: NGRP groups side by side read TB consecutive rows, coalesced);
+      for every query row r: s_kk = group-sum of q_r . K_c (shuffles),
+          masked to -inf where c >= e or (causal) c > N_kv - N_q + (r mod N_q),
+          m_new = max(m, s), alpha = exp(m - m_new), p_kk = exp(s_kk - m_new),
+          l = alpha l + sum p, acc = alpha acc + sum_kk p_kk V_c[my columns];
+      the next tile's K/V loads are issued before this tile's arithmetic (two register
+      buffers, A and B, used in turn).
+    Merge (shared memory): M = max_g m_g, w_g = exp(m_g - M), l = sum w_g l_g,
+    O = sum w_g acc_g / l, L = M + log l; write O and L (S = 1, problem dtype / float32)
+    or Opart[s] and Lpart[s] (S > 1, float32; `split_kv.combine_kernel` then combines).
+A block with a >= e (an empty split of a short sequence) reads nothing and writes its
+rows as rows that saw no key: 0 and L = -inf. A row that sees a key and meets a NaN or
+Inf gets NaN (l > 0 fails), as in the tiled kernel.
+
+Lane layout (compile-time, `plan`): VW elements a lane, LPR = d / VW lanes a key row,
+NGRP = NT / LPR groups, KPG rows a group per tile. On a GPU VW = 16 / itemsize, so one
+`ld.global.nc.v4` (split_kv's inline PTX) loads a lane's slice of a row when the cache is
+16-byte aligned; bf16 and unaligned caches load element by element. In the simulator (no
+shuffles) LPR = 1: a thread is a group and forms whole-row dot products.
+"""
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32, int32, int64
+
+from iosim.problem import DTYPES
+
+from .._launch import (NAN, NEG_INF, READ, SIM, WRITE, ZERO, add_count, kernel_name,
+                       lane_group_reducer, loader, specialisation, storer)
+from .split_kv import _LD16, C
+
+#: the largest NR x VW (query rows x a lane's columns) a lane keeps in registers, twice
+#: (the scaled Q and the O accumulator); beyond it `plan` declines and the tiled kernel runs
+MAX_ROW_REGS = 64
+#: block-table entries staged in shared memory per window (paged caches)
+NPW = 256
+
+
+def plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = SIM,
+         threads: int | None = None, rows_per_group: int | None = None) -> dict | None:
+    """Compile-time layout of the flat kernel for head dim d (elements), storage dtype dt
+    and NR query rows a block: NT threads, VW elements a lane, LPR lanes a key row, NGRP
+    groups, KPG rows a group per tile, TB rows a tile, vec (16-byte loads), smem_bytes
+    (dynamic shared memory, bytes). None where the flat kernel does not apply (head dims
+    whose row does not map onto a power-of-two lane group, or NR x VW > MAX_ROW_REGS):
+    the tiled kernel (`split_kv`) runs those. threads / rows_per_group override NT / KPG
+    (benchmarks)."""
+    itemsize = DTYPES[dt].itemsize
+    if sim:
+        NT, VW, LPR, vec = 16, d, 1, False
+        KPG = 2
+    else:
+        NT = 128
+        VW = 16 // itemsize
+        if d % VW:
+            return None
+        LPR = d // VW
+        while LPR > 32:
+            VW *= 2
+            LPR = d // VW
+        if LPR & (LPR - 1) or 32 % LPR:
+            return None
+        if NR * VW > MAX_ROW_REGS:
+            return None
+        vec = bool(vec_ok) and VW * itemsize == 16 and dt != "bf16"
+        KPG = 4 if NR * VW <= 16 else 2
+    if threads is not None:
+        NT = int(threads)
+    if rows_per_group is not None:
+        KPG = int(rows_per_group)
+    if NT % LPR or NT % 32 and not sim:
+        raise ValueError(f"threads={NT} is not allowed; allowed: a multiple of 32 and of "
+                         f"{LPR} lanes a row")
+    NGRP = NT // LPR
+    f32 = NGRP * NR * d + 2 * NGRP * NR
+    return dict(kernel="flat", NT=NT, VW=VW, LPR=LPR, NGRP=NGRP, KPG=KPG, TB=NGRP * KPG,
+                vec=vec, smem_bytes=4 * max(f32, NR * d))
+
+
+@specialisation
+def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, vec):
+    """Kernel(q, k, v, block_table, seqlens, o, L, opart, lpart, scale, H, G, P, counters).
+
+    q, o: (batch, heads, N_q, d); k, v: (batch, kv_heads, N_alloc, d) contiguous, or
+    (num_pages, P, kv_heads, d) pages through block_table (batch, pages) int32; seqlens
+    (batch,) int32: the rows each sequence's queries attend to; L (batch, heads, N_q)
+    float32; opart (batch, heads, S, N_q, d) and lpart (batch, heads, S, N_q) float32
+    (S > 1; 1-element dummies otherwise). scale float32; H query heads, G query heads a
+    K/V head, P page rows (int64). Grid (S, batch x heads / NG), NT threads,
+    plan()['smem_bytes'] dynamic shared bytes. counters (len(COUNTED), 2) int64 when count.
+    """
+    NR = NG * N_q
+    NGRP = NT // LPR
+    TB = NGRP * KPG
+    GM = NGRP * NR * d                  # shared: [0, GM) group accumulators (Q first),
+    GL = GM + NGRP * NR                 # [GM, GL) group maxima, [GL, GL + NGRP NR) sums
+    IQ, IK, IV, IO, IL = C["Q"], C["K"], C["V"], C["O"], C["L"]
+    IOP, ILP, IBT = C["Opart"], C["Lpart"], C["block_table"]
+    ld16 = _LD16.get(VW) if vec else None
+    ld, st = loader(dt), storer(dt)
+    gsum = lane_group_reducer(LPR, "sum") if LPR > 1 else None
+
+    @cuda.jit(device=True, inline=True)
+    def group_sum(x):
+        if LPR > 1:
+            return gsum(x)
+        return x
+
+    @cuda.jit(device=True, inline=True)
+    def load_row(arr, i0, i1, i2, x0, dst, kk):
+        """dst[kk, :] = arr[i0, i1, i2, x0 : x0 + VW] as float32."""
+        if vec:
+            t4 = ld16(arr, (i0, i1, i2, x0))
+            for w in range(VW):
+                dst[kk, w] = t4[w]
+        else:
+            for w in range(VW):
+                dst[kk, w] = ld(arr[i0, i1, i2, x0 + w])
+
+    @cuda.jit(device=True, inline=True)
+    def load_tile(k, v, b, g, bt, p0, P, invP, c1, we, x0, kreg, vreg):
+        """Rows c1 + NGRP kk (kk < KPG) below we -> kreg, vreg (zeros past we); returns
+        the elements of K loaded (= of V)."""
+        n = 0
+        for kk in range(KPG):
+            c = c1 + NGRP * kk
+            if c < we:
+                if paged:
+                    rel = c - p0 * P
+                    pg = int64(float32(rel) * invP)
+                    if pg * P > rel:
+                        pg -= 1
+                    elif (pg + 1) * P <= rel:
+                        pg += 1
+                    phys = bt[pg]
+                    load_row(k, phys, rel - pg * P, g, x0, kreg, kk)
+                    load_row(v, phys, rel - pg * P, g, x0, vreg, kk)
+                else:
+                    load_row(k, b, g, c, x0, kreg, kk)
+                    load_row(v, b, g, c, x0, vreg, kk)
+                n += VW
+            else:
+                for w in range(VW):
+                    kreg[kk, w] = ZERO
+                    vreg[kk, w] = ZERO
+        return n
+
+    @cuda.jit(device=True, inline=True)
+    def update(qreg, kreg, vreg, acc, mrow, lrow, sc, c1, we, N_kv):
+        """Online softmax over this group's KPG rows c1 + NGRP kk for every query row."""
+        for r in range(NR):
+            mx = mrow[r]
+            for kk in range(KPG):
+                part = ZERO
+                for w in range(VW):
+                    part += qreg[r, w] * kreg[kk, w]
+                part = group_sum(part)
+                c = c1 + NGRP * kk
+                if c >= we or (causal and c > N_kv - N_q + r % N_q):
+                    part = NEG_INF
+                sc[kk] = part
+                mx = max(mx, part)
+            m_safe = mx if mx > NEG_INF else ZERO
+            alpha = math.exp(mrow[r] - m_safe)      # 0 while nothing was visible
+            ps = ZERO
+            for kk in range(KPG):
+                p = math.exp(sc[kk] - m_safe)
+                sc[kk] = p
+                ps += p
+            lrow[r] = alpha * lrow[r] + ps
+            mrow[r] = mx
+            for w in range(VW):
+                av = acc[r, w] * alpha
+                for kk in range(KPG):
+                    av += sc[kk] * vreg[kk, w]
+                acc[r, w] = av
+
+    def kernel(q, k, v, block_table, seqlens, o, L, opart, lpart, scale, H, G, P, counters):
+        s = cuda.blockIdx.x
+        y = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        S = cuda.gridDim.x
+        gi = t // LPR
+        li = t % LPR
+        x0 = li * VW
+        rpb = H // NG
+        b = y // rpb
+        h0 = (y % rpb) * NG
+        g = h0 // G
+        N_kv = int64(seqlens[b])
+        Cr = (N_kv + S - 1) // S
+        a = s * Cr
+        e = min(a + Cr, N_kv)
+        sm = cuda.shared.array(0, float32)
+        bt = cuda.shared.array(NPW, int32)
+        qreg = cuda.local.array((NR, VW), float32)
+        acc = cuda.local.array((NR, VW), float32)
+        mrow = cuda.local.array(NR, float32)
+        lrow = cuda.local.array(NR, float32)
+        sc = cuda.local.array(KPG, float32)
+        kA = cuda.local.array((KPG, VW), float32)
+        vA = cuda.local.array((KPG, VW), float32)
+        kB = cuda.local.array((KPG, VW), float32)
+        vB = cuda.local.array((KPG, VW), float32)
+        nQ = int64(0)
+        nK = int64(0)
+        nO = int64(0)
+        nL = int64(0)
+        nBT = int64(0)
+        for r in range(NR):
+            mrow[r] = NEG_INF
+            lrow[r] = ZERO
+            for w in range(VW):
+                acc[r, w] = ZERO
+        Pp = P if paged else int64(1)
+        invP = float32(1.0) / float32(Pp)
+        if a < e:                           # the same for every thread of the block
+            for i in range(t, NR * d, NT):
+                r = i // d
+                sm[i] = ld(q[b, h0 + r // N_q, r % N_q, i % d])
+                if count:
+                    nQ += 1
+            cuda.syncthreads()
+            for r in range(NR):
+                for w in range(VW):
+                    qreg[r, w] = sm[r * d + x0 + w] * scale
+            ws = a
+            while ws < e:
+                if paged:
+                    p0 = ws // Pp
+                    we = min(e, (p0 + NPW) * Pp)
+                    npg = (we - 1) // Pp - p0 + 1
+                    cuda.syncthreads()      # the previous window is done with bt
+                    for i in range(t, npg, NT):
+                        bt[i] = block_table[b, p0 + i]
+                        if count:
+                            nBT += 1
+                    cuda.syncthreads()
+                else:
+                    p0 = int64(0)
+                    we = e
+                # tiles of TB rows from ws; buffers A and B in turn, the next tile's loads
+                # issued before the current tile's arithmetic
+                c1 = ws + gi
+                n = load_tile(k, v, b, g, bt, p0, Pp, invP, c1, we, x0, kA, vA)
+                if count:
+                    nK += n
+                tb = ws
+                while tb < we:
+                    n = load_tile(k, v, b, g, bt, p0, Pp, invP, c1 + TB, we, x0, kB, vB)
+                    update(qreg, kA, vA, acc, mrow, lrow, sc, c1, we, N_kv)
+                    if count:
+                        nK += n
+                    tb += TB
+                    c1 += TB
+                    if tb >= we:
+                        break
+                    n = load_tile(k, v, b, g, bt, p0, Pp, invP, c1 + TB, we, x0, kA, vA)
+                    update(qreg, kB, vB, acc, mrow, lrow, sc, c1, we, N_kv)
+                    if count:
+                        nK += n
+                    tb += TB
+                    c1 += TB
+                ws = we
+        # ---- merge the NGRP groups' (m, l, acc) ----
+        cuda.syncthreads()                  # Q's shared copy is dead
+        for r in range(NR):
+            for w in range(VW):
+                sm[(gi * NR + r) * d + x0 + w] = acc[r, w]
+            if li == 0:
+                sm[GM + gi * NR + r] = mrow[r]
+                sm[GL + gi * NR + r] = lrow[r]
+        cuda.syncthreads()
+        for i in range(t, NR * d, NT):
+            r = i // d
+            x = i % d
+            qr = r % N_q
+            M = NEG_INF
+            for u in range(NGRP):
+                M = max(M, sm[GM + u * NR + r])
+            Ms = M if M > NEG_INF else ZERO
+            lt = ZERO
+            ot = ZERO
+            for u in range(NGRP):
+                w_ = math.exp(sm[GM + u * NR + r] - Ms)
+                lt += w_ * sm[GL + u * NR + r]
+                ot += w_ * sm[(u * NR + r) * d + x]
+            saw = a < e and ((not causal) or a <= N_kv - N_q + qr)
+            # l > 0 fails for NaN as well as 0: a row that saw a key and met NaN gets NaN
+            if lt > ZERO:
+                val = ot / lt
+            elif saw:
+                val = NAN
+            else:
+                val = ZERO
+            if split:
+                opart[b, h0 + r // N_q, s, qr, x] = val
+            else:
+                o[b, h0 + r // N_q, qr, x] = st(val)
+            if count:
+                nO += 1
+            if x == 0:
+                if lt > ZERO:
+                    Lr = Ms + math.log(lt)
+                elif saw:
+                    Lr = NAN
+                else:
+                    Lr = NEG_INF
+                if split:
+                    lpart[b, h0 + r // N_q, s, qr] = Lr
+                else:
+                    L[b, h0 + r // N_q, qr] = Lr
+                if count:
+                    nL += 1
+        if count:
+            add_count(counters, IQ, READ, nQ)
+            add_count(counters, IK, READ, nK)
+            add_count(counters, IV, READ, nK)
+            add_count(counters, IBT, READ, nBT)
+            add_count(counters, IOP if split else IO, WRITE, nO)
+            add_count(counters, ILP if split else IL, WRITE, nL)
+
+    name = kernel_name("decode_flat_splitkv" if split else "decode_flat", d=d, dt=dt,
+                       nq=N_q, ng=NG, paged=paged, causal=causal, count=count, t=NT,
+                       lpr=LPR, kpg=KPG, vec=vec)
+    return kernel, name
+
+
+__all__ = ["MAX_ROW_REGS", "NPW", "plan", "flat_kernel"]
