@@ -251,7 +251,8 @@ def main():
         pass
     commit = os.environ.get("FLASHSIM_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    base = dict(device=dev, date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    from analysis.bench import versions
+    base = dict(device=dev, versions=versions(), date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 commit=commit, run_id="decode_probe-" + time.strftime("%Y%m%dT%H%M%S"))
     f = open(a.out, "a")
 
