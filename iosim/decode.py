@@ -145,7 +145,7 @@ class DecodeProblem(HeadsAndDtype):
             raise ConfigError(f"kv_heads={kv} is not allowed for heads={self.heads}; "
                               f"allowed: a divisor of heads")
         object.__setattr__(self, "kv_heads", kv)
-        if self.append not in (True, False):
+        if not isinstance(self.append, (bool, np.bool_)):
             raise ConfigError(f"append={self.append!r} is not allowed; allowed: True, False")
         object.__setattr__(self, "append", bool(self.append))
         n_q = self.N_q

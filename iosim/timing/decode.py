@@ -40,7 +40,9 @@ import json
 import math
 from pathlib import Path
 
-from ..decode import DecodeProblem, choose_num_splits, decode_closed_form, split_bounds
+from ..decode import (DecodeProblem, check_num_splits, choose_num_splits,
+                      decode_closed_form, split_bounds)
+from ..problem import ConfigError
 from ..hardware import get_hardware
 from ..launch.decode import plan
 
@@ -130,6 +132,30 @@ def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
     return terms, info
 
 
+def _uniform(problem: DecodeProblem, num_splits) -> DecodeProblem:
+    """The problem with one N_kv that a ragged problem of equal lengths (no append) is;
+    ConfigError (one line, why) for what the model does not cover: a ragged batch's CTAs
+    stream chunks of different lengths (the grid's makespan is neither modelled nor
+    measured), and the append kernel has no measured rows."""
+    p = problem
+    if not p.is_ragged:
+        return p
+    if p.append:
+        raise ConfigError("an appending step (append=True) is not modelled: the append "
+                          "kernel gpu.decode launches first has no measured rows")
+    n = p.seqlens[0]
+    if any(x != n for x in p.seqlens) or n == 0:
+        raise ConfigError(f"a ragged batch (cache_seqlens from {min(p.seqlens)} to "
+                          f"{max(p.seqlens)}) is not modelled: its CTAs stream chunks of "
+                          f"different lengths, and the grid's makespan was neither modelled "
+                          f"nor measured")
+    q = DecodeProblem(N_kv=n, d=p.d, batch=p.batch, heads=p.heads, kv_heads=p.kv_heads,
+                      N_q=p.N_q, dtype=p.dtype, page_size=p.page_size)
+    if num_splits is not None:
+        check_num_splits(n, num_splits)
+    return q
+
+
 def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=None, *,
                    kv_reads: str = "per_query_head", constants=None) -> dict:
     """Predicted time of gpu.decode's kernels for one decoding step.
@@ -139,7 +165,11 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     term's value), shares (of the total), binding (the largest term), main_binding ("tiles"
     or "dram": which of the main kernel's two bounds is taken), the shape numbers, and
     `warnings`: where the prediction leaves what was measured (a dtype other than fp16,
-    N_q > 1, d other than 64 / 128, a preset other than the H100's), each a sentence."""
+    N_q > 1, d other than 64 / 128, a preset other than the H100's), each a sentence.
+    Per-sequence lengths: equal lengths without an append are predicted as the same
+    problem with one N_kv; a ragged or appending batch raises ConfigError (one line:
+    why) rather than give a number the model was not built for."""
+    problem = _uniform(problem, num_splits)
     hw = get_hardware(gpu)
     warnings = []
     if problem.dtype != "fp16":
