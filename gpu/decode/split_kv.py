@@ -10,7 +10,10 @@ Main kernel, grid (S, R): blockIdx.x = split s, blockIdx.y = reader. A reader is
 (batch b, K/V head g) for "per_group" (NG = G = heads // kv_heads query heads: the block
 reads K/V once for all of them). The block serves NR = NG x N_q query rows (row r:
 local head r // N_q, new row r % N_q) over the chunk [a, e) = [s C, min((s+1) C, N_kv)),
-C = ceil(N_kv / S) cache rows (the paper's B_c-row K/V blocks are its tiles):
+C = ceil(N_kv / S) cache rows (the paper's B_c-row K/V blocks are its tiles), where
+N_kv = seqlens[b], the sequence's own length read from the device (a ragged batch: each
+sequence has its own chunk, S = gridDim.x for all; a block whose chunk is empty reads
+nothing and writes O = 0, L = -inf, or its partial Opart = 0, Lpart = -inf):
     read Q (NR x d, once) -> shared, float32;
     for each segment of the chunk (contiguous: the whole chunk; paged: the part of each
       page the chunk touches, after reading that page's block-table entry, one int32
