@@ -188,18 +188,31 @@ def test_decode_order_is_the_counters_order():
     assert K.COUNTED == DECODE_ORDER and A.C == K.C
 
 
-def test_time_model_declines_ragged_and_append():
+def test_time_model_on_ragged_batches_and_appends():
     from iosim import predict_decode
-    rag = DecodeProblem.ragged((4096, 100), 128, heads=32, kv_heads=8)
-    with pytest.raises(ConfigError, match=r"ragged batch \(cache_seqlens from 100 to 4096\)"):
-        predict_decode(rag)
-    app = DecodeProblem.ragged((4096, 4096), 128, heads=32, kv_heads=8, append=True)
-    with pytest.raises(ConfigError, match="append"):
-        predict_decode(app)
+    for page, kv_reads, kv in ((None, "per_query_head", 32), (256, "per_group", 8)):
+        kw = dict(heads=32, kv_heads=kv, page_size=page)
+        lens = (16384, 100, 0, 4096, 9000)
+        rag = DecodeProblem.ragged(lens, 128, **kw)
+        for S in (1, 3, 8):
+            t = predict_decode(rag, num_splits=S, kv_reads=kv_reads)
+            assert t["predicted_ms"] > 0 and any("ragged batch" in w for w in t["warnings"])
+            # between the same batch with every sequence at the shortest and the longest
+            lo = predict_decode(DecodeProblem.ragged((100,) * 5, 128, **kw), num_splits=S,
+                                kv_reads=kv_reads)
+            hi = predict_decode(DecodeProblem.ragged((16384,) * 5, 128, **kw), num_splits=S,
+                                kv_reads=kv_reads)
+            assert lo["predicted_ms"] <= t["predicted_ms"] <= hi["predicted_ms"]
+            assert t["tiles_per_cta"] == hi["tiles_per_cta"]        # the longest CTA
+            assert t["main_hbm_bytes"] < hi["main_hbm_bytes"]
     # equal lengths without an append: the same prediction as one N_kv
     eq = DecodeProblem.ragged((4096,) * 2, 128, heads=32, kv_heads=8)
     uni = DecodeProblem(N_kv=4096, d=128, batch=2, heads=32, kv_heads=8)
     assert predict_decode(eq, num_splits=3) == predict_decode(uni, num_splits=3)
+    assert predict_decode(eq) == predict_decode(uni)
+    app = DecodeProblem.ragged((4096, 4096), 128, heads=32, kv_heads=8, append=True)
+    with pytest.raises(ConfigError, match="append"):
+        predict_decode(app)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -256,8 +269,15 @@ def test_cli_ragged_table_and_levels(capsys):
                              num_splits=choose_num_splits(DecodeProblem.ragged(
                                  (16384, 0, 1), 128, heads=32, kv_heads=8), 132).num_splits)
     assert rc == 0 and "cache_seqlens=[16384, 0, 1]" in out and led.table() in out
+    assert "predicted time on H100-SXM" in out and "warning: a ragged batch" in out
+    # an append: no number, one line saying why
+    rc = main(["traffic", "--algorithm", "fa2", "--seq-len", "1", "--head-dim", "128",
+               "--heads", "32", "--kv-heads", "8", "--cache-seqlens", "16384,0,1",
+               "--append", "--levels"])
+    out = capsys.readouterr().out
     declined = [line for line in out.splitlines() if line.startswith("no predicted time")]
-    assert len(declined) == 1 and "ragged batch" in declined[0] and "predicted time on" not in out
+    assert rc == 0 and len(declined) == 1 and "append" in declined[0]
+    assert "predicted time on" not in out
 
 
 @pytest.mark.parametrize("argv, word", [
