@@ -55,7 +55,9 @@ def check(p, qkv, O, L, led, S, kv_reads, causal=True):
     # O, L came back NaN-poisoned and the caches hold NaN past each sequence's rows:
     # an unwritten output or a read past a cache would show as NaN
     assert not np.isnan(O).any() and not np.isnan(L).any()
-    assert rel_err(O, ref) <= (1e-5 if p.dtype == "fp32" else 2e-3), rel_err(O, ref)
+    # fp32: float32 arithmetic; fp16 / bf16: O rounded once to the dtype (2^-11, 2^-8)
+    tol = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 8e-3}[p.dtype]
+    assert rel_err(O, ref) <= tol, rel_err(O, ref)
     none = np.isneginf(lse)
     assert np.array_equal(np.isneginf(L), none) and np.all(O[none] == 0)
     np.testing.assert_allclose(L[~none], lse[~none], rtol=0,
@@ -78,6 +80,8 @@ CASES = [
     ("fp16", (30, 2, 0), 2, 4, 1, 7, 4, "per_group", True),               # fp16 MQA paged append
     ("fp16", (25, 1), 1, 2, 2, None, 5, "per_query_head", False),         # fp16 split
     ("fp32", (0, 0), 1, 2, 2, None, 1, "per_query_head", False),          # nothing to see
+    ("bf16", (7, 0, 2), 2, 4, 2, 4, 3, "per_group", True),                # bf16 paged append
+    ("bf16", (7, 0, 2), 2, 4, 2, None, 3, "per_query_head", True),        # bf16 copied back
 ]
 
 
