@@ -224,11 +224,10 @@ class DecodeProblem(HeadsAndDtype):
 def _check_seqlens(lens, batch: int) -> tuple:
     """cache_seqlens as a tuple of batch ints >= 0 (an int: the same for every sequence)."""
     if isinstance(lens, (int, np.integer)) and not isinstance(lens, bool):
-        lens = (int(lens),) * batch
-    try:
-        vals = tuple(lens)
-    except TypeError:
-        vals = None
+        vals = (int(lens),) * batch
+    else:
+        vals = tuple(lens) if isinstance(lens, (tuple, list, np.ndarray)) and \
+            np.ndim(lens) == 1 else None
     if vals is None or len(vals) != batch or any(
             isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in vals):
         raise ConfigError(f"cache_seqlens={lens!r} is not allowed for batch={batch}; allowed: "

@@ -231,6 +231,24 @@ def test_problem_rejects_bad_input(kwargs, match):
         DecodeProblem(**kwargs)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.integers(-3, 3), st.floats(allow_nan=True), st.booleans(), st.none(),
+                 st.text(max_size=3), st.binary(min_size=2, max_size=2),
+                 st.lists(st.one_of(st.integers(-2, 5), st.floats(), st.booleans()),
+                          max_size=3),
+                 st.sampled_from([np.array([1, 2]), np.array([1.0, 2.0]), np.array([[1, 2]]),
+                                  np.array([], int), np.int32(4), (3, np.int64(2)), {1, 2}])))
+def test_cache_seqlens_fuzz(value):
+    # batch 2: valid values build a problem with two lengths >= 0; others: one line
+    try:
+        p = DecodeProblem(None, 4, batch=2, cache_seqlens=value)
+    except ConfigError as e:
+        assert "\n" not in str(e) and str(e).startswith(("cache_seqlens=", "N_kv="))
+        return
+    assert len(p.cache_seqlens) == 2 and all(type(n) is int and n >= 0 for n in p.cache_seqlens)
+    assert p.N_kv == max(p.cache_seqlens)
+
+
 def test_schedules_reject_bad_input():
     p = DecodeProblem.ragged((3, 0), 4, N_q=2, append=True)
     with pytest.raises(ConfigError, match="num_splits=0"):
