@@ -7,6 +7,8 @@ Layout (flashsim's, as iosim.decode and gpu.attention; not flash-attn's
     paged      k_cache, v_cache (num_pages, page_size, kv_heads, d) (flash-attn's paged
                layout) and block_table (batch, pages) int32: logical page p of sequence
                b is physical page block_table[b, p]
+    k, v       (batch, kv_heads, N_q, d), optional: rows appended to the cache first
+    cache_seqlens  an int, or one length per sequence (host, or an int32 device array)
 O (batch, heads, N_q, d) in q's dtype; L (batch, heads, N_q) float32 (log-sum-exp).
 """
 from __future__ import annotations
