@@ -140,8 +140,8 @@ def one_decode(job):
         kern = K.decode_kernel(d, "fp16", 1, NG, split, paged, True, False, lay["NT"],
                                lay["VW"], lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"],
                                *([lay["red"]] if "red" in lay else []))
-        sig = (A(h, 4), A(h, 4), A(h, 4), A(T.int32, 2), A(h, 4), A(f, 3), A(f, 5), A(f, 4),
-               f, i64, i64, i64, i64, i64, A(i64, 2))
+        sig = (A(h, 4), A(h, 4), A(h, 4), A(T.int32, 2), A(T.int32, 1), A(h, 4), A(f, 3),
+               A(f, 5), A(f, 4), f, i64, i64, i64, A(i64, 2))
     ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))
     return fname, kern.py_func.__name__, normalise(ptx)
 

@@ -409,7 +409,7 @@ X = t.uint16
 A1, A2, A3, A4 = (t.Array(X, n, "C") for n in (1, 2, 3, 4))
 F1, F2, F3, F4, F5 = (t.Array(t.float32, n, "C") for n in (1, 2, 3, 4, 5))
 M, Z3 = t.Array(t.uint8, 2, "C"), t.Array(t.uint8, 3, "C")
-C, T2 = t.Array(t.int64, 2, "C"), t.Array(t.int32, 2, "C")
+C, T2, S1 = t.Array(t.int64, 2, "C"), t.Array(t.int32, 2, "C"), t.Array(t.int32, 1, "C")
 I, U, F = t.int64, t.uint64, t.float32
 lay = K.plan(64, "bf16", 2, vec_ok=True, sim=False)
 builds = {
@@ -439,7 +439,7 @@ builds = {
                    (A3, A3, A3, M, I, I, I, I, C)),
     "decode": (K.decode_kernel(64, "bf16", 2, 1, True, True, True, True, lay["NT"], lay["VW"],
                                lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"], lay["red"]),
-               (A4, A4, A4, T2, A4, F3, F5, F4, F, I, I, I, I, I, C)),
+               (A4, A4, A4, T2, S1, A4, F3, F5, F4, F, I, I, I, C)),
     "combine": (K.combine_kernel(64, "bf16", 2, True, 128), (F5, F4, A4, F3, I, I, C)),
 }
 for name, (kern, sig) in builds.items():

@@ -88,6 +88,13 @@ def register(sub):
     dec.add_argument("--kv-reads", choices=("per_query_head", "per_group"), default=None,
                      help="grouped heads: each query head reads its group's K/V (default), "
                           "or one block per K/V head reads it once")
+    dec.add_argument("--cache-seqlens", type=_ints, metavar="N0,N1,...",
+                     help="a ragged batch: one cache length per sequence (ints >= 0, before "
+                          "any append; one value: every sequence of --batch), instead of "
+                          "--seq-len-kv")
+    dec.add_argument("--append", action="store_true", default=None,
+                     help="append --seq-len new K/V rows per sequence to the cache before "
+                          "attending (flash_attn_with_kvcache(k=, v=)); needs --cache-seqlens")
     p.set_defaults(func=main)
 
 
@@ -169,7 +176,9 @@ def _mean(total: int, n: int) -> str:
 def decode_flags(args) -> list[str]:
     """The decode-only options given (each implies --decode)."""
     return [f for f, v in (("--num-splits", args.num_splits), ("--page-size", args.page_size),
-                           ("--kv-reads", args.kv_reads)) if v is not None]
+                           ("--kv-reads", args.kv_reads),
+                           ("--cache-seqlens", getattr(args, "cache_seqlens", None)),
+                           ("--append", getattr(args, "append", None))) if v is not None]
 
 
 def main(args) -> int:
@@ -316,8 +325,22 @@ def decode_main(args) -> int:
     """`--decode` (or a decode-only option): the decode ledger (iosim.decode closed form)."""
     from iosim import DecodeProblem, choose_num_splits, decode_closed_form
     why = "--decode" if args.decode else decode_flags(args)[0]
-    if args.seq_len_kv is None:
-        raise ConfigError(f"{why} (decoding) needs --seq-len-kv (the cache length)")
+    lens = args.cache_seqlens
+    if lens is None and args.append:
+        raise ConfigError("--append needs --cache-seqlens (the cache lengths before the "
+                          "append, e.g. 100,0,4096,1)")
+    if lens is not None and args.seq_len_kv is not None:
+        raise ConfigError(f"--seq-len-kv={args.seq_len_kv} does not go with --cache-seqlens: "
+                          f"the per-sequence lengths replace it (drop one)")
+    if lens is not None and len(lens) == 1:
+        lens = lens * args.batch
+    elif lens is not None and args.batch not in (1, len(lens)):
+        raise ConfigError(f"--batch={args.batch} does not go with --cache-seqlens of "
+                          f"{len(lens)} sequences; allowed: --batch 1 (the default) or "
+                          f"{len(lens)}")
+    if lens is None and args.seq_len_kv is None:
+        raise ConfigError(f"{why} (decoding) needs --seq-len-kv (the cache length) or "
+                          f"--cache-seqlens (one a sequence)")
     if args.window is not None:
         raise ConfigError(f"--window={','.join(map(str, args.window))} does not go with {why}: "
                           f"the decode model has no local window (drop {why} for the forward "
@@ -343,9 +366,12 @@ def decode_main(args) -> int:
             raise ConfigError(f"--dtype={args.dtype} does not go with {why} --levels: the decode "
                               f"time model is fitted on fp16 rows only (drop --levels for the "
                               f"ledger)")
-    prob = DecodeProblem(N_kv=args.seq_len_kv, d=args.head_dim, batch=args.batch,
+    prob = DecodeProblem(N_kv=args.seq_len_kv, d=args.head_dim,
+                         batch=args.batch if lens is None else len(lens),
                          heads=args.heads, kv_heads=args.kv_heads, N_q=args.seq_len,
-                         dtype=args.dtype, page_size=args.page_size)
+                         dtype=args.dtype, page_size=args.page_size,
+                         cache_seqlens=None if lens is None else tuple(lens),
+                         append=bool(args.append))
     choice = None
     S = args.num_splits
     gpu = args.gpu or ("H100-SXM" if args.levels else None)
@@ -375,6 +401,10 @@ def decode_main(args) -> int:
             out["predicted_ms"], out["warnings"] = None, [declined]
         print(json.dumps(out, indent=2))
         return 0
+    if prob.is_ragged:
+        print(f"ragged batch: cache_seqlens={list(prob.cache_seqlens)}"
+              + (f", append N_q={prob.N_q} new K/V rows each (seen lengths "
+                 f"{list(prob.seqlens)})" if prob.append else ""))
     print(f"decode {schedule}: N_q={prob.N_q} N_kv={prob.N_kv} d={prob.d} {prob.dtype} "
           f"batch={prob.batch} heads={prob.heads} kv_heads={prob.kv_heads} "
           f"num_splits={S} kv_reads={args.kv_reads} paged={prob.page_size}")

@@ -20,6 +20,15 @@ What runs (the schedules of iosim.decode, counted exactly; `gpu.decode` picks th
 * `split_kv.combine_kernel` (S > 1): Flash-Decoding's reduction, one block per (batch,
   query head): M = max_s Lpart_s, w_s = exp(Lpart_s - M), O = sum_s w_s Opart_s /
   sum_s w_s, L = M + log sum_s w_s.
+* `append.append_kernel` (gpu.decode(k=, v=)): first, one block per sequence writes the
+  N_q new K/V rows into the cache at rows [cache_seqlens[b], cache_seqlens[b] + N_q)
+  (through the block table when paged) and the lengths the attention then sees into a
+  device array (flash-attn fuses this into its attention kernel; flashsim launches it
+  separately, in the same call).
+
+Ragged batches: the main kernel reads each sequence's length from an int32 device array
+(per-sequence cache_seqlens, or the one N_kv for every sequence) and cuts that sequence
+into S chunks of its own; a block with an empty chunk reads nothing.
 
 Both run on the CUDA cores, not the tensor cores: at N_q <= 16 rows the products are
 matrix-vector shaped and decoding is bound by streaming K and V from HBM (see

@@ -10,7 +10,10 @@ Main kernel, grid (S, R): blockIdx.x = split s, blockIdx.y = reader. A reader is
 (batch b, K/V head g) for "per_group" (NG = G = heads // kv_heads query heads: the block
 reads K/V once for all of them). The block serves NR = NG x N_q query rows (row r:
 local head r // N_q, new row r % N_q) over the chunk [a, e) = [s C, min((s+1) C, N_kv)),
-C = ceil(N_kv / S) cache rows (the paper's B_c-row K/V blocks are its tiles):
+C = ceil(N_kv / S) cache rows (the paper's B_c-row K/V blocks are its tiles), where
+N_kv = seqlens[b], the sequence's own length read from the device (a ragged batch: each
+sequence has its own chunk, S = gridDim.x for all; a block whose chunk is empty reads
+nothing and writes O = 0, L = -inf, or its partial Opart = 0, Lpart = -inf):
     read Q (NR x d, once) -> shared, float32;
     for each segment of the chunk (contiguous: the whole chunk; paged: the part of each
       page the chunk touches, after reading that page's block-table entry, one int32
@@ -135,13 +138,17 @@ def plan(d: int, dt: str, NR: int, vec_ok: bool = True, sim: bool = SIM,
 @specialisation
 def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, shfl, vec,
                   red=False):
-    """Kernel(q, k, v, block_table, o, L, opart, lpart, scale, N_kv, C, H, G, P, counters).
+    """Kernel(q, k, v, block_table, seqlens, o, L, opart, lpart, scale, H, G, P, counters).
 
     q, o: (batch, heads, N_q, d); k, v: (batch, kv_heads, N_alloc, d) contiguous, or
-    (num_pages, P, kv_heads, d) paged through block_table (batch, pages) int32; L:
-    (batch, heads, N_q) float32; opart (batch, heads, S, N_q, d), lpart (batch, heads,
-    S, N_q) float32 (split only; 1-element dummies otherwise). scale float32; N_kv cache
-    rows; C rows per split; H query heads; G query heads per K/V head; P page rows.
+    (num_pages, P, kv_heads, d) paged through block_table (batch, pages) int32; seqlens:
+    (batch,) int32 on the device, the rows the attention sees per sequence (after any
+    append); L: (batch, heads, N_q) float32; opart (batch, heads, S, N_q, d), lpart
+    (batch, heads, S, N_q) float32 (split only; 1-element dummies otherwise). scale
+    float32; H query heads; G query heads per K/V head; P page rows (int64).
+    S = gridDim.x; each block computes its sequence's chunk C_b = ceil(seqlens[b] / S)
+    and a block with an empty chunk reads nothing (it writes O = 0, L = -inf, or its
+    partial). The lengths (one int32 a block) are not counted, as no kernel argument is.
     Grid (S, batch x heads / NG), NT threads, plan()['smem_bytes'] dynamic shared bytes.
     red: group sums through shared memory (plan()['red']: the simulator's lane-group build).
     """
@@ -207,10 +214,11 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
                 n += VW
         return n
 
-    def kernel(q, k, v, block_table, o, L, opart, lpart, scale, N_kv, Cr, H, G, P, counters):
+    def kernel(q, k, v, block_table, seqlens, o, L, opart, lpart, scale, H, G, P, counters):
         s = cuda.blockIdx.x
         y = cuda.blockIdx.y
         t = cuda.threadIdx.x
+        S = cuda.gridDim.x
         gi = t // LPR                       # row group
         li = t % LPR                        # lane within the group
         x0 = li * VW                        # first head column of this lane
@@ -228,8 +236,32 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
         nO = int64(0)
         nL = int64(0)
         nBT = int64(0)
+        N_kv = int64(seqlens[b])            # this sequence's rows (after any append)
+        Cr = (N_kv + S - 1) // S            # its chunk, C_b = ceil(N_kv / S)
         a = s * Cr
         e = min(a + Cr, N_kv)
+        if a >= e:
+            # an empty chunk (short sequence, or N_kv = 0): read nothing, write the rows'
+            # "no key" result, O (Opart) = 0 and L (Lpart) = -inf (weight 0 in the combine)
+            for i in range(t, NR * d, NT):
+                r = i // d
+                if split:
+                    opart[b, h0 + r // N_q, s, r % N_q, i % d] = ZERO
+                else:
+                    o[b, h0 + r // N_q, r % N_q, i % d] = st(ZERO)
+                if count:
+                    nO += 1
+            for r in range(t, NR, NT):
+                if split:
+                    lpart[b, h0 + r // N_q, s, r % N_q] = NEG_INF
+                else:
+                    L[b, h0 + r // N_q, r % N_q] = NEG_INF
+                if count:
+                    nL += 1
+            if count:
+                add_count(counters, IOP if split else IO, WRITE, nO)
+                add_count(counters, ILP if split else IL, WRITE, nL)
+            return
         # ---- Q: NR rows -> shared (float32) ----
         for i in range(t, NR * d, NT):
             r = i // d

@@ -30,6 +30,14 @@ term is a floor). Per kernel, in us:
       over the S partials; the bytes are Opart / Lpart read and O / L written.
   predicted = t_main + t_comb; `binding` names the largest term.
 
+Ragged batches (per-sequence cache_seqlens; an extension no measured row validates yet):
+CTA y S + s streams its own chunk C_b = ceil(n_b / S) (empty: none). T is the longest
+CTA's tiles; the issue term is the busiest SM's sum over its own CTAs,
+    issue = max_sm sum_{i = sm mod SMs} ((C_i / TB) x (c_kv + ...) + c_cta),
+the CTAs dispatched round-robin in grid order (all resident at once, as above), which for
+equal lengths is n x (the one CTA's work) exactly; the DRAM term takes the ragged ledger's
+bytes. An appending step (the append kernel) is not modelled: predict_decode refuses it.
+
 The constants (decode_constants.json) were fitted on H100 fp16 rows with N_q = 1 and d 64 /
 128 (`analysis.fit_decode`); other dtypes, N_q, d and presets are unvalidated and say so in
 `warnings`. The measurements, fit and held-out scores: docs/models-history.md.
@@ -40,7 +48,11 @@ import json
 import math
 from pathlib import Path
 
-from ..decode import DecodeProblem, choose_num_splits, decode_closed_form, split_bounds
+import numpy as np
+
+from ..decode import (DecodeProblem, choose_num_splits, decode_closed_form, sequence_chunks,
+                      split_bounds)
+from ..problem import ConfigError
 from ..hardware import get_hardware
 from ..launch.decode import plan
 
@@ -82,6 +94,16 @@ def kernel_shape(problem: DecodeProblem, num_splits: int, kv_reads: str) -> dict
     NR = NG * p.N_q
     lay = layout(p.d, p.dtype, NR)
     R = p.readers(kv_reads)
+    if p.is_ragged:
+        # every CTA's chunk, in dispatch order (CTA y S + s: reader y = b rpb + head group)
+        rpb, out = R // p.batch, []
+        for n in p.seqlens:
+            one = [(e - a, chunk_tiles(a, e, lay["TB"], p.page_size))
+                   for a, e in sequence_chunks(n, num_splits)]
+            out += one * rpb
+        return dict(R=R, NR=NR, layout=lay, T=max(t for _, t in out),
+                    C=max(c for c, _ in out), ctas=num_splits * R,
+                    cta_rows=[c for c, _ in out])
     b = split_bounds(p.N_kv, num_splits)
     T = max(chunk_tiles(a, e, lay["TB"], p.page_size) for a, e in b)
     C = max(e - a for a, e in b)
@@ -115,7 +137,11 @@ def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
     steps = lay["KPG"] * math.log2(lay["LPR"])        # group-sum shuffle steps a warp, a row
     per_tile = (k["c_kv"] + k["c_row"] * lay["TB"] / 64
                 + NR * k["c_sh"] * steps / 16)
-    issue = n * (sh["C"] / lay["TB"] * per_tile + k["c_cta"])
+    if "cta_rows" in sh:    # a ragged batch: the busiest SM's sum over its own CTAs
+        work = np.asarray(sh["cta_rows"], dtype=np.float64) / lay["TB"] * per_tile + k["c_cta"]
+        issue = float(np.bincount(np.arange(work.size) % hw.sm_count, weights=work).max())
+    else:
+        issue = n * (sh["C"] / lay["TB"] * per_tile + k["c_cta"])
     t_tiles = max(latency, issue)
     t_dram = main_bytes / bw
     terms = {"main_fixed": k["t_main0"], "main_tiles": t_tiles if t_tiles >= t_dram else 0.0,
@@ -130,6 +156,26 @@ def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
     return terms, info
 
 
+def _uniform(problem: DecodeProblem, num_splits) -> DecodeProblem:
+    """The problem with one N_kv that a ragged problem of equal lengths (no append, every
+    split non-empty) is; other ragged problems as they are (`_terms` models their
+    makespan); ConfigError (one line, why) for an append: the append kernel has no
+    measured rows."""
+    p = problem
+    if not p.is_ragged:
+        return p
+    if p.append:
+        raise ConfigError("an appending step (append=True) is not modelled: the append "
+                          "kernel gpu.decode launches first has no measured rows")
+    n = p.seqlens[0]
+    if any(x != n for x in p.seqlens) or n == 0 or (
+            num_splits is not None and (num_splits - 1) * -(-n // num_splits) >= n):
+        return p                        # ragged: _terms' makespan over the grid
+    q = DecodeProblem(N_kv=n, d=p.d, batch=p.batch, heads=p.heads, kv_heads=p.kv_heads,
+                      N_q=p.N_q, dtype=p.dtype, page_size=p.page_size)
+    return q
+
+
 def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=None, *,
                    kv_reads: str = "per_query_head", constants=None) -> dict:
     """Predicted time of gpu.decode's kernels for one decoding step.
@@ -139,7 +185,12 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     term's value), shares (of the total), binding (the largest term), main_binding ("tiles"
     or "dram": which of the main kernel's two bounds is taken), the shape numbers, and
     `warnings`: where the prediction leaves what was measured (a dtype other than fp16,
-    N_q > 1, d other than 64 / 128, a preset other than the H100's), each a sentence."""
+    N_q > 1, d other than 64 / 128, a preset other than the H100's), each a sentence.
+    Per-sequence lengths: equal lengths without an append are predicted as the same
+    problem with one N_kv; a ragged batch by the same terms over its own CTAs (see the
+    module docstring; a warning says it is unvalidated); an appending batch raises
+    ConfigError (one line: why) rather than give a number the model was not built for."""
+    problem = _uniform(problem, num_splits)
     hw = get_hardware(gpu)
     warnings = []
     if problem.dtype != "fp16":
@@ -153,6 +204,12 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
         warnings.append(f"gpu={gpu!r}: the constants were fitted on the H100; this preset "
                         f"changes only the SM count and HBM bandwidth, untested (no decode "
                         f"rows on it)")
+    if problem.is_ragged:
+        warnings.append(f"a ragged batch (lengths {min(problem.seqlens)} to "
+                        f"{max(problem.seqlens)}): the main kernel's latency term takes the "
+                        f"longest CTA and its issue term the busiest SM's sum over its own "
+                        f"CTAs (dispatched round-robin); no ragged row was measured, "
+                        f"unvalidated")
     if num_splits is None:
         num_splits = choose_num_splits(problem, hw.sm_count, kv_reads=kv_reads).num_splits
     c = constants or load_constants()
