@@ -30,13 +30,13 @@ def numpy_fp16_attention(q, k, v, causal=True):
 
 
 def run_case(dtype, N_kv, N_q, heads, kv_heads, page, S, kv_reads, causal=True, batch=1,
-             d=16, seed=0, qscale=1.0):
+             d=16, seed=0, qscale=1.0, main="auto"):
     import gpu
     p = DecodeProblem(N_kv=N_kv, d=d, batch=batch, heads=heads, kv_heads=kv_heads, N_q=N_q,
                       dtype=dtype, page_size=page)
     q, k, v = random_decode_inputs(p, seed=seed, scale=qscale)
     kw = dict(num_splits=S, kv_reads=kv_reads, causal=causal, return_stats=True,
-              count_traffic=True)
+              count_traffic=True, main=main)
     if page:
         for ps in range(seed + 1, seed + 50):   # a shuffled table: not the identity
             kp, vp, table = paged_cache(p, k, v, seed=ps)
@@ -73,9 +73,11 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_outputs_and_counts(case):
+@pytest.mark.parametrize("main", ["flat", "tiled"])
+def test_outputs_and_counts(case, main):
     dtype, N_kv, N_q, H, Hk, page, S, kv_reads, causal = case
-    p, (q, k, v), O, L, led = run_case(dtype, N_kv, N_q, H, Hk, page, S, kv_reads, causal)
+    p, (q, k, v), O, L, led = run_case(dtype, N_kv, N_q, H, Hk, page, S, kv_reads, causal,
+                                       main=main)
     ref, lse = reference(q, k, v, causal)
     # O and L came back NaN-poisoned from the API: any unwritten element would be NaN
     assert O.dtype == p.np_dtype and O.shape == q.shape and L.dtype == np.float32

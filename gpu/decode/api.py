@@ -23,11 +23,14 @@ from iosim.problem import ConfigError
 from .._launch import HOST_DTYPE, NP_DTYPE, READ, SIM, WRITE, check_fits, dtype_name, filled, launch
 from .._io import _kind_of, _output, _return_like, _to_device, _torch_bf16
 from . import append as A
+from . import flat as Fl
 from . import split_kv as K
 
 #: GPU preset whose SM count the "auto" rule uses where no GPU is present (the simulator)
 SIM_PRESET = "H100-SXM"
 _DUMMIES: dict = {}
+#: main decode kernels DecodeLauncher can run (gpu.decode's `main`)
+MAIN_KERNELS = ("auto", "flat", "tiled")
 
 
 def _check_float(name, x, ndim, dims):
@@ -117,7 +120,7 @@ def auto_num_splits(problem: DecodeProblem, kv_reads: str):
 
 def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None, v=None,
            num_splits="auto", kv_reads="per_query_head", scale=None, causal=True,
-           count_traffic=False, return_stats=False):
+           count_traffic=False, return_stats=False, main="auto"):
     """Decoding attention O = softmax(scale Q K^T + mask) V against a KV cache.
 
     q: (batch, heads, N_q, d), N_q in 1..16. k_cache, v_cache: (batch, kv_heads, N_alloc,
@@ -158,9 +161,13 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None,
     count_traffic: run the instrumented build and return its own counts as an
         iosim.decode.DecodeLedger (equal to decode_closed_form(schedule, problem,
         num_splits=S, kv_reads=...)).
+    main: the main kernel, "auto" (default), "flat" or "tiled" (DecodeLauncher's `main`):
+        the same schedule and counts, arranged differently inside a block.
     Returns O; (O, L) with return_stats; (O, ledger) with count_traffic; (O, L, ledger).
     """
     (B, H, N_q, d), dt, kind = _check_float("q", q, 4, "(batch, heads, N_q, d)")
+    if not isinstance(main, str) or main not in MAIN_KERNELS:
+        raise ValueError(f"main={main!r} is not known; allowed: {', '.join(MAIN_KERNELS)}")
     paged = block_table is not None
     dims = "(num_pages, page_size, kv_heads, d)" if paged else "(batch, kv_heads, N_alloc, d)"
     ks, dtk, kindk = _check_float("k_cache", k_cache, 4, dims)
@@ -241,7 +248,7 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None,
         S = problem.splits(num_splits)
     vec_ok = all(_aligned16(x, kd) for x, kd in ((k_cache, kindk), (v_cache, kindv)))
     run = DecodeLauncher(problem, S, kv_reads=kv_reads, causal=causal,
-                         count=bool(count_traffic), vec=vec_ok)
+                         count=bool(count_traffic), vec=vec_ok, main=main)
     qd, kd, vd = (_to_device(x, kind) for x in (q, k_cache, v_cache))
     if paged:
         td = cuda.to_device(np.ascontiguousarray(block_table)) if kind == "numpy" else \
@@ -276,8 +283,14 @@ class DecodeLauncher:
     without an append); num_splits: S (1: fa2_decode, one kernel; > 1: split_kv, main
     kernel + combine); kv_reads, causal as in `decode`; count: the instrumented build;
     vec: 16-byte K/V loads (the caches must be 16-byte aligned); lanes_per_row: the
-    simulator only, split_kv.plan's test of the GPU lane layout.
-    Attributes: plan (split_kv.plan's layout), schedule, grid, threads, smem_bytes,
+    simulator only, split_kv.plan's test of the GPU lane layout (the tiled kernel).
+    main: the main kernel: "flat" (gpu.decode.flat: each lane group streams its own key
+    rows, the fast one), "tiled" (split_kv.decode_kernel: the block's tile loop with
+    three barriers a tile), or "auto": flat wherever its plan applies (every head dim
+    the tiled kernel takes, up to flat.MAX_ROW_REGS query rows x lane columns), else
+    tiled. Both move the same bytes: the same ledger, counted the same way.
+    Attributes: main ("flat" or "tiled"), plan (its layout), schedule, grid, threads,
+    smem_bytes,
     kernel (the main kernel, called as kernel[grid, threads, 0, smem_bytes](q, k, v,
     block_table, seqlens, o, L, opart, lpart, scale, H, G, P, counters) with seqlens the
     int32 lengths the attention sees and H, G, P int64: another main kernel with that
@@ -287,7 +300,7 @@ class DecodeLauncher:
     """
 
     def __init__(self, problem: DecodeProblem, num_splits: int, *, kv_reads="per_query_head",
-                 causal=True, count=False, vec=True, lanes_per_row=None):
+                 causal=True, count=False, vec=True, lanes_per_row=None, main="auto"):
         p = self.problem = problem
         self.S = p.splits(num_splits)
         if kv_reads not in KV_READS:
@@ -298,15 +311,31 @@ class DecodeLauncher:
         self.schedule = "split_kv" if self.split else "fa2_decode"
         self.NG = 1 if kv_reads == "per_query_head" else p.group
         NR = self.NG * p.N_q
-        lay = self.plan = K.plan(p.d, p.dtype, NR, vec_ok=vec, lanes_per_row=lanes_per_row)
+        if not isinstance(main, str) or main not in MAIN_KERNELS:
+            raise ValueError(f"main={main!r} is not known; allowed: {', '.join(MAIN_KERNELS)}")
+        flat = None
+        if main != "tiled" and lanes_per_row is None:
+            K.plan(p.d, p.dtype, NR, vec_ok=vec)       # the head dims gpu.decode takes
+            flat = Fl.plan(p.d, p.dtype, NR, vec_ok=vec)
+        if main == "flat" and flat is None:
+            raise ValueError(f"main='flat' does not run {NR} query rows a block at d={p.d} "
+                             f"({p.dtype}); allowed: main='tiled' or 'auto'")
+        self.main = "flat" if flat is not None else "tiled"
+        lay = self.plan = flat if flat is not None else K.plan(
+            p.d, p.dtype, NR, vec_ok=vec, lanes_per_row=lanes_per_row)
         check_fits(lay["smem_bytes"], f"gpu.decode with d={p.d}, {NR} query rows a block")
         if self.split:
             check_fits(K.combine_smem_bytes(self.S, p.N_q),
                        f"the combine of num_splits={self.S} x N_q={p.N_q}")
-        self.kernel = K.decode_kernel(p.d, p.dtype, p.N_q, self.NG, self.split, p.paged,
-                                      self.causal, self.count, lay["NT"], lay["VW"],
-                                      lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"],
-                                      lay["red"])
+        if self.main == "flat":
+            self.kernel = Fl.flat_kernel(p.d, p.dtype, p.N_q, self.NG, self.split, p.paged,
+                                         self.causal, self.count, lay["NT"], lay["VW"],
+                                         lay["LPR"], lay["KPG"], lay["vec"])
+        else:
+            self.kernel = K.decode_kernel(p.d, p.dtype, p.N_q, self.NG, self.split, p.paged,
+                                          self.causal, self.count, lay["NT"], lay["VW"],
+                                          lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"],
+                                          lay["red"])
         self.grid = (self.S, p.batch * p.heads // self.NG)
         self.threads, self.smem_bytes = lay["NT"], lay["smem_bytes"]
         self.combine_threads = 32 if SIM else 128
