@@ -236,6 +236,35 @@ def test_kvcache_cache_batch_idx_picks_the_cache_entries():
     _close(out, _fa_ref(q, kc[idx, :7], vc[idx, :7]))
 
 
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(Nq=st.integers(1, 4), n=st.integers(4, 20), P=st.sampled_from([None, 3, 8]),
+       g=st.sampled_from([1, 2]), causal=st.booleans(), S=st.sampled_from([0, 1, 2]),
+       seed=st.integers(0, 2 ** 16))
+def test_kvcache_property(Nq, n, P, g, causal, S, seed):
+    """Contiguous or paged (shuffled pages) caches, any split count: flash-attn's answer."""
+    rng = np.random.default_rng(seed)
+    B, Hk, d, cap = 2, 2, 8, 24
+    kseq = rng.standard_normal((B, cap, Hk, d)).astype(np.float32)
+    vseq = rng.standard_normal((B, cap, Hk, d)).astype(np.float32)
+    q = rng.standard_normal((B, Nq, Hk * g, d)).astype(np.float32)
+    n = max(n, Nq)
+    kw = dict(cache_seqlens=n, causal=causal, num_splits=S, return_softmax_lse=True)
+    if P is None:
+        out, lse = flash_attn_with_kvcache(q, kseq, vseq, **kw)
+    else:
+        npg = cap // P
+        perm = rng.permutation(B * npg)
+        kc = np.empty((B * npg, P, Hk, d), np.float32)
+        vc = np.empty_like(kc)
+        kc[perm] = kseq.reshape(B * npg, P, Hk, d)
+        vc[perm] = vseq.reshape(B * npg, P, Hk, d)
+        table = perm.reshape(B, npg).astype(np.int32)
+        out, lse = flash_attn_with_kvcache(q, kc, vc, block_table=table, **kw)
+    want, L = _fa_ref(q, kseq[:, :n], vseq[:, :n], causal, lse=True)
+    _close(out, want)
+    np.testing.assert_allclose(lse, L, rtol=1e-5, atol=1e-5)
+
+
 # RAGGED: per-sequence cache_seqlens run on gpu.decode(cache_seqlens=(batch,) int32), which
 # the `ragged` branch adds; this test fails here until it is merged.
 def test_kvcache_per_sequence_cache_seqlens():
