@@ -19,6 +19,10 @@ of Dao-AILab/flash-attention, version 2):
                             block_table -> out, and (out, softmax_lse) with
                             return_softmax_lse=True; softmax_lse (batch, nheads, seqlen_q)
 
+The packed variants flash_attn_qkvpacked_func, flash_attn_kvpacked_func,
+flash_attn_varlen_qkvpacked_func and flash_attn_varlen_kvpacked_func (q, k, v stacked in
+one tensor) run the two above on the slices.
+
 What runs: flash_attn_func -> gpu.attention (fa2; kernel 'auto': the tensor-core kernel for
 fp16 where it runs, else the fast or plain one, as gpu.attention picks), or
 gpu.autograd.flash_attention when a torch input requires grad (fa2 forward and backward);
@@ -333,7 +337,71 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     from .varlen import attention_varlen
     if kind == "torch":
         q, k, v = (x.detach().contiguous() for x in (q, k, v))
+    else:                   # flash-attn makes its inputs contiguous too (maybe_contiguous)
+        q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
     return attention_varlen(q, k, v, cq, ck, causal=causal, scale=scale, window=window)
+
+
+# ---------------------------------------------------------------------------------------
+# the packed variants: q, k, v stacked in one tensor (flash-attn's *_qkvpacked_func and
+# *_kvpacked_func); slices of it run the functions above (differentiable slices for torch)
+# ---------------------------------------------------------------------------------------
+def _unstack(name, x, axis, n, dims):
+    shape = _shape(name, x, dims)
+    if shape[axis] != n:
+        raise ValueError(f"{name} has shape {shape}; its axis {axis} must be {n} "
+                         f"({', '.join(dims)})")
+    if isinstance(x, np.ndarray):
+        return [np.take(x, i, axis=axis) for i in range(n)]
+    if _torch_of(x) is None:
+        raise ValueError(f"{name} must be a NumPy array or a torch CUDA tensor; got "
+                         f"{type(x).__name__}")
+    return list(x.unbind(axis))
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                              deterministic=False, return_attn_probs=False):
+    """flash-attn's flash_attn_qkvpacked_func: qkv (batch_size, seqlen, 3, nheads, headdim)
+    -> out (batch_size, seqlen, nheads, headdim); `flash_attn_func` on its three slices."""
+    q, k, v = _unstack("qkv", qkv, 2, 3, ("batch_size", "seqlen", "3", "nheads", "headdim"))
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
+                             window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                             deterministic=False, return_attn_probs=False):
+    """flash-attn's flash_attn_kvpacked_func: q (batch_size, seqlen_q, nheads, headdim), kv
+    (batch_size, seqlen_k, 2, nheads_k, headdim); `flash_attn_func` on q and kv's slices."""
+    k, v = _unstack("kv", kv, 2, 2, ("batch_size", "seqlen_k", "2", "nheads_k", "headdim"))
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
+                                     softmax_scale=None, causal=False, window_size=(-1, -1),
+                                     softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """flash-attn's flash_attn_varlen_qkvpacked_func: qkv (total, 3, nheads, headdim), one
+    cu_seqlens for queries and keys; `flash_attn_varlen_func` on its slices."""
+    q, k, v = _unstack("qkv", qkv, 1, 3, ("total", "3", "nheads", "headdim"))
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                                  dropout_p, softmax_scale, causal, window_size, softcap,
+                                  alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, dropout_p=0.0, softmax_scale=None,
+                                    causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False,
+                                    return_attn_probs=False):
+    """flash-attn's flash_attn_varlen_kvpacked_func: q (total_q, nheads, headdim), kv
+    (total_k, 2, nheads_k, headdim); `flash_attn_varlen_func` on q and kv's slices."""
+    k, v = _unstack("kv", kv, 1, 2, ("total_k", "2", "nheads_k", "headdim"))
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                  max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
+                                  softcap, alibi_slopes, deterministic, return_attn_probs)
 
 
 # ---------------------------------------------------------------------------------------
@@ -484,4 +552,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     return _bnhd(res, kind)
 
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+           "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+           "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func"]

@@ -19,7 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import iosim
-from gpu.flash_attn import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+from gpu.flash_attn import (flash_attn_func, flash_attn_kvpacked_func,
+                            flash_attn_qkvpacked_func, flash_attn_varlen_func,
+                            flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func,
+                            flash_attn_with_kvcache)
 
 RNG = np.random.default_rng(40)
 
@@ -190,6 +193,25 @@ def test_varlen_max_seqlen_below_the_longest_is_refused():
     # larger than the longest is fine (flash-attn's callers often pass a bound)
     out = flash_attn_varlen_func(q, k, v, CU_Q, CU_K, 64, 64, causal=True)
     _close(out, _varlen_ref(q, k, v, CU_Q, CU_K, causal=True))
+
+
+def test_packed_variants():
+    qkv = _rand(1, 7, 3, 2, 8)
+    out = flash_attn_qkvpacked_func(qkv, causal=True)
+    _close(out, _fa_ref(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], True))
+    q, kv = _rand(1, 5, 4, 8), _rand(1, 9, 2, 2, 8)
+    out = flash_attn_kvpacked_func(q, kv, window_size=(2, 1))
+    _close(out, _fa_ref(q, kv[:, :, 0], kv[:, :, 1], False, (2, 1)))
+    cu = np.array([0, 4, 11], np.int32)
+    qkv = _rand(11, 3, 2, 8)
+    out = flash_attn_varlen_qkvpacked_func(qkv, cu, 7, causal=True)
+    _close(out, _varlen_ref(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu, cu, causal=True))
+    q, kv = _rand(14, 2, 8), _rand(16, 2, 1, 8)
+    out = flash_attn_varlen_kvpacked_func(q, kv, CU_Q, CU_K, 7, 7, causal=True)
+    _close(out, _varlen_ref(q, kv[:, 0], kv[:, 1], CU_Q, CU_K, causal=True))
+    with pytest.raises(ValueError) as e:
+        flash_attn_qkvpacked_func(_rand(1, 7, 2, 2, 8))
+    _one_line(e, "qkv has shape (1, 7, 2, 2, 8)", "must be 3")
 
 
 # ---------------------------------------------------------------------------------------
@@ -453,6 +475,20 @@ def test_gpu_torch_func_forward_and_gradients_match_sdpa(dtype, Nq, Nk, H, Hk, c
     with torch.no_grad():                          # no autograd: gpu.attention directly
         out2 = flash_attn_func(q, k, v, causal=causal, window_size=window)
     assert (out2.float() - want).abs().max().item() <= tol
+
+
+@pytest.mark.gpu
+def test_gpu_torch_qkvpacked_gradients_match_sdpa():
+    torch = _torch_cuda()
+    qkv = torch.randn(2, 80, 3, 4, 64, device="cuda", dtype=torch.float16,
+                      requires_grad=True)
+    out = flash_attn_qkvpacked_func(qkv, causal=True)
+    want = _sdpa(torch, qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], True)
+    assert (out.float() - want).abs().max().item() <= 2e-2
+    do = torch.randn_like(out)
+    (g,), (w,) = (torch.autograd.grad(out, (qkv,), do),
+                  torch.autograd.grad(want, (qkv,), do.float()))
+    assert ((g.float() - w).norm() / w.norm()).item() <= 2e-2
 
 
 @pytest.mark.gpu
