@@ -420,7 +420,7 @@ def _cache_seqlens(cache_seqlens, B, kind):
     if a.shape != (B,):
         raise ValueError(f"cache_seqlens has shape {a.shape}; allowed: an int or (batch_size="
                          f"{B},) int32")
-    if a.size and np.all(a == a[0]):
+    if a.size and a[0] >= 1 and np.all(a == a[0]):
         return int(a[0])        # one length: what gpu.decode has always taken
     return np.ascontiguousarray(a, dtype=np.int32)
 
@@ -440,7 +440,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     multiple of 256). cache_seqlens: None (the whole cache), an int, or (batch_size,) int32
     per-sequence lengths. k, v: optional (batch_size, seqlen_new, nheads_k, headdim) new
     rows, written into the cache *in place* at rows cache_seqlens[b] .., then attended to
-    with the cache (cache_seqlens is required with them). cache_batch_idx: (batch_size,)
+    with the cache (cache_seqlens is required with them; seqlen_new must equal seqlen_q,
+    where flash-attn allows any). cache_batch_idx: (batch_size,)
     int32, the cache entry of each sequence (contiguous caches only).
     causal: bottom-right (row i sees cache rows j <= i + seqlen_k - seqlen_q, seqlen_k the
     sequence's cache length after the append); False: every row sees the whole cache.
@@ -525,6 +526,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                                                              "nheads_k", "headdim")) != ns:
             raise ValueError(f"k has shape {ns} and v has shape {tuple(v.shape)}; both must "
                              f"be (batch_size={B}, seqlen_new, nheads_k={Hk}, headdim={d})")
+        if ns[1] != Nq:
+            raise ValueError(f"k, v have seqlen_new={ns[1]} rows; allowed: seqlen_q={Nq} "
+                             f"(gpu.decode appends the rows of the new queries)")
         extra = dict(k=_bhnd(k, kind), v=_bhnd(v, kind))
     if paged:
         table = block_table

@@ -393,6 +393,8 @@ def test_varlen_refusals(kwargs, words):
     (dict(k=np.zeros((1, 1, 2, 8), np.float32), v=np.zeros((1, 1, 2, 8), np.float32)),
      ("cache_seqlens is required",)),
     (dict(cache_seqlens=np.array([1, 2, 3], np.int32)), ("cache_seqlens has shape (3,)",)),
+    (dict(k=np.zeros((1, 2, 2, 8), np.float32), v=np.zeros((1, 2, 2, 8), np.float32),
+          cache_seqlens=3), ("seqlen_new=2", "seqlen_q=1")),
     (dict(cache_batch_idx=np.array([5], np.int32)), ("cache_batch_idx", "0..0")),
 ])
 def test_kvcache_refusals(kwargs, words):
