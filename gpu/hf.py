@@ -42,7 +42,12 @@ Recording: each call reports what it ran to `iosim.workload.record(AttentionCall
 module.layer_idx, step="prefill" | "decode" | "train", problem=iosim.Problem /
 iosim.VarlenProblem / iosim.decode.DecodeProblem, algorithm="fa2" or "fa2_decode" /
 "split_kv", tiling=(B_r, B_c) or None, num_splits=S, kv_reads=...))` (a no-op unless an
-`iosim.workload.recording()` block is active; skipped where iosim.workload is absent).
+`iosim.workload.recording()` block is active; skipped where iosim.workload is absent or the
+module has no layer_idx). A call that needs gradients (step "train") records its forward
+at once and its backward (backward=True, the backward kernels' default tiling) when
+autograd runs it, so a training step lists the forwards in layer order, then the
+backwards in reverse. The tilings are the ones gpu takes by default (`gpu.api.
+default_tiling`, `gpu.backward.default_backward_tiling`), which are those that ran.
 """
 from __future__ import annotations
 
@@ -77,7 +82,10 @@ def register(name: str = DEFAULT_NAME) -> str:
 
 
 def _record(**fields):
-    """iosim.workload.record(AttentionCall(**fields)), where iosim.workload exists."""
+    """iosim.workload.record(AttentionCall(**fields)), where iosim.workload exists and the
+    module has a layer index (transformers' attention modules have layer_idx)."""
+    if fields["layer"] is None:
+        return
     try:
         from iosim import workload
     except ImportError as e:
@@ -85,6 +93,15 @@ def _record(**fields):
             return
         raise
     workload.record(workload.AttentionCall(**fields))
+
+
+def _record_backward(out, **fields):
+    """Record the backward call when it runs: a hook on the output's gradient, which
+    autograd calls just before the backward kernels (layers in reverse order, as they
+    run)."""
+    def hook(grad):
+        _record(backward=True, **fields)
+    out.register_hook(hook)
 
 
 def _refuse_kwargs(kwargs):
@@ -134,7 +151,7 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     scale = 1.0 / math.sqrt(d) if scaling is None else float(scaling)
     p = float(dropout or 0.0)
     layer = getattr(module, "layer_idx", None)
-    layer = -1 if layer is None else int(layer)
+    layer = None if layer is None else int(layer)
     grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad
                                         or value.requires_grad)
     step = "train" if grad else ("decode" if Nq < Nk else "prefill")
@@ -170,8 +187,15 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
         if p else {}
     if grad:
         from .autograd import flash_attention
+        from .backward import default_backward_tiling
         o = flash_attention(query, key, value, causal=causal, scale=scale, window=window,
                             **drop)
+        # the tiling gpu.backward.attention_backward takes by default: off the
+        # tensor-core tilings where N_k != N_q or a window (its 'auto' rule)
+        general = Nk != Nq or window != (-1, -1)
+        tb = default_backward_tiling(d, dname, "fa2", "fast" if general else "auto", causal)
+        _record_backward(o, layer=layer, step=step, problem=problem, algorithm="fa2",
+                         tiling=(tb.B_r, tb.B_c))
     else:
         from .api import attention
         q, k, v = (x.detach().contiguous() for x in (query, key, value))
@@ -232,8 +256,12 @@ def _padded(query, key, value, mask, causal, window, scale, p, grad, dname, laye
                                                   dtype=dname, causal=causal, window=window)
     if grad:
         from .autograd import flash_attention_varlen
+        from .backward import default_backward_tiling
         op = flash_attention_varlen(qp, kp, vp, cu_q, cu_k, causal=causal, scale=scale,
                                     window=window)
+        tb = default_backward_tiling(d, dname, "fa2", "plain", causal)  # the varlen one's
+        _record_backward(op, layer=layer, step=step, problem=problem, algorithm="fa2",
+                         tiling=(tb.B_r, tb.B_c))
     else:
         from .varlen import attention_varlen
         op = attention_varlen(*(x.detach().contiguous() for x in (qp, kp, vp)), cu_q, cu_k,

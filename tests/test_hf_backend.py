@@ -176,6 +176,22 @@ def test_gpu_generate_records_prefill_and_decode_per_layer():
     assert [c.problem.N_kv for c in decodes[::2]] == [33, 34, 35]
 
 
+@pytest.mark.gpu
+def test_gpu_training_step_records_forwards_then_backwards():
+    torch, transformers = _env()
+    workload = pytest.importorskip("iosim.workload")
+    import iosim
+    name = gpu.hf.register()
+    model = _model(torch, transformers, "llama", torch.float16).train()
+    model.set_attn_implementation(name)
+    ids = torch.randint(0, 128, (2, 64), device="cuda")
+    with workload.recording() as calls:
+        model(input_ids=ids, labels=ids).loss.backward()
+    assert [(c.layer, c.step, c.backward) for c in calls] == [
+        (0, "train", False), (1, "train", False), (1, "train", True), (0, "train", True)]
+    assert all(isinstance(c.problem, iosim.Problem) and c.problem.N == 64 for c in calls)
+
+
 def _module(causal=True, layer=0):
     return types.SimpleNamespace(is_causal=causal, layer_idx=layer, training=False)
 
