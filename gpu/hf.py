@@ -114,6 +114,11 @@ def _refuse_kwargs(kwargs):
     if kwargs.get("s_aux") is not None:
         raise ValueError("s_aux (attention sinks) is not supported by flashsim's kernels; "
                          "allowed: None")
+    for name in ("cu_seq_lens_q", "cu_seq_lens_k"):
+        if kwargs.get(name) is not None:
+            raise ValueError(f"{name} (packed sequences from a data collator) is not "
+                             f"supported by flashsim's backend; allowed: None (one sequence "
+                             f"per row, with a 2D padding mask)")
 
 
 def _packed(position_ids, Nq) -> bool:
