@@ -536,6 +536,37 @@ def test_gpu_torch_varlen_forward_and_gradients_match_sdpa():
     for a, b in zip(torch.autograd.grad(out, (q, k, v), do),
                     torch.autograd.grad(want, (q, k, v), do.float())):
         assert ((a.float() - b).norm() / b.norm()).item() <= 2e-2
+    with torch.no_grad():                           # gpu.attention_varlen directly
+        out2 = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                                      causal=True)
+    assert torch.equal(out2, out.detach())
+
+
+@pytest.mark.gpu
+def test_gpu_attention_varlen_takes_torch_tensors():
+    """gpu.attention_varlen and its backward on torch CUDA tensors (they refused them
+    before issue 40): torch out, L in flash-attn's (heads, total_q) layout, the kernel's own
+    counts equal to iosim.varlen_closed_form."""
+    torch = _torch_cuda()
+    import gpu
+    cu_q = np.array([0, 20, 20, 70], np.int32)
+    cu_k = np.array([0, 33, 40, 90], np.int32)
+    q = torch.randn(70, 4, 64, device="cuda", dtype=torch.float16)
+    k = torch.randn(90, 2, 64, device="cuda", dtype=torch.float16)
+    v = torch.randn(90, 2, 64, device="cuda", dtype=torch.float16)
+    o, L, ledger = gpu.attention_varlen(q, k, v, cu_q, torch.as_tensor(cu_k, device="cuda"),
+                                        causal=True, return_stats=True, count_traffic=True)
+    assert isinstance(o, torch.Tensor) and o.shape == q.shape and o.dtype == q.dtype
+    assert isinstance(L, torch.Tensor) and L.shape == (4, 70) and L.dtype == torch.float32
+    assert ledger.counts() == iosim.varlen_closed_form("fa2", ledger.problem,
+                                                       ledger.tiling).counts()
+    want = _varlen_ref(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy(), cu_q, cu_k,
+                       causal=True)
+    assert np.abs(o.float().cpu().numpy() - want).max() <= 2e-2
+    do = torch.randn_like(o)
+    dq, dk, dv = gpu.attention_varlen_backward(q, k, v, o, do, L, cu_q, cu_k, causal=True)
+    assert all(isinstance(x, torch.Tensor) for x in (dq, dk, dv))
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
 
 
 @pytest.mark.gpu
