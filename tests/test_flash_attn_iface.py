@@ -480,6 +480,21 @@ def test_gpu_torch_func_forward_and_gradients_match_sdpa(dtype, Nq, Nk, H, Hk, c
 
 
 @pytest.mark.gpu
+def test_gpu_torch_refusals():
+    torch = _torch_cuda()
+    q, k, v = (torch.randn(1, 16, 2, 64, device="cuda", dtype=torch.float16,
+                           requires_grad=True) for _ in range(3))
+    with pytest.raises(ValueError, match="deterministic=True is not supported with gradients"):
+        flash_attn_func(q, k, v, deterministic=True)
+    with torch.no_grad():                   # no backward: the forward is deterministic
+        flash_attn_func(q, k, v, deterministic=True)
+    with pytest.raises(ValueError, match="q is a torch tensor on cpu"):
+        flash_attn_func(q.detach().cpu(), k, v)
+    with pytest.raises(ValueError, match="mixed kinds"):
+        flash_attn_func(q, k.detach().cpu().numpy(), v)
+
+
+@pytest.mark.gpu
 def test_gpu_torch_qkvpacked_gradients_match_sdpa():
     torch = _torch_cuda()
     qkv = torch.randn(2, 80, 3, 4, 64, device="cuda", dtype=torch.float16,
