@@ -14,7 +14,10 @@
 Entry points: `gpu.attention` (forward; picks the kernel), `gpu.attention_varlen`
 (fa2 forward on packed variable-length batches, gpu/varlen.py) and
 `gpu.attention_varlen_backward` (its gradients, gpu.backward.fa2_varlen), `gpu.backward.
-attention_backward`, `gpu.autograd.flash_attention` (torch autograd), `gpu.decode`. Every
+attention_backward`, `gpu.autograd.flash_attention` (torch autograd), `gpu.decode`;
+flash-attn's interface in `gpu.flash_attn` (flash_attn_func, flash_attn_varlen_func,
+flash_attn_with_kvcache: change one import) and a transformers attention backend in
+`gpu.hf` (`gpu.hf.register()`), both loaded on first use, torch only when given. Every
 kernel has an instrumented build (count_traffic=True) whose own element counts equal
 iosim's ledger. The kernels' launch plans (tile tables, shared-memory layouts, thread
 counts, plan errors, default tilings) are `iosim.launch`'s: the model reads the same data.

@@ -33,12 +33,14 @@ import torch
 from .api import attention
 from .backward import BACKWARD_ALGORITHMS, attention_backward, default_backward_tiling
 from .backward.standard import standard_forward
+from .varlen import attention_varlen, attention_varlen_backward
 
 
 class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal=False, scale=None, block_mask=None, algorithm="fa2",
-                block_rows=None, block_cols=None, window=(-1, -1)):
+                block_rows=None, block_cols=None, window=(-1, -1), dropout_p=0.0,
+                dropout_seed=0, dropout_offset=0):
         if algorithm not in BACKWARD_ALGORITHMS:
             raise ValueError(f"algorithm={algorithm!r}; allowed: {', '.join(BACKWARD_ALGORITHMS)}")
         window = (-1, -1) if window is None else (
@@ -59,6 +61,9 @@ class FlashAttentionFunction(torch.autograd.Function):
         opts = dict(causal=causal, scale=scale, block_mask=block_mask, **tiles)
         if window != (-1, -1):
             opts["window"] = window
+        if dropout_p:       # the backward regenerates the keep mask from (seed, offset)
+            opts.update(dropout_p=dropout_p, dropout_seed=dropout_seed,
+                        dropout_offset=dropout_offset)
         if algorithm == "standard":
             o, P = standard_forward(q, k, v, **opts)
             stats = (P,)
@@ -78,16 +83,60 @@ class FlashAttentionFunction(torch.autograd.Function):
         stats = tuple(stats) if ctx.opts["algorithm"] == "fa1" else stats[0]
         dq, dk, dv = attention_backward(q, k, v, o, do.detach().contiguous(), stats,
                                         **ctx.opts)
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
 def flash_attention(q, k, v, *, causal=False, scale=None, block_mask=None, algorithm="fa2",
-                    block_rows=None, block_cols=None, window=(-1, -1)):
+                    block_rows=None, block_cols=None, window=(-1, -1), dropout_p=0.0,
+                    dropout_seed=0, dropout_offset=0):
     """softmax(scale Q K^T [+ mask]) V with `algorithm`'s forward and backward kernels
     (autograd; module docstring). k, v: (batch, kv_heads, N_k, d); window=(left, right)
-    as gpu.attention (every algorithm)."""
+    as gpu.attention (every algorithm). dropout_p, dropout_seed, dropout_offset: as
+    gpu.attention (Philox keep mask keyed by seed and offset; the backward regenerates
+    it, so the gradients are those of the dropped-out forward); fa2 and fa1 only
+    (standard's backward needs the mask its forward stored, which this glue does not
+    keep: ValueError)."""
+    if dropout_p and algorithm == "standard":
+        raise ValueError(f"dropout_p={dropout_p} with algorithm='standard' is not supported "
+                         f"by gpu.autograd; allowed with dropout: algorithm='fa2' or 'fa1'")
     return FlashAttentionFunction.apply(q, k, v, causal, scale, block_mask, algorithm,
-                                        block_rows, block_cols, window)
+                                        block_rows, block_cols, window, dropout_p,
+                                        dropout_seed, dropout_offset)
 
 
-__all__ = ["FlashAttentionFunction", "flash_attention"]
+class FlashAttentionVarlenFunction(torch.autograd.Function):
+    """gpu.attention_varlen's forward and gpu.attention_varlen_backward, for autograd."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None,
+                window=(-1, -1)):
+        window = (-1, -1) if window is None else tuple(window)
+        q, k, v = (x.detach().contiguous() for x in (q, k, v))
+        opts = dict(causal=causal, scale=scale, window=window)
+        o, L = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, return_stats=True,
+                                **opts)
+        ctx.save_for_backward(q, k, v, o, L)
+        ctx.cu = (cu_seqlens_q, cu_seqlens_k)
+        ctx.opts = opts
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, L = (t.detach() for t in ctx.saved_tensors)
+        dq, dk, dv = attention_varlen_backward(q, k, v, o, do.detach().contiguous(), L,
+                                               *ctx.cu, **ctx.opts)
+        return dq, dk, dv, None, None, None, None, None
+
+
+def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale=None,
+                           window=(-1, -1)):
+    """Differentiable `gpu.attention_varlen` (packed (total, heads, d) CUDA tensors,
+    cu_seqlens (batch + 1,)): the plain fa2 varlen forward, and
+    `gpu.attention_varlen_backward` for q.grad, k.grad, v.grad. causal, window, scale:
+    as gpu.attention_varlen (per sequence, bottom-right aligned)."""
+    return FlashAttentionVarlenFunction.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
+                                              scale, window)
+
+
+__all__ = ["FlashAttentionFunction", "flash_attention", "FlashAttentionVarlenFunction",
+           "flash_attention_varlen"]

@@ -19,7 +19,7 @@ from numba import cuda
 import iosim
 from iosim.tiling import resolve_tiling, sram_footprint_bytes
 
-from . import api
+from . import _launch, api
 from ._launch import (NP_DTYPE, check_fits, counters_to_dicts, default_threads, dtype_name,
                       new_counters)
 from .forward import fa2_varlen
@@ -30,16 +30,28 @@ VARLEN_KERNELS = ("plain",)
 
 def _check3(name, x):
     """(shape, numpy dtype, kind) of one packed input: gpu.api's check with flash-attn's
-    3 dimensions; NumPy or Numba device arrays (the kinds this module is tested with)."""
-    if not isinstance(x, np.ndarray) and not (hasattr(x, "copy_to_host")
-                                              and hasattr(x, "is_c_contiguous")):
-        raise ValueError(f"{name} must be a NumPy array or a Numba device array; got "
-                         f"{type(x).__name__}")
+    3 dimensions; NumPy arrays, Numba device arrays or __cuda_array_interface__ objects
+    (torch CUDA tensors, bfloat16 included: gpu._io._kind_of), as gpu.attention takes."""
     return api._check(name, x, ("total rows", "heads", "d"), ", flash-attn's packed layout")
 
 
 def _host_ints(x):
-    return x.copy_to_host() if hasattr(x, "copy_to_host") else x
+    """cu_seqlens on the host (a copy; for a device array, which flash-attn's callers
+    pass as an int32 CUDA tensor, a device-to-host copy that waits for its producer)."""
+    if hasattr(x, "copy_to_host"):
+        return x.copy_to_host()
+    if api._torch_like(x) is not None:
+        return x.detach().cpu().numpy()
+    if hasattr(x, "__cuda_array_interface__"):
+        return cuda.as_cuda_array(x).copy_to_host()
+    return x
+
+
+def _stream(kind, q):
+    """The raw stream the launches go on: torch's current stream of q's device for torch
+    tensors (as gpu.attention), else 0 (the legacy default stream)."""
+    torch = api._torch_like(q) if kind == "cai" else None
+    return api._torch_stream(torch, q.device) if torch is not None else 0
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, window=(-1, -1),
@@ -51,7 +63,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
     head h uses K/V head h // (heads // kv_heads)); float32, float16 or bfloat16
     (ml_dtypes; as gpu.attention), all the same
     dtype, C-contiguous; NumPy in -> NumPy out, Numba device arrays in -> device arrays
-    out. cu_seqlens_q, cu_seqlens_k: integer arrays (batch + 1,): sequence b is q rows
+    out, torch CUDA tensors in -> torch tensors out (run on torch's current stream, as
+    gpu.attention; not differentiable here: gpu.autograd.flash_attention_varlen is).
+    cu_seqlens_q, cu_seqlens_k: integer arrays (batch + 1,), host or device (copied to the
+    host to build the problem): sequence b is q rows
     cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 (N_q_b of them) against k, v rows
     cu_seqlens_k[b] .. cu_seqlens_k[b+1] - 1 (N_k_b); both start at 0, are non-decreasing
     and end at total_q, total_k (ValueError naming the parameter otherwise). Lengths may
@@ -86,7 +101,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
     if dtk != dt or dtv != dt:
         raise ValueError(f"q, k, v dtypes are {dt}, {dtk}, {dtv}; they must be the same")
     if len({kind, kindk, kindv}) != 1:
-        raise ValueError("q, k, v must all be NumPy arrays or all be Numba device arrays")
+        raise ValueError(f"q, k, v are of kinds {kind}, {kindk}, {kindv}; they must all be "
+                         f"NumPy arrays, all Numba device arrays or all CUDA tensors")
     dname = dtype_name(dt)
     problem = iosim.VarlenProblem.from_cu_seqlens(
         _host_ints(cu_seqlens_q), _host_ints(cu_seqlens_k), d, total_q=Tq, total_k=Tk,
@@ -110,17 +126,22 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
     qd, kd, vd = (api._to_device(x, kind) for x in (q, k, v))
     cu_q = cuda.to_device(problem.cu_seqlens_q)
     cu_k = cuda.to_device(problem.cu_seqlens_k)
-    _, o3 = api._output((Tq, H, d), npdt, kind, q, poison)
-    _, L2 = api._output((H, Tq), np.dtype(np.float32), kind, q, poison)
+    o_obj, o3 = api._output((Tq, H, d), npdt, kind, q, poison)
+    L_obj, L2 = api._output((H, Tq), np.dtype(np.float32), kind, q, poison)
     counters = new_counters(count_traffic)
     max_T_r = max(problem.T_r(tiling))
-    fa2_varlen.run(qd, kd, vd, o3, L2, cu_q, cu_k, scale, H, H // Hk, max_T_r,
-                   problem.batch, counters, B_r=B_r, B_c=B_c, dt=dname, causal=bool(causal),
-                   count=bool(count_traffic), threads=threads, window=problem.window)
-    out = [api._return_like(o3, kind, q)]
+    handle = _stream(kind, q)
+    with _launch.on_stream(handle):
+        fa2_varlen.run(qd, kd, vd, o3, L2, cu_q, cu_k, scale, H, H // Hk, max_T_r,
+                       problem.batch, counters, B_r=B_r, B_c=B_c, dt=dname,
+                       causal=bool(causal), count=bool(count_traffic), threads=threads,
+                       window=problem.window)
+    out = [o_obj if o_obj is not None else api._return_like(o3, kind, q)]
     if return_stats:
-        out.append(api._return_like(L2, kind, q))
+        out.append(L_obj if L_obj is not None else api._return_like(L2, kind, q))
     if count_traffic:
+        if handle:
+            api._torch_like(q).cuda.current_stream(q.device).synchronize()
         reads, writes = counters_to_dicts(counters)
         out.append(iosim.VarlenLedger("fa2", problem, tiling, reads, writes))
     return out[0] if len(out) == 1 else tuple(out)
@@ -135,8 +156,8 @@ def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, 
     per pass (gpu.backward.fa2_varlen).
 
     q, o, do: (total_q, heads, d); k, v: (total_k, kv_heads, d); one dtype (float32,
-    float16 or bfloat16), C-contiguous, all NumPy or all Numba device arrays (NumPy in ->
-    NumPy out).
+    float16 or bfloat16), C-contiguous, all NumPy, all Numba device arrays or all CUDA
+    tensors (NumPy in -> NumPy out; torch in -> torch out; L may be any of them).
     L: the forward's logsumexp, float32 (heads, total_q), as
     `attention_varlen(..., return_stats=True)` returns it. cu_seqlens_q, cu_seqlens_k,
     causal, window, scale: as `attention_varlen` (must match the forward).
@@ -151,7 +172,6 @@ def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, 
     equal to iosim.varlen_backward_closed_form.
     """
     from .backward import flash
-    from .backward import fa2_varlen as bwd_varlen
     if kernel not in VARLEN_KERNELS:
         raise ValueError(f"kernel={kernel!r} is not supported by attention_varlen_backward; "
                          f"allowed: {', '.join(map(repr, VARLEN_KERNELS))} (the fast and "
@@ -173,8 +193,9 @@ def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, 
         raise ValueError(f"q, k, v, o, do dtypes are {dt}, {dtk}, {dtv}, {dto}, {dtdo}; "
                          f"they must be the same")
     if len({kind, kindk, kindv, kindo, kinddo}) != 1:
-        raise ValueError("q, k, v, o, do must all be NumPy arrays or all be Numba device "
-                         "arrays")
+        raise ValueError(f"q, k, v, o, do are of kinds {kind}, {kindk}, {kindv}, {kindo}, "
+                         f"{kinddo}; they must all be NumPy arrays, all Numba device arrays "
+                         f"or all CUDA tensors")
     dname = dtype_name(dt)
     problem = iosim.VarlenProblem.from_cu_seqlens(
         _host_ints(cu_seqlens_q), _host_ints(cu_seqlens_k), d, total_q=Tq, total_k=Tk,
@@ -183,11 +204,12 @@ def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, 
         if L.shape != (H, Tq):
             raise ValueError(f"L has shape {L.shape}; expected (heads, total_q) = {(H, Tq)}")
         L_dev = cuda.to_device(np.ascontiguousarray(L, dtype=np.float32))
-    elif hasattr(L, "copy_to_host"):
-        if tuple(L.shape) != (H, Tq) or np.dtype(L.dtype) != np.float32:
-            raise ValueError(f"L has shape {tuple(L.shape)} and dtype {L.dtype}; expected "
-                             f"{(H, Tq)} float32")
-        L_dev = L
+    elif hasattr(L, "copy_to_host") or hasattr(L, "__cuda_array_interface__"):
+        shape_L, dt_L, kind_L, contig_L = api._kind_of("L", L)
+        if tuple(shape_L) != (H, Tq) or dt_L != np.float32 or not contig_L:
+            raise ValueError(f"L has shape {tuple(shape_L)} and dtype {dt_L}; expected "
+                             f"a C-contiguous {(H, Tq)} float32 array")
+        L_dev = api._to_device(L, kind_L)
     else:
         raise ValueError(f"L must be a float32 array of shape {(H, Tq)}; got "
                          f"{type(L).__name__}")
@@ -217,9 +239,24 @@ def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, 
     cu_k = cuda.to_device(problem.cu_seqlens_k)
     G = H // Hk
     counters = flash._new_counters(count)
-    _, dq3 = api._output((Tq, H, d), npdt, kind, q, poison)
-    _, dk_h = api._output((Tk, H, d), npdt, kind, q, poison)     # per query head
-    _, dv_h = api._output((Tk, H, d), npdt, kind, q, poison)
+    # the launches go on the legacy default stream, as gpu.backward.attention_backward's
+    grads = _backward_launches(qd, kd, vd, od, dod, L_dev, cu_q, cu_k, counters, scale,
+                               problem, Tq, Tk, H, Hk, d, G, npdt, kind, q, poison,
+                               B_r, B_c, dname, causal, count, threads, tiling)
+    if count_traffic:
+        return grads, flash._counters_to_ledger(counters, "fa2", problem, tiling)
+    return grads
+
+
+def _backward_launches(qd, kd, vd, od, dod, L_dev, cu_q, cu_k, counters, scale, problem, Tq,
+                       Tk, H, Hk, d, G, npdt, kind, q, poison, B_r, B_c, dname, causal,
+                       count, threads, tiling):
+    """attention_varlen_backward's launches; returns (dq, dk, dv) in the caller's kind."""
+    from .backward import flash
+    from .backward import fa2_varlen as bwd_varlen
+    dq_obj, dq3 = api._output((Tq, H, d), npdt, kind, q, poison)
+    dk_hobj, dk_h = api._output((Tk, H, d), npdt, kind, q, poison)     # per query head
+    dv_hobj, dv_h = api._output((Tk, H, d), npdt, kind, q, poison)
     _, D2 = api._output((H, Tq), np.dtype(np.float32), kind, q, poison)
     _, acc = api._output((Tq, H, d), np.dtype(np.float32), kind, q, poison)
     if Tq:                                  # 1. D = rowsum(dO o O), dQacc = 0
@@ -234,19 +271,17 @@ def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, 
         flash._flat_launch(flash.convert_kernel(dname, count), Tq * H * d,
                            acc.reshape(Tq * H * d), dq3.reshape(Tq * H * d), counters)
     if G == 1:
-        dk3, dv3 = dk_h, dv_h
+        dk_obj, dv_obj, dk3, dv3 = dk_hobj, dv_hobj, dk_h, dv_h
     else:                                   # 4. the grouped-heads sum
-        _, dk3 = api._output((Tk, Hk, d), npdt, kind, q, poison)
-        _, dv3 = api._output((Tk, Hk, d), npdt, kind, q, poison)
+        dk_obj, dk3 = api._output((Tk, Hk, d), npdt, kind, q, poison)
+        dv_obj, dv3 = api._output((Tk, Hk, d), npdt, kind, q, poison)
         if Tk:
             flash._flat_launch(flash.group_sum_kernel(dname, count), Tk * Hk * d,
                                dk_h.reshape(Tk * H, d), dv_h.reshape(Tk * H, d),
                                dk3.reshape(Tk * Hk, d), dv3.reshape(Tk * Hk, d),
                                np.int64(G), counters)
-    grads = tuple(api._return_like(x, kind, q) for x in (dq3, dk3, dv3))
-    if count_traffic:
-        return grads, flash._counters_to_ledger(counters, "fa2", problem, tiling)
-    return grads
+    return tuple(obj if obj is not None else api._return_like(x, kind, q)
+                 for obj, x in ((dq_obj, dq3), (dk_obj, dk3), (dv_obj, dv3)))
 
 
 __all__ = ["attention_varlen", "attention_varlen_backward", "VARLEN_KERNELS"]
