@@ -14,14 +14,20 @@ The commit recorded is $FLASHSIM_COMMIT, else the checkout's HEAD.
     against the dense float64 reference (iosim.reference_decode): rel_err of O, max |L -
     lse|; the instrumented build's own counts against iosim.decode_closed_form
     (counts_exact); the uncounted build's O equal to the counted one's.
-(b) timings (kind "decode_bench"): batch in {1, 8, 32, 64}, N_kv in {1K, 4K, 16K, 64K,
-    128K}, d in {64, 128}, MHA (32 heads) and GQA (32 query heads on 8 K/V heads;
-    flashsim with kv_reads="per_group"), contiguous and paged (page size 256), fp16,
-    N_q = 1, num_splits "auto" (iosim.choose_num_splits for this GPU's SM count).
+(b) timings (kind "decode_bench"): batch in {1, 8, 64}, N_kv in {1K, 16K, 64K, 128K},
+    d in {64, 128}, MHA (32 heads), GQA (32 query heads on 8 K/V heads) and MQA (8 on 1;
+    flashsim with kv_reads="per_group" for both), contiguous and paged (pages of 16 and
+    256 rows), fp16, N_q = 1, num_splits "auto" (gpu.decode's rule for this GPU's SM
+    count); then ragged batches at d = 128 (RAGGED: batch 8 and 64; lengths uniform in
+    [N_kv / 8, N_kv], rows carry cache_seqlens, their sum and max; bandwidth counts each
+    sequence's own bytes).
     impl "flashsim": DecodeLauncher (the kernels alone: main + combine when S > 1) on
-    preallocated outputs; "torch_sdpa": F.scaled_dot_product_attention(q, K, V,
-    enable_gqa=GQA) on the contiguous cache (paged points: not timed, SDPA has no block
-    table); "flash_attn": flash_attn_with_kvcache (contiguous and paged) if importable.
+    preallocated outputs, main kernel "auto" (`main_kernel` names the one that ran);
+    "flashsim_tiled": the tiled main kernel, at the contiguous batch-8 points;
+    "torch_sdpa": F.scaled_dot_product_attention(q, K, V, enable_gqa=GQA) on the
+    contiguous cache (paged points: not timed, SDPA has no block table; ragged points:
+    over the longest length with a boolean padding mask, `sdpa_mask`);
+    "flash_attn": flash_attn_with_kvcache (uniform, contiguous and paged) if importable.
 (c) num_splits sweep (kind "decode_bench", sweep "num_splits"): every S in 1..64 and a few
     larger for three shapes, with the rule's choice (rule_num_splits) in each row.
 
@@ -58,11 +64,16 @@ import statistics
 import time
 import traceback
 
-BATCHES = (1, 8, 32, 64)
-KV_LENS = (1024, 4096, 16384, 65536, 131072)
+BATCHES = (1, 8, 64)
+KV_LENS = (1024, 16384, 65536, 131072)
 HEAD_DIMS = (64, 128)
-ATTN = {"mha": (32, 32), "gqa": (32, 8)}
+ATTN = {"mha": (32, 32), "gqa": (32, 8), "mqa": (8, 1)}
 PAGE = 256
+#: cache layouts timed: contiguous, and pages of 16 and 256 rows
+PAGES = (None, 16, PAGE)
+#: ragged batches (d = 128): (batch, longest N_kv); lengths drawn uniformly from
+#: [N_kv / 8, N_kv] with a fixed seed, the longest set to N_kv
+RAGGED = ((8, 16384), (64, 16384), (8, 131072))
 ROTATE_BYTES = 200 * 10**6
 SWEEP_S = tuple(range(1, 65)) + (80, 96, 128, 192, 256)
 #: (name, batch, attn, d, N_kv, page_size) of the num_splits sweep
@@ -168,12 +179,23 @@ def run_checks(w: Writer, quick: bool):
 # ---------------------------------------------------------------------------------------
 # (b), (c) timings
 # ---------------------------------------------------------------------------------------
-def dram_bytes(batch, H, Hk, N_q, N_kv, d, itemsize, page) -> int:
-    """The least a decoding step moves to or from HBM (see the module docstring)."""
-    kv = 2 * batch * Hk * N_kv * d * itemsize
+def dram_bytes(batch, H, Hk, N_q, N_kv, d, itemsize, page, lens=None) -> int:
+    """The least a decoding step moves to or from HBM (see the module docstring); lens:
+    per-sequence cache lengths (a ragged batch: each sequence's own K/V bytes)."""
+    lens = [N_kv] * batch if lens is None else list(lens)
+    kv = 2 * Hk * sum(lens) * d * itemsize
     qo = 2 * batch * H * N_q * d * itemsize + 4 * batch * H * N_q
-    bt = 4 * batch * -(-N_kv // page) if page else 0
+    bt = 4 * sum(-(-n // page) for n in lens) if page else 0
     return kv + qo + bt
+
+
+def ragged_lengths(batch: int, N_kv: int, seed: int = 0) -> tuple:
+    """A ragged batch's cache lengths: uniform in [N_kv / 8, N_kv], the longest N_kv."""
+    import numpy as np
+    rng = np.random.default_rng(seed + batch + N_kv)
+    lens = rng.integers(N_kv // 8, N_kv + 1, size=batch)
+    lens[0] = N_kv
+    return tuple(int(n) for n in lens)
 
 
 class Timer:
@@ -222,22 +244,31 @@ class Bench:
         return int(0.8 * free)
 
     def point(self, batch, attn, d, N_kv, page, *, num_splits="auto", sweep=None,
-              impls=("flashsim", "torch_sdpa", "flash_attn"), name=None):
-        """Time one configuration for each impl; one row per impl (or one skipped row)."""
+              impls=("flashsim", "torch_sdpa", "flash_attn"), name=None, lens=None):
+        """Time one configuration for each impl; one row per impl (or one skipped row).
+        lens: per-sequence cache lengths (a ragged batch; N_kv their maximum)."""
         import iosim
         from gpu.decode import DecodeLauncher
+        from gpu.decode.api import auto_num_splits
         torch, cuda = self.torch, self.cuda
         H, Hk = ATTN[attn]
         N_q, dt, itemsize = 1, "fp16", 2
         kv_reads = "per_group" if Hk != H else "per_query_head"
-        p = iosim.DecodeProblem(N_kv=N_kv, d=d, batch=batch, heads=H, kv_heads=Hk, N_q=N_q,
-                                dtype=dt, page_size=page)
-        rule = iosim.choose_num_splits(p, self.sms, kv_reads=kv_reads)
+        if lens is None:
+            p = iosim.DecodeProblem(N_kv=N_kv, d=d, batch=batch, heads=H, kv_heads=Hk,
+                                    N_q=N_q, dtype=dt, page_size=page)
+        else:
+            p = iosim.DecodeProblem.ragged(lens, d, heads=H, kv_heads=Hk, N_q=N_q, dtype=dt,
+                                           page_size=page)
+        rule = auto_num_splits(p, kv_reads)
         S = rule.num_splits if num_splits == "auto" else num_splits
         base = dict(dtype=dt, batch=batch, heads=H, kv_heads=Hk, seq_len_q=N_q,
                     seq_len_kv=N_kv, d=d, paged=page, attn=attn)
+        if lens is not None:
+            base.update(ragged=True, cache_seqlens=list(lens), cache_seqlens_sum=sum(lens),
+                        cache_seqlens_max=max(lens))
         extra = dict(sweep=sweep, shape=name) if sweep else {}
-        dbytes = dram_bytes(batch, H, Hk, N_q, N_kv, d, itemsize, page)
+        dbytes = dram_bytes(batch, H, Hk, N_q, N_kv, d, itemsize, page, lens)
         pages = -(-N_kv // page) if page else 0
         cache = 2 * batch * Hk * (pages * page if page else N_kv) * d * itemsize
         cap = self.free_cap()
@@ -283,8 +314,9 @@ class Bench:
         for impl in impls:
             row = dict(impl=impl, **base, **extra, **common)
             try:
-                if impl == "flashsim":
-                    run = DecodeLauncher(p, S, kv_reads=kv_reads)
+                if impl in ("flashsim", "flashsim_tiled"):
+                    run = DecodeLauncher(p, S, kv_reads=kv_reads,
+                                         main="tiled" if impl == "flashsim_tiled" else "auto")
                     o = torch.empty((batch, H, N_q, d), device="cuda", dtype=torch.float16)
                     L = torch.empty((batch, H, N_q), device="cuda", dtype=torch.float32)
                     od, Ld = (cuda.as_cuda_array(x, sync=False) for x in (o, L))
@@ -302,7 +334,7 @@ class Bench:
                     fn(0)
                     torch.cuda.synchronize()
                     o_flash = o.float()
-                    row.update(num_splits=S, schedule=run.schedule,
+                    row.update(num_splits=S, schedule=run.schedule, main_kernel=run.main,
                                ledger_bytes=led.hbm_bytes,
                                gbps_ledger=led.hbm_bytes / ms / 1e6,
                                kernel_layout={k_: run.plan[k_] for k_ in
@@ -312,18 +344,28 @@ class Bench:
                         continue
                     F = torch.nn.functional
                     gqa = H != Hk
+                    # a ragged batch: SDPA has no per-sequence lengths; it attends over the
+                    # longest, with a boolean mask hiding each sequence's unused rows
+                    mask = None if lens is None else (
+                        torch.arange(N_kv, device="cuda")[None, None, None, :]
+                        < torch.tensor(lens, device="cuda")[:, None, None, None])
+                    if mask is not None:
+                        row["sdpa_mask"] = "padding"
+
+                    kw = dict(scale=scale, enable_gqa=gqa)
+                    if mask is not None:
+                        kw["attn_mask"] = mask
 
                     def fn(i):
                         q, k, v, _ = sets[i]
-                        return F.scaled_dot_product_attention(q, k, v, scale=scale,
-                                                              enable_gqa=gqa)
+                        return F.scaled_dot_product_attention(q, k, v, **kw)
                     ms, mn = self.timer(fn, copies)
                     if o_flash is not None:
                         diff = (fn(0).float() - o_flash).abs().max().item()
                         row["max_abs_diff_vs_flashsim"] = _finite(diff)
                     row.update(num_splits=None)
                 elif impl == "flash_attn":
-                    if self.fa is None:
+                    if self.fa is None or lens is not None:
                         continue
 
                     def fn(i):
@@ -373,24 +415,34 @@ def run(out, *, budget_s=BUDGET_S, reps=MIN_REPS, quick=False, checks=True,
         ok = run_checks(w, quick)
     bench = Bench(w, reps)
     print(f"(b) timings ({time.monotonic() - t0:.0f} s so far)", flush=True)
-    points = [(b, attn, d, n, page) for d in HEAD_DIMS for attn in ATTN for page in (None, PAGE)
-              for b in BATCHES for n in KV_LENS]
+    # (batch, attn, d, N_kv, page, lens): uniform batches, then ragged ones (d = 128)
+    points = [(b, attn, d, n, page, None) for d in HEAD_DIMS for attn in ATTN
+              for page in PAGES for b in BATCHES for n in KV_LENS]
+    points += [(b, attn, 128, n, page, ragged_lengths(b, n)) for b, n in RAGGED
+               for attn in ATTN for page in PAGES]
     if quick:
-        points = [(1, "mha", 128, 4096, None), (8, "gqa", 128, 16384, PAGE),
-                  (64, "mha", 64, 1024, None)]
+        points = [(1, "mha", 128, 4096, None, None), (8, "gqa", 128, 16384, PAGE, None),
+                  (64, "mha", 64, 1024, None, None),
+                  (8, "gqa", 128, 16384, 16, ragged_lengths(8, 16384))]
     # the smallest points first within the budget: sort by cache size so that a run cut
     # by the budget loses the largest points, not a whole series
     points.sort(key=lambda x: x[0] * ATTN[x[1]][1] * x[2] * x[3])
-    for i, (b, attn, d, n, page) in enumerate(points):
+    for i, (b, attn, d, n, page, lens) in enumerate(points):
         if time.monotonic() - t0 > 0.7 * budget_s:
-            for (b2, a2, d2, n2, p2) in points[i:]:
+            for (b2, a2, d2, n2, p2, l2) in points[i:]:
                 H, Hk = ATTN[a2]
                 w.row("decode_bench", impl="flashsim", dtype="fp16", batch=b2, heads=H,
                       kv_heads=Hk, seq_len_q=1, seq_len_kv=n2, d=d2, paged=p2, attn=a2,
-                      num_splits=None, status="skipped", reason="time budget")
+                      ragged=l2 is not None, num_splits=None, status="skipped",
+                      reason="time budget")
             print(f"  budget: {len(points) - i} points skipped", flush=True)
             break
-        bench.point(b, attn, d, n, page)
+        # the tiled kernel (gpu.decode's main kernel before the flat one) beside it at the
+        # contiguous batch-8 points, for the ratio in the same run
+        impls = ("flashsim", "torch_sdpa", "flash_attn")
+        if b == 8 and page is None and lens is None:
+            impls += ("flashsim_tiled",)
+        bench.point(b, attn, d, n, page, lens=lens, impls=impls)
     if sweep:
         print(f"(c) num_splits sweep ({time.monotonic() - t0:.0f} s so far)", flush=True)
         shapes = SWEEP_SHAPES[:1] if quick else SWEEP_SHAPES
