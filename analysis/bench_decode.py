@@ -249,7 +249,7 @@ class Bench:
         lens: per-sequence cache lengths (a ragged batch; N_kv their maximum)."""
         import iosim
         from gpu.decode import DecodeLauncher
-        from gpu.decode.api import auto_num_splits
+        from gpu.decode.api import auto_num_splits, main_kernel
         torch, cuda = self.torch, self.cuda
         H, Hk = ATTN[attn]
         N_q, dt, itemsize = 1, "fp16", 2
@@ -260,7 +260,8 @@ class Bench:
         else:
             p = iosim.DecodeProblem.ragged(lens, d, heads=H, kv_heads=Hk, N_q=N_q, dtype=dt,
                                            page_size=page)
-        rule = auto_num_splits(p, kv_reads)
+        rule = auto_num_splits(p, kv_reads, main_kernel(p, kv_reads))
+        rule_tiled = auto_num_splits(p, kv_reads, "tiled")
         S = rule.num_splits if num_splits == "auto" else num_splits
         base = dict(dtype=dt, batch=batch, heads=H, kv_heads=Hk, seq_len_q=N_q,
                     seq_len_kv=N_kv, d=d, paged=page, attn=attn)
@@ -315,8 +316,11 @@ class Bench:
             row = dict(impl=impl, **base, **extra, **common)
             try:
                 if impl in ("flashsim", "flashsim_tiled"):
+                    tiled = impl == "flashsim_tiled"
+                    if tiled and num_splits == "auto":
+                        S = rule_tiled.num_splits   # the tiled kernel's own rule
                     run = DecodeLauncher(p, S, kv_reads=kv_reads,
-                                         main="tiled" if impl == "flashsim_tiled" else "auto")
+                                         main="tiled" if tiled else "auto")
                     o = torch.empty((batch, H, N_q, d), device="cuda", dtype=torch.float16)
                     L = torch.empty((batch, H, N_q), device="cuda", dtype=torch.float32)
                     od, Ld = (cuda.as_cuda_array(x, sync=False) for x in (o, L))

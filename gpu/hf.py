@@ -214,12 +214,13 @@ def _decode(query, key, value, causal, scale, dname, layer, step):
     """gpu.decode on the cache as transformers keeps it, or None where gpu.decode's
     kernels do not take this layout (its ValueError; gpu.attention runs it instead)."""
     from iosim.decode import DecodeProblem
-    from .decode import auto_num_splits, decode
+    from .decode import decode
+    from .decode.api import auto_num_splits, choose_kv_reads, main_kernel
     B, H, Nq, d = (int(s) for s in query.shape)
     Hk, Nk = int(key.shape[1]), int(key.shape[2])
     problem = DecodeProblem(N_kv=Nk, d=d, batch=B, heads=H, kv_heads=Hk, N_q=Nq, dtype=dname)
-    kv_reads = "per_query_head"
-    S = auto_num_splits(problem, kv_reads).num_splits
+    kv_reads = choose_kv_reads(problem)
+    S = auto_num_splits(problem, kv_reads, main_kernel(problem, kv_reads)).num_splits
     try:
         o = decode(query.detach().contiguous(), key.detach(), value.detach(), num_splits=S,
                    kv_reads=kv_reads, scale=scale, causal=causal)

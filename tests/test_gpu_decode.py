@@ -145,8 +145,10 @@ def test_auto_num_splits_is_the_rule():
     import gpu
     from gpu.decode import api
     p = DecodeProblem(N_kv=300, d=16, heads=2, N_q=1, dtype="fp32")
-    want = choose_num_splits(p, iosim.get_hardware("H100-SXM").sm_count)
-    assert api.auto_num_splits(p, "per_query_head").num_splits == want.num_splits == 2
+    want = choose_num_splits(p, iosim.get_hardware("H100-SXM").sm_count,
+                             api.CTAS_PER_SM["flat"])
+    assert api.main_kernel(p, "per_query_head") == "flat"        # the simulator's default
+    assert api.auto_num_splits(p, "per_query_head", "flat").num_splits == want.num_splits == 2
     q, k, v = random_decode_inputs(p, seed=1)
     _, led = gpu.decode(q, k, v, count_traffic=True)          # num_splits="auto"
     assert led.num_splits == want.num_splits and led.algorithm == "split_kv"

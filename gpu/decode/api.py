@@ -109,17 +109,53 @@ def _lengths(cache_seqlens, batch, capacity, what, append, N_q, kind):
     return None, tuple(int(n) for n in vals.tolist()), dev
 
 
-def auto_num_splits(problem: DecodeProblem, kv_reads: str):
-    """iosim.choose_num_splits for this GPU's SM count (the SIM_PRESET's in the simulator)."""
+def main_kernel(problem: DecodeProblem, kv_reads: str, main: str = "auto",
+                vec: bool = True) -> str:
+    """The main kernel DecodeLauncher runs for `main` ("auto", "flat" or "tiled"): "flat"
+    wherever gpu.decode.flat's plan applies, else "tiled"."""
+    if not isinstance(main, str) or main not in MAIN_KERNELS:
+        raise ValueError(f"main={main!r} is not known; allowed: {', '.join(MAIN_KERNELS)}")
+    if main == "tiled":
+        return "tiled"
+    NR = (1 if kv_reads == "per_query_head" else problem.group) * problem.N_q
+    ok = Fl.plan(problem.d, problem.dtype, NR, vec_ok=vec) is not None
+    if main == "flat" and not ok:
+        raise ValueError(f"main='flat' does not run {NR} query rows a block at "
+                         f"d={problem.d} ({problem.dtype}); allowed: main='tiled' or 'auto'")
+    return "flat" if ok else "tiled"
+
+
+def choose_kv_reads(problem: DecodeProblem, kv_reads: str = "auto", main: str = "auto") -> str:
+    """kv_reads for "auto": "per_group" (each K/V head read once for its G query heads)
+    on grouped heads where the flat kernel runs the group's G x N_q rows, else
+    "per_query_head"; an explicit value is returned as it is."""
+    if kv_reads != "auto":
+        return kv_reads
+    if problem.group > 1 and main != "tiled":
+        NR = problem.group * problem.N_q
+        if Fl.plan(problem.d, problem.dtype, NR) is not None:
+            return "per_group"
+    return "per_query_head"
+
+
+#: thread blocks per SM the "auto" split count aims for, per main kernel: the tiled
+#: kernel's rule was measured with one; the flat kernel holds its loads in registers and
+#: needs several resident blocks an SM to keep enough bytes in flight
+CTAS_PER_SM = {"tiled": 1, "flat": 4}
+
+
+def auto_num_splits(problem: DecodeProblem, kv_reads: str, main: str = "flat"):
+    """iosim.choose_num_splits for this GPU's SM count (the SIM_PRESET's in the simulator)
+    and the main kernel's target blocks an SM (CTAS_PER_SM)."""
     if SIM:
         sms = iosim.get_hardware(SIM_PRESET).sm_count
     else:
         sms = int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
-    return choose_num_splits(problem, sms, kv_reads=kv_reads)
+    return choose_num_splits(problem, sms, CTAS_PER_SM[main], kv_reads=kv_reads)
 
 
 def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None, v=None,
-           num_splits="auto", kv_reads="per_query_head", scale=None, causal=True,
+           num_splits="auto", kv_reads="auto", scale=None, causal=True,
            count_traffic=False, return_stats=False, main="auto"):
     """Decoding attention O = softmax(scale Q K^T + mask) V against a KV cache.
 
@@ -151,8 +187,10 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None,
         with an empty chunk reads nothing). S = 1 runs the fa2_decode schedule (one
         kernel, writes O and L); S > 1 the split_kv schedule (main kernel writes Opart,
         Lpart in float32, then the combine kernel).
-    kv_reads: "per_query_head" (a block per query head, each reading its group's K/V) or
-        "per_group" (a block per K/V head serving its G query heads, K/V read once).
+    kv_reads: "per_query_head" (a block per query head, each reading its group's K/V),
+        "per_group" (a block per K/V head serving its G query heads, K/V read once), or
+        "auto" (default; `choose_kv_reads`): per_group on grouped heads where the flat
+        kernel takes the group's rows, else per_query_head. The ledger names the one run.
     scale: default 1 / sqrt(d), finite in float32. causal: True (default) masks
         bottom-right (new row r of sequence b sees cache rows c <= n_b - N_q + r, n_b its
         length after any append); False: every new row sees the whole cache. Counts do
@@ -222,8 +260,9 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None,
         raise ValueError(f"k_cache has head dim {dk}; it must equal q's d={d}")
     if H % Hk:
         raise ValueError(f"k_cache has kv_heads={Hk}, which must divide q's heads={H}")
-    if kv_reads not in KV_READS:
-        raise ValueError(f"kv_reads={kv_reads!r} is not known; allowed: {', '.join(KV_READS)}")
+    if not isinstance(kv_reads, str) or kv_reads not in KV_READS + ("auto",):
+        raise ValueError(f"kv_reads={kv_reads!r} is not known; allowed: auto, "
+                         f"{', '.join(KV_READS)}")
     if causal not in (True, False):
         raise ValueError(f"causal={causal!r} is not allowed; allowed: True, False")
     dname = dtype_name(dt)
@@ -239,8 +278,9 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None,
         raise ValueError(f"scale={scale!r} is not allowed; allowed: a number") from None
     if not np.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
         raise ValueError(f"scale={scale!r} is not allowed; allowed: numbers finite in float32")
+    kv_reads = choose_kv_reads(problem, kv_reads, main)
     if num_splits is None or (isinstance(num_splits, str) and num_splits == "auto"):
-        S = auto_num_splits(problem, kv_reads).num_splits
+        S = auto_num_splits(problem, kv_reads, main_kernel(problem, kv_reads, main)).num_splits
     elif isinstance(num_splits, str):
         raise ValueError(f"num_splits={num_splits!r} is not allowed; allowed: 'auto', None, "
                          f"or a positive integer leaving no split empty")
@@ -311,15 +351,13 @@ class DecodeLauncher:
         self.schedule = "split_kv" if self.split else "fa2_decode"
         self.NG = 1 if kv_reads == "per_query_head" else p.group
         NR = self.NG * p.N_q
-        if not isinstance(main, str) or main not in MAIN_KERNELS:
-            raise ValueError(f"main={main!r} is not known; allowed: {', '.join(MAIN_KERNELS)}")
         flat = None
-        if main != "tiled" and lanes_per_row is None:
+        if lanes_per_row is None:
             K.plan(p.d, p.dtype, NR, vec_ok=vec)       # the head dims gpu.decode takes
-            flat = Fl.plan(p.d, p.dtype, NR, vec_ok=vec)
-        if main == "flat" and flat is None:
-            raise ValueError(f"main='flat' does not run {NR} query rows a block at d={p.d} "
-                             f"({p.dtype}); allowed: main='tiled' or 'auto'")
+            if main_kernel(p, kv_reads, main, vec) == "flat":
+                flat = Fl.plan(p.d, p.dtype, NR, vec_ok=vec)
+        elif main not in MAIN_KERNELS:
+            main_kernel(p, kv_reads, main, vec)         # its one-line error
         self.main = "flat" if flat is not None else "tiled"
         lay = self.plan = flat if flat is not None else K.plan(
             p.d, p.dtype, NR, vec_ok=vec, lanes_per_row=lanes_per_row)
