@@ -25,6 +25,9 @@ def _problem_text(call) -> str:
     p = call.problem
     if call.pass_ == "decode":
         return f"N_kv={p.N_kv}"
+    if not hasattr(p, "N"):                        # iosim.VarlenProblem: a packed batch
+        return (f"varlen N_q={'/'.join(map(str, p.seqlens_q))} N_k="
+                f"{'/'.join(map(str, p.seqlens_k))}" + (" causal" if p.causal else ""))
     text = f"N={p.N}" + (f" N_k={p.N_k}" if p.N_k != p.N else "")
     text += " causal" if p.causal else ""
     if p.window != (-1, -1):

@@ -34,6 +34,7 @@ from .hardware import get_hardware
 from .launch.plan import kernel_plan
 from .problem import ConfigError, Problem, check_dtype, check_head_dim
 from .tiling import ALGORITHMS, Tiling
+from .varlen import VarlenProblem, varlen_backward_closed_form, varlen_closed_form
 
 #: the steps a call belongs to: a prompt's forward, one decoding step, a training step
 STEPS = ("prefill", "decode", "train")
@@ -60,10 +61,13 @@ class AttentionCall:
 
     layer: decoder layer index, 0-based. step: "prefill", "decode" or "train".
     problem: an iosim Problem (forward or, with backward=True, the backward pass of a
-        training step) or an iosim.decode.DecodeProblem (a decoding step against the cache).
-    algorithm: the forward algorithm ("standard", "fa1", "fa2") for a Problem, the decode
-        schedule ("fa2_decode", "split_kv") for a DecodeProblem.
-    tiling: (B_r, B_c) for a Problem (a Tiling is taken too), None for a DecodeProblem.
+        training step), an iosim.VarlenProblem (a packed batch: padded sequences with their
+        padding dropped) or an iosim.decode.DecodeProblem (a decoding step against the
+        cache).
+    algorithm: the forward algorithm ("standard", "fa1", "fa2") for a Problem or a
+        VarlenProblem, the decode schedule ("fa2_decode", "split_kv") for a DecodeProblem.
+    tiling: (B_r, B_c) for a Problem or a VarlenProblem (a Tiling is taken too), None for
+        a DecodeProblem.
     num_splits: split-KV splits S (decode; 1 for fa2_decode and for a Problem).
     kv_reads: grouped heads' K/V reads, "per_query_head" or "per_group" (decode).
     backward: the backward pass of this call (step "train" only).
@@ -92,11 +96,12 @@ class AttentionCall:
         p = self.problem
         if isinstance(p, DecodeProblem):
             self._check_decode()
-        elif isinstance(p, Problem):
+        elif isinstance(p, (Problem, VarlenProblem)):
             self._check_forward()
         else:
             raise _bad("problem", type(p).__name__,
-                       "an iosim.Problem or an iosim.decode.DecodeProblem")
+                       "an iosim.Problem, an iosim.VarlenProblem or an "
+                       "iosim.decode.DecodeProblem")
 
     def _check_decode(self):
         if self.step != "decode":
@@ -115,18 +120,23 @@ class AttentionCall:
         object.__setattr__(self, "num_splits", S)
 
     def _check_forward(self):
-        if not isinstance(self.algorithm, str) or self.algorithm not in ALGORITHMS:
+        algs = ("fa2",) if self.backward and isinstance(self.problem, VarlenProblem) \
+            else ALGORITHMS             # iosim.varlen's backward is fa2's
+        if not isinstance(self.algorithm, str) or self.algorithm not in algs:
             raise _bad("algorithm", self.algorithm,
-                       f"{', '.join(ALGORITHMS)} (the forward algorithms, for a Problem)")
+                       f"{', '.join(algs)} (the forward algorithms, for a "
+                       f"{type(self.problem).__name__})")
         t = self.tiling
         if isinstance(t, Tiling):
             t = (t.B_r, t.B_c)
         if not (isinstance(t, (tuple, list)) and len(t) == 2
                 and all(_is_int(x) and x > 0 for x in t)):
-            raise _bad("tiling", self.tiling, "(B_r, B_c), two positive integers, for a Problem")
+            raise _bad("tiling", self.tiling, f"(B_r, B_c), two positive integers, for a "
+                                              f"{type(self.problem).__name__}")
         object.__setattr__(self, "tiling", (int(t[0]), int(t[1])))
         if self.num_splits != 1 or isinstance(self.num_splits, bool):
-            raise _bad("num_splits", self.num_splits, "1 for a Problem (splits are decode's)")
+            raise _bad("num_splits", self.num_splits, f"1 for a {type(self.problem).__name__} "
+                                                      f"(splits are decode's)")
         if self.backward and self.step != "train":
             raise _bad("step", self.step, "'train' for a backward call")
 
@@ -497,10 +507,21 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
+def _price_varlen(call: AttentionCall, hw) -> CallTraffic:
+    p, t = call.problem, Tiling(*call.tiling)
+    ledger = (varlen_backward_closed_form(p, t) if call.backward
+              else varlen_closed_form(call.algorithm, p, t))
+    return CallTraffic(call, f"{call.algorithm} varlen {call.pass_}", ledger, None, None, None,
+                       "no DRAM bytes or time: the L2 / DRAM and time models do not cover "
+                       "packed variable-length batches (iosim.varlen: the ledger only)")
+
+
 def _price_forward(call: AttentionCall, hw) -> CallTraffic:
     from .passes import levels          # Numba-compiled: imported when a call needs it
     from .timing.predict import predict_time
     p, t, pass_ = call.problem, Tiling(*call.tiling), call.pass_
+    if isinstance(p, VarlenProblem):
+        return _price_varlen(call, hw)
     ledger = (backward_closed_form if call.backward else closed_form)(call.algorithm, p, t)
     try:
         plan = (plan_problem(p, hw, pass_, t) if call.algorithm == "fa2"

@@ -232,6 +232,27 @@ def test_recorded_calls_price_like_built_ones():
     assert [r.hbm_bytes for r in a.rows] == [r.hbm_bytes for r in b.rows]
 
 
+def test_packed_batches_price_their_ledger_only():
+    """gpu.hf records a padded batch as the packed problem it runs (iosim.VarlenProblem)."""
+    from iosim import VarlenProblem, execute_varlen, execute_varlen_backward
+    p = VarlenProblem((5, 0, 12), (5, 0, 12), 8, heads=2, kv_heads=1, dtype="fp16",
+                      causal=True)
+    fwd = AttentionCall(0, "prefill", p, "fa2", (8, 4))
+    bwd = AttentionCall(0, "train", p, "fa2", (4, 8), backward=True)
+    table = traffic_table([fwd, bwd])
+    f, b = table.rows
+    assert f.ledger.counts() == execute_varlen("fa2", p, Tiling(8, 4)).ledger.counts()
+    assert b.ledger.counts() == execute_varlen_backward(p, Tiling(4, 8)).ledger.counts()
+    for r in (f, b):
+        assert r.dram_bytes is None and r.predicted_ms is None and "variable-length" in r.reason
+    with pytest.raises(ConfigError) as e:
+        AttentionCall(0, "train", p, "fa1", (4, 8), backward=True)
+    _one_line(e, "algorithm='fa1'", "fa2")
+    from analysis.model_traffic import format_summary, summarise
+    text = format_summary(summarise(table), "packed")
+    assert "varlen N_q=5/0/12" in text and f"{f.hbm_bytes:,}" in text
+
+
 # ---------------------------------------------------------------------------------------
 # AttentionCall's checks
 # ---------------------------------------------------------------------------------------
@@ -242,7 +263,7 @@ D = DecodeProblem(N_kv=100, d=8)
 @pytest.mark.parametrize("kw,words", [
     (dict(layer=-1), ["layer=-1"]), (dict(layer=True), ["layer=True"]),
     (dict(layer=1.5), ["layer=1.5"]), (dict(step="warmup"), ["step='warmup'", "prefill"]),
-    (dict(problem="N=16"), ["problem", "Problem"]),
+    (dict(problem="N=16"), ["problem", "VarlenProblem", "DecodeProblem"]),
     (dict(algorithm="fa3"), ["algorithm='fa3'", "fa2"]),
     (dict(algorithm="split_kv"), ["algorithm='split_kv'"]),
     (dict(tiling=None), ["tiling=None", "(B_r, B_c)"]), (dict(tiling=(0, 16)), ["tiling"]),
