@@ -146,7 +146,7 @@ def format_summary(summary: dict, heading: str, *, every_layer: bool = False) ->
                          f"{tiling:<11}{r['ledger_bytes']:>18,}"
                          f"{_num(r['dram_bytes'], MB, '11.1f', note):>11}"
                          f"{_num(r['predicted_ms'], 1, '10.3f', note):>10}")
-    lines += ["", f"{'totals (all layers)':<44}{'ledger GB':>12}{'DRAM GB':>11}{'time ms':>10}"]
+    lines += ["", f"{'totals (all layers; -: a layer has none)':<44}{'ledger GB':>12}{'DRAM GB':>11}{'time ms':>10}"]
     for key, sec in summary["sections"].items():
         parts = [(sec["title"] + (f", {sec['steps']} steps" if key == "decode" else ""),
                   sec["total"])]

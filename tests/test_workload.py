@@ -548,7 +548,20 @@ def test_figure_reads_at_a_glance():
         plt.close(fig)
 
 
-def test_docs_page_is_linked():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "docs", "index.md")) as f:
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS_COMMAND = ["model", "llama3.1-8b", "--prefill", "8192", "--decode", "100"]
+
+
+def test_docs_page_shows_what_the_command_prints():
+    """docs/model-traffic.md's table is the command's output as it stands (after a change
+    to the models: remake it, and its figure, with the command the page names)."""
+    with open(os.path.join(ROOT, "docs", "index.md")) as f:
         assert "(model-traffic.md)" in f.read()
+    with open(os.path.join(ROOT, "docs", "model-traffic.md")) as f:
+        page = f.read()
+    rc, out, err = run_cli(DOCS_COMMAND)
+    assert rc == 0, err
+    assert "flashsim " + " ".join(DOCS_COMMAND) + " --figure docs/model-traffic.png" in page
+    assert out.strip() in page, ("docs/model-traffic.md is stale: paste the output of "
+                                 "flashsim " + " ".join(DOCS_COMMAND))
+    assert os.path.getsize(os.path.join(ROOT, "docs", "model-traffic.png")) > 0
