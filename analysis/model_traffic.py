@@ -119,34 +119,41 @@ def _collapse(rows: list[dict]) -> list[tuple[list[int], dict]]:
     return out
 
 
+def _columns(rows: list[list[str]], spec: list[tuple[str, int]]) -> list[str]:
+    """Rows of cells as aligned lines: spec = (align '<' or '>', least width) per column;
+    a column grows to its longest cell + 2, so cells stay apart at any size."""
+    widths = [max([least] + [len(r[i]) + 2 for r in rows]) for i, (_, least) in enumerate(spec)]
+    return ["".join(f"{c:{a}{w}}" for c, (a, _), w in zip(r, spec, widths)).rstrip()
+            for r in rows]
+
+
 def format_summary(summary: dict, heading: str, *, every_layer: bool = False) -> str:
     """The summary as text: a per-layer table per section (consecutive layers with equal
     rows on one line unless every_layer), the totals, and the reasons as numbered notes."""
     notes = {reason: i + 1 for i, reason in enumerate(summary["reasons"])}
     lines = [heading, "ledger: exact bytes requested from HBM (read + written); DRAM, "
                       "time: model predictions (-[n]: note n says why not)"]
+    spec = [(">", 7), ("<", 0), ("<", 24), ("<", 16), ("<", 11), (">", 18), (">", 11),
+            (">", 10)]
     for key, sec in summary["sections"].items():
         decode = key == "decode"
         what = (f"sum over {sec['steps']} steps per layer" if decode else "per layer")
         lines += ["", f"{sec['title']}, {what}"]
         groups = ([([r["layer"]], r) for r in sec["layers"]] if every_layer
                   else _collapse(sec["layers"]))
-        wide = max([24] + [len(r["problem"]) + 2 for _, r in groups])
-        kw = max([16] + [len(r["kernel"]) + 2 for _, r in groups])
-        head = (f"{'layer':>7}  {'cache rows' if decode else 'problem':<{wide}}{'kernel':<{kw}}"
-                f"{'' if decode else 'B_r x B_c':<11}{'ledger bytes':>18}{'DRAM MB':>11}"
-                f"{'time ms':>10}")
-        lines.append(head)
+        rows = [["layer", "", "cache rows" if decode else "problem", "kernel",
+                 "" if decode else "B_r x B_c", "ledger bytes", "DRAM MB", "time ms"]]
         for layers, r in groups:
             note = f"[{notes[r['reason']]}]" if r["reason"] else ""
-            what = (f"{r['cache_rows'][0]:,}..{r['cache_rows'][1]:,}" if decode
-                    else r["problem"])
-            tiling = "" if r["tiling"] is None else f"{r['tiling'][0]}x{r['tiling'][1]}"
-            lines.append(f"{_layers_text(layers):>7}  {what:<{wide}}{r['kernel']:<{kw}}"
-                         f"{tiling:<11}{r['ledger_bytes']:>18,}"
-                         f"{_num(r['dram_bytes'], MB, '11.1f', note):>11}"
-                         f"{_num(r['predicted_ms'], 1, '10.3f', note):>10}")
-    lines += ["", f"{'totals (all layers; -: a layer has none)':<44}{'ledger GB':>12}{'DRAM GB':>11}{'time ms':>10}"]
+            rows.append([
+                _layers_text(layers), "",
+                f"{r['cache_rows'][0]:,}..{r['cache_rows'][1]:,}" if decode else r["problem"],
+                r["kernel"],
+                "" if r["tiling"] is None else f"{r['tiling'][0]}x{r['tiling'][1]}",
+                f"{r['ledger_bytes']:,}", _num(r["dram_bytes"], MB, ".1f", note),
+                _num(r["predicted_ms"], 1, ".3f", note)])
+        lines += _columns(rows, spec)
+    rows = [["totals (all layers; -: a layer has none)", "ledger GB", "DRAM GB", "time ms"]]
     for key, sec in summary["sections"].items():
         parts = [(sec["title"] + (f", {sec['steps']} steps" if key == "decode" else ""),
                   sec["total"])]
@@ -155,10 +162,9 @@ def format_summary(summary: dict, heading: str, *, every_layer: bool = False) ->
                 s = sec[name]
                 parts.append((f"  {name.replace('_', ' ')} ({s['step']}: cache "
                                f"{'/'.join(f'{n:,}' for n in s['cache_rows'])} rows)", s))
-        for label, t in parts:
-            lines.append(f"{label:<44}{t['ledger_bytes'] / GB:>12.3f}"
-                         f"{_num(t['dram_bytes'], GB, '11.3f', ''):>11}"
-                         f"{_num(t['predicted_ms'], 1, '10.3f', ''):>10}")
+        rows += [[label, f"{t['ledger_bytes'] / GB:.3f}", _num(t["dram_bytes"], GB, ".3f", ""),
+                  _num(t["predicted_ms"], 1, ".3f", "")] for label, t in parts]
+    lines += [""] + _columns(rows, [("<", 44), (">", 12), (">", 11), (">", 10)])
     if notes:
         lines.append("")
         lines += [f"[{i}] {reason}" for reason, i in notes.items()]

@@ -511,6 +511,8 @@ def test_cli_model_train_and_config_file(tmp_path):
     (["model", "llama3-8b", "--dtype", "int8"], ["dtype='int8'"]),
     (["model", "llama3-8b", "--figure", "x.jpg"], ["--figure", ".png"]),
     (["model", "llama3-8b", "--prefill", "x"], ["--prefill"]),
+    (["model", "llama3-8b", "--decode", "100000"], ["--decode=100000", "3,200,032 calls",
+                                                    "15,624"]),
 ])
 def test_cli_model_bad_input_exits_2(argv, words):
     rc, out, err = run_cli(argv)
@@ -518,6 +520,14 @@ def test_cli_model_bad_input_exits_2(argv, words):
     assert err.count("\n") == 1, err
     for w in words:
         assert w in err, err
+
+
+def test_cli_model_columns_stay_apart_at_any_size():
+    rc, out, err = run_cli(["model", "llama3.1-8b", "--prefill", "1000000000", "--decode", "2"])
+    assert rc == 0, err
+    assert "64x64  " in out and "..1,000,000,002  split_kv" in out
+    assert " 128,000,024,704,000,000,000  " in out      # the exact ledger, apart from DRAM
+    assert "too large for the L2 / DRAM model" in out   # the model's reason, as a note
 
 
 def test_cli_model_figure(tmp_path):

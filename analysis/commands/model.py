@@ -8,6 +8,9 @@ from dataclasses import asdict
 from iosim import PRESETS
 from iosim.workload import KNOWN_CONFIGS
 
+#: most calls one run prices (layers x (1 + decode steps)): about 20 s on one core
+MAX_CALLS = 500_000
+
 EXAMPLES = [
     "flashsim model llama3.1-8b --prefill 8192 --decode 100",
     "flashsim model gemma2-9b --prefill 8192 --decode 10 --gpu H200 --json out.json",
@@ -78,6 +81,12 @@ def main(args) -> int:
                           f"does not decode (drop --decode)")
     name, config = load_config(args.config)
     shape = model_shape(config, name)
+    n = shape.layers * (2 if args.train else 1 + max(decode, 0))
+    if n > MAX_CALLS:
+        raise ConfigError(f"--decode={decode} gives {n:,} calls ({shape.layers} layers x "
+                          f"(1 + {decode})); allowed: at most {MAX_CALLS:,} calls, "
+                          f"--decode <= {MAX_CALLS // shape.layers - 1:,} for this model "
+                          f"(each call is priced; iosim.workload has no such limit)")
     calls = calls_from_config(shape, batch=args.batch, prefill=args.prefill,
                               decode_steps=decode, dtype=args.dtype, preset=args.gpu,
                               kv_reads=args.kv_reads, train=args.train)
