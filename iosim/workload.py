@@ -30,7 +30,7 @@ from .backward import backward_closed_form
 from .closed_form import closed_form
 from .decode import DECODE, KV_READS, DecodeProblem, check_num_splits, choose_num_splits, \
     decode_closed_form
-from .hardware import get_hardware
+from .hardware import PRESETS, get_hardware
 from .launch.plan import kernel_plan
 from .problem import ConfigError, Problem, check_dtype, check_head_dim
 from .tiling import ALGORITHMS, Tiling
@@ -45,6 +45,14 @@ CONFIGS_PATH = Path(__file__).resolve().parent / "model_configs.json"
 
 def _bad(field_name: str, value, allowed: str) -> ConfigError:
     return ConfigError(f"{field_name}={value!r} is not allowed; allowed: {allowed}")
+
+
+def _hardware(preset):
+    """The Hardware preset named `preset` (case-insensitive), or a ConfigError naming it."""
+    try:
+        return get_hardware(preset)
+    except ConfigError:
+        raise _bad("preset", preset, ", ".join(PRESETS)) from None
 
 
 def _is_int(x) -> bool:
@@ -382,7 +390,7 @@ def calls_from_config(config, *, batch: int = 1, prefill: int = 8192,
     N = _check_count("prefill", prefill, 1)
     K = _check_count("decode_steps", decode_steps, 0)
     dtype = check_dtype(dtype)
-    hw = get_hardware(preset)
+    hw = _hardware(preset)
     if not isinstance(kv_reads, str) or kv_reads not in KV_READS:
         raise _bad("kv_reads", kv_reads, ", ".join(KV_READS))
     if not isinstance(train, bool):
@@ -569,7 +577,7 @@ def traffic_table(calls, preset: str = "H100-SXM") -> TrafficTable:
     time (iosim.levels + iosim.predict_time for forward / backward calls; time only from
     iosim.predict_decode for decode calls), or the model's one-line reason. Calls with
     the same problem are priced once."""
-    hw = get_hardware(preset)
+    hw = _hardware(preset)
     if isinstance(calls, AttentionCall) or not hasattr(calls, "__iter__"):
         raise _bad("calls", type(calls).__name__, "a list of iosim.workload.AttentionCall")
     calls = list(calls)

@@ -187,7 +187,7 @@ def test_traffic_table_refuses_bad_input():
         _one_line(e, word)
     with pytest.raises(ConfigError) as e:
         traffic_table([c], "H900")
-    _one_line(e, "H900", "H100-SXM")
+    _one_line(e, "preset='H900'", "H100-SXM")
     assert traffic_table([]).rows == ()
 
 
@@ -388,7 +388,7 @@ def test_load_config_by_path(tmp_path):
 @pytest.mark.parametrize("kw,words", [
     (dict(batch=0), ["batch=0"]), (dict(prefill=0), ["prefill=0"]),
     (dict(prefill=8.5), ["prefill=8.5"]), (dict(decode_steps=-1), ["decode_steps=-1"]),
-    (dict(dtype="fp8"), ["dtype='fp8'"]), (dict(preset="H900"), ["H900"]),
+    (dict(dtype="fp8"), ["dtype='fp8'"]), (dict(preset="H900"), ["preset='H900'", "H200"]),
     (dict(kv_reads="x"), ["kv_reads='x'"]), (dict(train=1), ["train=1"]),
     (dict(train=True, decode_steps=3), ["decode_steps=3", "train=True"]),
 ])
@@ -455,6 +455,28 @@ def test_property_attention_call_is_valid_or_refused(layer, step, decode, algori
         return
     assert c.pass_ in ("fwd", "bwd", "decode")
     assert _closed(c).hbm_bytes > 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(items=st.lists(st.sampled_from(["call", "decode", None, 3, "x", (16, 16)]), max_size=6),
+       preset=st.sampled_from(["H100-SXM", "h200", "A100-40GB", "H900", ""]))
+def test_property_traffic_table_prices_calls_or_names_the_bad_item(items, preset):
+    good = {"call": _call(), "decode": AttentionCall(1, "decode", D, "split_kv", None,
+                                                     num_splits=3)}
+    calls = [good.get(x, x) if isinstance(x, str) else x for x in items]
+    bad = [i for i, c in enumerate(calls) if not isinstance(c, AttentionCall)]
+    try:
+        table = traffic_table(calls, preset)
+    except ConfigError as e:
+        msg = str(e)
+        assert "\n" not in msg and "allowed" in msg
+        if preset in ("H900", ""):
+            assert f"preset={preset!r}" in msg and "H100-SXM" in msg
+        else:
+            assert bad and f"calls[{bad[0]}]" in msg
+        return
+    assert not bad and len(table.rows) == len(calls)
+    assert [r.ledger.counts() for r in table.rows] == [_closed(c).counts() for c in calls]
 
 
 # ---------------------------------------------------------------------------------------
@@ -575,3 +597,37 @@ def test_docs_page_shows_what_the_command_prints():
     assert out.strip() in page, ("docs/model-traffic.md is stale: paste the output of "
                                  "flashsim " + " ".join(DOCS_COMMAND))
     assert os.path.getsize(os.path.join(ROOT, "docs", "model-traffic.png")) > 0
+
+
+# ---------------------------------------------------------------------------------------
+# On the GPU: a transformers model on gpu.hf's backend records the calls its config gives
+# ---------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_gpu_hf_run_records_the_calls_built_from_its_config():
+    """A Llama-shaped model (2 layers, random weights) generating on gpu.hf records, call
+    by call, the layer, step, problem, tiling and num_splits that calls_from_config builds
+    from its config for the device's preset, and so prices to the same ledger."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    hf = pytest.importorskip("gpu.hf")
+    name = torch.cuda.get_device_name()
+    preset = "H200" if "H200" in name else "H100-SXM" if "H100" in name else None
+    if preset is None:
+        pytest.skip(f"no preset for {name}")
+    config = transformers.LlamaConfig(num_hidden_layers=2, num_attention_heads=8,
+                                      num_key_value_heads=2, hidden_size=512,
+                                      intermediate_size=1024, vocab_size=1000,
+                                      max_position_embeddings=4096)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to("cuda", torch.float16).eval()
+    model.set_attn_implementation(hf.register())
+    ids = torch.randint(0, config.vocab_size, (1, 1024), device="cuda")
+    new = 5                        # one prefill, then new - 1 decoding forwards
+    with recording() as calls, torch.no_grad():
+        model.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+    built = calls_from_config(config, prefill=1024, decode_steps=new - 1, preset=preset)
+    got = [(c.layer, c.step, c.problem, c.algorithm, c.tiling, c.num_splits) for c in calls]
+    want = [(c.layer, c.step, c.problem, c.algorithm, c.tiling, c.num_splits) for c in built]
+    assert got == want
+    assert [r.hbm_bytes for r in traffic_table(calls, preset).rows] == \
+        [r.hbm_bytes for r in traffic_table(built, preset).rows]
