@@ -35,6 +35,16 @@ def _problem_text(call) -> str:
     return text
 
 
+def _cache_rows(call) -> int:
+    """Key rows a decode-step call attends to: N_kv of a DecodeProblem, N_k of a Problem
+    (a backend that ran the step on the forward kernels), the longest sequence's of a
+    packed batch."""
+    p = call.problem
+    if hasattr(p, "N_kv"):
+        return p.N_kv
+    return p.N_k if hasattr(p, "N_k") else max(p.seqlens_k)
+
+
 def _layer_row(layer, rows) -> dict:
     """One layer's calls of one section, summed."""
     first, last = rows[0], rows[-1]
@@ -53,8 +63,8 @@ def _layer_row(layer, rows) -> dict:
                             else sum(r.predicted_ms for r in rows)),
            "reason": reasons[0] if reasons else None,
            "warnings": list(dict.fromkeys(w for r in rows for w in r.warnings))}
-    if first.call.pass_ == "decode":
-        out["cache_rows"] = [first.call.problem.N_kv, last.call.problem.N_kv]
+    if first.call.step == "decode":
+        out["cache_rows"] = [_cache_rows(first.call), _cache_rows(last.call)]
     return out
 
 
@@ -90,7 +100,7 @@ def summarise(table: TrafficTable) -> dict:
             for name, k in (("first_step", 0), ("last_step", steps - 1)):
                 at = [rs[k] for rs in by_layer.values() if len(rs) > k]
                 sec[name] = dict(_total(at), step=k + 1,
-                                 cache_rows=sorted({r.call.problem.N_kv for r in at}))
+                                 cache_rows=sorted({_cache_rows(r.call) for r in at}))
         sections[key] = sec
     reasons = list(dict.fromkeys(r.reason for r in table.rows if r.reason))
     return {"preset": table.preset, "sections": sections, "reasons": reasons}

@@ -212,6 +212,17 @@ class ModelShape:
         return sum(w is not None for w in self.windows)
 
 
+#: config fields of attention this model does not describe: multi-head latent attention
+#: (DeepSeek-V2/V3: a latent K/V cache, other head dims) and hybrid stacks whose layers
+#: are not all attention (Jamba, Nemotron-H, Zamba), named by the field that marks them
+NOT_MODELLED = {"kv_lora_rank": "multi-head latent attention (a latent K/V cache)",
+                "attn_layer_period": "a hybrid stack (attention on some layers only)",
+                "hybrid_override_pattern": "a hybrid stack (attention on some layers only)",
+                "layers_block_type": "a hybrid stack (attention on some layers only)"}
+#: encoder (bidirectional) models: no causal mask, no decoding
+ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra",
+                 "deberta", "deberta-v2", "modernbert", "vit")
+
 #: transformers' own aliases (GPT-2-style configs) of the fields read here
 _ALIASES = {"num_hidden_layers": ("n_layer",), "num_attention_heads": ("n_head",),
             "hidden_size": ("n_embd",), "max_position_embeddings": ("n_positions",)}
@@ -250,12 +261,23 @@ def model_shape(config, name: str | None = None) -> ModelShape:
           use_sliding_window): layers from it on slide (Qwen2); sliding_window_pattern=P:
           every P-th layer full, the rest slide (Gemma-3, Cohere2); model_type "gemma2":
           even layers slide; any other config with sliding_window: every layer (Mistral).
-    A multimodal config's text_config is read where the top level has no layers."""
+    A multimodal config's text_config is read where the top level has no layers.
+    Refused (ConfigError naming the field): multi-head latent attention and hybrid stacks
+    (NOT_MODELLED), encoder models (ENCODER_TYPES, is_encoder_decoder)."""
     if not isinstance(config, dict) and not hasattr(config, "__dict__"):
         raise _bad("config", type(config).__name__,
                    "a dict (a config.json loaded) or a transformers config object")
     if _get(config, "num_hidden_layers") is None and _get(config, "text_config") is not None:
         config = _get(config, "text_config")
+    for key, what in NOT_MODELLED.items():
+        if _get(config, key) is not None:
+            raise ConfigError(f"config: {key}={_get(config, key)!r} marks {what}, which "
+                              f"this model does not describe; allowed: decoder-only configs "
+                              f"of multi-head, grouped-query or multi-query attention")
+    if _get(config, "is_encoder_decoder") is True or _get(config, "model_type") in ENCODER_TYPES:
+        raise ConfigError(f"config: model_type={_get(config, 'model_type')!r} (is_encoder_"
+                          f"decoder={_get(config, 'is_encoder_decoder')!r}) is not a "
+                          f"decoder-only model; allowed: decoder-only (causal) configs")
     layers = _field(config, "num_hidden_layers")
     heads = _field(config, "num_attention_heads")
     kv = _field(config, "num_key_value_heads", required=False) or heads

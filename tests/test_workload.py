@@ -253,6 +253,24 @@ def test_packed_batches_price_their_ledger_only():
     assert "varlen N_q=5/0/12" in text and f"{f.hbm_bytes:,}" in text
 
 
+def test_recorded_decode_steps_on_other_problems_summarise():
+    """A backend may run a decoding step on the forward kernels (a window narrower than the
+    cache) or packed: the summary still counts it as a decode step at its key rows."""
+    from analysis.model_traffic import format_summary, summarise
+    calls = [AttentionCall(0, "prefill", Problem(N=64, d=8, causal=True, window=(15, 0)),
+                           "fa2", (16, 16)),
+             AttentionCall(0, "decode", Problem(N=1, N_k=65, d=8, causal=True, window=(15, 0)),
+                           "fa2", (16, 16)),
+             AttentionCall(0, "decode", iosim.VarlenProblem((1, 1), (66, 40), 8, causal=True),
+                           "fa2", (16, 16))]
+    s = summarise(traffic_table(calls))
+    dec = s["sections"]["decode"]
+    assert dec["steps"] == 2 and dec["layers"][0]["cache_rows"] == [65, 66]
+    assert dec["first_step"]["cache_rows"] == [65] and dec["last_step"]["cache_rows"] == [66]
+    text = format_summary(s, "recorded")
+    assert "65..66" in text
+
+
 # ---------------------------------------------------------------------------------------
 # AttentionCall's checks
 # ---------------------------------------------------------------------------------------
@@ -362,6 +380,10 @@ def test_config_objects_and_defaults():
     (dict(BASE, sliding_window=8, use_sliding_window=True, max_window_layers=-1),
      ["max_window_layers=-1"]),
     ("llama", ["config", "dict"]),
+    (dict(BASE, kv_lora_rank=512), ["kv_lora_rank=512", "latent"]),
+    (dict(BASE, attn_layer_period=8), ["attn_layer_period=8", "hybrid"]),
+    (dict(BASE, model_type="bert"), ["model_type='bert'", "decoder-only"]),
+    (dict(BASE, is_encoder_decoder=True), ["is_encoder_decoder=True", "decoder-only"]),
 ])
 def test_bad_configs(cfg, words):
     with pytest.raises(ConfigError) as e:
