@@ -18,6 +18,7 @@ model_configs.json (`KNOWN_CONFIGS`).
 from __future__ import annotations
 
 import json
+import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -352,6 +353,9 @@ def load_config(name_or_path) -> tuple[str, dict]:
     """(name, config dict): one of KNOWN_CONFIGS by name, or a transformers config.json
     by path (its file name's parent folder names it)."""
     known = known_configs()
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise _bad("config", name_or_path, f"{', '.join(KNOWN_CONFIGS)} or the path of a "
+                                            f"transformers config.json")
     if isinstance(name_or_path, str) and name_or_path in known:
         return name_or_path, known[name_or_path]
     path = Path(name_or_path)

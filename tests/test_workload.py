@@ -405,6 +405,9 @@ def test_load_config_by_path(tmp_path):
         with pytest.raises(ConfigError) as e:
             load_config(str(path))
         _one_line(e, *words)
+    with pytest.raises(ConfigError) as e:
+        load_config(5)
+    _one_line(e, "config=5", "llama3-8b")
 
 
 @pytest.mark.parametrize("kw,words", [
