@@ -10,7 +10,7 @@ so a recording (gpu.hf) summarises as the calls built from a config do.
 """
 from __future__ import annotations
 
-from iosim.workload import TrafficTable
+from iosim.workload import TrafficTable, sum_rows
 
 #: the sections of a summary: (key, step, backward, title)
 SECTIONS = (("prefill", "prefill", False, "prefill"),
@@ -45,35 +45,27 @@ def _cache_rows(call) -> int:
     return p.N_k if hasattr(p, "N_k") else max(p.seqlens_k)
 
 
+def _total(rows, **labels) -> dict:
+    """Ledger bytes (exact), DRAM bytes and time of rows, summed (None where a row has
+    none), and the first reason."""
+    t = sum_rows(rows)
+    return dict(labels, calls=len(rows), ledger_bytes=t.hbm_bytes, dram_bytes=t.dram_bytes,
+                predicted_ms=t.predicted_ms)
+
+
 def _layer_row(layer, rows) -> dict:
     """One layer's calls of one section, summed."""
     first, last = rows[0], rows[-1]
-    reasons = [r.reason for r in rows if r.reason]
-    kernels = list(dict.fromkeys(r.kernel for r in rows))
-    out = {"layer": layer, "calls": len(rows),
-           "problem": _problem_text(first.call),
-           "kernel": " / ".join(kernels),
-           "tiling": None if first.call.tiling is None else list(first.call.tiling),
-           "ledger_bytes": sum(r.hbm_bytes for r in rows),
-           "ledger_read_bytes": sum(r.ledger.hbm_read_bytes for r in rows),
-           "ledger_write_bytes": sum(r.ledger.hbm_write_bytes for r in rows),
-           "dram_bytes": (None if any(r.dram_bytes is None for r in rows)
-                          else sum(r.dram_bytes for r in rows)),
-           "predicted_ms": (None if any(r.predicted_ms is None for r in rows)
-                            else sum(r.predicted_ms for r in rows)),
-           "reason": reasons[0] if reasons else None,
-           "warnings": list(dict.fromkeys(w for r in rows for w in r.warnings))}
+    t = sum_rows(rows)
+    out = _total(rows, layer=layer, problem=_problem_text(first.call),
+                 kernel=" / ".join(dict.fromkeys(r.kernel for r in rows)),
+                 tiling=None if first.call.tiling is None else list(first.call.tiling))
+    out.update(ledger_read_bytes=sum(t.read_bytes.values()),
+               ledger_write_bytes=sum(t.write_bytes.values()), reason=t.reason,
+               warnings=list(dict.fromkeys(w for r in rows for w in r.warnings)))
     if first.call.step == "decode":
         out["cache_rows"] = [_cache_rows(first.call), _cache_rows(last.call)]
     return out
-
-
-def _total(rows) -> dict:
-    return {"calls": len(rows), "ledger_bytes": sum(r.hbm_bytes for r in rows),
-            "dram_bytes": (None if not rows or any(r.dram_bytes is None for r in rows)
-                           else sum(r.dram_bytes for r in rows)),
-            "predicted_ms": (None if not rows or any(r.predicted_ms is None for r in rows)
-                             else sum(r.predicted_ms for r in rows))}
 
 
 def summarise(table: TrafficTable) -> dict:

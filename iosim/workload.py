@@ -520,11 +520,13 @@ class TrafficTable:
         groups: dict = {}
         for r in self.select(step, backward):
             groups.setdefault(r.call.layer, []).append(r)
-        return tuple(_sum_layer(layer, step, backward, rows)
+        return tuple(sum_rows(rows, layer, step, backward)
                      for layer, rows in sorted(groups.items()))
 
 
-def _sum_layer(layer, step, backward, rows) -> LayerTraffic:
+def sum_rows(rows, layer: int = -1, step: str = "", backward: bool = False) -> LayerTraffic:
+    """CallTraffic rows summed as a LayerTraffic (layer, step, backward: its labels; -1
+    and "" for rows of several layers or steps)."""
     rd: dict = {}
     wr: dict = {}
     for r in rows:
@@ -626,5 +628,5 @@ def traffic_table(calls, preset: str = "H100-SXM") -> TrafficTable:
 
 __all__ = ["AttentionCall", "CallTraffic", "KNOWN_CONFIGS", "LAYER_TYPES", "LayerTraffic",
            "ModelShape", "STEPS", "TrafficTable", "calls_from_config", "known_configs",
-           "load_config", "model_shape", "plan_problem", "record", "recording",
+           "load_config", "model_shape", "plan_problem", "record", "recording", "sum_rows",
            "traffic_table"]
