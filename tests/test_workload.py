@@ -656,3 +656,33 @@ def test_gpu_hf_run_records_the_calls_built_from_its_config():
     assert got == want
     assert [r.hbm_bytes for r in traffic_table(calls, preset).rows] == \
         [r.hbm_bytes for r in traffic_table(built, preset).rows]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp32"])
+def test_gpu_calls_take_the_tilings_and_splits_gpu_takes(dtype):
+    """On a GPU: the tiling of each prefill and training call (forward and backward) is
+    the one gpu.attention / attention_backward take by default on this device, and each
+    decode call's num_splits is gpu.decode's own (auto_num_splits)."""
+    from numba import cuda
+    from gpu._choose import default_tiling
+    from gpu.backward.flash import default_backward_tiling
+    from gpu.decode.api import auto_num_splits
+    name = cuda.get_current_device().name.decode()
+    preset = "H200" if "H200" in name else "H100-SXM" if "H100" in name else None
+    if preset is None:
+        pytest.skip(f"no preset for {name}")
+    for d in (64, 128, 256):
+        cfg = {"num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 2,
+               "head_dim": d}
+        built = (calls_from_config(cfg, prefill=4096, decode_steps=3, dtype=dtype,
+                                   preset=preset)
+                 + calls_from_config(cfg, prefill=4096, decode_steps=0, dtype=dtype,
+                                     preset=preset, train=True))
+        for c in built:
+            if c.step == "decode":
+                assert c.num_splits == auto_num_splits(c.problem, c.kv_reads).num_splits
+                continue
+            t = (default_backward_tiling(d, dtype, "fa2", causal=True) if c.backward
+                 else default_tiling("fa2", d, dtype, True))
+            assert c.tiling == (t.B_r, t.B_c), (d, dtype, c.pass_)
