@@ -622,6 +622,17 @@ def test_docs_page_shows_what_the_command_prints():
     assert out.strip() in page, ("docs/model-traffic.md is stale: paste the output of "
                                  "flashsim " + " ".join(DOCS_COMMAND))
     assert os.path.getsize(os.path.join(ROOT, "docs", "model-traffic.png")) > 0
+    # and the prose quotes the same numbers
+    rc, js, _ = run_cli(DOCS_COMMAND + ["--json", "-"])
+    sec = json.loads(js)["sections"]
+    pre, dec = sec["prefill"]["layers"][0], sec["decode"]["layers"][0]
+    assert f"predicts {pre['dram_bytes'] / 1e6:.0f} MB of" in page
+    assert f"{dec['ledger_bytes'] / 1e9:.1f} GB a layer over the 100 steps" in page
+    assert f"against the prefill's {pre['ledger_bytes'] / 1e9:.1f} GB" in page
+    assert f"(S = {dec['kernel'].split('S=')[1]})" in page
+    rc, js, _ = run_cli(DOCS_COMMAND + ["--kv-reads", "per_group", "--json", "-"])
+    grouped = json.loads(js)["sections"]["decode"]["layers"][0]["ledger_bytes"]
+    assert f"about a quarter ({grouped / 1e9:.1f} GB a layer)" in page
 
 
 # ---------------------------------------------------------------------------------------
