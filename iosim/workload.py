@@ -389,7 +389,19 @@ def plan_problem(problem: Problem, hw, pass_: str = "fwd", tiling: Tiling | None
     fp16 tables (gpu runs bf16 on the tensor-core kernels with fp16's tilings,
     gpu._choose.fa2_tc_default; kernel_plan plans fp16 and fp32)."""
     p = replace(problem, dtype="fp16") if problem.dtype == "bf16" else problem
-    return kernel_plan("fa2", p, hw, pass_=pass_, tiling=tiling)
+    plan = kernel_plan("fa2", p, hw, pass_=pass_, tiling=tiling)
+    if pass_ == "bwd" and plan.kernel == "tc":
+        # kernel_plan plans the tensor-core backward at any d; it runs d <= 128 only, and
+        # gpu then runs another kernel at another tiling, which kernel_plan does not give
+        from .launch.backward.fa2_tc import default_tiling, plan_error
+        why = plan_error(plan.tiling.B_r, plan.tiling.B_c, p.d, p.dtype,
+                         default_tiling(p.d, p.causal)["MT"])
+        if why:
+            raise ConfigError(f"the fa2 backward at head_dim={p.d} is not allowed here: "
+                              f"iosim.kernel_plan plans the tensor-core kernel, which does "
+                              f"not run it ({why}); allowed: head_dim <= 128 for a training "
+                              f"step")
+    return plan
 
 
 def calls_from_config(config, *, batch: int = 1, prefill: int = 8192,
