@@ -14,7 +14,7 @@ import sys
 
 
 COMMANDS = ["traffic", "reproduce", "bench", "check", "report", "sweep", "figure", "results",
-            "validate", "explore"]
+            "validate", "explore", "model"]
 
 #: Examples shown under a command's --help where its module gives no epilog of its own.
 EXAMPLES = {
