@@ -236,6 +236,7 @@ def levels_main(args, problem) -> int:
     """`--levels`: the pass's requested, L2 and DRAM bytes and its predicted time."""
     from iosim import Tiling, levels, predict_time
     from iosim.launch import kernel_plan
+    from iosim.memory.levels import model_problem
     from iosim.memory.limits import levels_size_error
     if args.sram_bytes is not None:
         raise ConfigError(f"--sram-bytes={args.sram_bytes} does not go with --levels: the "
@@ -243,18 +244,21 @@ def levels_main(args, problem) -> int:
     if (args.block_rows is None) != (args.block_cols is None):
         raise ConfigError("block_rows and block_cols must be given together "
                           f"(got block_rows={args.block_rows}, block_cols={args.block_cols})")
-    if problem.dtype == "bf16":
-        raise ConfigError("--dtype=bf16 does not go with --levels: the L2/DRAM and time "
-                          "models know the fp16 and fp32 kernels only (drop --levels for "
-                          "the bf16 ledger, which counts 2 bytes an element as fp16)")
     gpu = get_hardware(args.gpu or "H100-SXM")
     tiling = None if args.block_rows is None else Tiling(args.block_rows, args.block_cols)
+    # what the models cover: the problem itself, a bf16 tensor-core pass as its fp16
+    # build, or one line saying what is not modelled (never a number)
+    try:
+        modelled, _, kern = model_problem(args.algorithm, problem, gpu, pass_=args.pass_,
+                                          kernel=args.kernel, tiling=tiling)
+    except ValueError as e:
+        raise ConfigError(f"--levels: {e} (drop --levels for the ledger)") from None
     # the model checks a given tiling against the shared memory of the kernel that runs
     # it and the problem's size at its entry; the size is checked here first only to name
     # the command's options in the message
-    plan = kernel_plan(args.algorithm, problem, gpu, pass_=args.pass_, kernel=args.kernel,
+    plan = kernel_plan(args.algorithm, modelled, gpu, pass_=args.pass_, kernel=kern,
                        tiling=tiling)
-    too_big = levels_size_error(args.algorithm, problem, plan.tiling)
+    too_big = levels_size_error(args.algorithm, modelled, plan.tiling)
     if too_big:
         raise ConfigError(too_big)
     lv = levels(args.algorithm, problem, gpu, pass_=args.pass_, kernel=args.kernel,
@@ -303,6 +307,9 @@ def levels_main(args, problem) -> int:
                   f"{lv['l2_model']['chip_capacity_range'][1]:g})")
     if t:
         print(f"predicted time: {t['predicted_ms']:.4f} ms")
+    for what in ("time", "dram"):      # how far the data set vouches for each (one line)
+        if what in lv.get("trust", {}) and (t or what == "dram"):
+            print(f"trust: {lv['trust'][what]['statement']}")
     for k in (t["launches"] if t else []):
         share = ", ".join(f"{n} {v:.0%}" for n, v in k["share"].items() if v >= 0.01)
         print(f"  {k['name'].split('[')[0]:<16}{k['predicted_ms']:10.4f} ms  binds: {k['binds']} "

@@ -85,6 +85,9 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             R = hw.hbm_bandwidth
         elif kern in TENSOR_KERNELS and (tc or kern != "fa2_tc"):
             R = hw.fp16_tensor_flops
+            # the tensor-core kernels multiply tiles padded to d rounded up to 16 (one mma
+            # k step; zeros in the pad columns): their work is at the padded head dim
+            W *= _padded(d) / d
         else:
             R = hw.fp32_flops
         if fam == "fa2_tc":
@@ -240,6 +243,12 @@ def _bwd_wavefronts(B_r: int, B_c: int, d: int, s: int) -> float:
     b = -(-B_c * d // 32) * B_r * 4
     c = -(-B_r * d // 32) * B_c * 2
     return float(a + b + c)
+
+
+def _padded(d: int) -> int:
+    """The head dim the tensor-core kernels' tile products run at: d rounded up to 16
+    (iosim.launch.forward.fa2_tc.padded; the same k step in every tensor-core kernel)."""
+    return -(-d // 16) * 16
 
 
 def _l2_global(lv: dict) -> float:
