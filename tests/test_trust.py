@@ -227,7 +227,7 @@ def test_blind_set_is_declared_and_frozen():
 def test_blind_score_rows(tmp_path):
     """The scorer joins measured rows with the frozen predictions: errors, statuses and
     what each frozen statement said."""
-    from analysis.fit_runtime import score_blind
+    from analysis.blind_space import score_blind
     from analysis.validate import RUNTIME_BLIND_SETS, predictions_path
     with open(predictions_path(RUNTIME_BLIND_SETS["runtime_blind11"][2], "H100-SXM")) as f:
         fr = json.load(f)
