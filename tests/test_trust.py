@@ -246,3 +246,32 @@ def test_blind_score_rows(tmp_path):
         assert got[c["id"]]["rel_error"] == pytest.approx(1 / (1 + 0.1 * i) - 1)
         assert got[c["id"]]["trust_validated"] == c["trust"]["validated"]
     assert sum(r["status"] == "not_measured" for r in rows) == len(fr["configs"]) - 3
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(alg_pass=st.sampled_from(ALGS), kernel=st.sampled_from(("tc", "fast", "plain", "default")),
+       dtype=st.sampled_from(("fp16", "bf16", "fp32")), d=st.integers(1, 256),
+       N=st.integers(1, 1 << 18), causal=st.booleans(), grouped=st.booleans(),
+       preset=st.sampled_from(("H100-SXM", "H200", "A100-80GB")), what=st.sampled_from(("time", "dram")),
+       tiling=st.sampled_from((None, (128, 64), (64, 64), (16, 16))))
+def test_trust_for_property(alg_pass, kernel, dtype, d, N, causal, grouped, preset, what, tiling):
+    """Any problem: one line; validated exactly when no reason is given; a validated
+    statement's basis is the problem's own family, dtype, pass and preset, and covers its
+    d, N, causal flag, grouping and tiling."""
+    alg, pass_ = alg_pass
+    p = iosim.Problem(N=N, d=d, heads=4, kv_heads=2 if grouped else 4, dtype=dtype, causal=causal)
+    t = trust_for(what, alg, pass_, kernel, p, preset, tiling,
+                  modelled_as="fp16" if dtype == "bf16" else None)
+    assert t.statement and "\n" not in t.statement
+    assert t.validated == (not t.outside)
+    if t.validated:
+        e = table()[what][t.basis]
+        assert t.basis == f"{family_of(alg, pass_, kernel)}|{dtype}|{pass_}|{preset}"
+        assert d in e["d"] and e["N"][0] <= N <= e["N"][1] and causal in e["causal"]
+        assert e["grouped"] or not grouped
+        assert tiling is None or list(tiling) in e["tilings"]
+    else:
+        assert "outside validated range" in t.statement
