@@ -164,6 +164,8 @@ def _entry(rows: list[dict], preset: str) -> dict:
             "N": [min(r["config"]["N"] for r in rows), max(r["config"]["N"] for r in rows)],
             "causal": sorted({bool(r["config"]["causal"]) for r in rows}),
             "grouped": any(r["config"]["kv_heads"] != r["config"]["heads"] for r in rows),
+            "unequal_kv": any(r["config"].get("N_k") not in (None, r["config"]["N"]) for r in rows),
+            "windowed": any(r["config"].get("window") not in (None, [-1, -1]) for r in rows),
             "tilings": [list(t) for t in tilings],
             "run_ids": sorted({r["run_id"] for r in rows}),
             "splits": sorted({r["split"] for r in rows})}

@@ -101,13 +101,15 @@ def test_padded_head_dim_only_changes_unpadded_d():
     assert f[40]["W"] == f[48]["W"] and f[40]["R"] == hw.fp16_tensor_flops
 
 
-@pytest.mark.parametrize("kw, words", [
-    (dict(N_k=2048), "N_k=2048"), (dict(window=(64, 0), causal=True), "window=(64, 0)"),
-    (dict(dropout_p=0.1), "dropout_p=0.1"), (dict(dtype="bf16"), "bf16")])
-def test_declines_name_what_is_not_modelled(kw, words):
+@pytest.mark.parametrize("kw, alg, pass_, words", [
+    (dict(N_k=2048), "fa2", "bwd", "N_k=2048"), (dict(N_k=2048), "standard", "fwd", "N_k=2048"),
+    (dict(window=(64, 0), causal=True), "fa1", "fwd", "window=(64, 0)"),
+    (dict(dropout_p=0.1), "fa2", "fwd", "dropout_p=0.1"),
+    (dict(dtype="bf16"), "standard", "fwd", "bf16")])
+def test_declines_name_what_is_not_modelled(kw, alg, pass_, words):
     p = iosim.Problem(**{"N": 1024, "d": 64, "heads": 2, "dtype": "fp16", **kw})
-    alg = "standard" if kw.get("dtype") == "bf16" else "fa2"
-    for f in (lambda: iosim.levels(alg, p, "H100-SXM"), lambda: iosim.predict_time(alg, p, "H100-SXM")):
+    for f in (lambda: iosim.levels(alg, p, "H100-SXM", pass_=pass_),
+              lambda: iosim.predict_time(alg, p, "H100-SXM", pass_=pass_)):
         with pytest.raises(ValueError) as e:
             f()
         assert words in str(e.value) and "\n" not in str(e.value)
@@ -142,12 +144,13 @@ def test_every_problem_answers_or_declines_in_one_line():
         where = (alg, pass_, dt, d, causal, window, N_k, kvh)
         if got[0] == "declined":
             assert got[1] and "\n" not in got[1], where
-            if N_k is None and window == (-1, -1) and dt != "bf16":
+            if ((N_k is None and window == (-1, -1)) or (alg, pass_) == ("fa2", "fwd")) \
+                    and dt != "bf16":
                 # a plain problem is declined only where a kernel cannot run its head dim
                 assert f"d={d}" in got[1] and d > 128 and (alg, pass_) == ("fa2", "bwd"), where
             continue
         _, lv, t = got
-        assert N_k is None and window == (-1, -1), where
+        assert (N_k is None and window == (-1, -1)) or (alg, pass_) == ("fa2", "fwd"), where
         assert t["predicted_ms"] > 0 and lv["dram_read_bytes"] >= 0, where
         for tr in (t["trust"], lv["trust"]["time"], lv["trust"]["dram"]):
             assert tr["statement"] and "\n" not in tr["statement"], where
@@ -196,7 +199,8 @@ def test_cli_levels_prints_the_trust_lines(extra, capsys):
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--seq-len-kv", "1024"], "--seq-len-kv=1024"), (["--window", "32,0"], "--window=32,0"),
+    (["--seq-len-kv", "1024", "--pass", "bwd"], "N_k=1024"),
+    (["--window", "32,0", "--algorithm", "standard"], "window=(32, 0)"),
     (["--dropout", "0.1"], "--dropout=0.1"), (["--dtype", "bf16", "--algorithm", "standard"], "bf16"),
     (["--head-dim", "192", "--pass", "bwd"], "d=192")])
 def test_cli_levels_declines_in_one_line(extra, words, capsys):
@@ -275,3 +279,45 @@ def test_trust_for_property(alg_pass, kernel, dtype, d, N, causal, grouped, pres
         assert tiling is None or list(tiling) in e["tilings"]
     else:
         assert "outside validated range" in t.statement
+
+
+@pytest.mark.parametrize("N, N_k, causal, window", [
+    (1000, 1000, True, (-1, -1)), (1000, 3000, False, (-1, -1)), (3000, 1000, True, (-1, -1)),
+    (1024, 4096, True, (256, 0)), (2048, 2048, False, (100, 37)), (777, 5000, False, (-1, 64))])
+def test_key_block_ranges_are_the_closed_forms_band(N, N_k, causal, window):
+    """The fa2 forward's per-CTA key tiles (the L2 stream's and the makespan's) sum to the
+    closed form's n_A, and row- and column-weighted to RA and CA, for N_k != N and windows
+    (an independent derivation: iosim.closed_form.band_sums)."""
+    from iosim.closed_form import band_sums
+    from iosim.memory.access import _key_block_range
+    from iosim.problem import band_of
+    B_r, B_c = 64, 32
+    p = iosim.Problem(N=N, d=16, N_k=N_k, causal=causal, window=window)
+    j_lo, j_hi = _key_block_range(p, B_r, B_c)
+    a = j_hi - j_lo
+    rows = [min(B_r, N - i * B_r) for i in range(len(a))]
+    cols = [sum(min(B_c, N_k - j * B_c) for j in range(lo, hi)) for lo, hi in zip(j_lo, j_hi)]
+    nA, RA, CA, _ = band_sums(N, N_k, B_r, B_c, band_of(N, N_k, causal, window))
+    assert (int(a.sum()), sum(r * x for r, x in zip(rows, a)), sum(cols)) == (nA, RA, CA)
+    assert (a >= 0).all() and (j_lo >= 0).all() and (j_hi <= -(-N_k // B_c)).all()
+
+
+def test_fa2_forward_windows_and_unequal_kv():
+    """A window that masks nothing more than causal is the causal pass; N_k = N given is
+    the default; a narrower window or fewer keys cost less; statements say outside."""
+    hw = "H100-SXM"
+    base = dict(N=4096, d=64, heads=8, dtype="fp16")
+    c = iosim.Problem(**base, causal=True)
+    w = iosim.Problem(**base, causal=True, window=(4095, 0))
+    assert iosim.predict_time("fa2", w, hw)["predicted_ms"] == iosim.predict_time("fa2", c, hw)["predicted_ms"]
+    lc, lw = iosim.levels("fa2", c, hw), iosim.levels("fa2", w, hw)
+    assert lc["dram_read_bytes"] == lw["dram_read_bytes"] and lc["l2_read_bytes"] == lw["l2_read_bytes"]
+    narrow = iosim.Problem(**base, causal=True, window=(512, 0))
+    tn = iosim.predict_time("fa2", narrow, hw)
+    assert tn["predicted_ms"] < iosim.predict_time("fa2", c, hw)["predicted_ms"]
+    assert "local window (512, 0) never measured" in tn["trust"]["statement"]
+    same = iosim.Problem(**base, N_k=4096)
+    assert iosim.predict_time("fa2", same, hw)["predicted_ms"] == \
+        iosim.predict_time("fa2", iosim.Problem(**base), hw)["predicted_ms"]
+    short = iosim.predict_time("fa2", iosim.Problem(**{**base, "N": 512}, N_k=4096), hw)
+    assert "N_k != N (N_k = 4096) never measured" in short["trust"]["statement"]

@@ -189,12 +189,7 @@ def main(args) -> int:
     problem = Problem(N=args.seq_len, d=args.head_dim, batch=args.batch, heads=args.heads,
                       kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal,
                       N_k=args.seq_len_kv, window=window, dropout_p=dropout)
-    if args.levels:
-        if problem.N_k != problem.N or problem.window != (-1, -1):
-            raise ConfigError(
-                f"--levels does not go with --seq-len-kv={problem.N_k} (--seq-len={problem.N}) "
-                f"or --window={','.join(map(str, problem.window))}: the L2/DRAM and time "
-                f"models cover N_k = N without a window (drop --levels for the ledger)")
+    if args.levels:        # (N_k != N and windows: the fa2 forward only, levels_main)
         return levels_main(args, problem)
     for flag, val, default in (("--pass", args.pass_, "fwd"), ("--kernel", args.kernel, "auto"),
                                ("--grid-order", args.grid_order, "query-major")):
@@ -275,8 +270,10 @@ def levels_main(args, problem) -> int:
         print(json.dumps(out, indent=2, default=float))
         return 0
     p = problem
+    variant = (f" N_k={p.N_k}" if p.N_k != p.N else "") + \
+        (f" window={p.window}" if p.window != (-1, -1) else "")
     print(f"{args.algorithm} {args.pass_} on {gpu.name}: N={p.N} d={p.d} {p.dtype} batch={p.batch} "
-          f"heads={p.heads} kv_heads={p.kv_heads} causal={p.causal}")
+          f"heads={p.heads} kv_heads={p.kv_heads} causal={p.causal}{variant}")
     print(f"kernel {lv['kernel']}, tiling B_r={lv['block_rows']} B_c={lv['block_cols']}; "
           f"L2 model: C = {lv['l2_model']['capacity_fraction']} x L2 = "
           f"{lv['l2_model']['capacity_bytes'] / 1e6:.1f} MB, associativity "

@@ -130,6 +130,10 @@ def trust_for(what: str, algorithm: str, pass_: str, kernel: str, problem, prese
             outside.append(("causal" if problem.causal else "non-causal") + " never measured")
         if problem.kv_heads != problem.heads and not e["grouped"]:
             outside.append("grouped K/V heads never measured")
+        if problem.N_k != problem.N and not e.get("unequal_kv", False):
+            outside.append(f"N_k != N (N_k = {problem.N_k}) never measured")
+        if tuple(problem.window) != (-1, -1) and not e.get("windowed", False):
+            outside.append(f"local window {tuple(problem.window)} never measured")
         if tiling is not None and list(tiling) not in e["tilings"]:
             outside.append(f"tiling {tiling[0]} x {tiling[1]} never measured (validated "
                            + ", ".join(f"{a} x {b}" for a, b in e["tilings"]) + ")")
