@@ -3,7 +3,7 @@ head dims, bf16, grouped heads, causal, backward, and windows / N_k != N that th
 decline): its frozen predictions with each one's trust statement, and its score.
 
     python3 -m analysis.blind_space predict              # freeze (clean, committed tree)
-    python3 -m analysis.blind_space score MEASURED.jsonl [--gpu H200] [--no-write]
+    python3 -m analysis.blind_space score MEASURED.jsonl [--gpu H200] [--run-id ID] [--no-write]
 
 The measured rows come from `bash scripts/device.sh measure times:runtime_blind11:300`
 (analysis.hwmeasure times). The score is printed per family (passes, share within 10 %,
@@ -87,7 +87,7 @@ def format_blind_score(rows: list[dict]) -> str:
 
 
 def score_blind(measured_path: str, gpu: str = "H100-SXM", set_name: str = SPACE_SET,
-                write: bool = True, data=None) -> list[dict]:
+                write: bool = True, data=None, run_id: str | None = None) -> list[dict]:
     """Score the frozen predictions of the set for `gpu` against measured time rows
     (`analysis.hwmeasure times` JSONL): runtime_validation rows of the set's split, each
     with `trust_validated` (what its frozen statement said), printed per family; with
@@ -100,6 +100,8 @@ def score_blind(measured_path: str, gpu: str = "H100-SXM", set_name: str = SPACE
         frozen = json.load(f)
     with open(measured_path) as f:
         measured = [json.loads(line) for line in f if line.strip()]
+    if run_id:              # the run the rows came from (analysis.hwmeasure rows carry none)
+        measured = [{**r, "run_id": r.get("run_id") or run_id} for r in measured]
     rows = runtime_blind_rows(measured, frozen)
     trust = {p["id"]: p.get("trust", {}).get("validated", False) for p in frozen["configs"]}
     for r in rows:
@@ -129,6 +131,8 @@ def main(argv=None) -> int:
     ap.add_argument("what", choices=("predict", "score"))
     ap.add_argument("measured", nargs="?")
     ap.add_argument("--gpu", default="H100-SXM", help="score: the preset (H100-SXM, H200)")
+    ap.add_argument("--run-id", default=None,
+                    help="score: the run id for measured rows that carry none")
     ap.add_argument("--no-write", action="store_true",
                     help="score: print only (no rows written to the data set)")
     a = ap.parse_args(argv)
@@ -138,7 +142,7 @@ def main(argv=None) -> int:
         return 0
     if not a.measured:
         ap.error("score needs MEASURED.jsonl")
-    score_blind(a.measured, a.gpu, write=not a.no_write)
+    score_blind(a.measured, a.gpu, write=not a.no_write, run_id=a.run_id)
     return 0
 
 
