@@ -321,3 +321,32 @@ def test_fa2_forward_windows_and_unequal_kv():
         iosim.predict_time("fa2", iosim.Problem(**base), hw)["predicted_ms"]
     short = iosim.predict_time("fa2", iosim.Problem(**{**base, "N": 512}, N_k=4096), hw)
     assert "N_k != N (N_k = 4096) never measured" in short["trust"]["statement"]
+
+
+def test_blind_score_writes_valid_rows(tmp_path):
+    """Written into a data folder, the scored rows are valid runtime_validation rows of
+    split blind11, stamped with the run id; the trust table then counts the scored ones."""
+    from analysis import results
+    from analysis.blind_space import score_blind
+    from analysis.fit_runtime import trust_table
+    from analysis.validate import RUNTIME_BLIND_SETS, predictions_path
+    with open(predictions_path(RUNTIME_BLIND_SETS["runtime_blind11"][2], "H100-SXM")) as f:
+        fr = json.load(f)
+    c = next(c for c in fr["configs"] if "d96" in c["id"] and c["id"].startswith("fwd_fa2-tc_fp16"))
+    measured = tmp_path / "m.jsonl"
+    measured.write_text(json.dumps({"config": c["config"], "device": "NVIDIA H100 80GB HBM3",
+                                    "date": "2026-12-06", "commit": "x", "versions": {},
+                                    "tiling": c["tiling"],
+                                    "measured": {"measured_ms": 2 * c["predicted_ms"],
+                                                 "kernels": []}}) + "\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    score_blind(str(measured), write=True, data=data, run_id="t-run")
+    rows = results.load("runtime_validation", data=data)
+    assert len(rows) == len(fr["configs"]) and all(r["split"] == "blind11" for r in rows)
+    for r in rows:
+        results.validate(r)
+    t = trust_table(data)["time"]
+    assert list(t) == ["fa2_tc|fp16|fwd|H100-SXM"] and t["fa2_tc|fp16|fwd|H100-SXM"]["n"] == 1
+    assert t["fa2_tc|fp16|fwd|H100-SXM"]["run_ids"] == ["t-run"]
+    assert t["fa2_tc|fp16|fwd|H100-SXM"]["median"] == pytest.approx(0.5)
