@@ -162,6 +162,14 @@ def test_every_problem_answers_or_declines_in_one_line():
     assert seen["ok"] > 300 and seen["declined"] > 300
 
 
+def test_varlen_batches_are_declined_in_one_line():
+    vp = iosim.VarlenProblem(seqlens_q=(100, 200), seqlens_k=(100, 200), d=64, heads=2,
+                             dtype="fp16")
+    for f in (iosim.levels, iosim.predict_time):
+        with pytest.raises(ValueError, match="problem=VarlenProblem: not modelled below the ledger"):
+            f("fa2", vp, "H100-SXM")
+
+
 def test_model_problem_keeps_covered_problems():
     hw = iosim.get_hardware("H100-SXM")
     p = iosim.Problem(N=4096, d=64, heads=16, dtype="fp16")

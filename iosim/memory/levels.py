@@ -144,6 +144,10 @@ def model_problem(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
     the rest: block-sparse masks, N_k != N, local windows, dropout, bf16 on the plain
     kernels, a tensor-core kernel outside its head dims (packed variable-length batches
     are another type, `iosim.VarlenProblem`, that the models do not take)."""
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem={type(problem).__name__}: not modelled below the ledger (the "
+                         f"L2 / DRAM and time models take an iosim.Problem; packed "
+                         f"variable-length batches are counted by iosim.varlen_closed_form)")
     if problem.block_mask is not None:
         raise ValueError("block_mask: not modelled below the ledger (the L2 / DRAM and time "
                          "models cover dense and causal problems; the ledger counts it)")
