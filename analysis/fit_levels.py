@@ -17,8 +17,11 @@ from iosim.memory import FITTED, L2Model, within
 # Validation against measured rows
 # ---------------------------------------------------------------------------------------
 def problem_of(c: dict) -> Problem:
+    """The Problem of a validation configuration (its optional keys N_k and window as
+    analysis.hwmeasure reads them)."""
     return Problem(N=c["N"], d=c["d"], batch=c["batch"], heads=c["heads"],
-                   kv_heads=c["kv_heads"], dtype=c["dtype"], causal=c["causal"])
+                   kv_heads=c["kv_heads"], dtype=c["dtype"], causal=c["causal"],
+                   N_k=c.get("N_k"), window=tuple(c["window"]) if c.get("window") else (-1, -1))
 
 
 def config_kernel(c: dict) -> str:

@@ -150,7 +150,7 @@ def make_inputs(c: dict, seed: int = 0):
     c["N_k"] rows where the configuration names N_k (N otherwise)."""
     import torch
     import gpu
-    dt = torch.float16 if c["dtype"] == "fp16" else torch.float32
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(c["dtype"], torch.float32)
     g = torch.Generator(device="cuda").manual_seed(seed)
     B, H, G, N, d = c["batch"], c["heads"], c["kv_heads"], c["N"], c["d"]
     N_k = c.get("N_k") or N
@@ -447,7 +447,7 @@ def measure_counters(configs, out: str, ncu: str | None = None, budget_s: float 
 # Times (CUPTI through torch.profiler)
 # ---------------------------------------------------------------------------------------
 def _input_bytes(c):
-    s = 2 if c["dtype"] == "fp16" else 4
+    s = 2 if c["dtype"] in ("fp16", "bf16") else 4
     rows_q, rows_k = c["batch"] * c["N"] * c["d"] * s, c["batch"] * (c.get("N_k") or c["N"]) * c["d"] * s
     n_q = 2 * c["heads"] + (2 * c["heads"] if c["pass"] == "bwd" else 0)
     return rows_q * n_q + rows_k * 2 * c["kv_heads"]

@@ -400,6 +400,36 @@ def table_runtime_validation(data=None) -> str:
     return "\n".join(lines) + "\n" + _source("runtime_validation", rows, note)
 
 
+def table_trust(data=None) -> str:
+    """The trust table (`analysis.fit_runtime.trust_table`, what every time and DRAM
+    prediction quotes): per kernel family x dtype x pass x preset, the blind rows' errors
+    and the ranges they span."""
+    from analysis.fit_runtime import trust_table
+    t = trust_table(data)
+    keys = sorted(set(t["time"]) | set(t["dram"]), key=lambda k: (k.split("|")[2], k))
+    lines = ["| family | dtype | pass | preset | d | N | time: blind rows | median | 95th pct | "
+             "<= 10 % | DRAM: blind rows | in bound | in chip range |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for k in keys:
+        e, g = t["time"].get(k), t["dram"].get(k)
+        f = e or g
+        ds = ", ".join(str(x) for x in sorted(set((e or {}).get("d", [])) | set((g or {}).get("d", []))))
+        ns = [x for h in (e, g) if h for x in h["N"]]
+        time = (f"{e['n']} | {_pct(e['median'])} | {_pct(e['p95'])} | {_pct(e['within_10'])}"
+                if e else "– | – | – | –")
+        dram = f"{g['n']} | {_pct(g['within_bound'])} | {_pct(g['within_range'])}" if g else "– | – | –"
+        lines.append(f"| {f['family']} | {f['dtype']} | {f['pass']} | {f['preset']} | {ds} | "
+                     f"{min(ns)}–{max(ns)} | {time} | {dram} |")
+    rows = [r for kind in ("runtime_validation", "levels_validation")
+            for r in R.load(kind, data=data) if str(r.get("split", "")).startswith("blind")]
+    note = ("Blind rows only (predictions frozen before measuring; never a fitted row). "
+            "Outside these families, head dims and N ranges a prediction says "
+            "\"outside validated range\" ([validity.md](validity.md)). The same numbers are "
+            "iosim/timing/trust.json (`python3 -m analysis.fit_runtime trust`). ")
+    return "\n".join(lines) + "\n" + _source({"runtime_validation": [r for r in rows if r["kind"] == "runtime_validation"],
+                                               "levels_validation": [r for r in rows if r["kind"] == "levels_validation"]}, rows, note)
+
+
 #: table name -> function(data) -> Markdown; the results page's markers name these
 TABLES: dict[str, Callable] = {
     "forward_fp32": table_forward_fp32,
@@ -412,6 +442,7 @@ TABLES: dict[str, Callable] = {
     "sanitizer": table_sanitizer,
     "levels_validation": table_levels_validation,
     "runtime_validation": table_runtime_validation,
+    "trust": table_trust,
 }
 
 MARKER = re.compile(r"(<!-- results:(?P<name>[A-Za-z0-9_]+) -->\n)(?P<body>.*?)"

@@ -28,7 +28,7 @@ from analysis.validation_configs import (LEVELS_BLIND, LEVELS_BLIND2, LEVELS_BLI
                                          LEVELS_BLIND6, RUNTIME_BLIND6, RUNTIME_DEV6,
                                          LEVELS_BLIND7, RUNTIME_BLIND7, RUNTIME_DEV7,
                                          LEVELS_BLIND8, RUNTIME_BLIND8, RUNTIME_DEV8,
-                                         LEVELS_BLIND9, LEVELS_BLIND10)
+                                         LEVELS_BLIND9, LEVELS_BLIND10, RUNTIME_BLIND11)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: measured after the L2 model was frozen (c9b0b77) and never fitted on: the blind set and
@@ -64,7 +64,10 @@ RUNTIME_BLIND_SETS = {
     "runtime_blind7": (RUNTIME_BLIND7, "blind7",
                        RUNS / "runtime-blind7-predictions" / "predictions.json"),
     "runtime_blind8": (RUNTIME_BLIND8, "blind8",
-                       RUNS / "runtime-blind8-predictions" / "predictions.json")}
+                       RUNS / "runtime-blind8-predictions" / "predictions.json"),
+    # issue 39: across the space (odd d, bf16, grouped heads, windows / N_k != N declined)
+    "runtime_blind11": (RUNTIME_BLIND11, "blind11",
+                        RUNS / "runtime-blind11-predictions" / "predictions.json")}
 #: the split each scored blind set's rows carry, in order of the rounds (a round's levels
 #: and runtime sets share the name; the ninth round has a levels set only)
 BLIND_SPLITS = tuple(dict.fromkeys(

@@ -12,6 +12,7 @@ from .memory.l2model import L2Model
 from .problem import Problem
 from .tiling import Tiling
 from .timing.predict import predict_time
+from .timing.trust import trust_for
 
 
 def _launch_ms(res: dict, problem: Problem, hw) -> list[float]:
@@ -28,10 +29,20 @@ def levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fw
     """Requested, L2 and DRAM bytes of one pass (whole problem; cold L2 at each kernel),
     with the plan, each kernel's launch and prediction, and the model's constants: the
     arguments and result of `iosim.memory.pass_levels`, with the background DRAM writes
-    (rate x the time model's predicted duration of each launch) added."""
-    return pass_levels(algorithm, problem, gpu, pass_=pass_, kernel=kernel, tiling=tiling,
-                       model=model, grid_order=grid_order, chip_range=chip_range,
-                       capacity_scales=capacity_scales, launch_ms=_launch_ms)
+    (rate x the time model's predicted duration of each launch) added, and `trust`:
+    {"time": ..., "dram": ...}, how far each prediction can be trusted for this kind of
+    problem (`iosim.timing.trust.Trust.to_dict()`: validated, statement, basis, outside,
+    stats; the models' blind errors on the nearest validated family). A problem the
+    models do not cover (block-sparse masks, N_k != N, windows, dropout, bf16 on the plain
+    kernels) raises ValueError in one line."""
+    res = pass_levels(algorithm, problem, gpu, pass_=pass_, kernel=kernel, tiling=tiling,
+                      model=model, grid_order=grid_order, chip_range=chip_range,
+                      capacity_scales=capacity_scales, launch_ms=_launch_ms)
+    res["trust"] = {w: trust_for(w, res["algorithm"], res["pass"], res["kernel"], problem,
+                                 res["gpu"], (res["block_rows"], res["block_cols"]),
+                                 modelled_as=res.get("dtype_modelled_as")).to_dict()
+                    for w in ("time", "dram")}
+    return res
 
 
 __all__ = ["levels"]

@@ -18,7 +18,8 @@ COUNTS = {"levels": 49, "levels_new": 16, "runtime": 168, "variants": 16,
           "levels_blind5": 16, "runtime_dev6": 16, "levels_dev6": 8, "runtime_blind6": 42,
           "levels_blind6": 16, "runtime_dev7": 12, "levels_dev7": 8, "runtime_blind7": 42,
           "levels_blind7": 16, "runtime_dev8": 10, "levels_dev8": 12, "runtime_blind8": 42,
-          "levels_blind8": 16, "levels_blind9": 16, "levels_dev10": 11, "levels_blind10": 8}
+          "levels_blind8": 16, "levels_blind9": 16, "levels_dev10": 11, "levels_blind10": 8,
+          "runtime_blind11": 51}
 
 
 def test_counts_and_names():
@@ -42,11 +43,15 @@ def test_every_configuration_is_a_valid_problem(name):
         tiles = (c["block_rows"], c["block_cols"]) if c["block_rows"] else None
         again = V.cfg(c["pass"], c["algorithm"], c["kernel"], c["dtype"], c["batch"],
                       c["heads"], c["N"], c["d"], c["causal"], c["kv_heads"], tiles)
+        # the optional N_k and window (runtime_blind11) end the id: _nkN_K, _wLEFT-RIGHT
+        again["id"] += (f"_nk{c['N_k']}" if c.get("N_k") else "") + \
+            (f"_w{c['window'][0]}-{c['window'][1]}" if c.get("window") else "")
         assert {k: c[k] for k in again} == again          # the id says what the row is
         assert c["pass"] in ("fwd", "bwd") and c["algorithm"] in iosim.ALGORITHMS
         assert c["kernel"] in ("tc", "fast", "plain", "default")
         p = iosim.Problem(N=c["N"], d=c["d"], batch=c["batch"], heads=c["heads"],
-                          kv_heads=c["kv_heads"], dtype=c["dtype"], causal=c["causal"])
+                          kv_heads=c["kv_heads"], dtype=c["dtype"], causal=c["causal"],
+                          N_k=c.get("N_k"), window=tuple(c.get("window") or (-1, -1)))
         assert p.N == c["N"]
         if tiles:
             iosim.Tiling(*tiles)

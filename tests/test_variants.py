@@ -271,8 +271,9 @@ def test_cli_seq_len_kv_and_window_json(capsys):
     (["--window", "-3,0"], ["left=-3"]),
     (["--window", "-1,0", "--causal", "--seq-len-kv", "4", "--window", "2,1"],
      ["causal=True", "(2, 1)"]),
-    (["--seq-len-kv", "512", "--levels"], ["--levels", "--seq-len-kv=512"]),
-    (["--window", "8,0", "--levels"], ["--levels", "--window=8,0"]),
+    # --levels models N_k != N and windows for the fa2 forward only (issue 39)
+    (["--seq-len-kv", "512", "--levels", "--pass", "bwd"], ["--levels", "N_k=512", "fa2 bwd"]),
+    (["--window", "8,0", "--levels", "--pass", "bwd"], ["--levels", "window=(8, 0)", "fa2 bwd"]),
     (["--seq-len-kv", "512", "--window", "8,0", "--decode"], ["--window=8,0", "--decode"]),
     (["--seq-len-kv", "0"], ["N_k=0"]),
 ])

@@ -198,12 +198,7 @@ def main(args) -> int:
     problem = Problem(N=args.seq_len, d=args.head_dim, batch=args.batch, heads=args.heads,
                       kv_heads=args.kv_heads, dtype=args.dtype, causal=args.causal,
                       N_k=args.seq_len_kv, window=window, dropout_p=dropout)
-    if args.levels:
-        if problem.N_k != problem.N or problem.window != (-1, -1):
-            raise ConfigError(
-                f"--levels does not go with --seq-len-kv={problem.N_k} (--seq-len={problem.N}) "
-                f"or --window={','.join(map(str, problem.window))}: the L2/DRAM and time "
-                f"models cover N_k = N without a window (drop --levels for the ledger)")
+    if args.levels:        # (N_k != N and windows: the fa2 forward only, levels_main)
         return levels_main(args, problem)
     for flag, val, default in (("--pass", args.pass_, "fwd"), ("--kernel", args.kernel, "auto"),
                                ("--grid-order", args.grid_order, "query-major")):
@@ -245,6 +240,7 @@ def levels_main(args, problem) -> int:
     """`--levels`: the pass's requested, L2 and DRAM bytes and its predicted time."""
     from iosim import Tiling, levels, predict_time
     from iosim.launch import kernel_plan
+    from iosim.memory.levels import model_problem
     from iosim.memory.limits import levels_size_error
     if args.sram_bytes is not None:
         raise ConfigError(f"--sram-bytes={args.sram_bytes} does not go with --levels: the "
@@ -252,18 +248,21 @@ def levels_main(args, problem) -> int:
     if (args.block_rows is None) != (args.block_cols is None):
         raise ConfigError("block_rows and block_cols must be given together "
                           f"(got block_rows={args.block_rows}, block_cols={args.block_cols})")
-    if problem.dtype == "bf16":
-        raise ConfigError("--dtype=bf16 does not go with --levels: the L2/DRAM and time "
-                          "models know the fp16 and fp32 kernels only (drop --levels for "
-                          "the bf16 ledger, which counts 2 bytes an element as fp16)")
     gpu = get_hardware(args.gpu or "H100-SXM")
     tiling = None if args.block_rows is None else Tiling(args.block_rows, args.block_cols)
+    # what the models cover: the problem itself, a bf16 tensor-core pass as its fp16
+    # build, or one line saying what is not modelled (never a number)
+    try:
+        modelled, _, kern = model_problem(args.algorithm, problem, gpu, pass_=args.pass_,
+                                          kernel=args.kernel, tiling=tiling)
+    except ValueError as e:
+        raise ConfigError(f"--levels: {e} (drop --levels for the ledger)") from None
     # the model checks a given tiling against the shared memory of the kernel that runs
     # it and the problem's size at its entry; the size is checked here first only to name
     # the command's options in the message
-    plan = kernel_plan(args.algorithm, problem, gpu, pass_=args.pass_, kernel=args.kernel,
+    plan = kernel_plan(args.algorithm, modelled, gpu, pass_=args.pass_, kernel=kern,
                        tiling=tiling)
-    too_big = levels_size_error(args.algorithm, problem, plan.tiling)
+    too_big = levels_size_error(args.algorithm, modelled, plan.tiling)
     if too_big:
         raise ConfigError(too_big)
     lv = levels(args.algorithm, problem, gpu, pass_=args.pass_, kernel=args.kernel,
@@ -280,8 +279,10 @@ def levels_main(args, problem) -> int:
         print(json.dumps(out, indent=2, default=float))
         return 0
     p = problem
+    variant = (f" N_k={p.N_k}" if p.N_k != p.N else "") + \
+        (f" window={p.window}" if p.window != (-1, -1) else "")
     print(f"{args.algorithm} {args.pass_} on {gpu.name}: N={p.N} d={p.d} {p.dtype} batch={p.batch} "
-          f"heads={p.heads} kv_heads={p.kv_heads} causal={p.causal}")
+          f"heads={p.heads} kv_heads={p.kv_heads} causal={p.causal}{variant}")
     print(f"kernel {lv['kernel']}, tiling B_r={lv['block_rows']} B_c={lv['block_cols']}; "
           f"L2 model: C = {lv['l2_model']['capacity_fraction']} x L2 = "
           f"{lv['l2_model']['capacity_bytes'] / 1e6:.1f} MB, associativity "
@@ -312,6 +313,9 @@ def levels_main(args, problem) -> int:
                   f"{lv['l2_model']['chip_capacity_range'][1]:g})")
     if t:
         print(f"predicted time: {t['predicted_ms']:.4f} ms")
+    for what in ("time", "dram"):      # how far the data set vouches for each (one line)
+        if what in lv.get("trust", {}) and (t or what == "dram"):
+            print(f"trust: {lv['trust'][what]['statement']}")
     for k in (t["launches"] if t else []):
         share = ", ".join(f"{n} {v:.0%}" for n, v in k["share"].items() if v >= 0.01)
         print(f"  {k['name'].split('[')[0]:<16}{k['predicted_ms']:10.4f} ms  binds: {k['binds']} "

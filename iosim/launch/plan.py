@@ -29,6 +29,21 @@ REGISTERS = {
                (64, 64, 128, True): 234, (64, 64, 64, False): 129, (128, 64, 64, True): 132,
                (128, 128, 64, False): 102, None: 128},
     "fa2_fast": {(64, 32, 128, False): 249, None: 128},
+    # head dims other than 64 and 128 (issue 39): ptxas -v on the linked PTX (sm_90, CUDA
+    # 13.0's ptxas; gpu.forward.fa2_tc.linked_ptx, gpu.backward.fa2_tc.linked_ptx), which
+    # gives the measured builds' counts within 1-5 (128 x 64 at d = 64: 128; 64 x 64 at
+    # d = 128: 228, Nsight Compute 226). Without them the default 128 let the 128 x 64
+    # build at d = 80-256 hold two CTAs per SM where one runs
+    "fa2_tc_d": {(128, 64, 16, False): 96, (128, 64, 32, False): 99, (128, 64, 80, False): 135,
+                 (128, 64, 96, False): 167, (128, 64, 112, False): 167,
+                 (128, 64, 160, False): 169, (128, 64, 192, False): 240,
+                 (128, 64, 256, False): 249, (128, 64, 16, True): 83, (128, 64, 32, True): 105,
+                 (128, 64, 80, True): 167, (128, 64, 96, True): 167, (128, 64, 112, True): 170,
+                 (128, 64, 160, True): 227, (128, 64, 192, True): 247,
+                 (128, 64, 256, True): 254},
+    "fa2_bwd_tc_d": {(32, 64, 80, False): 168, (32, 128, 80, True): 182,
+                     (32, 64, 96, False): 199, (32, 128, 96, True): 210,
+                     (32, 64, 112, False): 250, (32, 128, 112, True): 230},
     "fa2_fwd": {None: 80}, "fa1_fwd": {None: 56}, "std_S": {None: 32}, "std_softmax": {None: 32},
     "std_PV": {None: 78}, "fa2_bwd_pre": {None: 37}, "fa2_bwd_main": {None: 90},
     "bwd_convert": {None: 28}, "bwd_group_sum": {None: 40}, "std_bwd_dV": {None: 69},
@@ -45,7 +60,7 @@ REGISTERS = {
                  None: 48},
     "std_tc_softmax": {None: 32},
     "std_tc_PV": {(128, 64, 64, True): 96, (128, 64, 128, False): 166,
-                  (128, 64, 128, True): 166, None: 94},
+                  (128, 64, 128, True): 166, (128, 64, 96, False): 126, None: 94},
     "fa2_bwd_tc": {(64, 128, 64, False): 213, (64, 128, 64, True): 232,
                    (32, 64, 128, False): 252, (32, 128, 128, True): 250, None: 250},
     "fa2_bwd_fast": {(64, 64, 64, True): 128, (64, 64, 128, False): 241,
@@ -66,6 +81,10 @@ REGISTERS = {
     "std_tc_bwd_dQ": {(128, 64, 128, False): 166, (128, 64, 128, True): 166, None: 94},
     "std_tc_bwd_dK": {(128, 64, 128, False): 170, (128, 64, 128, True): 170, None: 158},
 }
+
+for _k in ("fa2_tc", "fa2_bwd_tc"):           # (measured entries first: never replaced)
+    REGISTERS[_k] = {**REGISTERS.pop(_k + "_d"), **REGISTERS[_k]}
+del _k
 
 #: Kernels that spill registers to local memory: (prefix, B_r, B_c[, d]) -> bytes of
 #: local-memory loads per thread per K/V tile. fa2_fast: ptxas -v's spill loads (88 and

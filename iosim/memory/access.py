@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..launch.plan import L1_BYTES, SPILLS, Launch, Plan, _regs, local_of, occupancy
-from ..problem import Problem
+from ..problem import Problem, band_of
 from .l2model import L2Model
 from .stream import Stream, _coarse, row_kernel, sweep_kernel, tile_kernel
 
@@ -31,6 +31,27 @@ def _active_prefix(N, B_r, B_c, causal):
     return np.minimum(last // B_c + 1, T_c)
 
 
+def _key_block_range(p: Problem, B_r: int, B_c: int):
+    """(j_lo, j_hi): the key blocks j_lo_i <= j < j_hi_i that query block i sees (empty
+    where j_hi_i <= j_lo_i). N_k = N without a window: 0 .. a_i (`_active_prefix`); else
+    the band lo <= c - r <= hi of `iosim.problem.band_of` (bottom-right aligned), block by
+    block as `iosim.closed_form.band_sums_by_block` counts it."""
+    if p.N_k == p.N and p.window == (-1, -1):
+        a = _active_prefix(p.N, B_r, B_c, p.causal)
+        return np.zeros_like(a), a
+    lo, hi = band_of(p.N, p.N_k, p.causal, p.window)
+    T_r, T_c = -(-p.N // B_r), -(-p.N_k // B_c)
+    r0 = np.arange(T_r, dtype=np.int64) * B_r
+    r_last = np.minimum(r0 + B_r, p.N) - 1
+    if hi is None:
+        j_hi = np.full(T_r, T_c - 1, dtype=np.int64)
+    else:
+        j_hi = np.where(r_last + hi < 0, -1, np.minimum((r_last + hi) // B_c, T_c - 1))
+    j_lo = np.zeros(T_r, dtype=np.int64) if lo is None else \
+        np.where(r0 + lo > p.N_k - 1, T_c, np.maximum((r0 + lo) // B_c, 0))
+    return j_lo, j_lo + np.maximum(j_hi - j_lo + 1, 0)
+
+
 def _first_query_block(N, B_r, B_c, causal):
     """First query block that sees key block j (causal): floor(j B_c / B_r); 0 otherwise."""
     T_c = -(-N // B_c)
@@ -49,7 +70,7 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
     """[(Launch, Stream builder)] of the pass, in launch order."""
     N, d, s = p.N, p.d, p.itemsize
     B_r, B_c = plan.tiling.B_r, plan.tiling.B_c
-    T_r, T_c = -(-N // B_r), -(-N // B_c)
+    T_r = -(-N // B_r)
     I = p.instances
     z, zk = _instances(p)
     budget = model.max_accesses
@@ -91,7 +112,8 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
         frame = lau.spill_bytes * lau.threads
         loc = local_of(prefix, B_r, B_c, d, p.causal)
         local_frame = local_write = 0.0
-        a = _active_prefix(N, B_r, B_c, p.causal)
+        j_lo, j_hi = _key_block_range(p, B_r, B_c)
+        a = j_hi - j_lo
         if loc and model.local_memory and \
                 loc[0] * lau.threads * lau.ctas_per_sm > L1_BYTES - lau.ctas_per_sm * lau.smem_bytes:
             local_frame, local_write = loc[0] * lau.threads, loc[1] * lau.threads
@@ -111,13 +133,13 @@ def _launches_and_streams(p: Problem, plan: Plan, hw, model: L2Model):
             # frames=False: the same launch without its local-memory frames (the spilling
             # builds' lower bound of DRAM writes, `levels`)
             i, zz = _grid_order(order, z, plan.extra.get("grid_order", "query-major"))
-            return sweep_kernel(st, group=zk[zz], lo=np.zeros(i.size), hi=a[i],
+            return sweep_kernel(st, group=zk[zz], lo=j_lo[i], hi=j_hi[i],
                                 step_bytes=2 * B_c * d * s, pre_bytes=rows[i].mean() * d * s,
                                 post_bytes=rows[i].mean() * (d * s + 4), frame_bytes=frame,
                                 local_frame_bytes=local_frame if frames else 0.0,
                                 local_write_bytes=local_write if frames else 0.0,
                                 lag=lag, slots=slots,
-                                budget=budget, n_seq=T_c)
+                                budget=budget, n_seq=-(-p.N_k // B_c))
         out.append((lau, build))
     elif plan.pass_ == "fwd" and plan.algorithm == "fa1":
         lau = L("fa1_fwd", I, plan.threads, plan.smem_bytes, "fa1_fwd")

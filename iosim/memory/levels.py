@@ -126,6 +126,85 @@ def requested(p: Problem, plan: Plan):
     return led.hbm_read_bytes, led.hbm_write_bytes, atom
 
 
+#: (algorithm, pass) whose bf16 build is the fp16 tensor-core kernel's with bf16 operands
+#: (gpu.forward.fa2_tc, fa1_tc and gpu.backward.fa2_tc list "bf16" in DTYPES: the same
+#: tilings, shared layout and bytes; the fa2 backward's pre-pass and convert kernels
+#: load bf16 as 2-byte elements too); standard's tensor-core kernels take fp16 only, so
+#: its bf16 passes run the plain kernels, which the models do not know
+BF16_AS_FP16 = (("fa2", "fwd"), ("fa1", "fwd"), ("fa2", "bwd"))
+
+
+def model_problem(algorithm: str, problem: Problem, hw, *, pass_: str = "fwd",
+                  kernel: str = "auto", tiling: Tiling | None = None):
+    """(the problem the models compute, the dtype they took for it or None, the kernel=
+    to plan it with): the problem itself where the L2 / DRAM and time models cover it; a
+    bf16 tensor-core pass as its fp16 twin (`BF16_AS_FP16`); kernel 'plain' where 'auto'
+    would plan a tensor-core kernel that cannot run this head dim and gpu runs the plain
+    kernels instead (`_tc_error`). ValueError, one line, naming what is not modelled, for
+    the rest: block-sparse masks, N_k != N, local windows, dropout, bf16 on the plain
+    kernels, a tensor-core kernel outside its head dims (packed variable-length batches
+    are another type, `iosim.VarlenProblem`, that the models do not take)."""
+    if not isinstance(problem, Problem):
+        raise ValueError(f"problem={type(problem).__name__}: not modelled below the ledger (the "
+                         f"L2 / DRAM and time models take an iosim.Problem; packed "
+                         f"variable-length batches are counted by iosim.varlen_closed_form)")
+    if problem.block_mask is not None:
+        raise ValueError("block_mask: not modelled below the ledger (the L2 / DRAM and time "
+                         "models cover dense and causal problems; the ledger counts it)")
+    if (problem.N_k != problem.N or problem.window != (-1, -1)) and \
+            (algorithm, pass_) != ("fa2", "fwd"):
+        raise ValueError(f"N_k={problem.N_k} (N={problem.N}), window={problem.window}: not "
+                         f"modelled below the ledger for the {algorithm} {pass_} pass (the L2 / "
+                         f"DRAM and time models take them for the fa2 forward only; the ledger, "
+                         f"iosim.closed_form, counts them)")
+    if problem.dropout_p:
+        raise ValueError(f"dropout_p={problem.dropout_p}: not modelled below the ledger (the "
+                         f"L2 / DRAM and time models were measured without dropout; the "
+                         f"ledger counts it)")
+    twin = replace(problem, dtype="fp16") if problem.dtype == "bf16" else problem
+    try:
+        plan = kernel_plan(algorithm, twin, hw, pass_=pass_, kernel=kernel, tiling=tiling)
+    except ValueError as e:
+        # the fast kernel has no tiling for this head dim: gpu runs the plain kernels
+        # (gpu._choose.default_tiling, gpu.backward's default_backward_tiling)
+        if kernel != "auto" or "no tiling" not in str(e) or problem.dtype == "bf16":
+            raise
+        return problem, None, "plain"
+    err = _tc_error(plan, twin)
+    if err and (kernel == "tc" or problem.dtype == "bf16"
+                or (algorithm, pass_) not in (("fa1", "fwd"), ("standard", "fwd"),
+                                              ("standard", "bwd"))):
+        raise ValueError(f"{algorithm} {pass_} {problem.dtype} at d={problem.d}: not modelled "
+                         f"below the ledger (iosim.kernel_plan picks the tensor-core kernel, "
+                         f"which cannot run it: {err}; gpu runs another kernel there)")
+    if err:                     # gpu falls back to the plain kernels (gpu._choose)
+        return problem, None, "plain"
+    if problem.dtype != "bf16":
+        return problem, None, kernel
+    if (algorithm, pass_) not in BF16_AS_FP16 or plan.kernel != "tc":
+        raise ValueError(f"dtype='bf16': the {algorithm} {pass_} pass runs bf16 on its plain "
+                         f"kernels here, which the L2 / DRAM and time models do not know (they "
+                         f"model bf16 as fp16 on the tensor-core kernels of fa2 and fa1 forward "
+                         f"and the fa2 backward); the bf16 ledger counts 2 bytes an element")
+    return twin, "fp16", kernel
+
+
+def _tc_error(plan: Plan, p: Problem) -> str | None:
+    """Why the tensor-core kernel a plan names cannot run problem p (its module's
+    plan_error: head dims, tile shapes), or None (not a tensor-core plan, or it runs)."""
+    if plan.kernel != "tc" or (plan.algorithm, plan.pass_) == ("fa2", "fwd"):
+        return None                 # (kernel_plan checks the fa2 forward's itself)
+    from ..launch.backward import fa2_tc as bwd_fa2_tc, standard_tc as bwd_std_tc
+    from ..launch.forward import fa1_tc, standard_tc
+    B_r, B_c, d = plan.tiling.B_r, plan.tiling.B_c, p.d
+    if plan.pass_ == "fwd" and plan.algorithm == "fa1":
+        return fa1_tc.plan_error(B_r, B_c, d, p.dtype, plan.extra.get("MT", 1),
+                                 plan.extra.get("stages", 2))
+    if plan.algorithm == "standard":
+        return (standard_tc if plan.pass_ == "fwd" else bwd_std_tc).plan_error(B_r, B_c, d, p.dtype)
+    return bwd_fa2_tc.plan_error(B_r, B_c, d, p.dtype)
+
+
 def pass_levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str = "fwd",
            kernel: str = "auto", tiling: Tiling | None = None,
            model: L2Model | None = None, grid_order: str = "query-major",
@@ -147,17 +226,9 @@ def pass_levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str 
     passes `iosim.timing`'s)."""
     hw = get_hardware(gpu) if isinstance(gpu, str) else gpu
     model = model or FITTED
-    if problem.block_mask is not None:
-        raise ValueError("block_mask: the hierarchy model covers dense and causal problems; "
-                         "block-sparse masks are not modelled")
-    if problem.dtype == "bf16":
-        raise ValueError("dtype='bf16': the hierarchy and time models know the fp16 and fp32 "
-                         "kernels only; the bf16 ledger (iosim.closed_form) counts 2 bytes an "
-                         "element as fp16")
-    if problem.N_k != problem.N or problem.window != (-1, -1):
-        raise ValueError(f"N_k={problem.N_k} (N={problem.N}), window={problem.window}: the "
-                         f"hierarchy model covers N_k = N without a window; those variants "
-                         f"are modelled in the ledger (iosim.closed_form) only")
+    asked = problem
+    problem, modelled_as, kernel = model_problem(algorithm, problem, hw, pass_=pass_,
+                                                 kernel=kernel, tiling=tiling)
     plan = kernel_plan(algorithm, problem, hw, pass_=pass_, kernel=kernel, tiling=tiling)
     if tiling is not None:      # the one SRAM rule, on the kernel that runs the tiling
         check_tiling_fits(algorithm, plan.tiling, problem.d, problem.dtype, hw.sram_bytes,
@@ -261,6 +332,11 @@ def pass_levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str 
                          "causal_lag": model.causal_lag,
                          "private_rmw_capacity": model.private_rmw_capacity,
                          "capacity_bytes": cap}, "warnings": warnings}
+    if modelled_as:
+        res["dtype"], res["dtype_modelled_as"] = asked.dtype, modelled_as
+        warnings.append(f"dtype {asked.dtype} modelled as its {modelled_as} build: the "
+                        f"{asked.dtype} tensor-core kernels run the same tiles and move the "
+                        f"same bytes; no {asked.dtype} pass was measured")
     if model.background_write_rate > 0 and launch_ms is not None:
         _add_background_writes(res, problem, hw, model, launch_ms)
     bg = sum(k.get("background_write_bytes", 0.0) for k in kernels)

@@ -22,7 +22,7 @@ def levels_size_error(algorithm: str, problem, tiling, *, names=("--seq-len", "-
     entry: ("N", "batch x heads", "the L2 / DRAM model"))."""
     n_name, i_name, what = names
     N, I, B_r, B_c = problem.N, problem.instances, tiling.B_r, tiling.B_c
-    T_r, T_c = tiling.T_r(N), tiling.T_c(N)
+    T_r, T_c = tiling.T_r(N), tiling.T_c(problem.N_k)   # (K/V tiles: N_k rows)
     blocks, tiles = max(T_r, T_c) * I, (T_r * T_c if algorithm == "standard" else 0)
     if blocks <= LEVELS_MAX_BLOCKS and tiles <= LEVELS_MAX_TILES:
         return None

@@ -41,13 +41,18 @@ The constants are data (runtime_constants.json, `RuntimeModel.load`); every pred
 reports each term's time and share, so the model says which resource binds. Times are
 milliseconds, the kernels' own, warm clocks. The derivation of each term, what measured it
 and the history of the model's forms and fits: docs/models-history.md.
+
+Every prediction carries `trust` (`trust_for`, iosim/timing/trust.json): the model's blind
+errors on the nearest validated kernel family, or why the problem lies outside the
+validated range (docs/validity.md).
 """
 from .decode import predict_decode
 from .features import launch_features
 from .makespan import UniformWork, imbalance, makespans
 from .model import FORM, P_NORM, RuntimeModel, family_key
 from .predict import predict_launch, predict_time, terms
+from .trust import Trust, trust_for
 
 __all__ = ["RuntimeModel", "predict_time", "predict_decode", "predict_launch", "terms",
            "launch_features", "imbalance", "makespans", "family_key", "P_NORM", "FORM",
-           "UniformWork"]
+           "UniformWork", "Trust", "trust_for"]

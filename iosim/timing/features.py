@@ -10,14 +10,20 @@ import numpy as np
 
 from ..closed_form import tile_sums
 from ..launch.plan import _fast_smem_bytes
-from ..memory.access import _active_prefix, _first_query_block
+from ..memory.access import _first_query_block, _key_block_range
 from ..problem import Problem
 from ..tiling import Tiling
 from .makespan import UniformWork, _work_excess, makespans
 from .model import MEMORY_KERNELS, NEWER, SHARED, TENSOR_KERNELS, family_key
 
 def _sums(p: Problem, t: Tiling):
-    nA, RA, CA, RCA = (int(x) for x in tile_sums(p.N, t.B_r, t.B_c, p.causal))
+    """(n_A, RA, CA, RCA) per instance of the problem's mask (N_k and the window where
+    given: `iosim.closed_form.tile_sums`)."""
+    if p.N_k == p.N and p.window == (-1, -1):
+        nA, RA, CA, RCA = (int(x) for x in tile_sums(p.N, t.B_r, t.B_c, p.causal))
+    else:
+        nA, RA, CA, RCA = (int(x) for x in tile_sums(p.N, t.B_r, t.B_c, p.causal, N_k=p.N_k,
+                                                       window=p.window))
     return nA, RA, CA, RCA
 
 
@@ -28,7 +34,8 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
     N, d, s, I = p.N, p.d, p.itemsize, p.instances
     nA, RA, CA, RCA = _sums(p, t)
     T_r, T_c = -(-N // t.B_r), -(-N // t.B_c)
-    a = _active_prefix(N, t.B_r, t.B_c, p.causal)                 # key blocks per query block
+    j_lo, j_hi = _key_block_range(p, t.B_r, t.B_c)
+    a = j_hi - j_lo                                                # key blocks per query block
     first = _first_query_block(N, t.B_r, t.B_c, p.causal)
     qb_per_kb = T_r - first                                        # query blocks per key block
     ones = lambda n: UniformWork(int(n), 1.0)        # equal CTAs: no array
@@ -85,6 +92,9 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             R = hw.hbm_bandwidth
         elif kern in TENSOR_KERNELS and (tc or kern != "fa2_tc"):
             R = hw.fp16_tensor_flops
+            # the tensor-core kernels multiply tiles padded to d rounded up to 16 (one mma
+            # k step; zeros in the pad columns): their work is at the padded head dim
+            W *= _padded(d) / d
         else:
             R = hw.fp32_flops
         if fam == "fa2_tc":
@@ -163,7 +173,10 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                     if kern in CTA_LATENCY_KERNELS else 0.0,
                     "o_elems": float(nA * t.B_r * d * I) if kern in O_ROUNDTRIP else 0.0,
                     "entries": entries, "backward": fam == "fa2_bwd_main",
-                    "causal": bool(p.causal) and fam in ("fa2_tc", "fa2_fast", "fa2_fwd"),
+                    # the causal builds' band test per entry; a window's build runs the
+                    # same test (its band), so it pays the same (gpu: one masked build)
+                    "causal": bool(p.causal or p.window != (-1, -1))
+                    and fam in ("fa2_tc", "fa2_fast", "fa2_fwd"),
                     "causal_fa1": bool(p.causal) and kern in ("fa1_tc", "fa1_fast"),
                     "B_smem": smem, "row_steps": steps, "row_rows": rows_pass,
                     "row_wsteps": wsteps,
@@ -240,6 +253,12 @@ def _bwd_wavefronts(B_r: int, B_c: int, d: int, s: int) -> float:
     b = -(-B_c * d // 32) * B_r * 4
     c = -(-B_r * d // 32) * B_c * 2
     return float(a + b + c)
+
+
+def _padded(d: int) -> int:
+    """The head dim the tensor-core kernels' tile products run at: d rounded up to 16
+    (iosim.launch.forward.fa2_tc.padded; the same k step in every tensor-core kernel)."""
+    return -(-d // 16) * 16
 
 
 def _l2_global(lv: dict) -> float:

@@ -18,6 +18,7 @@ from ..tiling import Tiling
 from .features import launch_features
 from .makespan import imbalance
 from .model import FALLBACK, P_NORM, RuntimeModel
+from .trust import trust_for
 
 
 # ---------------------------------------------------------------------------------------
@@ -108,9 +109,15 @@ def predict_time(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str
             lv, rate = _levels_without_background(algorithm, problem, hw, pass_, kernel, tiling)
     except ValueError as e:
         raise ValueError(f"the time model cannot predict this pass: {e}") from e
+    asked, modelled_as = problem, lv.get("dtype_modelled_as")
+    if modelled_as:                 # a bf16 tensor-core pass: its fp16 build's features
+        problem = replace(problem, dtype=modelled_as)
     feats = _with_background(launch_features(problem, lv, hw), m, hw, rate)
     launches = [predict_launch(f, m, hw) for f in feats]
+    trust = trust_for("time", lv["algorithm"], lv["pass"], lv["kernel"], asked, hw.name,
+                      (lv["block_rows"], lv["block_cols"]), modelled_as=modelled_as)
     return {"predicted_ms": sum(x["predicted_ms"] for x in launches), "launches": launches,
+            "trust": trust.to_dict(),
             "constants": {"e": m.e, "e_l2": m.e_l2, "e_dram": m.e_dram,
                           "t_launch_ms": m.t_launch_ms, "w_sat": m.w_sat, "e_local": m.e_local,
                           "e_smem": m.e_smem, "kappa": m.kappa, "kappa_c": m.kappa_c,
