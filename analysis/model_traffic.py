@@ -62,7 +62,8 @@ def _layer_row(layer, rows) -> dict:
                  tiling=None if first.call.tiling is None else list(first.call.tiling))
     out.update(ledger_read_bytes=sum(t.read_bytes.values()),
                ledger_write_bytes=sum(t.write_bytes.values()), reason=t.reason,
-               warnings=list(dict.fromkeys(w for r in rows for w in r.warnings)))
+               warnings=list(dict.fromkeys(w for r in rows for w in r.warnings)),
+               trust=list(dict.fromkeys(w for r in rows for w in r.trust)))
     if first.call.step == "decode":
         out["cache_rows"] = [_cache_rows(first.call), _cache_rows(last.call)]
     return out
@@ -173,6 +174,9 @@ def format_summary(summary: dict, heading: str, *, every_layer: bool = False) ->
     warnings = list(dict.fromkeys(w for sec in summary["sections"].values()
                                   for r in sec["layers"] for w in r["warnings"]))
     lines += [f"warning: {w}" for w in warnings]
+    trust = list(dict.fromkeys(w for sec in summary["sections"].values()
+                               for r in sec["layers"] for w in r.get("trust", ())))
+    lines += [f"trust: {w}" for w in trust]
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from .backward import backward_closed_form
 from .closed_form import closed_form
+from .launch.decode import CTAS_PER_SM, choose_kv_reads, main_kernel
 from .decode import DECODE, KV_READS, DecodeProblem, check_num_splits, choose_num_splits, \
     decode_closed_form
 from .hardware import PRESETS, get_hardware
@@ -406,7 +407,7 @@ def plan_problem(problem: Problem, hw, pass_: str = "fwd", tiling: Tiling | None
 
 def calls_from_config(config, *, batch: int = 1, prefill: int = 8192,
                       decode_steps: int = 100, dtype: str = "fp16", preset: str = "H100-SXM",
-                      kv_reads: str = "per_query_head", train: bool = False
+                      kv_reads: str = "auto", train: bool = False
                       ) -> list[AttentionCall]:
     """The attention calls of a prefill of `prefill` tokens followed by `decode_steps`
     decoding steps (one new token each), batch sequences, on `preset`: one call per layer
@@ -415,8 +416,10 @@ def calls_from_config(config, *, batch: int = 1, prefill: int = 8192,
     Prefill: Problem(N=prefill, causal) per layer, fa2 at the kernel and tiling gpu
     runs on the preset (`plan_problem`). Decode step k (1-based): one query row against
     a cache of prefill + k rows (the new token's K/V appended first, as transformers'
-    caches do), schedule and num_splits by iosim.choose_num_splits on the preset's SMs
-    (gpu.decode's rule). A sliding layer of window W: the prefill gets window (W - 1, 0)
+    caches do), kv_reads ("auto": gpu.decode's choice, per_group on grouped heads where
+    its flat kernel runs), schedule and num_splits by iosim.choose_num_splits on the
+    preset's SMs and the main kernel's blocks an SM (gpu.decode's rule,
+    iosim.launch.decode). A sliding layer of window W: the prefill gets window (W - 1, 0)
     (transformers' sliding_window counts the query itself), dropped where it covers every
     key (W >= N: the same mask); its decode steps read the W most recent rows,
     min(cache, W) (a cache of the window, or a kernel that skips the rows before it).
@@ -429,8 +432,8 @@ def calls_from_config(config, *, batch: int = 1, prefill: int = 8192,
     K = _check_count("decode_steps", decode_steps, 0)
     dtype = check_dtype(dtype)
     hw = _hardware(preset)
-    if not isinstance(kv_reads, str) or kv_reads not in KV_READS:
-        raise _bad("kv_reads", kv_reads, ", ".join(KV_READS))
+    if not isinstance(kv_reads, str) or kv_reads not in KV_READS + ("auto",):
+        raise _bad("kv_reads", kv_reads, "auto, " + ", ".join(KV_READS))
     if not isinstance(train, bool):
         raise _bad("train", train, "True or False")
     if train and K:
@@ -455,11 +458,13 @@ def calls_from_config(config, *, batch: int = 1, prefill: int = 8192,
             n_kv = N + k if W is None else min(N + k, W)
             if n_kv not in memo:
                 p = DecodeProblem(N_kv=n_kv, d=shape.head_dim, N_q=1, dtype=dtype, **heads)
-                S = choose_num_splits(p, hw.sm_count, kv_reads=kv_reads).num_splits
-                memo[n_kv] = (p, S)
-            p, S = memo[n_kv]
+                kr = choose_kv_reads(p, kv_reads)
+                ctas = CTAS_PER_SM[main_kernel(p, kr)]
+                S = choose_num_splits(p, hw.sm_count, ctas, kv_reads=kr).num_splits
+                memo[n_kv] = (p, S, kr)
+            p, S, kr = memo[n_kv]
             calls.append(AttentionCall(i, "decode", p, "fa2_decode" if S == 1 else "split_kv",
-                                       None, num_splits=S, kv_reads=kv_reads))
+                                       None, num_splits=S, kv_reads=kr))
     return calls
 
 
@@ -471,7 +476,8 @@ class CallTraffic:
     """One call priced: its kernel ("fa2 fwd tc", "split_kv", ...), the exact ledger
     (an iosim Ledger, BackwardLedger or DecodeLedger: elements and bytes, problem totals),
     the predicted DRAM bytes read and written and time (ms) where the models cover the
-    call, else None with `reason` (one line) saying why; the models' warnings."""
+    call, else None with `reason` (one line) saying why; the models' warnings; trust: the
+    models' trust statements for this kind of problem (time, DRAM; iosim.timing.trust)."""
 
     call: AttentionCall
     kernel: str
@@ -481,6 +487,7 @@ class CallTraffic:
     predicted_ms: float | None
     reason: str | None = None
     warnings: tuple = ()
+    trust: tuple = ()
 
     @property
     def hbm_bytes(self) -> int:
@@ -590,8 +597,9 @@ def _price_forward(call: AttentionCall, hw) -> CallTraffic:
         reason = None
     except ValueError as e:             # a kernel the time model has no constants for
         ms, reason = None, f"no predicted time: {_one_line(e)}"
+    trust = tuple(lv["trust"][k]["statement"] for k in ("time", "dram") if k in lv["trust"])
     return CallTraffic(call, kernel, ledger, float(lv["dram_read_bytes"]),
-                       float(lv["dram_write_bytes"]), ms, reason, warnings)
+                       float(lv["dram_write_bytes"]), ms, reason, warnings, trust)
 
 
 def _price_decode(call: AttentionCall, hw) -> CallTraffic:
@@ -603,7 +611,8 @@ def _price_decode(call: AttentionCall, hw) -> CallTraffic:
     reason = ("no DRAM bytes: the decode model (iosim.timing.decode) predicts time only; "
               "the L2 / DRAM model covers the forward and backward passes")
     try:
-        pred = predict_decode(p, hw.name, call.num_splits, kv_reads=call.kv_reads)
+        pred = predict_decode(p, hw.name, call.num_splits, kv_reads=call.kv_reads,
+                              main=main_kernel(p, call.kv_reads))
     except ValueError as e:             # a problem the decode kernels (so the model) cannot run
         return CallTraffic(call, kernel, ledger, None, None, None,
                            f"no DRAM bytes or time: {_one_line(e)}")

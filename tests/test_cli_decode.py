@@ -38,7 +38,8 @@ def test_decode_num_splits_from_the_rule(capsys):
     (["--seq-len", "1024", "--num-splits", "2"], "--seq-len-kv"),
     (["--seq-len", "1", "--seq-len-kv", "4096", "--decode", "--levels", "--pass", "bwd"], "--pass"),
     (["--seq-len", "1", "--seq-len-kv", "4096", "--decode", "--levels", "--dtype", "bf16"], "fp16"),
-    (["--seq-len", "1", "--seq-len-kv", "4096", "--levels"], "--levels"),
+    # N_k != N: --levels models the fa2 forward (with a trust statement), not the backward
+    (["--seq-len", "64", "--seq-len-kv", "4096", "--levels", "--pass", "bwd"], "--levels"),
     (["--seq-len", "1", "--seq-len-kv", "4096", "--decode", "--window", "8,0"], "--window"),
     (["--seq-len", "1", "--seq-len-kv", "100", "--num-splits", "0"], "num_splits"),
 ])

@@ -171,12 +171,16 @@ def test_traffic_table_gives_numbers_or_a_reason():
             assert row.reason and "\n" not in row.reason
     pre = table.select("prefill")
     assert pre[0].dram_bytes > 0 and pre[0].predicted_ms > 0 and pre[0].reason is None
-    assert pre[1].dram_bytes is None and "window" in pre[1].reason     # sliding layer
+    # the sliding layer's window is modelled (fa2 forward), with the models' trust
+    # statements; a window was never measured, so they say it is outside the validated range
+    assert pre[1].dram_bytes > 0 and pre[1].predicted_ms > 0
+    assert len(pre[1].trust) == 2 and all("outside validated range" in t for t in pre[1].trust)
     dec = table.select("decode")
-    assert all(r.dram_bytes is None and r.predicted_ms > 0 and "decode" in r.reason
+    # gpu.decode runs its flat kernel here, whose time is not modelled: the ledger only
+    assert all(r.dram_bytes is None and r.predicted_ms is None and "flat" in r.reason
                for r in dec)
     bf = traffic_table(calls_from_config(SMALL, prefill=256, decode_steps=0, dtype="bf16"))
-    assert all(r.dram_bytes is None and "bf16" in r.reason for r in bf.rows)
+    assert all(r.dram_bytes > 0 and any("bf16" in t for t in r.trust) for r in bf.rows)
 
 
 def test_traffic_table_refuses_bad_input():
@@ -528,10 +532,12 @@ def test_cli_model_table_and_json(tmp_path):
     assert pre["layers"][0]["ledger_bytes"] == led.hbm_bytes and f"{led.hbm_bytes:,}" in text
     assert pre["total"]["ledger_bytes"] == 32 * led.hbm_bytes
     first = DecodeProblem(N_kv=1025, d=128, heads=32, kv_heads=8)
-    S = iosim.choose_num_splits(first, 132).num_splits
+    # gpu.decode's defaults: the flat kernel reads each K/V head once for its 4 query heads
+    from iosim.launch.decode import CTAS_PER_SM
+    S = iosim.choose_num_splits(first, 132, CTAS_PER_SM["flat"], kv_reads="per_group").num_splits
     sched = "fa2_decode" if S == 1 else "split_kv"
     assert dec["first_step"]["ledger_bytes"] == 32 * decode_closed_form(
-        sched, first, num_splits=S).hbm_bytes
+        sched, first, num_splits=S, kv_reads="per_group").hbm_bytes
     assert dec["first_step"]["cache_rows"] == [1025] and dec["last_step"]["cache_rows"] == [1027]
     assert data["reasons"] and "[1] no DRAM bytes" in text      # decode: time only, said so
     rc, text2, _ = run_cli(["model", "llama3.1-8b", "--prefill", "1024", "--decode", "3",
@@ -630,12 +636,12 @@ def test_docs_page_shows_what_the_command_prints():
     sec = json.loads(js)["sections"]
     pre, dec = sec["prefill"]["layers"][0], sec["decode"]["layers"][0]
     assert f"predicts {pre['dram_bytes'] / 1e6:.0f} MB of" in page
-    assert f"{dec['ledger_bytes'] / 1e9:.1f} GB a layer over the 100 steps" in page
+    assert f"{dec['ledger_bytes'] / 1e9:.1f} GB a layer over\n  the 100 steps" in page
     assert f"against the prefill's {pre['ledger_bytes'] / 1e9:.1f} GB" in page
-    assert f"(S = {dec['kernel'].split('S=')[1]})" in page
-    rc, js, _ = run_cli(DOCS_COMMAND + ["--kv-reads", "per_group", "--json", "-"])
-    grouped = json.loads(js)["sections"]["decode"]["layers"][0]["ledger_bytes"]
-    assert f"about a quarter ({grouped / 1e9:.1f} GB a layer)" in page
+    assert f"(S = {dec['kernel'].split('S=')[1].split()[0]})" in page
+    rc, js, _ = run_cli(DOCS_COMMAND + ["--kv-reads", "per_query_head", "--json", "-"])
+    each = json.loads(js)["sections"]["decode"]["layers"][0]["ledger_bytes"]
+    assert f"about four times\n  that ({each / 1e9:.1f} GB a layer)" in page
 
 
 # ---------------------------------------------------------------------------------------

@@ -48,10 +48,11 @@ def register(sub):
                         "fp16 and fp32)")
     p.add_argument("--gpu", "--preset", dest="gpu", default="H100-SXM", metavar="PRESET",
                    help=f"hardware preset: {', '.join(PRESETS)} (default H100-SXM)")
-    p.add_argument("--kv-reads", choices=("per_query_head", "per_group"),
-                   default="per_query_head",
-                   help="decode: each query head reads its group's K/V (default, as "
-                        "gpu.decode), or one block per K/V head")
+    p.add_argument("--kv-reads", choices=("auto", "per_query_head", "per_group"),
+                   default="auto",
+                   help="decode: auto (default, as gpu.decode: one block per K/V head on "
+                        "grouped heads where its flat kernel runs), each query head reads "
+                        "its group's K/V, or one block per K/V head")
     p.add_argument("--every-layer", action="store_true",
                    help="one line per layer (default: equal consecutive layers on one line)")
     p.add_argument("--json", metavar="FILE",

@@ -18,6 +18,7 @@ from numba import cuda
 
 import iosim
 from iosim.decode import KV_READS, DecodeLedger, DecodeProblem, choose_num_splits
+from iosim.launch import decode as _geometry
 from iosim.problem import ConfigError
 
 from .._launch import HOST_DTYPE, NP_DTYPE, READ, SIM, WRITE, check_fits, dtype_name, filled, launch
@@ -29,8 +30,8 @@ from . import split_kv as K
 #: GPU preset whose SM count the "auto" rule uses where no GPU is present (the simulator)
 SIM_PRESET = "H100-SXM"
 _DUMMIES: dict = {}
-#: main decode kernels DecodeLauncher can run (gpu.decode's `main`)
-MAIN_KERNELS = ("auto", "flat", "tiled")
+MAIN_KERNELS = _geometry.MAIN_KERNELS
+CTAS_PER_SM = _geometry.CTAS_PER_SM
 
 
 def _check_float(name, x, ndim, dims):
@@ -111,37 +112,13 @@ def _lengths(cache_seqlens, batch, capacity, what, append, N_q, kind):
 
 def main_kernel(problem: DecodeProblem, kv_reads: str, main: str = "auto",
                 vec: bool = True) -> str:
-    """The main kernel DecodeLauncher runs for `main` ("auto", "flat" or "tiled"): "flat"
-    wherever gpu.decode.flat's plan applies, else "tiled"."""
-    if not isinstance(main, str) or main not in MAIN_KERNELS:
-        raise ValueError(f"main={main!r} is not known; allowed: {', '.join(MAIN_KERNELS)}")
-    if main == "tiled":
-        return "tiled"
-    NR = (1 if kv_reads == "per_query_head" else problem.group) * problem.N_q
-    ok = Fl.plan(problem.d, problem.dtype, NR, vec_ok=vec) is not None
-    if main == "flat" and not ok:
-        raise ValueError(f"main='flat' does not run {NR} query rows a block at "
-                         f"d={problem.d} ({problem.dtype}); allowed: main='tiled' or 'auto'")
-    return "flat" if ok else "tiled"
+    """iosim.launch.decode.main_kernel for this build (the simulator's or a GPU's)."""
+    return _geometry.main_kernel(problem, kv_reads, main, vec, sim=SIM)
 
 
 def choose_kv_reads(problem: DecodeProblem, kv_reads: str = "auto", main: str = "auto") -> str:
-    """kv_reads for "auto": "per_group" (each K/V head read once for its G query heads)
-    on grouped heads where the flat kernel runs the group's G x N_q rows, else
-    "per_query_head"; an explicit value is returned as it is."""
-    if kv_reads != "auto":
-        return kv_reads
-    if problem.group > 1 and main != "tiled":
-        NR = problem.group * problem.N_q
-        if Fl.plan(problem.d, problem.dtype, NR) is not None:
-            return "per_group"
-    return "per_query_head"
-
-
-#: thread blocks per SM the "auto" split count aims for, per main kernel: the tiled
-#: kernel's rule was measured with one; the flat kernel holds its loads in registers and
-#: needs several resident blocks an SM to keep enough bytes in flight
-CTAS_PER_SM = {"tiled": 1, "flat": 4}
+    """iosim.launch.decode.choose_kv_reads for this build."""
+    return _geometry.choose_kv_reads(problem, kv_reads, main, sim=SIM)
 
 
 def auto_num_splits(problem: DecodeProblem, kv_reads: str, main: str = "flat"):

@@ -56,58 +56,24 @@ import math
 
 from numba import cuda, float32, int32, int64
 
-from iosim.problem import DTYPES
+from iosim.launch import decode as _geometry
 
 from .._launch import (NAN, NEG_INF, READ, SIM, WRITE, ZERO, add_count, kernel_name,
                        lane_group_reducer, loader, specialisation, storer)
 from .split_kv import _LD16, C
 
-#: the largest NR x VW (query rows x a lane's columns) a lane keeps in registers, twice
-#: (the scaled Q and the O accumulator); beyond it `plan` declines and the tiled kernel runs
-MAX_ROW_REGS = 64
+# the layout (threads, lanes, rows a tile, shared memory): iosim.launch.decode.flat_plan
+MAX_ROW_REGS = _geometry.MAX_ROW_REGS
 #: block-table entries staged in shared memory per window (paged caches)
 NPW = 256
 
 
 def plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = SIM,
          threads: int | None = None, rows_per_group: int | None = None) -> dict | None:
-    """Compile-time layout of the flat kernel for head dim d (elements), storage dtype dt
-    and NR query rows a block: NT threads, VW elements a lane, LPR lanes a key row, NGRP
-    groups, KPG rows a group per tile, TB rows a tile, vec (16-byte loads), smem_bytes
-    (dynamic shared memory, bytes). None where the flat kernel does not apply (head dims
-    whose row does not map onto a power-of-two lane group, or NR x VW > MAX_ROW_REGS):
-    the tiled kernel (`split_kv`) runs those. threads / rows_per_group override NT / KPG
-    (benchmarks)."""
-    itemsize = DTYPES[dt].itemsize
-    if sim:
-        NT, VW, LPR, vec = 16, d, 1, False
-        KPG = 2
-    else:
-        NT = 128
-        VW = 16 // itemsize
-        if d % VW:
-            return None
-        LPR = d // VW
-        while LPR > 32:
-            VW *= 2
-            LPR = d // VW
-        if LPR & (LPR - 1) or 32 % LPR:
-            return None
-        if NR * VW > MAX_ROW_REGS:
-            return None
-        vec = bool(vec_ok) and VW * itemsize == 16 and dt != "bf16"
-        KPG = 4 if NR * VW <= 16 else 2
-    if threads is not None:
-        NT = int(threads)
-    if rows_per_group is not None:
-        KPG = int(rows_per_group)
-    if NT % LPR or NT % 32 and not sim:
-        raise ValueError(f"threads={NT} is not allowed; allowed: a multiple of 32 and of "
-                         f"{LPR} lanes a row")
-    NGRP = NT // LPR
-    f32 = NGRP * NR * d + 2 * NGRP * NR
-    return dict(kernel="flat", NT=NT, VW=VW, LPR=LPR, NGRP=NGRP, KPG=KPG, TB=NGRP * KPG,
-                vec=vec, smem_bytes=4 * max(f32, NR * d))
+    """`iosim.launch.decode.flat_plan` for this process's build (sim: Numba's simulator):
+    None where the flat kernel does not apply."""
+    return _geometry.flat_plan(d, dt, NR, vec_ok=vec_ok, sim=sim, threads=threads,
+                               rows_per_group=rows_per_group)
 
 
 @specialisation

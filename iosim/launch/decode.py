@@ -1,7 +1,8 @@
-"""Launch geometry of `gpu.decode.split_kv` (KV-cache decoding: the split-KV main kernel),
-without Numba: threads, lanes per key row, rows per tile and shared memory for head dim d
-(elements), storage dtype dt and NR query rows per block. sim=True gives the layout of
-the simulator's build (gpu passes its own SIM); `smem_bytes` in bytes."""
+"""Launch geometry of gpu.decode's main kernels (KV-cache decoding, split-KV), without
+Numba: threads, lanes per key row, rows per tile and shared memory for head dim d
+(elements), storage dtype dt and NR query rows per block. `plan`: the tiled kernel
+(`gpu.decode.split_kv`); `flat_plan`: the flat kernel (`gpu.decode.flat`). sim=True gives
+the layout of the simulator's build (gpu passes its own SIM); `smem_bytes` in bytes."""
 from __future__ import annotations
 
 from ..problem import DTYPES
@@ -60,3 +61,93 @@ def plan(d: int, dt: str, NR: int, vec_ok: bool = True, sim: bool = False,
     f32 = NR * d + TB * d + NR * TB + 3 * NR + (NT if red else 0)
     return dict(NT=NT, VW=VW, LPR=LPR, NGRP=NGRP, KPG=KPG, TB=TB, A=A, shfl=shfl, vec=vec,
                 red=red, smem_bytes=4 * f32)
+
+
+#: the largest NR x VW (query rows x a lane's columns) a lane of the flat kernel keeps in
+#: registers, twice (the scaled Q and the O accumulator); beyond it `flat_plan` declines
+MAX_ROW_REGS = 64
+
+
+def flat_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = False,
+              threads: int | None = None, rows_per_group: int | None = None) -> dict | None:
+    """Compile-time layout of the flat kernel for head dim d (elements), storage dtype dt
+    and NR query rows a block: NT threads, VW elements a lane, LPR lanes a key row, NGRP
+    groups, KPG rows a group per tile, TB rows a tile, vec (16-byte loads), smem_bytes
+    (dynamic shared memory, bytes). None where the flat kernel does not apply (head dims
+    whose row does not map onto a power-of-two lane group, or NR x VW > MAX_ROW_REGS):
+    the tiled kernel runs those. threads / rows_per_group override NT / KPG (benchmarks)."""
+    itemsize = DTYPES[dt].itemsize
+    if sim:
+        NT, VW, LPR, vec = 16, d, 1, False
+        KPG = 2
+    else:
+        NT = 128
+        VW = 16 // itemsize
+        if d % VW:
+            return None
+        LPR = d // VW
+        while LPR > 32:
+            VW *= 2
+            LPR = d // VW
+        if LPR & (LPR - 1) or 32 % LPR:
+            return None
+        if NR * VW > MAX_ROW_REGS:
+            return None
+        vec = bool(vec_ok) and VW * itemsize == 16 and dt != "bf16"
+        KPG = 4 if NR * VW <= 16 else 2
+    if threads is not None:
+        NT = int(threads)
+    if rows_per_group is not None:
+        KPG = int(rows_per_group)
+    if NT % LPR or NT % 32 and not sim:
+        raise ValueError(f"threads={NT} is not allowed; allowed: a multiple of 32 and of "
+                         f"{LPR} lanes a row")
+    NGRP = NT // LPR
+    f32 = NGRP * NR * d + 2 * NGRP * NR
+    return dict(kernel="flat", NT=NT, VW=VW, LPR=LPR, NGRP=NGRP, KPG=KPG, TB=NGRP * KPG,
+                vec=vec, smem_bytes=4 * max(f32, NR * d))
+
+
+# ---------------------------------------------------------------------------------------
+# What gpu.decode runs by default (main="auto", kv_reads="auto", num_splits="auto")
+# ---------------------------------------------------------------------------------------
+#: main decode kernels (gpu.decode's `main`)
+MAIN_KERNELS = ("auto", "flat", "tiled")
+#: thread blocks per SM the "auto" split count aims for, per main kernel: the tiled
+#: kernel's rule was measured with one; the flat kernel holds its loads in registers and
+#: needs several resident blocks an SM to keep enough bytes in flight
+CTAS_PER_SM = {"tiled": 1, "flat": 4}
+
+
+def _rows(problem, kv_reads: str) -> int:
+    return (1 if kv_reads == "per_query_head" else problem.group) * problem.N_q
+
+
+def main_kernel(problem, kv_reads: str, main: str = "auto", vec: bool = True,
+                sim: bool = False) -> str:
+    """The main kernel gpu.decode runs for `main` ("auto", "flat" or "tiled") on an
+    iosim.decode.DecodeProblem: "flat" wherever `flat_plan` applies, else "tiled".
+    ValueError for an unknown main, or main="flat" where it does not apply."""
+    if not isinstance(main, str) or main not in MAIN_KERNELS:
+        raise ValueError(f"main={main!r} is not known; allowed: {', '.join(MAIN_KERNELS)}")
+    if main == "tiled":
+        return "tiled"
+    NR = _rows(problem, kv_reads)
+    ok = flat_plan(problem.d, problem.dtype, NR, vec_ok=vec, sim=sim) is not None
+    if main == "flat" and not ok:
+        raise ValueError(f"main='flat' does not run {NR} query rows a block at "
+                         f"d={problem.d} ({problem.dtype}); allowed: main='tiled' or 'auto'")
+    return "flat" if ok else "tiled"
+
+
+def choose_kv_reads(problem, kv_reads: str = "auto", main: str = "auto",
+                    sim: bool = False) -> str:
+    """kv_reads for "auto": "per_group" (each K/V head read once for its G query heads)
+    on grouped heads where the flat kernel runs the group's G x N_q rows, else
+    "per_query_head"; an explicit value is returned as it is."""
+    if kv_reads != "auto":
+        return kv_reads
+    if problem.group > 1 and main != "tiled":
+        if flat_plan(problem.d, problem.dtype, _rows(problem, "per_group"), sim=sim) is not None:
+            return "per_group"
+    return "per_query_head"

@@ -54,7 +54,7 @@ from ..decode import (DecodeProblem, choose_num_splits, decode_closed_form, sequ
                       split_bounds)
 from ..problem import ConfigError
 from ..hardware import get_hardware
-from ..launch.decode import plan
+from ..launch.decode import flat_plan, plan
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
 MODEL_VERSION = "decode-time v1"
@@ -177,7 +177,7 @@ def _uniform(problem: DecodeProblem, num_splits) -> DecodeProblem:
 
 
 def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=None, *,
-                   kv_reads: str = "per_query_head", constants=None) -> dict:
+                   kv_reads: str = "per_query_head", constants=None, main: str = "tiled") -> dict:
     """Predicted time of gpu.decode's kernels for one decoding step.
 
     num_splits None: the rule gpu.decode uses (iosim.choose_num_splits on the preset's SM
@@ -189,10 +189,23 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     Per-sequence lengths: equal lengths without an append are predicted as the same
     problem with one N_kv; a ragged batch by the same terms over its own CTAs (see the
     module docstring; a warning says it is unvalidated); an appending batch raises
-    ConfigError (one line: why) rather than give a number the model was not built for."""
+    ConfigError (one line: why) rather than give a number the model was not built for.
+    main: the main kernel predicted, "tiled" (gpu.decode's main="tiled"); "flat" raises
+    ConfigError: its time is not modelled (no measured rows were fitted). A warning says
+    where gpu.decode's default (main="auto") runs the flat kernel instead."""
+    if main not in ("tiled", "flat"):
+        raise ConfigError(f"main={main!r} is not allowed; allowed: 'tiled', 'flat'")
+    if main == "flat":
+        raise ConfigError("main='flat': the flat decode kernel's time is not modelled (no "
+                          "fitted rows); allowed: main='tiled' (the tiled kernel's model)")
     problem = _uniform(problem, num_splits)
     hw = get_hardware(gpu)
     warnings = []
+    NR = (1 if kv_reads == "per_query_head" else problem.group) * problem.N_q
+    if flat_plan(problem.d, problem.dtype, NR) is not None:
+        warnings.append("this is the tiled main kernel's time (gpu.decode main='tiled'); "
+                        "gpu.decode's default runs the flat kernel here, whose time is not "
+                        "modelled")
     if problem.dtype != "fp16":
         warnings.append(f"dtype={problem.dtype!r}: only fp16 decode kernels were timed; the "
                         f"fp16 constants are used, unvalidated")
