@@ -58,9 +58,9 @@ from numba import cuda, float32, int32, int64
 
 from iosim.launch import decode as _geometry
 
-from .._launch import (NAN, NEG_INF, READ, SIM, WRITE, ZERO, add_count, kernel_name,
-                       lane_group_reducer, loader, specialisation, storer)
-from .split_kv import _LD16, C
+from .._launch import (NAN, NEG_INF, SIM, ZERO, kernel_name, lane_group_reducer, loader,
+                       specialisation, storer)
+from .split_kv import flush_counts, row_loader
 
 # the layout (threads, lanes, rows a tile, shared memory): iosim.launch.decode.flat_plan
 MAX_ROW_REGS = _geometry.MAX_ROW_REGS
@@ -93,9 +93,6 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
     TB = NGRP * KPG
     GM = NGRP * NR * d                  # shared: [0, GM) group accumulators (Q first),
     GL = GM + NGRP * NR                 # [GM, GL) group maxima, [GL, GL + NGRP NR) sums
-    IQ, IK, IV, IO, IL = C["Q"], C["K"], C["V"], C["O"], C["L"]
-    IOP, ILP, IBT = C["Opart"], C["Lpart"], C["block_table"]
-    ld16 = _LD16.get(VW) if vec else None
     ld, st = loader(dt), storer(dt)
     gsum = lane_group_reducer(LPR, "sum") if LPR > 1 else None
 
@@ -105,16 +102,7 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
             return gsum(x)
         return x
 
-    @cuda.jit(device=True, inline=True)
-    def load_row(arr, i0, i1, i2, x0, dst, kk):
-        """dst[kk, :] = arr[i0, i1, i2, x0 : x0 + VW] as float32."""
-        if vec:
-            t4 = ld16(arr, (i0, i1, i2, x0))
-            for w in range(VW):
-                dst[kk, w] = t4[w]
-        else:
-            for w in range(VW):
-                dst[kk, w] = ld(arr[i0, i1, i2, x0 + w])
+    load_row = row_loader(dt, VW, vec)
 
     @cuda.jit(device=True, inline=True)
     def load_tile(k, v, b, g, bt, p0, P, invP, c1, we, x0, kreg, vreg):
@@ -312,12 +300,7 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
                 if count:
                     nL += 1
         if count:
-            add_count(counters, IQ, READ, nQ)
-            add_count(counters, IK, READ, nK)
-            add_count(counters, IV, READ, nK)
-            add_count(counters, IBT, READ, nBT)
-            add_count(counters, IOP if split else IO, WRITE, nO)
-            add_count(counters, ILP if split else IL, WRITE, nL)
+            flush_counts(counters, split, nQ, nK, nBT, nO, nL)
 
     name = kernel_name("decode_flat_splitkv" if split else "decode_flat", d=d, dt=dt,
                        nq=N_q, ng=NG, paged=paged, causal=causal, count=count, t=NT,

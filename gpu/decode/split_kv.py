@@ -126,6 +126,43 @@ _LD16 = {} if SIM else {4: _make_ld16(4), 8: _make_ld16(8)}
 
 
 # ---------------------------------------------------------------------------------------
+# Pieces both main kernels (this tiled one and gpu.decode.flat) use
+# ---------------------------------------------------------------------------------------
+def row_loader(dt: str, VW: int, vec: bool):
+    """Device function load_row(arr, i0, i1, i2, x0, dst, kk): dst[kk, :] = arr[i0, i1, i2,
+    x0 : x0 + VW] as float32; one 16-byte load when vec (16-byte aligned), else VW loads."""
+    ld16 = _LD16.get(VW) if vec else None
+    ld = loader(dt)
+
+    @cuda.jit(device=True, inline=True)
+    def load_row(arr, i0, i1, i2, x0, dst, kk):
+        if vec:
+            t4 = ld16(arr, (i0, i1, i2, x0))
+            for w in range(VW):
+                dst[kk, w] = t4[w]
+        else:
+            for w in range(VW):
+                dst[kk, w] = ld(arr[i0, i1, i2, x0 + w])
+    return load_row
+
+
+_IQ, _IK, _IV, _IO, _IL = C["Q"], C["K"], C["V"], C["O"], C["L"]
+_IOP, _ILP, _IBT = C["Opart"], C["Lpart"], C["block_table"]
+
+
+@cuda.jit(device=True, inline=True)
+def flush_counts(counters, split, nQ, nK, nBT, nO, nL):
+    """A main-kernel thread's counts into the counters: Q, K and V (nK each) and
+    block-table elements read; O, L (S = 1) or Opart, Lpart (split) written."""
+    add_count(counters, _IQ, READ, nQ)
+    add_count(counters, _IK, READ, nK)
+    add_count(counters, _IV, READ, nK)
+    add_count(counters, _IBT, READ, nBT)
+    add_count(counters, _IOP if split else _IO, WRITE, nO)
+    add_count(counters, _ILP if split else _IL, WRITE, nL)
+
+
+# ---------------------------------------------------------------------------------------
 # Plan
 # ---------------------------------------------------------------------------------------
 
@@ -165,9 +202,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
     RO = MO + 3 * NR                    # group-sum scratch (NT floats) without shuffles
     RED = bool(red)
     assert not (RED and shfl) and (RED or shfl or LPR == 1)
-    IQ, IK, IV, IO, IL = C["Q"], C["K"], C["V"], C["O"], C["L"]
-    IOP, ILP, IBT = C["Opart"], C["Lpart"], C["block_table"]
-    ld16 = _LD16.get(VW) if vec else None
+    IO, IL, IOP, ILP = C["O"], C["L"], C["Opart"], C["Lpart"]
     ld, st = loader(dt), storer(dt)     # element -> float32, float32 -> element
     lanes_sum = lane_group_reducer(LPR, "sum") if (shfl or LPR == 1) else None
 
@@ -185,16 +220,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
             return tot
         return lanes_sum(x)
 
-    @cuda.jit(device=True, inline=True)
-    def load_row(arr, i0, i1, i2, x0, dst, kk):
-        """dst[kk, :] = arr[i0, i1, i2, x0 : x0 + VW] as float32."""
-        if vec:
-            t4 = ld16(arr, (i0, i1, i2, x0))
-            for w in range(VW):
-                dst[kk, w] = t4[w]
-        else:
-            for w in range(VW):
-                dst[kk, w] = ld(arr[i0, i1, i2, x0 + w])
+    load_row = row_loader(dt, VW, vec)
 
     @cuda.jit(device=True, inline=True)
     def load_tile(k, v, b, g, phys, r0, cols, gi, x0, kreg, vreg):
@@ -432,12 +458,7 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
             if count:
                 nL += 1
         if count:
-            add_count(counters, IQ, READ, nQ)
-            add_count(counters, IK, READ, nK)
-            add_count(counters, IV, READ, nK)
-            add_count(counters, IBT, READ, nBT)
-            add_count(counters, IOP if split else IO, WRITE, nO)
-            add_count(counters, ILP if split else IL, WRITE, nL)
+            flush_counts(counters, split, nQ, nK, nBT, nO, nL)
 
     name = kernel_name("decode_splitkv" if split else "decode_fa2", d=d, dt=dt, nq=N_q,
                        ng=NG, paged=paged, causal=causal, count=count, t=NT, lpr=LPR,
