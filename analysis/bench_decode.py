@@ -426,9 +426,10 @@ def run(out, *, budget_s=BUDGET_S, reps=MIN_REPS, quick=False, checks=True,
               for page in (PAGES if d != 64 else PAGES_D64) for b in BATCHES for n in KV_LENS]
     points += [(b, attn, 128, n, page, ragged_lengths(b, n)) for b, n in RAGGED
                for attn in ATTN for page in PAGES]
-    if quick:
-        points = [(1, "mha", 128, 4096, None, None), (8, "gqa", 128, 16384, PAGE, None),
-                  (64, "mha", 64, 1024, None, None),
+    if quick:   # one point of each kind the goal names (batch >= 8 at 16K; batch 1)
+        points = [(8, a, 128, 16384, page, None) for a in ATTN for page in (None,)] + \
+                 [(8, "gqa", 128, 16384, page, None) for page in (16, PAGE)] + \
+                 [(1, "gqa", 128, 131072, None, None), (64, "mha", 64, 16384, None, None),
                   (8, "gqa", 128, 16384, 16, ragged_lengths(8, 16384))]
     # the smallest points first within the budget: sort by cache size so that a run cut
     # by the budget loses the largest points, not a whole series
