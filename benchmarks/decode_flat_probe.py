@@ -1,10 +1,14 @@
-"""Probe of gpu.decode.flat (the streaming decode kernel) on a GPU, before it replaced the
-tiled kernel in gpu.decode: correctness and exact counts against iosim, then kernel
-times against the tiled kernel (DecodeLauncher) and torch SDPA in the same run, over lane
-layouts (threads, rows a group) and split counts. Rows (kind "decode_probe") to --out.
+"""Tuning probe of gpu.decode.flat (the flat decode main kernel) on a GPU: correctness and
+exact counts against iosim at sizes the simulator cannot reach, then kernel times against
+the tiled kernel (DecodeLauncher(main="tiled")) and torch SDPA in the same run, over lane
+layouts (threads, rows a group) and split counts: what gpu.decode's defaults
+(iosim.launch.decode: flat_plan, CTAS_PER_SM) are chosen from. Rows (kinds
+"decode_probe", "decode_probe_check") to --out. `flashsim bench --decode` times the
+defaults themselves.
 
     python3 benchmarks/decode_flat_probe.py --out decode_probe.jsonl [--quick]
-    python3 benchmarks/decode_flat_probe.py --sanitize      (tiny cases, for compute-sanitizer)
+    compute-sanitizer --tool memcheck --report-api-errors no \
+        python3 benchmarks/decode_flat_probe.py --sanitize      (tiny cases, no timings)
 """
 from __future__ import annotations
 
@@ -185,7 +189,7 @@ def timings(emit, quick, budget_s):
             rule = iosim.choose_num_splits(p, sms, kv_reads=kvr)
             # the tiled kernel (today's gpu.decode)
             try:
-                run = DecodeLauncher(p, rule.num_splits, kv_reads=kvr)
+                run = DecodeLauncher(p, rule.num_splits, kv_reads=kvr, main="tiled")
                 opart, lpart = run.partials()
                 ctr = run.new_counters()
 
