@@ -100,9 +100,19 @@ def test_predictions_outside_the_measured_rows_say_so():
     """fp16, N_q = 1, d 64 / 128 on the H100 preset: no warning; each step outside what
     was timed (dtype, N_q, d, preset) adds its own."""
     base = dict(N_kv=4096, d=128, batch=2, heads=32, kv_heads=8)
-    assert DM.predict_decode(DecodeProblem(**base), "H100-SXM")["warnings"] == []
+    # the model is the tiled kernel's; where gpu.decode's default runs the flat kernel
+    # (every problem here), the first warning says so
+    flat = "this is the tiled main kernel's time"
+    w = DM.predict_decode(DecodeProblem(**base), "H100-SXM")["warnings"]
+    assert len(w) == 1 and w[0].startswith(flat)
     w = DM.predict_decode(DecodeProblem(**dict(base, dtype="bf16", N_q=4, d=256)), "H200")["warnings"]
-    assert [x.split("=")[0] for x in w] == ["dtype", "N_q", "d", "gpu"]
+    assert [x.split("=")[0] for x in w if not x.startswith(flat)] == ["dtype", "N_q", "d", "gpu"]
+    # N_q = 16 on 8 query heads a K/V head: more rows than the flat kernel's registers take
+    w = DM.predict_decode(DecodeProblem(**dict(base, N_q=16)), "H100-SXM",
+                          kv_reads="per_group")["warnings"]
+    assert not any(x.startswith(flat) for x in w)
+    with pytest.raises(ValueError, match="main='flat'"):
+        DM.predict_decode(DecodeProblem(**base), "H100-SXM", main="flat")
     # a head dim the decode kernels cannot run: no number at all, a one-line refusal
     with pytest.raises(ValueError, match="d=96 is not supported"):
         DM.predict_decode(DecodeProblem(**dict(base, d=96)), "H100-SXM")
