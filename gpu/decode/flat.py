@@ -91,6 +91,7 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
     NR = NG * N_q
     NGRP = NT // LPR
     TB = NGRP * KPG
+    NBT = NPW if paged else 1           # block-table entries staged (paged caches only)
     GM = NGRP * NR * d                  # shared: [0, GM) group accumulators (Q first),
     GL = GM + NGRP * NR                 # [GM, GL) group maxima, [GL, GL + NGRP NR) sums
     ld, st = loader(dt), storer(dt)
@@ -179,7 +180,7 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
         a = s * Cr
         e = min(a + Cr, N_kv)
         sm = cuda.shared.array(0, float32)
-        bt = cuda.shared.array(NPW, int32)
+        bt = cuda.shared.array(NBT, int32)
         qreg = cuda.local.array((NR, VW), float32)
         acc = cuda.local.array((NR, VW), float32)
         mrow = cuda.local.array(NR, float32)
