@@ -181,8 +181,7 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None,
     Returns O; (O, L) with return_stats; (O, ledger) with count_traffic; (O, L, ledger).
     """
     (B, H, N_q, d), dt, kind = _check_float("q", q, 4, "(batch, heads, N_q, d)")
-    if not isinstance(main, str) or main not in MAIN_KERNELS:
-        raise ValueError(f"main={main!r} is not known; allowed: {', '.join(MAIN_KERNELS)}")
+    _geometry.check_main(main)
     paged = block_table is not None
     dims = "(num_pages, page_size, kv_heads, d)" if paged else "(batch, kv_heads, N_alloc, d)"
     ks, dtk, kindk = _check_float("k_cache", k_cache, 4, dims)
@@ -328,16 +327,14 @@ class DecodeLauncher:
         self.schedule = "split_kv" if self.split else "fa2_decode"
         self.NG = 1 if kv_reads == "per_query_head" else p.group
         NR = self.NG * p.N_q
-        flat = None
+        _geometry.check_main(main)
         if lanes_per_row is None:
-            K.plan(p.d, p.dtype, NR, vec_ok=vec)       # the head dims gpu.decode takes
-            if main_kernel(p, kv_reads, main, vec) == "flat":
-                flat = Fl.plan(p.d, p.dtype, NR, vec_ok=vec)
-        elif main not in MAIN_KERNELS:
-            main_kernel(p, kv_reads, main, vec)         # its one-line error
-        self.main = "flat" if flat is not None else "tiled"
-        lay = self.plan = flat if flat is not None else K.plan(
-            p.d, p.dtype, NR, vec_ok=vec, lanes_per_row=lanes_per_row)
+            K.plan(p.d, p.dtype, NR, vec_ok=vec)       # a head dim gpu.decode refuses: its error
+            self.main = main_kernel(p, kv_reads, main, vec)
+        else:                                          # the tiled kernel's lane-layout test
+            self.main = "tiled"
+        lay = self.plan = (Fl.plan(p.d, p.dtype, NR, vec_ok=vec) if self.main == "flat" else
+                           K.plan(p.d, p.dtype, NR, vec_ok=vec, lanes_per_row=lanes_per_row))
         check_fits(lay["smem_bytes"], f"gpu.decode with d={p.d}, {NR} query rows a block")
         if self.split:
             check_fits(K.combine_smem_bytes(self.S, p.N_q),
@@ -356,7 +353,6 @@ class DecodeLauncher:
         self.combine_threads = 32 if SIM else 128
         self.combine = (K.combine_kernel(p.d, p.dtype, p.N_q, self.count, self.combine_threads)
                         if self.split else None)
-        self.C = -(-p.N_kv // self.S)        # the longest sequence's chunk rows
         self.seqlens = cuda.to_device(np.asarray(p.seqlens, dtype=np.int32))
         self.append = None
         self.cache_seqlens = self.seqlens

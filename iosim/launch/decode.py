@@ -123,14 +123,19 @@ def _rows(problem, kv_reads: str) -> int:
     return (1 if kv_reads == "per_query_head" else problem.group) * problem.N_q
 
 
+def check_main(main) -> str:
+    """main if it names a main kernel choice (MAIN_KERNELS), else ValueError (one line)."""
+    if not isinstance(main, str) or main not in MAIN_KERNELS:
+        raise ValueError(f"main={main!r} is not known; allowed: {', '.join(MAIN_KERNELS)}")
+    return main
+
+
 def main_kernel(problem, kv_reads: str, main: str = "auto", vec: bool = True,
                 sim: bool = False) -> str:
     """The main kernel gpu.decode runs for `main` ("auto", "flat" or "tiled") on an
     iosim.decode.DecodeProblem: "flat" wherever `flat_plan` applies, else "tiled".
     ValueError for an unknown main, or main="flat" where it does not apply."""
-    if not isinstance(main, str) or main not in MAIN_KERNELS:
-        raise ValueError(f"main={main!r} is not known; allowed: {', '.join(MAIN_KERNELS)}")
-    if main == "tiled":
+    if check_main(main) == "tiled":
         return "tiled"
     NR = _rows(problem, kv_reads)
     ok = flat_plan(problem.d, problem.dtype, NR, vec_ok=vec, sim=sim) is not None
@@ -145,7 +150,7 @@ def choose_kv_reads(problem, kv_reads: str = "auto", main: str = "auto",
     """kv_reads for "auto": "per_group" (each K/V head read once for its G query heads)
     on grouped heads where the flat kernel runs the group's G x N_q rows, else
     "per_query_head"; an explicit value is returned as it is."""
-    if kv_reads != "auto":
+    if check_main(main) and kv_reads != "auto":
         return kv_reads
     if problem.group > 1 and main != "tiled":
         if flat_plan(problem.d, problem.dtype, _rows(problem, "per_group"), sim=sim) is not None:
