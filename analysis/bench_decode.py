@@ -319,9 +319,12 @@ class Bench:
             try:
                 if impl in ("flashsim", "flashsim_tiled"):
                     tiled = impl == "flashsim_tiled"
-                    if tiled and num_splits == "auto":
-                        S = rule_tiled.num_splits   # the tiled kernel's own rule
-                    run = DecodeLauncher(p, S, kv_reads=kv_reads,
+                    S_run = S
+                    if tiled and num_splits == "auto":    # the tiled kernel's own rule
+                        S_run = rule_tiled.num_splits
+                        row["rule_num_splits"] = rule_tiled.num_splits
+                        row["rule_binding"] = rule_tiled.binding
+                    run = DecodeLauncher(p, S_run, kv_reads=kv_reads,
                                          main="tiled" if tiled else "auto")
                     o = torch.empty((batch, H, N_q, d), device="cuda", dtype=torch.float16)
                     L = torch.empty((batch, H, N_q), device="cuda", dtype=torch.float32)
@@ -334,13 +337,13 @@ class Bench:
                     def fn(i):
                         qd, kd, vd, td = dev[i]
                         run(qd, kd, vd, td, od, Ld, opart, lpart, ctr, scale)
-                    led = iosim.decode_closed_form(run.schedule, p, num_splits=S,
+                    led = iosim.decode_closed_form(run.schedule, p, num_splits=S_run,
                                                    kv_reads=kv_reads)
                     ms, mn = self.timer(fn, copies)
                     fn(0)
                     torch.cuda.synchronize()
                     o_flash = o.float()
-                    row.update(num_splits=S, schedule=run.schedule, main_kernel=run.main,
+                    row.update(num_splits=S_run, schedule=run.schedule, main_kernel=run.main,
                                ledger_bytes=led.hbm_bytes,
                                gbps_ledger=led.hbm_bytes / ms / 1e6,
                                kernel_layout={k_: run.plan[k_] for k_ in
