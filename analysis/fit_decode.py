@@ -5,6 +5,9 @@ its constants (`fit`), the decode_time_validation rows and their summaries.
     python3 -m analysis.fit_decode fit        refit and write iosim/timing/decode_constants.json
     python3 -m analysis.fit_decode validate   rewrite the decode_time_validation rows, print scores
     python3 -m analysis.fit_decode constants  print the constants
+    ... fit|validate|constants --main flat    the same for the flat main kernel's model
+                                              (decode_flat_constants.json; its own rows:
+                                              main_kernel "flat", one GPU preset, --gpu)
 
 The constants are fitted by least squares on log time (scipy.optimize.least_squares, bounds
 >= 0) over the fit half of the flashsim rows (`split_of`).
@@ -31,9 +34,12 @@ import hashlib
 import json
 from pathlib import Path
 
-from iosim import DecodeProblem
+from iosim import DecodeProblem, get_hardware
 from iosim.timing import RuntimeModel
-from iosim.timing.decode import CONSTANTS_PATH, MODEL_VERSION, load_constants, predict_decode
+from iosim.timing.decode import (CONSTANTS_PATH, FLAT_CONSTANTS_PATH, FLAT_MODEL_VERSION,
+                                  MODEL_VERSION, load_constants, predict_decode)
+
+from .fit_levels import GPU_OF_DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_PATH = ROOT / "benchmarks" / "results" / "data" / "decode_bench.jsonl"
@@ -67,8 +73,14 @@ def split_of(row: dict) -> str:
     Fixed before any fitting (committed first, on its own, in 8ec6d9c, before any constant
     was fitted): key = json.dumps({k: row.get(k) for k in SPLIT_KEY_FIELDS},
     sort_keys=True); the row is held out when the first byte of sha256(key) is odd, else
-    it is in the fit half."""
-    key = json.dumps({k: row.get(k) for k in SPLIT_KEY_FIELDS}, sort_keys=True)
+    it is in the fit half. A ragged row's key also holds its cache_seqlens (declared on
+    2026-12-07, before any flat-kernel or ragged row was measured; the key of every other
+    row is unchanged). The flat and the tiled kernel's rows of one configuration fall in
+    the same half."""
+    cfg = {k: row.get(k) for k in SPLIT_KEY_FIELDS}
+    if row.get("ragged"):
+        cfg["cache_seqlens"] = list(row["cache_seqlens"])
+    key = json.dumps(cfg, sort_keys=True)
     return "heldout" if hashlib.sha256(key.encode()).digest()[0] % 2 else "fit"
 
 
@@ -81,7 +93,7 @@ def print_constants(constants=None) -> None:
     c = constants or load_constants()
     print(f"decode time model ({c.get('model_version', MODEL_VERSION)}), constants:")
     for k, v in c["constants"].items():
-        unit = "" if k == "e_dram" else " us"
+        unit = "" if k.startswith("e_") else " us"
         print(f"  {k:8s} {v:10.4f}{unit}   {c['meaning'].get(k, '')}")
     print(f"source: {c['source']}")
 
@@ -89,25 +101,35 @@ def print_constants(constants=None) -> None:
 # ---------------------------------------------------------------------------------------
 # Rows, fit, validation
 # ---------------------------------------------------------------------------------------
-def measured_rows(path=None) -> list[dict]:
-    """The flashsim decode_bench rows with status ok (torch_sdpa rows are never used)."""
+def measured_rows(path=None, main: str = "tiled", gpu: str = "H100-SXM") -> list[dict]:
+    """The flashsim decode_bench rows with status ok whose main kernel is `main` (rows
+    without main_kernel predate the flat kernel: tiled), measured on `gpu` (a preset name;
+    GPU_OF_DEVICE). The tiled model keeps the impl "flashsim" rows it was fitted on;
+    torch_sdpa rows are never used."""
+    impls = ("flashsim",) if main == "tiled" else ("flashsim", "flashsim_tiled")
     out = []
     for line in Path(path or BENCH_PATH).read_text().splitlines():
         r = json.loads(line)
-        if r.get("kind") == "decode_bench" and r.get("impl") == "flashsim" and r.get("status") == "ok":
+        if (r.get("kind") == "decode_bench" and r.get("impl") in impls
+                and r.get("status") == "ok" and r.get("main_kernel", "tiled") == main
+                and GPU_OF_DEVICE.get(r.get("device"), r.get("device")) == gpu):
             out.append(r)
     return out
 
 
 def problem_of(row: dict) -> DecodeProblem:
+    if row.get("ragged"):
+        return DecodeProblem.ragged(row["cache_seqlens"], row["d"], heads=row["heads"],
+                                    kv_heads=row["kv_heads"], N_q=row["seq_len_q"],
+                                    dtype=row["dtype"], page_size=row["paged"])
     return DecodeProblem(N_kv=row["seq_len_kv"], d=row["d"], batch=row["batch"],
                          heads=row["heads"], kv_heads=row["kv_heads"], N_q=row["seq_len_q"],
                          dtype=row["dtype"], page_size=row["paged"])
 
 
-def predict_row(row: dict, constants=None) -> dict:
-    return predict_decode(problem_of(row), "H100-SXM", row["num_splits"],
-                          kv_reads=row["kv_reads"], constants=constants)
+def predict_row(row: dict, constants=None, main: str = "tiled", gpu: str = "H100-SXM") -> dict:
+    return predict_decode(problem_of(row), gpu, row["num_splits"],
+                          kv_reads=row["kv_reads"], constants=constants, main=main)
 
 
 def fit(rows=None) -> dict:
@@ -153,17 +175,78 @@ def fit(rows=None) -> dict:
     }
 
 
+#: the flat kernel's fitted constants, in the order of the fit (iosim.timing.decode._flat_terms)
+FITTED_FLAT = ("t_main0", "L_t", "L_q", "c_t", "c_q", "c_cta", "e_flat")
+FLAT_MEANING = {
+    "t_main0": "main kernel: launch, prologue, first tile's load latency (once)",
+    "L_t": "per tile of the heaviest CTA: the latency its two register buffers do not hide",
+    "L_q": "per tile and query row of the block: the chain's part that grows with NR",
+    "c_t": "per tile of a CTA: SM issue cost (K/V loads, dot products, shuffles), shared by its SM's CTAs",
+    "c_q": "per tile and query row: issue cost that grows with NR",
+    "c_cta": "per CTA on its SM: prologue (Q, block-table window) and merge / epilogue",
+    "e_flat": "achieved fraction of HBM bandwidth of the flat kernel's K/V stream (fitted, <= 1)",
+}
+VALIDATION_FLAT_PATH = VALIDATION_PATH.with_name("decode_flat_time_validation.jsonl")
+
+
+def fit_flat(rows=None, gpu: str = "H100-SXM") -> dict:
+    """The flat kernel's constants: least squares on log(predicted / measured) over the fit
+    half (`split_of`) of its rows on `gpu`; the combine's constants stay the tiled fit's."""
+    import numpy as np
+    from scipy.optimize import least_squares
+    rows = [r for r in (rows or measured_rows(main="flat", gpu=gpu)) if split_of(r) == "fit"]
+    if len(rows) < 2 * len(FITTED_FLAT):
+        raise SystemExit(f"fit --main flat: {len(rows)} fit-half rows of the flat kernel on "
+                         f"{gpu}; at least {2 * len(FITTED_FLAT)} needed (run flashsim bench "
+                         f"--decode on that GPU and add its rows)")
+    meas = np.array([r["ms_median"] * 1e3 for r in rows])
+
+    def resid(x):
+        doc = {"constants": dict(zip(FITTED_FLAT, x))}
+        pred = np.array([predict_row(r, doc, "flat", gpu)["predicted_ms"] * 1e3 for r in rows])
+        return np.log(pred / meas)
+
+    x0 = np.array([8.0, 1.0, 0.1, 0.2, 0.05, 1.0, 0.85])
+    hi = np.array([np.inf] * (len(FITTED_FLAT) - 1) + [1.0])
+    sol = least_squares(resid, x0, bounds=(0, hi), x_scale="jac")
+    k = {name: float(v) for name, v in zip(FITTED_FLAT, sol.x)}
+    run_ids = sorted({r["run_id"] for r in rows})
+    commits = sorted({r["commit"] for r in rows})
+    return {
+        "model_version": FLAT_MODEL_VERSION,
+        "constants": k,
+        "meaning": FLAT_MEANING,
+        "fitted_space": {"dtype": sorted({r["dtype"] for r in rows}),
+                         "N_q": sorted({r["seq_len_q"] for r in rows}),
+                         "d": sorted({r["d"] for r in rows}),
+                         "gpu": get_hardware(gpu).name},
+        "ragged_validated": False,
+        "source": (f"least squares on log time over the {len(rows)} fit-half flat-kernel rows "
+                   f"(analysis.fit_decode.split_of) of {', '.join(run_ids)} ({gpu}, commit "
+                   f"{', '.join(commits)}); the combine's constants from decode_constants.json"),
+        "fit_rows": len(rows),
+        "fit_rms_log": float(np.sqrt(np.mean(sol.fun ** 2))),
+    }
+
+
 def group_of(row: dict) -> dict:
-    return {"schedule": row["schedule"], "layout": "paged" if row["paged"] else "contiguous",
-            "cache": "small" if row["seq_len_kv"] <= SMALL_CACHE else "large"}
+    g = {"schedule": row["schedule"], "layout": "paged" if row["paged"] else "contiguous",
+         "cache": "small" if row["seq_len_kv"] <= SMALL_CACHE else "large"}
+    if row.get("main_kernel") == "flat":      # the flat kernel's rows: also by batch / lengths
+        g["lengths"] = "ragged" if row.get("ragged") else "uniform"
+        g["heads"] = row.get("attn") or ("MHA" if row["heads"] == row["kv_heads"] else "grouped")
+    return g
 
 
-def validation_rows(rows=None, constants=None) -> list[dict]:
-    c = constants or load_constants()
+def validation_rows(rows=None, constants=None, main: str = "tiled",
+                    gpu: str = "H100-SXM") -> list[dict]:
+    c = constants or load_constants(main=main)
     out = []
-    for r in rows or measured_rows():
-        pr = predict_row(r, c)
+    for r in rows or measured_rows(main=main, gpu=gpu):
+        pr = predict_row(r, c, main, gpu)
         cfg = {k: r.get(k) for k in SPLIT_KEY_FIELDS}
+        if r.get("ragged"):
+            cfg["cache_seqlens"] = r["cache_seqlens"]
         out.append({"kind": KIND, "run_id": r["run_id"], "device": r["device"],
                     "date": r["date"], "commit": r["commit"], "versions": r["versions"],
                     "config": cfg, "split": split_of(r), **group_of(r),
@@ -172,6 +255,7 @@ def validation_rows(rows=None, constants=None) -> list[dict]:
                     "binding": pr["binding"], "main_binding": pr["main_binding"],
                     "terms_us": {k: round(v, 4) for k, v in pr["terms_us"].items()},
                     "model_version": c.get("model_version", MODEL_VERSION),
+                    **({"main": "flat"} if main == "flat" else {}),
                     "constants_source": c["source"]})
     return out
 
@@ -190,8 +274,10 @@ def summarise(vrows, split="heldout") -> dict:
                 "within_10pct": sum(x <= 0.10 for x in e)}
 
     out = {"all": score(sel)}
-    for g in ("schedule", "layout", "cache"):
-        for val in sorted({v[g] for v in sel}):
+    for g in ("schedule", "layout", "cache", "lengths", "heads"):
+        if not any(g in v for v in sel):
+            continue
+        for val in sorted({v[g] for v in sel if g in v}):
             out[f"{g}={val}"] = score([v for v in sel if v[g] == val])
     return out
 
@@ -208,7 +294,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m analysis.fit_decode",
                                  description="time model of gpu.decode's kernels")
     ap.add_argument("command", choices=("fit", "validate", "constants"))
+    ap.add_argument("--main", choices=("tiled", "flat"), default="tiled",
+                    help="the main kernel's model (default: tiled)")
+    ap.add_argument("--gpu", default="H100-SXM",
+                    help="the flat model's rows: this preset's GPU (default: H100-SXM)")
     a = ap.parse_args(argv)
+    if a.main == "flat":
+        return _main_flat(a)
     if a.command == "fit":
         doc = fit()
         CONSTANTS_PATH.write_text(json.dumps(doc, indent=2) + "\n")
@@ -221,6 +313,23 @@ def main(argv=None) -> int:
         VALIDATION_PATH.write_text("".join(json.dumps(r) + "\n" for r in v))
         print(f"{len(v)} rows -> {VALIDATION_PATH.relative_to(ROOT)}")
         print_constants()
+        print_summary(v)
+    return 0
+
+
+def _main_flat(a) -> int:
+    if a.command == "fit":
+        doc = fit_flat(gpu=a.gpu)
+        FLAT_CONSTANTS_PATH.write_text(json.dumps(doc, indent=2) + "\n")
+        print_constants(doc)
+        print(f"fit rms log error {doc['fit_rms_log']:.4f} on {doc['fit_rows']} rows")
+    elif a.command == "constants":
+        print_constants(load_constants(main="flat"))
+    else:
+        v = validation_rows(main="flat", gpu=a.gpu)
+        VALIDATION_FLAT_PATH.write_text("".join(json.dumps(r) + "\n" for r in v))
+        print(f"{len(v)} rows -> {VALIDATION_FLAT_PATH.relative_to(ROOT)}")
+        print_constants(load_constants(main="flat"))
         print_summary(v)
     return 0
 

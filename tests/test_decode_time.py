@@ -116,3 +116,68 @@ def test_predictions_outside_the_measured_rows_say_so():
     # a head dim the decode kernels cannot run: no number at all, a one-line refusal
     with pytest.raises(ValueError, match="d=96 is not supported"):
         DM.predict_decode(DecodeProblem(**dict(base, d=96)), "H100-SXM")
+
+
+def _synthetic_flat_rows(doc, seed=0):
+    """decode_bench-shaped flat-kernel rows whose times come from `doc`'s constants with 3 %
+    log-normal noise: what the fitter must recover (the model's form is not under test)."""
+    import numpy as np
+    from iosim import choose_num_splits
+    from iosim.launch.decode import CTAS_PER_SM
+    rng = np.random.default_rng(seed)
+    rows = []
+    for batch in (1, 8, 64):
+        for N_kv in (4096, 16384, 65536, 131072):
+            for d in (64, 128):
+                for H, Hk in ((32, 32), (32, 8), (8, 1)):
+                    for page in (None, 16):
+                        kv = "per_group" if Hk != H else "per_query_head"
+                        p = DT.DecodeProblem(N_kv=N_kv, d=d, batch=batch, heads=H,
+                                             kv_heads=Hk, page_size=page)
+                        S = choose_num_splits(p, 132, CTAS_PER_SM["flat"], kv_reads=kv).num_splits
+                        r = dict(kind="decode_bench", impl="flashsim", status="ok",
+                                 main_kernel="flat", device="NVIDIA H100 80GB HBM3",
+                                 batch=batch, heads=H, kv_heads=Hk, seq_len_q=1,
+                                 seq_len_kv=N_kv, d=d, dtype="fp16", paged=page, kv_reads=kv,
+                                 num_splits=S, schedule="fa2_decode" if S == 1 else "split_kv",
+                                 sweep=None, run_id="synthetic", commit="none",
+                                 date="2026-12-07", versions={})
+                        ms = DT.predict_row(r, doc, "flat")["predicted_ms"]
+                        r["ms_median"] = ms * float(np.exp(rng.normal(0, 0.03)))
+                        rows.append(r)
+    return rows
+
+
+def test_flat_fit_recovers_a_known_model_on_its_held_out_half():
+    truth = {"constants": dict(t_main0=9.0, L_t=0.9, L_q=0.15, c_t=0.25, c_q=0.04,
+                               c_cta=1.5, e_flat=0.88)}
+    rows = _synthetic_flat_rows(truth)
+    doc = DT.fit_flat(rows)
+    assert doc["fit_rows"] == sum(DT.split_of(r) == "fit" for r in rows) >= 40
+    assert doc["fitted_space"] == {"dtype": ["fp16"], "N_q": [1], "d": [64, 128],
+                                   "gpu": DT.get_hardware("H100-SXM").name}
+    held = [r for r in rows if DT.split_of(r) == "heldout"]
+    v = DT.validation_rows(held, doc, main="flat")
+    # against the noiseless truth: the fit found the model, not the noise
+    err = sorted(abs(DT.predict_row(r, doc, "flat")["predicted_ms"]
+                     / DT.predict_row(r, truth, "flat")["predicted_ms"] - 1) for r in held)
+    assert err[len(err) // 2] < 0.02 and err[-1] < 0.08, err[-5:]
+    s = DT.summarise(v)
+    assert s["all"]["rows"] == len(held) and "heads=MHA" in s
+    assert all(x["main"] == "flat" for x in v)
+
+
+def test_flat_model_declines_until_fitted_and_auto_picks_the_kernel(monkeypatch, tmp_path):
+    import pytest as _pt
+    from iosim import ConfigError
+    from iosim.timing import decode as D
+    p = DT.DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=8)
+    monkeypatch.setattr(D, "FLAT_CONSTANTS_PATH", tmp_path / "absent.json")
+    with _pt.raises(ConfigError, match="main='flat': the flat decode kernel's time is not modelled"):
+        D.predict_decode(p, kv_reads="per_group", main="auto")
+    # N_q = 16 on 4 query heads a K/V head: too many rows for the flat kernel; auto = tiled
+    q = DT.DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=8, N_q=16)
+    r = D.predict_decode(q, kv_reads="per_group", main="auto")
+    assert r["main"] == "tiled" and not any("flat kernel here" in w for w in r["warnings"])
+    with _pt.raises(ConfigError, match="main='bogus' is not allowed"):
+        D.predict_decode(p, main="bogus")

@@ -88,6 +88,10 @@ def register(sub):
     dec.add_argument("--kv-reads", choices=("per_query_head", "per_group"), default=None,
                      help="grouped heads: each query head reads its group's K/V (default), "
                           "or one block per K/V head reads it once")
+    dec.add_argument("--main", choices=("auto", "flat", "tiled"), default=None,
+                     help="gpu.decode's main kernel whose split rule and time --levels gives: "
+                          "auto (the kernel gpu.decode's default runs), flat or tiled (default: "
+                          "auto once the flat kernel's time model is fitted, else tiled)")
     dec.add_argument("--cache-seqlens", type=_ints, metavar="N0,N1,...",
                      help="a ragged batch: one cache length per sequence (ints >= 0, before "
                           "any append; one value: every sequence of --batch), instead of "
@@ -177,6 +181,7 @@ def decode_flags(args) -> list[str]:
     """The decode-only options given (each implies --decode)."""
     return [f for f, v in (("--num-splits", args.num_splits), ("--page-size", args.page_size),
                            ("--kv-reads", args.kv_reads),
+                           ("--main", getattr(args, "main", None)),
                            ("--cache-seqlens", getattr(args, "cache_seqlens", None)),
                            ("--append", getattr(args, "append", None))) if v is not None]
 
@@ -379,8 +384,16 @@ def decode_main(args) -> int:
     choice = None
     S = args.num_splits
     gpu = args.gpu or ("H100-SXM" if args.levels else None)
+    from iosim.launch.decode import CTAS_PER_SM, main_kernel
+    from iosim.timing.decode import FLAT_CONSTANTS_PATH
+    main = args.main or ("auto" if FLAT_CONSTANTS_PATH.exists() else "tiled")
+    try:
+        kernel = main_kernel(prob, args.kv_reads, main)
+    except ValueError as exc:
+        raise ConfigError(f"--main={main}: {exc}") from None
     if S is None and gpu is not None:
-        choice = choose_num_splits(prob, get_hardware(gpu).sm_count, kv_reads=args.kv_reads)
+        choice = choose_num_splits(prob, get_hardware(gpu).sm_count, CTAS_PER_SM[kernel],
+                                   kv_reads=args.kv_reads)
         S = choice.num_splits
     S = 1 if S is None else S
     schedule = "fa2_decode" if S == 1 else "split_kv"
@@ -389,13 +402,14 @@ def decode_main(args) -> int:
     if args.levels:
         from iosim import predict_decode
         try:
-            pred = predict_decode(prob, gpu, S, kv_reads=args.kv_reads)
+            pred = predict_decode(prob, gpu, S, kv_reads=args.kv_reads, main=kernel)
         except ValueError as exc:     # a problem the decode kernels (so the model) cannot run
             declined = (f"no predicted time: the decode time model (iosim.timing.decode) "
                         f"does not model this problem: {exc}")
     if args.json:
         out = led.to_dict()
         out["schedule"] = schedule
+        out["main_kernel"] = kernel
         if choice is not None:
             out["num_splits_choice"] = choice.to_dict()
         if pred is not None:
@@ -411,7 +425,7 @@ def decode_main(args) -> int:
                  f"{list(prob.seqlens)})" if prob.append else ""))
     print(f"decode {schedule}: N_q={prob.N_q} N_kv={prob.N_kv} d={prob.d} {prob.dtype} "
           f"batch={prob.batch} heads={prob.heads} kv_heads={prob.kv_heads} "
-          f"num_splits={S} kv_reads={args.kv_reads} paged={prob.page_size}")
+          f"num_splits={S} kv_reads={args.kv_reads} paged={prob.page_size} main={kernel}")
     if choice is not None:
         print(f"num_splits from the rule on {gpu}: {choice.num_splits} (binding: {choice.binding}; "
               f"fill {choice.s_fill}, block cap {choice.s_cap_blocks}, traffic cap {choice.s_cap_traffic})")

@@ -38,6 +38,14 @@ the CTAs dispatched round-robin in grid order (all resident at once, as above), 
 equal lengths is n x (the one CTA's work) exactly; the DRAM term takes the ragged ledger's
 bytes. An appending step (the append kernel) is not modelled: predict_decode refuses it.
 
+The flat main kernel (gpu/decode/flat.py; gpu.decode's default where it runs) has no
+shared-memory phases and no barrier in its key loop; its model keeps the same three
+bounds with its own constants (decode_flat_constants.json, `_flat_terms`):
+  t_main = t_main0 + max(T (L_t + L_q NR),  busiest SM's sum of rows / TB (c_t + c_q NR)
+                         + c_cta a CTA,  main bytes / (e_flat x hbm_bandwidth))
+with T = ceil(C / TB) (it finds each row's page itself: pages do not cut its tiles) and
+e_flat its own achieved DRAM fraction, fitted; the combine as above (the same kernel).
+
 The constants (decode_constants.json) were fitted on H100 fp16 rows with N_q = 1 and d 64 /
 128 (`analysis.fit_decode`); other dtypes, N_q, d and presets are unvalidated and say so in
 `warnings`. The measurements, fit and held-out scores: docs/models-history.md.
@@ -54,10 +62,14 @@ from ..decode import (DecodeProblem, choose_num_splits, decode_closed_form, sequ
                       split_bounds)
 from ..problem import ConfigError
 from ..hardware import get_hardware
-from ..launch.decode import flat_plan, plan
+from ..launch.decode import CTAS_PER_SM, flat_plan, main_kernel, plan
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
 MODEL_VERSION = "decode-time v1"
+#: the flat main kernel's constants (`analysis.fit_decode fit --main flat`); absent until
+#: measured rows of the flat kernel have been fitted, and predict_decode(main="flat") says so
+FLAT_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_flat_constants.json"
+FLAT_MODEL_VERSION = "decode-time flat v1"
 ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 
@@ -114,7 +126,15 @@ def kernel_shape(problem: DecodeProblem, num_splits: int, kv_reads: str) -> dict
 # ---------------------------------------------------------------------------------------
 # Constants
 # ---------------------------------------------------------------------------------------
-def load_constants(path=None) -> dict:
+def load_constants(path=None, main: str = "tiled") -> dict:
+    """The fitted constants document of the `main` kernel's model ("tiled" or "flat");
+    ConfigError (one line) for the flat kernel's while none have been fitted."""
+    if path is None and main == "flat":
+        if not FLAT_CONSTANTS_PATH.exists():
+            raise ConfigError("main='flat': the flat decode kernel's time is not modelled yet "
+                              "(no measured rows fitted: analysis.fit_decode fit --main flat); "
+                              "allowed: main='tiled' (the tiled kernel's model)")
+        path = FLAT_CONSTANTS_PATH
     return json.loads(Path(path or CONSTANTS_PATH).read_text())
 
 
@@ -156,6 +176,72 @@ def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
     return terms, info
 
 
+def flat_shape(problem: DecodeProblem, num_splits: int, kv_reads: str) -> dict:
+    """The flat kernel's R, NR, layout (`flat_plan`), tiles T of the heaviest CTA (ceil(C /
+    TB): it finds each row's page itself, so pages do not cut its tiles), C, CTAs, and for
+    a ragged batch every CTA's rows in dispatch order."""
+    p = problem
+    NR = _rows_of(p, kv_reads)
+    lay = flat_plan(p.d, p.dtype, NR)
+    if lay is None:
+        raise ConfigError(f"main='flat' does not run {NR} query rows a block at d={p.d} "
+                          f"({p.dtype}); allowed: main='tiled'")
+    R = p.readers(kv_reads)
+    if p.is_ragged:
+        rpb, rows = R // p.batch, []
+        for n in p.seqlens:
+            rows += [e - a for a, e in sequence_chunks(n, num_splits)] * rpb
+    else:
+        rows = [e - a for a, e in split_bounds(p.N_kv, num_splits)] * R
+    C = max(rows)
+    return dict(R=R, NR=NR, layout={k: lay[k] for k in ("NT", "VW", "LPR", "NGRP", "KPG", "TB")},
+                T=-(-C // lay["TB"]), C=C, ctas=num_splits * R, cta_rows=rows)
+
+
+def _rows_of(p: DecodeProblem, kv_reads: str) -> int:
+    return (1 if kv_reads == "per_query_head" else p.group) * p.N_q
+
+
+def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
+                comb: dict) -> tuple[dict, dict]:
+    """The flat main kernel's terms (us), in the tiled model's form less its shared-memory
+    phases (module docstring: the flat kernel):
+        t_main = t_main0 + max(latency, issue, dram)
+        latency = T (L_t + L_q NR)         the heaviest CTA's chain, a tile at a time
+        issue   = max over SMs of sum over its CTAs (rows / TB (c_t + c_q NR) + c_cta)
+        dram    = main kernel bytes / (e_flat x HBM bandwidth)
+    and the combine kernel's (S > 1) from the tiled model's constants `comb`: both main
+    kernels hand their partials to the same `split_kv.combine_kernel`."""
+    p = problem
+    sh = flat_shape(p, S, kv_reads)
+    schedule = "fa2_decode" if S == 1 else "split_kv"
+    led = decode_closed_form(schedule, p, num_splits=S, kv_reads=kv_reads)
+    comb_read = led.read_bytes_of("Opart") + led.read_bytes_of("Lpart")
+    comb_write = (led.write_bytes_of("O") + led.write_bytes_of("L")) if S > 1 else 0
+    main_bytes = led.hbm_bytes - comb_read - comb_write
+    comb_bytes = led.hbm_bytes - main_bytes
+    TB, NR = sh["layout"]["TB"], sh["NR"]
+    latency = sh["T"] * (k["L_t"] + k["L_q"] * NR)
+    rows = np.asarray(sh["cta_rows"], dtype=np.float64)
+    work = np.where(rows > 0, np.ceil(rows / TB) * (k["c_t"] + k["c_q"] * NR), 0.0) + k["c_cta"]
+    # CTAs dispatched round-robin in grid order, all resident (the busiest SM's sum)
+    issue = float(np.bincount(np.arange(work.size) % hw.sm_count, weights=work).max())
+    t_dram = main_bytes / (k["e_flat"] * hw.hbm_bandwidth / 1e6)
+    t_tiles = max(latency, issue)
+    terms = {"main_fixed": k["t_main0"], "main_tiles": t_tiles if t_tiles >= t_dram else 0.0,
+             "main_dram": t_dram if t_dram > t_tiles else 0.0}
+    if S > 1:
+        bw = comb["e_dram"] * hw.hbm_bandwidth / 1e6
+        terms.update(combine_fixed=comb["t_comb0"], combine_splits=S * comb["c_s"],
+                     combine_dram=comb_bytes / bw)
+    n = -(-sh["ctas"] // hw.sm_count)
+    info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
+                NR=NR, tiles_per_cta=sh["T"], ctas=sh["ctas"], ctas_per_busiest_sm=n,
+                sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
+                combine_hbm_bytes=comb_bytes, t_tiles_us=t_tiles, t_dram_us=t_dram)
+    return terms, info
+
+
 def _uniform(problem: DecodeProblem, num_splits) -> DecodeProblem:
     """The problem with one N_kv that a ragged problem of equal lengths (no append, every
     split non-empty) is; other ragged problems as they are (`_terms` models their
@@ -180,58 +266,68 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
                    kv_reads: str = "per_query_head", constants=None, main: str = "tiled") -> dict:
     """Predicted time of gpu.decode's kernels for one decoding step.
 
-    num_splits None: the rule gpu.decode uses (iosim.choose_num_splits on the preset's SM
-    count). Returns predicted_ms, main_ms, combine_ms (0 when S = 1), terms (us, each
-    term's value), shares (of the total), binding (the largest term), main_binding ("tiles"
-    or "dram": which of the main kernel's two bounds is taken), the shape numbers, and
-    `warnings`: where the prediction leaves what was measured (a dtype other than fp16,
-    N_q > 1, d other than 64 / 128, a preset other than the H100's), each a sentence.
+    num_splits None: the rule gpu.decode uses for that main kernel (iosim.choose_num_splits
+    on the preset's SM count and iosim.launch.decode.CTAS_PER_SM). Returns predicted_ms,
+    main_ms, combine_ms (0 when S = 1), terms (us, each term's value), shares (of the
+    total), binding (the largest term), main_binding ("tiles" or "dram": which of the main
+    kernel's bounds is taken), main (the kernel modelled), the shape numbers, and
+    `warnings`: where the prediction leaves what was measured (dtype, N_q, d or preset
+    outside the fitted rows), each a sentence.
     Per-sequence lengths: equal lengths without an append are predicted as the same
     problem with one N_kv; a ragged batch by the same terms over its own CTAs (see the
     module docstring; a warning says it is unvalidated); an appending batch raises
     ConfigError (one line: why) rather than give a number the model was not built for.
-    main: the main kernel predicted, "tiled" (gpu.decode's main="tiled"); "flat" raises
-    ConfigError: its time is not modelled (no measured rows were fitted). A warning says
-    where gpu.decode's default (main="auto") runs the flat kernel instead."""
-    if main not in ("tiled", "flat"):
-        raise ConfigError(f"main={main!r} is not allowed; allowed: 'tiled', 'flat'")
-    if main == "flat":
-        raise ConfigError("main='flat': the flat decode kernel's time is not modelled (no "
-                          "fitted rows); allowed: main='tiled' (the tiled kernel's model)")
+    main: "tiled" (gpu.decode's main="tiled"), "flat" (main="flat"; ConfigError while its
+    constants are not fitted or where it does not run) or "auto" (the kernel gpu.decode's
+    default runs: iosim.launch.decode.main_kernel). With main="tiled" a warning says where
+    gpu.decode's default runs the flat kernel instead."""
+    if main not in ("tiled", "flat", "auto"):
+        raise ConfigError(f"main={main!r} is not allowed; allowed: 'tiled', 'flat', 'auto'")
     problem = _uniform(problem, num_splits)
+    kernel = main_kernel(problem, kv_reads) if main == "auto" else main
     hw = get_hardware(gpu)
+    c = constants or load_constants(main=kernel)
     warnings = []
-    NR = (1 if kv_reads == "per_query_head" else problem.group) * problem.N_q
-    if flat_plan(problem.d, problem.dtype, NR) is not None:
+    NR = _rows_of(problem, kv_reads)
+    if kernel == "tiled" and main == "tiled" and flat_plan(problem.d, problem.dtype, NR) is not None:
         warnings.append("this is the tiled main kernel's time (gpu.decode main='tiled'); "
-                        "gpu.decode's default runs the flat kernel here, whose time is not "
-                        "modelled")
-    if problem.dtype != "fp16":
-        warnings.append(f"dtype={problem.dtype!r}: only fp16 decode kernels were timed; the "
-                        f"fp16 constants are used, unvalidated")
-    if problem.N_q != 1:
-        warnings.append(f"N_q={problem.N_q}: only N_q = 1 was timed; unvalidated")
-    if problem.d not in (64, 128):
-        warnings.append(f"d={problem.d}: only d = 64 and 128 were timed; unvalidated")
-    if hw.name != get_hardware("H100-SXM").name:
-        warnings.append(f"gpu={gpu!r}: the constants were fitted on the H100; this preset "
-                        f"changes only the SM count and HBM bandwidth, untested (no decode "
-                        f"rows on it)")
-    if problem.is_ragged:
+                        "gpu.decode's default runs the flat kernel here (main='auto', "
+                        "flashsim traffic --main auto, predicts that one)")
+    fitted = c.get("fitted_space", {"dtype": ["fp16"], "N_q": [1], "d": [64, 128],
+                                    "gpu": get_hardware("H100-SXM").name})
+    if problem.dtype not in fitted["dtype"]:
+        warnings.append(f"dtype={problem.dtype!r}: only {'/'.join(fitted['dtype'])} decode "
+                        f"kernels were timed; their constants are used, unvalidated")
+    if problem.N_q not in fitted["N_q"]:
+        warnings.append(f"N_q={problem.N_q}: only N_q = {', '.join(map(str, fitted['N_q']))} "
+                        f"was timed; unvalidated")
+    if problem.d not in fitted["d"]:
+        warnings.append(f"d={problem.d}: only d = {' and '.join(map(str, fitted['d']))} were "
+                        f"timed; unvalidated")
+    if hw.name != fitted["gpu"]:
+        warnings.append(f"gpu={gpu!r}: the constants were fitted on the {fitted['gpu']}; this "
+                        f"preset changes only the SM count and HBM bandwidth, untested (no "
+                        f"decode rows on it)")
+    if problem.is_ragged and not c.get("ragged_validated"):
         warnings.append(f"a ragged batch (lengths {min(problem.seqlens)} to "
                         f"{max(problem.seqlens)}): the main kernel's latency term takes the "
                         f"longest CTA and its issue term the busiest SM's sum over its own "
                         f"CTAs (dispatched round-robin); no ragged row was measured, "
                         f"unvalidated")
     if num_splits is None:
-        num_splits = choose_num_splits(problem, hw.sm_count, kv_reads=kv_reads).num_splits
-    c = constants or load_constants()
-    terms, info = _terms(problem, int(num_splits), kv_reads, hw, c["constants"])
+        num_splits = choose_num_splits(problem, hw.sm_count, CTAS_PER_SM[kernel],
+                                       kv_reads=kv_reads).num_splits
+    if kernel == "flat":
+        comb = load_constants(main="tiled")["constants"]
+        terms, info = _flat_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb)
+    else:
+        terms, info = _terms(problem, int(num_splits), kv_reads, hw, c["constants"])
     total = sum(terms.values())
-    main = sum(v for t, v in terms.items() if t.startswith("main"))
-    return dict(predicted_ms=total / 1e3, main_ms=main / 1e3, combine_ms=(total - main) / 1e3,
-                gpu=gpu, terms_us=terms, shares={t: v / total for t, v in terms.items()},
+    main_us = sum(v for t, v in terms.items() if t.startswith("main"))
+    version = c.get("model_version", FLAT_MODEL_VERSION if kernel == "flat" else MODEL_VERSION)
+    return dict(predicted_ms=total / 1e3, main_ms=main_us / 1e3,
+                combine_ms=(total - main_us) / 1e3, gpu=gpu, main=kernel, terms_us=terms,
+                shares={t: v / total for t, v in terms.items()},
                 binding=max(terms, key=terms.get),
                 main_binding="tiles" if info["t_tiles_us"] >= info["t_dram_us"] else "dram",
-                model_version=c.get("model_version", MODEL_VERSION), warnings=warnings,
-                **info)
+                model_version=version, warnings=warnings, **info)
