@@ -430,6 +430,158 @@ def table_trust(data=None) -> str:
                                                "levels_validation": [r for r in rows if r["kind"] == "levels_validation"]}, rows, note)
 
 
+# ---------------------------------------------------------------------------------------
+# Decoding: issue 37's goal
+# ---------------------------------------------------------------------------------------
+#: issue 37's goal groups: (label, batch and N_kv test on a row, goal fraction of HBM peak);
+#: N_kv of a ragged row is its longest sequence (seq_len_kv)
+DECODE_GOALS = (("B ≥ 8, N_kv ≥ 16K", lambda r: r["batch"] >= 8 and r["seq_len_kv"] >= 16384, 0.80),
+                ("B = 1, N_kv ≥ 64K", lambda r: r["batch"] == 1 and r["seq_len_kv"] >= 65536, 0.70))
+#: cache layouts of the goal: (label, paged)
+DECODE_LAYOUTS = (("contiguous", None), ("paged 16", 16), ("paged 256", 256))
+
+
+def decode_attn(r) -> str:
+    """"MHA", "GQA" or "MQA" of a decode_bench row (rows spell `attn` in either case; rows
+    without it: from heads and kv_heads)."""
+    a = r.get("attn")
+    if a:
+        return str(a).upper()
+    return "MHA" if r["heads"] == r["kv_heads"] else "MQA" if r["kv_heads"] == 1 else "GQA"
+
+
+def decode_point(r) -> tuple:
+    """What makes two decode_bench rows of one run the same decoding step (every key but
+    impl): dtype, batch, heads, K/V heads, d, N_q, N_kv, page size, the ragged lengths."""
+    return (r.get("dtype"), r.get("batch"), r.get("heads"), r.get("kv_heads"), r.get("d"),
+            r.get("seq_len_q", 1), r.get("seq_len_kv"), r.get("paged"), bool(r.get("ragged")),
+            tuple(r.get("cache_seqlens") or ()))
+
+
+def decode_timed(r) -> bool:
+    """A decode_bench row timed at one point (status ok, a time and its bytes; not the
+    num_splits sweep)."""
+    return (r.get("status") == "ok" and bool(r.get("ms_median")) and bool(r.get("dram_bytes"))
+            and not r.get("sweep"))
+
+
+def newest_decode_runs(rows, current: bool = True) -> dict:
+    """{device: run_id} of the newest decode_bench run on each device (by its date, then
+    by file order) among runs with default-kernel rows (impl "flashsim") that carry
+    `main_kernel` (current: runs of the kernels gpu.decode has now, flat and tiled), or
+    (not current) among every run with a timed flashsim row."""
+    best = {}
+    for i, r in enumerate(rows):
+        if r.get("impl") != "flashsim" or (current and not r.get("main_kernel")) or \
+                (not current and not decode_timed(r)):
+            continue
+        k = (str(r.get("date", "")), i)
+        if r["device"] not in best or k >= best[r["device"]][0]:
+            best[r["device"]] = (k, r["run_id"])
+    return {dev: run for dev, (_, run) in sorted(best.items())}
+
+
+def decode_hbm_peak(device: str):
+    """(iosim preset, HBM bytes/s) of a device name (analysis.fit_levels.GPU_OF_DEVICE), or
+    (None, None) for a device without a preset."""
+    import iosim
+    from analysis.fit_levels import GPU_OF_DEVICE
+    gpu = GPU_OF_DEVICE.get(device)
+    return (gpu, float(iosim.get_hardware(gpu).hbm_bandwidth)) if gpu else (None, None)
+
+
+def _med(xs):
+    import statistics
+    return statistics.median(xs) if xs else None
+
+
+def _decode_goal_lines(run_rows, peak):
+    """The goal table's body lines for one run's rows (peak: HBM bytes/s or None)."""
+    pick = latest([r for r in run_rows if decode_timed(r)], lambda r: (r["impl"], decode_point(r)))
+    flash = [r for (impl, _), r in pick.items() if impl == "flashsim"]
+    groups = []
+    for label, test, goal in DECODE_GOALS:
+        rs = [r for r in flash if test(r)]
+        if goal == 0.80:   # split by heads x layout, ragged batches by layout, then all
+            groups += [(label, a, lay, goal, [r for r in rs if not r.get("ragged") and
+                                             decode_attn(r) == a and r.get("paged") == pg])
+                       for a in ("MHA", "GQA", "MQA") for lay, pg in DECODE_LAYOUTS]
+            groups += [(label + ", ragged", "all", lay, goal,
+                        [r for r in rs if r.get("ragged") and r.get("paged") == pg])
+                       for lay, pg in DECODE_LAYOUTS]
+            groups.append((label + ", all", "all", "all", goal, rs))
+        else:
+            groups.append((label, "all", "all", goal, rs))
+    x = lambda v: "–" if v is None else f"{v:.2f}x"
+    p = lambda v: "–" if v is None else f"{100 * v:.1f} %"
+    lines = []
+    for label, attn, lay, goal, rs in groups:
+        frac = [r["dram_bytes"] / (r["ms_median"] * 1e-3) / peak for r in rs] if peak else []
+        sdpa = [pick[("torch_sdpa", decode_point(r))]["ms_median"] / r["ms_median"] for r in rs
+                if ("torch_sdpa", decode_point(r)) in pick]
+        tiled = [pick[("flashsim_tiled", decode_point(r))]["ms_median"] / r["ms_median"]
+                 for r in rs if ("flashsim_tiled", decode_point(r)) in pick]
+        meet = f"{sum(f >= goal for f in frac)}/{len(rs)}" if peak and rs else "–"
+        faster = f"{sum(s > 1 for s in sdpa)}/{len(sdpa)}" if sdpa else "–"
+        lines.append(f"| {label} | {attn} | {lay} | {len(rs)} | {p(min(frac) if frac else None)} | "
+                     f"{p(_med(frac))} | {100 * goal:.0f} % | {meet} | "
+                     f"{x(min(sdpa) if sdpa else None)} | {x(_med(sdpa))} | {faster} | "
+                     f"{len(tiled)} | {x(min(tiled) if tiled else None)} | {x(_med(tiled))} |")
+    return lines, [r for r in pick.values() if r["impl"] in ("flashsim", "torch_sdpa", "flashsim_tiled")]
+
+
+def table_decode_goal(data=None) -> str:
+    """Issue 37's goal, from the newest decode_bench run of the current kernels on each
+    device (runs whose default-kernel rows carry `main_kernel`): per goal group (batch >= 8
+    and N_kv >= 16K by heads x cache layout and ragged; batch 1 and N_kv >= 64K), the
+    flashsim rows (gpu.decode's default kernel), their % of the device's HBM peak (iosim
+    preset) from dram_bytes (K and V read once + Q, O, L, block table) over ms_median, how
+    many meet the goal (80 %, 70 %), SDPA ms / flashsim ms at the same point of the same
+    run (paged points have no SDPA row) and tiled-kernel ms / flashsim ms where the run has
+    flashsim_tiled rows. Without such a run: one line saying so, and the newest run of the
+    tiled kernel (rows without main_kernel) on each device, labelled as such."""
+    rows = R.load("decode_bench", data=data)
+    runs, head = newest_decode_runs(rows), ""
+    if not runs:
+        runs = newest_decode_runs(rows, current=False)
+        if not runs:
+            return "_No decode_bench rows in the data set (`flashsim bench --decode`)._\n"
+        head = ("_No run of the current decode kernels (flashsim rows with `main_kernel`) is "
+                "in the data set: below, the newest run of the tiled kernel, the main kernel "
+                "before the flat one (its flashsim rows are the tiled kernel)._\n")
+    cols = ("| goal group | heads | cache | rows | % of HBM peak: min | median | goal | "
+            "meet goal | SDPA / flashsim: min | median | flashsim faster | "
+            "tiled / flashsim: rows | min | median |\n" + "|---" * 14 + "|")
+    out, used = [head] if head else [], []
+    for device, run in runs.items():
+        rr = [r for r in rows if r["run_id"] == run and r["device"] == device]
+        gpu, peak = decode_hbm_peak(device)
+        body, u = _decode_goal_lines(rr, peak)
+        used += u
+        kern = sorted({r.get("main_kernel", "tiled") for r in u if r["impl"] == "flashsim"})
+        # points of the goal groups the run did not time (memory, budget, an error)
+        lost = [r for r in rr if r.get("impl") == "flashsim" and not r.get("sweep")
+                and r.get("status") != "ok" and any(t(r) for _, t, _ in DECODE_GOALS)]
+        r0 = rr[0]
+        peak_txt = (f"HBM peak {peak / 1e12:.2f} TB/s (iosim preset {gpu})" if peak else
+                    "no iosim preset for this device (analysis.fit_levels.GPU_OF_DEVICE): "
+                    "no % of peak")
+        what = ("flashsim: gpu.decode's default main kernel (" + ", ".join(
+            f"{k} at {sum(r.get('main_kernel', 'tiled') == k for r in u if r['impl'] == 'flashsim')} points"
+            for k in kern) + ")") if head == "" else "flashsim: the tiled kernel"
+        out += [f"**{device}**, {peak_txt}; {what}.\n", cols, *body,
+                f"\n_Run `{run}` on {device}, {str(r0.get('date'))[:10]}, commit "
+                f"`{r0.get('commit')}`"
+                + (f"; {len(lost)} points of the goal groups not timed (skipped or failed)"
+                   if lost else "") + "._\n"]
+    note = ("% of HBM peak: dram_bytes (K and V read once, Q, O, L, block table; a ragged row "
+            "its own sequences' bytes) / ms_median over the preset's HBM bandwidth; N_kv of a "
+            "ragged row: its longest sequence; SDPA / flashsim and tiled / flashsim: ms over ms "
+            "at the same point of the same run (above 1: flashsim faster; paged points have no "
+            "SDPA row). ")
+    return "\n".join(out) + _source("decode_bench", used, note)
+
+
 #: table name -> function(data) -> Markdown; the results page's markers name these
 TABLES: dict[str, Callable] = {
     "forward_fp32": table_forward_fp32,
@@ -443,6 +595,7 @@ TABLES: dict[str, Callable] = {
     "levels_validation": table_levels_validation,
     "runtime_validation": table_runtime_validation,
     "trust": table_trust,
+    "decode_goal": table_decode_goal,
 }
 
 MARKER = re.compile(r"(<!-- results:(?P<name>[A-Za-z0-9_]+) -->\n)(?P<body>.*?)"

@@ -32,8 +32,8 @@ ABOUT = {
     "fig12_runtime_validation": "time model error per kernel family (runtime_validation rows)",
     "fig13_time_breakdown": "forward time by operation, measured and modelled "
                             "(op_breakdown rows, time model)",
-    "fig14_decode": "decoding: measured bandwidth against the HBM roof, decode time model "
-                    "error (decode_bench rows)",
+    "fig14_decode": "decoding: the newest run's bandwidth against the HBM roof and the goal, "
+                    "tiled decode time model error (decode_bench rows)",
     "fig15_window": "fa2 traffic against a local window's size (model)",
     "fig16_kernel_roofline": "measured forward kernels on the H100 roofline "
                              "(runtime_validation rows, L2 / DRAM model)",

@@ -4,13 +4,20 @@ time model's error.
 One configuration family: N_q = 1 new row, fp16, d = 128, 32 query heads (MHA, and GQA on
 8 K/V heads); the H100-SXM preset (132 SMs, 3.35 TB/s).
 
-(a) Achieved bandwidth against the cache length N_kv, from the data set's decode_bench
-    rows (flashsim's gpu.decode with num_splits "auto", and torch SDPA; contiguous cache;
-    colour: implementation, line: MHA or GQA, marker: batch): dram_bytes / time, where
-    dram_bytes = K and V once + Q + O + L (+ block table) is the least a step moves, the
-    same for every implementation. The black line is the preset's HBM bandwidth.
-(b) The decode time model (`analysis.fit_decode.predict_row`) against the held-out
-    flashsim rows (`analysis.fit_decode.split_of`): per schedule (fa2_decode, split_kv)
+(a) Achieved bandwidth against the cache length N_kv, from one decode_bench run: the
+    newest run of the current kernels (flashsim rows carrying `main_kernel`; the device's
+    HBM roof from its iosim preset, analysis.fit_levels.GPU_OF_DEVICE), else, before any,
+    the newest run on the H100 (its flashsim rows are the tiled kernel). Colour: kernel
+    (gpu.decode's default main kernel, flat; the tiled kernel, impl flashsim_tiled at batch
+    8; torch SDPA; flash_attn where the run has it); line: MHA or GQA; marker: batch;
+    contiguous cache, uniform lengths. Bandwidth = dram_bytes / time, where dram_bytes = K
+    and V once + Q + O + L is the least a step moves, the same for every implementation.
+    Solid black: the HBM peak; dashed: issue 37's goal, 80 % of it (batch >= 8, N_kv >=
+    16K); dotted from 64K: 70 % (batch 1).
+(b) The tiled kernel's time model (`analysis.fit_decode.predict_row`, main "tiled")
+    against the held-out rows of the tiled kernel (`analysis.fit_decode.split_of`; impl
+    flashsim or flashsim_tiled with main_kernel absent or "tiled", on the H100-SXM preset it
+    was fitted on; flat-kernel rows are never predicted by it): per schedule (fa2_decode, split_kv)
     and cache layout (contiguous, paged), the share of rows whose |predicted / measured -
     1| is at most x, with lines at 10 % and 15 %.
 
@@ -34,7 +41,15 @@ KV_LENS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 D, HEADS, KV_GQA = 128, 32, 8
 SWEEP_SHAPE = "b1_mha_d128_16k"
 SWEEP_N_KV = 16384
-IMPL_COLORS = {"flashsim": "#2ca02c", "torch_sdpa": "#d62728", "flash_attn": "#9467bd"}
+#: panel (a)'s series: kernel label -> colour
+IMPL_COLORS = {"flashsim flat": "#2ca02c", "flashsim tiled": "#ff7f0e", "torch_sdpa": "#d62728",
+               "flash_attn": "#9467bd"}
+#: panel (a)'s legend names of the kernel labels
+IMPL_NAMES = {"flashsim flat": "flashsim flat (default)", "flashsim tiled": "flashsim tiled"}
+#: the preset of the tiled kernel's time model (fitted on H100 rows): panel (b)'s rows
+ERRORS_GPU = "H100-SXM"
+#: issue 37's goals: (fraction of HBM peak, smallest N_kv it applies to, what it is for)
+GOALS = ((0.80, 16384, "batch ≥ 8"), (0.70, 65536, "batch 1"))
 BATCH_MARKERS = {1: "o", 8: "s", 32: "^", 64: "D"}
 
 
@@ -70,52 +85,95 @@ def _model(gpu: str):
     return hw, series, sweep, rule
 
 
-def generate(rows=None, data=None, device: str = "H100", gpu: str = "H100-SXM"):
-    """{"series", "sweep", "rule", "measured": [...], "sweep_measured": [...],
-    "has_rows", "config", "seconds"}; rows: decode_bench rows (default: the data set's,
-    those whose device contains `device`)."""
+def kernel_of(r) -> str:
+    """Panel (a)'s label of a decode_bench row: "flashsim <main kernel>" for flashsim rows
+    (rows without main_kernel predate the flat kernel: tiled), "flashsim tiled" for
+    flashsim_tiled rows, else the impl."""
+    if r.get("impl") == "flashsim":
+        return f"flashsim {r.get('main_kernel') or 'tiled'}"
+    return "flashsim tiled" if r.get("impl") == "flashsim_tiled" else r.get("impl")
+
+
+def panel_run(rows, device: str | None = None):
+    """(device, run_id, current) of panel (a): the newest run of the current kernels
+    (analysis.tables.newest_decode_runs) on any device (or `device`'s), newest by date;
+    else the newest run with timed flashsim rows on the H100 (or `device`, or any);
+    current is False then. (None, None, False) without rows."""
+    from analysis.tables import newest_decode_runs
+    rows = [r for r in rows if device is None or device.lower() in str(r.get("device")).lower()]
+    date = {r["run_id"]: str(r.get("date", "")) for r in rows}
+    for current in (True, False):
+        runs = newest_decode_runs(rows, current=current)
+        if not current and device is None:   # the old runs: the H100's first
+            runs = {d: x for d, x in runs.items() if "H100" in d} or runs
+        if runs:
+            dev, run = max(runs.items(), key=lambda kv: date.get(kv[1], ""))
+            return dev, run, current
+    return None, None, False
+
+
+def generate(rows=None, data=None, device: str | None = None, gpu: str | None = None):
+    """{"series", "sweep", "rule", "measured": [...], "sweep_measured": [...], "errors",
+    "has_rows", "current", "config", "seconds"}; rows: decode_bench rows (default: the data
+    set's; device: keep those whose device contains it). Panel (a)'s rows ("measured") come
+    from one run (panel_run); gpu: the preset of its HBM roof and model series (default:
+    the run's device's, H100-SXM without one)."""
     from analysis import results as R
+    from analysis.fit_levels import GPU_OF_DEVICE
+    from analysis.tables import decode_attn
     t0 = time.perf_counter()
     if rows is None:
-        rows = R.load(KIND, device=device, data=data)
+        rows = R.load(KIND, data=data)
+    rows = [r for r in rows if device is None or device.lower() in str(r.get("device")).lower()]
     ok = [r for r in rows if r.get("status") == "ok" and r.get("ms_median")]
+    dev, run, current = panel_run(ok)
+    gpu = gpu or GPU_OF_DEVICE.get(dev, "H100-SXM")
     hw, series, sweep, rule = _model(gpu)
     last = {}
-    for r in ok:   # the latest row per point (file order)
-        if r.get("sweep"):
+    for r in ok:   # the panel's run: the latest row per point (file order)
+        if r["run_id"] != run or r.get("device") != dev or r.get("sweep") or r.get("ragged"):
             continue
-        if r.get("d") != D or r.get("seq_len_q", 1) != 1 or r.get("dtype") != "fp16":
+        if r.get("d") != D or r.get("seq_len_q", 1) != 1 or r.get("dtype") != "fp16" or \
+                r.get("heads") != HEADS or r.get("kv_heads") not in (HEADS, KV_GQA):
             continue
-        key = (r["impl"], r.get("attn"), r.get("batch"), r.get("paged"), r.get("seq_len_kv"))
+        key = (kernel_of(r), decode_attn(r), r.get("batch"), r.get("paged"), r.get("seq_len_kv"))
         last[key] = r
     measured = [{"impl": k[0], "attn": k[1], "batch": k[2], "paged": k[3], "N_kv": k[4],
                  "ms": float(r["ms_median"]), "gbps": float(r["dram_bytes"]) / float(r["ms_median"]) / 1e6,
                  "num_splits": r.get("num_splits"), "floor_ms": float(r["dram_bytes"]) / hw.hbm_bandwidth * 1e3}
                 for k, r in sorted(last.items(), key=lambda kv: (str(kv[0][:4]), kv[0][4]))]
     sw = {}
-    for r in ok:
-        if r.get("sweep") == "num_splits" and r.get("shape") == SWEEP_SHAPE:
+    for r in ok:   # the panel's run's num_splits sweep
+        if r["run_id"] == run and r.get("sweep") == "num_splits" and r.get("shape") == SWEEP_SHAPE:
             sw[r["num_splits"]] = float(r["ms_median"])
     return {"series": series, "sweep": sweep, "rule": rule.to_dict(),
             "measured": measured, "sweep_measured": sorted(sw.items()),
             "errors": model_errors(rows),
-            "has_rows": bool(ok),
-            "config": {"data_set": KIND, "device": device, "gpu": gpu, "d": D, "heads": HEADS,
-                       "kv_heads_gqa": KV_GQA, "dtype": "fp16", "seq_len_q": 1,
-                       "hbm_bandwidth": hw.hbm_bandwidth, "rows": len(ok),
+            "has_rows": bool(ok), "current": current,
+            "config": {"data_set": KIND, "device": dev or device or "H100", "gpu": gpu, "d": D,
+                       "heads": HEADS, "kv_heads_gqa": KV_GQA, "dtype": "fp16", "seq_len_q": 1,
+                       "hbm_bandwidth": hw.hbm_bandwidth, "rows": len(ok), "run": run,
+                       "current_kernels": current, "errors_gpu": ERRORS_GPU,
                        "devices": sorted({r["device"] for r in ok})},
             "seconds": time.perf_counter() - t0}
 
 
-def model_errors(rows) -> dict:
-    """{"schedule, layout": [|predicted / measured - 1|, ...]} of the decode time model
-    (`analysis.fit_decode.predict_row`) over the held-out flashsim rows
-    (`analysis.fit_decode.split_of`; the rows the constants were not fitted on)."""
+def model_errors(rows, gpu: str = ERRORS_GPU) -> dict:
+    """{"schedule, layout": [|predicted / measured - 1|, ...]} of the tiled kernel's time
+    model (`analysis.fit_decode.predict_row`, main "tiled") over the held-out rows of the
+    tiled kernel (`analysis.fit_decode.split_of`; the rows the constants were not fitted
+    on): impl flashsim or flashsim_tiled whose main_kernel is absent (rows before the flat
+    kernel) or "tiled", measured on a device of preset `gpu`. Flat-kernel rows are never
+    predicted by the tiled model."""
     from analysis import fit_decode as T
-    fs = [r for r in rows if r.get("kind", KIND) == KIND and r.get("impl") == "flashsim"
+    from analysis.fit_levels import GPU_OF_DEVICE
+    fs = [r for r in rows if r.get("kind", KIND) == KIND
+          and r.get("impl") in ("flashsim", "flashsim_tiled")
+          and r.get("main_kernel", "tiled") == "tiled"
+          and GPU_OF_DEVICE.get(r.get("device")) == gpu
           and r.get("status") == "ok" and r.get("ms_median") and "schedule" in r]
     out: dict = {}
-    for v in T.validation_rows(fs) if fs else []:
+    for v in T.validation_rows(fs, main="tiled", gpu=gpu) if fs else []:
         if v["split"] == "heldout":
             out.setdefault(f"{v['schedule']}, {v['layout']}", []).append(abs(v["rel_error"]))
     return dict(sorted(out.items()))
@@ -131,8 +189,9 @@ def _error_style(name: str) -> dict:
 
 
 def plot(data):
-    """(a) achieved bandwidth of the measured decoding steps (contiguous cache) against
-    the HBM roof; (b) the decode time model's error on the held-out rows."""
+    """(a) achieved bandwidth of one run's decoding steps (contiguous cache) against the
+    HBM roof and issue 37's goals; (b) the tiled kernel's time model's error on its
+    held-out rows."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from ._style import error_cdf
@@ -142,27 +201,42 @@ def plot(data):
     c = data["config"]
     bw = c["hbm_bandwidth"]
     meas = [m for m in data["measured"] if not m["paged"]]
-    for key in sorted({(m["impl"], m["attn"], m["batch"]) for m in meas}, key=str):
+    order = list(IMPL_COLORS)
+    rank = lambda i: order.index(i) if i in order else len(order)
+    # SDPA and flash_attn under flashsim's lines: the kernels under study drawn last
+    for key in sorted({(m["impl"], m["attn"], m["batch"]) for m in meas},
+                      key=lambda k: (-rank(k[0]), str(k))):
         impl, attn, batch = key
         pts = sorted((m for m in meas if (m["impl"], m["attn"], m["batch"]) == key),
                      key=lambda m: m["N_kv"])
         ax.plot([m["N_kv"] for m in pts], [m["gbps"] for m in pts],
                 color=IMPL_COLORS.get(impl, "#7f7f7f"), marker=BATCH_MARKERS.get(batch, "x"),
-                ms=4, ls="-" if attn == "mha" else "--", lw=1.0, alpha=0.85)
+                ms=4, ls="-" if attn == "MHA" else "--", lw=1.3 if impl.startswith("flashsim") else 1.0,
+                alpha=0.85)
+    # the run's cache lengths (every KV_LENS without rows)
+    ns = sorted({m["N_kv"] for m in meas}) or list(KV_LENS)
+    xmin, xmax = min(ns[0], KV_LENS[-1] // 8) / 1.4, max(ns[-1], KV_LENS[-1]) * 1.4
+    ticks = [n for n in KV_LENS if xmin <= n <= xmax]
+    ticks = ticks[::2] if len(ticks) > 5 else ticks
     ax.axhline(bw / 1e9, color="black", lw=1.2)
+    for (frac, n0, _), ls in zip(GOALS, ("--", ":")):
+        ax.hlines(frac * bw / 1e9, max(n0, xmin), xmax,
+                  color="black", lw=1.0, ls=ls)
     ax.set_xscale("log", base=2)
-    ax.set_xlim(KV_LENS[0] / 1.4, KV_LENS[-1] * 1.4)
-    ax.set_xticks(KV_LENS[::2], [f"{n // 1024}K" for n in KV_LENS[::2]])
+    ax.set_xlim(xmin, xmax)
+    ax.set_xticks(ticks, [f"{n // 1024}K" for n in ticks])
     ax.set_ylim(0, bw / 1e9 * 1.45)
     ax.set_xlabel("cache length N_kv (rows)")
     ax.set_ylabel("achieved GB/s (least bytes a step moves / time)")
-    ax.set_title("(a) measured steps against the HBM roof (contiguous cache)", fontsize=9)
+    which = ("newest run of the current kernels" if data.get("current") else
+             "before the flat kernel: tiled")
+    ax.set_title(f"(a) one run ({which}), contiguous cache", fontsize=9)
     if not meas:
         ax.text(0.5, 0.5, "no decode_bench rows yet", transform=ax.transAxes, ha="center",
                 va="center", fontsize=9, color="#aa0000")
-    impls = sorted({m["impl"] for m in meas})
-    handles = [Line2D([], [], color=IMPL_COLORS.get(i, "#7f7f7f"), lw=1.5, label=i)
-               for i in impls]
+    impls = sorted({m["impl"] for m in meas}, key=rank)
+    handles = [Line2D([], [], color=IMPL_COLORS.get(i, "#7f7f7f"), lw=1.5,
+                      label=IMPL_NAMES.get(i, i)) for i in impls]
     handles += [Line2D([], [], color="#777777", ls="-", label=f"MHA ({c['heads']} heads)"),
                 Line2D([], [], color="#777777", ls="--",
                        label=f"GQA ({c['heads']} on {c['kv_heads_gqa']})")]
@@ -170,16 +244,20 @@ def plot(data):
                        label=f"batch {b}") for b in sorted({m["batch"] for m in meas})
                 if b in BATCH_MARKERS]
     handles.append(Line2D([], [], color="black", lw=1.2, label=f"HBM {bw / 1e12:.2f} TB/s"))
-    ax.legend(handles=handles, loc="upper center", ncol=4, fontsize=6.5, framealpha=0.9)
+    handles += [Line2D([], [], color="black", lw=1.0, ls=ls,
+                       label=f"goal {100 * frac:.0f} % ({who}, N_kv ≥ {n0 // 1024}K)")
+                for (frac, n0, who), ls in zip(GOALS, ("--", ":"))]
+    ax.legend(handles=handles, loc="upper center", ncol=3, fontsize=6.5, framealpha=0.9)
     n = sum(len(v) for v in data["errors"].values())
     error_cdf(axe, data["errors"], goals=(0.10, 0.15), xmax=0.25, style=_error_style,
-              title=f"(b) time model, held-out rows ({n})", legend_title="schedule, cache")
+              title=f"(b) tiled kernel's time model, held-out {ERRORS_GPU.split('-')[0]} rows ({n})",
+              legend_title="schedule, cache")
     if not data["errors"]:
-        axe.text(0.5, 0.5, "no decode_bench rows yet", transform=axe.transAxes, ha="center",
-                 va="center", fontsize=9, color="#aa0000")
+        axe.text(0.5, 0.5, "no rows of the tiled kernel yet", transform=axe.transAxes,
+                 ha="center", va="center", fontsize=9, color="#aa0000")
     fig.suptitle(f"KV-cache decoding on the {c['gpu'].split('-')[0]} (one new row, fp16, "
-                 f"d = {c['d']}): where the kernels stand against\nthe HBM roof, and how well "
-                 "the decode time model predicts them", fontsize=10)
+                 f"d = {c['d']}): where the kernels stand against\nthe HBM roof and the goal, "
+                 "and how well the tiled kernel's time model predicts it", fontsize=10)
     return fig
 
 
