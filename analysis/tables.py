@@ -561,7 +561,8 @@ def table_decode_goal(data=None) -> str:
         kern = sorted({r.get("main_kernel", "tiled") for r in u if r["impl"] == "flashsim"})
         # points of the goal groups the run did not time (memory, budget, an error)
         lost = [r for r in rr if r.get("impl") == "flashsim" and not r.get("sweep")
-                and r.get("status") != "ok" and any(t(r) for _, t, _ in DECODE_GOALS)]
+                and r.get("status") != "ok" and r.get("batch") is not None
+                and r.get("seq_len_kv") is not None and any(t(r) for _, t, _ in DECODE_GOALS)]
         r0 = rr[0]
         peak_txt = (f"HBM peak {peak / 1e12:.2f} TB/s (iosim preset {gpu})" if peak else
                     "no iosim preset for this device (analysis.fit_levels.GPU_OF_DEVICE): "
