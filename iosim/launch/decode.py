@@ -66,6 +66,32 @@ def plan(d: int, dt: str, NR: int, vec_ok: bool = True, sim: bool = False,
 #: the largest NR x VW (query rows x a lane's columns) a lane of the flat kernel keeps in
 #: registers, twice (the scaled Q and the O accumulator); beyond it `flat_plan` declines
 MAX_ROW_REGS = 64
+#: the most query rows a block of the flat kernel serves: at NR = 16 (fp32, VW = 4) ptxas
+#: puts the row arrays in local memory (a 640-byte stack frame), so `flat_plan` declines
+MAX_FLAT_ROWS = 8
+
+#: Registers a thread of the flat kernel's GPU build (uncounted), by (dtype, NR, paged):
+#: ptxas -v, sm_90 (CUDA 13.0's ptxas on NVVM 13.5's PTX), the same at d = 64 and 128.
+#: fp16 NR = 8 paged spills 8-12 bytes at the 255 cap. Used for the blocks an SM holds
+#: (`flat_resident_blocks`); a build not listed is taken at the cap (255).
+FLAT_REGISTERS = {
+    ("fp16", 1, False): 204, ("fp16", 1, True): 204, ("fp16", 4, False): 168,
+    ("fp16", 4, True): 195, ("fp16", 8, False): 255, ("fp16", 8, True): 255,
+    ("bf16", 1, False): 206, ("bf16", 1, True): 198, ("bf16", 4, False): 199,
+    ("bf16", 4, True): 202, ("bf16", 8, False): 255, ("bf16", 8, True): 255,
+    ("fp32", 1, False): 111, ("fp32", 1, True): 128, ("fp32", 4, False): 168,
+    ("fp32", 4, True): 178, ("fp32", 8, False): 168, ("fp32", 8, True): 168,
+}
+
+
+def flat_resident_blocks(dt: str, NR: int, paged: bool, NT: int = 128,
+                         regs_per_sm: int = 65536) -> int:
+    """Blocks of the flat kernel one SM holds at once, as its registers allow
+    (FLAT_REGISTERS, allocated per warp in units of 256): 2 for most 16-bit builds, 3 to
+    4 for some fp32 and NR = 4 ones. Its shared memory (a few KB) never binds first."""
+    regs = FLAT_REGISTERS.get((dt, int(NR), bool(paged)), 255)
+    per_warp = -(-regs * 32 // 256) * 256
+    return max(1, regs_per_sm // (per_warp * (NT // 32)))
 
 
 def flat_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = False,
@@ -74,7 +100,8 @@ def flat_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = Fals
     and NR query rows a block: NT threads, VW elements a lane, LPR lanes a key row, NGRP
     groups, KPG rows a group per tile, TB rows a tile, vec (16-byte loads), smem_bytes
     (dynamic shared memory, bytes). None where the flat kernel does not apply (head dims
-    whose row does not map onto a power-of-two lane group, or NR x VW > MAX_ROW_REGS):
+    whose row does not map onto a power-of-two lane group, NR x VW > MAX_ROW_REGS or
+    NR > MAX_FLAT_ROWS):
     the tiled kernel runs those. threads / rows_per_group override NT / KPG (benchmarks)."""
     itemsize = DTYPES[dt].itemsize
     if sim:
@@ -91,7 +118,7 @@ def flat_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = Fals
             LPR = d // VW
         if LPR & (LPR - 1) or 32 % LPR:
             return None
-        if NR * VW > MAX_ROW_REGS:
+        if NR * VW > MAX_ROW_REGS or NR > MAX_FLAT_ROWS:
             return None
         vec = bool(vec_ok) and VW * itemsize == 16 and dt != "bf16"
         KPG = 4 if NR * VW <= 16 else 2
@@ -115,8 +142,9 @@ def flat_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = Fals
 MAIN_KERNELS = ("auto", "flat", "tiled")
 #: thread blocks per SM the "auto" split count aims for, per main kernel: the tiled
 #: kernel's rule was measured with one; the flat kernel holds its loads in registers and
-#: needs several resident blocks an SM to keep enough bytes in flight
-CTAS_PER_SM = {"tiled": 1, "flat": 4}
+#: wants every SM full: 2 blocks, what its 16-bit builds' registers let an SM hold
+#: (`flat_resident_blocks`), so that no split waits for a second wave
+CTAS_PER_SM = {"tiled": 1, "flat": 2}
 
 
 def _rows(problem, kv_reads: str) -> int:

@@ -41,9 +41,10 @@ bytes. An appending step (the append kernel) is not modelled: predict_decode ref
 The flat main kernel (gpu/decode/flat.py; gpu.decode's default where it runs) has no
 shared-memory phases and no barrier in its key loop; its model keeps the same three
 bounds with its own constants (decode_flat_constants.json, `_flat_terms`):
-  t_main = t_main0 + max(T (L_t + L_q NR),  busiest SM's sum of rows / TB (c_t + c_q NR)
+  t_main = t_main0 + max(W T (L_t + L_q NR),  busiest SM's sum of rows / TB (c_t + c_q NR)
                          + c_cta a CTA,  main bytes / (e_flat x hbm_bandwidth))
-with T = ceil(C / TB) (it finds each row's page itself: pages do not cut its tiles) and
+with T = ceil(C / TB) (it finds each row's page itself: pages do not cut its tiles), W
+the waves of the busiest SM's CTAs in the blocks its registers hold, and
 e_flat its own achieved DRAM fraction, fitted; the combine as above (the same kernel).
 
 The constants (decode_constants.json) were fitted on H100 fp16 rows with N_q = 1 and d 64 /
@@ -62,7 +63,7 @@ from ..decode import (DecodeProblem, choose_num_splits, decode_closed_form, sequ
                       split_bounds)
 from ..problem import ConfigError
 from ..hardware import get_hardware
-from ..launch.decode import CTAS_PER_SM, flat_plan, main_kernel, plan
+from ..launch.decode import CTAS_PER_SM, flat_plan, flat_resident_blocks, main_kernel, plan
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
 MODEL_VERSION = "decode-time v1"
@@ -207,7 +208,8 @@ def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
     """The flat main kernel's terms (us), in the tiled model's form less its shared-memory
     phases (module docstring: the flat kernel):
         t_main = t_main0 + max(latency, issue, dram)
-        latency = T (L_t + L_q NR)         the heaviest CTA's chain, a tile at a time
+        latency = W T (L_t + L_q NR)       the heaviest CTA's chain, a tile at a time, in
+                                           W waves of the blocks an SM holds (registers)
         issue   = max over SMs of sum over its CTAs (rows / TB (c_t + c_q NR) + c_cta)
         dram    = main kernel bytes / (e_flat x HBM bandwidth)
     and the combine kernel's (S > 1) from the tiled model's constants `comb`: both main
@@ -221,7 +223,10 @@ def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
     main_bytes = led.hbm_bytes - comb_read - comb_write
     comb_bytes = led.hbm_bytes - main_bytes
     TB, NR = sh["layout"]["TB"], sh["NR"]
-    latency = sh["T"] * (k["L_t"] + k["L_q"] * NR)
+    # the busiest SM runs its CTAs in waves of the blocks its registers hold
+    n = -(-sh["ctas"] // hw.sm_count)
+    waves = -(-n // flat_resident_blocks(p.dtype, NR, p.paged, sh["layout"]["NT"]))
+    latency = waves * sh["T"] * (k["L_t"] + k["L_q"] * NR)
     rows = np.asarray(sh["cta_rows"], dtype=np.float64)
     work = np.where(rows > 0, np.ceil(rows / TB) * (k["c_t"] + k["c_q"] * NR), 0.0) + k["c_cta"]
     # CTAs dispatched round-robin in grid order, all resident (the busiest SM's sum)
@@ -234,9 +239,8 @@ def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
         bw = comb["e_dram"] * hw.hbm_bandwidth / 1e6
         terms.update(combine_fixed=comb["t_comb0"], combine_splits=S * comb["c_s"],
                      combine_dram=comb_bytes / bw)
-    n = -(-sh["ctas"] // hw.sm_count)
     info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
-                NR=NR, tiles_per_cta=sh["T"], ctas=sh["ctas"], ctas_per_busiest_sm=n,
+                NR=NR, tiles_per_cta=sh["T"], ctas=sh["ctas"], ctas_per_busiest_sm=n, waves=waves,
                 sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
                 combine_hbm_bytes=comb_bytes, t_tiles_us=t_tiles, t_dram_us=t_dram)
     return terms, info
