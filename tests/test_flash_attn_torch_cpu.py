@@ -14,6 +14,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import iosim
 
@@ -34,9 +36,10 @@ def _randn(g, *shape, dtype=torch.float32):
     return torch.randn(*shape, generator=g).to(dtype)
 
 
-def _iosim_window(causal, window):
-    """flash-attn's window_size as iosim's window (causal sets right = 0)."""
-    left, right = window
+def _iosim_window(causal, window, Nk):
+    """flash-attn's window_size as iosim's window: a side >= seqlen_k is unbounded (-1),
+    causal sets right = 0."""
+    left, right = (-1 if w >= Nk else w for w in window)
     if causal:
         return (left, 0) if left >= 0 else (-1, -1)
     return (left, right)
@@ -46,7 +49,8 @@ def _ref(q, k, v, causal=False, window=(-1, -1), scale=None, lse=False):
     """iosim.reference_attention (float64) in flash-attn's layout (B, N, H, d)."""
     T = lambda x: x.detach().double().numpy().transpose(0, 2, 1, 3)  # noqa: E731
     res = iosim.reference_attention(T(q), T(k), T(v), causal=causal, scale=scale,
-                                    window=_iosim_window(causal, window), return_lse=lse)
+                                    window=_iosim_window(causal, window, k.shape[1]),
+                                    return_lse=lse)
     if lse:
         o, L = res
         return o.transpose(0, 2, 1, 3), L
@@ -88,6 +92,15 @@ def _rel(got, want):
     return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
 
 
+def _close_or_zero(got, want):
+    """Within TOL of want, or exactly 0 where want is all 0 (every row masked)."""
+    want = want.detach().double().numpy() if isinstance(want, torch.Tensor) else want
+    if np.any(want):
+        assert _rel(got, want) <= TOL, _rel(got, want)
+    else:
+        assert not got.detach().numpy().any()
+
+
 # ---------------------------------------------------------------------------------------
 # flash_attn_func: forward against float64, gradients against float64 autograd
 # ---------------------------------------------------------------------------------------
@@ -103,11 +116,11 @@ FUNC_CASES = [
 @pytest.mark.parametrize("Nq,Nk,H,Hk,causal,window", FUNC_CASES)
 def test_func_forward_and_gradients(Nq, Nk, H, Hk, causal, window):
     g = _gen(Nq * 100 + Nk)
-    q, k, v = _randn(g, 2, Nq, H, 16), _randn(g, 2, Nk, Hk, 16), _randn(g, 2, Nk, Hk, 16)
+    q, k, v = _randn(g, 1, Nq, H, 16), _randn(g, 1, Nk, Hk, 16), _randn(g, 1, Nk, Hk, 16)
     with torch.no_grad():                                   # gpu.attention directly
         out = fa.flash_attn_func(q, k, v, causal=causal, window_size=window)
     assert isinstance(out, torch.Tensor) and out.device.type == "cpu"
-    assert out.dtype == torch.float32 and out.shape == (2, Nq, H, 16)
+    assert out.dtype == torch.float32 and out.shape == (1, Nq, H, 16)
     assert out.is_contiguous() and not out.requires_grad
     assert _rel(out, _ref(q, k, v, causal, window)) <= TOL
     # under autograd: gpu.autograd.flash_attention, the fa2 backward kernels
@@ -123,6 +136,32 @@ def test_func_forward_and_gradients(Nq, Nk, H, Hk, causal, window):
     for name, a, b in zip("qkv", grads, want):
         assert a.dtype == torch.float32 and a.shape == b.shape
         assert _rel(a, b) <= TOL, (name, _rel(a, b))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(Nq=st.integers(1, 10), Nk=st.integers(1, 10), Hk=st.sampled_from([1, 2]),
+       g=st.sampled_from([1, 2]), causal=st.booleans(), left=st.integers(-1, 5),
+       right=st.integers(-1, 5), grad=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_property_func_on_cpu_tensors(Nq, Nk, Hk, g, causal, left, right, grad, seed):
+    """Any shape, mask and window: torch CPU out equal to the NumPy path's (the same
+    kernels on the same memory) and to float64 attention; with grad, float64 gradients."""
+    gen = _gen(seed)
+    q, k, v = _randn(gen, 1, Nq, Hk * g, 8), _randn(gen, 1, Nk, Hk, 8), _randn(gen, 1, Nk,
+                                                                             Hk, 8)
+    w = (left, right)
+    xs = tuple(x.clone().requires_grad_(grad) for x in (q, k, v))
+    out = fa.flash_attn_func(*xs, causal=causal, window_size=w)
+    assert isinstance(out, torch.Tensor) and out.shape == q.shape
+    np.testing.assert_array_equal(out.detach().numpy(), fa.flash_attn_func(
+        q.numpy(), k.numpy(), v.numpy(), causal=causal, window_size=w))
+    _close_or_zero(out, _ref(q, k, v, causal, w))
+    if grad:
+        do = _randn(gen, *out.shape)
+        got = torch.autograd.grad(out, xs, do)
+        x64 = tuple(x.double().requires_grad_() for x in (q, k, v))
+        want = torch.autograd.grad(_dense64(*x64, causal, w), x64, do.double())
+        for a, b in zip(got, want):
+            _close_or_zero(a, b)
 
 
 def test_func_half_precision_dtypes_follow_q():

@@ -241,3 +241,38 @@ def test_greedy_generate_with_kv_cache_gives_sdpas_tokens():
                and p.heads == 4 and p.kv_heads == 2 and p.d == 16 for p in decodes)
     assert [p.N_kv for p in decodes[::2]] == [17, 18, 19]
     _check_ledger(calls, [("prefill", False), ("decode", False)])
+
+
+# ---------------------------------------------------------------------------------------
+# attention_forward itself on CPU tensors: a GQA decode step, and the refusals
+# ---------------------------------------------------------------------------------------
+def _module(causal=True, layer=0):
+    import types
+    return types.SimpleNamespace(is_causal=causal, layer_idx=layer, training=False)
+
+
+def test_attention_forward_decode_step_and_refusals():
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 4, 1, 16, generator=g)                  # one new row, 4 heads
+    k, v = (torch.randn(2, 2, 9, 16, generator=g) for _ in range(2))   # 9 cached, 2 K/V
+    with recording() as calls:
+        out, w = gpu.hf.attention_forward(_module(), q, k, v, None, scaling=0.3)
+    assert w is None and out.shape == (2, 1, 4, 16) and out.device.type == "cpu"
+    assert [c.step for c in calls] == ["decode"]                # gpu.decode ran it
+    h = lambda x: x.double().numpy()  # noqa: E731
+    want = iosim.reference_attention(h(q), h(k), h(v), causal=True, scale=0.3)
+    assert _rel(out.transpose(1, 2).double(), torch.from_numpy(want)) <= TOL
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    for kw, words in (
+            (dict(attention_mask=mask[:, None, None, :]), "attention_mask has shape"),
+            (dict(attention_mask=mask, head_mask=torch.ones(4)), "head_mask"),
+            (dict(attention_mask=None, softcap=50.0), "softcap=50.0"),
+            (dict(attention_mask=None, s_aux=torch.ones(4)), "s_aux"),
+            (dict(attention_mask=None, cu_seq_lens_q=torch.zeros(3)), "cu_seq_lens_q")):
+        with pytest.raises(ValueError) as e:
+            gpu.hf.attention_forward(_module(), q, k, v, **kw)
+        assert "\n" not in str(e.value) and words in str(e.value) \
+            and "allowed" in str(e.value), str(e.value)
+    with pytest.raises(ValueError) as e:
+        gpu.hf.attention_forward(_module(), q.double(), k.double(), v.double(), None)
+    assert "query has dtype torch.float64" in str(e.value) and "allowed" in str(e.value)
