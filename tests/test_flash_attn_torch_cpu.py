@@ -164,6 +164,33 @@ def test_property_func_on_cpu_tensors(Nq, Nk, Hk, g, causal, left, right, grad, 
             _close_or_zero(a, b)
 
 
+def test_func_dropout_on_cpu_tensors_is_the_philox_mask_of_torchs_seed():
+    """dropout_p > 0: the keep mask is Philox's (iosim.dropout) for a seed drawn from
+    torch's default generator (torch.manual_seed reproduces it); forward and gradients
+    against float64 references with that mask (iosim.reference_attention and
+    iosim.reference_attention_backward)."""
+    from iosim.dropout import problem_keep_mask
+    g = _gen(8)
+    q, k, v, do = (_randn(g, 1, 8, 2, 8) for _ in range(4))
+    xs = tuple(x.clone().requires_grad_() for x in (q, k, v))
+    torch.manual_seed(1)
+    out = fa.flash_attn_func(*xs, dropout_p=0.3, causal=True)
+    torch.manual_seed(1)
+    seed = int(torch.randint(0, 2 ** 62, (1,)).item())     # the seed the call drew
+    p = iosim.Problem(N=8, d=8, batch=1, heads=2, dtype="fp32", causal=True, dropout_p=0.3)
+    Z = problem_keep_mask(p, seed, 0)
+    assert 0 < Z.mean() < 1
+    h = lambda x: x.detach().double().numpy().transpose(0, 2, 1, 3)  # noqa: E731
+    want = iosim.reference_attention(h(q), h(k), h(v), causal=True, dropout_p=0.3,
+                                     dropout_keep=Z)
+    _close_or_zero(out, want.transpose(0, 2, 1, 3))
+    got = torch.autograd.grad(out, xs, do)
+    wg = iosim.reference_attention_backward(h(q), h(k), h(v), h(do), causal=True,
+                                            dropout_p=0.3, dropout_keep=Z)
+    for a, b in zip(got, wg):
+        _close_or_zero(a, b.transpose(0, 2, 1, 3))
+
+
 def test_func_half_precision_dtypes_follow_q():
     g = _gen(1)
     for dt, tol in ((torch.float16, 2e-3), (torch.bfloat16, 2e-2)):
