@@ -18,14 +18,15 @@ reference, the simulator runs flashsim's fp32 kernels):
 * a left-padded batch (the backend's padding path: unpad, gpu.attention_varlen, pad back):
   logits at the kept positions within TOL, gradients within GRAD_TOL; with attention dropout
   in training it is refused in one line (the varlen kernel has no dropout);
-* greedy generate() with a KV cache (prefill, then gpu.decode per token): the same tokens
+* greedy generate() with a KV cache (prefill, then gpu.decode per token; and of the
+  left-padded batch, every call packed on gpu.attention_varlen): the same tokens
   as SDPA, the scores of every step within TOL (measured 8e-7), and every step's two best
   scores further apart than twice the largest score difference (so equal tokens are no
   accident of ties; the smallest gap measured is 0.025);
 * the calls recorded per layer (iosim.workload): their problems are the model's shapes,
   and each layer's ledger (traffic_table) equals the sum of the closed forms of its calls
   and the sum of the executed schedules (iosim.execute, execute_backward, execute_decode).
-Kept tiny (2 layers, hidden 64, 4 heads of d = 16 on 2 K/V heads, 24 tokens) so that the
+Kept tiny (2 layers, hidden 64, 4 heads of d = 16 on 2 K/V heads, 16 tokens) so that the
 simulator runs it in seconds.
 """
 import numpy as np
@@ -48,7 +49,7 @@ from iosim.workload import recording, traffic_table  # noqa: E402
 
 TOL = 1e-5
 GRAD_TOL = 2e-5
-B, N, VOCAB = 2, 24, 128
+B, N, VOCAB = 2, 16, 128
 
 
 def _llama(**kw):
@@ -241,6 +242,30 @@ def test_greedy_generate_with_kv_cache_gives_sdpas_tokens():
                and p.heads == 4 and p.kv_heads == 2 and p.d == 16 for p in decodes)
     assert [p.N_kv for p in decodes[::2]] == [17, 18, 19]
     _check_ledger(calls, [("prefill", False), ("decode", False)])
+
+
+def test_greedy_generate_of_a_left_padded_batch():
+    """generate() on a left-padded batch: every call, decode steps too, runs the padding
+    path (packed, gpu.attention_varlen) and is recorded as an iosim.VarlenProblem; SDPA's
+    tokens, scores within TOL."""
+    model = _llama().eval()
+    name = gpu.hf.register()
+    ids, mask = _padded_batch()
+    res = {}
+    for impl in ("sdpa", name):
+        model.set_attn_implementation(impl)
+        with recording() as calls, torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=3,
+                                 min_new_tokens=3, do_sample=False, pad_token_id=0,
+                                 eos_token_id=None, output_scores=True,
+                                 return_dict_in_generate=True)
+        res[impl] = (out.sequences, torch.stack(out.scores), calls)
+    (t0, s0, _), (t1, s1, calls) = res["sdpa"], res[name]
+    assert torch.equal(t1, t0) and _rel(s1, s0) <= TOL
+    assert [(c.layer, c.step) for c in calls] == [(0, "prefill"), (1, "prefill")] + [
+        (i, "decode") for _ in range(2) for i in (0, 1)]
+    assert all(isinstance(c.problem, iosim.VarlenProblem) for c in calls)
+    _check_ledger(calls, [("prefill", False), ("decode", False)], executed=False)
 
 
 # ---------------------------------------------------------------------------------------
