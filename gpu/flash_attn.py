@@ -235,9 +235,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
 
     q: (batch_size, seqlen_q, nheads, headdim); k, v: (batch_size, seqlen_k, nheads_k,
     headdim), nheads_k dividing nheads (MQA / GQA). NumPy arrays or torch tensors (CUDA
-    or CPU), one dtype (float16, bfloat16, float32). dropout_p: probability of dropping each entry
-    of P (0 evaluation; > 0 runs gpu.attention's Philox dropout with a fresh seed per call,
-    and its backward regenerates the same mask). softmax_scale: default 1/sqrt(headdim).
+    or CPU), one dtype (float16, bfloat16, float32). dropout_p: probability of dropping
+    each entry of P (0 evaluation; > 0 runs gpu.attention's Philox dropout with a fresh
+    seed per call, and its backward regenerates the same mask). softmax_scale: default 1/sqrt(headdim).
     causal (bottom-right), window_size=(left, right): module docstring. softcap,
     alibi_slopes, return_attn_probs=True: refused (ValueError). deterministic: accepted
     (the forward is deterministic); True is refused when a torch input requires grad (the
