@@ -199,10 +199,11 @@ def test_func_dropout_on_cpu_tensors_is_the_philox_mask_of_torchs_seed():
 
 def test_func_half_precision_dtypes_follow_q():
     """fp16 / bf16 CPU tensors: out and gradients in q's dtype (as flash-attn's), within
-    ~8 roundings of the dtype (fp16 2e-3, bf16 2e-2; measured 2.5e-4 and 3e-3) of
-    float64."""
+    10 unit roundoffs of the dtype of float64 (fp16 10 x 2^-11, bf16 10 x 2^-8; measured
+    in the simulator 2.5e-4 and 3e-3; on a GPU the tensor-core kernels round P to the
+    dtype as well)."""
     g = _gen(1)
-    for dt, tol in ((torch.float16, 2e-3), (torch.bfloat16, 2e-2)):
+    for dt, tol in ((torch.float16, 10 * 2.0 ** -11), (torch.bfloat16, 10 * 2.0 ** -8)):
         q, k, v = (_randn(g, 1, 8, 2, 16, dtype=dt).requires_grad_() for _ in range(3))
         out = fa.flash_attn_func(q, k, v, causal=True)
         assert out.dtype == dt and out.shape == (1, 8, 2, 16) and out.is_contiguous()
