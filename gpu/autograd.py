@@ -2,7 +2,7 @@
 attention whose forward and backward are this package's kernels.
 
     from gpu.autograd import flash_attention
-    o = flash_attention(q, k, v, causal=True)   # q: (batch, heads, N, d) CUDA tensors
+    o = flash_attention(q, k, v, causal=True)   # q: (batch, heads, N, d), CUDA or CPU
     o.backward(do)                              # fills q.grad, k.grad, v.grad
 
 algorithm (forward -> what it saves -> backward, `gpu.backward.attention_backward`):
@@ -11,9 +11,12 @@ algorithm (forward -> what it saves -> backward, `gpu.backward.attention_backwar
                    with (l, m) = (1, L), which gives the same P
   'standard'       gpu.backward.standard.standard_forward -> O, P  -> Algorithm 3's five
                    kernels; P is N x N per head, kept between forward and backward.
-Tensors must be CUDA, C-contiguous, float32, float16 or bfloat16 (bf16 runs where
-gpu.attention runs it: the plain kernels, or a tensor-core one that lists bf16; the
-simulator takes no torch tensors). block_rows/block_cols pass to both forward and
+Tensors: torch tensors, all on one device, float32, float16 or bfloat16 (bf16 runs where
+gpu.attention runs it: the plain kernels, or a tensor-core one that lists bf16; made
+contiguous here). CUDA tensors run in place on torch's current stream; CPU tensors run as
+the NumPy arrays sharing their memory (gpu._torch_cpu): in Numba's CUDA simulator without
+a GPU, copied to the device and back with one, and the outputs and gradients are CPU
+tensors. block_rows/block_cols pass to both forward and
 backward; without them each side takes its default, except for 'standard' (both take the
 backward default
 `default_backward_tiling(d, dtype, 'standard')`: the backward reads P over its own
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import torch
 
+from ._torch_cpu import call
 from .api import attention
 from .backward import BACKWARD_ALGORITHMS, attention_backward, default_backward_tiling
 from .backward.standard import standard_forward
@@ -65,10 +69,10 @@ class FlashAttentionFunction(torch.autograd.Function):
             opts.update(dropout_p=dropout_p, dropout_seed=dropout_seed,
                         dropout_offset=dropout_offset)
         if algorithm == "standard":
-            o, P = standard_forward(q, k, v, **opts)
+            o, P = call(standard_forward, q, k, v, **opts)
             stats = (P,)
         else:
-            o, L = attention(q, k, v, algorithm=algorithm, return_stats=True, **opts)
+            o, L = call(attention, q, k, v, algorithm=algorithm, return_stats=True, **opts)
             # fa1's backward takes (l, m): with m = L, l = 1 gives P = exp(S - L); a row
             # that saw no key (L = -inf) gets l = 0, which its backward reads as P = 0
             stats = (L,) if algorithm == "fa2" else (
@@ -81,9 +85,23 @@ class FlashAttentionFunction(torch.autograd.Function):
     def backward(ctx, do):
         q, k, v, o, *stats = (t.detach() for t in ctx.saved_tensors)
         stats = tuple(stats) if ctx.opts["algorithm"] == "fa1" else stats[0]
-        dq, dk, dv = attention_backward(q, k, v, o, do.detach().contiguous(), stats,
-                                        **ctx.opts)
+        dq, dk, dv = call(attention_backward, q, k, v, o, do.detach().contiguous(), stats,
+                          **ctx.opts)
         return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+
+
+def _check_tensors(**xs):
+    """ValueError (one line, naming the input) unless every input is a torch tensor and all
+    are on one device."""
+    for name, x in xs.items():
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name} must be a torch tensor (CUDA or CPU); got "
+                             f"{type(x).__name__} (NumPy arrays: gpu.attention, which is "
+                             f"not differentiable)")
+    devs = {name: str(x.device) for name, x in xs.items()}
+    if len(set(devs.values())) > 1:
+        raise ValueError("inputs on different devices (" + ", ".join(
+            f"{n}: {d}" for n, d in devs.items()) + "); allowed: all on one device")
 
 
 def flash_attention(q, k, v, *, causal=False, scale=None, block_mask=None, algorithm="fa2",
@@ -99,6 +117,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, block_mask=None, algor
     if dropout_p and algorithm == "standard":
         raise ValueError(f"dropout_p={dropout_p} with algorithm='standard' is not supported "
                          f"by gpu.autograd; allowed with dropout: algorithm='fa2' or 'fa1'")
+    _check_tensors(q=q, k=k, v=v)
     return FlashAttentionFunction.apply(q, k, v, causal, scale, block_mask, algorithm,
                                         block_rows, block_cols, window, dropout_p,
                                         dropout_seed, dropout_offset)
@@ -113,8 +132,8 @@ class FlashAttentionVarlenFunction(torch.autograd.Function):
         window = (-1, -1) if window is None else tuple(window)
         q, k, v = (x.detach().contiguous() for x in (q, k, v))
         opts = dict(causal=causal, scale=scale, window=window)
-        o, L = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, return_stats=True,
-                                **opts)
+        o, L = call(attention_varlen, q, k, v, cu_seqlens_q, cu_seqlens_k, return_stats=True,
+                    **opts)
         ctx.save_for_backward(q, k, v, o, L)
         ctx.cu = (cu_seqlens_q, cu_seqlens_k)
         ctx.opts = opts
@@ -123,17 +142,18 @@ class FlashAttentionVarlenFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, L = (t.detach() for t in ctx.saved_tensors)
-        dq, dk, dv = attention_varlen_backward(q, k, v, o, do.detach().contiguous(), L,
-                                               *ctx.cu, **ctx.opts)
+        dq, dk, dv = call(attention_varlen_backward, q, k, v, o, do.detach().contiguous(), L,
+                          *ctx.cu, **ctx.opts)
         return dq, dk, dv, None, None, None, None, None
 
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale=None,
                            window=(-1, -1)):
-    """Differentiable `gpu.attention_varlen` (packed (total, heads, d) CUDA tensors,
-    cu_seqlens (batch + 1,)): the plain fa2 varlen forward, and
+    """Differentiable `gpu.attention_varlen` (packed (total, heads, d) torch tensors, CUDA
+    or CPU, cu_seqlens (batch + 1,)): the plain fa2 varlen forward, and
     `gpu.attention_varlen_backward` for q.grad, k.grad, v.grad. causal, window, scale:
     as gpu.attention_varlen (per sequence, bottom-right aligned)."""
+    _check_tensors(q=q, k=k, v=v)
     return FlashAttentionVarlenFunction.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, causal,
                                               scale, window)
 

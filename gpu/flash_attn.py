@@ -42,9 +42,12 @@ divides nheads and query head h reads K/V head h // (nheads // nheads_k); a row 
 no key gets out = 0 (softmax_lse = -inf).
 
 Inputs: NumPy arrays (run on the GPU, or in Numba's simulator without one; NumPy out) or
-torch CUDA tensors (torch out). float16 and bfloat16 as flash-attn, and float32 as well
-(flash-attn refuses it; flashsim's kernels run it). torch is imported only when a tensor
-is given: `import gpu.flash_attn` needs neither torch nor a GPU.
+torch tensors, all on one device (torch out, on that device): CUDA tensors run in place;
+CPU tensors run as the NumPy arrays sharing their memory (gpu._torch_cpu: in the
+simulator without a GPU, copied to the device and back with one), and are differentiable
+too. float16 and bfloat16 as flash-attn, and float32 as well (flash-attn refuses it;
+flashsim's kernels run it). torch is imported only when a tensor is given: `import
+gpu.flash_attn` needs neither torch nor a GPU.
 
 Refused with a one-line ValueError naming the argument and what is allowed (flashsim's
 kernels have no such feature; never silently ignored): softcap != 0, alibi_slopes,
@@ -58,6 +61,8 @@ limit).
 from __future__ import annotations
 
 import numpy as np
+
+from ._torch_cpu import call
 
 #: largest head dimension (flash-attn's and flashsim's)
 MAX_HEADDIM = 256
@@ -77,25 +82,27 @@ def _torch_of(x):
 
 
 def _kind(names_values):
-    """'numpy' or 'torch' for the named inputs (all of one kind; torch tensors on CUDA);
-    ValueError naming the first input that is neither or differs."""
-    kinds = []
+    """'numpy' or 'torch' for the named inputs (all of one kind; torch tensors all on one
+    device, CUDA or CPU); ValueError naming the first input that is neither, or the kinds /
+    devices where they differ."""
+    kinds, devices = [], []
     for name, x in names_values:
         if isinstance(x, np.ndarray):
             kinds.append("numpy")
             continue
         torch = _torch_of(x)
         if torch is None or not isinstance(x, torch.Tensor):
-            raise ValueError(f"{name} must be a NumPy array or a torch CUDA tensor; got "
-                             f"{type(x).__name__}")
-        if not x.is_cuda:
-            raise ValueError(f"{name} is a torch tensor on {x.device}; allowed: CUDA tensors "
-                             f"(or NumPy arrays, which run on the GPU or in the simulator)")
+            raise ValueError(f"{name} must be a NumPy array or a torch tensor (CUDA or CPU); "
+                             f"got {type(x).__name__}")
         kinds.append("torch")
+        devices.append((name, str(x.device)))
     if len(set(kinds)) > 1:
         names = ", ".join(f"{n}: {k}" for (n, _), k in zip(names_values, kinds))
         raise ValueError(f"inputs of mixed kinds ({names}); give all NumPy arrays or all "
-                         f"torch CUDA tensors")
+                         f"torch tensors")
+    if len({dev for _, dev in devices}) > 1:
+        raise ValueError("torch inputs on different devices (" + ", ".join(
+            f"{n}: {dev}" for n, dev in devices) + "); allowed: all on one device")
     return kinds[0]
 
 
@@ -227,10 +234,10 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     """flash-attn's flash_attn_func on flashsim's fa2 kernels.
 
     q: (batch_size, seqlen_q, nheads, headdim); k, v: (batch_size, seqlen_k, nheads_k,
-    headdim), nheads_k dividing nheads (MQA / GQA). NumPy arrays or torch CUDA tensors,
-    one dtype (float16, bfloat16, float32). dropout_p: probability of dropping each entry
-    of P (0 evaluation; > 0 runs gpu.attention's Philox dropout with a fresh seed per call,
-    and its backward regenerates the same mask). softmax_scale: default 1/sqrt(headdim).
+    headdim), nheads_k dividing nheads (MQA / GQA). NumPy arrays or torch tensors (CUDA
+    or CPU), one dtype (float16, bfloat16, float32). dropout_p: probability of dropping
+    each entry of P (0 evaluation; > 0 runs gpu.attention's Philox dropout with a fresh
+    seed per call, and its backward regenerates the same mask). softmax_scale: default 1/sqrt(headdim).
     causal (bottom-right), window_size=(left, right): module docstring. softcap,
     alibi_slopes, return_attn_probs=True: refused (ValueError). deterministic: accepted
     (the forward is deterministic); True is refused when a torch input requires grad (the
@@ -271,8 +278,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         from .api import attention
         if kind == "torch":     # torch gives no __cuda_array_interface__ to grad tensors
             q, k, v = (x.detach() for x in (q, k, v))
-        o = attention(_bhnd(q, kind), _bhnd(k, kind), _bhnd(v, kind), causal=causal,
-                      scale=scale, window=window, **drop)
+        o = call(attention, _bhnd(q, kind), _bhnd(k, kind), _bhnd(v, kind), causal=causal,
+                 scale=scale, window=window, **drop)
     return _bnhd(o, kind)
 
 
@@ -339,7 +346,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         q, k, v = (x.detach().contiguous() for x in (q, k, v))
     else:                   # flash-attn makes its inputs contiguous too (maybe_contiguous)
         q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
-    return attention_varlen(q, k, v, cq, ck, causal=causal, scale=scale, window=window)
+    return call(attention_varlen, q, k, v, cq, ck, causal=causal, scale=scale, window=window)
 
 
 # ---------------------------------------------------------------------------------------
@@ -354,8 +361,8 @@ def _unstack(name, x, axis, n, dims):
     if isinstance(x, np.ndarray):
         return [np.take(x, i, axis=axis) for i in range(n)]
     if _torch_of(x) is None:
-        raise ValueError(f"{name} must be a NumPy array or a torch CUDA tensor; got "
-                         f"{type(x).__name__}")
+        raise ValueError(f"{name} must be a NumPy array or a torch tensor (CUDA or CPU); "
+                         f"got {type(x).__name__}")
     return list(x.unbind(axis))
 
 
@@ -546,10 +553,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             import torch
             table = torch.as_tensor(table, device=q.device)
     from .decode import decode
-    res = decode(_bhnd(q, kind), k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
-                 num_splits="auto" if num_splits == 0 else int(num_splits),
-                 scale=_scale(softmax_scale, d), causal=causal,
-                 return_stats=bool(return_softmax_lse), **extra)
+    res = call(decode, _bhnd(q, kind), k_cache, v_cache, cache_seqlens=seqlens,
+               block_table=table, num_splits="auto" if num_splits == 0 else int(num_splits),
+               scale=_scale(softmax_scale, d), causal=causal,
+               return_stats=bool(return_softmax_lse), **extra)
     if return_softmax_lse:
         out, lse = res
         return _bnhd(out, kind), lse

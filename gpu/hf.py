@@ -10,8 +10,14 @@ padding, else the 2D padding mask) to its `AttentionMaskInterface` under `name`,
 switched to it hands this module (batch, heads, N, d) query / key / value tensors (the
 layout of flashsim's kernels: no copy) and at most a 2D padding mask. transformers reads a
 name containing "flash" as a request for flash-attn itself: such names are refused.
-transformers is an optional dependency (`pip install flashsim[hf]`); importing this module
-needs neither it nor torch.
+transformers is an optional dependency (`pip install flashsim[hf]`; it needs torch, which
+the extra leaves to you: a CUDA build on a GPU machine, a CPU build for the simulator, see
+docs/flash-attn.md); importing this module needs neither it nor torch.
+
+A model on the GPU hands the backend CUDA tensors, which the kernels run in place. A model
+on the CPU runs too: its CPU tensors run as NumPy arrays sharing their memory
+(gpu._torch_cpu), in Numba's CUDA simulator without a GPU (slow: tiny models only), or
+copied to the GPU and back with one; outputs and gradients come back as CPU tensors.
 
 What a call runs (`attention_forward`; every call records it, below):
 * a padding mask (some key of some sequence masked): the padded rows are dropped and the
@@ -54,6 +60,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from ._torch_cpu import call
 
 #: the implementation name `register()` uses by default (no "flash" in it: transformers
 #: would take that as a request for flash-attn)
@@ -132,7 +140,8 @@ def _packed(position_ids, Nq) -> bool:
 def attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                       is_causal=None, sliding_window=None, **kwargs):
     """transformers' attention function signature: query (batch, heads, N_q, d), key /
-    value (batch, kv_heads, N_k, d) CUDA tensors; returns ((batch, N_q, heads, d), None).
+    value (batch, kv_heads, N_k, d) torch tensors, CUDA or CPU (CPU: module docstring);
+    returns ((batch, N_q, heads, d), None), on their device.
     Module docstring: what runs, what is refused, what is recorded."""
     import torch
     _refuse_kwargs(kwargs)
@@ -204,7 +213,7 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     else:
         from .api import attention
         q, k, v = (x.detach().contiguous() for x in (query, key, value))
-        o = attention(q, k, v, causal=causal, scale=scale, window=window, **drop)
+        o = call(attention, q, k, v, causal=causal, scale=scale, window=window, **drop)
     _record(layer=layer, step=step, problem=problem, algorithm="fa2",
             tiling=(t.B_r, t.B_c), num_splits=1, kv_reads="per_query_head")
     return o.transpose(1, 2).contiguous(), None
@@ -222,8 +231,8 @@ def _decode(query, key, value, causal, scale, dname, layer, step):
     kv_reads = choose_kv_reads(problem)
     S = auto_num_splits(problem, kv_reads, main_kernel(problem, kv_reads)).num_splits
     try:
-        o = decode(query.detach().contiguous(), key.detach(), value.detach(), num_splits=S,
-                   kv_reads=kv_reads, scale=scale, causal=causal)
+        o = call(decode, query.detach().contiguous(), key.detach(), value.detach(),
+                 num_splits=S, kv_reads=kv_reads, scale=scale, causal=causal)
     except ValueError:
         return None
     _record(layer=layer, step=step, problem=problem,
@@ -270,8 +279,8 @@ def _padded(query, key, value, mask, causal, window, scale, p, grad, dname, laye
                          tiling=(tb.B_r, tb.B_c))
     else:
         from .varlen import attention_varlen
-        op = attention_varlen(*(x.detach().contiguous() for x in (qp, kp, vp)), cu_q, cu_k,
-                              causal=causal, scale=scale, window=window)
+        op = call(attention_varlen, *(x.detach().contiguous() for x in (qp, kp, vp)), cu_q,
+                  cu_k, causal=causal, scale=scale, window=window)
     out = query.new_zeros((B * Nq, H, d)).index_copy(0, qidx, op.to(query.dtype))
     t = default_tiling("fa2", d, dname, causal, "plain")
     _record(layer=layer, step=step, problem=problem, algorithm="fa2",

@@ -17,9 +17,12 @@ How a block runs:
 - A block that cannot run here (set-up commands, commands that need a CUDA GPU, torch or
   a cluster) carries `<!-- example: not run (REASON) -->` on the line just before its
   fence; a marker without a reason, or a malformed one, fails.
+- A python block that imports an optional package (torch, transformers: OPTIONAL) skips,
+  saying which, where that package is not installed (CI installs them; see .ci/run).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -36,6 +39,9 @@ FENCE = re.compile(r"^```(\S*)\s*$")
 MARKER = re.compile(r"^<!--\s*example:(?P<body>.*?)-->\s*$")
 NOT_RUN = re.compile(r"^\s*not run \((?P<reason>[^()]*\S[^()]*)\)\s*$")
 TIMEOUT_S = 300
+#: optional packages a runnable python block may import (it skips where one is missing)
+OPTIONAL = ("torch", "transformers")
+IMPORTS = re.compile(r"^\s*(?:import|from)\s+(" + "|".join(OPTIONAL) + r")\b", re.M)
 
 
 def blocks(path: Path) -> list[dict]:
@@ -151,6 +157,11 @@ def test_example_runs(page, block, example_env, page_dirs):
     if block["skip"]:
         pytest.skip(f"not run: {block['skip']}")
     kind = RUN[block["lang"]]
+    missing = sorted({m for m in IMPORTS.findall(block["code"])
+                      if importlib.util.find_spec(m) is None}) if kind == "python" else []
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}, not installed here (optional; .ci/run "
+                    f"installs it)")
     if kind == "python":
         cmd = [sys.executable, "-c", block["code"]]
     else:

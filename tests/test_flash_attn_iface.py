@@ -11,7 +11,8 @@ Two features of flash_attn_with_kvcache run on gpu.decode features the `ragged` 
 (per-sequence cache_seqlens and k=/v= appends): their tests are marked RAGGED below and fail
 until it is merged.
 gpu-marked (a CUDA GPU with torch): torch tensors through all three functions, torch out,
-gradients against torch's SDPA.
+gradients against torch's SDPA; torch CPU tensors on a GPU machine (host copies, CPU out).
+torch CPU tensors without a GPU (the simulator): tests/test_flash_attn_torch_cpu.py.
 """
 import numpy as np
 import pytest
@@ -360,7 +361,7 @@ def test_func_shape_kind_dtype_refusals():
     _one_line(e, "same dtype", "k: float16")
     with pytest.raises(ValueError) as e:
         flash_attn_func(q.tolist(), k, v)
-    _one_line(e, "q must be a NumPy array or a torch CUDA tensor", "list")
+    _one_line(e, "q must be a NumPy array or a torch tensor", "list")
     q, k, v = _qkv(d=300)
     with pytest.raises(ValueError) as e:
         flash_attn_func(q, k, v)
@@ -488,10 +489,38 @@ def test_gpu_torch_refusals():
         flash_attn_func(q, k, v, deterministic=True)
     with torch.no_grad():                   # no backward: the forward is deterministic
         flash_attn_func(q, k, v, deterministic=True)
-    with pytest.raises(ValueError, match="q is a torch tensor on cpu"):
+    with pytest.raises(ValueError, match=r"different devices \(q: cpu, k: cuda:0"):
         flash_attn_func(q.detach().cpu(), k, v)
     with pytest.raises(ValueError, match="mixed kinds"):
         flash_attn_func(q, k.detach().cpu().numpy(), v)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_gpu_torch_cpu_tensors_run_on_the_gpu_and_come_back_on_the_cpu(dtype):
+    """With a GPU, CPU tensors are copied to it and back (as NumPy arrays are): CPU out,
+    CPU gradients, the same numbers as the same tensors on CUDA."""
+    torch = _torch_cuda()
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 96, H, 64, generator=g).to(dt).requires_grad_()
+               for H in (4, 2, 2))
+    out = flash_attn_func(q, k, v, causal=True)
+    assert out.device.type == "cpu" and out.dtype == dt and out.is_contiguous()
+    do = torch.randn(out.shape, generator=g).to(dt)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    assert all(x.device.type == "cpu" and x.dtype == dt for x in grads)
+    qc, kc, vc = (x.detach().cuda().requires_grad_() for x in (q, k, v))
+    outc = flash_attn_func(qc, kc, vc, causal=True)
+    tol = 1e-3 if dtype == "float16" else 1e-5      # the same kernels (dQ: atomic adds)
+    assert ((out.float() - outc.detach().float().cpu()).abs().max()).item() <= tol
+    gc = torch.autograd.grad(outc, (qc, kc, vc), do.cuda())
+    for a, b in zip(grads, gc):
+        assert ((a.float() - b.float().cpu()).norm() / b.float().norm()).item() <= tol
+    kcache, vcache = (torch.randn(2, 64, 2, 64, generator=g).to(dt) for _ in range(2))
+    o, lse = flash_attn_with_kvcache(q.detach()[:, :1], kcache, vcache, cache_seqlens=40,
+                                     causal=True, return_softmax_lse=True)
+    assert o.device.type == "cpu" and lse.device.type == "cpu" and lse.dtype == torch.float32
 
 
 @pytest.mark.gpu
