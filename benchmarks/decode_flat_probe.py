@@ -26,7 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 
-def flat_launch(p, S, kv_reads, causal=True, count=False, vec=True, threads=None, kpg=None):
+def flat_launch(p, S, kv_reads, causal=True, count=False, vec=True, threads=None, kpg=None,
+                defer=True):
     """(fn(q, k, v, tab, seqlens, o, L, opart, lpart, ctr, scale), plan, partials)."""
     from gpu.decode import flat as F, split_kv as K
     from gpu._launch import launch, filled
@@ -36,7 +37,7 @@ def flat_launch(p, S, kv_reads, causal=True, count=False, vec=True, threads=None
     if lay is None:
         return None, None, None
     ker = F.flat_kernel(p.d, p.dtype, p.N_q, NG, S > 1, p.paged, causal, count, lay["NT"],
-                        lay["VW"], lay["LPR"], lay["KPG"], lay["vec"])
+                        lay["VW"], lay["LPR"], lay["KPG"], lay["vec"], defer)
     comb = K.combine_kernel(p.d, p.dtype, p.N_q, count, 128) if S > 1 else None
     if S > 1:
         parts = (filled((p.batch, p.heads, S, p.N_q, p.d), np.float32, np.nan),
@@ -136,6 +137,7 @@ ATTN = {"mha": (32, 32), "gqa": (32, 8), "mqa": (8, 1)}
 def timings(emit, quick, budget_s):
     import torch
     import iosim
+    from iosim.launch.decode import ctas_per_sm
     from numba import cuda
     from gpu.decode import DecodeLauncher
     from analysis.bench_decode import Timer, dram_bytes
@@ -204,37 +206,46 @@ def timings(emit, quick, budget_s):
                 emit("decode_probe", dict(base, impl="flashsim_tiled", kv_reads=kvr,
                                           status="error", error=repr(e)[:300]))
             R = B * (H if kvr == "per_query_head" else Hk)
-            Ss = sorted({rule.num_splits, 1} | {max(1, min(N // 256, -(-sms * w // R)))
-                                                for w in (2, 4, 8, 16)})
-            for NT in ((128,) if quick else (128, 256)):
-                for kpg in ((None,) if quick else (None, 2, 4, 8)):
-                    for S in Ss:
-                        try:
-                            fn, lay, (opart, lpart) = flat_launch(p, S, kvr, threads=NT,
-                                                                  kpg=kpg)
-                            if fn is None:
-                                continue
-                            ctr = cuda.to_device(np.zeros((1, 1), np.int64))
+            flat_rule = iosim.choose_num_splits(p, sms, ctas_per_sm(p, kvr, "flat"),
+                                                kv_reads=kvr).num_splits
+            Ss = sorted({rule.num_splits, flat_rule, 1}
+                        | {max(1, min(N // 256, -(-sms * w // R))) for w in (2, 4, 8, 16)})
+            # (NT, KPG, defer): the default layout with fp16 rows widened at use (defer)
+            # and as loaded, then the other layouts
+            variants = [(128, None, True), (128, None, False)] + (
+                [] if quick else [(NT, kpg, True) for NT in (128, 256) for kpg in (None, 2, 4, 8)
+                                  if (NT, kpg) != (128, None)])
+            for NT, kpg, defer in variants:
+                for S in Ss:
+                    try:
+                        fn, lay, (opart, lpart) = flat_launch(p, S, kvr, threads=NT,
+                                                              kpg=kpg, defer=defer)
+                        if fn is None:
+                            continue
+                        ctr = cuda.to_device(np.zeros((1, 1), np.int64))
 
-                            def flat(i):
-                                qd, kd, vd, td = dev[i]
-                                fn(qd, kd, vd, td, sl, od, Ld, opart, lpart, ctr, scale)
-                            ms, mn = timer(flat, copies)
-                            flat(0)
-                            torch.cuda.synchronize()
-                            diff = (float((o.float() - ref).abs().max()) if ref is not None
-                                    else None)
-                            emit("decode_probe", dict(
-                                base, impl="flashsim_flat", kv_reads=kvr, num_splits=S,
-                                rule_num_splits=rule.num_splits, ms_median=ms, ms_min=mn,
-                                gbps=dbytes / ms / 1e6, max_abs_diff_vs_sdpa=diff,
-                                kernel_layout={x: lay[x] for x in
-                                               ("NT", "VW", "LPR", "KPG", "TB", "vec")}))
-                        except Exception as e:
-                            emit("decode_probe", dict(base, impl="flashsim_flat",
-                                                      kv_reads=kvr, num_splits=S,
-                                                      threads=NT, kpg=kpg, status="error",
-                                                      error=repr(e)[:300]))
+                        def flat(i):
+                            qd, kd, vd, td = dev[i]
+                            fn(qd, kd, vd, td, sl, od, Ld, opart, lpart, ctr, scale)
+                        ms, mn = timer(flat, copies)
+                        flat(0)
+                        torch.cuda.synchronize()
+                        diff = (float((o.float() - ref).abs().max()) if ref is not None
+                                else None)
+                        emit("decode_probe", dict(
+                            base, impl="flashsim_flat" if defer else "flashsim_flat_atload",
+                            kv_reads=kvr, num_splits=S,
+                            rule_num_splits=rule.num_splits, flat_rule_num_splits=flat_rule,
+                            ms_median=ms, ms_min=mn,
+                            gbps=dbytes / ms / 1e6, max_abs_diff_vs_sdpa=diff,
+                            kernel_layout={x: lay[x] for x in
+                                           ("NT", "VW", "LPR", "KPG", "TB", "vec")}))
+                    except Exception as e:
+                        emit("decode_probe", dict(base, impl="flashsim_flat" if defer
+                                                  else "flashsim_flat_atload",
+                                                  kv_reads=kvr, num_splits=S,
+                                                  threads=NT, kpg=kpg, status="error",
+                                                  error=repr(e)[:300]))
         sets.clear()
         torch.cuda.empty_cache()
 

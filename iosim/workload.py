@@ -29,7 +29,7 @@ import numpy as np
 
 from .backward import backward_closed_form
 from .closed_form import closed_form
-from .launch.decode import CTAS_PER_SM, choose_kv_reads, main_kernel
+from .launch.decode import choose_kv_reads, ctas_per_sm, main_kernel
 from .decode import DECODE, KV_READS, DecodeProblem, check_num_splits, choose_num_splits, \
     decode_closed_form
 from .hardware import PRESETS, get_hardware
@@ -459,7 +459,7 @@ def calls_from_config(config, *, batch: int = 1, prefill: int = 8192,
             if n_kv not in memo:
                 p = DecodeProblem(N_kv=n_kv, d=shape.head_dim, N_q=1, dtype=dtype, **heads)
                 kr = choose_kv_reads(p, kv_reads)
-                ctas = CTAS_PER_SM[main_kernel(p, kr)]
+                ctas = ctas_per_sm(p, kr, main_kernel(p, kr))
                 S = choose_num_splits(p, hw.sm_count, ctas, kv_reads=kr).num_splits
                 memo[n_kv] = (p, S, kr)
             p, S, kr = memo[n_kv]

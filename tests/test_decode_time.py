@@ -123,7 +123,7 @@ def _synthetic_flat_rows(doc, seed=0):
     log-normal noise: what the fitter must recover (the model's form is not under test)."""
     import numpy as np
     from iosim import choose_num_splits
-    from iosim.launch.decode import CTAS_PER_SM
+    from iosim.launch.decode import ctas_per_sm
     rng = np.random.default_rng(seed)
     rows = []
     for batch in (1, 8, 64):
@@ -134,7 +134,8 @@ def _synthetic_flat_rows(doc, seed=0):
                         kv = "per_group" if Hk != H else "per_query_head"
                         p = DT.DecodeProblem(N_kv=N_kv, d=d, batch=batch, heads=H,
                                              kv_heads=Hk, page_size=page)
-                        S = choose_num_splits(p, 132, CTAS_PER_SM["flat"], kv_reads=kv).num_splits
+                        S = choose_num_splits(p, 132, ctas_per_sm(p, kv, "flat"),
+                                              kv_reads=kv).num_splits
                         r = dict(kind="decode_bench", impl="flashsim", status="ok",
                                  main_kernel="flat", device="NVIDIA H100 80GB HBM3",
                                  batch=batch, heads=H, kv_heads=Hk, seq_len_q=1,

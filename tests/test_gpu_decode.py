@@ -146,7 +146,7 @@ def test_auto_num_splits_is_the_rule():
     from gpu.decode import api
     p = DecodeProblem(N_kv=300, d=16, heads=2, N_q=1, dtype="fp32")
     want = choose_num_splits(p, iosim.get_hardware("H100-SXM").sm_count,
-                             api.CTAS_PER_SM["flat"])
+                             api._geometry.ctas_per_sm(p, "per_query_head", "flat"))
     assert api.main_kernel(p, "per_query_head") == "flat"        # the simulator's default
     assert api.auto_num_splits(p, "per_query_head", "flat").num_splits == want.num_splits == 2
     q, k, v = random_decode_inputs(p, seed=1)

@@ -533,8 +533,9 @@ def test_cli_model_table_and_json(tmp_path):
     assert pre["total"]["ledger_bytes"] == 32 * led.hbm_bytes
     first = DecodeProblem(N_kv=1025, d=128, heads=32, kv_heads=8)
     # gpu.decode's defaults: the flat kernel reads each K/V head once for its 4 query heads
-    from iosim.launch.decode import CTAS_PER_SM
-    S = iosim.choose_num_splits(first, 132, CTAS_PER_SM["flat"], kv_reads="per_group").num_splits
+    from iosim.launch.decode import ctas_per_sm
+    S = iosim.choose_num_splits(first, 132, ctas_per_sm(first, "per_group", "flat"),
+                                kv_reads="per_group").num_splits
     sched = "fa2_decode" if S == 1 else "split_kv"
     assert dec["first_step"]["ledger_bytes"] == 32 * decode_closed_form(
         sched, first, num_splits=S, kv_reads="per_group").hbm_bytes

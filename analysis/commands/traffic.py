@@ -384,7 +384,7 @@ def decode_main(args) -> int:
     choice = None
     S = args.num_splits
     gpu = args.gpu or ("H100-SXM" if args.levels else None)
-    from iosim.launch.decode import CTAS_PER_SM, main_kernel
+    from iosim.launch.decode import ctas_per_sm, main_kernel
     from iosim.timing.decode import FLAT_CONSTANTS_PATH
     main = args.main or ("auto" if FLAT_CONSTANTS_PATH.exists() else "tiled")
     try:
@@ -392,7 +392,8 @@ def decode_main(args) -> int:
     except ValueError as exc:
         raise ConfigError(f"--main={main}: {exc}") from None
     if S is None and gpu is not None:
-        choice = choose_num_splits(prob, get_hardware(gpu).sm_count, CTAS_PER_SM[kernel],
+        choice = choose_num_splits(prob, get_hardware(gpu).sm_count,
+                                   ctas_per_sm(prob, args.kv_reads, kernel),
                                    kv_reads=args.kv_reads)
         S = choice.num_splits
     S = 1 if S is None else S

@@ -31,7 +31,6 @@ from . import split_kv as K
 SIM_PRESET = "H100-SXM"
 _DUMMIES: dict = {}
 MAIN_KERNELS = _geometry.MAIN_KERNELS
-CTAS_PER_SM = _geometry.CTAS_PER_SM
 
 
 def _check_float(name, x, ndim, dims):
@@ -123,12 +122,13 @@ def choose_kv_reads(problem: DecodeProblem, kv_reads: str = "auto", main: str = 
 
 def auto_num_splits(problem: DecodeProblem, kv_reads: str, main: str = "flat"):
     """iosim.choose_num_splits for this GPU's SM count (the SIM_PRESET's in the simulator)
-    and the main kernel's target blocks an SM (CTAS_PER_SM)."""
+    and the main kernel's target blocks an SM (iosim.launch.decode.ctas_per_sm)."""
     if SIM:
         sms = iosim.get_hardware(SIM_PRESET).sm_count
     else:
         sms = int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
-    return choose_num_splits(problem, sms, CTAS_PER_SM[main], kv_reads=kv_reads)
+    return choose_num_splits(problem, sms, _geometry.ctas_per_sm(problem, kv_reads, main),
+                             kv_reads=kv_reads)
 
 
 def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None, v=None,

@@ -19,7 +19,10 @@ the time is the time to move K and V, and that needs many bytes in flight on eve
 (bandwidth x latency: a few MB across an H100). A block of the tiled kernel waits at three
 barriers per tile, so only one tile of loads per block is ever in flight. Here each lane
 keeps two tiles of loads (KPG key rows of K and of V, 16 bytes a row a lane) in flight
-while it computes on the previous two, with nothing to wait for but its own data.
+while it computes on the previous two, with nothing to wait for but its own data. fp16
+rows stay as loaded (four 32-bit words a lane) until `update` widens them: widened at
+the load, the thread would wait for each load there (ptxas places the conversions right
+after it), and no tile's loads would overlap the previous tile's arithmetic.
 
 Grid (S, R) as in split_kv: blockIdx.x = split s, blockIdx.y = reader (b, first query
 head h0) serving NR = NG x N_q query rows. Sequence b has N_kv = seqlens[b] rows (the
@@ -54,7 +57,7 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda, float32, int32, int64
+from numba import cuda, float32, int32, int64, uint32
 
 from iosim.launch import decode as _geometry
 
@@ -64,6 +67,57 @@ from .split_kv import flush_counts, row_loader
 
 # the layout (threads, lanes, rows a tile, shared memory): iosim.launch.decode.flat_plan
 MAX_ROW_REGS = _geometry.MAX_ROW_REGS
+
+
+# ---------------------------------------------------------------------------------------
+# fp16 rows kept as they were loaded (hardware only): a 16-byte load whose halves are
+# widened to float32 at once makes the thread wait for the load right there, so the next
+# tile's loads would not overlap this tile's arithmetic; the words are widened when used.
+# ---------------------------------------------------------------------------------------
+def _make_ld16_words():
+    """Intrinsic ld16w(array, index) -> UniTuple(uint32, 4): the 16 bytes at &array[index]
+    (eight float16) as four 32-bit words, one ld.global.nc.v4.b32. 16-byte aligned."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.cuda.cache_hints import _get_element_pointer
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def ld16w(typingctx, array, index):
+        ret = types.UniTuple(types.uint32, 4)
+
+        def codegen(context, builder, sig, args):
+            arr_t, idx_t = sig.args
+            ptr = _get_element_pointer(context, builder, idx_t, args[1], arr_t, args[0])
+            st = ir.LiteralStructType([ir.IntType(32)] * 4)
+            fn = ir.FunctionType(st, [ptr.type])
+            asm = "ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];"
+            res = builder.call(ir.InlineAsm(fn, asm, "=r,=r,=r,=r,l", side_effect=False), [ptr])
+            vals = [builder.extract_value(res, i) for i in range(4)]
+            return context.make_tuple(builder, ret, vals)
+
+        return ret(array, index), codegen
+
+    @intrinsic
+    def h2f(typingctx, word):
+        """(float32, float32) of the word's low and high float16."""
+        ret = types.UniTuple(types.float32, 2)
+
+        def codegen(context, builder, sig, args):
+            st = ir.LiteralStructType([ir.FloatType()] * 2)
+            fn = ir.FunctionType(st, [ir.IntType(32)])
+            asm = ("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, $2;\n"
+                   "cvt.f32.f16 $0, lo;\ncvt.f32.f16 $1, hi;\n}")
+            res = builder.call(ir.InlineAsm(fn, asm, "=f,=f,r", side_effect=False), [args[0]])
+            return context.make_tuple(builder, ret, [builder.extract_value(res, i)
+                                                     for i in range(2)])
+
+        return ret(word), codegen
+
+    return ld16w, h2f
+
+
+_LD16W, _H2F = (None, None) if SIM else _make_ld16_words()
 #: block-table entries staged in shared memory per window (paged caches)
 NPW = 256
 
@@ -77,7 +131,8 @@ def plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = SIM,
 
 
 @specialisation
-def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, vec):
+def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, vec,
+                defer=True):
     """Kernel(q, k, v, block_table, seqlens, o, L, opart, lpart, scale, H, G, P, counters).
 
     q, o: (batch, heads, N_q, d); k, v: (batch, kv_heads, N_alloc, d) contiguous, or
@@ -87,6 +142,8 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
     (S > 1; 1-element dummies otherwise). scale float32; H query heads, G query heads a
     K/V head, P page rows (int64). Grid (S, batch x heads / NG), NT threads,
     plan()['smem_bytes'] dynamic shared bytes. counters (len(COUNTED), 2) int64 when count.
+    defer=False widens fp16 rows to float32 as they are loaded (the build before deferred
+    widening; benchmarks/decode_flat_probe.py times both).
     """
     NR = NG * N_q
     NGRP = NT // LPR
@@ -103,7 +160,37 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
             return gsum(x)
         return x
 
+    # RAW: fp16 with 16-byte loads keeps K/V rows as loaded (VW // 2 words of two halves
+    # each) and widens them in `update`, after the next tile's loads were issued
+    RAW = bool(vec) and bool(defer) and dt == "fp16" and VW == 8 and not SIM
+    BW = VW // 2 if RAW else VW             # buffer entries a row
+    BUF = uint32 if RAW else float32
+    ZB = uint32(0) if RAW else ZERO
     load_row = row_loader(dt, VW, vec)
+    ld16w, h2f = _LD16W, _H2F
+
+    if RAW:
+        @cuda.jit(device=True, inline=True)
+        def load_buf(arr, i0, i1, i2, x0, dst, kk):
+            t4 = ld16w(arr, (i0, i1, i2, x0))
+            for j in range(4):
+                dst[kk, j] = t4[j]
+
+        @cuda.jit(device=True, inline=True)
+        def widen(src, dst):
+            for kk in range(KPG):
+                for j in range(4):
+                    lo, hi = h2f(src[kk, j])
+                    dst[kk, 2 * j] = lo
+                    dst[kk, 2 * j + 1] = hi
+    else:
+        load_buf = load_row
+
+        @cuda.jit(device=True, inline=True)
+        def widen(src, dst):
+            for kk in range(KPG):
+                for w in range(VW):
+                    dst[kk, w] = src[kk, w]
 
     @cuda.jit(device=True, inline=True)
     def load_tile(k, v, b, g, bt, p0, P, invP, c1, we, x0, kreg, vreg):
@@ -121,21 +208,25 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
                     elif (pg + 1) * P <= rel:
                         pg += 1
                     phys = bt[pg]
-                    load_row(k, phys, rel - pg * P, g, x0, kreg, kk)
-                    load_row(v, phys, rel - pg * P, g, x0, vreg, kk)
+                    load_buf(k, phys, rel - pg * P, g, x0, kreg, kk)
+                    load_buf(v, phys, rel - pg * P, g, x0, vreg, kk)
                 else:
-                    load_row(k, b, g, c, x0, kreg, kk)
-                    load_row(v, b, g, c, x0, vreg, kk)
+                    load_buf(k, b, g, c, x0, kreg, kk)
+                    load_buf(v, b, g, c, x0, vreg, kk)
                 n += VW
             else:
-                for w in range(VW):
-                    kreg[kk, w] = ZERO
-                    vreg[kk, w] = ZERO
+                for w in range(BW):
+                    kreg[kk, w] = ZB
+                    vreg[kk, w] = ZB
         return n
 
     @cuda.jit(device=True, inline=True)
-    def update(qreg, kreg, vreg, acc, mrow, lrow, sc, c1, we, N_kv):
+    def update(qreg, kbuf, vbuf, acc, mrow, lrow, sc, c1, we, N_kv):
         """Online softmax over this group's KPG rows c1 + NGRP kk for every query row."""
+        kreg = cuda.local.array((KPG, VW), float32)
+        vreg = cuda.local.array((KPG, VW), float32)
+        widen(kbuf, kreg)
+        widen(vbuf, vreg)
         for r in range(NR):
             mx = mrow[r]
             for kk in range(KPG):
@@ -186,10 +277,10 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
         mrow = cuda.local.array(NR, float32)
         lrow = cuda.local.array(NR, float32)
         sc = cuda.local.array(KPG, float32)
-        kA = cuda.local.array((KPG, VW), float32)
-        vA = cuda.local.array((KPG, VW), float32)
-        kB = cuda.local.array((KPG, VW), float32)
-        vB = cuda.local.array((KPG, VW), float32)
+        kA = cuda.local.array((KPG, BW), BUF)
+        vA = cuda.local.array((KPG, BW), BUF)
+        kB = cuda.local.array((KPG, BW), BUF)
+        vB = cuda.local.array((KPG, BW), BUF)
         nQ = int64(0)
         nK = int64(0)
         nO = int64(0)
@@ -305,7 +396,8 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
 
     name = kernel_name("decode_flat_splitkv" if split else "decode_flat", d=d, dt=dt,
                        nq=N_q, ng=NG, paged=paged, causal=causal, count=count, t=NT,
-                       lpr=LPR, kpg=KPG, vec=vec)
+                       lpr=LPR, kpg=KPG, vec=vec,
+                       atload=bool(vec) and dt == "fp16" and not RAW)
     return kernel, name
 
 

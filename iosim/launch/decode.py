@@ -71,12 +71,12 @@ MAX_ROW_REGS = 64
 MAX_FLAT_ROWS = 8
 
 #: Registers a thread of the flat kernel's GPU build (uncounted), by (dtype, NR, paged):
-#: ptxas -v, sm_90 (CUDA 13.0's ptxas on NVVM 13.5's PTX), the same at d = 64 and 128.
-#: fp16 NR = 8 paged spills 8-12 bytes at the 255 cap. Used for the blocks an SM holds
-#: (`flat_resident_blocks`); a build not listed is taken at the cap (255).
+#: ptxas -v, sm_90 (CUDA 13.0's ptxas on NVVM 13.5's PTX), the same at d = 64 and 128, no
+#: spills. Used for the blocks an SM holds (`flat_resident_blocks`); a build not listed is
+#: taken at the cap (255).
 FLAT_REGISTERS = {
-    ("fp16", 1, False): 204, ("fp16", 1, True): 204, ("fp16", 4, False): 168,
-    ("fp16", 4, True): 195, ("fp16", 8, False): 255, ("fp16", 8, True): 255,
+    ("fp16", 1, False): 112, ("fp16", 1, True): 128, ("fp16", 4, False): 166,
+    ("fp16", 4, True): 162, ("fp16", 8, False): 255, ("fp16", 8, True): 255,
     ("bf16", 1, False): 206, ("bf16", 1, True): 198, ("bf16", 4, False): 199,
     ("bf16", 4, True): 202, ("bf16", 8, False): 255, ("bf16", 8, True): 255,
     ("fp32", 1, False): 111, ("fp32", 1, True): 128, ("fp32", 4, False): 168,
@@ -87,8 +87,8 @@ FLAT_REGISTERS = {
 def flat_resident_blocks(dt: str, NR: int, paged: bool, NT: int = 128,
                          regs_per_sm: int = 65536) -> int:
     """Blocks of the flat kernel one SM holds at once, as its registers allow
-    (FLAT_REGISTERS, allocated per warp in units of 256): 2 for most 16-bit builds, 3 to
-    4 for some fp32 and NR = 4 ones. Its shared memory (a few KB) never binds first."""
+    (FLAT_REGISTERS, allocated per warp in units of 256): fp16 4 (NR = 1), 3 (NR = 4), 2
+    (NR = 8). Its shared memory (a few KB a block) never binds first."""
     regs = FLAT_REGISTERS.get((dt, int(NR), bool(paged)), 255)
     per_warp = -(-regs * 32 // 256) * 256
     return max(1, regs_per_sm // (per_warp * (NT // 32)))
@@ -140,11 +140,15 @@ def flat_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = Fals
 # ---------------------------------------------------------------------------------------
 #: main decode kernels (gpu.decode's `main`)
 MAIN_KERNELS = ("auto", "flat", "tiled")
-#: thread blocks per SM the "auto" split count aims for, per main kernel: the tiled
-#: kernel's rule was measured with one; the flat kernel holds its loads in registers and
-#: wants every SM full: 2 blocks, what its 16-bit builds' registers let an SM hold
-#: (`flat_resident_blocks`), so that no split waits for a second wave
-CTAS_PER_SM = {"tiled": 1, "flat": 2}
+def ctas_per_sm(problem, kv_reads: str, kernel: str) -> int:
+    """Thread blocks per SM the "auto" split count aims for with main kernel `kernel`
+    ("flat" or "tiled") on an iosim.decode.DecodeProblem: the tiled kernel's rule was
+    measured with one; the flat kernel holds its loads in registers and wants every SM
+    full: as many blocks as its registers let an SM hold (`flat_resident_blocks`), so
+    that no split waits for a second wave."""
+    if kernel == "tiled":
+        return 1
+    return flat_resident_blocks(problem.dtype, _rows(problem, kv_reads), problem.paged)
 
 
 def _rows(problem, kv_reads: str) -> int:

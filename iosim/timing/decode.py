@@ -63,7 +63,7 @@ from ..decode import (DecodeProblem, choose_num_splits, decode_closed_form, sequ
                       split_bounds)
 from ..problem import ConfigError
 from ..hardware import get_hardware
-from ..launch.decode import CTAS_PER_SM, flat_plan, flat_resident_blocks, main_kernel, plan
+from ..launch.decode import ctas_per_sm, flat_plan, flat_resident_blocks, main_kernel, plan
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
 MODEL_VERSION = "decode-time v1"
@@ -271,7 +271,7 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     """Predicted time of gpu.decode's kernels for one decoding step.
 
     num_splits None: the rule gpu.decode uses for that main kernel (iosim.choose_num_splits
-    on the preset's SM count and iosim.launch.decode.CTAS_PER_SM). Returns predicted_ms,
+    on the preset's SM count and iosim.launch.decode.ctas_per_sm). Returns predicted_ms,
     main_ms, combine_ms (0 when S = 1), terms (us, each term's value), shares (of the
     total), binding (the largest term), main_binding ("tiles" or "dram": which of the main
     kernel's bounds is taken), main (the kernel modelled), the shape numbers, and
@@ -319,7 +319,7 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
                         f"CTAs (dispatched round-robin); no ragged row was measured, "
                         f"unvalidated")
     if num_splits is None:
-        num_splits = choose_num_splits(problem, hw.sm_count, CTAS_PER_SM[kernel],
+        num_splits = choose_num_splits(problem, hw.sm_count, ctas_per_sm(problem, kv_reads, kernel),
                                        kv_reads=kv_reads).num_splits
     if kernel == "flat":
         comb = load_constants(main="tiled")["constants"]
