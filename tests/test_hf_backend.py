@@ -17,6 +17,7 @@ import types
 
 import pytest
 
+from _fp16 import within_fp16_noise
 import gpu.hf
 
 
@@ -87,19 +88,6 @@ def _model(torch, transformers, which, dtype):
     return m.to("cuda", dtype)
 
 
-def _within_fp16_noise(got, sdpa, ref, what):
-    """"Within fp16 noise": flashsim's fp16 result `got` is at most twice as far from the
-    fp32 reference `ref` (the same weights in fp32 on SDPA) as SDPA's own fp16 result
-    `sdpa` is (largest absolute error), with half an fp16 ulp of ref's largest magnitude
-    (2^-11 relative) as the least error allowed to count. Most of either path's fp16
-    error comes from the layers they share (projections, MLP, norms), so the ratio sits
-    near 1; a wrong attention doubles it."""
-    e_got = (got.float() - ref.float()).abs().max().item()
-    e_sdpa = (sdpa.float() - ref.float()).abs().max().item()
-    floor = 2.0 ** -11 * ref.float().abs().max().item()
-    assert e_got <= 2 * max(e_sdpa, floor), (what, e_got, e_sdpa, floor)
-
-
 def _run(model, impl, ids, **kw):
     model.set_attn_implementation(impl)
     return model(input_ids=ids, labels=ids, **kw)
@@ -108,7 +96,7 @@ def _run(model, impl, ids, **kw):
 @pytest.mark.gpu
 @pytest.mark.parametrize("which", ["llama", "gpt2", "mistral"])
 def test_gpu_eval_logits_and_loss_match_sdpa(which):
-    """fp16 on the backend within fp16 noise of SDPA (`_within_fp16_noise`: twice SDPA
+    """fp16 on the backend within fp16 noise of SDPA (`within_fp16_noise`: twice SDPA
     fp16's own error against the fp32 model on SDPA), logits and loss."""
     torch, transformers = _env()
     name = gpu.hf.register()
@@ -120,8 +108,8 @@ def test_gpu_eval_logits_and_loss_match_sdpa(which):
         ref = _run(model32, "sdpa", ids)
         sdpa = _run(model, "sdpa", ids)
         got = _run(model, name, ids)
-    _within_fp16_noise(got.logits, sdpa.logits, ref.logits, "logits")
-    _within_fp16_noise(got.loss, sdpa.loss, ref.loss, "loss")
+    within_fp16_noise(got.logits, sdpa.logits, ref.logits, "logits")
+    within_fp16_noise(got.loss, sdpa.loss, ref.loss, "loss")
 
 
 @pytest.mark.gpu
@@ -143,7 +131,7 @@ def test_gpu_padded_batch_matches_sdpa_on_kept_positions(which):
                              ("got", model, name)):
             m.set_attn_implementation(impl)
             out[key] = m(input_ids=ids, attention_mask=mask).logits[keep]
-    _within_fp16_noise(out["got"], out["sdpa"], out["ref"], "logits")
+    within_fp16_noise(out["got"], out["sdpa"], out["ref"], "logits")
 
 
 @pytest.mark.gpu

@@ -301,3 +301,36 @@ def test_attention_forward_decode_step_and_refusals():
     with pytest.raises(ValueError) as e:
         gpu.hf.attention_forward(_module(), q.double(), k.double(), v.double(), None)
     assert "query has dtype torch.float64" in str(e.value) and "allowed" in str(e.value)
+
+
+def test_fp16_model_loss_and_logits_within_fp16_noise_of_sdpa():
+    """Issue 40's "the same loss as SDPA within fp16 noise", on the CPU: the tiny Llama in
+    fp16 (flashsim's fp16 kernels in the simulator; SDPA's CPU fp16 attention) against the
+    same weights in fp32 on SDPA: flashsim's error at most twice SDPA fp16's own
+    (tests/_fp16.py), for the logits and the loss, and for a left-padded batch's kept
+    positions."""
+    from _fp16 import within_fp16_noise
+    name = gpu.hf.register()
+    model32 = _llama().eval()
+    model = _llama().half().eval()
+    ids = _ids()
+    with torch.no_grad():
+        ref = _eval(model32, "sdpa", ids)
+        sdpa = _eval(model, "sdpa", ids)
+        got = _eval(model, name, ids)
+    e_logits = within_fp16_noise(got.logits, sdpa.logits, ref.logits, "logits")
+    e_loss = within_fp16_noise(got.loss, sdpa.loss, ref.loss, "loss")
+    assert got.logits.dtype == torch.float16 and 0 < e_logits[0] and e_loss[0] < 0.05
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0                                   # left padding of the first sequence
+    with torch.no_grad():
+        ref = _eval(model32, "sdpa", ids, attention_mask=mask).logits
+        sdpa = _eval(model, "sdpa", ids, attention_mask=mask).logits
+        got = _eval(model, name, ids, attention_mask=mask).logits
+    keep = mask.bool()
+    within_fp16_noise(got[keep], sdpa[keep], ref[keep], "padded logits")
+
+
+def _eval(model, impl, ids, **kw):
+    model.set_attn_implementation(impl)
+    return model(input_ids=ids, labels=ids, **kw)
