@@ -49,8 +49,9 @@ Inf gets NaN (l > 0 fails), as in the tiled kernel.
 
 Lane layout (compile-time, `plan`): VW elements a lane, LPR = d / VW lanes a key row,
 NGRP = NT / LPR groups, KPG rows a group per tile. On a GPU VW = 16 / itemsize, so one
-`ld.global.nc.v4` (split_kv's inline PTX) loads a lane's slice of a row when the cache is
-16-byte aligned; bf16 and unaligned caches load element by element. In the simulator (no
+`ld.global.nc.v4` loads a lane's slice of a row when the cache is 16-byte aligned (fp32:
+split_kv's inline PTX; fp16 and bf16: `_make_ld16_words`, widened at use); unaligned
+caches load element by element. In the simulator (no
 shuffles) LPR = 1: a thread is a group and forms whole-row dot products.
 """
 from __future__ import annotations
@@ -98,26 +99,31 @@ def _make_ld16_words():
 
         return ret(array, index), codegen
 
-    @intrinsic
-    def h2f(typingctx, word):
-        """(float32, float32) of the word's low and high float16."""
-        ret = types.UniTuple(types.float32, 2)
+    def widener(asm):
+        @intrinsic
+        def w2f(typingctx, word):
+            """(float32, float32) of the word's low and high 16-bit float."""
+            ret = types.UniTuple(types.float32, 2)
 
-        def codegen(context, builder, sig, args):
-            st = ir.LiteralStructType([ir.FloatType()] * 2)
-            fn = ir.FunctionType(st, [ir.IntType(32)])
-            asm = ("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, $2;\n"
-                   "cvt.f32.f16 $0, lo;\ncvt.f32.f16 $1, hi;\n}")
-            res = builder.call(ir.InlineAsm(fn, asm, "=f,=f,r", side_effect=False), [args[0]])
-            return context.make_tuple(builder, ret, [builder.extract_value(res, i)
-                                                     for i in range(2)])
+            def codegen(context, builder, sig, args):
+                st = ir.LiteralStructType([ir.FloatType()] * 2)
+                fn = ir.FunctionType(st, [ir.IntType(32)])
+                res = builder.call(ir.InlineAsm(fn, asm, "=f,=f,r", side_effect=False),
+                                   [args[0]])
+                return context.make_tuple(builder, ret, [builder.extract_value(res, i)
+                                                         for i in range(2)])
 
-        return ret(word), codegen
+            return ret(word), codegen
+        return w2f
 
-    return ld16w, h2f
+    # fp16: convert each half; bf16: a bfloat16 is the top half of the float32 it widens to
+    h2f = widener("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, $2;\n"
+                  "cvt.f32.f16 $0, lo;\ncvt.f32.f16 $1, hi;\n}")
+    b2f = widener("{\nshl.b32 $0, $2, 16;\nand.b32 $1, $2, 0xFFFF0000;\n}")
+    return ld16w, {"fp16": h2f, "bf16": b2f}
 
 
-_LD16W, _H2F = (None, None) if SIM else _make_ld16_words()
+_LD16W, _W2F = (None, {}) if SIM else _make_ld16_words()
 #: block-table entries staged in shared memory per window (paged caches)
 NPW = 256
 
@@ -143,7 +149,8 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
     K/V head, P page rows (int64). Grid (S, batch x heads / NG), NT threads,
     plan()['smem_bytes'] dynamic shared bytes. counters (len(COUNTED), 2) int64 when count.
     defer=False widens fp16 rows to float32 as they are loaded (the build before deferred
-    widening; benchmarks/decode_flat_probe.py times both).
+    widening; benchmarks/decode_flat_probe.py times both); bf16 rows are always widened
+    at use.
     """
     NR = NG * N_q
     NGRP = NT // LPR
@@ -160,14 +167,16 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
             return gsum(x)
         return x
 
-    # RAW: fp16 with 16-byte loads keeps K/V rows as loaded (VW // 2 words of two halves
-    # each) and widens them in `update`, after the next tile's loads were issued
-    RAW = bool(vec) and bool(defer) and dt == "fp16" and VW == 8 and not SIM
+    # RAW: 16-bit K/V rows with 16-byte loads are kept as loaded (VW // 2 words of two
+    # halves each) and widened in `update`, after the next tile's loads were issued (bf16
+    # always: its only 16-byte load is this one)
+    RAW = (bool(vec) and VW == 8 and not SIM
+           and (dt == "bf16" or (dt == "fp16" and bool(defer))))
     BW = VW // 2 if RAW else VW             # buffer entries a row
     BUF = uint32 if RAW else float32
     ZB = uint32(0) if RAW else ZERO
     load_row = row_loader(dt, VW, vec)
-    ld16w, h2f = _LD16W, _H2F
+    ld16w, h2f = _LD16W, _W2F.get(dt)
 
     if RAW:
         @cuda.jit(device=True, inline=True)

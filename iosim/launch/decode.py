@@ -77,8 +77,8 @@ MAX_FLAT_ROWS = 8
 FLAT_REGISTERS = {
     ("fp16", 1, False): 112, ("fp16", 1, True): 128, ("fp16", 4, False): 166,
     ("fp16", 4, True): 162, ("fp16", 8, False): 255, ("fp16", 8, True): 255,
-    ("bf16", 1, False): 206, ("bf16", 1, True): 198, ("bf16", 4, False): 199,
-    ("bf16", 4, True): 202, ("bf16", 8, False): 255, ("bf16", 8, True): 255,
+    ("bf16", 1, False): 112, ("bf16", 1, True): 128, ("bf16", 4, False): 166,
+    ("bf16", 4, True): 162, ("bf16", 8, False): 255, ("bf16", 8, True): 255,
     ("fp32", 1, False): 111, ("fp32", 1, True): 128, ("fp32", 4, False): 168,
     ("fp32", 4, True): 178, ("fp32", 8, False): 168, ("fp32", 8, True): 168,
 }
@@ -87,8 +87,8 @@ FLAT_REGISTERS = {
 def flat_resident_blocks(dt: str, NR: int, paged: bool, NT: int = 128,
                          regs_per_sm: int = 65536) -> int:
     """Blocks of the flat kernel one SM holds at once, as its registers allow
-    (FLAT_REGISTERS, allocated per warp in units of 256): fp16 4 (NR = 1), 3 (NR = 4), 2
-    (NR = 8). Its shared memory (a few KB a block) never binds first."""
+    (FLAT_REGISTERS, allocated per warp in units of 256): fp16 and bf16 4 (NR = 1), 3
+    (NR = 4), 2 (NR = 8). Its shared memory (a few KB a block) never binds first."""
     regs = FLAT_REGISTERS.get((dt, int(NR), bool(paged)), 255)
     per_warp = -(-regs * 32 // 256) * 256
     return max(1, regs_per_sm // (per_warp * (NT // 32)))
@@ -120,7 +120,8 @@ def flat_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = Fals
             return None
         if NR * VW > MAX_ROW_REGS or NR > MAX_FLAT_ROWS:
             return None
-        vec = bool(vec_ok) and VW * itemsize == 16 and dt != "bf16"
+        # bf16 too: the flat kernel widens 16-byte words itself (gpu.decode.flat)
+        vec = bool(vec_ok) and VW * itemsize == 16
         KPG = 4 if NR * VW <= 16 else 2
     if threads is not None:
         NT = int(threads)
