@@ -142,15 +142,21 @@ def load_constants(path=None, main: str = "tiled") -> dict:
 # ---------------------------------------------------------------------------------------
 # Prediction
 # ---------------------------------------------------------------------------------------
-def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
-    p = problem
-    sh = kernel_shape(p, S, kv_reads)
+def _bytes(p: DecodeProblem, S: int, kv_reads: str) -> tuple[str, int, int]:
+    """(schedule, the main kernel's HBM bytes, the combine's) from iosim.decode's ledger:
+    the combine reads Opart / Lpart and writes O / L when S > 1."""
     schedule = "fa2_decode" if S == 1 else "split_kv"
     led = decode_closed_form(schedule, p, num_splits=S, kv_reads=kv_reads)
     comb_read = led.read_bytes_of("Opart") + led.read_bytes_of("Lpart")
     comb_write = (led.write_bytes_of("O") + led.write_bytes_of("L")) if S > 1 else 0
     main_bytes = led.hbm_bytes - comb_read - comb_write
-    comb_bytes = led.hbm_bytes - main_bytes
+    return schedule, main_bytes, led.hbm_bytes - main_bytes
+
+
+def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
+    p = problem
+    sh = kernel_shape(p, S, kv_reads)
+    schedule, main_bytes, comb_bytes = _bytes(p, S, kv_reads)
     bw = k["e_dram"] * hw.hbm_bandwidth / 1e6          # bytes per us
     n = -(-sh["ctas"] // hw.sm_count)
     lay, NR = sh["layout"], sh["NR"]
@@ -216,12 +222,7 @@ def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
     kernels hand their partials to the same `split_kv.combine_kernel`."""
     p = problem
     sh = flat_shape(p, S, kv_reads)
-    schedule = "fa2_decode" if S == 1 else "split_kv"
-    led = decode_closed_form(schedule, p, num_splits=S, kv_reads=kv_reads)
-    comb_read = led.read_bytes_of("Opart") + led.read_bytes_of("Lpart")
-    comb_write = (led.write_bytes_of("O") + led.write_bytes_of("L")) if S > 1 else 0
-    main_bytes = led.hbm_bytes - comb_read - comb_write
-    comb_bytes = led.hbm_bytes - main_bytes
+    schedule, main_bytes, comb_bytes = _bytes(p, S, kv_reads)
     TB, NR = sh["layout"]["TB"], sh["NR"]
     # the busiest SM runs its CTAs in waves of the blocks its registers hold
     n = -(-sh["ctas"] // hw.sm_count)
