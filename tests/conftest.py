@@ -39,12 +39,18 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if HAS_GPU:
-        return
-    skip = pytest.mark.skip(reason="needs a real CUDA GPU (run `flashsim check` on a GPU)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    if not HAS_GPU:
+        skip = pytest.mark.skip(reason="needs a real CUDA GPU (run `flashsim check` on a GPU)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+    import _background
+    if _background.enabled():
+        # the tests that read a background job (prestart) run last, in their own order:
+        # their jobs, started after collection, then run beside every other test instead
+        # of holding up the test that waits for them
+        waits = [item for item in items if item.get_closest_marker("prestart")]
+        items[:] = [item for item in items if not item.get_closest_marker("prestart")] + waits
 
 
 def pytest_configure(config):

@@ -243,10 +243,21 @@ def test_results_page_is_up_to_date():
     assert r.returncode == 0 and "tables up to date" in r.stdout, r.stdout + r.stderr
 
 
+def _after_every_page(test):
+    """Marks `test` with every page's job: it runs them (when run alone), waits for them,
+    and, like the examples, runs after the tests without a job (conftest.py)."""
+    for job in PAGE_JOBS.values():
+        test = pytest.mark.prestart(job=job)(test)
+    return test
+
+
+@_after_every_page
 def test_examples_left_the_tree_alone():
     """The examples wrote nothing into the checkout (they run in temporary directories):
     the tree's status after each page's blocks equals that before them. Last in this
-    file, so that it runs after the examples (each of which waited for its page's job)."""
+    file, after the examples."""
+    for job in PAGE_JOBS.values():
+        _background.result(job)
     ran = {page: st for page, st in _TREE.items() if st[0] is not None}
     if not ran:
         pytest.skip("no examples ran here, or no git")
