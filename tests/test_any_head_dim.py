@@ -123,12 +123,17 @@ def _check_grads(alg, p, tiling, q, k, v, o, do, grads, ledger, causal):
             assert rel_err(g, r) <= 2 * rel_err(mdl, r), (name, rel_err(g, r), rel_err(mdl, r))
 
 
-@pytest.mark.parametrize("kernel", ["plain", "auto"])
-@pytest.mark.parametrize("d,N,B_r,B_c", CASES)
+@pytest.mark.parametrize("d,N,B_r,B_c,kernel", [(*c, "plain") for c in CASES]
+                         + [(*CASES[0], "auto")])
 def test_backward_fa2_any_d(d, N, B_r, B_c, kernel):
     """kernel='auto' falls back to the plain backward at all four d: the fast one needs d a
     multiple of 4 (not 5, 59) and an R x D dK/dV register tile with R a multiple of 4 and
-    R D <= 64 (d = 40, 160 have none); the tensor-core one d % 16 == 0, d <= 128, a GPU."""
+    R D <= 64 (d = 40, 160 have none); the tensor-core one d % 16 == 0, d <= 128, a GPU.
+    That fallback is asserted through the dispatch's own predicates at every d (fp32 is
+    not a tensor-core dtype; fa2_fast.pick_threads finds no thread count), so 'auto',
+    which would launch the very kernels of 'plain', runs for real at d = 5 only."""
+    assert "fp32" not in api.tc_dtypes(bwd_tc)
+    assert bwd_fast.pick_threads(B_r, B_c, d, "fp32") is None
     causal = d in (40, 160)
     p = problem(d, N, causal=causal)
     tiling = iosim.Tiling(B_r, B_c)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import _background
 from analysis import bench as B
 from analysis.cli import main as cli_main
 
@@ -210,11 +211,24 @@ def test_decode_point_too_big_is_a_skipped_row(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------
 # backward: --smoke runs in the simulator
 # ---------------------------------------------------------------------------------------
+def _backward_smoke_job():
+    """`flashsim bench --backward --smoke --causal off --out DIR/bwd.jsonl` as a child
+    process started early (tests/_background.py); (CompletedProcess, DIR)."""
+    import sys
+    root = str(Path(__file__).resolve().parents[1])
+    d = Path(_background.mkdtemp("bench-bwd"))
+    r = _background.run([sys.executable, "-m", "analysis.cli", "bench", "--backward", "--smoke",
+                         "--causal", "off", "--out", str(d / "bwd.jsonl")], cwd=root,
+                        timeout=600, env=dict(_background.environ(), PYTHONPATH=root))
+    return r, d
+
+
 @pytest.mark.slow
-def test_backward_smoke_in_the_simulator(tmp_path, capsys):
+@pytest.mark.prestart(job=_backward_smoke_job)
+def test_backward_smoke_in_the_simulator():
+    r, tmp_path = _background.result(_backward_smoke_job)
     out = tmp_path / "bwd.jsonl"
-    assert cli_main(["bench", "--backward", "--smoke", "--causal", "off", "--out",
-                     str(out)]) == 0
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert [(r["impl"], r["pass"]) for r in rows] == [
         ("ours_fa2_fast_main", "bwd"), ("ours_fa2_fast_pre", "bwd"), ("ours_fa2_bwd", "bwd"),

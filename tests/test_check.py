@@ -34,18 +34,34 @@ def test_plans():
         C.plan("fast")
 
 
-def test_check_command_in_simulator(tmp_path, capsys):
+def _sim_check_job():
+    """`flashsim check --suite forward,tc --json FILE` in the simulator, as a child process
+    started early (tests/_background.py); (exit status, stdout, stderr, the JSON or None).
+    None on a GPU."""
+    from gpu._launch import SIM
+    if not SIM:
+        return None
+    out = os.path.join(_background.mkdtemp("check"), "check.json")
+    r = _background.run([sys.executable, "-m", "analysis.cli", "check", "--suite", "forward,tc",
+                         "--json", out], cwd=ROOT, timeout=600,
+                        env=dict(_background.environ(), NUMBA_ENABLE_CUDASIM="1",
+                                 PYTHONPATH=ROOT))
+    data = json.loads(open(out).read()) if os.path.exists(out) else None
+    return r.returncode, r.stdout, r.stderr, data
+
+
+@pytest.mark.prestart(job=_sim_check_job)
+def test_check_command_in_simulator():
     """`flashsim check --suite forward,tc` without a GPU: the simulator at tiny sizes;
-    every forward row passes, the tc suite is skipped and says why; JSON written."""
+    every forward row passes, the tc suite is skipped and says why; JSON written. The
+    command runs in a child process (_sim_check_job)."""
     from gpu._launch import SIM
     if not SIM:
         pytest.skip("runs the simulator path")
-    out = tmp_path / "check.json"
-    rc = cli(["check", "--suite", "forward,tc", "--json", str(out)])
-    text = capsys.readouterr().out
-    assert rc == 0, text
+    rc, text, err, data = _background.result(_sim_check_job)
+    assert rc == 0, text + err
     assert "simulator" in text and "SKIP tc: needs a CUDA GPU" in text
-    data = json.loads(out.read_text())
+    assert data is not None
     assert data["kind"] == "check" and data["mode"] == "sim" and data["ok"]
     assert data["n_failed"] == 0 and len(data["rows"]) >= 7
     assert all(r["ledger_ok"] and r["acc_ok"] and r["ok"] for r in data["rows"])
@@ -54,11 +70,14 @@ def test_check_command_in_simulator(tmp_path, capsys):
 
 
 def test_check_backward_in_simulator():
-    """One backward configuration, all three algorithms, fp16 causal (the model bound)."""
+    """One backward configuration, all three algorithms, fp16 causal (the model bound).
+    One head (N = 40 keeps fa2's and fa1's two 32-row tiles, the last ragged): the check's
+    logic does not depend on the head count; the kernels' several heads, fp16 causal,
+    are tests/test_gpu_backward.py::test_fp16_causal's."""
     from gpu._launch import SIM
     if not SIM:
         pytest.skip("runs the simulator path")
-    cfg = dict(N=40, d=16, batch=1, heads=2, dtype="fp16", causal=True,
+    cfg = dict(N=40, d=16, batch=1, heads=1, dtype="fp16", causal=True,
                algs=["fa2", "standard", "fa1"])
     rows = C.check_backward(cfg, repeats=0)
     assert [r["algorithm"] for r in rows] == cfg["algs"]

@@ -3,10 +3,13 @@ matrix. Its plan (the covering design), sharding and merging; its rows in Numba'
 simulator (tiny sizes, the rounding model's bound); that a refusal is reported as
 refused, a wrong output as a failure; on a GPU (marked `gpu`) the quick matrix."""
 import json
+import os
+import sys
 
 import numpy as np
 import pytest
 
+import _background
 from analysis import check as C
 from analysis import check_variants as V
 from analysis.cli import main as cli
@@ -74,15 +77,32 @@ def test_bad_shard_is_one_line(capsys):
     assert "shard='5/5' is not allowed" in err and len(err.strip().splitlines()) == 1
 
 
-def test_variants_suite_in_simulator(tmp_path, capsys):
+def _sim_suite_job():
+    """`flashsim check --suite variants --json FILE` in the simulator, as a child process
+    (a background job, tests/_background.py: its ~50 s of simulator work runs beside the
+    other tests); (exit status, stdout, stderr, the JSON or None). None on a GPU."""
+    from gpu._launch import SIM
+    if not SIM:
+        return None
+    out = os.path.join(_background.mkdtemp("variants"), "v.json")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = _background.run([sys.executable, "-m", "analysis.cli", "check", "--suite", "variants",
+                         "--json", out], cwd=root, timeout=900,
+                        env=dict(_background.environ(), NUMBA_ENABLE_CUDASIM="1",
+                                 PYTHONPATH=root))
+    data = json.loads(open(out).read()) if os.path.exists(out) else None
+    return r.returncode, r.stdout, r.stderr, data
+
+
+@pytest.mark.prestart(job=_sim_suite_job)
+def test_variants_suite_in_simulator():
     """The simulator's rows: every row passes (counts exact, outputs written, errors within
     2 x the rounding model + 1e-5), except a row gpu.attention refuses: reported as
-    refused, with its reason, counted apart (bf16 until gpu.attention takes it)."""
+    refused, with its reason, counted apart (bf16 until gpu.attention takes it). The
+    command runs as `flashsim check` does, in a child process (_sim_suite_job)."""
     _sim()
-    out = tmp_path / "v.json"
-    rc = cli(["check", "--suite", "variants", "--json", str(out)])
-    text = capsys.readouterr().out
-    data = json.loads(out.read_text())
+    rc, text, err, data = _background.result(_sim_suite_job)
+    assert data is not None, (rc, text[-3000:], err[-3000:])
     assert rc == 0 and data["n_failed"] == 0, text
     assert data["n_passed"] + data["n_refused"] == data["n_rows"] == len(V.SIM_ROWS)
     assert data["n_passed"] >= 6

@@ -19,6 +19,11 @@ How a block runs:
   fence; a marker without a reason, or a malformed one, fails.
 - A python block that imports an optional package (torch, transformers: OPTIONAL) skips,
   saying which, where that package is not installed (CI installs them; see .ci/run).
+
+The blocks are subprocess work: each page's blocks run, in order, as one background job
+(tests/_background.py, started after collection beside the simulator tests); each test
+reads its block's result from it. With FLASHSIM_PRESTART=0 the same job runs in the
+page's first test instead: the same commands and checks, only when they start differs.
 """
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ from pathlib import Path
 
 import pytest
 
+import _background
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 RUN = {"python": "python", "bash": "shell", "sh": "shell", "console": "console"}
@@ -39,9 +46,17 @@ FENCE = re.compile(r"^```(\S*)\s*$")
 MARKER = re.compile(r"^<!--\s*example:(?P<body>.*?)-->\s*$")
 NOT_RUN = re.compile(r"^\s*not run \((?P<reason>[^()]*\S[^()]*)\)\s*$")
 TIMEOUT_S = 300
-#: optional packages a runnable python block may import (it skips where one is missing)
+#: optional packages: a python block importing one skips where it is not installed
 OPTIONAL = ("torch", "transformers")
 IMPORTS = re.compile(r"^\s*(?:import|from)\s+(" + "|".join(OPTIONAL) + r")\b", re.M)
+
+
+def _missing(block) -> list:
+    """The optional packages a python block imports that are not installed here."""
+    if RUN.get(block["lang"]) != "python":
+        return []
+    return sorted({m for m in IMPORTS.findall(block["code"])
+                   if importlib.util.find_spec(m) is None})
 
 
 def blocks(path: Path) -> list[dict]:
@@ -76,29 +91,16 @@ def blocks(path: Path) -> list[dict]:
     return out
 
 
-def _collect():
-    params = []
-    for page in PAGES:
-        rel = page.relative_to(ROOT).as_posix()
-        for b in blocks(page):
-            if b["lang"] in RUN or b["marker_error"]:
-                params.append(pytest.param(rel, b, id=f"{rel}:{b['line']}"))
-    return params
-
-
-EXAMPLES = _collect()
-
-
-@pytest.fixture(scope="session")
-def example_env(tmp_path_factory):
+def _example_env():
     """Environment of every block: `flashsim`, `python3`, `python` on PATH running this
-    checkout; the simulator when no GPU is here."""
-    bin_dir = tmp_path_factory.mktemp("bin")
+    checkout; the simulator when no GPU is here. From the environment before the first
+    test (_background.environ): a test's monkeypatching does not leak into the blocks."""
+    bin_dir = Path(_background.mkdtemp("docs-bin"))
     for name, args in (("flashsim", "-m analysis.cli"), ("python3", ""), ("python", "")):
         script = bin_dir / name
         script.write_text(f'#!/bin/sh\nexec "{sys.executable}" {args} "$@"\n')
         script.chmod(0o755)
-    env = dict(os.environ)
+    env = _background.environ()
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in
                                                       env.get("PYTHONPATH", "").split(os.pathsep)
@@ -106,7 +108,6 @@ def example_env(tmp_path_factory):
     env["MPLBACKEND"] = "Agg"
     if not _has_cuda_gpu():
         env["NUMBA_ENABLE_CUDASIM"] = "1"
-    _TREE["before"] = _tree_status()
     return env
 
 
@@ -135,40 +136,74 @@ def _has_cuda_gpu() -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def page_dirs(tmp_path_factory):
-    """One working directory per page, shared by its blocks in order."""
-    made = {}
-
-    def get(page: str) -> Path:
-        if page not in made:
-            made[page] = tmp_path_factory.mktemp(re.sub(r"\W", "_", page))
-        return made[page]
-    return get
-
-
 def _console_commands(code: str) -> str:
     return "\n".join(ln[2:] for ln in code.splitlines() if ln.startswith("$ ")) + "\n"
 
 
-@pytest.mark.parametrize("page,block", EXAMPLES)
-def test_example_runs(page, block, example_env, page_dirs):
-    assert block["marker_error"] is None, block["marker_error"]
-    if block["skip"]:
-        pytest.skip(f"not run: {block['skip']}")
+def _run_block(block, cwd, env):
+    """One block as the module docstring says; the CompletedProcess."""
     kind = RUN[block["lang"]]
-    missing = sorted({m for m in IMPORTS.findall(block["code"])
-                      if importlib.util.find_spec(m) is None}) if kind == "python" else []
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)}, not installed here (optional; .ci/run "
-                    f"installs it)")
     if kind == "python":
         cmd = [sys.executable, "-c", block["code"]]
     else:
         code = _console_commands(block["code"]) if kind == "console" else block["code"]
         cmd = ["bash", "-euo", "pipefail", "-c", code]
-    r = subprocess.run(cmd, cwd=page_dirs(page), env=example_env, capture_output=True,
-                       text=True, timeout=TIMEOUT_S)
+    return _background.run(cmd, cwd=cwd, env=env, timeout=TIMEOUT_S)
+
+
+def _page_job(page: str):
+    """The job of one page: its runnable blocks in file order in one fresh working
+    directory; {line: CompletedProcess or the exception it raised}. The tree's status
+    before and after the page's blocks goes to _TREE (test_examples_left_the_tree_alone)."""
+    def job():
+        before = _tree_status()
+        env = _example_env()
+        cwd = _background.mkdtemp("docs-" + re.sub(r"\W", "_", page))
+        out = {}
+        for b in blocks(ROOT / page):
+            if b["lang"] not in RUN or b["skip"] or b["marker_error"] or _missing(b):
+                continue
+            try:
+                out[b["line"]] = _run_block(b, cwd, env)
+            except Exception as exc:        # noqa: BLE001 (reported by the block's test)
+                out[b["line"]] = exc
+        _TREE[page] = (before, _tree_status())
+        return out
+    job.__name__ = job.__qualname__ = f"docs_job[{page}]"
+    return job
+
+
+#: one background job per page (collection order: README first)
+PAGE_JOBS = {page.relative_to(ROOT).as_posix(): _page_job(page.relative_to(ROOT).as_posix())
+             for page in PAGES}
+
+
+def _collect():
+    params = []
+    for page in PAGES:
+        rel = page.relative_to(ROOT).as_posix()
+        for b in blocks(page):
+            if b["lang"] in RUN or b["marker_error"]:
+                params.append(pytest.param(rel, b, id=f"{rel}:{b['line']}",
+                                           marks=pytest.mark.prestart(job=PAGE_JOBS[rel])))
+    return params
+
+
+EXAMPLES = _collect()
+
+
+@pytest.mark.parametrize("page,block", EXAMPLES)
+def test_example_runs(page, block):
+    assert block["marker_error"] is None, block["marker_error"]
+    if block["skip"]:
+        pytest.skip(f"not run: {block['skip']}")
+    missing = _missing(block)
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}, not installed here (optional; .ci/run "
+                    f"installs it)")
+    r = _background.result(PAGE_JOBS[page])[block["line"]]
+    if isinstance(r, Exception):
+        raise r
     assert r.returncode == 0, (f"{page}:{block['line']} ({block['lang']}) exited {r.returncode}"
                                f"\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}")
 
@@ -211,18 +246,38 @@ def test_relative_links_resolve():
     assert not missing, missing
 
 
+def _results_page_job():
+    """`flashsim results tables --check` on docs/results.md (a background job)."""
+    return _background.run([sys.executable, "-m", "analysis.cli", "results", "tables",
+                            "--check", "--page", str(ROOT / "docs" / "results.md")],
+                           cwd=ROOT, timeout=TIMEOUT_S,
+                           env=dict(_background.environ(), PYTHONPATH=str(ROOT)))
+
+
+@pytest.mark.prestart(job=_results_page_job)
 def test_results_page_is_up_to_date():
     """docs/results.md's generated tables equal what the data set gives."""
-    r = subprocess.run([sys.executable, "-m", "analysis.cli", "results", "tables", "--check",
-                        "--page", str(ROOT / "docs" / "results.md")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    r = _background.result(_results_page_job)
     assert r.returncode == 0 and "tables up to date" in r.stdout, r.stdout + r.stderr
 
 
+def _after_every_page(test):
+    """Marks `test` with every page's job: it runs them (when run alone), waits for them,
+    and, like the examples, runs after the tests without a job (conftest.py)."""
+    for job in PAGE_JOBS.values():
+        test = pytest.mark.prestart(job=job)(test)
+    return test
+
+
+@_after_every_page
 def test_examples_left_the_tree_alone():
-    """The examples wrote nothing into the checkout (they run in temporary directories).
-    Last in this file, so that it runs after the examples."""
-    if _TREE.get("before") is None:
+    """The examples wrote nothing into the checkout (they run in temporary directories):
+    the tree's status after each page's blocks equals that before them. Last in this
+    file, after the examples."""
+    for job in PAGE_JOBS.values():
+        _background.result(job)
+    ran = {page: st for page, st in _TREE.items() if st[0] is not None}
+    if not ran:
         pytest.skip("no examples ran here, or no git")
-    assert _tree_status() == _TREE["before"]
+    changed = {page: after for page, (before, after) in ran.items() if after != before}
+    assert not changed, changed

@@ -20,6 +20,7 @@ and gpu.attention / attention_backward with kernel='auto' and dropout run the tc
 import numpy as np
 import pytest
 
+import _background
 import iosim
 from gpu._launch import SIM
 
@@ -192,6 +193,16 @@ print(json.dumps(out))
 """
 
 
+def _build_job():
+    """BUILD in a subprocess without the simulator (started early: tests/_background.py)."""
+    import os
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(_background.environ(), NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=root)
+    return _background.run([sys.executable, "-c", BUILD], env=env, cwd=root, timeout=600)
+
+
+@pytest.mark.prestart(job=_build_job)
 def test_linked_dropout_builds_keep_registers():
     """The dropout builds of the default tilings (forward 128 x 64 at d = 64, 64 x 64 at
     d = 128; backward 64 x 128, 32 x 64) link with the C++ inlined (no call), mma.sync,
@@ -200,13 +211,7 @@ def test_linked_dropout_builds_keep_registers():
     memory). Non-default tiles with B_c = 128 (forward) or B_r = 128 (backward) do put
     fragments in local memory with dropout (correct, slower)."""
     import json
-    import os
-    import subprocess
-    import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=root)
-    r = subprocess.run([sys.executable, "-c", BUILD], env=env, cwd=root, capture_output=True,
-                       text=True, timeout=600)
+    r = _background.result(_build_job)
     if r.returncode != 0 and ("nvjitlink" in r.stderr.lower() or "nvrtc" in r.stderr.lower()
                               or "NVVM" in r.stderr):
         pytest.skip("cannot build linked code here: " + r.stderr.strip().splitlines()[-1])
