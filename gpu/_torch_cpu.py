@@ -13,6 +13,8 @@ tensor. torch is imported only when a tensor is met: importing this module needs
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 
@@ -84,4 +86,13 @@ def call(fn, *args, **kwargs):
     return _out(res)
 
 
-__all__ = ["call", "from_numpy", "is_cpu_tensor", "to_numpy"]
+def takes_torch_cpu(fn):
+    """Decorator: fn (a kernel entry point) also takes torch CPU tensors, through `call`:
+    its NumPy path on the arrays sharing their memory, NumPy results back as CPU tensors."""
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        return call(fn, *args, **kwargs)
+    return entry
+
+
+__all__ = ["call", "from_numpy", "is_cpu_tensor", "takes_torch_cpu", "to_numpy"]

@@ -94,6 +94,7 @@ import iosim
 from iosim.tiling import ALGORITHMS, resolve_tiling, sram_footprint_bytes
 
 from . import _launch
+from ._torch_cpu import takes_torch_cpu
 from .forward import (fa1, fa1_fast, fa1_tc, fa2, fa2_fast, fa2_tc, standard, standard_fast,
                       standard_tc)
 from ._launch import (NP_DTYPE, SIM, check_fits, counters_to_ledger, default_threads,
@@ -170,6 +171,7 @@ class AttentionResult:
 
 
 
+@takes_torch_cpu
 def attention(q, k, v, *, algorithm="fa2", causal=False, scale=None, block_rows=None,
               block_cols=None, sram_bytes=None, block_mask=None, count_traffic=False,
               return_stats=False, threads=None, kernel="auto", fast=None, tensor_cores=None,

@@ -20,6 +20,7 @@ import iosim
 from iosim.tiling import resolve_tiling, sram_footprint_bytes
 
 from . import _launch, api
+from ._torch_cpu import takes_torch_cpu
 from ._launch import (NP_DTYPE, check_fits, counters_to_dicts, default_threads, dtype_name,
                       new_counters)
 from .forward import fa2_varlen
@@ -54,6 +55,7 @@ def _stream(kind, q):
     return api._torch_stream(torch, q.device) if torch is not None else 0
 
 
+@takes_torch_cpu
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, window=(-1, -1),
                      scale=None, block_rows=None, block_cols=None, count_traffic=False,
                      return_stats=False, threads=None, kernel="plain", poison=None):
@@ -147,6 +149,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, windo
     return out[0] if len(out) == 1 else tuple(out)
 
 
+@takes_torch_cpu
 def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, causal=False,
                               window=(-1, -1), scale=None, block_rows=None, block_cols=None,
                               count_traffic=False, threads=None, kernel="plain",

@@ -448,3 +448,44 @@ def test_importing_gpu_and_iosim_does_not_import_torch():
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def test_kernel_entry_points_take_cpu_tensors_as_their_numpy_path():
+    """gpu.attention, attention_backward, attention_varlen (and its backward) and decode
+    take torch CPU tensors too: CPU tensors out, equal to the NumPy path bit for bit,
+    ledgers unchanged."""
+    import gpu
+    from gpu.backward.flash import attention_backward
+    g = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(1, 2, 24, 16, generator=g) for _ in range(4))
+    n = [x.numpy() for x in (q, k, v, do)]
+
+    def same(got, want):
+        assert isinstance(got, torch.Tensor) and got.device.type == "cpu"
+        assert np.array_equal(got.numpy(), want)
+
+    O, L = gpu.attention(q, k, v, causal=True, return_stats=True)
+    On, Ln = gpu.attention(*n[:3], causal=True, return_stats=True)
+    same(O, On)
+    same(L, Ln)
+    for got, want in zip(attention_backward(q, k, v, O, do, L, causal=True),
+                         attention_backward(*n[:3], On, n[3], Ln, causal=True)):
+        same(got, want)
+    cu = np.array([0, 10, 24], np.int32)
+    t = [x[0].transpose(0, 1).contiguous() for x in (q, k, v, do)]     # (total, heads, d)
+    O, L = gpu.attention_varlen(*t[:3], cu, cu, causal=True, return_stats=True)
+    On, Ln = gpu.attention_varlen(*(x.numpy() for x in t[:3]), cu, cu, causal=True,
+                                  return_stats=True)
+    same(O, On)
+    same(L, Ln)
+    for got, want in zip(gpu.attention_varlen_backward(*t[:3], O, t[3], L, cu, cu, causal=True),
+                         gpu.attention_varlen_backward(*(x.numpy() for x in t[:3]), On,
+                                                       t[3].numpy(), Ln, cu, cu, causal=True)):
+        same(got, want)
+    q1 = q[:, :, :1].contiguous()
+    O, L, led = gpu.decode(q1, k, v, cache_seqlens=[24], return_stats=True, count_traffic=True)
+    On, Ln, ledn = gpu.decode(q1.numpy(), *n[1:3], cache_seqlens=[24], return_stats=True,
+                              count_traffic=True)
+    same(O, On)
+    same(L, Ln)
+    assert led.counts() == ledn.counts()

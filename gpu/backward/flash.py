@@ -90,6 +90,7 @@ from .._launch import (NB_DTYPE, NEG_INF, NP_DTYPE, READ, SIM, WRITE, ZERO, add_
                       loader, specialisation, storer)
 from .. import api as _api
 from .._io import _check, _output, _return_like, _to_device
+from .._torch_cpu import takes_torch_cpu
 from .. import _philox
 from ..forward._band import OWN_ROWS, band_args, own_rows_dev, tile_in_band
 from . import fa2_fast, fa2_tc, standard_tc
@@ -543,6 +544,7 @@ def _check_P(x, shape, dt, name="P"):
                      f"of shape {shape} and dtype {np.dtype(dt)}; got {type(x).__name__}")
 
 
+@takes_torch_cpu
 def attention_backward(q, k, v, o, do, stats, *, algorithm="fa2", causal=False, scale=None,
                        block_rows=None, block_cols=None, block_mask=None, count_traffic=False,
                        threads=None, kernel="auto", tc_options=None, poison=None,

@@ -22,6 +22,7 @@ from iosim.launch import decode as _geometry
 from iosim.problem import ConfigError
 
 from .._launch import HOST_DTYPE, NP_DTYPE, READ, SIM, WRITE, check_fits, dtype_name, filled, launch
+from .._torch_cpu import takes_torch_cpu
 from .._io import _kind_of, _output, _return_like, _to_device, _torch_bf16
 from . import append as A
 from . import flat as Fl
@@ -131,6 +132,7 @@ def auto_num_splits(problem: DecodeProblem, kv_reads: str, main: str = "flat"):
                              kv_reads=kv_reads)
 
 
+@takes_torch_cpu
 def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None, v=None,
            num_splits="auto", kv_reads="auto", scale=None, causal=True,
            count_traffic=False, return_stats=False, main="auto"):
