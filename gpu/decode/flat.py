@@ -71,13 +71,13 @@ MAX_ROW_REGS = _geometry.MAX_ROW_REGS
 
 
 # ---------------------------------------------------------------------------------------
-# fp16 rows kept as they were loaded (hardware only): a 16-byte load whose halves are
+# fp16 / bf16 rows kept as loaded (hardware only): a 16-byte load whose halves are
 # widened to float32 at once makes the thread wait for the load right there, so the next
 # tile's loads would not overlap this tile's arithmetic; the words are widened when used.
 # ---------------------------------------------------------------------------------------
 def _make_ld16_words():
     """Intrinsic ld16w(array, index) -> UniTuple(uint32, 4): the 16 bytes at &array[index]
-    (eight float16) as four 32-bit words, one ld.global.nc.v4.b32. 16-byte aligned."""
+    (eight fp16 or bf16) as four 32-bit words, one ld.global.nc.v4.b32. 16-byte aligned."""
     from llvmlite import ir
     from numba.core import types
     from numba.cuda.cache_hints import _get_element_pointer
