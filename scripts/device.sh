@@ -4,6 +4,8 @@
 #
 #   bash scripts/device.sh CMD [ARG...]       set up, then run CMD (its exit status)
 #   bash scripts/device.sh measure STAGE...   hwmeasure stages, console gets counts only
+#   bash scripts/device.sh session 1|2        the open decode / model issues' GPU work, in
+#                                             two calls under ten minutes (below)
 #
 # Set-up: numba-cuda 0.30.4 cannot compile kernels on numpy >= 2.5, so a numpy<2.5 wheel
 # carried in .whl/ is installed into /tmp/site and put first on PYTHONPATH, then the
@@ -33,7 +35,45 @@ fi
 { date -u; git rev-parse --short HEAD 2>/dev/null
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,uuid --format=csv; } \
   > "$OUT/device.txt" 2>&1
-[ $# -gt 0 ] || { echo "usage: bash scripts/device.sh CMD [ARG...] | measure KIND:SET[:SECONDS]..."; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash scripts/device.sh CMD [ARG...] | measure KIND:SET[:SECONDS]... | session 1|2"; exit 2; }
+# session: most important first; every stage writes under $OUT as it goes, so a call cut
+# short still returns what it made.
+# 1: compute-sanitizer memcheck and racecheck on the flat decode kernel (tiny cases), its
+#    checks against float64 and the ledger at full size (fp16, fp32, bf16, paged), the
+#    decode benchmark (flashsim bench --decode), then the issue-39 blind set's times.
+# 2: the rest of the blind set (hwmeasure resumes), the gpu-marked tests, the decode tests
+#    on the GPU, the flat kernel's tuning probe (against the tiled kernel and SDPA).
+if [ "$1" = session ]; then
+  self=$0
+  case ${2:-} in
+  1)
+    bash "$self" bash -c '
+      python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" \
+          > $OUT/versions.txt 2>&1
+      for tool in memcheck racecheck; do
+        extra=""; [ $tool = memcheck ] && extra="--report-api-errors no"
+        timeout 45 compute-sanitizer --tool $tool $extra python3 benchmarks/decode_flat_probe.py \
+            --sanitize --out $OUT/san_$tool.jsonl > $OUT/san_$tool.txt 2>&1
+      done
+      timeout 60 python3 benchmarks/decode_flat_probe.py --quick --budget-s 1 \
+          --out $OUT/probe_checks.jsonl > $OUT/probe_checks.txt 2>&1
+      timeout 250 python3 -m analysis.cli bench --decode --no-sweep --budget-s 235 \
+          --out $OUT/decode_bench.jsonl > $OUT/bench.txt 2>&1
+      echo "bench rc=$?"'
+    bash "$self" measure times:runtime_blind11:130 ;;
+  2)
+    bash "$self" measure times:runtime_blind11:150
+    bash "$self" bash -c '
+      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -n 8 \
+          --junitxml=$OUT/gpu_tests.xml tests > $OUT/pytest_gpu.txt 2>&1
+      timeout 100 python3 -m pytest -q -p no:cacheprovider -n 8 --junitxml=$OUT/decode_tests.xml \
+          tests/test_gpu_decode.py tests/test_decode_ragged_gpu.py > $OUT/pytest_decode.txt 2>&1
+      timeout 120 python3 benchmarks/decode_flat_probe.py --budget-s 100 \
+          --out $OUT/decode_probe.jsonl > $OUT/probe.txt 2>&1' ;;
+  *) echo "device.sh session: give 1 or 2"; exit 2 ;;
+  esac
+  exit 0
+fi
 if [ "$1" != measure ]; then
   "$@"
   exit $?
