@@ -136,6 +136,20 @@ def run(args, timeout=None, **kw):
     return subprocess.CompletedProcess(args, p.returncode, out, err)
 
 
+def check_suite(suite: str, timeout: float):
+    """`flashsim check --suite SUITE --json FILE` in Numba's simulator, as a child process
+    (for a background job): (exit status, stdout, stderr, the JSON or None)."""
+    import json
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = os.path.join(mkdtemp("check"), "check.json")
+    r = run([sys.executable, "-m", "analysis.cli", "check", "--suite", suite, "--json", out],
+            cwd=root, timeout=timeout,
+            env=dict(environ(), NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=root))
+    data = json.loads(open(out).read()) if os.path.exists(out) else None
+    return r.returncode, r.stdout, r.stderr, data
+
+
 def mkdtemp(tag):
     """A fresh directory for a job's files, removed at the end of the session."""
     d = tempfile.mkdtemp(prefix=f"flashsim-{tag}-")

@@ -41,13 +41,7 @@ def _sim_check_job():
     from gpu._launch import SIM
     if not SIM:
         return None
-    out = os.path.join(_background.mkdtemp("check"), "check.json")
-    r = _background.run([sys.executable, "-m", "analysis.cli", "check", "--suite", "forward,tc",
-                         "--json", out], cwd=ROOT, timeout=600,
-                        env=dict(_background.environ(), NUMBA_ENABLE_CUDASIM="1",
-                                 PYTHONPATH=ROOT))
-    data = json.loads(open(out).read()) if os.path.exists(out) else None
-    return r.returncode, r.stdout, r.stderr, data
+    return _background.check_suite("forward,tc", timeout=600)
 
 
 @pytest.mark.prestart(job=_sim_check_job)

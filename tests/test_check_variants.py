@@ -3,8 +3,6 @@ matrix. Its plan (the covering design), sharding and merging; its rows in Numba'
 simulator (tiny sizes, the rounding model's bound); that a refusal is reported as
 refused, a wrong output as a failure; on a GPU (marked `gpu`) the quick matrix."""
 import json
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -84,14 +82,7 @@ def _sim_suite_job():
     from gpu._launch import SIM
     if not SIM:
         return None
-    out = os.path.join(_background.mkdtemp("variants"), "v.json")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = _background.run([sys.executable, "-m", "analysis.cli", "check", "--suite", "variants",
-                         "--json", out], cwd=root, timeout=900,
-                        env=dict(_background.environ(), NUMBA_ENABLE_CUDASIM="1",
-                                 PYTHONPATH=root))
-    data = json.loads(open(out).read()) if os.path.exists(out) else None
-    return r.returncode, r.stdout, r.stderr, data
+    return _background.check_suite("variants", timeout=900)
 
 
 @pytest.mark.prestart(job=_sim_suite_job)
