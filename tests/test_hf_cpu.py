@@ -42,9 +42,8 @@ transformers = pytest.importorskip(
     "on gpu.hf's backend (pip install 'flashsim[hf]')")
 
 import gpu.hf  # noqa: E402
-from iosim import Tiling  # noqa: E402
-from iosim.backward import backward_closed_form, execute_backward  # noqa: E402
-from iosim.decode import DecodeProblem, decode_closed_form, execute_decode  # noqa: E402
+from _ledgers import closed as _closed, executed as _executed  # noqa: E402
+from iosim.decode import DecodeProblem  # noqa: E402
 from iosim.workload import recording, traffic_table  # noqa: E402
 
 TOL = 1e-5
@@ -88,26 +87,6 @@ def _run(model, impl, ids, **kw):
 # ---------------------------------------------------------------------------------------
 # the ledger of recorded calls: closed forms, executed schedules
 # ---------------------------------------------------------------------------------------
-def _closed(c):
-    if isinstance(c.problem, DecodeProblem):
-        return decode_closed_form(c.algorithm, c.problem, num_splits=c.num_splits,
-                                  kv_reads=c.kv_reads)
-    if isinstance(c.problem, iosim.VarlenProblem):
-        f = iosim.varlen_backward_closed_form if c.backward else (
-            lambda p, t: iosim.varlen_closed_form(c.algorithm, p, t))
-        return f(c.problem, Tiling(*c.tiling))
-    f = backward_closed_form if c.backward else iosim.closed_form
-    return f(c.algorithm, c.problem, Tiling(*c.tiling))
-
-
-def _executed(c):
-    p = c.problem
-    if isinstance(p, DecodeProblem):
-        return execute_decode(c.algorithm, p, num_splits=c.num_splits,
-                              kv_reads=c.kv_reads).ledger
-    if c.backward:
-        return execute_backward(c.algorithm, p, Tiling(*c.tiling)).ledger
-    return iosim.execute(c.algorithm, p, Tiling(*c.tiling)).ledger
 
 
 def _by_layer(calls, ledger_of, step, backward):

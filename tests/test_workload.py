@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 import iosim
 from _cli import run_cli
+from _ledgers import closed as _closed, executed as _executed
 from iosim import ConfigError, Problem, Tiling
-from iosim.backward import backward_closed_form, execute_backward
-from iosim.decode import DecodeProblem, decode_closed_form, execute_decode
+from iosim.decode import DecodeProblem, decode_closed_form
 from iosim.workload import (AttentionCall, KNOWN_CONFIGS, ModelShape, calls_from_config,
                             load_config, model_shape, record, recording, traffic_table)
 
@@ -42,22 +42,6 @@ def _one_line(exc_info, *words):
 # ---------------------------------------------------------------------------------------
 # The per-layer ledger: the sum of the closed forms of the calls, and the executed schedules
 # ---------------------------------------------------------------------------------------
-def _closed(call):
-    if isinstance(call.problem, DecodeProblem):
-        return decode_closed_form(call.algorithm, call.problem, num_splits=call.num_splits,
-                                  kv_reads=call.kv_reads)
-    f = backward_closed_form if call.backward else iosim.closed_form
-    return f(call.algorithm, call.problem, Tiling(*call.tiling))
-
-
-def _executed(call):
-    p = call.problem
-    if isinstance(p, DecodeProblem):
-        return execute_decode(call.algorithm, p, num_splits=call.num_splits,
-                              kv_reads=call.kv_reads).ledger
-    if call.backward:
-        return execute_backward(call.algorithm, p, Tiling(*call.tiling)).ledger
-    return iosim.execute(call.algorithm, p, Tiling(*call.tiling)).ledger
 
 
 def _bytes_by_layer(calls, ledger_of, step, backward=False):
