@@ -5,7 +5,8 @@ Covered: flash_attn_func (causal, window_size, GQA / MQA, seqlen_q != seqlen_k, 
 fp16 / bf16, and a hypothesis property), the packed variants, flash_attn_varlen_func with
 cu_seqlens, flash_attn_with_kvcache (cache_seqlens as an int and per sequence, a paged
 cache, appends in place, return_softmax_lse), gpu.autograd.flash_attention's three
-algorithms, forward and backward; refusals. (That importing gpu / iosim imports no torch: test_flash_attn_iface.)
+algorithms, forward and backward; refusals. (That importing gpu / iosim imports no torch:
+test_flash_attn_iface.)
 References, independent of the code under test: iosim.reference_attention (float64, in
 flashsim's layout, with the window flash-attn's rules give) for outputs and softmax_lse;
 torch float64 dense attention differentiated by torch's autograd for gradients (a mask
