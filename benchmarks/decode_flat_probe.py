@@ -9,6 +9,9 @@ defaults themselves.
     python3 benchmarks/decode_flat_probe.py --out decode_probe.jsonl [--quick]
     compute-sanitizer --tool memcheck --report-api-errors no \
         python3 benchmarks/decode_flat_probe.py --sanitize      (tiny cases, no timings)
+    NUMBA_ENABLE_CUDASIM=0 python3 benchmarks/decode_flat_probe.py --registers
+        (no GPU: ptxas -v on each GPU build's PTX, sm_90; remakes and checks
+        iosim.launch.decode.FLAT_REGISTERS)
 """
 from __future__ import annotations
 
@@ -250,11 +253,60 @@ def timings(emit, quick, budget_s):
         torch.cuda.empty_cache()
 
 
+def registers() -> int:
+    """ptxas -v registers of the flat kernel's GPU builds (uncounted, split, causal, N_q = 1,
+    NG = NR query heads a block, d = 64 and 128), sm_90, against FLAT_REGISTERS; no GPU
+    needed (NUMBA_ENABLE_CUDASIM=0, ptxas on the PATH). 0 when they all agree."""
+    import re
+    import subprocess
+    import tempfile
+    from numba import cuda, types
+    from iosim.launch.decode import FLAT_REGISTERS, flat_plan
+    from gpu.decode import flat as F
+    T = {"fp16": types.float16, "bf16": types.uint16, "fp32": types.float32}
+    A = types.Array
+    ok = True
+    for (dt, NR, paged), want in sorted(FLAT_REGISTERS.items()):
+        for d in (64, 128):
+            lay = flat_plan(d, dt, NR)
+            ker = F.flat_kernel(d, dt, 1, NR, True, paged, True, False, lay["NT"], lay["VW"],
+                                lay["LPR"], lay["KPG"], lay["vec"])
+            a4 = A(T[dt], 4, "C")
+            sig = (a4, a4, a4, A(types.int32, 2, "C"), A(types.int32, 1, "C"), a4,
+                   A(types.float32, 3, "C"), A(types.float32, 5, "C"),
+                   A(types.float32, 4, "C"), types.float32, types.int64, types.int64,
+                   types.int64, A(types.int64, 2, "C"))
+            ptx, _ = cuda.compile_ptx(ker.py_func, sig, cc=(9, 0))
+            with tempfile.TemporaryDirectory() as tmp:
+                src = os.path.join(tmp, "k.ptx")
+                for _ in range(2):
+                    open(src, "w").write(ptx)
+                    r = subprocess.run(["ptxas", "-arch=sm_90", "-v", src, "-o",
+                                        os.path.join(tmp, "k.cubin")],
+                                       capture_output=True, text=True)
+                    # an older ptxas than NVVM's PTX: the version it takes (same code)
+                    m = re.search(r"current version is '([\d.]+)'", r.stderr)
+                    if r.returncode == 0 or not m:
+                        break
+                    ptx = re.sub(r"^\.version \S+", f".version {m.group(1)}", ptx, flags=re.M)
+            got = re.search(r"Used (\d+) registers", r.stderr)
+            got = int(got.group(1)) if got else None
+            ok &= got == want
+            print(f"{dt} NR={NR} paged={paged} d={d}: {got} registers (table {want})"
+                  + ("" if got == want else "  DIFFERS"), flush=True)
+    print("FLAT_REGISTERS", "agrees" if ok else "DIFFERS: update iosim/launch/decode.py")
+    return 0 if ok else 1
+
+
 def main():
+    if "--registers" in sys.argv[1:]:
+        return registers()
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="decode_probe.jsonl")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--registers", action="store_true",
+                    help="no GPU: ptxas registers of the GPU builds against FLAT_REGISTERS")
     ap.add_argument("--budget-s", type=float, default=200)
     a = ap.parse_args()
     import subprocess

@@ -71,16 +71,17 @@ MAX_ROW_REGS = 64
 MAX_FLAT_ROWS = 8
 
 #: Registers a thread of the flat kernel's GPU build (uncounted), by (dtype, NR, paged):
-#: ptxas -v, sm_90 (CUDA 13.0's ptxas on NVVM 13.5's PTX), the same at d = 64 and 128, no
-#: spills. Used for the blocks an SM holds (`flat_resident_blocks`); a build not listed is
-#: taken at the cap (255).
+#: ptxas -v, sm_90 (CUDA 13.0's ptxas on NVVM 13.5's PTX), N_q = 1 on NG = NR query heads
+#: a block (N_q > 1 builds differ by a few), the same at d = 64 and 128, no spills. Remade
+#: and checked by `benchmarks/decode_flat_probe.py --registers` (no GPU). Used for the
+#: blocks an SM holds (`flat_resident_blocks`); a build not listed is taken at the cap (255).
 FLAT_REGISTERS = {
     ("fp16", 1, False): 112, ("fp16", 1, True): 128, ("fp16", 4, False): 166,
     ("fp16", 4, True): 162, ("fp16", 8, False): 255, ("fp16", 8, True): 255,
     ("bf16", 1, False): 112, ("bf16", 1, True): 128, ("bf16", 4, False): 166,
     ("bf16", 4, True): 162, ("bf16", 8, False): 255, ("bf16", 8, True): 255,
     ("fp32", 1, False): 111, ("fp32", 1, True): 128, ("fp32", 4, False): 168,
-    ("fp32", 4, True): 178, ("fp32", 8, False): 168, ("fp32", 8, True): 168,
+    ("fp32", 4, True): 168, ("fp32", 8, False): 168, ("fp32", 8, True): 168,
 }
 
 
