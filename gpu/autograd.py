@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import torch
 
-from ._torch_cpu import call
 from .api import attention
 from .backward import BACKWARD_ALGORITHMS, attention_backward, default_backward_tiling
 from .backward.standard import standard_forward
@@ -69,10 +68,10 @@ class FlashAttentionFunction(torch.autograd.Function):
             opts.update(dropout_p=dropout_p, dropout_seed=dropout_seed,
                         dropout_offset=dropout_offset)
         if algorithm == "standard":
-            o, P = call(standard_forward, q, k, v, **opts)
+            o, P = standard_forward(q, k, v, **opts)
             stats = (P,)
         else:
-            o, L = call(attention, q, k, v, algorithm=algorithm, return_stats=True, **opts)
+            o, L = attention(q, k, v, algorithm=algorithm, return_stats=True, **opts)
             # fa1's backward takes (l, m): with m = L, l = 1 gives P = exp(S - L); a row
             # that saw no key (L = -inf) gets l = 0, which its backward reads as P = 0
             stats = (L,) if algorithm == "fa2" else (
@@ -85,8 +84,8 @@ class FlashAttentionFunction(torch.autograd.Function):
     def backward(ctx, do):
         q, k, v, o, *stats = (t.detach() for t in ctx.saved_tensors)
         stats = tuple(stats) if ctx.opts["algorithm"] == "fa1" else stats[0]
-        dq, dk, dv = call(attention_backward, q, k, v, o, do.detach().contiguous(), stats,
-                          **ctx.opts)
+        dq, dk, dv = attention_backward(q, k, v, o, do.detach().contiguous(), stats,
+                                        **ctx.opts)
         return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
@@ -132,8 +131,8 @@ class FlashAttentionVarlenFunction(torch.autograd.Function):
         window = (-1, -1) if window is None else tuple(window)
         q, k, v = (x.detach().contiguous() for x in (q, k, v))
         opts = dict(causal=causal, scale=scale, window=window)
-        o, L = call(attention_varlen, q, k, v, cu_seqlens_q, cu_seqlens_k, return_stats=True,
-                    **opts)
+        o, L = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, return_stats=True,
+                                **opts)
         ctx.save_for_backward(q, k, v, o, L)
         ctx.cu = (cu_seqlens_q, cu_seqlens_k)
         ctx.opts = opts
@@ -142,8 +141,8 @@ class FlashAttentionVarlenFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, L = (t.detach() for t in ctx.saved_tensors)
-        dq, dk, dv = call(attention_varlen_backward, q, k, v, o, do.detach().contiguous(), L,
-                          *ctx.cu, **ctx.opts)
+        dq, dk, dv = attention_varlen_backward(q, k, v, o, do.detach().contiguous(), L,
+                                               *ctx.cu, **ctx.opts)
         return dq, dk, dv, None, None, None, None, None
 
 

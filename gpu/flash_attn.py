@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._torch_cpu import call
 
 #: largest head dimension (flash-attn's and flashsim's)
 MAX_HEADDIM = 256
@@ -237,7 +236,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     headdim), nheads_k dividing nheads (MQA / GQA). NumPy arrays or torch tensors (CUDA
     or CPU), one dtype (float16, bfloat16, float32). dropout_p: probability of dropping
     each entry of P (0 evaluation; > 0 runs gpu.attention's Philox dropout with a fresh
-    seed per call, and its backward regenerates the same mask). softmax_scale: default 1/sqrt(headdim).
+    seed per call, and its backward regenerates the same mask). softmax_scale: default
+    1/sqrt(headdim).
     causal (bottom-right), window_size=(left, right): module docstring. softcap,
     alibi_slopes, return_attn_probs=True: refused (ValueError). deterministic: accepted
     (the forward is deterministic); True is refused when a torch input requires grad (the
@@ -278,8 +278,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         from .api import attention
         if kind == "torch":     # torch gives no __cuda_array_interface__ to grad tensors
             q, k, v = (x.detach() for x in (q, k, v))
-        o = call(attention, _bhnd(q, kind), _bhnd(k, kind), _bhnd(v, kind), causal=causal,
-                 scale=scale, window=window, **drop)
+        o = attention(_bhnd(q, kind), _bhnd(k, kind), _bhnd(v, kind), causal=causal,
+                      scale=scale, window=window, **drop)
     return _bnhd(o, kind)
 
 
@@ -346,7 +346,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         q, k, v = (x.detach().contiguous() for x in (q, k, v))
     else:                   # flash-attn makes its inputs contiguous too (maybe_contiguous)
         q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
-    return call(attention_varlen, q, k, v, cq, ck, causal=causal, scale=scale, window=window)
+    return attention_varlen(q, k, v, cq, ck, causal=causal, scale=scale, window=window)
 
 
 # ---------------------------------------------------------------------------------------
@@ -553,10 +553,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             import torch
             table = torch.as_tensor(table, device=q.device)
     from .decode import decode
-    res = call(decode, _bhnd(q, kind), k_cache, v_cache, cache_seqlens=seqlens,
-               block_table=table, num_splits="auto" if num_splits == 0 else int(num_splits),
-               scale=_scale(softmax_scale, d), causal=causal,
-               return_stats=bool(return_softmax_lse), **extra)
+    res = decode(_bhnd(q, kind), k_cache, v_cache, cache_seqlens=seqlens,
+                 block_table=table, num_splits="auto" if num_splits == 0 else int(num_splits),
+                 scale=_scale(softmax_scale, d), causal=causal,
+                 return_stats=bool(return_softmax_lse), **extra)
     if return_softmax_lse:
         out, lse = res
         return _bnhd(out, kind), lse

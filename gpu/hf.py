@@ -61,7 +61,6 @@ import math
 
 import numpy as np
 
-from ._torch_cpu import call
 
 #: the implementation name `register()` uses by default (no "flash" in it: transformers
 #: would take that as a request for flash-attn)
@@ -213,7 +212,7 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     else:
         from .api import attention
         q, k, v = (x.detach().contiguous() for x in (query, key, value))
-        o = call(attention, q, k, v, causal=causal, scale=scale, window=window, **drop)
+        o = attention(q, k, v, causal=causal, scale=scale, window=window, **drop)
     _record(layer=layer, step=step, problem=problem, algorithm="fa2",
             tiling=(t.B_r, t.B_c), num_splits=1, kv_reads="per_query_head")
     return o.transpose(1, 2).contiguous(), None
@@ -231,8 +230,8 @@ def _decode(query, key, value, causal, scale, dname, layer, step):
     kv_reads = choose_kv_reads(problem)
     S = auto_num_splits(problem, kv_reads, main_kernel(problem, kv_reads)).num_splits
     try:
-        o = call(decode, query.detach().contiguous(), key.detach(), value.detach(),
-                 num_splits=S, kv_reads=kv_reads, scale=scale, causal=causal)
+        o = decode(query.detach().contiguous(), key.detach(), value.detach(),
+                   num_splits=S, kv_reads=kv_reads, scale=scale, causal=causal)
     except ValueError:
         return None
     _record(layer=layer, step=step, problem=problem,
@@ -279,8 +278,8 @@ def _padded(query, key, value, mask, causal, window, scale, p, grad, dname, laye
                          tiling=(tb.B_r, tb.B_c))
     else:
         from .varlen import attention_varlen
-        op = call(attention_varlen, *(x.detach().contiguous() for x in (qp, kp, vp)), cu_q,
-                  cu_k, causal=causal, scale=scale, window=window)
+        op = attention_varlen(*(x.detach().contiguous() for x in (qp, kp, vp)), cu_q,
+                              cu_k, causal=causal, scale=scale, window=window)
     out = query.new_zeros((B * Nq, H, d)).index_copy(0, qidx, op.to(query.dtype))
     t = default_tiling("fa2", d, dname, causal, "plain")
     _record(layer=layer, step=step, problem=problem, algorithm="fa2",

@@ -57,6 +57,7 @@ from numba import cuda, float32, int64
 from .._launch import (NB_DTYPE, NP_DTYPE, ONE, READ, WRITE, ZERO, T, add_count, kernel_name,
                       dummy_mask, launch, loader, specialisation, storer)
 from .. import _philox
+from .._torch_cpu import takes_torch_cpu
 from ..forward._band import band_args, tile_in_band
 from ..forward.standard import rowblock_product_kernel, tile_product_kernel
 
@@ -305,6 +306,7 @@ def run(q3, k3, v3, do3, p3, dp3, ds3, dq3, dk3, dv3, scale, N, H, G, mask, acti
            shm, ds3, q3, dk3, np.float32(scale), mk, n, nk, lo, hi, counters)
 
 
+@takes_torch_cpu
 def standard_forward(q, k, v, *, causal=False, scale=None, block_rows, block_cols,
                      block_mask=None, threads=None, kernel="auto", poison=None,
                      dropout_p=0.0, dropout_seed=0, dropout_offset=0, window=(-1, -1)):
