@@ -433,10 +433,12 @@ def table_trust(data=None) -> str:
 # ---------------------------------------------------------------------------------------
 # Decoding: issue 37's goal
 # ---------------------------------------------------------------------------------------
-#: issue 37's goal groups: (label, batch and N_kv test on a row, goal fraction of HBM peak);
-#: N_kv of a ragged row is its longest sequence (seq_len_kv)
-DECODE_GOALS = (("B ≥ 8, N_kv ≥ 16K", lambda r: r["batch"] >= 8 and r["seq_len_kv"] >= 16384, 0.80),
-                ("B = 1, N_kv ≥ 64K", lambda r: r["batch"] == 1 and r["seq_len_kv"] >= 65536, 0.70))
+#: issue 37's goal groups: (label, batch and N_kv test on a row, goal fraction of HBM peak,
+#: whether the table splits the group by heads x layout and ragged batches); N_kv of a
+#: ragged row is its longest sequence (seq_len_kv)
+DECODE_GOALS = (
+    ("B ≥ 8, N_kv ≥ 16K", lambda r: r["batch"] >= 8 and r["seq_len_kv"] >= 16384, 0.80, True),
+    ("B = 1, N_kv ≥ 64K", lambda r: r["batch"] == 1 and r["seq_len_kv"] >= 65536, 0.70, False))
 #: cache layouts of the goal: (label, paged)
 DECODE_LAYOUTS = (("contiguous", None), ("paged 16", 16), ("paged 256", 256))
 
@@ -500,9 +502,9 @@ def _decode_goal_lines(run_rows, peak):
     pick = latest([r for r in run_rows if decode_timed(r)], lambda r: (r["impl"], decode_point(r)))
     flash = [r for (impl, _), r in pick.items() if impl == "flashsim"]
     groups = []
-    for label, test, goal in DECODE_GOALS:
+    for label, test, goal, split in DECODE_GOALS:
         rs = [r for r in flash if test(r)]
-        if goal == 0.80:   # split by heads x layout, ragged batches by layout, then all
+        if split:          # by heads x layout, ragged batches by layout, then all
             groups += [(label, a, lay, goal, [r for r in rs if not r.get("ragged") and
                                              decode_attn(r) == a and r.get("paged") == pg])
                        for a in ("MHA", "GQA", "MQA") for lay, pg in DECODE_LAYOUTS]
@@ -562,7 +564,7 @@ def table_decode_goal(data=None) -> str:
         # points of the goal groups the run did not time (memory, budget, an error)
         lost = [r for r in rr if r.get("impl") == "flashsim" and not r.get("sweep")
                 and r.get("status") != "ok" and r.get("batch") is not None
-                and r.get("seq_len_kv") is not None and any(t(r) for _, t, _ in DECODE_GOALS)]
+                and r.get("seq_len_kv") is not None and any(t(r) for _, t, _, _ in DECODE_GOALS)]
         r0 = rr[0]
         peak_txt = (f"HBM peak {peak / 1e12:.2f} TB/s (iosim preset {gpu})" if peak else
                     "no iosim preset for this device (analysis.fit_levels.GPU_OF_DEVICE): "
