@@ -40,6 +40,7 @@ from iosim.timing.decode import (CONSTANTS_PATH, FLAT_CONSTANTS_PATH, FLAT_MODEL
                                   MODEL_VERSION, load_constants, predict_decode)
 
 from .fit_levels import GPU_OF_DEVICE
+from .tables import decode_attn
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_PATH = ROOT / "benchmarks" / "results" / "data" / "decode_bench.jsonl"
@@ -234,7 +235,7 @@ def group_of(row: dict) -> dict:
          "cache": "small" if row["seq_len_kv"] <= SMALL_CACHE else "large"}
     if row.get("main_kernel") == "flat":      # the flat kernel's rows: also by batch / lengths
         g["lengths"] = "ragged" if row.get("ragged") else "uniform"
-        g["heads"] = row.get("attn") or ("MHA" if row["heads"] == row["kv_heads"] else "grouped")
+        g["heads"] = decode_attn(row)
     return g
 
 
