@@ -150,10 +150,12 @@ def ctas_per_sm(problem, kv_reads: str, kernel: str) -> int:
     that no split waits for a second wave."""
     if kernel == "tiled":
         return 1
-    return flat_resident_blocks(problem.dtype, _rows(problem, kv_reads), problem.paged)
+    return flat_resident_blocks(problem.dtype, block_rows(problem, kv_reads), problem.paged)
 
 
-def _rows(problem, kv_reads: str) -> int:
+def block_rows(problem, kv_reads: str) -> int:
+    """NR, the query rows one block serves: N_q, times the G query heads of a group under
+    kv_reads "per_group"."""
     return (1 if kv_reads == "per_query_head" else problem.group) * problem.N_q
 
 
@@ -171,7 +173,7 @@ def main_kernel(problem, kv_reads: str, main: str = "auto", vec: bool = True,
     ValueError for an unknown main, or main="flat" where it does not apply."""
     if check_main(main) == "tiled":
         return "tiled"
-    NR = _rows(problem, kv_reads)
+    NR = block_rows(problem, kv_reads)
     ok = flat_plan(problem.d, problem.dtype, NR, vec_ok=vec, sim=sim) is not None
     if main == "flat" and not ok:
         raise ValueError(f"main='flat' does not run {NR} query rows a block at "
@@ -187,6 +189,6 @@ def choose_kv_reads(problem, kv_reads: str = "auto", main: str = "auto",
     if check_main(main) and kv_reads != "auto":
         return kv_reads
     if problem.group > 1 and main != "tiled":
-        if flat_plan(problem.d, problem.dtype, _rows(problem, "per_group"), sim=sim) is not None:
+        if flat_plan(problem.d, problem.dtype, block_rows(problem, "per_group"), sim=sim) is not None:
             return "per_group"
     return "per_query_head"

@@ -63,7 +63,8 @@ from ..decode import (DecodeProblem, choose_num_splits, decode_closed_form, sequ
                       split_bounds)
 from ..problem import ConfigError
 from ..hardware import get_hardware
-from ..launch.decode import ctas_per_sm, flat_plan, flat_resident_blocks, main_kernel, plan
+from ..launch.decode import (block_rows, ctas_per_sm, flat_plan, flat_resident_blocks,
+                             main_kernel, plan)
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
 MODEL_VERSION = "decode-time v1"
@@ -188,7 +189,7 @@ def flat_shape(problem: DecodeProblem, num_splits: int, kv_reads: str) -> dict:
     TB): it finds each row's page itself, so pages do not cut its tiles), C, CTAs, and for
     a ragged batch every CTA's rows in dispatch order."""
     p = problem
-    NR = _rows_of(p, kv_reads)
+    NR = block_rows(p, kv_reads)
     lay = flat_plan(p.d, p.dtype, NR)
     if lay is None:
         raise ConfigError(f"main='flat' does not run {NR} query rows a block at d={p.d} "
@@ -203,10 +204,6 @@ def flat_shape(problem: DecodeProblem, num_splits: int, kv_reads: str) -> dict:
     C = max(rows)
     return dict(R=R, NR=NR, layout={k: lay[k] for k in ("NT", "VW", "LPR", "NGRP", "KPG", "TB")},
                 T=-(-C // lay["TB"]), C=C, ctas=num_splits * R, cta_rows=rows)
-
-
-def _rows_of(p: DecodeProblem, kv_reads: str) -> int:
-    return (1 if kv_reads == "per_query_head" else p.group) * p.N_q
 
 
 def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
@@ -293,7 +290,7 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     hw = get_hardware(gpu)
     c = constants or load_constants(main=kernel)
     warnings = []
-    NR = _rows_of(problem, kv_reads)
+    NR = block_rows(problem, kv_reads)
     if kernel == "tiled" and main == "tiled" and flat_plan(problem.d, problem.dtype, NR) is not None:
         warnings.append("this is the tiled main kernel's time (gpu.decode main='tiled'); "
                         "gpu.decode's default runs the flat kernel here (main='auto', "
