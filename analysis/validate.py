@@ -28,7 +28,8 @@ from analysis.validation_configs import (LEVELS_BLIND, LEVELS_BLIND2, LEVELS_BLI
                                          LEVELS_BLIND6, RUNTIME_BLIND6, RUNTIME_DEV6,
                                          LEVELS_BLIND7, RUNTIME_BLIND7, RUNTIME_DEV7,
                                          LEVELS_BLIND8, RUNTIME_BLIND8, RUNTIME_DEV8,
-                                         LEVELS_BLIND9, LEVELS_BLIND10, RUNTIME_BLIND11)
+                                         LEVELS_BLIND9, LEVELS_BLIND10, RUNTIME_BLIND11,
+                                         LEVELS_BLIND11)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: measured after the L2 model was frozen (c9b0b77) and never fitted on: the blind set and
@@ -48,7 +49,10 @@ LEVELS_BLIND_SETS = {
     "levels_blind8": (LEVELS_BLIND8, "blind8", RUNS / "levels-blind8-predictions" / "predictions.json"),
     "levels_blind9": (LEVELS_BLIND9, "blind9", RUNS / "levels-blind9-predictions" / "predictions.json"),
     "levels_blind10": (LEVELS_BLIND10, "blind10",
-                       RUNS / "levels-blind10-predictions" / "predictions.json")}
+                       RUNS / "levels-blind10-predictions" / "predictions.json"),
+    # issue 39: the passes of runtime_blind11, counted (DRAM / L2 across the space)
+    "levels_blind11": (LEVELS_BLIND11, "blind11",
+                       RUNS / "levels-blind11-predictions" / "predictions.json")}
 RUNTIME_BLIND_SETS = {
     "runtime_blind": (RUNTIME_BLIND, "blind", RUNS / "runtime-blind-predictions" / "predictions.json"),
     "runtime_blind2": (RUNTIME_BLIND2, "blind2",

@@ -4,8 +4,8 @@
 #
 #   bash scripts/device.sh CMD [ARG...]       set up, then run CMD (its exit status)
 #   bash scripts/device.sh measure STAGE...   hwmeasure stages, console gets counts only
-#   bash scripts/device.sh session 1|2        the open decode / model issues' GPU work, in
-#                                             two calls under ten minutes (below)
+#   bash scripts/device.sh session 1|2|3      the open decode / model issues' GPU work, in
+#                                             calls under ten minutes each (below)
 #
 # Set-up: numba-cuda 0.30.4 cannot compile kernels on numpy >= 2.5, so a numpy<2.5 wheel
 # carried in .whl/ is installed into /tmp/site and put first on PYTHONPATH, then the
@@ -35,14 +35,16 @@ fi
 { date -u; git rev-parse --short HEAD 2>/dev/null
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,uuid --format=csv; } \
   > "$OUT/device.txt" 2>&1
-[ $# -gt 0 ] || { echo "usage: bash scripts/device.sh CMD [ARG...] | measure KIND:SET[:SECONDS]... | session 1|2"; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash scripts/device.sh CMD [ARG...] | measure KIND:SET[:SECONDS]... | session 1|2|3"; exit 2; }
 # session: most important first; every stage writes under $OUT as it goes, so a call cut
 # short still returns what it made.
 # 1: compute-sanitizer memcheck and racecheck on the flat decode kernel (tiny cases), its
 #    checks against float64 and the ledger at full size (fp16, fp32, bf16, paged), the
 #    decode benchmark (flashsim bench --decode), then the issue-39 blind set's times.
-# 2: the rest of the blind set (hwmeasure resumes), the gpu-marked tests, the decode tests
+# 2: the rest of the blind set (hwmeasure resumes from ./out/runtime_blind11.jsonl: put call
+#    1's file there and carry out/), the gpu-marked tests, the decode tests
 #    on the GPU, the flat kernel's tuning probe (against the tiled kernel and SDPA).
+# 3: the issue-39 DRAM blind set's counters (Nsight Compute); resumes the same way.
 if [ "$1" = session ]; then
   self=$0
   case ${2:-} in
@@ -70,7 +72,9 @@ if [ "$1" = session ]; then
           tests/test_gpu_decode.py tests/test_decode_ragged_gpu.py > $OUT/pytest_decode.txt 2>&1
       timeout 120 python3 benchmarks/decode_flat_probe.py --budget-s 100 \
           --out $OUT/decode_probe.jsonl > $OUT/probe.txt 2>&1' ;;
-  *) echo "device.sh session: give 1 or 2"; exit 2 ;;
+  3)
+    bash "$self" measure counters:levels_blind11:480 ;;
+  *) echo "device.sh session: give 1, 2 or 3"; exit 2 ;;
   esac
   exit 0
 fi
@@ -85,6 +89,11 @@ for st in "$@"; do
   kind=${st%%:*}; rest=${st#*:}; set_name=${rest%%:*}
   budget=$BUDGET; [ "$rest" != "$set_name" ] && budget=${rest#*:}
   case $kind in times|counters) ;; *) echo "device.sh measure: stage kind '$kind' is not allowed; allowed: times, counters"; exit 2 ;; esac
+  # resume: a lent machine starts with an empty $OUT, so an earlier call's rows travel in
+  # ./out (carry it) and are copied over first; hwmeasure skips the configurations they hold
+  if [ -f "out/$set_name.jsonl" ] && [ ! -e "$OUT/$set_name.jsonl" ]; then
+    cp "out/$set_name.jsonl" "$OUT/$set_name.jsonl"
+  fi
   t0=$(date +%s)
   timeout $((budget + 60)) python3 -m analysis.hwmeasure "$kind" --set "$set_name" \
       --budget-s "$budget" --out "$OUT/$set_name.jsonl" > "$OUT/$set_name.log" 2>&1
