@@ -224,7 +224,9 @@ def test_blind_set_is_declared_and_frozen():
     from analysis.validate import RUNTIME_BLIND_SETS, SPLIT_OF, predictions_path
     from analysis.validation_configs import RUNTIME_BLIND11, SETS
     assert 40 <= len(RUNTIME_BLIND11) <= 60
-    earlier = {c["id"] for name, s in SETS.items() if name != "runtime_blind11" for c in s}
+    # levels_blind11 counts the same passes (declared after, for the DRAM model)
+    earlier = {c["id"] for name, s in SETS.items()
+               if name not in ("runtime_blind11", "levels_blind11") for c in s}
     assert not {c["id"] for c in RUNTIME_BLIND11} & (set(SPLIT_OF) | earlier)
     for gpu in ("H100-SXM", "H200"):
         with open(predictions_path(RUNTIME_BLIND_SETS["runtime_blind11"][2], gpu)) as f:
@@ -235,6 +237,22 @@ def test_blind_set_is_declared_and_frozen():
                 assert c["predicted_ms"] > 0 and c["trust"]["statement"]
             else:
                 assert "not modelled" in c["reason"]
+
+
+def test_dram_blind_set_is_the_same_passes_frozen():
+    """LEVELS_BLIND11: the passes of RUNTIME_BLIND11 for the L2 / DRAM model, whose
+    predictions are frozen on both presets with a DRAM range for every pass."""
+    from analysis.validate import LEVELS_BLIND_SETS, predictions_path
+    from analysis.validation_configs import LEVELS_BLIND11, RUNTIME_BLIND11
+    assert LEVELS_BLIND11 == RUNTIME_BLIND11
+    for gpu in ("H100-SXM", "H200"):
+        with open(predictions_path(LEVELS_BLIND_SETS["levels_blind11"][2], gpu)) as f:
+            fr = json.load(f)
+        assert fr["split"] == "blind11" and fr["gpu_preset"] == gpu
+        assert [p["id"] for p in fr["predictions"]] == [c["id"] for c in LEVELS_BLIND11]
+        for p in fr["predictions"]:
+            lo, hi = p["predicted"]["dram_read_bytes_range"]
+            assert 0 < lo <= p["predicted"]["dram_read_bytes"] * (1 + 1e-9) and lo <= hi
 
 
 def test_blind_score_rows(tmp_path):
