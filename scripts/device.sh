@@ -4,7 +4,7 @@
 #
 #   bash scripts/device.sh CMD [ARG...]       set up, then run CMD (its exit status)
 #   bash scripts/device.sh measure STAGE...   hwmeasure stages, console gets counts only
-#   bash scripts/device.sh session 1|2|3      the open decode / model issues' GPU work, in
+#   bash scripts/device.sh session 1|2|3|4    the open decode / model issues' GPU work, in
 #                                             calls under ten minutes each (below)
 #
 # Set-up: numba-cuda 0.30.4 cannot compile kernels on numpy >= 2.5, so a numpy<2.5 wheel
@@ -35,16 +35,17 @@ fi
 { date -u; git rev-parse --short HEAD 2>/dev/null
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,uuid --format=csv; } \
   > "$OUT/device.txt" 2>&1
-[ $# -gt 0 ] || { echo "usage: bash scripts/device.sh CMD [ARG...] | measure KIND:SET[:SECONDS]... | session 1|2|3"; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash scripts/device.sh CMD [ARG...] | measure KIND:SET[:SECONDS]... | session 1|2|3|4"; exit 2; }
 # session: most important first; every stage writes under $OUT as it goes, so a call cut
 # short still returns what it made.
 # 1: compute-sanitizer memcheck and racecheck on the flat decode kernel (tiny cases), its
 #    checks against float64 and the ledger at full size (fp16, fp32, bf16, paged), the
-#    decode benchmark (flashsim bench --decode), then the issue-39 blind set's times.
-# 2: the rest of the blind set (hwmeasure resumes from ./out/runtime_blind11.jsonl: put call
-#    1's file there and carry out/), the gpu-marked tests, the decode tests
-#    on the GPU, the flat kernel's tuning probe (against the tiled kernel and SDPA).
-# 3: the issue-39 DRAM blind set's counters (Nsight Compute); resumes the same way.
+#    decode benchmark (flashsim bench --decode, its whole grid).
+# 2: the decode tests and the gpu-marked tests on the GPU, the flat kernel's tuning probe
+#    (against the tiled kernel and SDPA), then the issue-39 blind set's times.
+# 3: the rest of the blind set's times, then the issue-39 DRAM blind set's counters
+#    (Nsight Compute); 4: the rest of the counters. A measure stage resumes from
+#    ./out/SET.jsonl (put the earlier call's file there and carry out/).
 if [ "$1" = session ]; then
   self=$0
   case ${2:-} in
@@ -57,24 +58,25 @@ if [ "$1" = session ]; then
         timeout 45 compute-sanitizer --tool $tool $extra python3 benchmarks/decode_flat_probe.py \
             --sanitize --out $OUT/san_$tool.jsonl > $OUT/san_$tool.txt 2>&1
       done
-      timeout 60 python3 benchmarks/decode_flat_probe.py --quick --budget-s 1 \
+      timeout 45 python3 benchmarks/decode_flat_probe.py --quick --budget-s 1 \
           --out $OUT/probe_checks.jsonl > $OUT/probe_checks.txt 2>&1
-      timeout 250 python3 -m analysis.cli bench --decode --no-sweep --budget-s 235 \
+      timeout 345 python3 -m analysis.cli bench --decode --no-sweep --budget-s 330 \
           --out $OUT/decode_bench.jsonl > $OUT/bench.txt 2>&1
-      echo "bench rc=$?"'
-    bash "$self" measure times:runtime_blind11:130 ;;
+      echo "bench rc=$?"' ;;
   2)
-    bash "$self" measure times:runtime_blind11:150
     bash "$self" bash -c '
-      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -n 8 \
-          --junitxml=$OUT/gpu_tests.xml tests > $OUT/pytest_gpu.txt 2>&1
       timeout 100 python3 -m pytest -q -p no:cacheprovider -n 8 --junitxml=$OUT/decode_tests.xml \
           tests/test_gpu_decode.py tests/test_decode_ragged_gpu.py > $OUT/pytest_decode.txt 2>&1
+      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -n 8 \
+          --junitxml=$OUT/gpu_tests.xml tests > $OUT/pytest_gpu.txt 2>&1
       timeout 120 python3 benchmarks/decode_flat_probe.py --budget-s 100 \
-          --out $OUT/decode_probe.jsonl > $OUT/probe.txt 2>&1' ;;
+          --out $OUT/decode_probe.jsonl > $OUT/probe.txt 2>&1'
+    bash "$self" measure times:runtime_blind11:110 ;;
   3)
+    bash "$self" measure times:runtime_blind11:170 counters:levels_blind11:280 ;;
+  4)
     bash "$self" measure counters:levels_blind11:480 ;;
-  *) echo "device.sh session: give 1, 2 or 3"; exit 2 ;;
+  *) echo "device.sh session: give 1, 2, 3 or 4"; exit 2 ;;
   esac
   exit 0
 fi
