@@ -55,7 +55,7 @@ if [ "$1" = session ]; then
           > $OUT/versions.txt 2>&1
       for tool in memcheck racecheck; do
         extra=""; [ $tool = memcheck ] && extra="--report-api-errors no"
-        timeout 45 compute-sanitizer --tool $tool $extra python3 benchmarks/decode_flat_probe.py \
+        timeout 60 compute-sanitizer --tool $tool $extra python3 benchmarks/decode_flat_probe.py \
             --sanitize --out $OUT/san_$tool.jsonl > $OUT/san_$tool.txt 2>&1
       done
       timeout 45 python3 benchmarks/decode_flat_probe.py --quick --budget-s 1 \
