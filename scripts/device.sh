@@ -40,7 +40,8 @@ fi
 # short still returns what it made.
 # 1: compute-sanitizer memcheck and racecheck on the flat decode kernel (tiny cases), its
 #    checks against float64 and the ledger at full size (fp16, fp32, bf16, paged), the
-#    decode benchmark (flashsim bench --decode, its whole grid).
+#    decode benchmark (flashsim bench --decode, its whole grid; BENCH_S=seconds caps it,
+#    default 330).
 # 2: the decode tests and the gpu-marked tests on the GPU, the flat kernel's tuning probe
 #    (against the tiled kernel and SDPA), then the issue-39 blind set's times.
 # 3: the rest of the blind set's times, then the issue-39 DRAM blind set's counters
@@ -60,7 +61,8 @@ if [ "$1" = session ]; then
       done
       timeout 45 python3 benchmarks/decode_flat_probe.py --quick --budget-s 1 \
           --out $OUT/probe_checks.jsonl > $OUT/probe_checks.txt 2>&1
-      timeout 345 python3 -m analysis.cli bench --decode --no-sweep --budget-s 330 \
+      timeout $((${BENCH_S:-330} + 15)) python3 -m analysis.cli bench --decode --no-sweep \
+          --budget-s ${BENCH_S:-330} \
           --out $OUT/decode_bench.jsonl > $OUT/bench.txt 2>&1
       echo "bench rc=$?"' ;;
   2)
