@@ -40,8 +40,8 @@ fi
 # short still returns what it made.
 # 1: compute-sanitizer memcheck and racecheck on the flat decode kernel (tiny cases), its
 #    checks against float64 and the ledger at full size (fp16, fp32, bf16, paged), the
-#    decode benchmark (flashsim bench --decode, its whole grid; BENCH_S=seconds caps it,
-#    default 330).
+#    decode benchmark (flashsim bench --decode without the num_splits sweep, at its default
+#    budget of 330 s, smallest caches first; BENCH_S=seconds sets another).
 # 2: the decode tests and the gpu-marked tests on the GPU, the flat kernel's tuning probe
 #    (against the tiled kernel and SDPA), then the issue-39 blind set's times.
 # 3: the rest of the blind set's times, then the issue-39 DRAM blind set's counters
