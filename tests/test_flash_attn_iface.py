@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import iosim
+from _fa_mask import fa_mask
 from gpu.flash_attn import (flash_attn_func, flash_attn_kvpacked_func,
                             flash_attn_qkvpacked_func, flash_attn_varlen_func,
                             flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func,
@@ -32,22 +33,6 @@ def _rand(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
 
 
-def _fa_mask(Nq, Nk, causal, window):
-    """flash-attn's documented mask, (Nq, Nk) bool, from its rules (not iosim's)."""
-    # flash-attn's C++ resets a side >= seqlen_k to -1 (unbounded) before masking
-    left, right = (-1 if w >= Nk else w for w in window)
-    i = np.arange(Nq)[:, None] + Nk - Nq
-    j = np.arange(Nk)[None, :]
-    keep = np.ones((Nq, Nk), bool)
-    if causal:
-        keep &= j <= i
-    if left >= 0:
-        keep &= j >= i - left
-    if right >= 0 and not causal:
-        keep &= j <= i + right
-    return keep
-
-
 def _fa_ref(q, k, v, causal=False, window=(-1, -1), scale=None, lse=False):
     """float64 attention in flash-attn's layout: q (B, Nq, H, d), k, v (B, Nk, Hk, d)."""
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
@@ -55,7 +40,7 @@ def _fa_ref(q, k, v, causal=False, window=(-1, -1), scale=None, lse=False):
     Nk, Hk = k.shape[1], k.shape[2]
     scale = 1 / np.sqrt(d) if scale is None else scale
     g = H // Hk
-    keep = _fa_mask(Nq, Nk, causal, window)
+    keep = fa_mask(Nq, Nk, causal, window)
     out = np.zeros_like(q)
     L = np.full((B, H, Nq), -np.inf)
     for b in range(B):
@@ -444,7 +429,7 @@ def _sdpa(torch, q, k, v, causal=False, window=(-1, -1)):
     repeating K/V heads); float32 math."""
     B, Nq, H, d = q.shape
     Nk, Hk = k.shape[1], k.shape[2]
-    mask = torch.as_tensor(_fa_mask(Nq, Nk, causal, window), device=q.device)
+    mask = torch.as_tensor(fa_mask(Nq, Nk, causal, window), device=q.device)
     qt, kt, vt = (x.transpose(1, 2).float() for x in (q, k, v))
     kt, vt = (x.repeat_interleave(H // Hk, dim=1) for x in (kt, vt))
     o = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask)

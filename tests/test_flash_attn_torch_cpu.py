@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import iosim
+from _fa_mask import fa_mask
 
 torch = pytest.importorskip(
     "torch", reason="torch is not installed: these tests run flash-attn's interface on "
@@ -63,26 +64,11 @@ def _ref(q, k, v, causal=False, window=(-1, -1), scale=None, lse=False):
     return res.transpose(0, 2, 1, 3)
 
 
-def _fa_mask(Nq, Nk, causal, window):
-    """flash-attn's documented mask (Nq, Nk), from its docstring's rules."""
-    left, right = (-1 if w >= Nk else w for w in window)
-    i = torch.arange(Nq)[:, None] + Nk - Nq
-    j = torch.arange(Nk)[None, :]
-    keep = torch.ones(Nq, Nk, dtype=torch.bool)
-    if causal:
-        keep &= j <= i
-    if left >= 0:
-        keep &= j >= i - left
-    if right >= 0 and not causal:
-        keep &= j <= i + right
-    return keep
-
-
 def _dense64(q, k, v, causal=False, window=(-1, -1)):
     """Dense attention in torch float64, differentiable: (B, N, H, d) in and out; a row
     that sees no key gives 0."""
     H, Hk, d = q.shape[2], k.shape[2], q.shape[3]
-    keep = _fa_mask(q.shape[1], k.shape[1], causal, window)
+    keep = torch.from_numpy(fa_mask(q.shape[1], k.shape[1], causal, window))
     qt, kt, vt = (x.double().transpose(1, 2) for x in (q, k, v))
     kt, vt = (x.repeat_interleave(H // Hk, dim=1) for x in (kt, vt))
     s = (qt @ kt.transpose(-1, -2)) / d ** 0.5

@@ -42,7 +42,7 @@ transformers = pytest.importorskip(
     "on gpu.hf's backend (pip install 'flashsim[hf]')")
 
 import gpu.hf  # noqa: E402
-from _ledgers import closed as _closed, executed as _executed  # noqa: E402
+from _ledgers import bytes_by_layer, closed as _closed, executed as _executed  # noqa: E402
 from iosim.decode import DecodeProblem  # noqa: E402
 from iosim.workload import recording, traffic_table  # noqa: E402
 
@@ -89,26 +89,14 @@ def _run(model, impl, ids, **kw):
 # ---------------------------------------------------------------------------------------
 
 
-def _by_layer(calls, ledger_of, step, backward):
-    out = {}
-    for c in calls:
-        if c.step == step and c.backward == backward:
-            led = ledger_of(c)
-            rd, wr = out.setdefault(c.layer, ({}, {}))
-            for t in led.tensors():
-                rd[t] = rd.get(t, 0) + led.read_bytes_of(t)
-                wr[t] = wr.get(t, 0) + led.write_bytes_of(t)
-    return out
-
-
 def _check_ledger(calls, sections, executed=True):
     table = traffic_table(calls)
     for step, backward in sections:
         got = {g.layer: (g.read_bytes, g.write_bytes) for g in table.by_layer(step, backward)}
         assert sorted(got) == [0, 1], (step, backward, sorted(got))
-        assert got == _by_layer(calls, _closed, step, backward)
+        assert got == bytes_by_layer(calls, _closed, step, backward)
         if executed:
-            assert got == _by_layer(calls, _executed, step, backward)
+            assert got == bytes_by_layer(calls, _executed, step, backward)
 
 
 # ---------------------------------------------------------------------------------------

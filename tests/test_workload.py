@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import iosim
 from _cli import run_cli
-from _ledgers import closed as _closed, executed as _executed
+from _ledgers import bytes_by_layer, closed as _closed, executed as _executed
 from iosim import ConfigError, Problem, Tiling
 from iosim.decode import DecodeProblem, decode_closed_form
 from iosim.workload import (AttentionCall, KNOWN_CONFIGS, ModelShape, calls_from_config,
@@ -44,20 +44,6 @@ def _one_line(exc_info, *words):
 # ---------------------------------------------------------------------------------------
 
 
-def _bytes_by_layer(calls, ledger_of, step, backward=False):
-    """{layer: ({tensor: read bytes}, {tensor: write bytes})} summed over the calls."""
-    out = {}
-    for c in calls:
-        if c.step != step or c.backward != backward:
-            continue
-        led = ledger_of(c)
-        rd, wr = out.setdefault(c.layer, ({}, {}))
-        for t in led.tensors():
-            rd[t] = rd.get(t, 0) + led.read_bytes_of(t)
-            wr[t] = wr.get(t, 0) + led.write_bytes_of(t)
-    return out
-
-
 @pytest.mark.parametrize("train", [False, True])
 def test_layer_ledger_is_the_sum_of_the_closed_forms(train):
     calls = calls_from_config(SMALL, prefill=40, decode_steps=0 if train else 30,
@@ -66,7 +52,7 @@ def test_layer_ledger_is_the_sum_of_the_closed_forms(train):
     sections = ([("train", False), ("train", True)] if train
                 else [("prefill", False), ("decode", False)])
     for step, backward in sections:
-        want = _bytes_by_layer(calls, _closed, step, backward)
+        want = bytes_by_layer(calls, _closed, step, backward)
         got = table.by_layer(step, backward)
         assert [g.layer for g in got] == [0, 1, 2]
         for g in got:
@@ -93,7 +79,7 @@ def test_small_run_equals_the_executed_schedules(train):
         assert row.ledger.counts() == executed(row.call).counts()
     for step, backward in ({("train", False), ("train", True)} if train
                            else {("prefill", False), ("decode", False)}):
-        want = _bytes_by_layer(calls, executed, step, backward)
+        want = bytes_by_layer(calls, executed, step, backward)
         for g in table.by_layer(step, backward):
             assert (g.read_bytes, g.write_bytes) == want[g.layer]
 
