@@ -18,8 +18,8 @@ import functools
 import numpy as np
 
 
-def _torch_of(x):
-    """The torch module if x is a torch tensor (imported only then), else None."""
+def torch_of(x):
+    """The torch module if x is a torch tensor (torch imported only then), else None."""
     if type(x).__module__.split(".")[0] != "torch":
         return None
     import torch
@@ -28,7 +28,7 @@ def _torch_of(x):
 
 def is_cpu_tensor(x) -> bool:
     """Whether x is a torch tensor on the CPU."""
-    return _torch_of(x) is not None and x.device.type == "cpu"
+    return torch_of(x) is not None and x.device.type == "cpu"
 
 
 def to_numpy(x):
@@ -36,7 +36,7 @@ def to_numpy(x):
     kept, so a non-contiguous tensor gives a non-contiguous array, which the kernels'
     checks refuse as they refuse a non-contiguous CUDA tensor). bfloat16 -> ml_dtypes'
     bfloat16 (NumPy has none)."""
-    torch = _torch_of(x)
+    torch = torch_of(x)
     x = x.detach()
     if x.dtype == torch.bfloat16:
         import ml_dtypes
@@ -95,4 +95,4 @@ def takes_torch_cpu(fn):
     return entry
 
 
-__all__ = ["call", "from_numpy", "is_cpu_tensor", "takes_torch_cpu", "to_numpy"]
+__all__ = ["call", "from_numpy", "is_cpu_tensor", "takes_torch_cpu", "to_numpy", "torch_of"]

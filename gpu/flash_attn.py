@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._torch_cpu import torch_of as _torch_of
 
 #: largest head dimension (flash-attn's and flashsim's)
 MAX_HEADDIM = 256
@@ -72,14 +73,6 @@ MAX_DECODE_ROWS = 16
 # ---------------------------------------------------------------------------------------
 # checks shared by the three entry points
 # ---------------------------------------------------------------------------------------
-def _torch_of(x):
-    """The torch module if x is a torch tensor (imported only then), else None."""
-    if type(x).__module__.split(".")[0] != "torch":
-        return None
-    import torch
-    return torch
-
-
 def _kind(names_values):
     """'numpy' or 'torch' for the named inputs (all of one kind; torch tensors all on one
     device, CUDA or CPU); ValueError naming the first input that is neither, or the kinds /
@@ -89,8 +82,7 @@ def _kind(names_values):
         if isinstance(x, np.ndarray):
             kinds.append("numpy")
             continue
-        torch = _torch_of(x)
-        if torch is None or not isinstance(x, torch.Tensor):
+        if _torch_of(x) is None:
             raise ValueError(f"{name} must be a NumPy array or a torch tensor (CUDA or CPU); "
                              f"got {type(x).__name__}")
         kinds.append("torch")
