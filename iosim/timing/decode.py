@@ -154,6 +154,27 @@ def _bytes(p: DecodeProblem, S: int, kv_reads: str) -> tuple[str, int, int]:
     return schedule, main_bytes, led.hbm_bytes - main_bytes
 
 
+def _busiest_sm(work, sm_count: int) -> float:
+    """The busiest SM's sum of its CTAs' `work` (us), the CTAs dispatched round-robin in
+    grid order, all resident at once."""
+    work = np.asarray(work, dtype=np.float64)
+    return float(np.bincount(np.arange(work.size) % sm_count, weights=work).max())
+
+
+def _step_terms(t_main0: float, t_tiles: float, t_dram: float, S: int, comb: dict,
+                comb_bytes: int, hw) -> dict:
+    """A step's terms (us): the main kernel's fixed time and the larger of its tile and
+    DRAM bounds; with S > 1 the combine kernel's, from the tiled model's constants `comb`
+    (both main kernels hand their partials to the same `split_kv.combine_kernel`)."""
+    terms = {"main_fixed": t_main0, "main_tiles": t_tiles if t_tiles >= t_dram else 0.0,
+             "main_dram": t_dram if t_dram > t_tiles else 0.0}
+    if S > 1:
+        bw = comb["e_dram"] * hw.hbm_bandwidth / 1e6          # bytes per us
+        terms.update(combine_fixed=comb["t_comb0"], combine_splits=S * comb["c_s"],
+                     combine_dram=comb_bytes / bw)
+    return terms
+
+
 def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
     p = problem
     sh = kernel_shape(p, S, kv_reads)
@@ -167,16 +188,12 @@ def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
                 + NR * k["c_sh"] * steps / 16)
     if "cta_rows" in sh:    # a ragged batch: the busiest SM's sum over its own CTAs
         work = np.asarray(sh["cta_rows"], dtype=np.float64) / lay["TB"] * per_tile + k["c_cta"]
-        issue = float(np.bincount(np.arange(work.size) % hw.sm_count, weights=work).max())
+        issue = _busiest_sm(work, hw.sm_count)
     else:
         issue = n * (sh["C"] / lay["TB"] * per_tile + k["c_cta"])
     t_tiles = max(latency, issue)
     t_dram = main_bytes / bw
-    terms = {"main_fixed": k["t_main0"], "main_tiles": t_tiles if t_tiles >= t_dram else 0.0,
-             "main_dram": t_dram if t_dram > t_tiles else 0.0}
-    if S > 1:
-        terms.update(combine_fixed=k["t_comb0"], combine_splits=S * k["c_s"],
-                     combine_dram=comb_bytes / bw)
+    terms = _step_terms(k["t_main0"], t_tiles, t_dram, S, k, comb_bytes, hw)
     info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
                 NR=sh["NR"], tiles_per_cta=sh["T"], ctas=sh["ctas"], ctas_per_busiest_sm=n,
                 sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
@@ -227,16 +244,10 @@ def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
     latency = waves * sh["T"] * (k["L_t"] + k["L_q"] * NR)
     rows = np.asarray(sh["cta_rows"], dtype=np.float64)
     work = np.where(rows > 0, np.ceil(rows / TB) * (k["c_t"] + k["c_q"] * NR), 0.0) + k["c_cta"]
-    # CTAs dispatched round-robin in grid order, all resident (the busiest SM's sum)
-    issue = float(np.bincount(np.arange(work.size) % hw.sm_count, weights=work).max())
+    issue = _busiest_sm(work, hw.sm_count)
     t_dram = main_bytes / (k["e_flat"] * hw.hbm_bandwidth / 1e6)
     t_tiles = max(latency, issue)
-    terms = {"main_fixed": k["t_main0"], "main_tiles": t_tiles if t_tiles >= t_dram else 0.0,
-             "main_dram": t_dram if t_dram > t_tiles else 0.0}
-    if S > 1:
-        bw = comb["e_dram"] * hw.hbm_bandwidth / 1e6
-        terms.update(combine_fixed=comb["t_comb0"], combine_splits=S * comb["c_s"],
-                     combine_dram=comb_bytes / bw)
+    terms = _step_terms(k["t_main0"], t_tiles, t_dram, S, comb, comb_bytes, hw)
     info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
                 NR=NR, tiles_per_cta=sh["T"], ctas=sh["ctas"], ctas_per_busiest_sm=n, waves=waves,
                 sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
