@@ -78,11 +78,16 @@ def split_of(row: dict) -> str:
     2026-12-07, before any flat-kernel or ragged row was measured; the key of every other
     row is unchanged). The flat and the tiled kernel's rows of one configuration fall in
     the same half."""
+    key = json.dumps(config_of(row), sort_keys=True)
+    return "heldout" if hashlib.sha256(key.encode()).digest()[0] % 2 else "fit"
+
+
+def config_of(row: dict) -> dict:
+    """A row's configuration: its SPLIT_KEY_FIELDS, and a ragged row's cache_seqlens."""
     cfg = {k: row.get(k) for k in SPLIT_KEY_FIELDS}
     if row.get("ragged"):
         cfg["cache_seqlens"] = list(row["cache_seqlens"])
-    key = json.dumps(cfg, sort_keys=True)
-    return "heldout" if hashlib.sha256(key.encode()).digest()[0] % 2 else "fit"
+    return cfg
 
 
 def e_dram_from_runtime() -> float:
@@ -245,12 +250,9 @@ def validation_rows(rows=None, constants=None, main: str = "tiled",
     out = []
     for r in rows or measured_rows(main=main, gpu=gpu):
         pr = predict_row(r, c, main, gpu)
-        cfg = {k: r.get(k) for k in SPLIT_KEY_FIELDS}
-        if r.get("ragged"):
-            cfg["cache_seqlens"] = r["cache_seqlens"]
         out.append({"kind": KIND, "run_id": r["run_id"], "device": r["device"],
                     "date": r["date"], "commit": r["commit"], "versions": r["versions"],
-                    "config": cfg, "split": split_of(r), **group_of(r),
+                    "config": config_of(r), "split": split_of(r), **group_of(r),
                     "measured_ms": r["ms_median"], "predicted_ms": round(pr["predicted_ms"], 6),
                     "rel_error": round(pr["predicted_ms"] / r["ms_median"] - 1, 6),
                     "binding": pr["binding"], "main_binding": pr["main_binding"],
@@ -300,37 +302,22 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu", default="H100-SXM",
                     help="the flat model's rows: this preset's GPU (default: H100-SXM)")
     a = ap.parse_args(argv)
-    if a.main == "flat":
-        return _main_flat(a)
+    flat = a.main == "flat"
     if a.command == "fit":
-        doc = fit()
-        CONSTANTS_PATH.write_text(json.dumps(doc, indent=2) + "\n")
+        doc = fit_flat(gpu=a.gpu) if flat else fit()
+        path = FLAT_CONSTANTS_PATH if flat else CONSTANTS_PATH
+        path.write_text(json.dumps(doc, indent=2) + "\n")
         print_constants(doc)
         print(f"fit rms log error {doc['fit_rms_log']:.4f} on {doc['fit_rows']} rows")
     elif a.command == "constants":
-        print_constants()
+        print_constants(load_constants(main=a.main))
     else:
-        v = validation_rows()
-        VALIDATION_PATH.write_text("".join(json.dumps(r) + "\n" for r in v))
-        print(f"{len(v)} rows -> {VALIDATION_PATH.relative_to(ROOT)}")
-        print_constants()
-        print_summary(v)
-    return 0
-
-
-def _main_flat(a) -> int:
-    if a.command == "fit":
-        doc = fit_flat(gpu=a.gpu)
-        FLAT_CONSTANTS_PATH.write_text(json.dumps(doc, indent=2) + "\n")
-        print_constants(doc)
-        print(f"fit rms log error {doc['fit_rms_log']:.4f} on {doc['fit_rows']} rows")
-    elif a.command == "constants":
-        print_constants(load_constants(main="flat"))
-    else:
-        v = validation_rows(main="flat", gpu=a.gpu)
-        VALIDATION_FLAT_PATH.write_text("".join(json.dumps(r) + "\n" for r in v))
-        print(f"{len(v)} rows -> {VALIDATION_FLAT_PATH.relative_to(ROOT)}")
-        print_constants(load_constants(main="flat"))
+        # the tiled model's rows are the H100's (--gpu picks the flat model's)
+        v = validation_rows(main=a.main, gpu=a.gpu if flat else "H100-SXM")
+        path = VALIDATION_FLAT_PATH if flat else VALIDATION_PATH
+        path.write_text("".join(json.dumps(r) + "\n" for r in v))
+        print(f"{len(v)} rows -> {path.relative_to(ROOT)}")
+        print_constants(load_constants(main=a.main))
         print_summary(v)
     return 0
 
