@@ -32,9 +32,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 from pathlib import Path
 
-from iosim import DecodeProblem, get_hardware
+from iosim import ConfigError, DecodeProblem, get_hardware
 from iosim.timing import RuntimeModel
 from iosim.timing.decode import (CONSTANTS_PATH, FLAT_CONSTANTS_PATH, FLAT_MODEL_VERSION,
                                   MODEL_VERSION, load_constants, predict_decode)
@@ -302,6 +303,14 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu", default="H100-SXM",
                     help="the flat model's rows: this preset's GPU (default: H100-SXM)")
     a = ap.parse_args(argv)
+    try:
+        return _run(a)
+    except ConfigError as exc:          # e.g. the flat model before any fit: one line
+        print(f"python3 -m analysis.fit_decode: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(a) -> int:
     flat = a.main == "flat"
     if a.command == "fit":
         doc = fit_flat(gpu=a.gpu) if flat else fit()

@@ -183,3 +183,16 @@ def test_flat_model_declines_until_fitted_and_auto_picks_the_kernel(monkeypatch,
     assert r["main"] == "tiled" and not any("flat kernel here" in w for w in r["warnings"])
     with _pt.raises(ConfigError, match="main='bogus' is not allowed"):
         D.predict_decode(p, main="bogus")
+
+
+@pytest.mark.parametrize("command", ["constants", "validate"])
+def test_fit_decode_flat_before_its_fit_is_one_line(command, monkeypatch, tmp_path, capsys):
+    """`python3 -m analysis.fit_decode constants|validate --main flat` with no fitted
+    constants: exit status 2 and one line naming main='flat', not a traceback."""
+    monkeypatch.setattr(DM, "FLAT_CONSTANTS_PATH", tmp_path / "absent.json")
+    monkeypatch.setattr(DT, "VALIDATION_FLAT_PATH", tmp_path / "rows.jsonl")
+    assert DT.main([command, "--main", "flat"]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "main='flat'" in lines[0] and "not modelled" in lines[0], err
+    assert not (tmp_path / "rows.jsonl").exists()
