@@ -12,7 +12,7 @@ is the order the runs were recorded) on the device `DEVICE`; measured rows only.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from analysis import results as R
 
@@ -433,12 +433,28 @@ def table_trust(data=None) -> str:
 # ---------------------------------------------------------------------------------------
 # Decoding: issue 37's goal
 # ---------------------------------------------------------------------------------------
-#: issue 37's goal groups: (label, batch and N_kv test on a row, goal fraction of HBM peak,
-#: whether the table splits the group by heads x layout and ragged batches); N_kv of a
-#: ragged row is its longest sequence (seq_len_kv)
-DECODE_GOALS = (
-    ("B ≥ 8, N_kv ≥ 16K", lambda r: r["batch"] >= 8 and r["seq_len_kv"] >= 16384, 0.80, True),
-    ("B = 1, N_kv ≥ 64K", lambda r: r["batch"] == 1 and r["seq_len_kv"] >= 65536, 0.70, False))
+class DecodeGoal(NamedTuple):
+    """One of issue 37's goal groups: rows of batch in [batch_min, batch_max] (None:
+    unbounded) and N_kv >= n_kv_min (a ragged row: its longest sequence, seq_len_kv) should
+    reach `goal` x the HBM peak; split: the table splits the group by heads x layout and
+    ragged batches; who: the figure's short name of the group."""
+    label: str
+    who: str
+    batch_min: int
+    batch_max: int | None
+    n_kv_min: int
+    goal: float
+    split: bool
+
+    def holds(self, r) -> bool:
+        return (r["batch"] >= self.batch_min
+                and (self.batch_max is None or r["batch"] <= self.batch_max)
+                and r["seq_len_kv"] >= self.n_kv_min)
+
+
+#: issue 37's goal groups (the table here and fig14's goal lines)
+DECODE_GOALS = (DecodeGoal("B ≥ 8, N_kv ≥ 16K", "batch ≥ 8", 8, None, 16384, 0.80, True),
+                DecodeGoal("B = 1, N_kv ≥ 64K", "batch 1", 1, 1, 65536, 0.70, False))
 #: cache layouts of the goal: (label, paged)
 DECODE_LAYOUTS = (("contiguous", None), ("paged 16", 16), ("paged 256", 256))
 
@@ -502,8 +518,9 @@ def _decode_goal_lines(run_rows, peak):
     pick = latest([r for r in run_rows if decode_timed(r)], lambda r: (r["impl"], decode_point(r)))
     flash = [r for (impl, _), r in pick.items() if impl == "flashsim"]
     groups = []
-    for label, test, goal, split in DECODE_GOALS:
-        rs = [r for r in flash if test(r)]
+    for g in DECODE_GOALS:
+        label, goal, split = g.label, g.goal, g.split
+        rs = [r for r in flash if g.holds(r)]
         if split:          # by heads x layout, ragged batches by layout, then all
             groups += [(label, a, lay, goal, [r for r in rs if not r.get("ragged") and
                                              decode_attn(r) == a and r.get("paged") == pg])
@@ -564,7 +581,7 @@ def table_decode_goal(data=None) -> str:
         # points of the goal groups the run did not time (memory, budget, an error)
         lost = [r for r in rr if r.get("impl") == "flashsim" and not r.get("sweep")
                 and r.get("status") != "ok" and r.get("batch") is not None
-                and r.get("seq_len_kv") is not None and any(t(r) for _, t, _, _ in DECODE_GOALS)]
+                and r.get("seq_len_kv") is not None and any(g.holds(r) for g in DECODE_GOALS)]
         r0 = rr[0]
         peak_txt = (f"HBM peak {peak / 1e12:.2f} TB/s (iosim preset {gpu})" if peak else
                     "no iosim preset for this device (analysis.fit_levels.GPU_OF_DEVICE): "

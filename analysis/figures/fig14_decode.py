@@ -48,8 +48,6 @@ IMPL_COLORS = {"flashsim flat": "#2ca02c", "flashsim tiled": "#ff7f0e", "torch_s
 IMPL_NAMES = {"flashsim flat": "flashsim flat (default)", "flashsim tiled": "flashsim tiled"}
 #: the preset of the tiled kernel's time model (fitted on H100 rows): panel (b)'s rows
 ERRORS_GPU = "H100-SXM"
-#: issue 37's goals: (fraction of HBM peak, smallest N_kv it applies to, what it is for)
-GOALS = ((0.80, 16384, "batch ≥ 8"), (0.70, 65536, "batch 1"))
 BATCH_MARKERS = {1: "o", 8: "s", 32: "^", 64: "D"}
 
 
@@ -194,6 +192,7 @@ def plot(data):
     held-out rows."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
+    from analysis.tables import DECODE_GOALS
     from ._style import error_cdf
     plt.rcParams.update({"font.size": 8, "axes.grid": True, "grid.alpha": 0.3})
     fig, (ax, axe) = plt.subplots(1, 2, figsize=(9.0, 4.4), layout="constrained",
@@ -219,8 +218,8 @@ def plot(data):
     ticks = [n for n in KV_LENS if xmin <= n <= xmax]
     ticks = ticks[::2] if len(ticks) > 5 else ticks
     ax.axhline(bw / 1e9, color="black", lw=1.2)
-    for (frac, n0, _), ls in zip(GOALS, ("--", ":")):
-        ax.hlines(frac * bw / 1e9, max(n0, xmin), xmax,
+    for g, ls in zip(DECODE_GOALS, ("--", ":")):
+        ax.hlines(g.goal * bw / 1e9, max(g.n_kv_min, xmin), xmax,
                   color="black", lw=1.0, ls=ls)
     ax.set_xscale("log", base=2)
     ax.set_xlim(xmin, xmax)
@@ -245,8 +244,9 @@ def plot(data):
                 if b in BATCH_MARKERS]
     handles.append(Line2D([], [], color="black", lw=1.2, label=f"HBM {bw / 1e12:.2f} TB/s"))
     handles += [Line2D([], [], color="black", lw=1.0, ls=ls,
-                       label=f"goal {100 * frac:.0f} % ({who}, N_kv ≥ {n0 // 1024}K)")
-                for (frac, n0, who), ls in zip(GOALS, ("--", ":"))]
+                       label=f"goal {100 * g.goal:.0f} % ({g.who}, "
+                             f"N_kv ≥ {g.n_kv_min // 1024}K)")
+                for g, ls in zip(DECODE_GOALS, ("--", ":"))]
     ax.legend(handles=handles, loc="upper center", ncol=3, fontsize=6.5, framealpha=0.9)
     n = sum(len(v) for v in data["errors"].values())
     error_cdf(axe, data["errors"], goals=(0.10, 0.15), xmax=0.25, style=_error_style,
