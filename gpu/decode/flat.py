@@ -64,7 +64,7 @@ from iosim.launch import decode as _geometry
 
 from .._launch import (NAN, NEG_INF, SIM, ZERO, kernel_name, lane_group_reducer, loader,
                        specialisation, storer)
-from .split_kv import flush_counts, row_loader
+from .split_kv import flush_counts, ld16_intrinsic, row_loader
 
 # the layout (threads, lanes, rows a tile, shared memory): iosim.launch.decode.flat_plan
 MAX_ROW_REGS = _geometry.MAX_ROW_REGS
@@ -76,28 +76,14 @@ MAX_ROW_REGS = _geometry.MAX_ROW_REGS
 # tile's loads would not overlap this tile's arithmetic; the words are widened when used.
 # ---------------------------------------------------------------------------------------
 def _make_ld16_words():
-    """Intrinsic ld16w(array, index) -> UniTuple(uint32, 4): the 16 bytes at &array[index]
-    (eight fp16 or bf16) as four 32-bit words, one ld.global.nc.v4.b32. 16-byte aligned."""
+    """(ld16w, {dtype: w2f}): ld16w(array, index) -> UniTuple(uint32, 4), the 16 bytes at
+    &array[index] (eight fp16 or bf16) as four 32-bit words, one ld.global.nc.v4.b32
+    (16-byte aligned); w2f(word) -> the word's two 16-bit floats as float32."""
     from llvmlite import ir
     from numba.core import types
-    from numba.cuda.cache_hints import _get_element_pointer
     from numba.cuda.extending import intrinsic
 
-    @intrinsic
-    def ld16w(typingctx, array, index):
-        ret = types.UniTuple(types.uint32, 4)
-
-        def codegen(context, builder, sig, args):
-            arr_t, idx_t = sig.args
-            ptr = _get_element_pointer(context, builder, idx_t, args[1], arr_t, args[0])
-            st = ir.LiteralStructType([ir.IntType(32)] * 4)
-            fn = ir.FunctionType(st, [ptr.type])
-            asm = "ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];"
-            res = builder.call(ir.InlineAsm(fn, asm, "=r,=r,=r,=r,l", side_effect=False), [ptr])
-            vals = [builder.extract_value(res, i) for i in range(4)]
-            return context.make_tuple(builder, ret, vals)
-
-        return ret(array, index), codegen
+    ld16w = ld16_intrinsic("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];", 4, "b32")
 
     def widener(asm):
         @intrinsic

@@ -85,33 +85,28 @@ FULL = 0xFFFFFFFF
 # 16-byte loads (hardware only): inline PTX, since Numba cannot tell NVVM that a kernel
 # argument is 16-byte aligned and so never emits vector global loads itself
 # ---------------------------------------------------------------------------------------
-def _make_ld16(n: int):
-    """Intrinsic ld16(array, index) -> UniTuple(float32, n): the 16 bytes at
-    &array[index] (n = 4: four float32; n = 8: eight float16 widened to float32) with one
-    ld.global.nc.v4 instruction. The address must be 16-byte aligned."""
+def ld16_intrinsic(asm: str, n: int, word: str):
+    """Intrinsic ld16(array, index) -> UniTuple(n values): the inline PTX `asm` (its
+    outputs $0..$(n-1), the address $n) on &array[index], one ld.global.nc.v4 instruction
+    for the 16 bytes there (16-byte aligned); word "f32" (float32 values) or "b32" (uint32
+    words, left as loaded: gpu.decode.flat widens them later)."""
     from llvmlite import ir
     from numba.core import types
     from numba.cuda.cache_hints import _get_element_pointer
     from numba.cuda.extending import intrinsic
 
-    if n == 4:
-        asm = "ld.global.nc.v4.f32 {$0, $1, $2, $3}, [$4];"
-    else:
-        asm = ("{\n.reg .b32 w<4>;\n.reg .b16 h<8>;\n"
-               "ld.global.nc.v4.b32 {w0, w1, w2, w3}, [$8];\n"
-               "mov.b32 {h0, h1}, w0;\nmov.b32 {h2, h3}, w1;\n"
-               "mov.b32 {h4, h5}, w2;\nmov.b32 {h6, h7}, w3;\n"
-               + "".join(f"cvt.f32.f16 ${i}, h{i};\n" for i in range(8)) + "}")
-    cons = ",".join(["=f"] * n) + ",l"
+    nb, ll, con = ((types.float32, ir.FloatType(), "=f") if word == "f32" else
+                   (types.uint32, ir.IntType(32), "=r"))
+    cons = ",".join([con] * n) + ",l"
 
     @intrinsic
     def ld16(typingctx, array, index):
-        ret = types.UniTuple(types.float32, n)
+        ret = types.UniTuple(nb, n)
 
         def codegen(context, builder, sig, args):
             arr_t, idx_t = sig.args
             ptr = _get_element_pointer(context, builder, idx_t, args[1], arr_t, args[0])
-            st = ir.LiteralStructType([ir.FloatType()] * n)
+            st = ir.LiteralStructType([ll] * n)
             fn = ir.FunctionType(st, [ptr.type])
             res = builder.call(ir.InlineAsm(fn, asm, cons, side_effect=False), [ptr])
             vals = [builder.extract_value(res, i) for i in range(n)]
@@ -120,6 +115,21 @@ def _make_ld16(n: int):
         return ret(array, index), codegen
 
     return ld16
+
+
+def _make_ld16(n: int):
+    """Intrinsic ld16(array, index) -> UniTuple(float32, n): the 16 bytes at
+    &array[index] (n = 4: four float32; n = 8: eight float16 widened to float32) with one
+    ld.global.nc.v4 instruction. The address must be 16-byte aligned."""
+    if n == 4:
+        asm = "ld.global.nc.v4.f32 {$0, $1, $2, $3}, [$4];"
+    else:
+        asm = ("{\n.reg .b32 w<4>;\n.reg .b16 h<8>;\n"
+               "ld.global.nc.v4.b32 {w0, w1, w2, w3}, [$8];\n"
+               "mov.b32 {h0, h1}, w0;\nmov.b32 {h2, h3}, w1;\n"
+               "mov.b32 {h4, h5}, w2;\nmov.b32 {h6, h7}, w3;\n"
+               + "".join(f"cvt.f32.f16 ${i}, h{i};\n" for i in range(8)) + "}")
+    return ld16_intrinsic(asm, n, "f32")
 
 
 _LD16 = {} if SIM else {4: _make_ld16(4), 8: _make_ld16(8)}
