@@ -301,8 +301,6 @@ def registers() -> int:
 
 
 def main():
-    if "--registers" in sys.argv[1:]:
-        return registers()
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="decode_probe.jsonl")
     ap.add_argument("--quick", action="store_true")
@@ -311,6 +309,8 @@ def main():
                     help="no GPU: ptxas registers of the GPU builds against FLAT_REGISTERS")
     ap.add_argument("--budget-s", type=float, default=200)
     a = ap.parse_args()
+    if a.registers:
+        return registers()
     import subprocess
     dev = "?"
     try:
