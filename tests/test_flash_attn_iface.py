@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import iosim
+from _errors import one_line
 from _fa_mask import fa_mask
 from gpu.flash_attn import (flash_attn_func, flash_attn_kvpacked_func,
                             flash_attn_qkvpacked_func, flash_attn_varlen_func,
@@ -197,7 +198,7 @@ def test_packed_variants():
     _close(out, _varlen_ref(q, kv[:, 0], kv[:, 1], CU_Q, CU_K, causal=True))
     with pytest.raises(ValueError) as e:
         flash_attn_qkvpacked_func(_rand(1, 7, 2, 2, 8))
-    _one_line(e, "qkv has shape (1, 7, 2, 2, 8)", "must be 3")
+    one_line(e, "qkv has shape (1, 7, 2, 2, 8)", "must be 3")
 
 
 # ---------------------------------------------------------------------------------------
@@ -308,13 +309,6 @@ def _qkv(Nq=4, Nk=4, H=2, Hk=2, d=8):
     return _rand(1, Nq, H, d), _rand(1, Nk, Hk, d), _rand(1, Nk, Hk, d)
 
 
-def _one_line(excinfo, *words):
-    msg = str(excinfo.value)
-    assert "\n" not in msg
-    for w in words:
-        assert w in msg, (w, msg)
-
-
 @pytest.mark.parametrize("kwargs,words", [
     (dict(softcap=30.0), ("softcap=30.0", "allowed: 0.0")),
     (dict(alibi_slopes=np.ones(2, np.float32)), ("alibi_slopes", "allowed: None")),
@@ -326,31 +320,31 @@ def _one_line(excinfo, *words):
 def test_func_refusals(kwargs, words):
     with pytest.raises(ValueError) as e:
         flash_attn_func(*_qkv(), **kwargs)
-    _one_line(e, *words)
+    one_line(e, *words)
 
 
 def test_func_shape_kind_dtype_refusals():
     q, k, v = _qkv(H=3, Hk=2)
     with pytest.raises(ValueError) as e:
         flash_attn_func(q, k, v)
-    _one_line(e, "nheads_k=2", "must divide")
+    one_line(e, "nheads_k=2", "must divide")
     q, k, v = _qkv()
     with pytest.raises(ValueError) as e:
         flash_attn_func(q, k[:, :, :, :4], v)
-    _one_line(e, "k has shape", "headdim=8")
+    one_line(e, "k has shape", "headdim=8")
     with pytest.raises(ValueError) as e:
         flash_attn_func(q[0], k, v)
-    _one_line(e, "q has shape", "seqlen_q")
+    one_line(e, "q has shape", "seqlen_q")
     with pytest.raises(ValueError) as e:
         flash_attn_func(q, k.astype(np.float16), v)
-    _one_line(e, "same dtype", "k: float16")
+    one_line(e, "same dtype", "k: float16")
     with pytest.raises(ValueError) as e:
         flash_attn_func(q.tolist(), k, v)
-    _one_line(e, "q must be a NumPy array or a torch tensor", "list")
+    one_line(e, "q must be a NumPy array or a torch tensor", "list")
     q, k, v = _qkv(d=300)
     with pytest.raises(ValueError) as e:
         flash_attn_func(q, k, v)
-    _one_line(e, "headdim=300", "1..256")
+    one_line(e, "headdim=300", "1..256")
 
 
 @pytest.mark.parametrize("kwargs,words", [
@@ -364,7 +358,7 @@ def test_varlen_refusals(kwargs, words):
     q, k, v = _rand(14, 2, 8), _rand(16, 2, 8), _rand(16, 2, 8)
     with pytest.raises(ValueError) as e:
         flash_attn_varlen_func(q, k, v, CU_Q, CU_K, 7, 7, **kwargs)
-    _one_line(e, *words)
+    one_line(e, *words)
 
 
 @pytest.mark.parametrize("kwargs,words", [
@@ -387,17 +381,17 @@ def test_kvcache_refusals(kwargs, words):
     q, kc, vc = _rand(1, 1, 2, 8), _rand(1, 12, 2, 8), _rand(1, 12, 2, 8)
     with pytest.raises(ValueError) as e:
         flash_attn_with_kvcache(q, kc, vc, **kwargs)
-    _one_line(e, *words)
+    one_line(e, *words)
 
 
 def test_kvcache_too_many_rows_and_batch_mismatch_refused():
     kc, vc = _rand(1, 40, 2, 8), _rand(1, 40, 2, 8)
     with pytest.raises(ValueError) as e:
         flash_attn_with_kvcache(_rand(1, 17, 2, 8), kc, vc)
-    _one_line(e, "seqlen_q=17", "1..16")
+    one_line(e, "seqlen_q=17", "1..16")
     with pytest.raises(ValueError) as e:
         flash_attn_with_kvcache(_rand(2, 1, 2, 8), kc, vc)
-    _one_line(e, "batch_size_cache=1", "cache_batch_idx")
+    one_line(e, "batch_size_cache=1", "cache_batch_idx")
 
 
 def test_import_needs_neither_torch_nor_numba():

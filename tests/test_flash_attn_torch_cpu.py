@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import iosim
+from _errors import one_line
 from _fa_mask import fa_mask
 
 torch = pytest.importorskip(
@@ -392,37 +393,30 @@ def test_code_written_for_flash_attn_runs_by_changing_one_import():
 # ---------------------------------------------------------------------------------------
 # refusals with torch CPU tensors: one line, naming the argument
 # ---------------------------------------------------------------------------------------
-def _one_line(excinfo, *words):
-    msg = str(excinfo.value)
-    assert "\n" not in msg, msg
-    for w in words:
-        assert w in msg, (w, msg)
-
-
 def test_refusals():
     q, k, v = (torch.zeros(1, 4, 2, 8) for _ in range(3))
     with pytest.raises(ValueError) as e:                # meta: a second torch device
         fa.flash_attn_func(q, k.to("meta"), v)
-    _one_line(e, "different devices", "q: cpu", "k: meta", "all on one device")
+    one_line(e, "different devices", "q: cpu", "k: meta", "all on one device")
     with pytest.raises(ValueError) as e:
         fa.flash_attn_func(q, k.numpy(), v)
-    _one_line(e, "mixed kinds", "k: numpy")
+    one_line(e, "mixed kinds", "k: numpy")
     with pytest.raises(ValueError) as e:
         fa.flash_attn_func(q.requires_grad_(), k, v, deterministic=True)
-    _one_line(e, "deterministic=True", "allowed: False")
+    one_line(e, "deterministic=True", "allowed: False")
     with pytest.raises(ValueError) as e:
         fa.flash_attn_func(q.detach().double(), k.double(), v.double())
-    _one_line(e, "q has dtype float64", "allowed")
+    one_line(e, "q has dtype float64", "allowed")
     with pytest.raises(ValueError) as e:
         fa.flash_attn_with_kvcache(q[:, :1], k, v, cache_seqlens=torch.tensor([1, 2]))
-    _one_line(e, "cache_seqlens has shape (2,)")
+    one_line(e, "cache_seqlens has shape (2,)")
     from gpu.autograd import flash_attention
     with pytest.raises(ValueError) as e:
         flash_attention(q.detach().numpy(), k, v)
-    _one_line(e, "q must be a torch tensor", "ndarray")
+    one_line(e, "q must be a torch tensor", "ndarray")
     with pytest.raises(ValueError) as e:
         flash_attention(q, k, v.to("meta"))
-    _one_line(e, "different devices", "v: meta")
+    one_line(e, "different devices", "v: meta")
 
 
 def test_kernel_entry_points_take_cpu_tensors_as_their_numpy_path():

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import iosim
 from _cli import run_cli
+from _errors import one_line
 from _ledgers import bytes_by_layer, closed as _closed, executed as _executed
 from iosim import ConfigError, Problem, Tiling
 from iosim.decode import DecodeProblem, decode_closed_form
@@ -29,14 +30,6 @@ from iosim.workload import (AttentionCall, KNOWN_CONFIGS, ModelShape, calls_from
 SMALL = {"num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
          "head_dim": 8, "sliding_window": 20,
          "layer_types": ["full_attention", "sliding_attention", "full_attention"]}
-
-
-def _one_line(exc_info, *words):
-    msg = str(exc_info.value)
-    assert "\n" not in msg, msg
-    for w in words:
-        assert w in msg, msg
-    return msg
 
 
 # ---------------------------------------------------------------------------------------
@@ -158,10 +151,10 @@ def test_traffic_table_refuses_bad_input():
     for bad, word in ((c, "calls"), ([c, "x"], "calls[1]"), (5, "calls")):
         with pytest.raises(ConfigError) as e:
             traffic_table(bad)
-        _one_line(e, word)
+        one_line(e, word)
     with pytest.raises(ConfigError) as e:
         traffic_table([c], "H900")
-    _one_line(e, "preset='H900'", "H100-SXM")
+    one_line(e, "preset='H900'", "H100-SXM")
     assert traffic_table([]).rows == ()
 
 
@@ -193,7 +186,7 @@ def test_recording_nests_and_is_a_no_op_outside():
     with recording() as calls:
         with pytest.raises(ConfigError) as e:
             record("not a call")
-        _one_line(e, "call", "AttentionCall")
+        one_line(e, "call", "AttentionCall")
     assert calls == []
 
 
@@ -221,7 +214,7 @@ def test_packed_batches_price_their_ledger_only():
         assert r.dram_bytes is None and r.predicted_ms is None and "variable-length" in r.reason
     with pytest.raises(ConfigError) as e:
         AttentionCall(0, "train", p, "fa1", (4, 8), backward=True)
-    _one_line(e, "algorithm='fa1'", "fa2")
+    one_line(e, "algorithm='fa1'", "fa2")
     from analysis.model_traffic import format_summary, summarise
     text = format_summary(summarise(table), "packed")
     assert "varlen N_q=5/0/12" in text and f"{f.hbm_bytes:,}" in text
@@ -275,7 +268,7 @@ def test_attention_call_refuses_bad_fields(kw, words):
     args.update(kw)
     with pytest.raises(ConfigError) as e:
         AttentionCall(**args)
-    _one_line(e, *words)
+    one_line(e, *words)
 
 
 def test_attention_call_normalises():
@@ -362,7 +355,7 @@ def test_config_objects_and_defaults():
 def test_bad_configs(cfg, words):
     with pytest.raises(ConfigError) as e:
         model_shape(cfg)
-    _one_line(e, *words)
+    one_line(e, *words)
 
 
 def test_load_config_by_path(tmp_path):
@@ -378,10 +371,10 @@ def test_load_config_by_path(tmp_path):
                         (tmp_path / "missing.json", ["neither", "llama3-8b"])):
         with pytest.raises(ConfigError) as e:
             load_config(str(path))
-        _one_line(e, *words)
+        one_line(e, *words)
     with pytest.raises(ConfigError) as e:
         load_config(5)
-    _one_line(e, "config=5", "llama3-8b")
+    one_line(e, "config=5", "llama3-8b")
 
 
 @pytest.mark.parametrize("kw,words", [
@@ -397,7 +390,7 @@ def test_calls_from_config_refuses_bad_arguments(kw, words):
     config = kw.pop("config", SMALL)
     with pytest.raises(ConfigError) as e:
         calls_from_config(config, **kw)
-    _one_line(e, *words)
+    one_line(e, *words)
 
 
 # ---------------------------------------------------------------------------------------
