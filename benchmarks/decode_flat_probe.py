@@ -142,7 +142,7 @@ ATTN = {"mha": (32, 32), "gqa": (32, 8), "mqa": (8, 1)}
 def timings(emit, quick, budget_s):
     import torch
     import iosim
-    from iosim.launch.decode import ctas_per_sm
+    from iosim.launch.decode import auto_num_splits
     from numba import cuda
     from gpu.decode import DecodeLauncher
     from analysis.bench_decode import Timer, dram_bytes
@@ -193,7 +193,7 @@ def timings(emit, quick, budget_s):
             emit("decode_probe", dict(base, impl="torch_sdpa", ms_median=ms, ms_min=mn,
                                       gbps=dbytes / ms / 1e6))
         for kvr in ("per_group", "per_query_head") if H != Hk else ("per_query_head",):
-            rule = iosim.choose_num_splits(p, sms, kv_reads=kvr)
+            rule = auto_num_splits(p, sms, kvr, "tiled")
             # the tiled kernel (today's gpu.decode)
             try:
                 run = DecodeLauncher(p, rule.num_splits, kv_reads=kvr, main="tiled")
@@ -211,8 +211,7 @@ def timings(emit, quick, budget_s):
                 emit("decode_probe", dict(base, impl="flashsim_tiled", kv_reads=kvr,
                                           status="error", error=repr(e)[:300]))
             R = B * (H if kvr == "per_query_head" else Hk)
-            flat_rule = iosim.choose_num_splits(p, sms, ctas_per_sm(p, kvr, "flat"),
-                                                kv_reads=kvr).num_splits
+            flat_rule = auto_num_splits(p, sms, kvr, "flat").num_splits
             Ss = sorted({rule.num_splits, flat_rule, 1}
                         | {max(1, min(N // 256, -(-sms * w // R))) for w in (2, 4, 8, 16)})
             # (NT, KPG, defer): the default layout with fp16 rows widened at use (defer)

@@ -29,8 +29,8 @@ import numpy as np
 
 from .backward import backward_closed_form
 from .closed_form import closed_form
-from .launch.decode import choose_kv_reads, ctas_per_sm, main_kernel
-from .decode import DECODE, KV_READS, DecodeProblem, check_num_splits, choose_num_splits, \
+from .launch.decode import auto_num_splits, choose_kv_reads, main_kernel
+from .decode import DECODE, KV_READS, DecodeProblem, check_num_splits, \
     decode_closed_form
 from .hardware import PRESETS, get_hardware
 from .launch.plan import kernel_plan
@@ -459,8 +459,7 @@ def calls_from_config(config, *, batch: int = 1, prefill: int = 8192,
             if n_kv not in memo:
                 p = DecodeProblem(N_kv=n_kv, d=shape.head_dim, N_q=1, dtype=dtype, **heads)
                 kr = choose_kv_reads(p, kv_reads)
-                ctas = ctas_per_sm(p, kr, main_kernel(p, kr))
-                S = choose_num_splits(p, hw.sm_count, ctas, kv_reads=kr).num_splits
+                S = auto_num_splits(p, hw.sm_count, kr, main_kernel(p, kr)).num_splits
                 memo[n_kv] = (p, S, kr)
             p, S, kr = memo[n_kv]
             calls.append(AttentionCall(i, "decode", p, "fa2_decode" if S == 1 else "split_kv",

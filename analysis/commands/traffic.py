@@ -332,7 +332,7 @@ def levels_main(args, problem) -> int:
 
 def decode_main(args) -> int:
     """`--decode` (or a decode-only option): the decode ledger (iosim.decode closed form)."""
-    from iosim import DecodeProblem, choose_num_splits, decode_closed_form
+    from iosim import DecodeProblem, decode_closed_form
     why = "--decode" if args.decode else decode_flags(args)[0]
     lens = args.cache_seqlens
     if lens is None and args.append:
@@ -384,7 +384,7 @@ def decode_main(args) -> int:
     choice = None
     S = args.num_splits
     gpu = args.gpu or ("H100-SXM" if args.levels else None)
-    from iosim.launch.decode import ctas_per_sm, main_kernel
+    from iosim.launch.decode import auto_num_splits, main_kernel
     from iosim.timing.decode import FLAT_CONSTANTS_PATH
     main = args.main or ("auto" if FLAT_CONSTANTS_PATH.exists() else "tiled")
     try:
@@ -392,9 +392,7 @@ def decode_main(args) -> int:
     except ValueError as exc:
         raise ConfigError(f"--main={main}: {exc}") from None
     if S is None and gpu is not None:
-        choice = choose_num_splits(prob, get_hardware(gpu).sm_count,
-                                   ctas_per_sm(prob, args.kv_reads, kernel),
-                                   kv_reads=args.kv_reads)
+        choice = auto_num_splits(prob, get_hardware(gpu).sm_count, args.kv_reads, kernel)
         S = choice.num_splits
     S = 1 if S is None else S
     schedule = "fa2_decode" if S == 1 else "split_kv"

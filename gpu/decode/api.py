@@ -17,7 +17,7 @@ import numpy as np
 from numba import cuda
 
 import iosim
-from iosim.decode import KV_READS, DecodeLedger, DecodeProblem, choose_num_splits
+from iosim.decode import KV_READS, DecodeLedger, DecodeProblem
 from iosim.launch import decode as _geometry
 from iosim.problem import ConfigError
 
@@ -128,8 +128,7 @@ def auto_num_splits(problem: DecodeProblem, kv_reads: str, main: str = "flat"):
         sms = iosim.get_hardware(SIM_PRESET).sm_count
     else:
         sms = int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
-    return choose_num_splits(problem, sms, _geometry.ctas_per_sm(problem, kv_reads, main),
-                             kv_reads=kv_reads)
+    return _geometry.auto_num_splits(problem, sms, kv_reads, main)
 
 
 @takes_torch_cpu

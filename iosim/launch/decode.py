@@ -5,6 +5,7 @@ Numba: threads, lanes per key row, rows per tile and shared memory for head dim 
 the layout of the simulator's build (gpu passes its own SIM); `smem_bytes` in bytes."""
 from __future__ import annotations
 
+from ..decode import choose_num_splits
 from ..problem import DTYPES
 
 
@@ -151,6 +152,16 @@ def ctas_per_sm(problem, kv_reads: str, kernel: str) -> int:
     if kernel == "tiled":
         return 1
     return flat_resident_blocks(problem.dtype, block_rows(problem, kv_reads), problem.paged)
+
+
+def auto_num_splits(problem, sm_count: int, kv_reads: str, kernel: str):
+    """The split count S that gpu.decode's num_splits="auto" picks for main kernel
+    `kernel` ("flat" or "tiled") on `sm_count` SMs: iosim.choose_num_splits with that
+    kernel's target blocks an SM (`ctas_per_sm`). Returns its SplitChoice (S and the
+    numbers behind it). One function, so the kernels, the time model, the workload model
+    and `flashsim traffic` cannot pick different S for the same problem."""
+    return choose_num_splits(problem, sm_count, ctas_per_sm(problem, kv_reads, kernel),
+                             kv_reads=kv_reads)
 
 
 def block_rows(problem, kv_reads: str) -> int:

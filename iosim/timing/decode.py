@@ -59,11 +59,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..decode import (DecodeProblem, choose_num_splits, decode_closed_form, sequence_chunks,
+from ..decode import (DecodeProblem, decode_closed_form, sequence_chunks,
                       split_bounds)
 from ..problem import ConfigError
 from ..hardware import get_hardware
-from ..launch.decode import (block_rows, ctas_per_sm, flat_plan, flat_resident_blocks,
+from ..launch.decode import (auto_num_splits, block_rows, flat_plan, flat_resident_blocks,
                              main_kernel, plan)
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
@@ -328,8 +328,7 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
                         f"CTAs (dispatched round-robin); no ragged row was measured, "
                         f"unvalidated")
     if num_splits is None:
-        num_splits = choose_num_splits(problem, hw.sm_count, ctas_per_sm(problem, kv_reads, kernel),
-                                       kv_reads=kv_reads).num_splits
+        num_splits = auto_num_splits(problem, hw.sm_count, kv_reads, kernel).num_splits
     if kernel == "flat":
         comb = load_constants(main="tiled")["constants"]
         terms, info = _flat_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb)
