@@ -1,14 +1,17 @@
-"""The issue-39 blind set across the space (analysis/configs/runtime_blind11.json: odd
-head dims, bf16, grouped heads, causal, backward, and windows / N_k != N that the models
-decline): its frozen predictions with each one's trust statement, and its score.
+"""The issue-39 blind sets across the space (analysis/configs/runtime_blind11.json, scored
+on the H100 2026-12-07; runtime_blind12.json, declared after it: head dims, bf16, grouped
+heads, causal, backward, windows and N_k != N): their frozen predictions with each one's
+trust statement, and their scores.
 
-    python3 -m analysis.blind_space predict              # freeze (clean, committed tree)
-    python3 -m analysis.blind_space score MEASURED.jsonl [--gpu H200] [--run-id ID] [--no-write]
+    python3 -m analysis.blind_space predict [--set S]     # freeze (clean, committed tree)
+    python3 -m analysis.blind_space score MEASURED.jsonl [--set S] [--gpu H200] [--run-id ID] [--no-write]
 
-The measured rows come from `bash scripts/device.sh measure times:runtime_blind11:300`
-(analysis.hwmeasure times). The score is printed per family (passes, share within 10 %,
-median and 95th percentile |error|, split by what the frozen trust statement said) and
-written as runtime_validation rows of split "blind11" (the kind the blind scores live in)."""
+--set: runtime_blind11 or runtime_blind12 (the default, the newest). The measured rows
+come from `bash scripts/device.sh measure times:runtime_blind12:300` (analysis.hwmeasure
+times). The score is printed per family (passes, share within 10 %, median and 95th
+percentile |error|, split by what the frozen trust statement said) and written as
+runtime_validation rows of the set's split ("blind11", "blind12": the kind the blind
+scores live in)."""
 from __future__ import annotations
 
 import json
@@ -18,8 +21,9 @@ from iosim import get_hardware
 from analysis.fit_levels import predict_row, problem_of
 
 
-#: the set declared for issue 39 (analysis/configs/runtime_blind11.json)
-SPACE_SET = "runtime_blind11"
+#: the sets declared for issue 39 (analysis/configs/NAME.json), the newest last
+SPACE_SETS = ("runtime_blind11", "runtime_blind12")
+SPACE_SET = SPACE_SETS[-1]
 
 
 def blind_predictions(set_name: str = SPACE_SET, gpu: str = "H100-SXM") -> dict:
@@ -124,12 +128,14 @@ def main(argv=None) -> int:
     import argparse
     ap = argparse.ArgumentParser(
         prog="python3 -m analysis.blind_space",
-        description=f"predict: freeze the predictions of the issue-39 blind set ({SPACE_SET}) "
+        description="predict: freeze the predictions of an issue-39 blind set (--set) "
                     "for the H100 and H200 presets (clean, committed tree only). "
                     "score MEASURED.jsonl: score them against measured time rows "
                     "(analysis.hwmeasure times) and write the blind rows to the data set.")
     ap.add_argument("what", choices=("predict", "score"))
     ap.add_argument("measured", nargs="?")
+    ap.add_argument("--set", default=SPACE_SET, choices=SPACE_SETS,
+                    help=f"the blind set (default: {SPACE_SET}, the newest)")
     ap.add_argument("--gpu", default="H100-SXM", help="score: the preset (H100-SXM, H200)")
     ap.add_argument("--run-id", default=None,
                     help="score: the run id for measured rows that carry none")
@@ -137,16 +143,16 @@ def main(argv=None) -> int:
                     help="score: print only (no rows written to the data set)")
     a = ap.parse_args(argv)
     if a.what == "predict":
-        for p in write_blind_predictions():
+        for p in write_blind_predictions(a.set):
             print(f"wrote {p}")
         return 0
     if not a.measured:
         ap.error("score needs MEASURED.jsonl")
-    score_blind(a.measured, a.gpu, write=not a.no_write, run_id=a.run_id)
+    score_blind(a.measured, a.gpu, set_name=a.set, write=not a.no_write, run_id=a.run_id)
     return 0
 
 
-__all__ = ["SPACE_SET", "blind_predictions", "write_blind_predictions", "format_blind_score",
+__all__ = ["SPACE_SET", "SPACE_SETS", "blind_predictions", "write_blind_predictions", "format_blind_score",
            "score_blind", "main"]
 
 

@@ -47,6 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_PATH = ROOT / "benchmarks" / "results" / "data" / "decode_bench.jsonl"
 VALIDATION_PATH = ROOT / "benchmarks" / "results" / "data" / "decode_time_validation.jsonl"
 KIND = "decode_time_validation"
+#: the flat kernel's rows: a kind (and file) of their own
+KIND_FLAT = "decode_flat_time_validation"
 
 #: the fields of a decode_bench row that name its configuration (the split's key)
 SPLIT_KEY_FIELDS = ("batch", "heads", "kv_heads", "seq_len_q", "seq_len_kv", "d", "dtype",
@@ -219,7 +221,7 @@ def fit_flat(rows=None, gpu: str = "H100-SXM") -> dict:
     k = {name: float(v) for name, v in zip(FITTED_FLAT, sol.x)}
     run_ids = sorted({r["run_id"] for r in rows})
     commits = sorted({r["commit"] for r in rows})
-    return {
+    doc = {
         "model_version": FLAT_MODEL_VERSION,
         "constants": k,
         "meaning": FLAT_MEANING,
@@ -227,13 +229,20 @@ def fit_flat(rows=None, gpu: str = "H100-SXM") -> dict:
                          "N_q": sorted({r["seq_len_q"] for r in rows}),
                          "d": sorted({r["d"] for r in rows}),
                          "gpu": get_hardware(gpu).name},
-        "ragged_validated": False,
+        # ragged rows among those fitted (and so in the held-out half): the ragged form is
+        # measured, not only derived
+        "ragged_validated": any(r.get("ragged") for r in rows),
         "source": (f"least squares on log time over the {len(rows)} fit-half flat-kernel rows "
                    f"(analysis.fit_decode.split_of) of {', '.join(run_ids)} ({gpu}, commit "
                    f"{', '.join(commits)}); the combine's constants from decode_constants.json"),
         "fit_rows": len(rows),
         "fit_rms_log": float(np.sqrt(np.mean(sol.fun ** 2))),
     }
+    # the other half's score at these constants, kept beside them for the predictions'
+    # trust statement (iosim.timing.decode; `validate --main flat` prints it per group)
+    held = [r for r in measured_rows(main="flat", gpu=gpu) if split_of(r) == "heldout"]
+    doc["heldout"] = summarise(validation_rows(held, doc, "flat", gpu))["all"] if held else None
+    return doc
 
 
 def group_of(row: dict) -> dict:
@@ -251,7 +260,7 @@ def validation_rows(rows=None, constants=None, main: str = "tiled",
     out = []
     for r in rows or measured_rows(main=main, gpu=gpu):
         pr = predict_row(r, c, main, gpu)
-        out.append({"kind": KIND, "run_id": r["run_id"], "device": r["device"],
+        out.append({"kind": KIND if main == "tiled" else KIND_FLAT, "run_id": r["run_id"], "device": r["device"],
                     "date": r["date"], "commit": r["commit"], "versions": r["versions"],
                     "config": config_of(r), "split": split_of(r), **group_of(r),
                     "measured_ms": r["ms_median"], "predicted_ms": round(pr["predicted_ms"], 6),

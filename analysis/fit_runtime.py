@@ -68,7 +68,7 @@ SHARED_PARAMS = {"e_l2": (0.5, 0.05, 1.0), "e_dram": (0.7, 0.05, 1.0),
                  "kappa_c1": (2.0, 1e-3, 200.0),
                  "t_round_us": (0.3, 1e-3, 10.0), "t_miss_us": (0.2, 1e-3, 10.0),
                  "kappa_o": (2.0, 1e-3, 500.0), "t_cta_us": (1.0, 1e-3, 50.0),
-                 "sigma_w": (2000.0, 1.0, 1e6)}
+                 "sigma_w": (2000.0, 1.0, 1e6), "w_sat_tc": (12.0, 1.0, 64.0)}
 
 
 def fit_data(data: list, hw, source: str = "", fixed: dict | None = None,

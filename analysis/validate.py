@@ -29,7 +29,7 @@ from analysis.validation_configs import (LEVELS_BLIND, LEVELS_BLIND2, LEVELS_BLI
                                          LEVELS_BLIND7, RUNTIME_BLIND7, RUNTIME_DEV7,
                                          LEVELS_BLIND8, RUNTIME_BLIND8, RUNTIME_DEV8,
                                          LEVELS_BLIND9, LEVELS_BLIND10, RUNTIME_BLIND11,
-                                         LEVELS_BLIND11)
+                                         LEVELS_BLIND11, RUNTIME_BLIND12, LEVELS_BLIND12)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: measured after the L2 model was frozen (c9b0b77) and never fitted on: the blind set and
@@ -52,7 +52,11 @@ LEVELS_BLIND_SETS = {
                        RUNS / "levels-blind10-predictions" / "predictions.json"),
     # issue 39: the passes of runtime_blind11, counted (DRAM / L2 across the space)
     "levels_blind11": (LEVELS_BLIND11, "blind11",
-                       RUNS / "levels-blind11-predictions" / "predictions.json")}
+                       RUNS / "levels-blind11-predictions" / "predictions.json"),
+    # the second across the space, declared after blind11 was scored and fitted on (time
+    # form 11; the tensor-core builds' registers from ptxas at every head dim)
+    "levels_blind12": (LEVELS_BLIND12, "blind12",
+                       RUNS / "levels-blind12-predictions" / "predictions.json")}
 RUNTIME_BLIND_SETS = {
     "runtime_blind": (RUNTIME_BLIND, "blind", RUNS / "runtime-blind-predictions" / "predictions.json"),
     "runtime_blind2": (RUNTIME_BLIND2, "blind2",
@@ -71,7 +75,10 @@ RUNTIME_BLIND_SETS = {
                        RUNS / "runtime-blind8-predictions" / "predictions.json"),
     # issue 39: across the space (odd d, bf16, grouped heads, windows / N_k != N declined)
     "runtime_blind11": (RUNTIME_BLIND11, "blind11",
-                        RUNS / "runtime-blind11-predictions" / "predictions.json")}
+                        RUNS / "runtime-blind11-predictions" / "predictions.json"),
+    # the second across the space (new head dims, published models' grouped heads)
+    "runtime_blind12": (RUNTIME_BLIND12, "blind12",
+                        RUNS / "runtime-blind12-predictions" / "predictions.json")}
 #: the split each scored blind set's rows carry, in order of the rounds (a round's levels
 #: and runtime sets share the name; the ninth round has a levels set only)
 BLIND_SPLITS = tuple(dict.fromkeys(
@@ -385,7 +392,10 @@ SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split="new", split3="new"
 #: d7c7db6, split "blind2" rows), the third (frozen model 1e821c2, split "blind3"
 #: rows), the fourth (frozen model 972eff4, split "blind4" rows), the fifth (split
 #: "blind5" rows), the sixth (frozen model ac08151, split "blind6" rows) and the seventh
-#: (frozen model bf23b81, split "blind7" rows), the eighth (frozen 1630114, split "blind8"), each taken as development rows once scored; and the seventh, ninth, tenth, eleventh and
+#: (frozen model bf23b81, split "blind7" rows), the eighth (frozen 1630114, split "blind8")
+#: and the first across the space (frozen 37c5a1b, split "blind11"; form 11's w_sat_tc
+#: was fitted with its rows), each taken as development rows once scored; and the
+#: seventh, ninth, tenth, eleventh and
 #: twelfth sessions' development rows (RUNTIME_DEV3, RUNTIME_DEV5, RUNTIME_DEV6,
 #: RUNTIME_DEV7, RUNTIME_DEV8, declared before measuring)
 for _configs, _tag in ((RUNTIME_BLIND, "blind1"), (RUNTIME_BLIND2, "blind2"),
@@ -394,7 +404,7 @@ for _configs, _tag in ((RUNTIME_BLIND, "blind1"), (RUNTIME_BLIND2, "blind2"),
                        (RUNTIME_BLIND5, "blind5"), (RUNTIME_DEV6, "dev6"),
                        (RUNTIME_BLIND6, "blind6"), (RUNTIME_DEV7, "dev7"),
                        (RUNTIME_BLIND7, "blind7"), (RUNTIME_DEV8, "dev8"),
-                       (RUNTIME_BLIND8, "blind8")):
+                       (RUNTIME_BLIND8, "blind8"), (RUNTIME_BLIND11, "blind11")):
     SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3=_tag)
                      for c in _configs if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS
@@ -425,24 +435,38 @@ def _features(rows):
     return [fit_runtime.row_features(r, GPU_OF_DEVICE[r["device"]]) for r in rows]
 
 
-def _fit_on(rows, feats, keep, source):
+def _fit_on(rows, feats, keep, source, fixed=None):
     from analysis import fit_runtime
     from iosim import get_hardware
     data = [(f, m) for r, (fs, ms) in zip(rows, feats) if "H100" in r["device"] and keep(r)
             for f, m in zip(fs, ms)]
-    return fit_runtime.fit_best(data, get_hardware("H100-SXM"), source=source)
+    return fit_runtime.fit_best(data, get_hardware("H100-SXM"), source=source, fixed=fixed)
 
 
-def runtime_fit(data=None):
+def runtime_fit(data=None, free=None):
     """The constants fitted on every H100 development row (RUNTIME, all splits, and the
-    newer kernels' LEVELS_NEW rows); the H200 rows are never fitted."""
+    newer kernels' LEVELS_NEW rows); the H200 rows are never fitted. free: refit only
+    these shared constants (and the per-family efficiencies), the others held at the
+    committed constants' values."""
+    from analysis.fit_runtime import SHARED_PARAMS
+    from iosim.timing import FORM, RuntimeModel
     rows = runtime_measured(data)
     feats = _features(rows)
     h = [r for r in rows if "H100" in r["device"]]
     run = sorted({r["run_id"] for r in h})
-    from iosim.timing import FORM
+    fixed, how = None, "all H100 rows"
+    if free:
+        bad = [k for k in free if k not in SHARED_PARAMS]
+        if bad:
+            from iosim import ConfigError
+            raise ConfigError(f"--free {','.join(free)}: {bad[0]!r} is not a shared constant; "
+                             f"allowed: {', '.join(SHARED_PARAMS)}")
+        old = RuntimeModel.load()
+        fixed = {k: getattr(old, k) for k in SHARED_PARAMS if k not in free}
+        how = (f"{', '.join(free)} and the per-family efficiencies fitted (the other shared "
+               f"constants held at the previous fit's) on all H100 rows")
     return _fit_on(rows, feats, lambda r: True,
-                   f"{FORM}, all H100 rows ({len(h)}) of {', '.join(run)}")
+                   f"{FORM}, {how} ({len(h)}) of {', '.join(run)}", fixed=fixed)
 
 
 def _pass_ms(feats, model, gpu):

@@ -4,7 +4,7 @@
 #
 #   bash scripts/device.sh CMD [ARG...]       set up, then run CMD (its exit status)
 #   bash scripts/device.sh measure STAGE...   hwmeasure stages, console gets counts only
-#   bash scripts/device.sh session 1|2|3|4    the open decode / model issues' GPU work, in
+#   bash scripts/device.sh session 1|2|3|4|5  the open decode / model issues' GPU work, in
 #                                             calls under ten minutes each (below)
 #
 # Set-up: numba-cuda 0.30.4 cannot compile kernels on numpy >= 2.5, so a numpy<2.5 wheel
@@ -32,21 +32,34 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD
 fi
-{ date -u; git rev-parse --short HEAD 2>/dev/null
+commit=${FLASHSIM_COMMIT:-}
+[ -n "$commit" ] || commit="$(git rev-parse --short HEAD 2>/dev/null) (from the device .git, maybe stale)"
+{ date -u; echo "$commit"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,uuid --format=csv; } \
   > "$OUT/device.txt" 2>&1
-[ $# -gt 0 ] || { echo "usage: bash scripts/device.sh CMD [ARG...] | measure KIND:SET[:SECONDS]... | session 1|2|3|4"; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash scripts/device.sh CMD [ARG...] | measure KIND:SET[:SECONDS]... | session 1|2|3|4|5"; exit 2; }
 # session: most important first; every stage writes under $OUT as it goes, so a call cut
-# short still returns what it made.
+# short still returns what it made. At the end the text logs are packed into
+# $OUT/logs_sN.tgz: a call returns at most 8 files.
 # 1: compute-sanitizer memcheck and racecheck on the flat decode kernel (tiny cases), its
 #    checks against float64 and the ledger at full size (fp16, fp32, bf16, paged), the
 #    decode benchmark (flashsim bench --decode without the num_splits sweep, at its default
 #    budget of 330 s, smallest caches first; BENCH_S=seconds sets another).
-# 2: the decode tests and the gpu-marked tests on the GPU, the flat kernel's tuning probe
-#    (against the tiled kernel and SDPA), then the issue-39 blind set's times.
-# 3: the rest of the blind set's times, then the issue-39 DRAM blind set's counters
-#    (Nsight Compute); 4: the rest of the counters. A measure stage resumes from
-#    ./out/SET.jsonl (put the earlier call's file there and carry out/).
+# 2: the decode tests on the GPU (-v: each test's outcome is in the log as it ends, so a
+#    run cut short still names its failures), then the flat kernel's tuning probe
+#    (against the tiled kernel and SDPA).
+# 3: the gpu-marked tests (-v, 500 s).
+# 4: the issue-39 blind sets runtime_blind12 / levels_blind12 (times 200 s, counters
+#    300 s; a stage resumes from ./out/SET.jsonl: carry out/). blind11 was measured on the
+#    H100 2026-12-07; SETS="times:SET:S counters:SET:S" names others (the H200's blind11).
+# 5: Nsight Compute on the flat decode kernel at issue 37's goal shapes (what binds GQA
+#    and MQA: occupancy, warp stalls, DRAM throughput; benchmarks/decode_flat_ncu.py).
+# Commit: the device's .git can be older than the tree sent, so `git rev-parse` there may
+# name the wrong commit: set FLASHSIM_COMMIT to this side's `git rev-parse --short HEAD`.
+pack() {   # pack the session's text logs (a call returns at most 8 files)
+  (cd "$OUT" && ls *.txt *.log >/dev/null 2>&1 && tar czf "logs_s$1.tgz" *.txt *.log \
+      && rm -f *.txt *.log)
+}
 if [ "$1" = session ]; then
   self=$0
   case ${2:-} in
@@ -58,6 +71,7 @@ if [ "$1" = session ]; then
         extra=""; [ $tool = memcheck ] && extra="--report-api-errors no"
         timeout 60 compute-sanitizer --tool $tool $extra python3 benchmarks/decode_flat_probe.py \
             --sanitize --out $OUT/san_$tool.jsonl > $OUT/san_$tool.txt 2>&1
+        echo "$tool rc=$? $(grep -h "SUMMARY" $OUT/san_$tool.txt)"
       done
       timeout 45 python3 benchmarks/decode_flat_probe.py --quick --budget-s 1 \
           --out $OUT/probe_checks.jsonl > $OUT/probe_checks.txt 2>&1
@@ -67,19 +81,30 @@ if [ "$1" = session ]; then
       echo "bench rc=$?"' ;;
   2)
     bash "$self" bash -c '
-      timeout 100 python3 -m pytest -q -p no:cacheprovider -n 8 --junitxml=$OUT/decode_tests.xml \
-          tests/test_gpu_decode.py tests/test_decode_ragged_gpu.py > $OUT/pytest_decode.txt 2>&1
-      timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -n 8 \
-          --junitxml=$OUT/gpu_tests.xml tests > $OUT/pytest_gpu.txt 2>&1
-      timeout 120 python3 benchmarks/decode_flat_probe.py --budget-s 100 \
-          --out $OUT/decode_probe.jsonl > $OUT/probe.txt 2>&1'
-    bash "$self" measure times:runtime_blind11:110 ;;
+      timeout 240 python3 -m pytest -v -rfE -p no:cacheprovider -n 12 \
+          --junitxml=$OUT/decode_tests.xml tests/test_gpu_decode.py \
+          tests/test_decode_ragged_gpu.py > $OUT/pytest_decode.txt 2>&1
+      echo "decode tests rc=$?: $(grep -c " PASSED" $OUT/pytest_decode.txt) passed," \
+           "$(grep -c " FAILED" $OUT/pytest_decode.txt) failed"
+      timeout 150 python3 benchmarks/decode_flat_probe.py --budget-s 120 \
+          --out $OUT/decode_probe.jsonl > $OUT/probe.txt 2>&1
+      echo "probe rc=$?"' ;;
   3)
-    bash "$self" measure times:runtime_blind11:170 counters:levels_blind11:280 ;;
+    bash "$self" bash -c '
+      timeout 500 python3 -m pytest -v -rfE -m gpu -p no:cacheprovider -n 14 \
+          --junitxml=$OUT/gpu_tests.xml tests > $OUT/pytest_gpu.txt 2>&1
+      echo "gpu tests rc=$?: $(grep -c " PASSED" $OUT/pytest_gpu.txt) passed," \
+           "$(grep -c " FAILED" $OUT/pytest_gpu.txt) failed"' ;;
   4)
-    bash "$self" measure counters:levels_blind11:480 ;;
-  *) echo "device.sh session: give 1, 2, 3 or 4"; exit 2 ;;
+    bash "$self" measure ${SETS:-times:runtime_blind12:200 counters:levels_blind12:300} ;;
+  5)
+    bash "$self" bash -c '
+      timeout 330 python3 benchmarks/decode_flat_ncu.py --timeout 300 \
+          --out $OUT/decode_ncu.jsonl > $OUT/ncu.txt 2>&1
+      echo "ncu rc=$?: $(tail -1 $OUT/ncu.txt)"' ;;
+  *) echo "device.sh session: give 1, 2, 3, 4 or 5"; exit 2 ;;
   esac
+  pack "$2"
   exit 0
 fi
 if [ "$1" != measure ]; then

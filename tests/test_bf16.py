@@ -388,11 +388,16 @@ def test_cli_traffic_bf16(capsys):
     h = json.loads(capsys.readouterr().out)
     assert b["dtype"] == "bf16" and h["dtype"] == "fp16"
     assert b["hbm_bytes"] == h["hbm_bytes"] > 0
-    # --levels: bf16 on the tensor cores is modelled as its fp16 build (issue 39, with a
-    # trust statement saying bf16 was never measured); bf16 on the plain kernels (standard
-    # has no bf16 tensor-core kernel) is declined in one line
+    # --levels: bf16 on the tensor cores is modelled as its fp16 build (issue 39), its
+    # trust statements from bf16's own blind rows on the H100 (runtime_blind11) and, on a
+    # preset with none, saying bf16 was never measured there; bf16 on the plain kernels
+    # (standard has no bf16 tensor-core kernel) is declined in one line
     assert cli(["traffic", "--algorithm", "fa2", "--seq-len", "1024", "--head-dim", "64",
                 "--dtype", "bf16", "--levels"]) == 0
+    out = capsys.readouterr().out
+    assert "modelled as its fp16 build" in out and "fa2_tc bf16 fwd on H100-SXM" in out
+    assert cli(["traffic", "--algorithm", "fa2", "--seq-len", "1024", "--head-dim", "64",
+                "--dtype", "bf16", "--levels", "--gpu", "H200"]) == 0
     assert "bf16 never measured (modelled as its fp16 build)" in capsys.readouterr().out
     assert cli(["traffic", "--algorithm", "standard", "--seq-len", "1024", "--head-dim", "64",
                 "--dtype", "bf16", "--levels"]) == 2

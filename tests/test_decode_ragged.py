@@ -188,20 +188,25 @@ def test_decode_order_is_the_counters_order():
     assert K.COUNTED == DECODE_ORDER and A.C == K.C
 
 
-def test_time_model_on_ragged_batches_and_appends():
+@pytest.mark.parametrize("main", ["tiled", "flat"])
+def test_time_model_on_ragged_batches_and_appends(main):
+    """Each main kernel's model on a ragged batch: between the batch at its shortest and at
+    its longest length. The tiled model was never timed on a ragged batch (a warning says
+    so); the flat one was fitted with ragged rows among its own (no such warning)."""
     from iosim import predict_decode
     for page, kv_reads, kv in ((None, "per_query_head", 32), (256, "per_group", 8)):
         kw = dict(heads=32, kv_heads=kv, page_size=page)
         lens = (16384, 100, 0, 4096, 9000)
         rag = DecodeProblem.ragged(lens, 128, **kw)
         for S in (1, 3, 8):
-            t = predict_decode(rag, num_splits=S, kv_reads=kv_reads)
-            assert t["predicted_ms"] > 0 and any("ragged batch" in w for w in t["warnings"])
+            t = predict_decode(rag, num_splits=S, kv_reads=kv_reads, main=main)
+            warned = any("ragged batch" in w for w in t["warnings"])
+            assert t["predicted_ms"] > 0 and warned == (main == "tiled")
             # between the same batch with every sequence at the shortest and the longest
             lo = predict_decode(DecodeProblem.ragged((100,) * 5, 128, **kw), num_splits=S,
-                                kv_reads=kv_reads)
+                                kv_reads=kv_reads, main=main)
             hi = predict_decode(DecodeProblem.ragged((16384,) * 5, 128, **kw), num_splits=S,
-                                kv_reads=kv_reads)
+                                kv_reads=kv_reads, main=main)
             assert lo["predicted_ms"] <= t["predicted_ms"] <= hi["predicted_ms"]
             assert t["tiles_per_cta"] == hi["tiles_per_cta"]        # the longest CTA
             assert t["main_hbm_bytes"] < hi["main_hbm_bytes"]
@@ -282,12 +287,13 @@ def test_cli_ragged_table_and_levels(capsys):
                "--heads", "32", "--kv-heads", "8", "--cache-seqlens", "16384,0,1",
                "--levels"])
     out = capsys.readouterr().out
-    led = decode_closed_form("split_kv", DecodeProblem.ragged((16384, 0, 1), 128, heads=32,
-                                                              kv_heads=8),
-                             num_splits=choose_num_splits(DecodeProblem.ragged(
-                                 (16384, 0, 1), 128, heads=32, kv_heads=8), 132).num_splits)
+    from iosim.launch.decode import auto_num_splits
+    rag = DecodeProblem.ragged((16384, 0, 1), 128, heads=32, kv_heads=8)
+    # the flat kernel runs it (gpu.decode's default) and its model predicts the time
+    led = decode_closed_form("split_kv", rag, num_splits=auto_num_splits(
+        rag, 132, "per_query_head", "flat").num_splits)
     assert rc == 0 and "cache_seqlens=[16384, 0, 1]" in out and led.table() in out
-    assert "predicted time on H100-SXM" in out and "warning: a ragged batch" in out
+    assert "predicted time on H100-SXM" in out and "warning: the flat kernel's model" in out
     # an append: no number, one line saying why
     rc = main(["traffic", "--algorithm", "fa2", "--seq-len", "1", "--head-dim", "128",
                "--heads", "32", "--kv-heads", "8", "--cache-seqlens", "16384,0,1",

@@ -1,5 +1,6 @@
 """iosim.timing.decode and analysis.fit_decode: the split, the predictions, the CLI keys, the committed rows."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -96,21 +97,34 @@ def test_heldout_summary_in_the_docstring_matches_the_committed_rows():
             f"{a['within_10pct']} of" in " ".join(DT.__doc__.split()))
 
 
-def test_predictions_outside_the_measured_rows_say_so():
-    """fp16, N_q = 1, d 64 / 128 on the H100 preset: no warning; each step outside what
-    was timed (dtype, N_q, d, preset) adds its own."""
+def test_predictions_outside_the_measured_rows_say_so(monkeypatch):
+    """fp16, N_q = 1, d 64 / 128 on the H100 preset: no warning but the model's own; each
+    step outside what was timed (dtype, N_q, d, preset) adds its own."""
     base = dict(N_kv=4096, d=128, batch=2, heads=32, kv_heads=8)
-    # the model is the tiled kernel's; where gpu.decode's default runs the flat kernel
-    # (every problem here), the first warning says so
+    # the tiled kernel's model, where gpu.decode's default runs the flat kernel (every
+    # problem here): the first warning says so
     flat = "this is the tiled main kernel's time"
-    w = DM.predict_decode(DecodeProblem(**base), "H100-SXM")["warnings"]
+    w = DM.predict_decode(DecodeProblem(**base), "H100-SXM", main="tiled")["warnings"]
     assert len(w) == 1 and w[0].startswith(flat)
-    w = DM.predict_decode(DecodeProblem(**dict(base, dtype="bf16", N_q=4, d=256)), "H200")["warnings"]
+    w = DM.predict_decode(DecodeProblem(**dict(base, dtype="bf16", N_q=4, d=256)), "H200",
+                          main="tiled")["warnings"]
     assert [x.split("=")[0] for x in w if not x.startswith(flat)] == ["dtype", "N_q", "d", "gpu"]
+    # the default (main="auto") runs the flat kernel's model: its one warning is its
+    # held-out score, read from its constants
+    held = DM.load_constants(main="flat")["heldout"]
+    r = DM.predict_decode(DecodeProblem(**base), "H100-SXM")
+    assert r["main"] == "flat" and r["warnings"] == [
+        f"the flat kernel's model: held-out median {100 * held['median']:.1f} %, "
+        f"{held['within_10pct']} of {held['rows']} rows within 10 % (fitted on the other "
+        f"half of one H100-SXM run)"]
     # N_q = 16 on 8 query heads a K/V head: more rows than the flat kernel's registers take
-    w = DM.predict_decode(DecodeProblem(**dict(base, N_q=16)), "H100-SXM",
-                          kv_reads="per_group")["warnings"]
-    assert not any(x.startswith(flat) for x in w)
+    r = DM.predict_decode(DecodeProblem(**dict(base, N_q=16)), "H100-SXM", kv_reads="per_group")
+    assert r["main"] == "tiled" and not any(x.startswith(flat) for x in r["warnings"])
+    with pytest.raises(ValueError, match="main='flat'"):
+        DM.predict_decode(DecodeProblem(**dict(base, N_q=16)), "H100-SXM",
+                          kv_reads="per_group", main="flat")
+    # before any fit: main='flat' is declined in one line
+    monkeypatch.setattr(DM, "FLAT_CONSTANTS_PATH", Path("/nonexistent/flat.json"))
     with pytest.raises(ValueError, match="main='flat'"):
         DM.predict_decode(DecodeProblem(**base), "H100-SXM", main="flat")
     # a head dim the decode kernels cannot run: no number at all, a one-line refusal

@@ -120,3 +120,9 @@ def test_fig14_model_errors_predict_only_the_tiled_kernel(monkeypatch):
     f.model_errors([dict(r, main_kernel="tiled") for r in flat])
     assert len(seen) == len([r for r in flat if r["device"] == H100])
     assert not any(r["device"] == H200 for r in seen)
+    # the flat kernel's model: its own H100 rows only, never the tiled kernel's
+    seen.clear()
+    f.model_errors(rows, main="flat")
+    assert seen and all(r.get("main_kernel") == "flat" and r["impl"] == "flashsim"
+                        and r["device"] == H100 for r in seen)
+    assert len(seen) == len([r for r in flat if r["device"] == H100])

@@ -48,9 +48,13 @@ def test_statement_inside_and_outside():
     e = table()["time"]["fa2_tc|fp16|fwd|H100-SXM"]
     assert t["validated"] and t["basis"] == "fa2_tc|fp16|fwd|H100-SXM"
     assert t["statement"].startswith(f"time ±{100 * e['p95']:.0f} %") and str(e["n"]) in t["statement"]
-    odd = iosim.predict_time("fa2", iosim.Problem(N=4096, d=96, heads=16, dtype="fp16"), hw)
+    odd = iosim.predict_time("fa2", iosim.Problem(N=4096, d=200, heads=16, dtype="fp16"), hw)
     assert not odd["trust"]["validated"]
-    assert "outside validated range: d = 96 never measured" in odd["trust"]["statement"]
+    assert "outside validated range: d = 200 never measured" in odd["trust"]["statement"]
+    # bf16 has blind rows of its own (runtime_blind11): judged by them, not by fp16's
+    bf = iosim.predict_time("fa2", iosim.Problem(N=4096, d=64, heads=16, dtype="bf16"), hw)
+    assert bf["trust"]["basis"] == "fa2_tc|bf16|fwd|H100-SXM" and "never measured" not in \
+        bf["trust"]["statement"]
     # another preset than the measured ones: outside, with the nearest validated family
     a100 = trust_for("time", "fa2", "fwd", "tc", iosim.Problem(N=4096, d=64, dtype="fp16"),
                      "A100-80GB", (128, 64))
@@ -83,7 +87,12 @@ def test_bf16_tensor_core_passes_are_their_fp16_build():
             assert b[k] == h[k]
         tb = iosim.predict_time(alg, pb, hw, pass_=pass_)
         assert tb["predicted_ms"] == iosim.predict_time(alg, ph, hw, pass_=pass_)["predicted_ms"]
-        assert not tb["trust"]["validated"] and "bf16 never measured" in tb["trust"]["statement"]
+        # judged by bf16's own blind rows where there are some (the H100's, runtime_blind11)
+        assert tb["trust"]["basis"] == f"{tb['trust']['basis'].split('|')[0]}|bf16|{pass_}|H100-SXM"
+        assert "bf16 never measured" not in tb["trust"]["statement"]
+        # and by its fp16 build's, saying so, where there are none
+        t2 = iosim.predict_time(alg, pb, "H200", pass_=pass_)
+        assert not t2["trust"]["validated"] and "bf16 never measured" in t2["trust"]["statement"]
     # standard's tensor-core kernels take fp16 only: bf16 runs the plain kernels
     with pytest.raises(ValueError, match="dtype='bf16': the standard fwd pass runs bf16 on its plain"):
         iosim.levels("standard", iosim.Problem(N=1024, d=64, dtype="bf16"), hw)
@@ -218,20 +227,27 @@ def test_cli_levels_declines_in_one_line(extra, words, capsys):
     assert rc == 2 and len(lines) == 1 and words in lines[0] and not out, (out, err)
 
 
-def test_blind_set_is_declared_and_frozen():
-    """The issue-39 blind set: never fitted on, its frozen predictions committed for the
-    H100 and H200 presets, one per configuration, each predicted one with its statement."""
+@pytest.mark.parametrize("name, scored", [("runtime_blind11", True),
+                                          ("runtime_blind12", False)])
+def test_blind_set_is_declared_and_frozen(name, scored):
+    """The issue-39 blind sets: new passes when declared (none in an earlier set), never
+    fitted on until scored (blind11, scored on the H100, then joined the fit: form 11's
+    w_sat_tc), their frozen predictions committed for the H100 and H200 presets, one per
+    configuration, each predicted one with its statement."""
     from analysis.validate import RUNTIME_BLIND_SETS, SPLIT_OF, predictions_path
-    from analysis.validation_configs import RUNTIME_BLIND11, SETS
-    assert 40 <= len(RUNTIME_BLIND11) <= 60
-    # levels_blind11 counts the same passes (declared after, for the DRAM model)
-    earlier = {c["id"] for name, s in SETS.items()
-               if name not in ("runtime_blind11", "levels_blind11") for c in s}
-    assert not {c["id"] for c in RUNTIME_BLIND11} & (set(SPLIT_OF) | earlier)
+    from analysis.validation_configs import NAMES, SETS
+    configs = SETS[name]
+    assert 40 <= len(configs) <= 60
+    # levels_blindN counts the same passes (for the DRAM model)
+    twin = name.replace("runtime", "levels")
+    earlier = {c["id"] for n in NAMES[:NAMES.index(name)] if n != twin for c in SETS[n]}
+    ids = {c["id"] for c in configs}
+    assert not ids & earlier
+    assert (ids <= set(SPLIT_OF)) if scored else not ids & set(SPLIT_OF)
     for gpu in ("H100-SXM", "H200"):
-        with open(predictions_path(RUNTIME_BLIND_SETS["runtime_blind11"][2], gpu)) as f:
+        with open(predictions_path(RUNTIME_BLIND_SETS[name][2], gpu)) as f:
             fr = json.load(f)
-        assert [c["id"] for c in fr["configs"]] == [c["id"] for c in RUNTIME_BLIND11]
+        assert [c["id"] for c in fr["configs"]] == [c["id"] for c in configs]
         for c in fr["configs"]:
             if c["status"] == "ok":
                 assert c["predicted_ms"] > 0 and c["trust"]["statement"]
@@ -239,17 +255,18 @@ def test_blind_set_is_declared_and_frozen():
                 assert "not modelled" in c["reason"]
 
 
-def test_dram_blind_set_is_the_same_passes_frozen():
-    """LEVELS_BLIND11: the passes of RUNTIME_BLIND11 for the L2 / DRAM model, whose
+@pytest.mark.parametrize("n", [11, 12])
+def test_dram_blind_set_is_the_same_passes_frozen(n):
+    """LEVELS_BLINDn: the passes of RUNTIME_BLINDn for the L2 / DRAM model, whose
     predictions are frozen on both presets with a DRAM range for every pass."""
     from analysis.validate import LEVELS_BLIND_SETS, predictions_path
-    from analysis.validation_configs import LEVELS_BLIND11, RUNTIME_BLIND11
-    assert LEVELS_BLIND11 == RUNTIME_BLIND11
+    from analysis.validation_configs import SETS
+    assert SETS[f"levels_blind{n}"] == SETS[f"runtime_blind{n}"]
     for gpu in ("H100-SXM", "H200"):
-        with open(predictions_path(LEVELS_BLIND_SETS["levels_blind11"][2], gpu)) as f:
+        with open(predictions_path(LEVELS_BLIND_SETS[f"levels_blind{n}"][2], gpu)) as f:
             fr = json.load(f)
-        assert fr["split"] == "blind11" and fr["gpu_preset"] == gpu
-        assert [p["id"] for p in fr["predictions"]] == [c["id"] for c in LEVELS_BLIND11]
+        assert fr["split"] == f"blind{n}" and fr["gpu_preset"] == gpu
+        assert [p["id"] for p in fr["predictions"]] == [c["id"] for c in SETS[f"levels_blind{n}"]]
         for p in fr["predictions"]:
             lo, hi = p["predicted"]["dram_read_bytes_range"]
             assert 0 < lo <= p["predicted"]["dram_read_bytes"] * (1 + 1e-9) and lo <= hi
@@ -270,7 +287,7 @@ def test_blind_score_rows(tmp_path):
                                 "date": "2026-12-06", "tiling": c["tiling"],
                                 "measured": {"measured_ms": c["predicted_ms"] * (1 + 0.1 * i),
                                              "kernels": []}}) + "\n")
-    rows = score_blind(str(measured), write=False)
+    rows = score_blind(str(measured), set_name="runtime_blind11", write=False)
     got = {r["config"]["id"]: r for r in rows}
     for i, c in enumerate(ok):
         assert got[c["id"]]["rel_error"] == pytest.approx(1 / (1 + 0.1 * i) - 1)
@@ -341,11 +358,15 @@ def test_fa2_forward_windows_and_unequal_kv():
     narrow = iosim.Problem(**base, causal=True, window=(512, 0))
     tn = iosim.predict_time("fa2", narrow, hw)
     assert tn["predicted_ms"] < iosim.predict_time("fa2", c, hw)["predicted_ms"]
-    assert "local window (512, 0) never measured" in tn["trust"]["statement"]
+    # fp16 windows and N_k != N have blind rows (runtime_blind11); bf16's have none
+    assert "never measured" not in tn["trust"]["statement"]
+    bf = dict(base, dtype="bf16")
+    tb = iosim.predict_time("fa2", iosim.Problem(**bf, causal=True, window=(512, 0)), hw)
+    assert "local window (512, 0) never measured" in tb["trust"]["statement"]
     same = iosim.Problem(**base, N_k=4096)
     assert iosim.predict_time("fa2", same, hw)["predicted_ms"] == \
         iosim.predict_time("fa2", iosim.Problem(**base), hw)["predicted_ms"]
-    short = iosim.predict_time("fa2", iosim.Problem(**{**base, "N": 512}, N_k=4096), hw)
+    short = iosim.predict_time("fa2", iosim.Problem(**{**bf, "N": 512}, N_k=4096), hw)
     assert "N_k != N (N_k = 4096) never measured" in short["trust"]["statement"]
 
 
@@ -367,7 +388,7 @@ def test_blind_score_writes_valid_rows(tmp_path):
                                                  "kernels": []}}) + "\n")
     data = tmp_path / "data"
     data.mkdir()
-    score_blind(str(measured), write=True, data=data, run_id="t-run")
+    score_blind(str(measured), set_name="runtime_blind11", write=True, data=data, run_id="t-run")
     rows = results.load("runtime_validation", data=data)
     assert len(rows) == len(fr["configs"]) and all(r["split"] == "blind11" for r in rows)
     for r in rows:

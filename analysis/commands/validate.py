@@ -32,6 +32,10 @@ def register(sub):
     p.add_argument("--refit", action="store_true",
                    help="refit the model's constants first (levels: the L2 model grid on the "
                         "fit half; runtime: iosim/timing/runtime_constants.json on every H100 row)")
+    p.add_argument("--free", default=None, metavar="NAMES",
+                   help="runtime --refit: refit only these shared constants (comma-separated, "
+                        "e.g. w_sat_tc) and the per-family efficiencies, holding the others at "
+                        "the committed values (form 11's w_sat_tc was fitted so)")
     p.add_argument("--no-write", action="store_true", help="print only; leave the data set alone")
     p.set_defaults(func=main)
 
@@ -68,7 +72,7 @@ def main(args) -> int:
     from iosim.timing import RuntimeModel
     model = None
     if args.refit:
-        model = V.runtime_fit()
+        model = V.runtime_fit(free=args.free.split(",") if args.free else None)
         if not args.no_write:
             model.save()
     model = model or RuntimeModel.load()

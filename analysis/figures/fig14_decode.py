@@ -14,12 +14,14 @@ One configuration family: N_q = 1 new row, fp16, d = 128, 32 query heads (MHA, a
     and V once + Q + O + L is the least a step moves, the same for every implementation.
     Solid black: the HBM peak; dashed: issue 37's goal, 80 % of it (batch >= 8, N_kv >=
     16K); dotted from 64K: 70 % (batch 1).
-(b) The tiled kernel's time model (`analysis.fit_decode.predict_row`, main "tiled")
-    against the held-out rows of the tiled kernel (`analysis.fit_decode.split_of`; impl
-    flashsim or flashsim_tiled with main_kernel absent or "tiled", on the H100-SXM preset it
-    was fitted on; flat-kernel rows are never predicted by it): per schedule (fa2_decode, split_kv)
-    and cache layout (contiguous, paged), the share of rows whose |predicted / measured -
-    1| is at most x, with lines at 10 % and 15 %.
+(b) The time model of gpu.decode's default main kernel (`analysis.fit_decode.predict_row`):
+    the flat kernel's once its constants are fitted (iosim/timing/decode_flat_constants.json),
+    against the flat kernel's held-out rows; before that the tiled kernel's, against the
+    tiled kernel's (`analysis.fit_decode.split_of`; impl flashsim or flashsim_tiled with
+    main_kernel absent or "tiled"). Rows of the H100-SXM preset the models were fitted on;
+    one kernel's rows are never predicted by the other's model. Per schedule (fa2_decode,
+    split_kv) and cache layout (contiguous, paged), the share of rows whose |predicted /
+    measured - 1| is at most x, with lines at 10 % and 15 %.
 
 `generate` also computes the traffic model (iosim.decode.decode_closed_form, bytes per
 step against N_kv; MHA and GQA with kv_reads "per_query_head" and "per_group"), the
@@ -127,6 +129,8 @@ def generate(rows=None, data=None, device: str | None = None, gpu: str | None = 
     dev, run, current = panel_run(ok)
     gpu = gpu or GPU_OF_DEVICE.get(dev, "H100-SXM")
     hw, series, sweep, rule = _model(gpu)
+    from iosim.timing.decode import FLAT_CONSTANTS_PATH
+    errors_main = "flat" if FLAT_CONSTANTS_PATH.exists() else "tiled"
     last = {}
     for r in ok:   # the panel's run: the latest row per point (file order)
         if r["run_id"] != run or r.get("device") != dev or r.get("sweep") or r.get("ragged"):
@@ -146,7 +150,7 @@ def generate(rows=None, data=None, device: str | None = None, gpu: str | None = 
             sw[r["num_splits"]] = float(r["ms_median"])
     return {"series": series, "sweep": sweep, "rule": rule.to_dict(),
             "measured": measured, "sweep_measured": sorted(sw.items()),
-            "errors": model_errors(rows),
+            "errors": model_errors(rows, main=errors_main), "errors_main": errors_main,
             "has_rows": bool(ok), "current": current,
             "config": {"data_set": KIND, "device": dev or device or "H100", "gpu": gpu, "d": D,
                        "heads": HEADS, "kv_heads_gqa": KV_GQA, "dtype": "fp16", "seq_len_q": 1,
@@ -156,22 +160,24 @@ def generate(rows=None, data=None, device: str | None = None, gpu: str | None = 
             "seconds": time.perf_counter() - t0}
 
 
-def model_errors(rows, gpu: str = ERRORS_GPU) -> dict:
-    """{"schedule, layout": [|predicted / measured - 1|, ...]} of the tiled kernel's time
-    model (`analysis.fit_decode.predict_row`, main "tiled") over the held-out rows of the
-    tiled kernel (`analysis.fit_decode.split_of`; the rows the constants were not fitted
-    on): impl flashsim or flashsim_tiled whose main_kernel is absent (rows before the flat
-    kernel) or "tiled", measured on a device of preset `gpu`. Flat-kernel rows are never
-    predicted by the tiled model."""
+def model_errors(rows, gpu: str = ERRORS_GPU, main: str = "tiled") -> dict:
+    """{"schedule, layout": [|predicted / measured - 1|, ...]} of the `main` kernel's time
+    model (`analysis.fit_decode.predict_row`) over that kernel's held-out rows
+    (`analysis.fit_decode.split_of`; the rows the constants were not fitted on) measured on
+    a device of preset `gpu`. The tiled kernel's rows: impl flashsim or flashsim_tiled whose
+    main_kernel is absent (rows before the flat kernel) or "tiled"; the flat kernel's: impl
+    flashsim with main_kernel "flat". One kernel's rows are never predicted by the other's
+    model."""
     from analysis import fit_decode as T
     from analysis.fit_levels import GPU_OF_DEVICE
+    impls = ("flashsim", "flashsim_tiled") if main == "tiled" else ("flashsim",)
     fs = [r for r in rows if r.get("kind", KIND) == KIND
-          and r.get("impl") in ("flashsim", "flashsim_tiled")
-          and r.get("main_kernel", "tiled") == "tiled"
+          and r.get("impl") in impls
+          and r.get("main_kernel", "tiled") == main
           and GPU_OF_DEVICE.get(r.get("device")) == gpu
           and r.get("status") == "ok" and r.get("ms_median") and "schedule" in r]
     out: dict = {}
-    for v in T.validation_rows(fs, main="tiled", gpu=gpu) if fs else []:
+    for v in T.validation_rows(fs, main=main, gpu=gpu) if fs else []:
         if v["split"] == "heldout":
             out.setdefault(f"{v['schedule']}, {v['layout']}", []).append(abs(v["rel_error"]))
     return dict(sorted(out.items()))
@@ -188,7 +194,7 @@ def _error_style(name: str) -> dict:
 
 def plot(data):
     """(a) achieved bandwidth of one run's decoding steps (contiguous cache) against the
-    HBM roof and issue 37's goals; (b) the tiled kernel's time model's error on its
+    HBM roof and issue 37's goals; (b) the default kernel's time model's error on its
     held-out rows."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
@@ -249,15 +255,16 @@ def plot(data):
                 for g, ls in zip(DECODE_GOALS, ("--", ":"))]
     ax.legend(handles=handles, loc="upper center", ncol=3, fontsize=6.5, framealpha=0.9)
     n = sum(len(v) for v in data["errors"].values())
-    error_cdf(axe, data["errors"], goals=(0.10, 0.15), xmax=0.25, style=_error_style,
-              title=f"(b) tiled kernel's time model, held-out {ERRORS_GPU.split('-')[0]} rows ({n})",
+    main = data.get("errors_main", "tiled")
+    error_cdf(axe, data["errors"], goals=(0.10, 0.15), xmax=0.3, style=_error_style,
+              title=f"(b) {main} kernel's time model, held-out {ERRORS_GPU.split('-')[0]} rows ({n})",
               legend_title="schedule, cache")
     if not data["errors"]:
-        axe.text(0.5, 0.5, "no rows of the tiled kernel yet", transform=axe.transAxes,
+        axe.text(0.5, 0.5, f"no rows of the {main} kernel yet", transform=axe.transAxes,
                  ha="center", va="center", fontsize=9, color="#aa0000")
     fig.suptitle(f"KV-cache decoding on the {c['gpu'].split('-')[0]} (one new row, fp16, "
                  f"d = {c['d']}): where the kernels stand against\nthe HBM roof and the goal, "
-                 "and how well the tiled kernel's time model predicts it", fontsize=10)
+                 f"and how well the {main} kernel's time model predicts it", fontsize=10)
     return fig
 
 

@@ -10,6 +10,8 @@ allocation as Nsight Compute reported it on the H100) and so its CTAs per SM
 """
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 
 from ..problem import Problem
@@ -84,7 +86,15 @@ REGISTERS = {
 
 for _k in ("fa2_tc", "fa2_bwd_tc"):           # (measured entries first: never replaced)
     REGISTERS[_k] = {**REGISTERS.pop(_k + "_d"), **REGISTERS[_k]}
-del _k
+# every other head dim of the fa2 tensor-core builds (forward 1-256, backward 1-128, the
+# tiling iosim.kernel_plan picks): ptxas -v, benchmarks/tc_registers.py; below the
+# entries above (which it agrees with: tests/test_plan_registers.py)
+with open(os.path.join(os.path.dirname(__file__), "tc_registers.json")) as _f:
+    PTXAS_REGISTERS = {k: {(r[0], r[1], r[2], r[3]): r[4] for r in rows}
+                       for k, rows in json.load(_f)["builds"].items()}
+for _k, _t in PTXAS_REGISTERS.items():
+    REGISTERS[_k] = {**_t, **REGISTERS[_k]}
+del _k, _t, _f
 
 #: Kernels that spill registers to local memory: (prefix, B_r, B_c[, d]) -> bytes of
 #: local-memory loads per thread per K/V tile. fa2_fast: ptxas -v's spill loads (88 and

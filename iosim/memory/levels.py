@@ -336,7 +336,8 @@ def pass_levels(algorithm: str, problem: Problem, gpu="H100-SXM", *, pass_: str 
         res["dtype"], res["dtype_modelled_as"] = asked.dtype, modelled_as
         warnings.append(f"dtype {asked.dtype} modelled as its {modelled_as} build: the "
                         f"{asked.dtype} tensor-core kernels run the same tiles and move the "
-                        f"same bytes; no {asked.dtype} pass was measured")
+                        f"same bytes (the trust statements say how far {asked.dtype} "
+                        f"passes were measured)")
     if model.background_write_rate > 0 and launch_ms is not None:
         _add_background_writes(res, problem, hw, model, launch_ms)
     bg = sum(k.get("background_write_bytes", 0.0) for k in kernels)

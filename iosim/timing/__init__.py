@@ -30,7 +30,8 @@ For each kernel launch of a pass (the launches of `iosim.memory`'s levels):
 * p = 4: a smooth maximum (the binding resource dominates).
 * imbalance: the makespan of the launch's CTAs (each SM's throughput shared by its
   resident CTAs, CTAs dispatched in grid order; `makespans`) over the balanced time; a CTA
-  of w warps runs at no more than min(1, w / w_sat) of its SM; the memory terms take
+  of w warps runs at no more than min(1, w / w_sat) of its SM (an fa2 tensor-core forward
+  CTA alone on its SM: w / w_sat_tc, form 11); the memory terms take
   imb_m (an SM may draw g_mem times its even share of the bandwidth).
 * t_launch (ms): a fixed cost per launch. t_round, t_miss (us): a latency round of the
   kernels that load their tiles element by element behind a barrier (`LATENCY_KERNELS`),

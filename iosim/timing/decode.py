@@ -276,7 +276,7 @@ def _uniform(problem: DecodeProblem, num_splits) -> DecodeProblem:
 
 
 def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=None, *,
-                   kv_reads: str = "per_query_head", constants=None, main: str = "tiled") -> dict:
+                   kv_reads: str = "per_query_head", constants=None, main: str = "auto") -> dict:
     """Predicted time of gpu.decode's kernels for one decoding step.
 
     num_splits None: the rule gpu.decode uses for that main kernel (iosim.choose_num_splits
@@ -290,10 +290,11 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     problem with one N_kv; a ragged batch by the same terms over its own CTAs (see the
     module docstring; a warning says it is unvalidated); an appending batch raises
     ConfigError (one line: why) rather than give a number the model was not built for.
-    main: "tiled" (gpu.decode's main="tiled"), "flat" (main="flat"; ConfigError while its
-    constants are not fitted or where it does not run) or "auto" (the kernel gpu.decode's
-    default runs: iosim.launch.decode.main_kernel). With main="tiled" a warning says where
-    gpu.decode's default runs the flat kernel instead."""
+    main: "auto" (the default: the kernel gpu.decode's default runs,
+    iosim.launch.decode.main_kernel), "tiled" (gpu.decode's main="tiled") or "flat"
+    (main="flat"; ConfigError while its constants are not fitted or where it does not run).
+    With main="tiled" a warning says where gpu.decode's default runs the flat kernel
+    instead; a flat-kernel prediction carries its model's held-out score."""
     if main not in ("tiled", "flat", "auto"):
         raise ConfigError(f"main={main!r} is not allowed; allowed: 'tiled', 'flat', 'auto'")
     problem = _uniform(problem, num_splits)
@@ -321,6 +322,11 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
         warnings.append(f"gpu={gpu!r}: the constants were fitted on the {fitted['gpu']}; this "
                         f"preset changes only the SM count and HBM bandwidth, untested (no "
                         f"decode rows on it)")
+    held = c.get("heldout") if kernel == "flat" else None
+    if held:
+        warnings.append(f"the flat kernel's model: held-out median {100 * held['median']:.1f} %, "
+                        f"{held['within_10pct']} of {held['rows']} rows within 10 % "
+                        f"(fitted on the other half of one {fitted['gpu']} run)")
     if problem.is_ragged and not c.get("ragged_validated"):
         warnings.append(f"a ragged batch (lengths {min(problem.seqlens)} to "
                         f"{max(problem.seqlens)}): the main kernel's latency term takes the "

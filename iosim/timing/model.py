@@ -10,7 +10,9 @@ P_NORM = 4.0
 
 
 #: the model form the constants were fitted for (it names them in `source`)
-FORM = ("form 10 (form 9 + the plain row passes' rounds per warp holding a tile's entries, "
+FORM = ("form 11 (form 10 + the share of its SM that a lone fa2 tensor-core forward CTA "
+        "gets, w_sat_tc, where an SM holds one; form 10: form 9 + the plain row passes' "
+        "rounds per warp holding a tile's entries, "
         "sigma_w; form 9: form 8 (form 7 + a prologue / epilogue latency per wave of CTAs of "
         "the fa2 tensor-core and fast kernels, the tensor-core backward's lockstep phases at "
         "one CTA a SM) + the causal fast fa2 backward's grid heaviest first across heads, "
@@ -95,6 +97,9 @@ class RuntimeModel:
     kappa_o: float = 0.0
     t_cta_us: float = 0.0
     sigma_w: float = 0.0
+    #: form 11: the warps an fa2 tensor-core forward CTA needs to fill its SM where an SM
+    #: holds one of them (0: w_sat)
+    w_sat_tc: float = 0.0
 
     @classmethod
     def load(cls, path: str = CONSTANTS_PATH) -> "RuntimeModel":
@@ -107,7 +112,7 @@ class RuntimeModel:
                    d.get("sigma", 0.0), d.get("sigma_r", 0.0), d.get("g_mem", 1.0),
                    d.get("kappa_c1", 0.0), d.get("t_round_us", 0.0),
                    d.get("t_miss_us", 0.0), d.get("kappa_o", 0.0), d.get("t_cta_us", 0.0),
-                   d.get("sigma_w", 0.0))
+                   d.get("sigma_w", 0.0), d.get("w_sat_tc", 0.0))
 
     def save(self, path: str = CONSTANTS_PATH):
         with open(path, "w") as f:
@@ -119,7 +124,8 @@ class RuntimeModel:
                        "sigma": self.sigma, "sigma_r": self.sigma_r, "g_mem": self.g_mem,
                        "kappa_c1": self.kappa_c1, "t_round_us": self.t_round_us,
                        "t_miss_us": self.t_miss_us, "kappa_o": self.kappa_o, "t_cta_us": self.t_cta_us,
-                       "sigma_w": self.sigma_w, "source": self.source}, f, indent=1,
+                       "sigma_w": self.sigma_w, "w_sat_tc": self.w_sat_tc,
+                       "source": self.source}, f, indent=1,
                       sort_keys=True)
             f.write("\n")
 
@@ -129,7 +135,9 @@ class RuntimeModel:
                          [f"  e_l2 = {self.e_l2:.4f}", f"  e_dram = {self.e_dram:.4f}",
                           f"  e_dram_w = {self.e_dram_w:.4f} of the L2 bandwidth (DRAM writes: the L2 write-back rate)",
                           f"  t_launch = {self.t_launch_ms * 1e3:.2f} us",
-                          f"  w_sat = {self.w_sat:.2f} warps", f"  e_local = {self.e_local:.4f}",
+                          f"  w_sat = {self.w_sat:.2f} warps",
+                          f"  w_sat_tc = {self.w_sat_tc:.2f} warps (an fa2 tensor-core forward CTA alone on its SM)",
+                          f"  e_local = {self.e_local:.4f}",
                           f"  g_mem = {self.g_mem:.2f} (an SM's L2 / DRAM bandwidth over its even share; held, not fitted)",
                           f"  e_smem = {self.e_smem:.4f}",
                           f"  kappa = {self.kappa:.1f} FLOP-equivalents per score entry",

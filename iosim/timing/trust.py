@@ -109,12 +109,14 @@ def trust_for(what: str, algorithm: str, pass_: str, kernel: str, problem, prese
         raise ValueError(f"what={what!r} is not allowed; allowed: 'time', 'dram'")
     tab = table()[what]
     family = family_of(algorithm, pass_, kernel)
-    dtype = modelled_as or problem.dtype
+    outside = []
+    dtype = problem.dtype
+    if modelled_as and modelled_as != dtype and key_of(family, dtype, pass_, preset) not in tab:
+        # no blind rows of this dtype: judged by the rows of the build the model took
+        outside.append(f"{dtype} never measured (modelled as its {modelled_as} build)")
+        dtype = modelled_as
     key = key_of(family, dtype, pass_, preset)
     e = tab.get(key)
-    outside = []
-    if modelled_as and modelled_as != problem.dtype:
-        outside.append(f"{problem.dtype} never measured (modelled as its {modelled_as} build)")
     basis = key
     if e is None:
         basis = _nearest(tab, family, dtype, pass_, preset)
