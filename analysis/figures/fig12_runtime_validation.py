@@ -77,6 +77,9 @@ def select_roofline_rows(rows, gpu: str, max_calls: int | None):
     for r in fwd:
         fams.setdefault(r["family"], []).append(r)
     quota = {f: max(1, math.floor(len(rs) * max_calls / len(fwd))) for f, rs in fams.items()}
+    # "at least one" can push the sum past max_calls: take the excess from the largest
+    while sum(quota.values()) > max_calls and max(quota.values()) > 1:
+        quota[max(quota, key=quota.get)] -= 1
     out = []
     for f, rs in fams.items():
         out += _evenly(rs, quota[f])
