@@ -203,7 +203,8 @@ def fit_flat(rows=None, gpu: str = "H100-SXM") -> dict:
     half (`split_of`) of its rows on `gpu`; the combine's constants stay the tiled fit's."""
     import numpy as np
     from scipy.optimize import least_squares
-    rows = [r for r in (rows or measured_rows(main="flat", gpu=gpu)) if split_of(r) == "fit"]
+    every = rows or measured_rows(main="flat", gpu=gpu)
+    rows = [r for r in every if split_of(r) == "fit"]
     if len(rows) < 2 * len(FITTED_FLAT):
         raise SystemExit(f"fit --main flat: {len(rows)} fit-half rows of the flat kernel on "
                          f"{gpu}; at least {2 * len(FITTED_FLAT)} needed (run flashsim bench "
@@ -240,7 +241,7 @@ def fit_flat(rows=None, gpu: str = "H100-SXM") -> dict:
     }
     # the other half's score at these constants, kept beside them for the predictions'
     # trust statement (iosim.timing.decode; `validate --main flat` prints it per group)
-    held = [r for r in measured_rows(main="flat", gpu=gpu) if split_of(r) == "heldout"]
+    held = [r for r in every if split_of(r) == "heldout"]
     doc["heldout"] = summarise(validation_rows(held, doc, "flat", gpu))["all"] if held else None
     return doc
 
@@ -260,7 +261,8 @@ def validation_rows(rows=None, constants=None, main: str = "tiled",
     out = []
     for r in rows or measured_rows(main=main, gpu=gpu):
         pr = predict_row(r, c, main, gpu)
-        out.append({"kind": KIND if main == "tiled" else KIND_FLAT, "run_id": r["run_id"], "device": r["device"],
+        out.append({"kind": KIND if main == "tiled" else KIND_FLAT, "run_id": r["run_id"],
+                    "device": r["device"],
                     "date": r["date"], "commit": r["commit"], "versions": r["versions"],
                     "config": config_of(r), "split": split_of(r), **group_of(r),
                     "measured_ms": r["ms_median"], "predicted_ms": round(pr["predicted_ms"], 6),
