@@ -41,8 +41,9 @@ commit=${FLASHSIM_COMMIT:-}
 # session: most important first; every stage writes under $OUT as it goes, so a call cut
 # short still returns what it made. At the end the text logs are packed into
 # $OUT/logs_sN.tgz: a call returns at most 8 files.
-# 1: compute-sanitizer memcheck and racecheck on the flat decode kernel (tiny cases), its
-#    checks against float64 and the ledger at full size (fp16, fp32, bf16, paged), the
+# 1: compute-sanitizer memcheck and racecheck on the flat decode kernel (tiny cases: fp16
+#    contiguous and paged, fp32, bf16), its fp16 checks against float64 and the ledger at
+#    full size (contiguous and paged), the
 #    decode benchmark (flashsim bench --decode without the num_splits sweep, at its default
 #    budget of 330 s, smallest caches first; BENCH_S=seconds sets another).
 # 2: the decode tests on the GPU (-v: each test's outcome is in the log as it ends, so a
