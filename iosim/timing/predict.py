@@ -52,9 +52,11 @@ def terms(f: dict, m: RuntimeModel, hw) -> dict:
 
 def predict_launch(f: dict, m: RuntimeModel, hw) -> dict:
     tt = terms(f, m, hw)
-    # form 11: an fa2 tensor-core forward CTA alone on its SM (the 128 x 64 build at
-    # d = 80-112 and above 128) gets less of it than w_sat says: its warps cross each key
-    # tile's barriers together and no second CTA runs in their softmax and copy phases
+    # form 11: an fa2 tensor-core forward CTA alone on its SM (the 128 x 64 build where
+    # its registers or shared memory leave room for one: most d from 72 to 127, every d
+    # above 128; iosim/launch/tc_registers.json) gets less of it than w_sat says: its warps
+    # cross each key tile's barriers together and no second CTA runs in their softmax and
+    # copy phases
     lone_tc = m.w_sat_tc and f.get("kernel") == "fa2_tc" and f.get("ctas_per_sm") == 1
     imb = imbalance(f, m.w_sat_tc if lone_tc else m.w_sat)
     imb_m = max(1.0, imb / m.g_mem)
