@@ -263,11 +263,9 @@ def registers() -> int:
     """ptxas -v registers of the flat kernel's GPU builds (uncounted, split, causal, N_q = 1,
     NG = NR query heads a block, d = 64 and 128), sm_90, against FLAT_REGISTERS; no GPU
     needed (NUMBA_ENABLE_CUDASIM=0, ptxas on the PATH). 0 when they all agree."""
-    import re
-    import subprocess
-    import tempfile
     from numba import cuda, types
     from iosim.launch.decode import FLAT_REGISTERS, flat_plan
+    from gpu._tc import ptxas_registers
     from gpu.decode import flat as F
     T = {"fp16": types.float16, "bf16": types.uint16, "fp32": types.float32}
     A = types.Array
@@ -283,20 +281,7 @@ def registers() -> int:
                    A(types.float32, 4, "C"), types.float32, types.int64, types.int64,
                    types.int64, A(types.int64, 2, "C"))
             ptx, _ = cuda.compile_ptx(ker.py_func, sig, cc=(9, 0))
-            with tempfile.TemporaryDirectory() as tmp:
-                src = os.path.join(tmp, "k.ptx")
-                for _ in range(2):
-                    open(src, "w").write(ptx)
-                    r = subprocess.run(["ptxas", "-arch=sm_90", "-v", src, "-o",
-                                        os.path.join(tmp, "k.cubin")],
-                                       capture_output=True, text=True)
-                    # an older ptxas than NVVM's PTX: the version it takes (same code)
-                    m = re.search(r"current version is '([\d.]+)'", r.stderr)
-                    if r.returncode == 0 or not m:
-                        break
-                    ptx = re.sub(r"^\.version \S+", f".version {m.group(1)}", ptx, flags=re.M)
-            got = re.search(r"Used (\d+) registers", r.stderr)
-            got = int(got.group(1)) if got else None
+            got, _ = ptxas_registers(ptx)
             ok &= got == want
             print(f"{dt} NR={NR} paged={paged} d={d}: {got} registers (table {want})"
                   + ("" if got == want else "  DIFFERS"), flush=True)

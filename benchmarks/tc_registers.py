@@ -19,33 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "iosim", "launch", "tc_registers.json")
 
 
 def ptxas_registers(ptx: str) -> tuple[int, int]:
-    """(registers, spill store bytes) of one kernel's PTX, by ptxas -v for sm_90."""
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "k.ptx")
-        for _ in range(2):
-            with open(src, "w") as f:
-                f.write(ptx)
-            r = subprocess.run(["ptxas", "-arch=sm_90", "-v", src, "-o",
-                                os.path.join(tmp, "k.cubin")], capture_output=True, text=True)
-            m = re.search(r"current version is '([\d.]+)'", r.stderr)
-            if r.returncode == 0 or not m:
-                break
-            ptx = re.sub(r"^\.version \S+", f".version {m.group(1)}", ptx, flags=re.M)
-    used = re.search(r"Used (\d+) registers", r.stderr)
-    if not used:
-        raise RuntimeError(f"ptxas gave no register count: {r.stderr[-500:]}")
-    spill = re.search(r"(\d+) bytes spill stores", r.stderr)
-    return int(used.group(1)), int(spill.group(1)) if spill else 0
+    """(registers, spill store bytes) of one kernel's PTX (gpu._tc.ptxas_registers, sm_90)."""
+    from gpu._tc import ptxas_registers as count
+    regs, spill = count(ptx)
+    if regs is None:
+        raise RuntimeError("ptxas gave no register count")
+    return regs, spill
 
 
 def table(progress=print) -> dict:

@@ -129,5 +129,28 @@ def linked_ptx(kern, signature, cc=(9, 0)) -> str:
     return lib.get_lto_ptx(cc=cc).rstrip("\x00")
 
 
+def ptxas_registers(ptx: str, arch: str = "sm_90") -> tuple[int | None, int]:
+    """(registers per thread, spill store bytes) of one kernel's PTX by `ptxas -v` (CUDA's,
+    on the PATH; no GPU needed); registers None where ptxas printed no count. An older
+    ptxas than the PTX's .version gets the version it takes (the same code)."""
+    import re
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        for _ in range(2):
+            with open(src, "w") as f:
+                f.write(ptx)
+            r = subprocess.run(["ptxas", f"-arch={arch}", "-v", src, "-o",
+                                os.path.join(tmp, "k.cubin")], capture_output=True, text=True)
+            m = re.search(r"current version is '([\d.]+)'", r.stderr)
+            if r.returncode == 0 or not m:
+                break
+            ptx = re.sub(r"^\.version \S+", f".version {m.group(1)}", ptx, flags=re.M)
+    used = re.search(r"Used (\d+) registers", r.stderr)
+    spill = re.search(r"(\d+) bytes spill stores", r.stderr)
+    return (int(used.group(1)) if used else None), (int(spill.group(1)) if spill else 0)
+
+
 __all__ = ["MMA_PATH", "ELEMENTS", "ARRAY_DTYPES", "array_type", "check_dtype", "source",
-           "declare", "ptr", "ptr32", "ptr16", "check_aligned", "linked_ptx"]
+           "declare", "ptr", "ptr32", "ptr16", "check_aligned", "linked_ptx", "ptxas_registers"]
