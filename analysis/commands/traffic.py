@@ -90,8 +90,8 @@ def register(sub):
                           "or one block per K/V head reads it once")
     dec.add_argument("--main", choices=("auto", "flat", "tiled"), default=None,
                      help="gpu.decode's main kernel whose split rule and time --levels gives: "
-                          "auto (the kernel gpu.decode's default runs), flat or tiled (default: "
-                          "auto once the flat kernel's time model is fitted, else tiled)")
+                          "auto (the default: the kernel gpu.decode's default runs), flat or "
+                          "tiled")
     dec.add_argument("--cache-seqlens", type=_ints, metavar="N0,N1,...",
                      help="a ragged batch: one cache length per sequence (ints >= 0, before "
                           "any append; one value: every sequence of --batch), instead of "
@@ -385,8 +385,7 @@ def decode_main(args) -> int:
     S = args.num_splits
     gpu = args.gpu or ("H100-SXM" if args.levels else None)
     from iosim.launch.decode import auto_num_splits, main_kernel
-    from iosim.timing.decode import FLAT_CONSTANTS_PATH
-    main = args.main or ("auto" if FLAT_CONSTANTS_PATH.exists() else "tiled")
+    main = args.main or "auto"
     try:
         kernel = main_kernel(prob, args.kv_reads, main)
     except ValueError as exc:

@@ -14,12 +14,11 @@ One configuration family: N_q = 1 new row, fp16, d = 128, 32 query heads (MHA, a
     and V once + Q + O + L is the least a step moves, the same for every implementation.
     Solid black: the HBM peak; dashed: issue 37's goal, 80 % of it (batch >= 8, N_kv >=
     16K); dotted from 64K: 70 % (batch 1).
-(b) The time model of gpu.decode's default main kernel (`analysis.fit_decode.predict_row`):
-    the flat kernel's once its constants are fitted (iosim/timing/decode_flat_constants.json),
-    against the flat kernel's held-out rows; before that the tiled kernel's, against the
-    tiled kernel's (`analysis.fit_decode.split_of`; impl flashsim or flashsim_tiled with
-    main_kernel absent or "tiled"). Rows of the H100-SXM preset the models were fitted on;
-    one kernel's rows are never predicted by the other's model. Per schedule (fa2_decode,
+(b) The time model of gpu.decode's default main kernel, the flat one
+    (`analysis.fit_decode.predict_row`; iosim/timing/decode_flat_constants.json), against
+    the flat kernel's held-out rows (`analysis.fit_decode.split_of`; `model_errors` takes
+    the tiled kernel's model and rows too) of the H100-SXM preset it was fitted on; one
+    kernel's rows are never predicted by the other's model. Per schedule (fa2_decode,
     split_kv) and cache layout (contiguous, paged), the share of rows whose |predicted /
     measured - 1| is at most x, with lines at 10 % and 15 %.
 
@@ -48,7 +47,7 @@ IMPL_COLORS = {"flashsim flat": "#2ca02c", "flashsim tiled": "#ff7f0e", "torch_s
                "flash_attn": "#9467bd"}
 #: panel (a)'s legend names of the kernel labels
 IMPL_NAMES = {"flashsim flat": "flashsim flat (default)", "flashsim tiled": "flashsim tiled"}
-#: the preset of the tiled kernel's time model (fitted on H100 rows): panel (b)'s rows
+#: the preset the decode time models were fitted on (H100 rows): panel (b)'s rows
 ERRORS_GPU = "H100-SXM"
 BATCH_MARKERS = {1: "o", 8: "s", 32: "^", 64: "D"}
 
@@ -129,8 +128,7 @@ def generate(rows=None, data=None, device: str | None = None, gpu: str | None = 
     dev, run, current = panel_run(ok)
     gpu = gpu or GPU_OF_DEVICE.get(dev, "H100-SXM")
     hw, series, sweep, rule = _model(gpu)
-    from iosim.timing.decode import FLAT_CONSTANTS_PATH
-    errors_main = "flat" if FLAT_CONSTANTS_PATH.exists() else "tiled"
+    errors_main = "flat"           # gpu.decode's default main kernel, its model fitted
     last = {}
     for r in ok:   # the panel's run: the latest row per point (file order)
         if r["run_id"] != run or r.get("device") != dev or r.get("sweep") or r.get("ragged"):
