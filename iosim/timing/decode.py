@@ -288,7 +288,8 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     outside the fitted rows), each a sentence.
     Per-sequence lengths: equal lengths without an append are predicted as the same
     problem with one N_kv; a ragged batch by the same terms over its own CTAs (see the
-    module docstring; a warning says it is unvalidated); an appending batch raises
+    module docstring; a warning says it is unvalidated where that kernel's model was fitted
+    on no ragged row, the tiled one's); an appending batch raises
     ConfigError (one line: why) rather than give a number the model was not built for.
     main: "auto" (the default: the kernel gpu.decode's default runs,
     iosim.launch.decode.main_kernel), "tiled" (gpu.decode's main="tiled") or "flat"
