@@ -143,10 +143,10 @@ def main(argv=None) -> int:
                 commit=os.environ.get("FLASHSIM_COMMIT") or R.current_commit(),
                 versions=versions())
     # each ok shape launched its main kernel, then the combine when it split (S > 1): cut
-    # ncu's launch list at each main kernel
+    # ncu's launch list (KERNELS: the flat kernel and the combine) at each main kernel
     groups, cur = [], None
     for k in launches:
-        if "decode_flat" in k["kernel"] or "decode_splitkv" in k["kernel"] or cur is None:
+        if "decode_flat" in k["kernel"] or cur is None:
             cur = []
             groups.append(cur)
         cur.append(k)
