@@ -58,8 +58,8 @@ commit=${FLASHSIM_COMMIT:-}
 # Commit: the device's .git can be older than the tree sent, so `git rev-parse` there may
 # name the wrong commit: set FLASHSIM_COMMIT to this side's `git rev-parse --short HEAD`.
 pack() {   # pack the session's text logs (a call returns at most 8 files)
-  (cd "$OUT" && ls *.txt *.log >/dev/null 2>&1 && tar czf "logs_s$1.tgz" *.txt *.log \
-      && rm -f *.txt *.log)
+  (cd "$OUT" && shopt -s nullglob && logs=(*.txt *.log) && [ ${#logs[@]} -gt 0 ] \
+      && tar czf "logs_s$1.tgz" "${logs[@]}" && rm -f "${logs[@]}")
 }
 if [ "$1" = session ]; then
   self=$0

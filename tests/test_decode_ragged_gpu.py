@@ -128,7 +128,7 @@ def test_int_cache_seqlens_with_append():
 @pytest.mark.parametrize("append", [False, True])
 def test_launcher_reads_device_lengths(append):
     # DecodeLauncher with the lengths as a device int32 array: the kernels read them on
-    # the device (here the lane-group layout of the GPU build, in the simulator)
+    # the device (in the simulator, the lane-group layout of the GPU build)
     from numba import cuda
     from gpu._launch import filled
     from gpu.decode import DecodeLauncher
@@ -138,7 +138,10 @@ def test_launcher_reads_device_lengths(append):
     q, k, v = random_decode_inputs(p, seed=7)
     kn, vn = random_new_kv(p, seed=7)
     kp, vp, table = paged_cache(p, k, v, seed=3)
-    run = DecodeLauncher(p, 3, kv_reads="per_group", count=True, lanes_per_row=4)
+    from numba import config
+    # the simulator stands in for the lane groups with lanes_per_row; a GPU runs its own
+    run = DecodeLauncher(p, 3, kv_reads="per_group", count=True,
+                         lanes_per_row=4 if config.ENABLE_CUDASIM else None)
     o = filled(q.shape, q.dtype, np.nan)
     L = filled(q.shape[:3], np.float32, np.nan)
     opart, lpart = run.partials()
