@@ -1,16 +1,17 @@
-"""The issue-39 blind sets across the space (analysis/configs/runtime_blind11.json, scored
-on the H100 2026-12-07; runtime_blind12.json, declared after it: head dims, bf16, grouped
-heads, causal, backward, windows and N_k != N): their frozen predictions with each one's
-trust statement, and their scores.
+"""The issue-39 blind sets across the space (analysis/configs/runtime_blind11.json and
+runtime_blind12.json, scored on the H100 2026-12-07: head dims, bf16, grouped heads,
+causal, backward, windows and N_k != N; runtime_blind13.json, declared after them: the
+element-wise copy path at d % 8 != 0 and blind12's misses): their frozen predictions with
+each one's trust statement, and their scores.
 
     python3 -m analysis.blind_space predict [--set S]     # freeze (clean, committed tree)
     python3 -m analysis.blind_space score MEASURED.jsonl [--set S] [--gpu H200] [--run-id ID] [--no-write]
 
---set: runtime_blind11 or runtime_blind12 (the default, the newest). The measured rows
-come from `bash scripts/device.sh measure times:runtime_blind12:300` (analysis.hwmeasure
+--set: runtime_blind11, runtime_blind12 or runtime_blind13 (the default, the newest). The
+measured rows come from `bash scripts/device.sh measure times:runtime_blind13:300` (analysis.hwmeasure
 times). The score is printed per family (passes, share within 10 %, median and 95th
 percentile |error|, split by what the frozen trust statement said) and written as
-runtime_validation rows of the set's split ("blind11", "blind12": the kind the blind
+runtime_validation rows of the set's split ("blind11", "blind12", ...: the kind the blind
 scores live in)."""
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from analysis.fit_levels import predict_row, problem_of
 
 
 #: the sets declared for issue 39 (analysis/configs/NAME.json), the newest last
-SPACE_SETS = ("runtime_blind11", "runtime_blind12")
+SPACE_SETS = ("runtime_blind11", "runtime_blind12", "runtime_blind13")
 SPACE_SET = SPACE_SETS[-1]
 
 

@@ -29,7 +29,8 @@ from analysis.validation_configs import (LEVELS_BLIND, LEVELS_BLIND2, LEVELS_BLI
                                          LEVELS_BLIND7, RUNTIME_BLIND7, RUNTIME_DEV7,
                                          LEVELS_BLIND8, RUNTIME_BLIND8, RUNTIME_DEV8,
                                          LEVELS_BLIND9, LEVELS_BLIND10, RUNTIME_BLIND11,
-                                         LEVELS_BLIND11, RUNTIME_BLIND12, LEVELS_BLIND12)
+                                         LEVELS_BLIND11, RUNTIME_BLIND12, LEVELS_BLIND12,
+                                         RUNTIME_BLIND13)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: measured after the L2 model was frozen (c9b0b77) and never fitted on: the blind set and
@@ -78,7 +79,10 @@ RUNTIME_BLIND_SETS = {
                         RUNS / "runtime-blind11-predictions" / "predictions.json"),
     # the second across the space (new head dims, published models' grouped heads)
     "runtime_blind12": (RUNTIME_BLIND12, "blind12",
-                        RUNS / "runtime-blind12-predictions" / "predictions.json")}
+                        RUNS / "runtime-blind12-predictions" / "predictions.json"),
+    # the third (form 12's element-wise copies at d % 8 != 0; blind12's other misses)
+    "runtime_blind13": (RUNTIME_BLIND13, "blind13",
+                        RUNS / "runtime-blind13-predictions" / "predictions.json")}
 #: the split each scored blind set's rows carry, in order of the rounds (a round's levels
 #: and runtime sets share the name; the ninth round has a levels set only)
 BLIND_SPLITS = tuple(dict.fromkeys(
@@ -394,7 +398,9 @@ SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split="new", split3="new"
 #: "blind5" rows), the sixth (frozen model ac08151, split "blind6" rows) and the seventh
 #: (frozen model bf23b81, split "blind7" rows), the eighth (frozen 1630114, split "blind8")
 #: and the first across the space (frozen 37c5a1b, split "blind11"; form 11's w_sat_tc
-#: was fitted with its rows), each taken as development rows once scored; and the
+#: was fitted with its rows), the second (frozen 15f9ee7, split "blind12"; form 12's
+#: element-wise rounds were added after its d = 59 and 100 rows), each taken as
+#: development rows once scored; and the
 #: seventh, ninth, tenth, eleventh and
 #: twelfth sessions' development rows (RUNTIME_DEV3, RUNTIME_DEV5, RUNTIME_DEV6,
 #: RUNTIME_DEV7, RUNTIME_DEV8, declared before measuring)
@@ -404,7 +410,8 @@ for _configs, _tag in ((RUNTIME_BLIND, "blind1"), (RUNTIME_BLIND2, "blind2"),
                        (RUNTIME_BLIND5, "blind5"), (RUNTIME_DEV6, "dev6"),
                        (RUNTIME_BLIND6, "blind6"), (RUNTIME_DEV7, "dev7"),
                        (RUNTIME_BLIND7, "blind7"), (RUNTIME_DEV8, "dev8"),
-                       (RUNTIME_BLIND8, "blind8"), (RUNTIME_BLIND11, "blind11")):
+                       (RUNTIME_BLIND8, "blind8"), (RUNTIME_BLIND11, "blind11"),
+                       (RUNTIME_BLIND12, "blind12")):
     SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3=_tag)
                      for c in _configs if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS

@@ -54,7 +54,7 @@ NAMES = ("levels", "levels_new", "runtime", "variants", "runtime_blind", "levels
          "levels_dev6", "runtime_blind6", "levels_blind6", "runtime_dev7", "levels_dev7",
          "runtime_blind7", "levels_blind7", "runtime_dev8", "levels_dev8", "runtime_blind8",
          "levels_blind8", "levels_blind9", "levels_dev10", "levels_blind10", "runtime_blind11",
-         "levels_blind11", "runtime_blind12", "levels_blind12")
+         "levels_blind11", "runtime_blind12", "levels_blind12", "runtime_blind13")
 
 
 def load(name: str) -> list[dict]:
@@ -107,6 +107,7 @@ RUNTIME_BLIND11 = SETS["runtime_blind11"]
 LEVELS_BLIND11 = SETS["levels_blind11"]
 RUNTIME_BLIND12 = SETS["runtime_blind12"]
 LEVELS_BLIND12 = SETS["levels_blind12"]
+RUNTIME_BLIND13 = SETS["runtime_blind13"]
 
 #: RUNTIME by kernel family (in listed order), each configuration without the keys the
 #: set adds (family, split, split3).
@@ -151,4 +152,4 @@ __all__ = ["LEVELS", "LEVELS_NEW", "RUNTIME_BLIND", "LEVELS_BLIND", "RUNTIME_BLI
            "RUNTIME_DEV6", "LEVELS_DEV6", "RUNTIME_BLIND6", "LEVELS_BLIND6",
            "RUNTIME_DEV7", "LEVELS_DEV7", "RUNTIME_BLIND7", "LEVELS_BLIND7",
            "RUNTIME_DEV8", "LEVELS_DEV8", "RUNTIME_BLIND8", "LEVELS_BLIND8", "LEVELS_BLIND9", "LEVELS_DEV10",
-           "LEVELS_BLIND10", "RUNTIME_BLIND11", "LEVELS_BLIND11", "RUNTIME_BLIND12", "LEVELS_BLIND12", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]
+           "LEVELS_BLIND10", "RUNTIME_BLIND11", "LEVELS_BLIND11", "RUNTIME_BLIND12", "LEVELS_BLIND12", "RUNTIME_BLIND13", "RUNTIME", "FAST_VARIANTS", "RUNTIME_FAMILIES", "SETS", "cfg", "family_of"]

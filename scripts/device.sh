@@ -50,9 +50,10 @@ commit=${FLASHSIM_COMMIT:-}
 #    run cut short still names its failures), then the flat kernel's tuning probe
 #    (against the tiled kernel and SDPA).
 # 3: the gpu-marked tests (-v, 500 s).
-# 4: the issue-39 blind sets runtime_blind12 / levels_blind12 (times 200 s, counters
-#    300 s; a stage resumes from ./out/SET.jsonl: carry out/). blind11 was measured on the
-#    H100 2026-12-07; SETS="times:SET:S counters:SET:S" names others (the H200's blind11).
+# 4: the issue-39 blind set runtime_blind13 (times, 240 s; a stage resumes from
+#    ./out/SET.jsonl: carry out/). blind11 and blind12 were measured on the H100 2026-12-07;
+#    SETS="times:SET:S counters:SET:S" names others (on an H200: SETS="times:runtime_blind12:200
+#    times:runtime_blind13:240").
 # 5: Nsight Compute on the flat decode kernel at issue 37's goal shapes (what binds GQA
 #    and MQA: occupancy, warp stalls, DRAM throughput; benchmarks/decode_flat_ncu.py).
 # Commit: the device's .git can be older than the tree sent, so `git rev-parse` there may
@@ -97,7 +98,7 @@ if [ "$1" = session ]; then
       echo "gpu tests rc=$?: $(grep -c " PASSED" $OUT/pytest_gpu.txt) passed," \
            "$(grep -c " FAILED" $OUT/pytest_gpu.txt) failed"' ;;
   4)
-    bash "$self" measure ${SETS:-times:runtime_blind12:200 counters:levels_blind12:300} ;;
+    bash "$self" measure ${SETS:-times:runtime_blind13:240} ;;
   5)
     bash "$self" bash -c '
       timeout 330 python3 benchmarks/decode_flat_ncu.py --timeout 300 \

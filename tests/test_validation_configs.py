@@ -20,7 +20,7 @@ COUNTS = {"levels": 49, "levels_new": 16, "runtime": 168, "variants": 16,
           "levels_blind7": 16, "runtime_dev8": 10, "levels_dev8": 12, "runtime_blind8": 42,
           "levels_blind8": 16, "levels_blind9": 16, "levels_dev10": 11, "levels_blind10": 8,
           "runtime_blind11": 51, "levels_blind11": 51, "runtime_blind12": 47,
-          "levels_blind12": 47}
+          "levels_blind12": 47, "runtime_blind13": 24}
 
 
 def test_counts_and_names():

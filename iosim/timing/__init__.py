@@ -34,8 +34,9 @@ For each kernel launch of a pass (the launches of `iosim.memory`'s levels):
   CTA alone on its SM: w / w_sat_tc, form 11); the memory terms take
   imb_m (an SM may draw g_mem times its even share of the bandwidth).
 * t_launch (ms): a fixed cost per launch. t_round, t_miss (us): a latency round of the
-  kernels that load their tiles element by element behind a barrier (`LATENCY_KERNELS`),
-  and its extra when it misses L2; t_cta (us): a prologue / epilogue latency per wave of
+  kernels that load their tiles element by element behind a barrier (`LATENCY_KERNELS`;
+  form 12: the tensor-core kernels' copies where d % 8 != 0, `ELEMENTWISE_TC`), and its
+  extra when it misses L2; t_cta (us): a prologue / epilogue latency per wave of
   CTAs (`CTA_LATENCY_KERNELS`).
 
 The constants are data (runtime_constants.json, `RuntimeModel.load`); every prediction

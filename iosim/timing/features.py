@@ -167,6 +167,23 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                 rounds = float(nA * (-(-t.B_r * d // thr) + 1) * waves)
             miss = min(1.0, k["dram_read_bytes"] / max(1.0, lv["l2_read_bytes"]
                                                         - lv.get("l2_local_read_bytes", 0.0)))
+        elif kern in ELEMENTWISE_TC and d % 8:
+            # form 12: the tensor-core kernels copy rows in 16-byte chunks (cp.async) only
+            # where d % 8 == 0; at any other d each element is a 2-byte load into a register,
+            # then a shared store that clobbers memory (gpu/mma.cuh, tc_cp2_t), so the next
+            # copy's load waits: a round trip per element copy (t_round, the constant fitted
+            # on fa1's rounds). Per CTA: the tile it keeps, once, then the two tiles it
+            # streams per active tile; CTAs resident together overlap their rounds
+            thr = k["threads"]
+            waves = -(-k["ctas"] // (hw.sm_count * max(1, k["ctas_per_sm"])))
+            tiles = nA * I / k["ctas"]  # active tiles per CTA, on average
+            if kern == "fa2_tc":        # Q_i once; K_j and V_j per active tile
+                per_cta = -(-t.B_r * d // thr) + 2 * tiles * -(-t.B_c * d // thr)
+            else:                       # K_j and V_j once; Q_i and dO_i per active tile
+                per_cta = 2 * -(-t.B_c * d // thr) + 2 * tiles * -(-t.B_r * d // thr)
+            rounds = float(per_cta * waves)
+            miss = min(1.0, k["dram_read_bytes"] / max(1.0, lv["l2_read_bytes"]
+                                                        - lv.get("l2_local_read_bytes", 0.0)))
         out.append({"name": name, "family": key, "kernel": kern, "W": float(W), "R": float(R),
                     "lat_rounds": rounds, "lat_miss": miss,
                     "cta_waves": float(-(-k["ctas"] // (hw.sm_count * max(1, k["ctas_per_sm"]))))
@@ -201,6 +218,11 @@ ROW_OPS = 32.0
 #: kernels whose lone CTA (one per instance) loads each tile step's operands in
 #: latency-bound rounds behind a barrier (their `lat_rounds` feature, t_round each)
 LATENCY_KERNELS = ("fa1_fast", "fa1_fwd", "std_fast_S", "std_fast_PV")
+
+
+#: the tensor-core kernels whose row copies are element by element where d % 8 != 0
+#: (gpu.forward.fa2_tc, gpu.backward.fa2_tc: `VEC`); their rounds are `lat_rounds` too
+ELEMENTWISE_TC = ("fa2_tc", "fa2_bwd_tc")
 
 
 #: kernels whose CTAs wait a prologue / epilogue latency per wave (t_cta): the first

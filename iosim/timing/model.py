@@ -10,7 +10,8 @@ P_NORM = 4.0
 
 
 #: the model form the constants were fitted for (it names them in `source`)
-FORM = ("form 11 (form 10 + the share of its SM that a lone fa2 tensor-core forward CTA "
+FORM = ("form 12 (form 11 + the tensor-core kernels' element-wise row copies where d % 8 "
+        "!= 0 as latency rounds, t_round each; no constant added); form 11 (form 10 + the share of its SM that a lone fa2 tensor-core forward CTA "
         "gets, w_sat_tc, where an SM holds one; form 10: form 9 + the plain row passes' "
         "rounds per warp holding a tile's entries, "
         "sigma_w; form 9: form 8 (form 7 + a prologue / epilogue latency per wave of CTAs of "
