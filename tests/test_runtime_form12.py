@@ -54,3 +54,16 @@ def test_the_element_wise_path_costs_its_rounds():
     lat = f["lat_rounds"] * (m.t_round_us + m.t_miss_us * f["lat_miss"]) * 1e-3
     assert lat > 0.5 * t[64]["predicted_ms"]
     assert t[59]["predicted_ms"] - t[64]["predicted_ms"] == pytest.approx(lat, rel=0.1)
+
+
+@pytest.mark.parametrize("pass_, d", [("fwd", 59), ("fwd", 100), ("bwd", 36)])
+def test_the_element_wise_path_is_stated_untested(pass_, d):
+    """Form 12 was made after blind12's two element-wise passes: until a later blind set
+    scores it, a time prediction there says it is outside the validated range."""
+    import iosim
+    p = Problem(N=4096, d=d, heads=16, dtype="fp16")
+    t = iosim.predict_time("fa2", p, "H100-SXM", pass_=pass_)["trust"]
+    assert not t["validated"] and "element-wise copy path (d % 8 != 0)" in t["statement"]
+    ok = iosim.predict_time("fa2", Problem(N=4096, d=64, heads=16, dtype="fp16"), "H100-SXM",
+                            pass_=pass_)["trust"]
+    assert "element-wise" not in ok["statement"]

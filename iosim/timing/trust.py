@@ -44,6 +44,14 @@ def family_of(algorithm: str, pass_: str, kernel: str) -> str:
     return algorithm + ("_bwd" if pass_ == "bwd" else "") + newer
 
 
+#: time-model paths no frozen prediction of the current form has been scored on: a problem
+#: on one is outside the validated range whatever its family's blind rows say. Form 12's
+#: element-wise copies (d % 8 != 0) were added after blind12's two such passes; blind13
+#: tests them (remove the entry once it is scored).
+UNTESTED_D_PATHS = {f: "the element-wise copy path (d % 8 != 0) of form 12, not yet blind-tested"
+                    for f in ("fa2_tc", "fa2_bwd_tc")}
+
+
 def key_of(family: str, dtype: str, pass_: str, preset: str) -> str:
     """The table's key of a family on a preset: 'fa2_tc|fp16|fwd|H100-SXM'."""
     return f"{family}|{dtype}|{pass_}|{preset}"
@@ -139,6 +147,8 @@ def trust_for(what: str, algorithm: str, pass_: str, kernel: str, problem, prese
         if tiling is not None and list(tiling) not in e["tilings"]:
             outside.append(f"tiling {tiling[0]} x {tiling[1]} never measured (validated "
                            + ", ".join(f"{a} x {b}" for a, b in e["tilings"]) + ")")
+    if what == "time" and family in UNTESTED_D_PATHS and problem.d % 8:
+        outside.append(f"d = {problem.d}: {UNTESTED_D_PATHS[family]}")
     label = "time" if what == "time" else "DRAM"
     if e is None:
         return Trust(what, False, f"{label}: outside validated range: "
