@@ -7,6 +7,7 @@ layouts (threads, rows a group) and split counts: what gpu.decode's defaults
 defaults themselves.
 
     python3 benchmarks/decode_flat_probe.py --out decode_probe.jsonl [--quick]
+    python3 benchmarks/decode_flat_probe.py --splits     (default layout, one-wave split counts)
     compute-sanitizer --tool memcheck --report-api-errors no \
         python3 benchmarks/decode_flat_probe.py --sanitize      (tiny cases, no timings)
     NUMBA_ENABLE_CUDASIM=0 python3 benchmarks/decode_flat_probe.py --registers
@@ -144,7 +145,11 @@ SHAPES = (  # batch, attn, d, N_kv, page
 ATTN = {"mha": (32, 32), "gqa": (32, 8), "mqa": (8, 1)}
 
 
-def timings(emit, quick, budget_s):
+class _Skip(Exception):
+    pass
+
+
+def timings(emit, quick, budget_s, splits=False):
     import torch
     import iosim
     from iosim.launch.decode import auto_num_splits
@@ -199,8 +204,10 @@ def timings(emit, quick, budget_s):
                                       gbps=dbytes / ms / 1e6))
         for kvr in ("per_group", "per_query_head") if H != Hk else ("per_query_head",):
             rule = auto_num_splits(p, sms, kvr, "tiled")
-            # the tiled kernel (today's gpu.decode)
+            # the tiled kernel (the kernel before the flat one; not in --splits)
             try:
+                if splits:
+                    raise _Skip
                 run = DecodeLauncher(p, rule.num_splits, kv_reads=kvr, main="tiled")
                 opart, lpart = run.partials()
                 ctr = run.new_counters()
@@ -212,6 +219,8 @@ def timings(emit, quick, budget_s):
                 emit("decode_probe", dict(base, impl="flashsim_tiled", kv_reads=kvr,
                                           num_splits=rule.num_splits, ms_median=ms,
                                           ms_min=mn, gbps=dbytes / ms / 1e6))
+            except _Skip:
+                pass
             except Exception as e:
                 emit("decode_probe", dict(base, impl="flashsim_tiled", kv_reads=kvr,
                                           status="error", error=repr(e)[:300]))
@@ -219,9 +228,16 @@ def timings(emit, quick, budget_s):
             flat_rule = auto_num_splits(p, sms, kvr, "flat").num_splits
             Ss = sorted({rule.num_splits, flat_rule, 1}
                         | {max(1, min(N // 256, -(-sms * w // R))) for w in (2, 4, 8, 16)})
+            if splits:
+                # the split rule's question: blocks filling the SMs' c block slots in one
+                # wave (floor) against just past it (ceil, the rule: a partial second wave)
+                Ss = sorted({1, flat_rule} | {max(1, min(N // 256, f(sms * c, R)))
+                                              for c in (1, 2, 3, 4)
+                                              for f in (lambda a, b: a // b,
+                                                        lambda a, b: -(-a // b))})
             # (NT, KPG, defer): the default layout with fp16 rows widened at use (defer)
             # and as loaded, then the other layouts
-            variants = [(128, None, True), (128, None, False)] + (
+            variants = [(128, None, True)] if splits else [(128, None, True), (128, None, False)] + (
                 [] if quick else [(NT, kpg, True) for NT in (128, 256) for kpg in (None, 2, 4, 8)
                                   if (NT, kpg) != (128, None)])
             for NT, kpg, defer in variants:
@@ -297,6 +313,9 @@ def main():
     ap.add_argument("--registers", action="store_true",
                     help="no GPU: ptxas registers of the GPU builds against FLAT_REGISTERS")
     ap.add_argument("--budget-s", type=float, default=200)
+    ap.add_argument("--splits", action="store_true",
+                    help="timings of the default layout only, at the split counts that fill "
+                         "the SMs' block slots in one wave and just past it, every shape")
     a = ap.parse_args()
     if a.registers:
         return registers()
@@ -323,7 +342,7 @@ def main():
     ok = checks(emit, sanitize=a.sanitize)
     print("checks", "passed" if ok else "FAILED", flush=True)
     if not a.sanitize:
-        timings(emit, a.quick, a.budget_s)
+        timings(emit, a.quick, a.budget_s, splits=a.splits)
     return 0 if ok else 1
 
 

@@ -47,8 +47,9 @@ commit=${FLASHSIM_COMMIT:-}
 #    decode benchmark (flashsim bench --decode without the num_splits sweep, at its default
 #    budget of 330 s, smallest caches first; BENCH_S=seconds sets another).
 # 2: the decode tests on the GPU (-v: each test's outcome is in the log as it ends, so a
-#    run cut short still names its failures), then the flat kernel's tuning probe
-#    (against the tiled kernel and SDPA).
+#    run cut short still names its failures), then the flat kernel's probe of the split
+#    rule (--splits: the default layout at one-wave and just-past-one-wave split counts,
+#    every probe shape, beside SDPA).
 # 3: the gpu-marked tests (-v, 500 s).
 # 4: the issue-39 blind set runtime_blind13 (times, 240 s; a stage resumes from
 #    ./out/SET.jsonl: carry out/). blind11 and blind12 were measured on the H100 2026-12-07;
@@ -88,7 +89,7 @@ if [ "$1" = session ]; then
           tests/test_decode_ragged_gpu.py > $OUT/pytest_decode.txt 2>&1
       echo "decode tests rc=$?: $(grep -c " PASSED" $OUT/pytest_decode.txt) passed," \
            "$(grep -c " FAILED" $OUT/pytest_decode.txt) failed"
-      timeout 150 python3 benchmarks/decode_flat_probe.py --budget-s 120 \
+      timeout 200 python3 benchmarks/decode_flat_probe.py --splits --budget-s 150 \
           --out $OUT/decode_probe.jsonl > $OUT/probe.txt 2>&1
       echo "probe rc=$?"' ;;
   3)
