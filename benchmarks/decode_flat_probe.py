@@ -145,10 +145,6 @@ SHAPES = (  # batch, attn, d, N_kv, page
 ATTN = {"mha": (32, 32), "gqa": (32, 8), "mqa": (8, 1)}
 
 
-class _Skip(Exception):
-    pass
-
-
 def timings(emit, quick, budget_s, splits=False):
     import torch
     import iosim
@@ -205,36 +201,33 @@ def timings(emit, quick, budget_s, splits=False):
         for kvr in ("per_group", "per_query_head") if H != Hk else ("per_query_head",):
             rule = auto_num_splits(p, sms, kvr, "tiled")
             # the tiled kernel (the kernel before the flat one; not in --splits)
-            try:
-                if splits:
-                    raise _Skip
-                run = DecodeLauncher(p, rule.num_splits, kv_reads=kvr, main="tiled")
-                opart, lpart = run.partials()
-                ctr = run.new_counters()
+            if not splits:
+                try:
+                    run = DecodeLauncher(p, rule.num_splits, kv_reads=kvr, main="tiled")
+                    opart, lpart = run.partials()
+                    ctr = run.new_counters()
 
-                def tiled(i):
-                    qd, kd, vd, td = dev[i]
-                    run(qd, kd, vd, td if page else None, od, Ld, opart, lpart, ctr, scale)
-                ms, mn = timer(tiled, copies)
-                emit("decode_probe", dict(base, impl="flashsim_tiled", kv_reads=kvr,
-                                          num_splits=rule.num_splits, ms_median=ms,
-                                          ms_min=mn, gbps=dbytes / ms / 1e6))
-            except _Skip:
-                pass
-            except Exception as e:
-                emit("decode_probe", dict(base, impl="flashsim_tiled", kv_reads=kvr,
-                                          status="error", error=repr(e)[:300]))
+                    def tiled(i):
+                        qd, kd, vd, td = dev[i]
+                        run(qd, kd, vd, td if page else None, od, Ld, opart, lpart, ctr, scale)
+                    ms, mn = timer(tiled, copies)
+                    emit("decode_probe", dict(base, impl="flashsim_tiled", kv_reads=kvr,
+                                              num_splits=rule.num_splits, ms_median=ms,
+                                              ms_min=mn, gbps=dbytes / ms / 1e6))
+                except Exception as e:
+                    emit("decode_probe", dict(base, impl="flashsim_tiled", kv_reads=kvr,
+                                              status="error", error=repr(e)[:300]))
             R = B * (H if kvr == "per_query_head" else Hk)
             flat_rule = auto_num_splits(p, sms, kvr, "flat").num_splits
-            Ss = sorted({rule.num_splits, flat_rule, 1}
-                        | {max(1, min(N // 256, -(-sms * w // R))) for w in (2, 4, 8, 16)})
             if splits:
                 # the split rule's question: blocks filling the SMs' c block slots in one
                 # wave (floor) against just past it (ceil, the rule: a partial second wave)
-                Ss = sorted({1, flat_rule} | {max(1, min(N // 256, f(sms * c, R)))
+                Ss = sorted({1, flat_rule} | {max(1, min(N // 256, S))
                                               for c in (1, 2, 3, 4)
-                                              for f in (lambda a, b: a // b,
-                                                        lambda a, b: -(-a // b))})
+                                              for S in (sms * c // R, -(-sms * c // R))})
+            else:
+                Ss = sorted({rule.num_splits, flat_rule, 1}
+                            | {max(1, min(N // 256, -(-sms * w // R))) for w in (2, 4, 8, 16)})
             # (NT, KPG, defer): the default layout with fp16 rows widened at use (defer)
             # and as loaded, then the other layouts
             variants = [(128, None, True)] if splits else [(128, None, True), (128, None, False)] + (

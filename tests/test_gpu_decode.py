@@ -81,10 +81,11 @@ def test_outputs_and_counts(case, main):
     dtype, N_kv, N_q, H, Hk, page, S, kv_reads, causal = case
     if main == "flat" and not SIM:
         # the hardware layout covers fewer row counts than the simulator's (NR x VW caps)
-        from iosim.launch.decode import flat_plan
-        NR = (H // Hk if kv_reads == "per_group" else 1) * N_q
-        if flat_plan(16, dtype, NR) is None:
-            pytest.skip(f"the GPU flat kernel does not run {NR} rows a block at d=16 {dtype}")
+        from iosim.launch.decode import main_kernel
+        p = DecodeProblem(N_kv=N_kv, d=16, heads=H, kv_heads=Hk, N_q=N_q, dtype=dtype,
+                          page_size=page)
+        if main_kernel(p, kv_reads) != "flat":
+            pytest.skip(f"the GPU flat kernel does not run this case's rows a block ({dtype})")
     p, (q, k, v), O, L, led = run_case(dtype, N_kv, N_q, H, Hk, page, S, kv_reads, causal,
                                        main=main)
     ref, lse = reference(q, k, v, causal)

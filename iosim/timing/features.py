@@ -152,12 +152,12 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
         if kern == "fa2_bwd_tc" and k["ctas_per_sm"] == 1:
             W *= _bwd_tc_lockstep(t.B_r, -(-k["threads"] // 32))
         rounds = miss = 0.0
+        thr = k["threads"]
+        waves = -(-k["ctas"] // (hw.sm_count * max(1, k["ctas_per_sm"])))   # of CTAs an SM holds
         if kern in LATENCY_KERNELS:
             # fa1's step 8: Q_i, O_i element by element, one pair per thread and round, then
             # l_i, m_i (one more round), behind a barrier, by the instance's only CTA: each
             # round waits a memory round trip that no other CTA on the SM hides
-            thr = k["threads"]
-            waves = -(-k["ctas"] // (hw.sm_count * max(1, k["ctas_per_sm"])))
             if kern == "std_fast_S":          # Q_i, K_j element by element, one tile a CTA
                 rounds = float((-(-t.B_r * d // thr) + -(-t.B_c * d // thr)) * waves)
             elif kern == "std_fast_PV":       # P_ij, V_j per key tile of its row block
@@ -165,8 +165,6 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
                                * float(work.max()) * waves)       # (array or UniformWork)
             else:
                 rounds = float(nA * (-(-t.B_r * d // thr) + 1) * waves)
-            miss = min(1.0, k["dram_read_bytes"] / max(1.0, lv["l2_read_bytes"]
-                                                        - lv.get("l2_local_read_bytes", 0.0)))
         elif kern in ELEMENTWISE_TC and d % 8:
             # form 12: the tensor-core kernels copy rows in 16-byte chunks (cp.async) only
             # where d % 8 == 0; at any other d each element is a 2-byte load into a register,
@@ -174,20 +172,18 @@ def launch_features(p: Problem, lv: dict, hw) -> list[dict]:
             # copy's load waits: a round trip per element copy (t_round, the constant fitted
             # on fa1's rounds). Per CTA: the tile it keeps, once, then the two tiles it
             # streams per active tile; CTAs resident together overlap their rounds
-            thr = k["threads"]
-            waves = -(-k["ctas"] // (hw.sm_count * max(1, k["ctas_per_sm"])))
             tiles = nA * I / k["ctas"]  # active tiles per CTA, on average
             if kern == "fa2_tc":        # Q_i once; K_j and V_j per active tile
                 per_cta = -(-t.B_r * d // thr) + 2 * tiles * -(-t.B_c * d // thr)
             else:                       # K_j and V_j once; Q_i and dO_i per active tile
                 per_cta = 2 * -(-t.B_c * d // thr) + 2 * tiles * -(-t.B_r * d // thr)
             rounds = float(per_cta * waves)
+        if kern in LATENCY_KERNELS or rounds:    # the share of the rounds that miss L2
             miss = min(1.0, k["dram_read_bytes"] / max(1.0, lv["l2_read_bytes"]
                                                         - lv.get("l2_local_read_bytes", 0.0)))
         out.append({"name": name, "family": key, "kernel": kern, "W": float(W), "R": float(R),
                     "lat_rounds": rounds, "lat_miss": miss,
-                    "cta_waves": float(-(-k["ctas"] // (hw.sm_count * max(1, k["ctas_per_sm"]))))
-                    if kern in CTA_LATENCY_KERNELS else 0.0,
+                    "cta_waves": float(waves) if kern in CTA_LATENCY_KERNELS else 0.0,
                     "o_elems": float(nA * t.B_r * d * I) if kern in O_ROUNDTRIP else 0.0,
                     "entries": entries, "backward": fam == "fa2_bwd_main",
                     # the causal builds' band test per entry; a window's build runs the
