@@ -8,6 +8,8 @@ defaults themselves.
 
     python3 benchmarks/decode_flat_probe.py --out decode_probe.jsonl [--quick]
     python3 benchmarks/decode_flat_probe.py --splits     (default layout, one-wave split counts)
+    python3 benchmarks/decode_flat_probe.py --tc         (the tensor-core kernel, gpu.decode.tc:
+        its layouts and split counts against the flat kernel's defaults and SDPA)
     compute-sanitizer --tool memcheck --report-api-errors no \
         python3 benchmarks/decode_flat_probe.py --sanitize      (tiny cases, no timings)
     NUMBA_ENABLE_CUDASIM=0 python3 benchmarks/decode_flat_probe.py --registers
@@ -268,6 +270,126 @@ def timings(emit, quick, budget_s, splits=False):
         torch.cuda.empty_cache()
 
 
+#: the tensor-core kernel's layouts timed by --tc (warps, block_keys, stages): the default first
+TC_LAYOUTS = ((4, 16, 3), (4, 16, 2), (2, 16, 4), (8, 16, 2), (4, 32, 2), (1, 16, 4),
+              (2, 32, 3), (4, 16, 4))
+#: --tc's shapes, grouped heads first (the flat kernel's gap); then MHA and paged
+TC_SHAPES = (
+    (8, "gqa", 128, 16384, None), (8, "mqa", 128, 16384, None), (8, "gqa", 64, 16384, None),
+    (64, "gqa", 128, 16384, None), (1, "gqa", 128, 65536, None), (8, "gqa", 128, 16384, 16),
+    (8, "gqa", 128, 16384, 256), (8, "mha", 128, 16384, None), (8, "mqa", 64, 16384, None),
+    (1, "mha", 128, 131072, None), (1, "gqa", 128, 131072, 256), (32, "mqa", 128, 16384, None),
+)
+
+
+def tc_timings(emit, budget_s):
+    """The tensor-core kernel (gpu.decode.tc) beside torch SDPA and the flat kernel at
+    gpu.decode's defaults, same run, inputs rotated: pass 1, every TC_SHAPES shape at the
+    default layout and split counts around one wave of its resident blocks; pass 2, the
+    other TC_LAYOUTS on the grouped shapes, as the budget allows."""
+    import torch
+    import iosim
+    from iosim.launch import decode as geo
+    from numba import cuda
+    from gpu.decode import DecodeLauncher
+    from analysis.bench_decode import Timer, dram_bytes
+    timer = Timer(torch, 20)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    t0 = time.monotonic()
+    F_ = torch.nn.functional
+    passes = [(TC_SHAPES, TC_LAYOUTS[:1], True),
+              ([s for s in TC_SHAPES[:5]], TC_LAYOUTS[1:], False)]
+    for shapes, layouts, peers in passes:
+        for B, attn, d, N, page in shapes:
+            if time.monotonic() - t0 > budget_s:
+                print("budget: tc timings stopped", flush=True)
+                return
+            H, Hk = ATTN[attn]
+            p = iosim.DecodeProblem(N_kv=N, d=d, batch=B, heads=H, kv_heads=Hk, N_q=1,
+                                    dtype="fp16", page_size=page)
+            dbytes = dram_bytes(B, H, Hk, 1, N, d, 2, page)
+            pages = -(-N // page) if page else 0
+            cache = 2 * B * Hk * (pages * page if page else N) * d * 2
+            copies = max(2, -(-200_000_000 // cache))
+            g = torch.Generator(device="cuda").manual_seed(N + B + d)
+            sets = []
+            for i in range(copies):
+                q = torch.randn((B, H, 1, d), device="cuda", dtype=torch.float16, generator=g)
+                shape = (B * pages, page, Hk, d) if page else (B, Hk, N, d)
+                tab = (torch.randperm(B * pages, device="cuda", generator=g).to(torch.int32)
+                       .reshape(B, pages).contiguous() if page else None)
+                k = torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
+                v = torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
+                sets.append((q, k, v, tab))
+            o = torch.empty((B, H, 1, d), device="cuda", dtype=torch.float16)
+            L = torch.empty((B, H, 1), device="cuda", dtype=torch.float32)
+            od, Ld = cuda.as_cuda_array(o), cuda.as_cuda_array(L)
+            dev = [tuple(None if x is None else cuda.as_cuda_array(x, sync=False) for x in s)
+                   for s in sets]
+            scale = 1 / math.sqrt(d)
+            base = dict(batch=B, attn=attn, heads=H, kv_heads=Hk, d=d, seq_len_kv=N,
+                        paged=page, dtype="fp16", seq_len_q=1, dram_bytes=dbytes,
+                        kv_copies=copies, probe="tc")
+            ref = None
+            if page is None:
+                def sdpa(i):
+                    q, k, v, _ = sets[i]
+                    return F_.scaled_dot_product_attention(q, k, v, scale=scale,
+                                                           enable_gqa=H != Hk)
+                ref = sdpa(0).float()
+                if peers:
+                    ms, mn = timer(sdpa, copies)
+                    emit("decode_probe", dict(base, impl="torch_sdpa", ms_median=ms,
+                                              ms_min=mn, gbps=dbytes / ms / 1e6))
+
+            def time_run(run, impl, extra):
+                opart, lpart = run.partials()
+                ctr = run.new_counters()
+
+                def call(i):
+                    qd, kd, vd, td = dev[i]
+                    run(qd, kd, vd, td, od, Ld, opart, lpart, ctr, scale)
+                ms, mn = timer(call, copies)
+                call(0)
+                torch.cuda.synchronize()
+                diff = float((o.float() - ref).abs().max()) if ref is not None else None
+                emit("decode_probe", dict(base, impl=impl, ms_median=ms, ms_min=mn,
+                                          gbps=dbytes / ms / 1e6, max_abs_diff_vs_sdpa=diff,
+                                          **extra))
+            kvr = "per_group" if H != Hk else "per_query_head"
+            if peers:   # the flat kernel as gpu.decode runs it by default
+                S = geo.auto_num_splits(p, sms, kvr, "flat").num_splits
+                try:
+                    time_run(DecodeLauncher(p, S, kv_reads=kvr, main="flat"), "flashsim_flat",
+                             dict(kv_reads=kvr, num_splits=S))
+                except Exception as e:
+                    emit("decode_probe", dict(base, impl="flashsim_flat", status="error",
+                                              error=repr(e)[:300]))
+            R = B * (H if kvr == "per_query_head" else Hk)
+            for NW, BC, STG in layouts:
+                lay = geo.tc_plan(d, "fp16", H // Hk if kvr == "per_group" else 1,
+                                  warps=NW, block_keys=BC, stages=STG)
+                c = geo.tc_resident_blocks(lay)
+                Ss = sorted({max(1, min(N // 256, S)) for S in
+                             (sms * c // R, -(-sms * c // R), 2 * -(-sms * c // R))})
+                for S in Ss:
+                    try:
+                        run = DecodeLauncher(p, S, kv_reads=kvr, main="tc",
+                                             tc_layout=dict(warps=NW, block_keys=BC,
+                                                            stages=STG))
+                        time_run(run, "flashsim_tc", dict(
+                            kv_reads=kvr, num_splits=S, resident_blocks=c,
+                            rule_num_splits=geo.auto_num_splits(p, sms, kvr, "tc").num_splits,
+                            kernel_layout=dict(NW=NW, BC=BC, STG=STG,
+                                               smem_bytes=lay["smem_bytes"])))
+                    except Exception as e:
+                        emit("decode_probe", dict(base, impl="flashsim_tc", num_splits=S,
+                                                  kernel_layout=dict(NW=NW, BC=BC, STG=STG),
+                                                  status="error", error=repr(e)[:300]))
+            sets.clear()
+            torch.cuda.empty_cache()
+
+
 def registers() -> int:
     """ptxas -v registers of the flat kernel's GPU builds (uncounted, split, causal, N_q = 1,
     NG = NR query heads a block, d = 64 and 128), sm_90, against FLAT_REGISTERS; no GPU
@@ -306,6 +428,9 @@ def main():
     ap.add_argument("--registers", action="store_true",
                     help="no GPU: ptxas registers of the GPU builds against FLAT_REGISTERS")
     ap.add_argument("--budget-s", type=float, default=200)
+    ap.add_argument("--tc", action="store_true",
+                    help="the tensor-core kernel: layouts and split counts, beside the flat "
+                         "kernel's defaults and SDPA (no checks: the gpu tests check it)")
     ap.add_argument("--splits", action="store_true",
                     help="timings of the default layout only, at the split counts that fill "
                          "the SMs' block slots in one wave and just past it, every shape")
@@ -332,6 +457,9 @@ def main():
         f.flush()
         short = {k: v for k, v in row.items() if k not in ("kernel_layout",)}
         print(kind, short, flush=True)
+    if a.tc:
+        tc_timings(emit, a.budget_s)
+        return 0
     ok = checks(emit, sanitize=a.sanitize)
     print("checks", "passed" if ok else "FAILED", flush=True)
     if not a.sanitize:

@@ -4,7 +4,7 @@
 #
 #   bash scripts/device.sh CMD [ARG...]       set up, then run CMD (its exit status)
 #   bash scripts/device.sh measure STAGE...   hwmeasure stages, console gets counts only
-#   bash scripts/device.sh session 1|2|3|4|5  the open decode / model issues' GPU work, in
+#   bash scripts/device.sh session 1|2|3|4|5|6  the open decode / model issues' GPU work, in
 #                                             calls under ten minutes each (below)
 #
 # Set-up: numba-cuda 0.30.4 cannot compile kernels on numpy >= 2.5, so a numpy<2.5 wheel
@@ -57,6 +57,9 @@ commit=${FLASHSIM_COMMIT:-}
 #    times:runtime_blind13:240").
 # 5: Nsight Compute on the flat decode kernel at issue 37's goal shapes (what binds GQA
 #    and MQA: occupancy, warp stalls, DRAM throughput; benchmarks/decode_flat_ncu.py).
+# 6: the tensor-core decode kernel (gpu.decode.tc): its gpu tests (outputs against float64
+#    and SDPA, exact counts, every timed layout), then decode_flat_probe.py --tc (its layouts
+#    and split counts beside the flat kernel's defaults and SDPA; TC_S seconds, 280).
 # Commit: the device's .git can be older than the tree sent, so `git rev-parse` there may
 # name the wrong commit: set FLASHSIM_COMMIT to this side's `git rev-parse --short HEAD`.
 pack() {   # pack the session's text logs (a call returns at most 8 files)
@@ -105,7 +108,16 @@ if [ "$1" = session ]; then
       timeout 330 python3 benchmarks/decode_flat_ncu.py --timeout 300 \
           --out $OUT/decode_ncu.jsonl > $OUT/ncu.txt 2>&1
       echo "ncu rc=$?: $(tail -1 $OUT/ncu.txt)"' ;;
-  *) echo "device.sh session: give 1, 2, 3, 4 or 5"; exit 2 ;;
+  6)
+    bash "$self" bash -c '
+      timeout 240 python3 -m pytest -v -rfE -m gpu -p no:cacheprovider -n 8 \
+          --junitxml=$OUT/tc_tests.xml tests/test_gpu_decode_tc.py > $OUT/pytest_tc.txt 2>&1
+      echo "tc tests rc=$?: $(grep -c " PASSED" $OUT/pytest_tc.txt) passed," \
+           "$(grep -c " FAILED" $OUT/pytest_tc.txt) failed"
+      timeout $((${TC_S:-280} + 60)) python3 benchmarks/decode_flat_probe.py --tc \
+          --budget-s ${TC_S:-280} --out $OUT/decode_probe_tc.jsonl > $OUT/probe_tc.txt 2>&1
+      echo "tc probe rc=$?: $(grep -c flashsim_tc $OUT/decode_probe_tc.jsonl) tc rows"' ;;
+  *) echo "device.sh session: give 1, 2, 3, 4, 5 or 6"; exit 2 ;;
   esac
   pack "$2"
   exit 0

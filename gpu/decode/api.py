@@ -22,11 +22,13 @@ from iosim.launch import decode as _geometry
 from iosim.problem import ConfigError
 
 from .._launch import HOST_DTYPE, NP_DTYPE, READ, SIM, WRITE, check_fits, dtype_name, filled, launch
+from .. import _tc
 from .._torch_cpu import takes_torch_cpu
 from .._io import _kind_of, _output, _return_like, _to_device, _torch_bf16
 from . import append as A
 from . import flat as Fl
 from . import split_kv as K
+from . import tc as Tc
 
 #: GPU preset whose SM count the "auto" rule uses where no GPU is present (the simulator)
 SIM_PRESET = "H100-SXM"
@@ -177,8 +179,8 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None,
     count_traffic: run the instrumented build and return its own counts as an
         iosim.decode.DecodeLedger (equal to decode_closed_form(schedule, problem,
         num_splits=S, kv_reads=...)).
-    main: the main kernel, "auto" (default), "flat" or "tiled" (DecodeLauncher's `main`):
-        the same schedule and counts, arranged differently inside a block.
+    main: the main kernel, "auto" (default), "flat", "tiled" or "tc" (DecodeLauncher's
+        `main`): the same schedule and counts, arranged differently inside a block.
     Returns O; (O, L) with return_stats; (O, ledger) with count_traffic; (O, L, ledger).
     """
     (B, H, N_q, d), dt, kind = _check_float("q", q, 4, "(batch, heads, N_q, d)")
@@ -303,9 +305,13 @@ class DecodeLauncher:
     simulator only, split_kv.plan's test of the GPU lane layout (the tiled kernel).
     main: the main kernel: "flat" (gpu.decode.flat: each lane group streams its own key
     rows, the fast one), "tiled" (split_kv.decode_kernel: the block's tile loop with
-    three barriers a tile), or "auto": flat wherever its plan applies (every head dim
-    the tiled kernel takes, up to flat.MAX_ROW_REGS query rows x lane columns), else
-    tiled. Both move the same bytes: the same ledger, counted the same way.
+    three barriers a tile), "tc" (gpu.decode.tc: the group's rows as one mma tile, K/V
+    through each warp's cp.async pipeline; a GPU, fp16 / bf16, d a multiple of 16 up to
+    128, at most 16 rows a block), or "auto": flat wherever its plan applies (every head
+    dim the tiled kernel takes, up to flat.MAX_ROW_REGS query rows x lane columns), else
+    tiled. All move the same bytes: the same ledger, counted the same way.
+    tc_layout: the tensor-core kernel's warps / block_keys / stages (benchmarks;
+    iosim.launch.decode.tc_plan).
     Attributes: main ("flat" or "tiled"), plan (its layout), schedule, grid, threads,
     smem_bytes,
     kernel (the main kernel, called as kernel[grid, threads, 0, smem_bytes](q, k, v,
@@ -317,7 +323,8 @@ class DecodeLauncher:
     """
 
     def __init__(self, problem: DecodeProblem, num_splits: int, *, kv_reads="per_query_head",
-                 causal=True, count=False, vec=True, lanes_per_row=None, main="auto"):
+                 causal=True, count=False, vec=True, lanes_per_row=None, main="auto",
+                 tc_layout=None):
         p = self.problem = problem
         self.S = p.splits(num_splits)
         if kv_reads not in KV_READS:
@@ -334,13 +341,22 @@ class DecodeLauncher:
             self.main = main_kernel(p, kv_reads, main, vec)
         else:                                          # the tiled kernel's lane-layout test
             self.main = "tiled"
-        lay = self.plan = (Fl.plan(p.d, p.dtype, NR, vec_ok=vec) if self.main == "flat" else
-                           K.plan(p.d, p.dtype, NR, vec_ok=vec, lanes_per_row=lanes_per_row))
+        if self.main == "tc":
+            lay = Tc.plan(p.d, p.dtype, NR, vec_ok=vec, **(tc_layout or {}))
+        elif self.main == "flat":
+            lay = Fl.plan(p.d, p.dtype, NR, vec_ok=vec)
+        else:
+            lay = K.plan(p.d, p.dtype, NR, vec_ok=vec, lanes_per_row=lanes_per_row)
+        self.plan = lay
         check_fits(lay["smem_bytes"], f"gpu.decode with d={p.d}, {NR} query rows a block")
         if self.split:
             check_fits(K.combine_smem_bytes(self.S, p.N_q),
                        f"the combine of num_splits={self.S} x N_q={p.N_q}")
-        if self.main == "flat":
+        if self.main == "tc":
+            self.kernel = Tc.tc_kernel(p.d, p.dtype, p.N_q, self.NG, self.split, p.paged,
+                                       self.causal, self.count, lay["NW"], lay["BC"],
+                                       lay["STG"])
+        elif self.main == "flat":
             self.kernel = Fl.flat_kernel(p.d, p.dtype, p.N_q, self.NG, self.split, p.paged,
                                          self.causal, self.count, lay["NT"], lay["VW"],
                                          lay["LPR"], lay["KPG"], lay["vec"])
@@ -388,6 +404,9 @@ class DecodeLauncher:
         the append kernel writes them into the cache and the lengths the attention sees
         (cache_seqlens + N_q) into a scratch array, then the attention runs."""
         p = self.problem
+        if self.main == "tc":     # cp.async moves 16 bytes at a time
+            for name, arr in (("q", q), ("k_cache", k), ("v_cache", v)):
+                _tc.check_aligned("gpu.decode.tc", name, arr)
         td = block_table if block_table is not None else _dummy((1, 1), np.int32)
         lens = self.cache_seqlens if cache_seqlens is None else cache_seqlens
         if self.append is not None:

@@ -1,7 +1,8 @@
 """Launch geometry of gpu.decode's main kernels (KV-cache decoding, split-KV), without
 Numba: threads, lanes per key row, rows per tile and shared memory for head dim d
 (elements), storage dtype dt and NR query rows per block. `plan`: the tiled kernel
-(`gpu.decode.split_kv`); `flat_plan`: the flat kernel (`gpu.decode.flat`). sim=True gives
+(`gpu.decode.split_kv`); `flat_plan`: the flat kernel (`gpu.decode.flat`); `tc_plan`: the
+tensor-core kernel (`gpu.decode.tc`). sim=True gives
 the layout of the simulator's build (gpu passes its own SIM); `smem_bytes` in bytes."""
 from __future__ import annotations
 
@@ -138,19 +139,76 @@ def flat_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = Fals
                 vec=vec, smem_bytes=4 * max(f32, NR * d))
 
 
+#: the tensor-core kernel's layout when none is asked for: warps a block, key rows a warp's
+#: tile (B_c), tiles a warp keeps in its cp.async pipeline
+TC_DEFAULT = dict(warps=4, block_keys=16, stages=3)
+#: what `tc_plan` allows for each of them
+TC_CHOICES = dict(warps=(1, 2, 4, 8), block_keys=(16, 32, 64), stages=(2, 3, 4))
+#: Registers a thread of the tensor-core kernel's GPU build, by (d, block_keys): ptxas -v,
+#: sm_90, on the linked PTX (`benchmarks/decode_flat_probe.py --registers` remakes them);
+#: a build not listed is taken at the cap (255)
+TC_REGISTERS: dict = {}
+#: shared memory an SM has for blocks (H100 / H200: 228 KB) and what each block reserves
+SMEM_PER_SM, SMEM_RESERVED = 228 * 1024, 1024
+
+
+def tc_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = False,
+            warps: int | None = None, block_keys: int | None = None,
+            stages: int | None = None) -> dict | None:
+    """Compile-time layout of the tensor-core kernel for head dim d (elements), storage
+    dtype dt and NR query rows a block (the rows of one mma tile: NR <= 16): NW warps, NT
+    threads, BC key rows a warp's tile (the paper's B_c), STG tiles in a warp's pipeline,
+    SH row stride of the shared tiles (elements, d + 8), smem_bytes (dynamic shared
+    memory, bytes). None where it does not apply: the simulator (linked C++ cannot run
+    there), fp32, d not a multiple of 16 or above 128 (the Q fragments and O accumulators
+    stay in registers up to there), NR > 16, caches not 16-byte aligned. warps,
+    block_keys, stages override TC_DEFAULT (benchmarks); ValueError outside TC_CHOICES."""
+    if sim or dt not in ("fp16", "bf16") or d % 16 or not 16 <= d <= 128 or NR > 16 \
+            or not vec_ok:
+        return None
+    got = dict(warps=warps, block_keys=block_keys, stages=stages)
+    for name, val in got.items():
+        if val is None:
+            got[name] = TC_DEFAULT[name]
+        elif val not in TC_CHOICES[name]:
+            raise ValueError(f"{name}={val!r} is not allowed for the tensor-core decode "
+                             f"kernel; allowed: {', '.join(map(str, TC_CHOICES[name]))}")
+    NW, BC, STG = got["warps"], got["block_keys"], got["stages"]
+    SH = d + 8              # padded rows: the 8 rows one ldmatrix phase reads hit 8 bank groups
+    SW = SH // 2
+    words = 16 * SW + NW * 2 * STG * BC * SW      # Q tile, then each warp's K and V buffers
+    merge = NW * 16 * (d + 2)                     # after the loop: each warp's O, m, l
+    return dict(kernel="tc", NT=32 * NW, NW=NW, BC=BC, STG=STG, SH=SH, SW=SW, vec=True,
+                smem_bytes=4 * max(words, merge))
+
+
+def tc_resident_blocks(lay: dict, regs_per_sm: int = 65536) -> int:
+    """Blocks of the tensor-core kernel (layout `lay`, from tc_plan) one SM holds at once,
+    as its shared memory and its registers (TC_REGISTERS) allow."""
+    by_smem = SMEM_PER_SM // (lay["smem_bytes"] + SMEM_RESERVED)
+    regs = TC_REGISTERS.get((lay["SH"] - 8, lay["BC"]), 255)
+    per_warp = -(-regs * 32 // 256) * 256
+    by_regs = regs_per_sm // (per_warp * lay["NW"])
+    return max(1, min(by_smem, by_regs, 2048 // lay["NT"]))
+
+
 # ---------------------------------------------------------------------------------------
 # What gpu.decode runs by default (main="auto", kv_reads="auto", num_splits="auto")
 # ---------------------------------------------------------------------------------------
 #: main decode kernels (gpu.decode's `main`)
-MAIN_KERNELS = ("auto", "flat", "tiled")
+MAIN_KERNELS = ("auto", "flat", "tiled", "tc")
 def ctas_per_sm(problem, kv_reads: str, kernel: str) -> int:
     """Thread blocks per SM the "auto" split count aims for with main kernel `kernel`
-    ("flat" or "tiled") on an iosim.decode.DecodeProblem: the tiled kernel's rule was
-    measured with one; the flat kernel holds its loads in registers and wants every SM
+    ("flat", "tiled" or "tc") on an iosim.decode.DecodeProblem: the tiled kernel's rule
+    was measured with one; the flat kernel holds its loads in registers and wants every SM
     full: as many blocks as its registers let an SM hold (`flat_resident_blocks`), so
-    that no split waits for a second wave."""
+    that no split waits for a second wave; the tensor-core kernel likewise, as many as its
+    shared memory and registers allow (`tc_resident_blocks`)."""
     if kernel == "tiled":
         return 1
+    if kernel == "tc":
+        lay = tc_plan(problem.d, problem.dtype, block_rows(problem, kv_reads))
+        return 1 if lay is None else tc_resident_blocks(lay)
     return flat_resident_blocks(problem.dtype, block_rows(problem, kv_reads), problem.paged)
 
 
@@ -179,12 +237,21 @@ def check_main(main) -> str:
 
 def main_kernel(problem, kv_reads: str, main: str = "auto", vec: bool = True,
                 sim: bool = False) -> str:
-    """The main kernel gpu.decode runs for `main` ("auto", "flat" or "tiled") on an
-    iosim.decode.DecodeProblem: "flat" wherever `flat_plan` applies, else "tiled".
-    ValueError for an unknown main, or main="flat" where it does not apply."""
+    """The main kernel gpu.decode runs for `main` ("auto", "flat", "tiled" or "tc") on an
+    iosim.decode.DecodeProblem: "auto" is "flat" wherever `flat_plan` applies, else
+    "tiled" ("tc" only when asked for: its speed is being measured). ValueError for an
+    unknown main, or main="flat" / "tc" where it does not apply."""
     if check_main(main) == "tiled":
         return "tiled"
     NR = block_rows(problem, kv_reads)
+    if main == "tc":
+        if tc_plan(problem.d, problem.dtype, NR, vec_ok=vec, sim=sim) is None:
+            raise ValueError(f"main='tc' does not run {NR} query rows a block at d={problem.d} "
+                             f"({problem.dtype}{', in the simulator' if sim else ''}); it takes "
+                             f"fp16 or bf16, d a multiple of 16 up to 128, at most 16 rows a "
+                             f"block, 16-byte aligned caches, on a GPU; allowed: main='flat', "
+                             f"'tiled' or 'auto'")
+        return "tc"
     ok = flat_plan(problem.d, problem.dtype, NR, vec_ok=vec, sim=sim) is not None
     if main == "flat" and not ok:
         raise ValueError(f"main='flat' does not run {NR} query rows a block at "
@@ -199,6 +266,10 @@ def choose_kv_reads(problem, kv_reads: str = "auto", main: str = "auto",
     "per_query_head"; an explicit value is returned as it is."""
     if check_main(main) and kv_reads != "auto":
         return kv_reads
+    if problem.group > 1 and main == "tc":
+        rows = block_rows(problem, "per_group")
+        return "per_group" if tc_plan(problem.d, problem.dtype, rows, sim=sim) else \
+            "per_query_head"
     if problem.group > 1 and main != "tiled":
         if flat_plan(problem.d, problem.dtype, block_rows(problem, "per_group"), sim=sim) is not None:
             return "per_group"
