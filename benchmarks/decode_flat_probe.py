@@ -369,7 +369,7 @@ def tc_timings(emit, budget_s):
             for NW, BC, STG in layouts:
                 lay = geo.tc_plan(d, "fp16", H // Hk if kvr == "per_group" else 1,
                                   warps=NW, block_keys=BC, stages=STG)
-                c = geo.tc_resident_blocks(lay)
+                c = geo.tc_resident_blocks(lay, bool(page))
                 Ss = sorted({max(1, min(N // 256, S)) for S in
                              (sms * c // R, -(-sms * c // R), 2 * -(-sms * c // R))})
                 for S in Ss:

@@ -56,7 +56,8 @@ def test_plan_layout_and_resident_blocks():
     small = geo.tc_plan(64, "fp16", 4, warps=1, block_keys=16, stages=2)
     assert geo.tc_resident_blocks(small) == min(
         228 * 1024 // (small["smem_bytes"] + 1024),
-        65536 // (-(-geo.TC_REGISTERS.get((64, 16), 255) * 32 // 256) * 256))
+        65536 // (-(-geo.TC_REGISTERS[(64, 16, False)] * 32 // 256) * 256))
+    assert geo.tc_resident_blocks(small, paged=True) <= geo.tc_resident_blocks(small)
 
 
 @pytest.mark.parametrize("kw, msg", [

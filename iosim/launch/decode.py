@@ -144,10 +144,13 @@ def flat_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = Fals
 TC_DEFAULT = dict(warps=4, block_keys=16, stages=3)
 #: what `tc_plan` allows for each of them
 TC_CHOICES = dict(warps=(1, 2, 4, 8), block_keys=(16, 32, 64), stages=(2, 3, 4))
-#: Registers a thread of the tensor-core kernel's GPU build, by (d, block_keys): ptxas -v,
-#: sm_90, on the linked PTX (`benchmarks/decode_flat_probe.py --registers` remakes them);
-#: a build not listed is taken at the cap (255)
-TC_REGISTERS: dict = {}
+#: Registers a thread of the tensor-core kernel's GPU build, by (d, block_keys, paged):
+#: ptxas -v, sm_90 (CUDA 13.0's ptxas on nvJitLink 13.5's linked PTX), fp16, N_q = 1 on 4
+#: query heads a block, 2 stages, uncounted, no spills; a build not listed is taken at the
+#: cap (255)
+TC_REGISTERS = {(64, 16, False): 94, (64, 16, True): 154, (64, 32, False): 126,
+                (64, 32, True): 162, (128, 16, False): 158, (128, 16, True): 168,
+                (128, 32, False): 173, (128, 32, True): 174}
 #: shared memory an SM has for blocks (H100 / H200: 228 KB) and what each block reserves
 SMEM_PER_SM, SMEM_RESERVED = 228 * 1024, 1024
 
@@ -182,14 +185,14 @@ def tc_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = False,
                 smem_bytes=4 * max(words, merge))
 
 
-def tc_resident_blocks(lay: dict, regs_per_sm: int = 65536) -> int:
-    """Blocks of the tensor-core kernel (layout `lay`, from tc_plan) one SM holds at once,
-    as its shared memory and its registers (TC_REGISTERS) allow."""
+def tc_resident_blocks(lay: dict, paged: bool = False, regs_per_sm: int = 65536) -> int:
+    """Blocks of the tensor-core kernel (layout `lay`, from tc_plan; paged cache or not)
+    one SM holds at once, as its shared memory and its registers (TC_REGISTERS) allow."""
     by_smem = SMEM_PER_SM // (lay["smem_bytes"] + SMEM_RESERVED)
-    regs = TC_REGISTERS.get((lay["SH"] - 8, lay["BC"]), 255)
+    regs = TC_REGISTERS.get((lay["SH"] - 8, lay["BC"], bool(paged)), 255)
     per_warp = -(-regs * 32 // 256) * 256
     by_regs = regs_per_sm // (per_warp * lay["NW"])
-    return max(1, min(by_smem, by_regs, 2048 // lay["NT"]))
+    return max(1, min(by_smem, by_regs, 2048 // lay["NT"], 32))
 
 
 # ---------------------------------------------------------------------------------------
@@ -208,7 +211,7 @@ def ctas_per_sm(problem, kv_reads: str, kernel: str) -> int:
         return 1
     if kernel == "tc":
         lay = tc_plan(problem.d, problem.dtype, block_rows(problem, kv_reads))
-        return 1 if lay is None else tc_resident_blocks(lay)
+        return 1 if lay is None else tc_resident_blocks(lay, problem.paged)
     return flat_resident_blocks(problem.dtype, block_rows(problem, kv_reads), problem.paged)
 
 
