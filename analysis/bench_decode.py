@@ -225,12 +225,15 @@ class Timer:
 
 
 class Bench:
-    def __init__(self, w: Writer, reps: int):
+    main = "auto"           # gpu.decode's main kernel for impl "flashsim"
+
+    def __init__(self, w: Writer, reps: int, main: str = "auto"):
         import torch
         from numba import cuda
         self.w, self.torch, self.cuda = w, torch, cuda
         self.timer = Timer(torch, reps)
         self.reps = reps
+        self.main = main
         try:
             from flash_attn import flash_attn_with_kvcache
             self.fa = flash_attn_with_kvcache
@@ -262,7 +265,7 @@ class Bench:
         else:
             p = iosim.DecodeProblem.ragged(lens, d, heads=H, kv_heads=Hk, N_q=N_q, dtype=dt,
                                            page_size=page)
-        rule = auto_num_splits(p, kv_reads, main_kernel(p, kv_reads))
+        rule = auto_num_splits(p, kv_reads, main_kernel(p, kv_reads, self.main))
         rule_tiled = auto_num_splits(p, kv_reads, "tiled")
         S = rule.num_splits if num_splits == "auto" else num_splits
         base = dict(dtype=dt, batch=batch, heads=H, kv_heads=Hk, seq_len_q=N_q,
@@ -325,7 +328,7 @@ class Bench:
                         row["rule_num_splits"] = rule_tiled.num_splits
                         row["rule_binding"] = rule_tiled.binding
                     run = DecodeLauncher(p, S_run, kv_reads=kv_reads,
-                                         main="tiled" if tiled else "auto")
+                                         main="tiled" if tiled else self.main)
                     o = torch.empty((batch, H, N_q, d), device="cuda", dtype=torch.float16)
                     L = torch.empty((batch, H, N_q), device="cuda", dtype=torch.float32)
                     od, Ld = (cuda.as_cuda_array(x, sync=False) for x in (o, L))
@@ -346,8 +349,9 @@ class Bench:
                     row.update(num_splits=S_run, schedule=run.schedule, main_kernel=run.main,
                                ledger_bytes=led.hbm_bytes,
                                gbps_ledger=led.hbm_bytes / ms / 1e6,
-                               kernel_layout={k_: run.plan[k_] for k_ in
-                                              ("NT", "VW", "LPR", "KPG", "TB", "vec")})
+                               kernel_layout={k_: v_ for k_, v_ in run.plan.items() if k_ in
+                                              ("NT", "VW", "LPR", "KPG", "TB", "vec", "NW",
+                                               "BC", "STG")})
                 elif impl == "torch_sdpa":
                     if page:
                         continue
@@ -402,10 +406,11 @@ class Bench:
 
 
 def run(out, *, budget_s=BUDGET_S, reps=MIN_REPS, quick=False, checks=True,
-        sweep=True) -> int:
+        sweep=True, main="auto") -> int:
     """Parts (a) (unless not `checks`), (b), (c) (unless not `sweep`) into `out`, within
-    `budget_s` seconds. Exit status: 0, or 1 when a check failed. Needs torch + a GPU
-    (the caller checks: analysis.bench.gpu_problem)."""
+    `budget_s` seconds; impl "flashsim" runs gpu.decode's main kernel `main` (auto, flat,
+    tiled or tc; its rows name the one that ran). Exit status: 0, or 1 when a check failed.
+    Needs torch + a GPU (the caller checks: analysis.bench.gpu_problem)."""
     from analysis.bench import versions
     import torch
     from analysis import results as R
@@ -422,7 +427,7 @@ def run(out, *, budget_s=BUDGET_S, reps=MIN_REPS, quick=False, checks=True,
     if checks:
         print("(a) checks", flush=True)
         ok = run_checks(w, quick)
-    bench = Bench(w, reps)
+    bench = Bench(w, reps, main)
     print(f"(b) timings ({time.monotonic() - t0:.0f} s so far)", flush=True)
     # (batch, attn, d, N_kv, page, lens): uniform batches, then ragged ones (d = 128)
     points = [(b, attn, d, n, page, None) for d in HEAD_DIMS for attn in ATTN

@@ -4,7 +4,7 @@
 #
 #   bash scripts/device.sh CMD [ARG...]       set up, then run CMD (its exit status)
 #   bash scripts/device.sh measure STAGE...   hwmeasure stages, console gets counts only
-#   bash scripts/device.sh session 1|2|3|4|5|6  the open decode / model issues' GPU work, in
+#   bash scripts/device.sh session 1|..|7       the open decode / model issues' GPU work, in
 #                                             calls under ten minutes each (below)
 #
 # Set-up: numba-cuda 0.30.4 cannot compile kernels on numpy >= 2.5, so a numpy<2.5 wheel
@@ -60,6 +60,7 @@ commit=${FLASHSIM_COMMIT:-}
 # 6: the tensor-core decode kernel (gpu.decode.tc): its gpu tests (outputs against float64
 #    and SDPA, exact counts, every timed layout), then decode_flat_probe.py --tc (its layouts
 #    and split counts beside the flat kernel's defaults and SDPA; TC_S seconds, 280).
+# 7: the decode benchmark with main="tc" for impl flashsim (no checks, no sweep; BENCH_S).
 # Commit: the device's .git can be older than the tree sent, so `git rev-parse` there may
 # name the wrong commit: set FLASHSIM_COMMIT to this side's `git rev-parse --short HEAD`.
 pack() {   # pack the session's text logs (a call returns at most 8 files)
@@ -117,7 +118,13 @@ if [ "$1" = session ]; then
       timeout $((${TC_S:-280} + 60)) python3 benchmarks/decode_flat_probe.py --tc \
           --budget-s ${TC_S:-280} --out $OUT/decode_probe_tc.jsonl > $OUT/probe_tc.txt 2>&1
       echo "tc probe rc=$?: $(grep -c flashsim_tc $OUT/decode_probe_tc.jsonl) tc rows"' ;;
-  *) echo "device.sh session: give 1, 2, 3, 4, 5 or 6"; exit 2 ;;
+  7)
+    bash "$self" bash -c '
+      timeout $((${BENCH_S:-330} + 30)) python3 -m analysis.cli bench --decode --no-sweep \
+          --no-checks --main tc --budget-s ${BENCH_S:-330} \
+          --out $OUT/decode_bench_tc.jsonl > $OUT/bench_tc.txt 2>&1
+      echo "tc bench rc=$?: $(grep -c "\"status\"" $OUT/decode_bench_tc.jsonl) rows with a status"' ;;
+  *) echo "device.sh session: give 1, 2, 3, 4, 5, 6 or 7"; exit 2 ;;
   esac
   pack "$2"
   exit 0

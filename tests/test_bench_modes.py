@@ -82,7 +82,10 @@ def test_options_reach_the_benchmarks(monkeypatch, tmp_path):
     out = str(tmp_path / "r.jsonl")
     assert cli_main(["bench", "--decode", "--out", out]) == 0
     assert got["analysis.bench_decode"] == dict(out=out, budget_s=330.0, reps=20, quick=False,
-                                                checks=True, sweep=True)
+                                                checks=True, sweep=True, main="auto")
+    got.clear()
+    assert cli_main(["bench", "--decode", "--main", "tc", "--out", out]) == 0
+    assert got["analysis.bench_decode"]["main"] == "tc"
     assert cli_main(["bench", "--call-overhead", "--seq-lens", "512", "--no-profile",
                      "--out", out]) == 0
     assert got["analysis.bench_calls"] == dict(

@@ -26,7 +26,7 @@ MODE_OPTIONS = {
     "forward": {"seq_lens", "head_dims", "dtypes", "causal", "impls", "reps", "batch_heads",
                 "passes", "time_cap_ms", "row_budget_s", "budget_s", "out", "record",
                 "tilings"},
-    "decode": {"out", "budget_s", "reps", "quick", "no_checks", "no_sweep"},
+    "decode": {"out", "budget_s", "reps", "quick", "no_checks", "no_sweep", "main"},
     "call-overhead": {"out", "seq_lens", "reps", "batch_heads", "head_dims", "impls", "run_id",
                       "no_profile"},
     "backward": {"out", "seq_lens", "batch_heads", "head_dims", "causal", "reps", "warm",
@@ -40,7 +40,7 @@ FLAGS = {"seq_lens": "--seq-lens", "head_dims": "--head-dims", "dtypes": "--dtyp
          "record": "--record", "quick": "--quick", "no_checks": "--no-checks",
          "no_sweep": "--no-sweep", "run_id": "--run-id", "no_profile": "--no-profile",
          "warm": "--warm", "no_torch": "--no-torch", "no_variants": "--no-variants",
-         "plain": "--plain", "smoke": "--smoke", "tilings": "--tilings"}
+         "plain": "--plain", "smoke": "--smoke", "tilings": "--tilings", "main": "--main"}
 
 EXAMPLES = """examples:
   flashsim bench                      # the forward sweep, every point, on a CUDA GPU with torch
@@ -125,6 +125,9 @@ def register(sub):
     d.add_argument("--quick", action="store_true", help="a few points of each part (a smoke test)")
     d.add_argument("--no-checks", action="store_true", help="skip the checks")
     d.add_argument("--no-sweep", action="store_true", help="skip the num_splits sweep")
+    d.add_argument("--main", default=None, choices=("auto", "flat", "tiled", "tc"),
+                   help="gpu.decode's main kernel for impl flashsim (default auto; rows name "
+                        "the one that ran in main_kernel)")
     c = p.add_argument_group("--call-overhead and --backward")
     c.add_argument("--run-id", default=None, help="run_id of the rows (default: a new one)")
     c.add_argument("--no-profile", action="store_true",
@@ -203,7 +206,8 @@ def decode_options(args) -> dict:
     if not budget > 0:
         raise ValueError(f"budget_s={budget} is not allowed; allowed: seconds > 0")
     return dict(out=args.out, budget_s=budget, reps=reps, quick=args.quick,
-                checks=not args.no_checks, sweep=not args.no_sweep)
+                checks=not args.no_checks, sweep=not args.no_sweep,
+                main=_default(args.main, "auto"))
 
 
 def call_overhead_options(args) -> dict:
