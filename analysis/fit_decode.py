@@ -8,6 +8,8 @@ its constants (`fit`), the decode_time_validation rows and their summaries.
     ... fit|validate|constants --main flat    the same for the flat main kernel's model
                                               (decode_flat_constants.json; its own rows:
                                               main_kernel "flat", one GPU preset, --gpu)
+    ... fit|validate|constants --main tc      the tensor-core kernel's (the flat form,
+                                              decode_tc_constants.json; main_kernel "tc")
 
 The constants are fitted by least squares on log time (scipy.optimize.least_squares, bounds
 >= 0) over the fit half of the flashsim rows (`split_of`).
@@ -37,8 +39,8 @@ from pathlib import Path
 
 from iosim import ConfigError, DecodeProblem, get_hardware
 from iosim.timing import RuntimeModel
-from iosim.timing.decode import (CONSTANTS_PATH, FLAT_CONSTANTS_PATH, FLAT_MODEL_VERSION,
-                                  MODEL_VERSION, load_constants, predict_decode)
+from iosim.timing.decode import (CONSTANTS_PATH, MODEL_VERSION, STREAM_MODELS,
+                                  load_constants, predict_decode, stream_constants_path)
 
 from .fit_levels import GPU_OF_DEVICE
 from .tables import decode_attn
@@ -47,8 +49,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_PATH = ROOT / "benchmarks" / "results" / "data" / "decode_bench.jsonl"
 VALIDATION_PATH = ROOT / "benchmarks" / "results" / "data" / "decode_time_validation.jsonl"
 KIND = "decode_time_validation"
-#: the flat kernel's rows: a kind (and file) of their own
+#: the flat and tc kernels' rows: a kind (and file) each of their own
 KIND_FLAT = "decode_flat_time_validation"
+KIND_TC = "decode_tc_time_validation"
+STREAM_KIND = {"flat": KIND_FLAT, "tc": KIND_TC}
 
 #: the fields of a decode_bench row that name its configuration (the split's key)
 SPLIT_KEY_FIELDS = ("batch", "heads", "kv_heads", "seq_len_q", "seq_len_kv", "d", "dtype",
@@ -196,36 +200,46 @@ FLAT_MEANING = {
     "e_flat": "achieved fraction of HBM bandwidth of the flat kernel's K/V stream (fitted, <= 1)",
 }
 VALIDATION_FLAT_PATH = VALIDATION_PATH.with_name("decode_flat_time_validation.jsonl")
+VALIDATION_TC_PATH = VALIDATION_PATH.with_name("decode_tc_time_validation.jsonl")
 
 
-def fit_flat(rows=None, gpu: str = "H100-SXM") -> dict:
-    """The flat kernel's constants: least squares on log(predicted / measured) over the fit
-    half (`split_of`) of its rows on `gpu`; the combine's constants stay the tiled fit's."""
+def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat") -> dict:
+    """A streaming kernel's constants (main "flat", or "tc": the same form, its last
+    constant e_tc): least squares on log(predicted / measured) over the fit half
+    (`split_of`) of its rows on `gpu`; the combine's constants stay the tiled fit's."""
     import numpy as np
     from scipy.optimize import least_squares
-    every = rows or measured_rows(main="flat", gpu=gpu)
+    names = FITTED_FLAT[:-1] + (STREAM_MODELS[main][1],)
+    every = rows or measured_rows(main=main, gpu=gpu)
     rows = [r for r in every if split_of(r) == "fit"]
-    if len(rows) < 2 * len(FITTED_FLAT):
-        raise SystemExit(f"fit --main flat: {len(rows)} fit-half rows of the flat kernel on "
-                         f"{gpu}; at least {2 * len(FITTED_FLAT)} needed (run flashsim bench "
-                         f"--decode on that GPU and add its rows)")
+    if len(rows) < 2 * len(names):
+        raise SystemExit(f"fit --main {main}: {len(rows)} fit-half rows of that kernel on "
+                         f"{gpu}; at least {2 * len(names)} needed (run flashsim bench "
+                         f"--decode --main {main} on that GPU and add its rows)")
     meas = np.array([r["ms_median"] * 1e3 for r in rows])
 
     def resid(x):
-        doc = {"constants": dict(zip(FITTED_FLAT, x))}
-        pred = np.array([predict_row(r, doc, "flat", gpu)["predicted_ms"] * 1e3 for r in rows])
+        doc = {"constants": dict(zip(names, x))}
+        pred = np.array([predict_row(r, doc, main, gpu)["predicted_ms"] * 1e3 for r in rows])
         return np.log(pred / meas)
 
     x0 = np.array([8.0, 1.0, 0.1, 0.2, 0.05, 1.0, 0.85])
     hi = np.array([np.inf] * (len(FITTED_FLAT) - 1) + [1.0])
     sol = least_squares(resid, x0, bounds=(0, hi), x_scale="jac")
-    k = {name: float(v) for name, v in zip(FITTED_FLAT, sol.x)}
+    k = {name: float(v) for name, v in zip(names, sol.x)}
     run_ids = sorted({r["run_id"] for r in rows})
     commits = sorted({r["commit"] for r in rows})
+    meaning = dict(FLAT_MEANING)
+    if main == "tc":
+        del meaning["e_flat"]
+        meaning.update(
+            L_t="per step of B_c x NW rows of the heaviest CTA: latency its pipeline does not hide",
+            c_t="per step of a CTA: SM issue cost (cp.async copies, mma, softmax), shared by its SM's CTAs",
+            e_tc="achieved fraction of HBM bandwidth of the tensor-core kernel's K/V stream (fitted, <= 1)")
     doc = {
-        "model_version": FLAT_MODEL_VERSION,
+        "model_version": STREAM_MODELS[main][0],
         "constants": k,
-        "meaning": FLAT_MEANING,
+        "meaning": meaning,
         "fitted_space": {"dtype": sorted({r["dtype"] for r in rows}),
                          "N_q": sorted({r["seq_len_q"] for r in rows}),
                          "d": sorted({r["d"] for r in rows}),
@@ -233,7 +247,7 @@ def fit_flat(rows=None, gpu: str = "H100-SXM") -> dict:
         # ragged rows among those fitted (and so in the held-out half): the ragged form is
         # measured, not only derived
         "ragged_validated": any(r.get("ragged") for r in rows),
-        "source": (f"least squares on log time over the {len(rows)} fit-half flat-kernel rows "
+        "source": (f"least squares on log time over the {len(rows)} fit-half {main}-kernel rows "
                    f"(analysis.fit_decode.split_of) of {', '.join(run_ids)} ({gpu}, commit "
                    f"{', '.join(commits)}); the combine's constants from decode_constants.json"),
         "fit_rows": len(rows),
@@ -242,14 +256,14 @@ def fit_flat(rows=None, gpu: str = "H100-SXM") -> dict:
     # the other half's score at these constants, kept beside them for the predictions'
     # trust statement (iosim.timing.decode; `validate --main flat` prints it per group)
     held = [r for r in every if split_of(r) == "heldout"]
-    doc["heldout"] = summarise(validation_rows(held, doc, "flat", gpu))["all"] if held else None
+    doc["heldout"] = summarise(validation_rows(held, doc, main, gpu))["all"] if held else None
     return doc
 
 
 def group_of(row: dict) -> dict:
     g = {"schedule": row["schedule"], "layout": "paged" if row["paged"] else "contiguous",
          "cache": "small" if row["seq_len_kv"] <= SMALL_CACHE else "large"}
-    if row.get("main_kernel") == "flat":      # the flat kernel's rows: also by batch / lengths
+    if row.get("main_kernel") in STREAM_MODELS:   # flat / tc rows: also by batch / lengths
         g["lengths"] = "ragged" if row.get("ragged") else "uniform"
         g["heads"] = decode_attn(row)
     return g
@@ -261,7 +275,7 @@ def validation_rows(rows=None, constants=None, main: str = "tiled",
     out = []
     for r in rows or measured_rows(main=main, gpu=gpu):
         pr = predict_row(r, c, main, gpu)
-        out.append({"kind": KIND if main == "tiled" else KIND_FLAT, "run_id": r["run_id"],
+        out.append({"kind": STREAM_KIND.get(main, KIND), "run_id": r["run_id"],
                     "device": r["device"],
                     "date": r["date"], "commit": r["commit"], "versions": r["versions"],
                     "config": config_of(r), "split": split_of(r), **group_of(r),
@@ -270,7 +284,7 @@ def validation_rows(rows=None, constants=None, main: str = "tiled",
                     "binding": pr["binding"], "main_binding": pr["main_binding"],
                     "terms_us": {k: round(v, 4) for k, v in pr["terms_us"].items()},
                     "model_version": c.get("model_version", MODEL_VERSION),
-                    **({"main": "flat"} if main == "flat" else {}),
+                    **({"main": main} if main in STREAM_MODELS else {}),
                     "constants_source": c["source"]})
     return out
 
@@ -309,7 +323,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m analysis.fit_decode",
                                  description="time model of gpu.decode's kernels")
     ap.add_argument("command", choices=("fit", "validate", "constants"))
-    ap.add_argument("--main", choices=("tiled", "flat"), default="tiled",
+    ap.add_argument("--main", choices=("tiled", "flat", "tc"), default="tiled",
                     help="the main kernel's model (default: tiled)")
     ap.add_argument("--gpu", default="H100-SXM",
                     help="the flat model's rows: this preset's GPU (default: H100-SXM)")
@@ -322,10 +336,10 @@ def main(argv=None) -> int:
 
 
 def _run(a) -> int:
-    flat = a.main == "flat"
+    flat = a.main in STREAM_MODELS
     if a.command == "fit":
-        doc = fit_flat(gpu=a.gpu) if flat else fit()
-        path = FLAT_CONSTANTS_PATH if flat else CONSTANTS_PATH
+        doc = fit_flat(gpu=a.gpu, main=a.main) if flat else fit()
+        path = stream_constants_path(a.main) if flat else CONSTANTS_PATH
         path.write_text(json.dumps(doc, indent=2) + "\n")
         print_constants(doc)
         print(f"fit rms log error {doc['fit_rms_log']:.4f} on {doc['fit_rows']} rows")
@@ -334,7 +348,8 @@ def _run(a) -> int:
     else:
         # the tiled model's rows are the H100's (--gpu picks the flat model's)
         v = validation_rows(main=a.main, gpu=a.gpu if flat else "H100-SXM")
-        path = VALIDATION_FLAT_PATH if flat else VALIDATION_PATH
+        path = ((VALIDATION_FLAT_PATH if a.main == "flat" else VALIDATION_TC_PATH) if flat
+                else VALIDATION_PATH)
         path.write_text("".join(json.dumps(r) + "\n" for r in v))
         print(f"{len(v)} rows -> {path.relative_to(ROOT)}")
         print_constants(load_constants(main=a.main))

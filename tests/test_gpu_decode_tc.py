@@ -305,3 +305,24 @@ def test_tc_layouts(lay):
     for case in (("fp16", 3001, 1, 32, 8, None, 3, True, 128, False),
                  ("bf16", 2049, 1, 8, 1, None, 1, True, 64, False)):
         check(case, *run_tc(case, tc_layout=lay))
+
+
+def test_time_model_takes_tc_only_with_its_own_constants(tmp_path, monkeypatch):
+    """predict_decode(main='tc') is the flat form at the tc kernel's tile (NW x B_c rows) and
+    resident blocks; without its fitted constants it declines in one line."""
+    from iosim import ConfigError
+    from iosim.timing import decode as DM
+    p = DecodeProblem(N_kv=16384, d=128, batch=8, heads=32, kv_heads=8, dtype="fp16")
+    monkeypatch.setattr(DM, "TC_CONSTANTS_PATH", tmp_path / "absent.json")
+    with pytest.raises(ConfigError, match="main='tc': the tensor-core decode kernel's time is "
+                                          "not modelled yet"):
+        DM.predict_decode(p, num_splits=4, kv_reads="per_group", main="tc")
+    k = dict(t_main0=10.0, L_t=0.0, L_q=0.0, c_t=0.0, c_q=0.0, c_cta=0.0, e_tc=0.5)
+    pr = DM.predict_decode(p, num_splits=4, kv_reads="per_group", main="tc",
+                           constants={"constants": k, "source": "test"})
+    lay = geo.tc_plan(128, "fp16", 4)
+    assert pr["main"] == "tc" and pr["layout"]["TB"] == lay["NW"] * lay["BC"]
+    assert pr["waves"] == -(-(-(-4 * 64 // 132)) // geo.tc_resident_blocks(lay))
+    # all time is the fixed term and the K/V stream at e_tc of the HBM bandwidth
+    hbm = DM.get_hardware("H100-SXM").hbm_bandwidth
+    assert pr["terms_us"]["main_dram"] == pytest.approx(pr["main_hbm_bytes"] / (0.5 * hbm / 1e6))

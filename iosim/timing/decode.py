@@ -64,7 +64,7 @@ from ..decode import (DecodeProblem, decode_closed_form, sequence_chunks,
 from ..problem import ConfigError
 from ..hardware import get_hardware
 from ..launch.decode import (auto_num_splits, block_rows, flat_plan, flat_resident_blocks,
-                             main_kernel, plan)
+                             main_kernel, plan, tc_plan, tc_resident_blocks)
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
 MODEL_VERSION = "decode-time v1"
@@ -72,6 +72,17 @@ MODEL_VERSION = "decode-time v1"
 #: measured rows of the flat kernel have been fitted, and predict_decode(main="flat") says so
 FLAT_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_flat_constants.json"
 FLAT_MODEL_VERSION = "decode-time flat v1"
+#: the tensor-core main kernel's constants (`analysis.fit_decode fit --main tc`), the flat
+#: kernel's form (`_flat_terms`) with its own tile (NW warps x B_c rows) and resident blocks
+TC_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_tc_constants.json"
+TC_MODEL_VERSION = "decode-time tc v1"
+#: each streaming kernel's model version and achieved-DRAM-fraction constant
+STREAM_MODELS = {"flat": (FLAT_MODEL_VERSION, "e_flat"), "tc": (TC_MODEL_VERSION, "e_tc")}
+
+
+def stream_constants_path(main: str) -> Path:
+    """The constants file of a streaming kernel's model ("flat" or "tc")."""
+    return FLAT_CONSTANTS_PATH if main == "flat" else TC_CONSTANTS_PATH
 ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 
@@ -129,14 +140,15 @@ def kernel_shape(problem: DecodeProblem, num_splits: int, kv_reads: str) -> dict
 # Constants
 # ---------------------------------------------------------------------------------------
 def load_constants(path=None, main: str = "tiled") -> dict:
-    """The fitted constants document of the `main` kernel's model ("tiled" or "flat");
-    ConfigError (one line) for the flat kernel's while none have been fitted."""
-    if path is None and main == "flat":
-        if not FLAT_CONSTANTS_PATH.exists():
-            raise ConfigError("main='flat': the flat decode kernel's time is not modelled yet "
-                              "(no measured rows fitted: analysis.fit_decode fit --main flat); "
-                              "allowed: main='tiled' (the tiled kernel's model)")
-        path = FLAT_CONSTANTS_PATH
+    """The fitted constants document of the `main` kernel's model ("tiled", "flat" or
+    "tc"); ConfigError (one line) for a streaming kernel's while none have been fitted."""
+    if path is None and main in STREAM_MODELS:
+        path = stream_constants_path(main)
+        if not path.exists():
+            name = "flat" if main == "flat" else "tensor-core"
+            raise ConfigError(f"main={main!r}: the {name} decode kernel's time is not modelled "
+                              f"yet (no measured rows fitted: analysis.fit_decode fit --main "
+                              f"{main}); allowed: main='tiled' (the tiled kernel's model)")
     return json.loads(Path(path or CONSTANTS_PATH).read_text())
 
 
@@ -201,16 +213,29 @@ def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
     return terms, info
 
 
-def flat_shape(problem: DecodeProblem, num_splits: int, kv_reads: str) -> dict:
-    """The flat kernel's R, NR, layout (`flat_plan`), tiles T of the heaviest CTA (ceil(C /
-    TB): it finds each row's page itself, so pages do not cut its tiles), C, CTAs, and for
-    a ragged batch every CTA's rows in dispatch order."""
+def flat_shape(problem: DecodeProblem, num_splits: int, kv_reads: str,
+               kernel: str = "flat") -> dict:
+    """A streaming kernel's ("flat" or "tc") R, NR, layout (`flat_plan` / `tc_plan`), rows
+    TB a block takes a step (flat: its groups' rows; tc: NW warps x B_c), tiles T of the
+    heaviest CTA (ceil(C / TB): both find each row's page themselves, so pages do not cut
+    their tiles), C, CTAs, resident blocks an SM, and every CTA's rows in dispatch order."""
     p = problem
     NR = block_rows(p, kv_reads)
-    lay = flat_plan(p.d, p.dtype, NR)
-    if lay is None:
-        raise ConfigError(f"main='flat' does not run {NR} query rows a block at d={p.d} "
-                          f"({p.dtype}); allowed: main='tiled'")
+    if kernel == "tc":
+        lay = tc_plan(p.d, p.dtype, NR)
+        if lay is None:
+            raise ConfigError(f"main='tc' does not run {NR} query rows a block at d={p.d} "
+                              f"({p.dtype}); allowed: main='flat' or 'tiled'")
+        lay = dict(NT=lay["NT"], NW=lay["NW"], BC=lay["BC"], STG=lay["STG"],
+                   TB=lay["NW"] * lay["BC"], smem_bytes=lay["smem_bytes"])
+        resident = tc_resident_blocks(tc_plan(p.d, p.dtype, NR), p.paged)
+    else:
+        lay = flat_plan(p.d, p.dtype, NR)
+        if lay is None:
+            raise ConfigError(f"main='flat' does not run {NR} query rows a block at d={p.d} "
+                              f"({p.dtype}); allowed: main='tiled'")
+        resident = flat_resident_blocks(p.dtype, NR, p.paged, lay["NT"])
+        lay = {k: lay[k] for k in ("NT", "VW", "LPR", "NGRP", "KPG", "TB")}
     R = p.readers(kv_reads)
     if p.is_ragged:
         rpb, rows = R // p.batch, []
@@ -219,14 +244,15 @@ def flat_shape(problem: DecodeProblem, num_splits: int, kv_reads: str) -> dict:
     else:
         rows = [e - a for a, e in split_bounds(p.N_kv, num_splits)] * R
     C = max(rows)
-    return dict(R=R, NR=NR, layout={k: lay[k] for k in ("NT", "VW", "LPR", "NGRP", "KPG", "TB")},
-                T=-(-C // lay["TB"]), C=C, ctas=num_splits * R, cta_rows=rows)
+    return dict(R=R, NR=NR, layout=lay, T=-(-C // lay["TB"]), C=C, ctas=num_splits * R,
+                cta_rows=rows, resident=resident)
 
 
 def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
-                comb: dict) -> tuple[dict, dict]:
-    """The flat main kernel's terms (us), in the tiled model's form less its shared-memory
-    phases (module docstring: the flat kernel):
+                comb: dict, kernel: str = "flat") -> tuple[dict, dict]:
+    """A streaming main kernel's terms (us; kernel "flat", or "tc" with its own constants,
+    tile and resident blocks), in the tiled model's form less its shared-memory phases
+    (module docstring: the flat kernel):
         t_main = t_main0 + max(latency, issue, dram)
         latency = W T (L_t + L_q NR)       the heaviest CTA's chain, a tile at a time, in
                                            W waves of the blocks an SM holds (registers)
@@ -235,17 +261,18 @@ def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
     and the combine kernel's (S > 1) from the tiled model's constants `comb`: both main
     kernels hand their partials to the same `split_kv.combine_kernel`."""
     p = problem
-    sh = flat_shape(p, S, kv_reads)
+    sh = flat_shape(p, S, kv_reads, kernel)
     schedule, main_bytes, comb_bytes = _bytes(p, S, kv_reads)
     TB, NR = sh["layout"]["TB"], sh["NR"]
-    # the busiest SM runs its CTAs in waves of the blocks its registers hold
+    # the busiest SM runs its CTAs in waves of the blocks its registers (and shared
+    # memory) hold
     n = -(-sh["ctas"] // hw.sm_count)
-    waves = -(-n // flat_resident_blocks(p.dtype, NR, p.paged, sh["layout"]["NT"]))
+    waves = -(-n // sh["resident"])
     latency = waves * sh["T"] * (k["L_t"] + k["L_q"] * NR)
     rows = np.asarray(sh["cta_rows"], dtype=np.float64)
     work = np.where(rows > 0, np.ceil(rows / TB) * (k["c_t"] + k["c_q"] * NR), 0.0) + k["c_cta"]
     issue = _busiest_sm(work, hw.sm_count)
-    t_dram = main_bytes / (k["e_flat"] * hw.hbm_bandwidth / 1e6)
+    t_dram = main_bytes / (k[STREAM_MODELS[kernel][1]] * hw.hbm_bandwidth / 1e6)
     t_tiles = max(latency, issue)
     terms = _step_terms(k["t_main0"], t_tiles, t_dram, S, comb, comb_bytes, hw)
     info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
@@ -292,12 +319,14 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     on no ragged row, the tiled one's); an appending batch raises
     ConfigError (one line: why) rather than give a number the model was not built for.
     main: "auto" (the default: the kernel gpu.decode's default runs,
-    iosim.launch.decode.main_kernel), "tiled" (gpu.decode's main="tiled") or "flat"
-    (main="flat"; ConfigError while its constants are not fitted or where it does not run).
-    With main="tiled" a warning says where gpu.decode's default runs the flat kernel
-    instead; a flat-kernel prediction carries its model's held-out score."""
-    if main not in ("tiled", "flat", "auto"):
-        raise ConfigError(f"main={main!r} is not allowed; allowed: 'tiled', 'flat', 'auto'")
+    iosim.launch.decode.main_kernel), "tiled" (gpu.decode's main="tiled"), "flat"
+    (main="flat") or "tc" (main="tc", the flat form with the tensor-core kernel's own
+    constants); ConfigError while a kernel's constants are not fitted or where it does not
+    run. With main="tiled" a warning says where gpu.decode's default runs the flat kernel
+    instead; a flat or tc prediction carries its model's held-out score."""
+    if main not in ("tiled", "flat", "tc", "auto"):
+        raise ConfigError(f"main={main!r} is not allowed; allowed: 'tiled', 'flat', 'tc', "
+                          f"'auto'")
     problem = _uniform(problem, num_splits)
     kernel = main_kernel(problem, kv_reads) if main == "auto" else main
     hw = get_hardware(gpu)
@@ -323,9 +352,10 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
         warnings.append(f"gpu={gpu!r}: the constants were fitted on the {fitted['gpu']}; this "
                         f"preset changes only the SM count and HBM bandwidth, untested (no "
                         f"decode rows on it)")
-    held = c.get("heldout") if kernel == "flat" else None
+    held = c.get("heldout") if kernel in STREAM_MODELS else None
     if held:
-        warnings.append(f"the flat kernel's model: held-out median {100 * held['median']:.1f} %, "
+        name = "flat" if kernel == "flat" else "tensor-core"
+        warnings.append(f"the {name} kernel's model: held-out median {100 * held['median']:.1f} %, "
                         f"{held['within_10pct']} of {held['rows']} rows within 10 % "
                         f"(fitted on the other half of one {fitted['gpu']} run)")
     if problem.is_ragged and not c.get("ragged_validated"):
@@ -336,14 +366,16 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
                         f"unvalidated")
     if num_splits is None:
         num_splits = auto_num_splits(problem, hw.sm_count, kv_reads, kernel).num_splits
-    if kernel == "flat":
+    if kernel in STREAM_MODELS:
         comb = load_constants(main="tiled")["constants"]
-        terms, info = _flat_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb)
+        terms, info = _flat_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb,
+                                  kernel)
     else:
         terms, info = _terms(problem, int(num_splits), kv_reads, hw, c["constants"])
     total = sum(terms.values())
     main_us = sum(v for t, v in terms.items() if t.startswith("main"))
-    version = c.get("model_version", FLAT_MODEL_VERSION if kernel == "flat" else MODEL_VERSION)
+    version = c.get("model_version", STREAM_MODELS[kernel][0] if kernel in STREAM_MODELS
+                    else MODEL_VERSION)
     return dict(predicted_ms=total / 1e3, main_ms=main_us / 1e3,
                 combine_ms=(total - main_us) / 1e3, gpu=gpu, main=kernel, terms_us=terms,
                 shares={t: v / total for t, v in terms.items()},
