@@ -230,8 +230,9 @@ def run_tc(case, tc_layout=None, seed=0):
     kn, vn = random_new_kv(p, seed=seed) if append else (None, None)
     kw = dict(num_splits=S, kv_reads="per_group", causal=causal, return_stats=True,
               count_traffic=True, main="tc")
-    if p.is_ragged:
-        kw["cache_seqlens"] = list(p.cache_seqlens)
+    # the lengths, always: without them a paged cache holds pages x P rows, and the rows
+    # past N_kv in the last page are NaN (paged_cache)
+    kw["cache_seqlens"] = list(p.cache_seqlens) if p.is_ragged else p.N_kv
     if append:
         kw.update(k=kn, v=vn)
     if tc_layout is None:
@@ -242,7 +243,6 @@ def run_tc(case, tc_layout=None, seed=0):
             O, L, led = gpu.decode(q, k.copy(), v.copy(), **kw)
     else:   # a benchmark layout: the launcher the bench times, on device arrays
         from numba import cuda
-        from gpu._launch import NP_DTYPE
         assert not page and not p.is_ragged
         run = DecodeLauncher(p, S, kv_reads="per_group", causal=causal, count=True,
                              main="tc", tc_layout=tc_layout)
@@ -253,8 +253,7 @@ def run_tc(case, tc_layout=None, seed=0):
         opart, lpart = run.partials()
         counters = run.new_counters()
         run(qd, kd, vd, None, od, Ld, opart, lpart, counters, 1.0 / np.sqrt(d))
-        O = od.copy_to_host()
-        O = O.view(NP_DTYPE["bf16"]) if dt == "bf16" else O
+        O = od.copy_to_host().view(p.np_dtype)     # bf16: the bits as bfloat16
         L, led = Ld.copy_to_host(), run.ledger(counters)
     kk, vv = append_kv(p, k, v, kn, vn) if append else (k, v)
     return p, (q, kk, vv), O, L, led
