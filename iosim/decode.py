@@ -817,13 +817,16 @@ class SplitChoice:
 
 def choose_num_splits(problem: DecodeProblem, sm_count: int, ctas_per_sm: int = 1, *,
                       kv_reads: str = "per_query_head", block_kv: int = 128,
-                      max_partial_fraction: float = 0.05) -> SplitChoice:
+                      max_partial_fraction: float = 0.05, fill: str = "ceil") -> SplitChoice:
     """The split-KV rule: fill the SMs, but not at the cost of more partial-output
     traffic than max_partial_fraction of the K/V bytes, and not below one K/V unit per
     split.
 
       blocks = batch x (heads | kv_heads)         (kv_reads)
-      s_fill = ceil(sm_count x ctas_per_sm / blocks)
+      s_fill = ceil(sm_count x ctas_per_sm / blocks)   (fill "ceil": every block slot
+               busy, a partial second wave allowed), or max(1, floor(...)) (fill "floor":
+               at most one wave of blocks; what the tensor-core decode kernel measured
+               faster, 2026-12-07)
       s_cap_blocks = max(1, floor(N_kv / U)),  U = page_size if paged else block_kv
       s_cap_traffic = max(1, largest S with  S x BH x 2 x (N_q d + N_q) x 4
                                            <= max_partial_fraction x (K + V read bytes))
@@ -847,8 +850,10 @@ def choose_num_splits(problem: DecodeProblem, sm_count: int, ctas_per_sm: int = 
         raise ConfigError(f"max_partial_fraction={max_partial_fraction!r} is not allowed; "
                           f"allowed: a finite number > 0")
     R = p.readers(kv_reads)
+    if fill not in ("ceil", "floor"):
+        raise ConfigError(f"fill={fill!r} is not allowed; allowed: 'ceil', 'floor'")
     target = sm_count * ctas_per_sm
-    s_fill = -(-target // R)
+    s_fill = -(-target // R) if fill == "ceil" else max(1, target // R)
     s_cap_blocks = max(1, p.N_kv // U)
     kv_bytes = 2 * (R // p.batch) * sum(p.seqlens) * p.d * p.itemsize
     per_split = p.instances * 2 * (p.N_q * p.d + p.N_q) * 4

@@ -325,3 +325,19 @@ def test_time_model_takes_tc_only_with_its_own_constants(tmp_path, monkeypatch):
     # all time is the fixed term and the K/V stream at e_tc of the HBM bandwidth
     hbm = DM.get_hardware("H100-SXM").hbm_bandwidth
     assert pr["terms_us"]["main_dram"] == pytest.approx(pr["main_hbm_bytes"] / (0.5 * hbm / 1e6))
+
+
+def test_split_rule_fills_one_wave_for_tc():
+    """num_splits="auto" for the tensor-core kernel: at most one wave of the blocks the SMs
+    hold (floor), where the flat and tiled kernels keep the ceiling."""
+    from iosim import ConfigError
+    from iosim.decode import choose_num_splits
+    p = DecodeProblem(N_kv=16384, d=128, batch=8, heads=32, kv_heads=8, dtype="fp16")
+    assert choose_num_splits(p, 132, 1, kv_reads="per_group", fill="floor").num_splits == 2
+    assert choose_num_splits(p, 132, 1, kv_reads="per_group").num_splits == 3      # ceil
+    c = geo.ctas_per_sm(p, "per_group", "tc")
+    assert geo.auto_num_splits(p, 132, "per_group", "tc").num_splits == max(1, 132 * c // 64)
+    big = DecodeProblem(N_kv=16384, d=128, batch=256, heads=32, kv_heads=8, dtype="fp16")
+    assert choose_num_splits(big, 132, 1, kv_reads="per_group", fill="floor").num_splits == 1
+    with pytest.raises(ConfigError, match="fill='round' is not allowed"):
+        choose_num_splits(p, 132, 1, fill="round")

@@ -140,8 +140,10 @@ def flat_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = Fals
 
 
 #: the tensor-core kernel's layout when none is asked for: warps a block, key rows a warp's
-#: tile (B_c), tiles a warp keeps in its cp.async pipeline
-TC_DEFAULT = dict(warps=4, block_keys=16, stages=3)
+#: tile (B_c), tiles a warp keeps in its cp.async pipeline. The fastest or within 1 % of it
+#: at each of the five shapes where decode_flat_probe --tc timed all eight layouts (H100,
+#: fp16, 2026-12-07: GQA 32/8 at B = 8, 64 and 1, d = 64 and 128; MQA 8/1 at B = 8)
+TC_DEFAULT = dict(warps=8, block_keys=16, stages=2)
 #: what `tc_plan` allows for each of them
 TC_CHOICES = dict(warps=(1, 2, 4, 8), block_keys=(16, 32, 64), stages=(2, 3, 4))
 #: Registers a thread of the tensor-core kernel's GPU build, by (d, block_keys, paged):
@@ -217,12 +219,14 @@ def ctas_per_sm(problem, kv_reads: str, kernel: str) -> int:
 
 def auto_num_splits(problem, sm_count: int, kv_reads: str, kernel: str):
     """The split count S that gpu.decode's num_splits="auto" picks for main kernel
-    `kernel` ("flat" or "tiled") on `sm_count` SMs: iosim.choose_num_splits with that
-    kernel's target blocks an SM (`ctas_per_sm`). Returns its SplitChoice (S and the
+    `kernel` ("flat", "tiled" or "tc") on `sm_count` SMs: iosim.choose_num_splits with that
+    kernel's target blocks an SM (`ctas_per_sm`); for "tc" at most one wave of them (fill
+    "floor": measured 5-20 % faster than the partial second wave of "ceil" at every shape
+    timed, H100 2026-12-07). Returns its SplitChoice (S and the
     numbers behind it). One function, so the kernels, the time model, the workload model
     and `flashsim traffic` cannot pick different S for the same problem."""
     return choose_num_splits(problem, sm_count, ctas_per_sm(problem, kv_reads, kernel),
-                             kv_reads=kv_reads)
+                             kv_reads=kv_reads, fill="floor" if kernel == "tc" else "ceil")
 
 
 def block_rows(problem, kv_reads: str) -> int:
