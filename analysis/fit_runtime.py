@@ -182,6 +182,12 @@ def _groups(rows: list[dict]) -> dict:
     return out
 
 
+#: blind sets whose frozen predictions were made by a form that prices the tensor-core
+#: kernels' element-wise copies at d % 8 != 0 (form 12 on): their rows on that path are
+#: its scores (blind12's two such passes were predicted before the path was modelled)
+ELEMENTWISE_SPLITS = ("blind13",)
+
+
 def trust_table(data=None) -> dict:
     """The trust table from the results data set (`data`: its folder; default the
     repository's): per kernel family x dtype x pass x preset, the blind errors of the
@@ -219,7 +225,16 @@ def trust_table(data=None) -> dict:
                             "within_range": _r6(float(np.mean(rng))),
                             "median_read": med("dram_read_bytes"),
                             "median_write": med("dram_write_bytes")}
-    out["rows"] = {"time": len(rt), "dram": len(lv)}
+    # the element-wise copy path of the tensor-core kernels, on its own: its blind rows
+    out["time_elementwise"] = {}
+    ew = [r for r in rt if r["split"] in ELEMENTWISE_SPLITS and r["config"]["d"] % 8
+          and r["family"] in ("fa2_tc", "fa2_bwd_tc")]
+    for key, (preset, rows) in sorted(_groups(ew).items()):
+        e = np.abs([r["rel_error"] for r in rows])
+        out["time_elementwise"][key] = {**_entry(rows, preset), "median": _r6(np.median(e)),
+                                        "p95": _r6(np.percentile(e, 95)), "worst": _r6(e.max()),
+                                        "within_10": _r6(float((e <= 0.10).mean()))}
+    out["rows"] = {"time": len(rt), "dram": len(lv), "time_elementwise": len(ew)}
     return out
 
 

@@ -411,7 +411,7 @@ for _configs, _tag in ((RUNTIME_BLIND, "blind1"), (RUNTIME_BLIND2, "blind2"),
                        (RUNTIME_BLIND6, "blind6"), (RUNTIME_DEV7, "dev7"),
                        (RUNTIME_BLIND7, "blind7"), (RUNTIME_DEV8, "dev8"),
                        (RUNTIME_BLIND8, "blind8"), (RUNTIME_BLIND11, "blind11"),
-                       (RUNTIME_BLIND12, "blind12")):
+                       (RUNTIME_BLIND12, "blind12"), (RUNTIME_BLIND13, "blind13")):
     SPLIT_OF.update({c["id"]: dict(c, family=family_of(c), split3=_tag)
                      for c in _configs if c["id"] not in SPLIT_OF})
 #: cross-validation of the model form on the H100 rows: folds by sha256(id)[1] mod CV_FOLDS

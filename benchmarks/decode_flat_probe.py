@@ -10,6 +10,8 @@ defaults themselves.
     python3 benchmarks/decode_flat_probe.py --splits     (default layout, one-wave split counts)
     python3 benchmarks/decode_flat_probe.py --tc         (the tensor-core kernel, gpu.decode.tc:
         its layouts and split counts against the flat kernel's defaults and SDPA)
+    compute-sanitizer --tool racecheck python3 benchmarks/decode_flat_probe.py --tc --sanitize
+        (its tiny checks, TC_SANITIZE)
     compute-sanitizer --tool memcheck --report-api-errors no \
         python3 benchmarks/decode_flat_probe.py --sanitize      (tiny cases, no timings)
     NUMBA_ENABLE_CUDASIM=0 python3 benchmarks/decode_flat_probe.py --registers
@@ -282,6 +284,43 @@ TC_SHAPES = (
 )
 
 
+TC_SANITIZE = (  # dtype, batch, heads, kv_heads, N_kv, d, N_q, page, S: tiny, one of each path
+    ("fp16", 2, 8, 2, 300, 128, 1, None, 3), ("fp16", 2, 8, 2, 300, 64, 1, 16, 1),
+    ("bf16", 1, 16, 2, 200, 64, 2, None, 2), ("fp16", 1, 8, 1, 100, 128, 1, 256, 2))
+
+
+def tc_checks(emit) -> bool:
+    """The tensor-core kernel at TC_SANITIZE's tiny cases (what --tc --sanitize runs under
+    compute-sanitizer): outputs against float64, counts against the closed form."""
+    import gpu
+    from iosim.decode import (DecodeProblem, decode_closed_form, paged_cache,
+                              random_decode_inputs, reference_decode)
+    ok = True
+    for dt, B, H, Hk, N, d, nq, page, S in TC_SANITIZE:
+        p = DecodeProblem(N_kv=N, d=d, batch=B, heads=H, kv_heads=Hk, N_q=nq, dtype=dt,
+                          page_size=page)
+        q, k, v = random_decode_inputs(p, seed=3)
+        kw = dict(num_splits=S, kv_reads="per_group", main="tc", count_traffic=True,
+                  cache_seqlens=N)
+        if page:
+            kh, vh, tab = paged_cache(p, k, v, seed=4)
+            O, led = gpu.decode(q, kh, vh, block_table=tab, **kw)
+        else:
+            O, led = gpu.decode(q, k, v, **kw)
+        ref = reference_decode(q, k, v)
+        O = np.asarray(O, np.float32).astype(np.float64)
+        err = float(np.abs(O - ref).max() / np.abs(ref).max())
+        cf = decode_closed_form("split_kv" if S > 1 else "fa2_decode", p, num_splits=S,
+                                kv_reads="per_group")
+        row = dict(check=f"tc {dt} B{B} H{H}/{Hk} N{N} d{d} nq{nq} page{page} S{S}",
+                   rel_err=err, tol={"fp16": 2e-3, "bf16": 1.6e-2}[dt],
+                   counts_exact=led.counts() == cf.counts())
+        row["passed"] = err <= row["tol"] and row["counts_exact"]
+        ok &= row["passed"]
+        emit("decode_probe_check", row)
+    return ok
+
+
 def tc_timings(emit, budget_s):
     """The tensor-core kernel (gpu.decode.tc) beside torch SDPA and the flat kernel at
     gpu.decode's defaults, same run, inputs rotated: pass 1, every TC_SHAPES shape at the
@@ -458,6 +497,10 @@ def main():
         short = {k: v for k, v in row.items() if k not in ("kernel_layout",)}
         print(kind, short, flush=True)
     if a.tc:
+        if a.sanitize:
+            ok = tc_checks(emit)
+            print("tc checks", "passed" if ok else "FAILED", flush=True)
+            return 0 if ok else 1
         tc_timings(emit, a.budget_s)
         return 0
     ok = checks(emit, sanitize=a.sanitize)

@@ -57,7 +57,8 @@ commit=${FLASHSIM_COMMIT:-}
 #    times:runtime_blind13:240").
 # 5: Nsight Compute on the flat decode kernel at issue 37's goal shapes (what binds GQA
 #    and MQA: occupancy, warp stalls, DRAM throughput; benchmarks/decode_flat_ncu.py).
-# 6: the tensor-core decode kernel (gpu.decode.tc): its gpu tests (outputs against float64
+# 6: the tensor-core decode kernel (gpu.decode.tc): compute-sanitizer memcheck and racecheck
+#    on its tiny checks (decode_flat_probe.py --tc --sanitize), its gpu tests (outputs against float64
 #    and SDPA, exact counts, every timed layout), then decode_flat_probe.py --tc (its layouts
 #    and split counts beside the flat kernel's defaults and SDPA; TC_S seconds, 280).
 # 7: the decode benchmark with main="tc" for impl flashsim (no checks, no sweep; BENCH_S).
@@ -111,6 +112,12 @@ if [ "$1" = session ]; then
       echo "ncu rc=$?: $(tail -1 $OUT/ncu.txt)"' ;;
   6)
     bash "$self" bash -c '
+      for tool in memcheck racecheck; do
+        extra=""; [ $tool = memcheck ] && extra="--report-api-errors no"
+        timeout 90 compute-sanitizer --tool $tool $extra python3 benchmarks/decode_flat_probe.py \
+            --tc --sanitize --out $OUT/san_tc_$tool.jsonl > $OUT/san_tc_$tool.txt 2>&1
+        echo "tc $tool rc=$? $(grep -h "SUMMARY" $OUT/san_tc_$tool.txt)"
+      done
       timeout 240 python3 -m pytest -v -rfE -m gpu -p no:cacheprovider -n 8 \
           --junitxml=$OUT/tc_tests.xml tests/test_gpu_decode_tc.py > $OUT/pytest_tc.txt 2>&1
       echo "tc tests rc=$?: $(grep -c " PASSED" $OUT/pytest_tc.txt) passed," \

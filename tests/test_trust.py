@@ -229,11 +229,12 @@ def test_cli_levels_declines_in_one_line(extra, words, capsys):
 
 @pytest.mark.parametrize("name, scored", [("runtime_blind11", True),
                                           ("runtime_blind12", True),
-                                          ("runtime_blind13", False)])
+                                          ("runtime_blind13", True)])
 def test_blind_set_is_declared_and_frozen(name, scored):
     """The issue-39 blind sets: new passes when declared (none in an earlier set), never
-    fitted on until scored (blind11 and blind12, scored on the H100, then joined the
-    development rows: form 11's w_sat_tc, form 12's element-wise rounds), their frozen predictions committed for the H100 and H200 presets, one per
+    fitted on until scored (blind11, blind12 and blind13, scored on the H100, then joined the
+    development rows: form 11's w_sat_tc, form 12's element-wise rounds), their frozen
+    predictions committed for the H100 and H200 presets, one per
     configuration, each predicted one with its statement."""
     from analysis.validate import RUNTIME_BLIND_SETS, SPLIT_OF, predictions_path
     from analysis.validation_configs import NAMES, SETS

@@ -44,12 +44,10 @@ def family_of(algorithm: str, pass_: str, kernel: str) -> str:
     return algorithm + ("_bwd" if pass_ == "bwd" else "") + newer
 
 
-#: time-model paths no frozen prediction of the current form has been scored on: a problem
-#: on one is outside the validated range whatever its family's blind rows say. Form 12's
-#: element-wise copies (d % 8 != 0) were added after blind12's two such passes; blind13
-#: tests them (remove the entry once it is scored).
-UNTESTED_D_PATHS = {f: "the element-wise copy path (d % 8 != 0) of form 12, not yet blind-tested"
-                    for f in ("fa2_tc", "fa2_bwd_tc")}
+#: the tensor-core families whose kernels copy rows element by element at d % 8 != 0: a
+#: time prediction there is judged by that path's own blind rows (trust.json's
+#: "time_elementwise", runtime_blind13 on), not by the family's 16-byte-copy rows
+ELEMENTWISE_FAMILIES = ("fa2_tc", "fa2_bwd_tc")
 
 
 def key_of(family: str, dtype: str, pass_: str, preset: str) -> str:
@@ -147,8 +145,22 @@ def trust_for(what: str, algorithm: str, pass_: str, kernel: str, problem, prese
         if tiling is not None and list(tiling) not in e["tilings"]:
             outside.append(f"tiling {tiling[0]} x {tiling[1]} never measured (validated "
                            + ", ".join(f"{a} x {b}" for a, b in e["tilings"]) + ")")
-    if what == "time" and family in UNTESTED_D_PATHS and problem.d % 8:
-        outside.append(f"d = {problem.d}: {UNTESTED_D_PATHS[family]}")
+    if what == "time" and family in ELEMENTWISE_FAMILIES and problem.d % 8:
+        ew = table().get("time_elementwise", {})
+        k = key_of(family, dtype, pass_, preset)
+        k = k if k in ew else next((x for x in (key_of(family, dt, pass_, pr)
+                                                for dt in (dtype, "fp16") for pr in
+                                                (preset, "H100-SXM")) if x in ew), None)
+        if k is None:
+            outside.append(f"d = {problem.d}: the element-wise copy path (d % 8 != 0), no "
+                           f"blind row of it")
+        else:
+            x = ew[k]
+            outside.append(f"d = {problem.d}: the element-wise copy path (d % 8 != 0), blind "
+                           f"rows of it miss by median {100 * x['median']:.1f} %, 95th pct "
+                           f"{100 * x['p95']:.0f} %, {100 * x['within_10']:.0f} % within 10 % "
+                           f"({x['n']} row{'s' if x['n'] != 1 else ''}, {x['dtype']} {x['pass']} on "
+                           f"{x['preset']})")
     label = "time" if what == "time" else "DRAM"
     if e is None:
         return Trust(what, False, f"{label}: outside validated range: "
