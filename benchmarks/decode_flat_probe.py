@@ -149,6 +149,27 @@ SHAPES = (  # batch, attn, d, N_kv, page
 ATTN = {"mha": (32, 32), "gqa": (32, 8), "mqa": (8, 1)}
 
 
+def input_sets(torch, B, H, Hk, d, N, page):
+    """(copies, [(q, k, v, block_table or None)] * copies): fp16 inputs of one shape on the
+    GPU, enough copies that the K/V caches together pass 200 MB (the timings rotate
+    through them, so the L2 does not serve a copy read just before); paged caches in a
+    random page order."""
+    pages = -(-N // page) if page else 0
+    cache = 2 * B * Hk * (pages * page if page else N) * d * 2
+    copies = max(2, -(-200_000_000 // cache))
+    g = torch.Generator(device="cuda").manual_seed(N + B + d)
+    sets = []
+    for _ in range(copies):
+        q = torch.randn((B, H, 1, d), device="cuda", dtype=torch.float16, generator=g)
+        shape = (B * pages, page, Hk, d) if page else (B, Hk, N, d)
+        tab = (torch.randperm(B * pages, device="cuda", generator=g).to(torch.int32)
+               .reshape(B, pages).contiguous() if page else None)
+        k = torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
+        v = torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
+        sets.append((q, k, v, tab))
+    return copies, sets
+
+
 def timings(emit, quick, budget_s, splits=False):
     import torch
     import iosim
@@ -168,20 +189,10 @@ def timings(emit, quick, budget_s, splits=False):
         p = iosim.DecodeProblem(N_kv=N, d=d, batch=B, heads=H, kv_heads=Hk, N_q=1,
                                 dtype="fp16", page_size=page)
         dbytes = dram_bytes(B, H, Hk, 1, N, d, 2, page)
-        pages = -(-N // page) if page else 0
-        cache = 2 * B * Hk * (pages * page if page else N) * d * 2
-        copies = max(2, -(-200_000_000 // cache))
-        g = torch.Generator(device="cuda").manual_seed(N + B + d)
-        sets = []
-        for i in range(copies):
-            q = torch.randn((B, H, 1, d), device="cuda", dtype=torch.float16, generator=g)
-            shape = (B * pages, page, Hk, d) if page else (B, Hk, N, d)
-            tab = (torch.randperm(B * pages, device="cuda", generator=g).to(torch.int32)
-                   .reshape(B, pages).contiguous() if page else
-                   torch.zeros((1, 1), device="cuda", dtype=torch.int32))
-            k = torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
-            v = torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
-            sets.append((q, k, v, tab))
+        copies, sets = input_sets(torch, B, H, Hk, d, N, page)
+        # the flat launcher takes a block table always: a 1 x 1 dummy when contiguous
+        dummy = torch.zeros((1, 1), device="cuda", dtype=torch.int32)
+        sets = [(q, k, v, dummy if tab is None else tab) for q, k, v, tab in sets]
         dev = [tuple(cuda.as_cuda_array(x, sync=False) for x in s) for s in sets]
         sl = cuda.as_cuda_array(torch.full((B,), N, device="cuda", dtype=torch.int32))
         o = torch.empty((B, H, 1, d), device="cuda", dtype=torch.float16)
@@ -347,19 +358,7 @@ def tc_timings(emit, budget_s):
             p = iosim.DecodeProblem(N_kv=N, d=d, batch=B, heads=H, kv_heads=Hk, N_q=1,
                                     dtype="fp16", page_size=page)
             dbytes = dram_bytes(B, H, Hk, 1, N, d, 2, page)
-            pages = -(-N // page) if page else 0
-            cache = 2 * B * Hk * (pages * page if page else N) * d * 2
-            copies = max(2, -(-200_000_000 // cache))
-            g = torch.Generator(device="cuda").manual_seed(N + B + d)
-            sets = []
-            for i in range(copies):
-                q = torch.randn((B, H, 1, d), device="cuda", dtype=torch.float16, generator=g)
-                shape = (B * pages, page, Hk, d) if page else (B, Hk, N, d)
-                tab = (torch.randperm(B * pages, device="cuda", generator=g).to(torch.int32)
-                       .reshape(B, pages).contiguous() if page else None)
-                k = torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
-                v = torch.randn(shape, device="cuda", dtype=torch.float16, generator=g)
-                sets.append((q, k, v, tab))
+            copies, sets = input_sets(torch, B, H, Hk, d, N, page)
             o = torch.empty((B, H, 1, d), device="cuda", dtype=torch.float16)
             L = torch.empty((B, H, 1), device="cuda", dtype=torch.float32)
             od, Ld = cuda.as_cuda_array(o), cuda.as_cuda_array(L)

@@ -122,6 +122,79 @@ def plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = SIM,
                                rows_per_group=rows_per_group)
 
 
+def group_merger(NR: int, N_q: int, d: int, NT: int, NSRC: int, RS: int, MOFF: int,
+                 LOFF: int, causal: bool, split: bool, dt: str, base2: bool = False):
+    """The end of a split-KV main kernel that runs NSRC online softmaxes side by side (the
+    flat kernel's lane groups, the tensor-core kernel's warps): a device function
+    merge(sm, t, a, e, N_kv, b, h0, s, o, L, opart, lpart) -> (O elements, L elements
+    written) for thread t of NT. Source u's row r left its O accumulator at
+    sm[(u RS + r) d ...], its running max at sm[MOFF + u RS + r] and its sum at
+    sm[LOFF + u RS + r] (base2: the max in base 2, scores scaled by log2 e). Then
+        M = max_u m_u, w_u = exp(m_u - M), l = sum_u w_u l_u, O = sum_u w_u O_u / l,
+        L = M + log l (base 2: M ln 2 + log l),
+    O and L (split False, O in dt) or Opart[s], Lpart[s] (float32) written. A row that
+    saw a key of [a, e) but has no positive l (a NaN or Inf met it) gets NaN; one that saw
+    none gets 0 and L = -inf."""
+    st = storer(dt)
+    SCALE = float32(math.log(2.0) if base2 else 1.0)
+
+    if base2:
+        @cuda.jit(device=True, inline=True)
+        def ex(x):
+            return math.exp2(x)
+    else:
+        @cuda.jit(device=True, inline=True)
+        def ex(x):
+            return math.exp(x)
+
+    @cuda.jit(device=True, inline=True)
+    def merge(sm, t, a, e, N_kv, b, h0, s, o, L, opart, lpart):
+        nO = int64(0)
+        nL = int64(0)
+        for i in range(t, NR * d, NT):
+            r = i // d
+            x = i % d
+            qr = r % N_q
+            M = NEG_INF
+            for u in range(NSRC):
+                M = max(M, sm[MOFF + u * RS + r])
+            Ms = M if M > NEG_INF else ZERO
+            lt = ZERO
+            ot = ZERO
+            for u in range(NSRC):
+                w_ = ex(sm[MOFF + u * RS + r] - Ms)
+                lt += w_ * sm[LOFF + u * RS + r]
+                ot += w_ * sm[(u * RS + r) * d + x]
+            saw = a < e and ((not causal) or a <= N_kv - N_q + qr)
+            # l > 0 fails for NaN as well as 0: a row that saw a key and met NaN gets NaN
+            if lt > ZERO:
+                val = ot / lt
+            elif saw:
+                val = NAN
+            else:
+                val = ZERO
+            if split:
+                opart[b, h0 + r // N_q, s, qr, x] = val
+            else:
+                o[b, h0 + r // N_q, qr, x] = st(val)
+            nO += 1
+            if x == 0:
+                if lt > ZERO:
+                    Lr = Ms * SCALE + math.log(lt)
+                elif saw:
+                    Lr = NAN
+                else:
+                    Lr = NEG_INF
+                if split:
+                    lpart[b, h0 + r // N_q, s, qr] = Lr
+                else:
+                    L[b, h0 + r // N_q, qr] = Lr
+                nL += 1
+        return nO, nL
+
+    return merge
+
+
 @specialisation
 def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, vec,
                 defer=True):
@@ -144,8 +217,9 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
     NBT = NPW if paged else 1           # block-table entries staged (paged caches only)
     GM = NGRP * NR * d                  # shared: [0, GM) group accumulators (Q first),
     GL = GM + NGRP * NR                 # [GM, GL) group maxima, [GL, GL + NGRP NR) sums
-    ld, st = loader(dt), storer(dt)
+    ld = loader(dt)
     gsum = lane_group_reducer(LPR, "sum") if LPR > 1 else None
+    merge = group_merger(NR, N_q, d, NT, NGRP, NR, GM, GL, causal, split, dt)
 
     @cuda.jit(device=True, inline=True)
     def group_sum(x):
@@ -345,47 +419,9 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
                 sm[GM + gi * NR + r] = mrow[r]
                 sm[GL + gi * NR + r] = lrow[r]
         cuda.syncthreads()
-        for i in range(t, NR * d, NT):
-            r = i // d
-            x = i % d
-            qr = r % N_q
-            M = NEG_INF
-            for u in range(NGRP):
-                M = max(M, sm[GM + u * NR + r])
-            Ms = M if M > NEG_INF else ZERO
-            lt = ZERO
-            ot = ZERO
-            for u in range(NGRP):
-                w_ = math.exp(sm[GM + u * NR + r] - Ms)
-                lt += w_ * sm[GL + u * NR + r]
-                ot += w_ * sm[(u * NR + r) * d + x]
-            saw = a < e and ((not causal) or a <= N_kv - N_q + qr)
-            # l > 0 fails for NaN as well as 0: a row that saw a key and met NaN gets NaN
-            if lt > ZERO:
-                val = ot / lt
-            elif saw:
-                val = NAN
-            else:
-                val = ZERO
-            if split:
-                opart[b, h0 + r // N_q, s, qr, x] = val
-            else:
-                o[b, h0 + r // N_q, qr, x] = st(val)
-            if count:
-                nO += 1
-            if x == 0:
-                if lt > ZERO:
-                    Lr = Ms + math.log(lt)
-                elif saw:
-                    Lr = NAN
-                else:
-                    Lr = NEG_INF
-                if split:
-                    lpart[b, h0 + r // N_q, s, qr] = Lr
-                else:
-                    L[b, h0 + r // N_q, qr] = Lr
-                if count:
-                    nL += 1
+        dO, dL = merge(sm, t, a, e, N_kv, b, h0, s, o, L, opart, lpart)
+        nO += dO
+        nL += dL
         if count:
             flush_counts(counters, split, nQ, nK, nBT, nO, nL)
 
@@ -396,4 +432,4 @@ def flat_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG, v
     return kernel, name
 
 
-__all__ = ["MAX_ROW_REGS", "NPW", "plan", "flat_kernel"]
+__all__ = ["MAX_ROW_REGS", "NPW", "plan", "flat_kernel", "group_merger"]

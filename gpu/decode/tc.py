@@ -62,13 +62,12 @@ from numba import cuda, float32, int32, int64, uint32
 from iosim.launch import decode as _geometry
 
 from .. import _tc
-from .._launch import NAN, NEG_INF, SIM, ZERO, kernel_name, specialisation, storer
-from .flat import NPW
+from .._launch import NEG_INF, SIM, ZERO, kernel_name, specialisation
+from .flat import NPW, group_merger
 from .split_kv import flush_counts
 
 CU_PATH = os.path.join(os.path.dirname(__file__), "tc.cu")
 LOG2E = math.log2(math.e)
-LN2 = math.log(2.0)
 
 
 def plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = SIM,
@@ -123,10 +122,9 @@ def tc_kernel(d, dt, N_q, NG, split, paged, causal, count, NW, BC, STG):
     NTS, NTO = BC // 8, d // 8    # 8-column fragments of S and of O
     NSF, NOF, NQF = BC // 2, d // 2, d // 4
     FULL = 0xFFFFFFFF
-    LN2_ = float32(LN2)
     LOG2E_ = float32(LOG2E)
     NBT = NPW if paged else 1
-    st = storer(dt)
+    merge = group_merger(NR, N_q, d, NT, NW, 16, MM, ML, causal, split, dt, base2=True)
     X = externs(d, BC, dt)
     load_q, qk, pv, cp16 = X["load_q"], X["qk"], X["pv"], X["cp16"]
     cp_commit, cp_wait0 = X["cp_commit"], X["cp_wait0"]
@@ -211,7 +209,7 @@ def tc_kernel(d, dt, N_q, NG, split, paged, causal, count, NW, BC, STG):
         w = t >> 5
         gq = lane >> 2                      # fragment row (and gq + 8)
         qd = lane & 3                       # fragment column pair 2 qd, 2 qd + 1
-        rpb = H // NG
+        rpb = H // NG                       # the grid as split_kv's and flat's
         b = y // rpb
         h0 = (y % rpb) * NG
         g = h0 // G
@@ -318,47 +316,9 @@ def tc_kernel(d, dt, N_q, NG, split, paged, causal, count, NW, BC, STG):
                     smf[MM + w * 16 + row] = m2[hh]
                     smf[ML + w * 16 + row] = l2[hh]
         cuda.syncthreads()
-        for i in range(t, NR * d, NT):
-            r = i // d
-            x = i % d
-            qr = r % N_q
-            M = NEG_INF
-            for u in range(NW):
-                M = max(M, smf[MM + u * 16 + r])
-            Ms = M if M > NEG_INF else ZERO
-            lt = ZERO
-            ot = ZERO
-            for u in range(NW):
-                w_ = math.exp2(smf[MM + u * 16 + r] - Ms)
-                lt += w_ * smf[ML + u * 16 + r]
-                ot += w_ * smf[(u * 16 + r) * d + x]
-            saw = a < e and ((not causal) or a <= N_kv - N_q + qr)
-            # l > 0 fails for NaN as well as 0: a row that saw a key and met NaN gets NaN
-            if lt > ZERO:
-                val = ot / lt
-            elif saw:
-                val = NAN
-            else:
-                val = ZERO
-            if split:
-                opart[b, h0 + r // N_q, s_, qr, x] = val
-            else:
-                o[b, h0 + r // N_q, qr, x] = st(val)
-            if count:
-                nO += 1
-            if x == 0:
-                if lt > ZERO:
-                    Lr = Ms * LN2_ + math.log(lt)
-                elif saw:
-                    Lr = NAN
-                else:
-                    Lr = NEG_INF
-                if split:
-                    lpart[b, h0 + r // N_q, s_, qr] = Lr
-                else:
-                    L[b, h0 + r // N_q, qr] = Lr
-                if count:
-                    nL += 1
+        dO, dL = merge(smf, t, a, e, N_kv, b, h0, s_, o, L, opart, lpart)
+        nO += dO
+        nL += dL
         if count:
             flush_counts(counters, split, nQ, nK, nBT, nO, nL)
 
