@@ -188,6 +188,16 @@ def _groups(rows: list[dict]) -> dict:
 ELEMENTWISE_SPLITS = ("blind13",)
 
 
+def _time_entry(rows: list[dict], preset: str) -> dict:
+    """A time entry: the rows' ranges (`_entry`) and their |errors| (median, 95th
+    percentile, worst, share within 10 %)."""
+    import numpy as np
+    e = np.abs([r["rel_error"] for r in rows])
+    return {**_entry(rows, preset), "median": _r6(np.median(e)),
+            "p95": _r6(np.percentile(e, 95)), "worst": _r6(e.max()),
+            "within_10": _r6(float((e <= 0.10).mean()))}
+
+
 def trust_table(data=None) -> dict:
     """The trust table from the results data set (`data`: its folder; default the
     repository's): per kernel family x dtype x pass x preset, the blind errors of the
@@ -208,10 +218,7 @@ def trust_table(data=None) -> dict:
     rt = _blind(results.load(TRUST_KINDS["time"], data=data))
     rt = [r for r in rt if r.get("rel_error") is not None]
     for key, (preset, rows) in sorted(_groups(rt).items()):
-        e = np.abs([r["rel_error"] for r in rows])
-        out["time"][key] = {**_entry(rows, preset), "median": _r6(np.median(e)),
-                            "p95": _r6(np.percentile(e, 95)), "worst": _r6(e.max()),
-                            "within_10": _r6(float((e <= 0.10).mean()))}
+        out["time"][key] = _time_entry(rows, preset)
     lv = [r for r in _blind(results.load(TRUST_KINDS["dram"], data=data))
           if r.get("within_bound") and r.get("measured") and r.get("predicted")]
     for key, (preset, rows) in sorted(_groups(lv).items()):
@@ -226,14 +233,11 @@ def trust_table(data=None) -> dict:
                             "median_read": med("dram_read_bytes"),
                             "median_write": med("dram_write_bytes")}
     # the element-wise copy path of the tensor-core kernels, on its own: its blind rows
-    out["time_elementwise"] = {}
+    from iosim.timing.trust import ELEMENTWISE_FAMILIES
     ew = [r for r in rt if r["split"] in ELEMENTWISE_SPLITS and r["config"]["d"] % 8
-          and r["family"] in ("fa2_tc", "fa2_bwd_tc")]
-    for key, (preset, rows) in sorted(_groups(ew).items()):
-        e = np.abs([r["rel_error"] for r in rows])
-        out["time_elementwise"][key] = {**_entry(rows, preset), "median": _r6(np.median(e)),
-                                        "p95": _r6(np.percentile(e, 95)), "worst": _r6(e.max()),
-                                        "within_10": _r6(float((e <= 0.10).mean()))}
+          and r["family"] in ELEMENTWISE_FAMILIES]
+    out["time_elementwise"] = {key: _time_entry(rows, preset)
+                               for key, (preset, rows) in sorted(_groups(ew).items())}
     out["rows"] = {"time": len(rt), "dram": len(lv), "time_elementwise": len(ew)}
     return out
 

@@ -348,7 +348,7 @@ def tc_timings(emit, budget_s):
     t0 = time.monotonic()
     F_ = torch.nn.functional
     passes = [(TC_SHAPES, TC_LAYOUTS[:1], True),
-              ([s for s in TC_SHAPES[:5]], TC_LAYOUTS[1:], False)]
+              (TC_SHAPES[:5], TC_LAYOUTS[1:], False)]
     for shapes, layouts, peers in passes:
         for B, attn, d, N, page in shapes:
             if time.monotonic() - t0 > budget_s:
@@ -403,10 +403,11 @@ def tc_timings(emit, budget_s):
                 except Exception as e:
                     emit("decode_probe", dict(base, impl="flashsim_flat", status="error",
                                               error=repr(e)[:300]))
-            R = B * (H if kvr == "per_query_head" else Hk)
+            R = p.readers(kvr)
+            rule = geo.auto_num_splits(p, sms, kvr, "tc").num_splits
             for NW, BC, STG in layouts:
-                lay = geo.tc_plan(d, "fp16", H // Hk if kvr == "per_group" else 1,
-                                  warps=NW, block_keys=BC, stages=STG)
+                lay = geo.tc_plan(d, "fp16", geo.block_rows(p, kvr), warps=NW, block_keys=BC,
+                                  stages=STG)
                 c = geo.tc_resident_blocks(lay, bool(page))
                 Ss = sorted({max(1, min(N // 256, S)) for S in
                              (sms * c // R, -(-sms * c // R), 2 * -(-sms * c // R))})
@@ -417,7 +418,7 @@ def tc_timings(emit, budget_s):
                                                             stages=STG))
                         time_run(run, "flashsim_tc", dict(
                             kv_reads=kvr, num_splits=S, resident_blocks=c,
-                            rule_num_splits=geo.auto_num_splits(p, sms, kvr, "tc").num_splits,
+                            rule_num_splits=rule,
                             kernel_layout=dict(NW=NW, BC=BC, STG=STG,
                                                smem_bytes=lay["smem_bytes"])))
                     except Exception as e:

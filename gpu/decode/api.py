@@ -312,7 +312,7 @@ class DecodeLauncher:
     tiled. All move the same bytes: the same ledger, counted the same way.
     tc_layout: the tensor-core kernel's warps / block_keys / stages (benchmarks;
     iosim.launch.decode.tc_plan).
-    Attributes: main ("flat" or "tiled"), plan (its layout), schedule, grid, threads,
+    Attributes: main ("flat", "tiled" or "tc"), plan (its layout), schedule, grid, threads,
     smem_bytes,
     kernel (the main kernel, called as kernel[grid, threads, 0, smem_bytes](q, k, v,
     block_table, seqlens, o, L, opart, lpart, scale, H, G, P, counters) with seqlens the

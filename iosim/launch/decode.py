@@ -273,11 +273,8 @@ def choose_kv_reads(problem, kv_reads: str = "auto", main: str = "auto",
     "per_query_head"; an explicit value is returned as it is."""
     if check_main(main) and kv_reads != "auto":
         return kv_reads
-    if problem.group > 1 and main == "tc":
-        rows = block_rows(problem, "per_group")
-        return "per_group" if tc_plan(problem.d, problem.dtype, rows, sim=sim) else \
-            "per_query_head"
     if problem.group > 1 and main != "tiled":
-        if flat_plan(problem.d, problem.dtype, block_rows(problem, "per_group"), sim=sim) is not None:
+        takes = tc_plan if main == "tc" else flat_plan
+        if takes(problem.d, problem.dtype, block_rows(problem, "per_group"), sim=sim) is not None:
             return "per_group"
     return "per_query_head"

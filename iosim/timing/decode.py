@@ -63,8 +63,8 @@ from ..decode import (DecodeProblem, decode_closed_form, sequence_chunks,
                       split_bounds)
 from ..problem import ConfigError
 from ..hardware import get_hardware
-from ..launch.decode import (auto_num_splits, block_rows, flat_plan, flat_resident_blocks,
-                             main_kernel, plan, tc_plan, tc_resident_blocks)
+from ..launch.decode import (auto_num_splits, block_rows, ctas_per_sm, flat_plan, main_kernel,
+                             plan, tc_plan)
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
 MODEL_VERSION = "decode-time v1"
@@ -76,8 +76,9 @@ FLAT_MODEL_VERSION = "decode-time flat v1"
 #: kernel's form (`_flat_terms`) with its own tile (NW warps x B_c rows) and resident blocks
 TC_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_tc_constants.json"
 TC_MODEL_VERSION = "decode-time tc v1"
-#: each streaming kernel's model version and achieved-DRAM-fraction constant
-STREAM_MODELS = {"flat": (FLAT_MODEL_VERSION, "e_flat"), "tc": (TC_MODEL_VERSION, "e_tc")}
+#: each streaming kernel's model version, achieved-DRAM-fraction constant and name
+STREAM_MODELS = {"flat": (FLAT_MODEL_VERSION, "e_flat", "flat"),
+                 "tc": (TC_MODEL_VERSION, "e_tc", "tensor-core")}
 
 
 def stream_constants_path(main: str) -> Path:
@@ -145,8 +146,7 @@ def load_constants(path=None, main: str = "tiled") -> dict:
     if path is None and main in STREAM_MODELS:
         path = stream_constants_path(main)
         if not path.exists():
-            name = "flat" if main == "flat" else "tensor-core"
-            raise ConfigError(f"main={main!r}: the {name} decode kernel's time is not modelled "
+            raise ConfigError(f"main={main!r}: the {STREAM_MODELS[main][2]} decode kernel's time is not modelled "
                               f"yet (no measured rows fitted: analysis.fit_decode fit --main "
                               f"{main}); allowed: main='tiled' (the tiled kernel's model)")
     return json.loads(Path(path or CONSTANTS_PATH).read_text())
@@ -228,14 +228,14 @@ def flat_shape(problem: DecodeProblem, num_splits: int, kv_reads: str,
                               f"({p.dtype}); allowed: main='flat' or 'tiled'")
         lay = dict(NT=lay["NT"], NW=lay["NW"], BC=lay["BC"], STG=lay["STG"],
                    TB=lay["NW"] * lay["BC"], smem_bytes=lay["smem_bytes"])
-        resident = tc_resident_blocks(tc_plan(p.d, p.dtype, NR), p.paged)
     else:
         lay = flat_plan(p.d, p.dtype, NR)
         if lay is None:
             raise ConfigError(f"main='flat' does not run {NR} query rows a block at d={p.d} "
                               f"({p.dtype}); allowed: main='tiled'")
-        resident = flat_resident_blocks(p.dtype, NR, p.paged, lay["NT"])
         lay = {k: lay[k] for k in ("NT", "VW", "LPR", "NGRP", "KPG", "TB")}
+    # the blocks an SM holds: what the split rule aims at (iosim.launch.decode)
+    resident = ctas_per_sm(p, kv_reads, kernel)
     R = p.readers(kv_reads)
     if p.is_ragged:
         rpb, rows = R // p.batch, []
@@ -354,8 +354,7 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
                         f"decode rows on it)")
     held = c.get("heldout") if kernel in STREAM_MODELS else None
     if held:
-        name = "flat" if kernel == "flat" else "tensor-core"
-        warnings.append(f"the {name} kernel's model: held-out median {100 * held['median']:.1f} %, "
+        warnings.append(f"the {STREAM_MODELS[kernel][2]} kernel's model: held-out median {100 * held['median']:.1f} %, "
                         f"{held['within_10pct']} of {held['rows']} rows within 10 % "
                         f"(fitted on the other half of one {fitted['gpu']} run)")
     if problem.is_ragged and not c.get("ragged_validated"):

@@ -148,9 +148,8 @@ def trust_for(what: str, algorithm: str, pass_: str, kernel: str, problem, prese
     if what == "time" and family in ELEMENTWISE_FAMILIES and problem.d % 8:
         ew = table().get("time_elementwise", {})
         k = key_of(family, dtype, pass_, preset)
-        k = k if k in ew else next((x for x in (key_of(family, dt, pass_, pr)
-                                                for dt in (dtype, "fp16") for pr in
-                                                (preset, "H100-SXM")) if x in ew), None)
+        if k not in ew:
+            k = _nearest(ew, family, dtype, pass_, preset)
         if k is None:
             outside.append(f"d = {problem.d}: the element-wise copy path (d % 8 != 0), no "
                            f"blind row of it")
