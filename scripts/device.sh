@@ -4,7 +4,7 @@
 #
 #   bash scripts/device.sh CMD [ARG...]       set up, then run CMD (its exit status)
 #   bash scripts/device.sh measure STAGE...   hwmeasure stages, console gets counts only
-#   bash scripts/device.sh session 1|..|7       the open decode / model issues' GPU work, in
+#   bash scripts/device.sh session 1|..|8       the open decode / model issues' GPU work, in
 #                                             calls under ten minutes each (below)
 #
 # Set-up: numba-cuda 0.30.4 cannot compile kernels on numpy >= 2.5, so a numpy<2.5 wheel
@@ -62,6 +62,9 @@ commit=${FLASHSIM_COMMIT:-}
 #    and SDPA, exact counts, every timed layout), then decode_flat_probe.py --tc (its layouts
 #    and split counts beside the flat kernel's defaults and SDPA; TC_S seconds, 280).
 # 7: the decode benchmark with main="tc" for impl flashsim (no checks, no sweep; BENCH_S).
+# 8: gpu.decode's defaults (tc on grouped heads, flat on MHA; the ragged split rule): the
+#    decode benchmark with its checks, no sweep (BENCH_S, 200), then the GPU tests of every
+#    file that decodes (-v, 300 s).
 # Commit: the device's .git can be older than the tree sent, so `git rev-parse` there may
 # name the wrong commit: set FLASHSIM_COMMIT to this side's `git rev-parse --short HEAD`.
 pack() {   # pack the session's text logs (a call returns at most 8 files)
@@ -131,7 +134,18 @@ if [ "$1" = session ]; then
           --no-checks --main tc --budget-s ${BENCH_S:-330} \
           --out $OUT/decode_bench_tc.jsonl > $OUT/bench_tc.txt 2>&1
       echo "tc bench rc=$?: $(grep -c "\"status\"" $OUT/decode_bench_tc.jsonl) rows with a status"' ;;
-  *) echo "device.sh session: give 1, 2, 3, 4, 5, 6 or 7"; exit 2 ;;
+  8)
+    bash "$self" bash -c '
+      timeout $((${BENCH_S:-200} + 30)) python3 -m analysis.cli bench --decode --no-sweep \
+          --budget-s ${BENCH_S:-200} --out $OUT/decode_bench.jsonl > $OUT/bench.txt 2>&1
+      echo "bench rc=$?: $(grep -c "\"status\": \"ok\"" $OUT/decode_bench.jsonl) rows ok"
+      timeout 300 python3 -m pytest -v -rfE -m gpu -p no:cacheprovider -n 12 \
+          --junitxml=$OUT/decode_tests.xml tests/test_gpu_decode.py tests/test_decode_ragged_gpu.py \
+          tests/test_gpu_decode_tc.py tests/test_flash_attn_iface.py tests/test_hf_backend.py \
+          tests/test_workload.py > $OUT/pytest_decode.txt 2>&1
+      echo "decode tests rc=$?: $(grep -c " PASSED" $OUT/pytest_decode.txt) passed," \
+           "$(grep -c " FAILED" $OUT/pytest_decode.txt) failed"' ;;
+  *) echo "device.sh session: give 1, 2, 3, 4, 5, 6, 7 or 8"; exit 2 ;;
   esac
   pack "$2"
   exit 0

@@ -188,9 +188,15 @@ def test_flat_model_declines_until_fitted_and_auto_picks_the_kernel(monkeypatch,
     from iosim import ConfigError
     from iosim.timing import decode as D
     p = DT.DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=8)
+    mha = DT.DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=32)
     monkeypatch.setattr(D, "FLAT_CONSTANTS_PATH", tmp_path / "absent.json")
-    with _pt.raises(ConfigError, match="main='flat': the flat decode kernel's time is not modelled"):
+    monkeypatch.setattr(D, "TC_CONSTANTS_PATH", tmp_path / "absent_tc.json")
+    # auto: the tensor-core kernel on grouped heads (a block's 4 rows), the flat one on MHA
+    with _pt.raises(ConfigError, match="main='tc': the tensor-core decode kernel's time is "
+                                       "not modelled"):
         D.predict_decode(p, kv_reads="per_group", main="auto")
+    with _pt.raises(ConfigError, match="main='flat': the flat decode kernel's time is not modelled"):
+        D.predict_decode(mha, main="auto")
     # N_q = 16 on 4 query heads a K/V head: too many rows for the flat kernel; auto = tiled
     q = DT.DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=8, N_q=16)
     r = D.predict_decode(q, kv_reads="per_group", main="auto")

@@ -70,7 +70,10 @@ def test_plan_refuses_other_layouts(kw, msg):
 
 def test_main_tc_is_asked_for_and_refused_where_it_cannot_run():
     p = DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=8, dtype="fp16")
-    assert geo.main_kernel(p, "per_group") == "flat"                 # auto: not tc (yet)
+    assert geo.main_kernel(p, "per_group") == "tc"                   # auto: tc on a GPU ...
+    assert geo.main_kernel(p, "per_group", sim=True) == "flat"       # ... flat in the simulator
+    assert geo.main_kernel(p, "per_query_head") == "flat"            # one row a block: flat
+    assert geo.choose_kv_reads(p) == "per_group"
     assert geo.main_kernel(p, "per_group", "tc") == "tc"
     assert geo.choose_kv_reads(p, "auto", "tc") == "per_group"
     with pytest.raises(ValueError, match="main='tc' does not run 4 query rows a block at "

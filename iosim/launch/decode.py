@@ -217,16 +217,30 @@ def ctas_per_sm(problem, kv_reads: str, kernel: str) -> int:
     return flat_resident_blocks(problem.dtype, block_rows(problem, kv_reads), problem.paged)
 
 
+#: blocks a ragged batch's split count aims at, in waves of the SMs' block slots (flat and
+#: tensor-core kernels): short sequences finish early and the longest one's chunks must not
+#: be left running alone. decode_ragged_splits (H100, fp16, d = 128, lengths uniform in
+#: [N_kv / 8, N_kv], 2026-12-07): the uniform rule's S (one wave) lost 1-26 % to the best
+#: S at GQA / MQA batches of 8 and 64, which lay at 3-12 waves
+RAGGED_WAVES = 4
+
+
 def auto_num_splits(problem, sm_count: int, kv_reads: str, kernel: str):
     """The split count S that gpu.decode's num_splits="auto" picks for main kernel
     `kernel` ("flat", "tiled" or "tc") on `sm_count` SMs: iosim.choose_num_splits with that
     kernel's target blocks an SM (`ctas_per_sm`); for "tc" at most one wave of them (fill
     "floor": measured 5-20 % faster than the partial second wave of "ceil" at every shape
-    timed, H100 2026-12-07). Returns its SplitChoice (S and the
-    numbers behind it). One function, so the kernels, the time model, the workload model
-    and `flashsim traffic` cannot pick different S for the same problem."""
-    return choose_num_splits(problem, sm_count, ctas_per_sm(problem, kv_reads, kernel),
-                             kv_reads=kv_reads, fill="floor" if kernel == "tc" else "ceil")
+    timed, H100 2026-12-07). A ragged batch (lengths not all equal) on the flat or tc
+    kernel aims at RAGGED_WAVES waves instead (fill "ceil" of RAGGED_WAVES x the slots),
+    under the same caps. Returns its SplitChoice (S and the numbers behind it). One
+    function, so the kernels, the time model, the workload model and `flashsim traffic`
+    cannot pick different S for the same problem."""
+    per_sm = ctas_per_sm(problem, kv_reads, kernel)
+    if kernel != "tiled" and len(set(problem.seqlens)) > 1:
+        return choose_num_splits(problem, sm_count, RAGGED_WAVES * per_sm, kv_reads=kv_reads,
+                                 fill="ceil")
+    return choose_num_splits(problem, sm_count, per_sm, kv_reads=kv_reads,
+                             fill="floor" if kernel == "tc" else "ceil")
 
 
 def block_rows(problem, kv_reads: str) -> int:
@@ -245,12 +259,21 @@ def check_main(main) -> str:
 def main_kernel(problem, kv_reads: str, main: str = "auto", vec: bool = True,
                 sim: bool = False) -> str:
     """The main kernel gpu.decode runs for `main` ("auto", "flat", "tiled" or "tc") on an
-    iosim.decode.DecodeProblem: "auto" is "flat" wherever `flat_plan` applies, else
-    "tiled" ("tc" only when asked for: its speed is being measured). ValueError for an
-    unknown main, or main="flat" / "tc" where it does not apply."""
+    iosim.decode.DecodeProblem. "auto": "tc" where a block serves two or more query rows
+    (grouped heads read per group, or N_q > 1) and `tc_plan` applies (fp16 / bf16, d a
+    multiple of 16 up to 128, at most 16 rows a block, on a GPU); else "flat" wherever
+    `flat_plan` applies; else "tiled". Why (H100, fp16, 2026-12-07): on grouped heads the
+    tensor-core kernel streamed K/V at 1.58x the flat kernel's rate (median over 36 GQA
+    32/8 shapes of decode_bench, 1.29-1.98) and 1.87x on MQA 8/1 (1.22-3.55); with one row
+    a block (MHA) the flat kernel was 1-3 % faster at the split counts where both were
+    fastest (decode_ragged_splits, same run). ValueError for an unknown main, or
+    main="flat" / "tc" where it does not apply."""
     if check_main(main) == "tiled":
         return "tiled"
     NR = block_rows(problem, kv_reads)
+    if main == "auto" and NR >= 2 \
+            and tc_plan(problem.d, problem.dtype, NR, vec_ok=vec, sim=sim) is not None:
+        return "tc"
     if main == "tc":
         if tc_plan(problem.d, problem.dtype, NR, vec_ok=vec, sim=sim) is None:
             raise ValueError(f"main='tc' does not run {NR} query rows a block at d={problem.d} "
@@ -269,12 +292,14 @@ def main_kernel(problem, kv_reads: str, main: str = "auto", vec: bool = True,
 def choose_kv_reads(problem, kv_reads: str = "auto", main: str = "auto",
                     sim: bool = False) -> str:
     """kv_reads for "auto": "per_group" (each K/V head read once for its G query heads)
-    on grouped heads where the flat kernel runs the group's G x N_q rows, else
-    "per_query_head"; an explicit value is returned as it is."""
+    on grouped heads where the main kernel runs the group's G x N_q rows (main "auto":
+    the tensor-core or the flat kernel), else "per_query_head"; an explicit value is
+    returned as it is."""
     if check_main(main) and kv_reads != "auto":
         return kv_reads
     if problem.group > 1 and main != "tiled":
-        takes = tc_plan if main == "tc" else flat_plan
-        if takes(problem.d, problem.dtype, block_rows(problem, "per_group"), sim=sim) is not None:
+        takes = {"tc": (tc_plan,), "flat": (flat_plan,), "auto": (tc_plan, flat_plan)}[main]
+        NR = block_rows(problem, "per_group")
+        if any(t(problem.d, problem.dtype, NR, sim=sim) is not None for t in takes):
             return "per_group"
     return "per_query_head"
