@@ -20,6 +20,7 @@ import iosim
 from iosim.tiling import resolve_tiling, sram_footprint_bytes
 
 from . import _launch, api
+from ._io import _kind_of
 from ._torch_cpu import takes_torch_cpu
 from ._launch import (NP_DTYPE, check_fits, counters_to_dicts, default_threads, dtype_name,
                       new_counters)
@@ -208,7 +209,7 @@ def attention_varlen_backward(q, k, v, o, do, L, cu_seqlens_q, cu_seqlens_k, *, 
             raise ValueError(f"L has shape {L.shape}; expected (heads, total_q) = {(H, Tq)}")
         L_dev = cuda.to_device(np.ascontiguousarray(L, dtype=np.float32))
     elif hasattr(L, "copy_to_host") or hasattr(L, "__cuda_array_interface__"):
-        shape_L, dt_L, kind_L, contig_L = api._kind_of("L", L)
+        shape_L, dt_L, kind_L, contig_L = _kind_of("L", L)
         if tuple(shape_L) != (H, Tq) or dt_L != np.float32 or not contig_L:
             raise ValueError(f"L has shape {tuple(shape_L)} and dtype {dt_L}; expected "
                              f"a C-contiguous {(H, Tq)} float32 array")

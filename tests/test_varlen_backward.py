@@ -153,6 +153,27 @@ def test_kernel_zero_lengths():
     _check_kernel([0, 0, 3], [0, 4, 4], False, (-1, -1), 2)
 
 
+def test_kernel_takes_device_arrays_and_a_device_L():
+    """Numba device arrays in (L too: the path torch tensors take), the same gradients as
+    from NumPy arrays, device arrays out."""
+    import gpu
+    from numba import cuda
+    p = _problem(CU_Q, CU_K, True, (-1, -1), 2)
+    q, k, v, do = _inputs(p)
+    cu_q, cu_k = np.array(CU_Q, dtype=np.int32), np.array(CU_K, dtype=np.int32)
+    fw = iosim.execute_varlen("fa2", p, T16, q, k, v)
+    kw = dict(causal=True, block_rows=16, block_cols=16)
+    want = gpu.attention_varlen_backward(q, k, v, fw.O, do, fw.L, cu_q, cu_k, **kw)
+    dev = [cuda.to_device(np.ascontiguousarray(x)) for x in (q, k, v, fw.O, do, fw.L)]
+    got = gpu.attention_varlen_backward(*dev, cu_q, cu_k, **kw)
+    for g, w in zip(got, want):
+        assert hasattr(g, "copy_to_host")
+        np.testing.assert_array_equal(g.copy_to_host(), w)
+    with pytest.raises(ValueError, match="L has shape"):
+        gpu.attention_varlen_backward(*dev[:5], cuda.to_device(np.ascontiguousarray(fw.L.T)),
+                                      cu_q, cu_k, **kw)
+
+
 def test_kernel_errors():
     import gpu
     p = _problem([0, 3], [0, 4], False, (-1, -1), 2)
