@@ -817,7 +817,8 @@ class SplitChoice:
 
 def choose_num_splits(problem: DecodeProblem, sm_count: int, ctas_per_sm: int = 1, *,
                       kv_reads: str = "per_query_head", block_kv: int = 128,
-                      max_partial_fraction: float = 0.05, fill: str = "ceil") -> SplitChoice:
+                      max_partial_fraction: float = 0.05, fill: str = "ceil",
+                      min_split_rows: int = 0) -> SplitChoice:
     """The split-KV rule: fill the SMs, but not at the cost of more partial-output
     traffic than max_partial_fraction of the K/V bytes, and not below one K/V unit per
     split.
@@ -827,7 +828,8 @@ def choose_num_splits(problem: DecodeProblem, sm_count: int, ctas_per_sm: int = 
                busy, a partial second wave allowed), or max(1, floor(...)) (fill "floor":
                at most one wave of blocks; what the tensor-core decode kernel measured
                faster, 2026-12-07)
-      s_cap_blocks = max(1, floor(N_kv / U)),  U = page_size if paged else block_kv
+      s_cap_blocks = max(1, floor(N_kv / U)),  U = max(page_size if paged else block_kv,
+                                                     min_split_rows)
       s_cap_traffic = max(1, largest S with  S x BH x 2 x (N_q d + N_q) x 4
                                            <= max_partial_fraction x (K + V read bytes))
       num_splits = min(s_fill, s_cap_blocks, s_cap_traffic), then lowered while a split
@@ -836,6 +838,8 @@ def choose_num_splits(problem: DecodeProblem, sm_count: int, ctas_per_sm: int = 
     by the combine, per (batch, query head); the K + V bytes are what the schedule reads
     (R N_kv d x 2 x itemsize, R = blocks). Batch 64 x 32 heads on 132 SMs gives 1;
     batch 1 x 32 heads with N_kv = 32K gives 5.
+    min_split_rows (default 0) raises the unit U of the block cap: no split of N_kv rows
+    shorter than it (gpu.decode's rule for ragged batches, iosim.launch.decode).
     Ragged problems: the same rule with N_kv the longest seen length (the block cap: a
     split of the longest sequence keeps one unit) and the K + V bytes of every sequence's
     own length (the traffic cap: sum_b n_b); no "nonempty" step (a short sequence's
@@ -845,6 +849,11 @@ def choose_num_splits(problem: DecodeProblem, sm_count: int, ctas_per_sm: int = 
     sm_count = _positive_int("sm_count", sm_count)
     ctas_per_sm = _positive_int("ctas_per_sm", ctas_per_sm)
     U = p.page_size if p.paged else _positive_int("block_kv", block_kv)
+    if not isinstance(min_split_rows, (int, np.integer)) or isinstance(min_split_rows, bool) \
+            or min_split_rows < 0:
+        raise ConfigError(f"min_split_rows={min_split_rows!r} is not allowed; allowed: an "
+                          f"integer >= 0")
+    U = max(U, int(min_split_rows))
     frac = float(max_partial_fraction)
     if not (np.isfinite(frac) and frac > 0):
         raise ConfigError(f"max_partial_fraction={max_partial_fraction!r} is not allowed; "

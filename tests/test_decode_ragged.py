@@ -182,6 +182,44 @@ def test_choose_num_splits_on_ragged_batches():
         assert (a.num_splits, a.kv_bytes) == (b.num_splits, b.kv_bytes)
 
 
+def test_min_split_rows_raises_the_block_cap():
+    p = DecodeProblem.ragged((16384, 3000), 128, heads=8, kv_heads=1)
+    assert choose_num_splits(p, 132, 4, min_split_rows=2048).s_cap_blocks == 8
+    assert choose_num_splits(p, 132, 4, min_split_rows=64).s_cap_blocks == 16384 // 128
+    paged = DecodeProblem.ragged((16384, 3000), 128, page_size=256)
+    assert choose_num_splits(paged, 132, min_split_rows=4096).s_cap_blocks == 4
+    for bad in (-1, 1.5, True, "2048"):
+        with pytest.raises(ConfigError, match=f"min_split_rows={bad!r} is not allowed"):
+            choose_num_splits(p, 132, min_split_rows=bad)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 200000), min_size=1, max_size=64),
+       st.sampled_from([(32, 32), (32, 8), (8, 1)]), st.sampled_from([None, 16, 256]),
+       st.sampled_from(["flat", "tc", "tiled"]))
+def test_auto_splits_of_a_ragged_batch(lens, heads, page, kernel):
+    """gpu.decode's rule: equal lengths (or the tiled kernel) take the uniform rule; a
+    ragged batch never fewer splits than that, and more only within RAGGED_WAVES waves and
+    chunks of the longest sequence of at least RAGGED_MIN_ROWS rows (or its unit)."""
+    from iosim.launch import decode as geo
+    H, Hk = heads
+    p = DecodeProblem.ragged(tuple(lens), 128, heads=H, kv_heads=Hk, page_size=page)
+    kr = "per_group" if H != Hk and kernel != "tiled" else "per_query_head"
+    per_sm = geo.ctas_per_sm(p, kr, kernel)
+    uniform = choose_num_splits(p, 132, per_sm, kv_reads=kr,
+                                fill="floor" if kernel == "tc" else "ceil")
+    c = geo.auto_num_splits(p, 132, kr, kernel)
+    if kernel == "tiled" or len(set(lens)) < 2:
+        assert c == uniform
+        return
+    assert c.num_splits >= uniform.num_splits
+    if c.num_splits > uniform.num_splits:
+        unit = max(page or 128, geo.RAGGED_MIN_ROWS)
+        assert c.num_splits <= max(1, max(lens) // unit)
+        assert (c.num_splits - 1) * c.blocks_per_split < geo.RAGGED_WAVES * 132 * per_sm
+        assert c.num_splits <= c.s_cap_traffic
+
+
 def test_decode_order_is_the_counters_order():
     assert DECODE_ORDER[-5:] == ("Opart", "Lpart", "block_table", "K_new", "V_new")
     from gpu.decode import append as A, split_kv as K

@@ -217,12 +217,17 @@ def ctas_per_sm(problem, kv_reads: str, kernel: str) -> int:
     return flat_resident_blocks(problem.dtype, block_rows(problem, kv_reads), problem.paged)
 
 
-#: blocks a ragged batch's split count aims at, in waves of the SMs' block slots (flat and
-#: tensor-core kernels): short sequences finish early and the longest one's chunks must not
-#: be left running alone. decode_ragged_splits (H100, fp16, d = 128, lengths uniform in
-#: [N_kv / 8, N_kv], 2026-12-07): the uniform rule's S (one wave) lost 1-26 % to the best
-#: S at GQA / MQA batches of 8 and 64, which lay at 3-12 waves
+#: a ragged batch's split count (flat and tensor-core kernels): aim at RAGGED_WAVES waves of
+#: the SMs' block slots, so that the longest sequence's chunks are not left running alone
+#: while the short sequences' blocks have finished, with no chunk of the longest sequence
+#: under RAGGED_MIN_ROWS rows, and never fewer splits than a uniform batch's rule.
+#: decode_ragged_splits (H100, fp16, d = 128, lengths uniform in [N_kv / 8, N_kv],
+#: 2026-12-07, S = 1..16): the one-wave rule lost 1-26 % to the best S at GQA / MQA batches
+#: of 8 and 64, best at 3-12 waves; chunks under about 2K rows lost again (GQA, B = 8,
+#: N_kv = 16K: 2,582 GB/s at S = 6, 2,549 at 8, 2,384 at 16; MQA, B = 8: 987 at S = 27
+#: against 1,173 at 16, the uniform rule's)
 RAGGED_WAVES = 4
+RAGGED_MIN_ROWS = 2048
 
 
 def auto_num_splits(problem, sm_count: int, kv_reads: str, kernel: str):
@@ -231,16 +236,19 @@ def auto_num_splits(problem, sm_count: int, kv_reads: str, kernel: str):
     kernel's target blocks an SM (`ctas_per_sm`); for "tc" at most one wave of them (fill
     "floor": measured 5-20 % faster than the partial second wave of "ceil" at every shape
     timed, H100 2026-12-07). A ragged batch (lengths not all equal) on the flat or tc
-    kernel aims at RAGGED_WAVES waves instead (fill "ceil" of RAGGED_WAVES x the slots),
-    under the same caps. Returns its SplitChoice (S and the numbers behind it). One
+    kernel: the larger of that and choose_num_splits at RAGGED_WAVES x the slots (fill
+    "ceil") with splits of at least RAGGED_MIN_ROWS rows of the longest sequence
+    (min_split_rows). Returns its SplitChoice (S and the numbers behind it). One
     function, so the kernels, the time model, the workload model and `flashsim traffic`
     cannot pick different S for the same problem."""
     per_sm = ctas_per_sm(problem, kv_reads, kernel)
-    if kernel != "tiled" and len(set(problem.seqlens)) > 1:
-        return choose_num_splits(problem, sm_count, RAGGED_WAVES * per_sm, kv_reads=kv_reads,
-                                 fill="ceil")
-    return choose_num_splits(problem, sm_count, per_sm, kv_reads=kv_reads,
-                             fill="floor" if kernel == "tc" else "ceil")
+    uniform = choose_num_splits(problem, sm_count, per_sm, kv_reads=kv_reads,
+                                fill="floor" if kernel == "tc" else "ceil")
+    if kernel == "tiled" or len(set(problem.seqlens)) < 2:
+        return uniform
+    ragged = choose_num_splits(problem, sm_count, RAGGED_WAVES * per_sm, kv_reads=kv_reads,
+                               fill="ceil", min_split_rows=RAGGED_MIN_ROWS)
+    return ragged if ragged.num_splits > uniform.num_splits else uniform
 
 
 def block_rows(problem, kv_reads: str) -> int:
