@@ -485,12 +485,13 @@ def decode_timed(r) -> bool:
 
 def newest_decode_runs(rows, current: bool = True) -> dict:
     """{device: run_id} of the newest decode_bench run on each device (by its date, then
-    by file order) among runs with default-kernel rows (impl "flashsim") that carry
-    `main_kernel` (current: runs of the kernels gpu.decode has now, flat and tiled), or
-    (not current) among every run with a timed flashsim row."""
+    by file order) among runs with default-kernel rows (impl "flashsim", not a sweep) that
+    carry `main_kernel` (current: runs of the kernels gpu.decode has now, tc, flat and
+    tiled), or (not current) among every run with a timed flashsim row."""
     best = {}
     for i, r in enumerate(rows):
-        if r.get("impl") != "flashsim" or (current and not r.get("main_kernel")) or \
+        if r.get("impl") != "flashsim" or r.get("sweep") or \
+                (current and not r.get("main_kernel")) or \
                 (not current and not decode_timed(r)):
             continue
         k = (str(r.get("date", "")), i)

@@ -1,4 +1,5 @@
-"""What binds gpu.decode's flat kernel: Nsight Compute at issue 37's goal shapes.
+"""What binds gpu.decode's default main kernels (the flat kernel on MHA, the tensor-core one
+on grouped heads since 2026-12-07): Nsight Compute at issue 37's goal shapes.
 
 The 2026-12-07 benchmark (H100) put the flat kernel at 88-90 % of HBM peak on MHA but
 52-65 % on grouped heads (32 on 8) and 21-31 % on MQA (8 on 1), batch >= 8, N_kv >= 16K:
@@ -45,7 +46,7 @@ SHAPES = (
 )
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats",
             "MemoryWorkloadAnalysis")
-KERNELS = r"regex:decode_(flat|combine)"
+KERNELS = r"regex:decode_(flat|tc|combine)"
 D = 128
 
 
@@ -143,10 +144,11 @@ def main(argv=None) -> int:
                 commit=os.environ.get("FLASHSIM_COMMIT") or R.current_commit(),
                 versions=versions())
     # each ok shape launched its main kernel, then the combine when it split (S > 1): cut
-    # ncu's launch list (KERNELS: the flat kernel and the combine) at each main kernel
+    # ncu's launch list (KERNELS: the flat or tensor-core kernel, the combine) at each main
+    # kernel
     groups, cur = [], None
     for k in launches:
-        if "decode_flat" in k["kernel"] or cur is None:
+        if "decode_flat" in k["kernel"] or "decode_tc" in k["kernel"] or cur is None:
             cur = []
             groups.append(cur)
         cur.append(k)

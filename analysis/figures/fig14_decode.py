@@ -8,15 +8,15 @@ One configuration family: N_q = 1 new row, fp16, d = 128, 32 query heads (MHA, a
     newest run of the current kernels (flashsim rows carrying `main_kernel`; the device's
     HBM roof from its iosim preset, analysis.fit_levels.GPU_OF_DEVICE), else, before any,
     the newest run on the H100 (its flashsim rows are the tiled kernel). Colour: kernel
-    (gpu.decode's default main kernel, flat; the tiled kernel, impl flashsim_tiled at batch
-    8; torch SDPA; flash_attn where the run has it); line: MHA or GQA; marker: batch;
+    (gpu.decode's default main kernels: tc on grouped heads, flat on MHA; the tiled kernel,
+    impl flashsim_tiled at batch 8; torch SDPA; flash_attn where the run has it); line: MHA or GQA; marker: batch;
     contiguous cache, uniform lengths. Bandwidth = dram_bytes / time, where dram_bytes = K
     and V once + Q + O + L is the least a step moves, the same for every implementation.
     Solid black: the HBM peak; dashed: issue 37's goal, 80 % of it (batch >= 8, N_kv >=
     16K); dotted from 64K: 70 % (batch 1).
-(b) The time model of gpu.decode's default main kernel, the flat one
-    (`analysis.fit_decode.predict_row`; iosim/timing/decode_flat_constants.json), against
-    the flat kernel's held-out rows (`analysis.fit_decode.split_of`; `model_errors` takes
+(b) The time model of gpu.decode's default main kernel on grouped heads, the tensor-core
+    one (`analysis.fit_decode.predict_row`; iosim/timing/decode_tc_constants.json), against
+    that kernel's held-out rows (`analysis.fit_decode.split_of`; `model_errors` takes
     the tiled kernel's model and rows too) of the H100-SXM preset it was fitted on; one
     kernel's rows are never predicted by the other's model. Per schedule (fa2_decode,
     split_kv) and cache layout (contiguous, paged), the share of rows whose |predicted /
@@ -43,10 +43,11 @@ D, HEADS, KV_GQA = 128, 32, 8
 SWEEP_SHAPE = "b1_mha_d128_16k"
 SWEEP_N_KV = 16384
 #: panel (a)'s series: kernel label -> colour
-IMPL_COLORS = {"flashsim flat": "#2ca02c", "flashsim tiled": "#ff7f0e", "torch_sdpa": "#d62728",
-               "flash_attn": "#9467bd"}
+IMPL_COLORS = {"flashsim tc": "#1f77b4", "flashsim flat": "#2ca02c",
+               "flashsim tiled": "#ff7f0e", "torch_sdpa": "#d62728", "flash_attn": "#9467bd"}
 #: panel (a)'s legend names of the kernel labels
-IMPL_NAMES = {"flashsim flat": "flashsim flat (default)", "flashsim tiled": "flashsim tiled"}
+IMPL_NAMES = {"flashsim tc": "flashsim tc", "flashsim flat": "flashsim flat",
+              "flashsim tiled": "flashsim tiled"}
 #: the preset the decode time models were fitted on (H100 rows): panel (b)'s rows
 ERRORS_GPU = "H100-SXM"
 BATCH_MARKERS = {1: "o", 8: "s", 32: "^", 64: "D"}
@@ -128,7 +129,7 @@ def generate(rows=None, data=None, device: str | None = None, gpu: str | None = 
     dev, run, current = panel_run(ok)
     gpu = gpu or GPU_OF_DEVICE.get(dev, "H100-SXM")
     hw, series, sweep, rule = _model(gpu)
-    errors_main = "flat"           # gpu.decode's default main kernel, its model fitted
+    errors_main = "tc"             # gpu.decode's default main kernel on grouped heads
     last = {}
     for r in ok:   # the panel's run: the latest row per point (file order)
         if r["run_id"] != run or r.get("device") != dev or r.get("sweep") or r.get("ragged"):
