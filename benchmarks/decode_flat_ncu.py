@@ -50,7 +50,7 @@ KERNELS = r"regex:decode_(flat|tc|combine)"
 D = 128
 
 
-def child(manifest: str) -> int:
+def child(manifest: str, only: str | None = None) -> int:
     """One gpu.decode call per shape (the calls before ncu's filter: compilation, copies)."""
     import gpu
     from gpu.decode.api import auto_num_splits, choose_kv_reads, main_kernel
@@ -58,6 +58,8 @@ def child(manifest: str) -> int:
     rng = np.random.default_rng(0)
     with open(manifest, "w") as man:
         for name, B, H, Hk, N, page, kvr in SHAPES:
+            if only and name not in only.split(","):
+                continue
             p = DecodeProblem(N_kv=N, d=D, batch=B, heads=H, kv_heads=Hk, dtype="fp16",
                               page_size=page)
             q = rng.standard_normal((B, H, 1, D), dtype=np.float32).astype(np.float16)
@@ -113,10 +115,17 @@ def main(argv=None) -> int:
     ap.add_argument("--raw", default=None, help="keep ncu's CSV here (default: beside --out)")
     ap.add_argument("--ncu", default=None, help="ncu (default: on PATH)")
     ap.add_argument("--timeout", type=float, default=280.0)
+    ap.add_argument("--shapes", default=None,
+                    help="comma-separated names of SHAPES to run (default: all)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    names = [x[0] for x in SHAPES]
+    if a.shapes:
+        bad = [x for x in a.shapes.split(",") if x not in names]
+        if bad:
+            ap.error(f"--shapes: {', '.join(bad)} not known; allowed: {', '.join(names)}")
     if a.child:
-        return child(a.child)
+        return child(a.child, a.shapes)
     ncu = a.ncu or shutil.which("ncu")
     if not ncu:
         print("decode_flat_ncu: ncu (Nsight Compute) is not on PATH; give --ncu", file=sys.stderr)
@@ -126,6 +135,8 @@ def main(argv=None) -> int:
     for s in SECTIONS:
         cmd += ["--section", s]
     cmd += [sys.executable, os.path.abspath(__file__), "--child", man]
+    if a.shapes:
+        cmd += ["--shapes", a.shapes]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
         text, err = proc.stdout, proc.stderr
