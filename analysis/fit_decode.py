@@ -43,7 +43,7 @@ from iosim.timing.decode import (CONSTANTS_PATH, MODEL_VERSION, STREAM_MODELS,
                                   load_constants, predict_decode, stream_constants_path)
 
 from .fit_levels import GPU_OF_DEVICE
-from .tables import decode_attn
+from .tables import DECODE_RUNS_SUPERSEDED, decode_attn
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_PATH = ROOT / "benchmarks" / "results" / "data" / "decode_bench.jsonl"
@@ -108,8 +108,6 @@ def print_constants(constants=None) -> None:
     for k, v in c["constants"].items():
         unit = "" if k.startswith("e_") else " us"
         print(f"  {k:8s} {v:10.4f}{unit}   {c['meaning'].get(k, '')}")
-    for k, v in c.get("combine", {}).items():
-        print(f"  {k:8s} {v:10.4f} us   combine (this kernel's own fit)")
     print(f"source: {c['source']}")
 
 
@@ -119,13 +117,14 @@ def print_constants(constants=None) -> None:
 def measured_rows(path=None, main: str = "tiled", gpu: str = "H100-SXM") -> list[dict]:
     """The flashsim decode_bench rows with status ok whose main kernel is `main` (rows
     without main_kernel predate the flat kernel: tiled), measured on `gpu` (a preset name;
-    GPU_OF_DEVICE). The tiled model keeps the impl "flashsim" rows it was fitted on;
-    torch_sdpa rows are never used."""
+    GPU_OF_DEVICE), not of a run in analysis.tables.DECODE_RUNS_SUPERSEDED. The tiled model
+    keeps the impl "flashsim" rows it was fitted on; torch_sdpa rows are never used."""
     impls = ("flashsim",) if main == "tiled" else ("flashsim", "flashsim_tiled")
     out = []
     for line in Path(path or BENCH_PATH).read_text().splitlines():
         r = json.loads(line)
         if (r.get("kind") == "decode_bench" and r.get("impl") in impls
+                and r.get("run_id") not in DECODE_RUNS_SUPERSEDED
                 and r.get("status") == "ok" and r.get("main_kernel", "tiled") == main
                 and GPU_OF_DEVICE.get(r.get("device"), r.get("device")) == gpu):
             out.append(r)
@@ -205,51 +204,33 @@ VALIDATION_FLAT_PATH = VALIDATION_PATH.with_name("decode_flat_time_validation.js
 VALIDATION_TC_PATH = VALIDATION_PATH.with_name("decode_tc_time_validation.jsonl")
 
 
-#: the combine's constants a streaming kernel's fit may take as its own (--own-combine):
-#: the combine's launch gap and its per-split cost, fitted beside the main kernel's
-COMBINE_FITTED = ("t_comb0", "c_s")
-
-
-def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=None,
-             own_combine: bool = False) -> dict:
+def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=None) -> dict:
     """A streaming kernel's constants (main "flat", or "tc": the same form, its last
     constant e_tc): least squares on log(predicted / measured) over the fit half
     (`split_of`) of its rows on `gpu` (run_ids: of those runs only); the combine's
-    constants stay the tiled fit's, unless own_combine: then t_comb0 and c_s are fitted
-    too and kept in the document's "combine" (the combine kernel changed since the tiled
-    fit: its rows must be of the combine as it is now)."""
+    constants stay the tiled fit's."""
     import numpy as np
     from scipy.optimize import least_squares
     names = FITTED_FLAT[:-1] + (STREAM_MODELS[main][1],)
-    cnames = COMBINE_FITTED if own_combine else ()
     every = rows or measured_rows(main=main, gpu=gpu)
     if run_ids:
         every = [r for r in every if r["run_id"] in set(run_ids)]
     rows = [r for r in every if split_of(r) == "fit"]
-    n_fit = len(names) + len(cnames)
-    if len(rows) < 2 * n_fit:
+    if len(rows) < 2 * len(names):
         raise SystemExit(f"fit --main {main}: {len(rows)} fit-half rows of that kernel on "
-                         f"{gpu}; at least {2 * n_fit} needed (run flashsim bench "
+                         f"{gpu}; at least {2 * len(names)} needed (run flashsim bench "
                          f"--decode --main {main} on that GPU and add its rows)")
     meas = np.array([r["ms_median"] * 1e3 for r in rows])
 
-    def as_doc(x):
-        doc = {"constants": dict(zip(names, x[:len(names)]))}
-        if cnames:
-            doc["combine"] = dict(zip(cnames, x[len(names):]))
-        return doc
-
     def resid(x):
-        doc = as_doc(x)
+        doc = {"constants": dict(zip(names, x))}
         pred = np.array([predict_row(r, doc, main, gpu)["predicted_ms"] * 1e3 for r in rows])
         return np.log(pred / meas)
 
-    comb0 = load_constants(main="tiled")["constants"]
-    x0 = np.array([8.0, 1.0, 0.1, 0.2, 0.05, 1.0, 0.85] + [max(comb0[c], 0.1) for c in cnames])
-    hi = np.array([np.inf] * (len(FITTED_FLAT) - 1) + [1.0] + [np.inf] * len(cnames))
+    x0 = np.array([8.0, 1.0, 0.1, 0.2, 0.05, 1.0, 0.85])
+    hi = np.array([np.inf] * (len(FITTED_FLAT) - 1) + [1.0])
     sol = least_squares(resid, x0, bounds=(0, hi), x_scale="jac")
-    fitted = as_doc([float(v) for v in sol.x])
-    k = fitted["constants"]
+    k = {name: float(v) for name, v in zip(names, sol.x)}
     run_ids = sorted({r["run_id"] for r in rows})
     commits = sorted({r["commit"] for r in rows})
     meaning = dict(FLAT_MEANING)
@@ -262,7 +243,6 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
     doc = {
         "model_version": STREAM_MODELS[main][0],
         "constants": k,
-        **({"combine": fitted["combine"]} if cnames else {}),
         "meaning": meaning,
         "fitted_space": {"dtype": sorted({r["dtype"] for r in rows}),
                          "N_q": sorted({r["seq_len_q"] for r in rows}),
@@ -273,10 +253,7 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
         "ragged_validated": any(r.get("ragged") for r in rows),
         "source": (f"least squares on log time over the {len(rows)} fit-half {main}-kernel rows "
                    f"(analysis.fit_decode.split_of) of {', '.join(run_ids)} ({gpu}, commit "
-                   f"{', '.join(commits)}); "
-                   + ("the combine's t_comb0 and c_s fitted with them, its other constants "
-                      "from decode_constants.json" if cnames else
-                      "the combine's constants from decode_constants.json")),
+                   f"{', '.join(commits)}); the combine's constants from decode_constants.json"),
         "fit_rows": len(rows),
         "fit_rms_log": float(np.sqrt(np.mean(sol.fun ** 2))),
     }
@@ -357,12 +334,9 @@ def main(argv=None) -> int:
     ap.add_argument("--run", action="append", default=None, metavar="RUN_ID",
                     help="fit --main flat|tc: only these runs' rows (repeatable; default: "
                          "every run of that kernel on --gpu)")
-    ap.add_argument("--own-combine", action="store_true",
-                    help="fit --main flat|tc: fit the combine's t_comb0 and c_s too (rows "
-                         "of the combine kernel as it is now)")
     a = ap.parse_args(argv)
-    if (a.run or a.own_combine) and not (a.command == "fit" and a.main in STREAM_MODELS):
-        ap.error("--run and --own-combine are for fit --main flat|tc")
+    if a.run and not (a.command == "fit" and a.main in STREAM_MODELS):
+        ap.error("--run is for fit --main flat|tc")
     try:
         return _run(a)
     except ConfigError as exc:          # e.g. the flat model before any fit: one line
@@ -373,8 +347,7 @@ def main(argv=None) -> int:
 def _run(a) -> int:
     flat = a.main in STREAM_MODELS
     if a.command == "fit":
-        doc = (fit_flat(gpu=a.gpu, main=a.main, run_ids=a.run, own_combine=a.own_combine)
-               if flat else fit())
+        doc = fit_flat(gpu=a.gpu, main=a.main, run_ids=a.run) if flat else fit()
         path = stream_constants_path(a.main) if flat else CONSTANTS_PATH
         path.write_text(json.dumps(doc, indent=2) + "\n")
         print_constants(doc)

@@ -483,14 +483,26 @@ def decode_timed(r) -> bool:
             and not r.get("sweep"))
 
 
+#: decode_bench runs of kernel code since changed back: "the newest run of the current
+#: kernels" skips them, and the decode time models neither fit nor score them
+#: (analysis.fit_decode.measured_rows). run_id -> why
+DECODE_RUNS_SUPERSEDED = {
+    "decode_bench-20261207T170820-a5e20a": (
+        "measured an 8-way unrolled split-KV combine (3d0fe4b), about 0.18 us a split "
+        "slower than the combine before it; reverted"),
+}
+
+
 def newest_decode_runs(rows, current: bool = True) -> dict:
     """{device: run_id} of the newest decode_bench run on each device (by its date, then
     by file order) among runs with default-kernel rows (impl "flashsim", not a sweep) that
     carry `main_kernel` (current: runs of the kernels gpu.decode has now, tc, flat and
-    tiled), or (not current) among every run with a timed flashsim row."""
+    tiled; not DECODE_RUNS_SUPERSEDED), or (not current) among every run with a timed
+    flashsim row."""
     best = {}
     for i, r in enumerate(rows):
         if r.get("impl") != "flashsim" or r.get("sweep") or \
+                r.get("run_id") in DECODE_RUNS_SUPERSEDED or \
                 (current and not r.get("main_kernel")) or \
                 (not current and not decode_timed(r)):
             continue

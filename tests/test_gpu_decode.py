@@ -72,8 +72,7 @@ CASES = [
     ("fp16", 100, 1, 2, 2, 32, 5, "per_query_head", True),      # fp16 paged, 4 pages < 5
     ("fp16", 37, 3, 4, 1, None, 1, "per_group", True),          # fp16 MQA, one block
     ("fp32", 37, 3, 2, 2, None, 2, "per_query_head", False),    # not causal
-    # the combine past its unrolled loads (UNROLL = 8): S = 17 (two runs of 8, then 1),
-    # S = 11 paged (13 pages of 16), S = 8 exactly
+    # many splits into the combine: S = 17, S = 11 paged (13 pages of 16), S = 8
     ("fp32", 300, 2, 2, 2, None, 17, "per_query_head", True),
     ("fp16", 200, 1, 4, 2, 16, 11, "per_group", True),
     ("fp32", 64, 1, 2, 1, None, 8, "per_group", True),
@@ -133,7 +132,7 @@ def test_nan_in_a_cache_row_reaches_only_the_rows_that_see_it():
     p = DecodeProblem(N_kv=37, d=16, N_q=2, dtype="fp32")
     q, k, v = random_decode_inputs(p, seed=5)
     k[0, 0, 36] = np.nan                 # only new row 1 (the last) sees cache row 36
-    for S in (2, 10):                    # S = 10: the combine's unrolled loads, then 2
+    for S in (2, 10):
         O, L = gpu.decode(q, k, v, num_splits=S, return_stats=True)
         # (a NaN in V would reach row 0 too, 0 x NaN in P V, as in iosim.execute_decode)
         assert np.isnan(O[0, 0, 1]).all() and not np.isnan(O[0, 0, 0]).any()

@@ -170,7 +170,9 @@ def model_errors(rows, gpu: str = ERRORS_GPU, main: str = "tiled") -> dict:
     from analysis import fit_decode as T
     from analysis.fit_levels import GPU_OF_DEVICE
     impls = ("flashsim", "flashsim_tiled") if main == "tiled" else ("flashsim",)
+    from analysis.tables import DECODE_RUNS_SUPERSEDED
     fs = [r for r in rows if r.get("kind", KIND) == KIND
+          and r.get("run_id") not in DECODE_RUNS_SUPERSEDED
           and r.get("impl") in impls
           and r.get("main_kernel", "tiled") == main
           and GPU_OF_DEVICE.get(r.get("device")) == gpu

@@ -476,28 +476,13 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
     return kernel, name
 
 
-#: partials each combine thread loads before it uses them (its loop over the S splits is
-#: unrolled this far): the loads are independent, so UNROLL of them are in flight at once
-#: rather than one load latency a split (the combine's per-split cost dominated small
-#: caches split many ways: MQA at batch 1, S = 132)
-UNROLL = 8
-
-
 @specialisation
 def combine_kernel(d, dt, N_q, count, NT):
     """Kernel(opart, lpart, o, L, S, H, counters): the split-KV combine, one block per
     (batch, query head) (grid batch x heads), NT threads, 4 (S N_q + N_q) dynamic shared
-    bytes: the weights w_s of every row and each row's largest Lpart M.
-
-        M = max_s Lpart[s]     (one thread a row; a NaN stays NaN)
-        w_s = exp(Lpart[s] - M)                       (all threads, one (s, row) each)
-        O = sum_s w_s Opart[s] / sum_s w_s,  L = M + log(sum_s w_s)
-                                                      (one thread an (row, column))
-    Each thread's sums run over s in order, as in iosim.combine_partials; its loads of
-    Lpart and Opart are unrolled by UNROLL. A row no split saw (M = -inf): O = 0, L = -inf."""
+    bytes: the weights w_s of every row and each row's sum_s w_s."""
     IO, IL, IOP, ILP = C["O"], C["L"], C["Opart"], C["Lpart"]
     st = storer(dt)                     # float32 -> element (bf16: rounded bits)
-    U = UNROLL
 
     def kernel(opart, lpart, o, L, S, H, counters):
         z = cuda.blockIdx.x
@@ -505,62 +490,48 @@ def combine_kernel(d, dt, N_q, count, NT):
         b = z // H
         h = z % H
         ws = cuda.shared.array(0, float32)
-        SW = S * N_q                        # ws[s N_q + r]; then M of row r at SW + r
-        lp = cuda.local.array(U, float32)
+        SW = S * N_q                        # ws[s N_q + r]; then sum w of row r at SW + r
         nOp = int64(0)
         nLp = int64(0)
         nO = int64(0)
         nL = int64(0)
         for r in range(t, N_q, NT):         # one thread a row: each Lpart read once
             M = NEG_INF
-            s0 = 0
-            while s0 < S:
-                n = min(U, S - s0)
-                for u in range(U):          # the loads first, all in flight ...
-                    if u < n:
-                        lp[u] = lpart[b, h, s0 + u, r]
-                for u in range(U):          # ... then the max, in order
-                    if u < n:
-                        x = lp[u]
-                        ws[(s0 + u) * N_q + r] = x
-                        if x > M or x != x:     # a NaN stays
-                            M = x if M == M else M
+            for s in range(S):
+                lp = lpart[b, h, s, r]
+                ws[s * N_q + r] = lp
+                if lp > M or lp != lp:      # a NaN stays
+                    M = lp if M == M else M
                 if count:
-                    nLp += n
-                s0 += n
-            ws[SW + r] = M
-        cuda.syncthreads()
-        for j in range(t, SW, NT):          # the weights, every (split, row) at once
-            M = ws[SW + j % N_q]
-            ws[j] = math.exp(ws[j] - (ZERO if M == NEG_INF else M))
+                    nLp += 1
+            none = M == NEG_INF             # every split saw nothing (no key at all)
+            Ms = ZERO if none else M
+            sw = ZERO
+            for s in range(S):
+                w = math.exp(ws[s * N_q + r] - Ms)
+                ws[s * N_q + r] = w
+                sw += w
+            if none:
+                L[b, h, r] = NEG_INF
+                ws[SW + r] = ZERO
+            else:
+                L[b, h, r] = Ms + math.log(sw)
+                ws[SW + r] = sw
+            if count:
+                nL += 1
         cuda.syncthreads()
         for i in range(t, N_q * d, NT):
             r = i // d
             x = i % d
             acc = ZERO
-            sw = ZERO
-            s0 = 0
-            while s0 < S:
-                n = min(U, S - s0)
-                for u in range(U):
-                    if u < n:
-                        lp[u] = opart[b, h, s0 + u, r, x]
-                for u in range(U):
-                    if u < n:
-                        w = ws[(s0 + u) * N_q + r]
-                        acc += w * lp[u]
-                        sw += w
+            for s in range(S):
+                acc += ws[s * N_q + r] * opart[b, h, s, r, x]
                 if count:
-                    nOp += n
-                s0 += n
+                    nOp += 1
+            sw = ws[SW + r]
             o[b, h, r, x] = st(acc / sw if sw != ZERO else ZERO)
             if count:
                 nO += 1
-            if x == 0:
-                M = ws[SW + r]
-                L[b, h, r] = NEG_INF if M == NEG_INF else M + math.log(sw)
-                if count:
-                    nL += 1
         if count:
             add_count(counters, IOP, READ, nOp)
             add_count(counters, ILP, READ, nLp)
@@ -574,5 +545,4 @@ def combine_smem_bytes(S: int, N_q: int) -> int:
     return 4 * (S * N_q + N_q)
 
 
-__all__ = ["COUNTED", "C", "UNROLL", "plan", "decode_kernel", "combine_kernel",
-           "combine_smem_bytes"]
+__all__ = ["COUNTED", "C", "plan", "decode_kernel", "combine_kernel", "combine_smem_bytes"]

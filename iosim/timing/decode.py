@@ -176,9 +176,8 @@ def _busiest_sm(work, sm_count: int) -> float:
 def _step_terms(t_main0: float, t_tiles: float, t_dram: float, S: int, comb: dict,
                 comb_bytes: int, hw) -> dict:
     """A step's terms (us): the main kernel's fixed time and the larger of its tile and
-    DRAM bounds; with S > 1 the combine kernel's, from the constants `comb` (the tiled
-    model's, or a streaming kernel's own combine fit: every main kernel hands its partials
-    to the same `split_kv.combine_kernel`)."""
+    DRAM bounds; with S > 1 the combine kernel's, from the tiled model's constants `comb`
+    (both main kernels hand their partials to the same `split_kv.combine_kernel`)."""
     terms = {"main_fixed": t_main0, "main_tiles": t_tiles if t_tiles >= t_dram else 0.0,
              "main_dram": t_dram if t_dram > t_tiles else 0.0}
     if S > 1:
@@ -367,9 +366,7 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     if num_splits is None:
         num_splits = auto_num_splits(problem, hw.sm_count, kv_reads, kernel).num_splits
     if kernel in STREAM_MODELS:
-        # the combine's constants: the tiled fit's, unless this kernel's fit has its own
-        # (fitted on rows of the combine as it is now: split_kv.UNROLL)
-        comb = {**load_constants(main="tiled")["constants"], **c.get("combine", {})}
+        comb = load_constants(main="tiled")["constants"]
         terms, info = _flat_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb,
                                   kernel)
     else:
