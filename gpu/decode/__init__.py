@@ -30,13 +30,14 @@ Ragged batches: the main kernel reads each sequence's length from an int32 devic
 (per-sequence cache_seqlens, or the one N_kv for every sequence) and cuts that sequence
 into S chunks of its own; a block with an empty chunk reads nothing.
 
-The tiled main kernel and `flat.flat_kernel` (the default where it applies: each lane
-group streams its own key rows, no barrier in the key loop) run on the CUDA cores;
-`tc.tc_kernel` (main="tc") puts a K/V head's G x N_q query rows on the M side of one
-tensor-core tile and streams K/V through each warp's cp.async pipeline: on grouped heads
-the CUDA-core kernels are bound by issuing G multiply-adds per element loaded (Nsight
-Compute), where the tensor-core one reached 81-91 % of the HBM peak on large caches
-(docs/decoding.md). `api.decode` checks inputs, chooses num_splits
+The tiled main kernel and `flat.flat_kernel` (the default with one query row a block, MHA,
+and wherever the tensor-core kernel does not apply: each lane group streams its own key
+rows, no barrier in the key loop) run on the CUDA cores; `tc.tc_kernel` (the default on
+grouped heads, iosim.launch.decode.main_kernel) puts a K/V head's G x N_q query rows on
+the M side of one tensor-core tile and streams K/V through each warp's cp.async pipeline:
+on grouped heads the CUDA-core kernels are bound by issuing G multiply-adds per element
+loaded (Nsight Compute), where the tensor-core one reached 81-91 % of the HBM peak on
+large caches (docs/decoding.md). `api.decode` checks inputs, chooses num_splits
 (iosim.choose_num_splits for the GPU's SM count) and returns the kernels' own counts as
 an iosim.decode.DecodeLedger (count_traffic=True); `api.DecodeLauncher` holds one
 configuration's launches for repeated calls on preallocated arrays (benchmarks).

@@ -169,8 +169,9 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None,
         Lpart in float32, then the combine kernel).
     kv_reads: "per_query_head" (a block per query head, each reading its group's K/V),
         "per_group" (a block per K/V head serving its G query heads, K/V read once), or
-        "auto" (default; `choose_kv_reads`): per_group on grouped heads where the flat
-        kernel takes the group's rows, else per_query_head. The ledger names the one run.
+        "auto" (default; `choose_kv_reads`): per_group on grouped heads where the
+        tensor-core or the flat kernel takes the group's rows, else per_query_head. The
+        ledger names the one run.
     scale: default 1 / sqrt(d), finite in float32. causal: True (default) masks
         bottom-right (new row r of sequence b sees cache rows c <= n_b - N_q + r, n_b its
         length after any append); False: every new row sees the whole cache. Counts do
@@ -179,8 +180,10 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None,
     count_traffic: run the instrumented build and return its own counts as an
         iosim.decode.DecodeLedger (equal to decode_closed_form(schedule, problem,
         num_splits=S, kv_reads=...)).
-    main: the main kernel, "auto" (default), "flat", "tiled" or "tc" (DecodeLauncher's
-        `main`): the same schedule and counts, arranged differently inside a block.
+    main: the main kernel, "auto" (default: tc on grouped heads where it applies, else
+        flat, else tiled; iosim.launch.decode.main_kernel), "flat", "tiled" or "tc"
+        (DecodeLauncher's `main`): the same schedule and counts, arranged differently
+        inside a block.
     Returns O; (O, L) with return_stats; (O, ledger) with count_traffic; (O, L, ledger).
     """
     (B, H, N_q, d), dt, kind = _check_float("q", q, 4, "(batch, heads, N_q, d)")

@@ -332,11 +332,12 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     hw = get_hardware(gpu)
     c = constants or load_constants(main=kernel)
     warnings = []
-    NR = block_rows(problem, kv_reads)
-    if kernel == "tiled" and main == "tiled" and flat_plan(problem.d, problem.dtype, NR) is not None:
-        warnings.append("this is the tiled main kernel's time (gpu.decode main='tiled'); "
-                        "gpu.decode's default runs the flat kernel here (main='auto', "
-                        "flashsim traffic --main auto, predicts that one)")
+    default = main_kernel(problem, kv_reads) if main == "tiled" else kernel
+    if kernel == "tiled" and default != "tiled":
+        name = STREAM_MODELS[default][2]
+        warnings.append(f"this is the tiled main kernel's time (gpu.decode main='tiled'); "
+                        f"gpu.decode's default runs the {name} kernel here (main='auto', "
+                        f"flashsim traffic --main auto, predicts that one)")
     fitted = c.get("fitted_space", {"dtype": ["fp16"], "N_q": [1], "d": [64, 128],
                                     "gpu": get_hardware("H100-SXM").name})
     if problem.dtype not in fitted["dtype"]:
