@@ -4,7 +4,7 @@
 #
 #   bash scripts/device.sh CMD [ARG...]       set up, then run CMD (its exit status)
 #   bash scripts/device.sh measure STAGE...   hwmeasure stages, console gets counts only
-#   bash scripts/device.sh session 1|..|8       the open decode / model issues' GPU work, in
+#   bash scripts/device.sh session 1|..|9       the open decode / model issues' GPU work, in
 #                                             calls under ten minutes each (below)
 #
 # Set-up: numba-cuda 0.30.4 cannot compile kernels on numpy >= 2.5, so a numpy<2.5 wheel
@@ -65,6 +65,9 @@ commit=${FLASHSIM_COMMIT:-}
 # 8: gpu.decode's defaults (tc on grouped heads, flat on MHA; the ragged split rule): the
 #    decode benchmark with its checks, no sweep (BENCH_S, 200), then the GPU tests of every
 #    file that decodes (-v, 300 s).
+# 9: the decode benchmark of the default kernels without checks or sweep (BENCH_S, 170:
+#    the whole grid took 90 s on an H100), then Nsight Compute on the goal shapes not yet
+#    profiled with the tensor-core default (NCU_SHAPES; 200 s).
 # Commit: the device's .git can be older than the tree sent, so `git rev-parse` there may
 # name the wrong commit: set FLASHSIM_COMMIT to this side's `git rev-parse --short HEAD`.
 pack() {   # pack the session's text logs (a call returns at most 8 files)
@@ -145,7 +148,16 @@ if [ "$1" = session ]; then
           tests/test_workload.py > $OUT/pytest_decode.txt 2>&1
       echo "decode tests rc=$?: $(grep -c " PASSED" $OUT/pytest_decode.txt) passed," \
            "$(grep -c " FAILED" $OUT/pytest_decode.txt) failed"' ;;
-  *) echo "device.sh session: give 1, 2, 3, 4, 5, 6, 7 or 8"; exit 2 ;;
+  9)
+    bash "$self" bash -c '
+      timeout $((${BENCH_S:-170} + 30)) python3 -m analysis.cli bench --decode --no-sweep \
+          --no-checks --budget-s ${BENCH_S:-170} --out $OUT/decode_bench.jsonl > $OUT/bench.txt 2>&1
+      echo "bench rc=$?: $(grep -c "\"status\": \"ok\"" $OUT/decode_bench.jsonl) rows ok"
+      timeout 230 python3 benchmarks/decode_flat_ncu.py --timeout 200 \
+          --shapes ${NCU_SHAPES:-b8_gqa_16k_page16,b64_gqa_16k,b8_mha_16k} \
+          --out $OUT/decode_ncu.jsonl > $OUT/ncu.txt 2>&1
+      echo "ncu rc=$?: $(tail -1 $OUT/ncu.txt)"' ;;
+  *) echo "device.sh session: give 1, 2, 3, 4, 5, 6, 7, 8 or 9"; exit 2 ;;
   esac
   pack "$2"
   exit 0
