@@ -497,12 +497,15 @@ def newest_decode_runs(rows, current: bool = True) -> dict:
     """{device: run_id} of the newest decode_bench run on each device (by its date, then
     by file order) among runs with default-kernel rows (impl "flashsim", not a sweep) that
     carry `main_kernel` (current: runs of the kernels gpu.decode has now, tc, flat and
-    tiled; not DECODE_RUNS_SUPERSEDED), or (not current) among every run with a timed
-    flashsim row."""
+    tiled; not DECODE_RUNS_SUPERSEDED; and whole: no point skipped for the run's time
+    budget, so that a run cut short does not hide a whole one), or (not current) among
+    every run with a timed flashsim row."""
+    cut = {r.get("run_id") for r in rows if r.get("status") == "skipped"
+           and r.get("reason") == "time budget"} if current else set()
     best = {}
     for i, r in enumerate(rows):
         if r.get("impl") != "flashsim" or r.get("sweep") or \
-                r.get("run_id") in DECODE_RUNS_SUPERSEDED or \
+                r.get("run_id") in DECODE_RUNS_SUPERSEDED or r.get("run_id") in cut or \
                 (current and not r.get("main_kernel")) or \
                 (not current and not decode_timed(r)):
             continue
@@ -599,7 +602,7 @@ def table_decode_goal(data=None) -> str:
         peak_txt = (f"HBM peak {peak / 1e12:.2f} TB/s (iosim preset {gpu})" if peak else
                     "no iosim preset for this device (analysis.fit_levels.GPU_OF_DEVICE): "
                     "no % of peak")
-        what = ("flashsim: gpu.decode's default main kernel (" + ", ".join(
+        what = ("flashsim: the main kernel the run ran (" + ", ".join(
             f"{k} at {sum(r.get('main_kernel', 'tiled') == k for r in u if r['impl'] == 'flashsim')} points"
             for k in kern) + ")") if head == "" else "flashsim: the tiled kernel"
         out += [f"**{device}**, {peak_txt}; {what}.\n", cols, *body,

@@ -183,6 +183,24 @@ def test_decode_goal_table_numbers(tmp_path):
     assert "HBM peak 4.80 TB/s (iosim preset H200)" in text
 
 
+def test_newest_run_passes_over_cut_and_superseded_runs(tmp_path, monkeypatch):
+    """A newer run cut by its time budget, or listed in DECODE_RUNS_SUPERSEDED, does not hide
+    the newest whole run of the current kernels (skips for memory do not cut a run)."""
+    rows = synthetic_rows()
+    late = "2026-12-08T00:00:00+00:00"
+    cut = timed("decode_bench-cut", H100, "flashsim", "GQA", 8, 16384, 0.5, date=late,
+                main="tc")
+    skipped = dict(cut, status="skipped", reason="time budget", ms_median=None)
+    memory = timed("decode_bench-mem", H100, "flashsim", "GQA", 8, 16384, 0.6, date=late,
+                   main="tc")
+    assert T.newest_decode_runs(rows + [cut, skipped])[H100] == FLAT_H100
+    assert T.newest_decode_runs(rows + [memory, dict(memory, status="skipped",
+                                                     reason="cache 90 GB > 80% of free")]
+                                )[H100] == "decode_bench-mem"
+    monkeypatch.setitem(T.DECODE_RUNS_SUPERSEDED, "decode_bench-mem", "a test")
+    assert T.newest_decode_runs(rows + [memory])[H100] == FLAT_H100
+
+
 def test_decode_goal_table_before_the_flat_kernel(tmp_path):
     """Only runs without main_kernel: one line saying so, then the old run's figures."""
     rows = [r for r in synthetic_rows() if r["run_id"] == OLD_H100]
