@@ -30,7 +30,8 @@ term is a floor). Per kernel, in us:
       over the S partials; the bytes are Opart / Lpart read and O / L written.
   predicted = t_main + t_comb; `binding` names the largest term.
 
-Ragged batches (per-sequence cache_seqlens; an extension no measured row validates yet):
+Ragged batches (per-sequence cache_seqlens; the tiled model was never timed on one, the
+flat and tensor-core models were fitted with ragged rows among their own):
 CTA y S + s streams its own chunk C_b = ceil(n_b / S) (empty: none). T is the longest
 CTA's tiles; the issue term is the busiest SM's sum over its own CTAs,
     issue = max_sm sum_{i = sm mod SMs} ((C_i / TB) x (c_kv + ...) + c_cta),
@@ -38,9 +39,11 @@ the CTAs dispatched round-robin in grid order (all resident at once, as above), 
 equal lengths is n x (the one CTA's work) exactly; the DRAM term takes the ragged ledger's
 bytes. An appending step (the append kernel) is not modelled: predict_decode refuses it.
 
-The flat main kernel (gpu/decode/flat.py; gpu.decode's default where it runs) has no
-shared-memory phases and no barrier in its key loop; its model keeps the same three
-bounds with its own constants (decode_flat_constants.json, `_flat_terms`):
+The flat main kernel (gpu/decode/flat.py; gpu.decode's default with one row a block) and
+the tensor-core one (gpu/decode/tc.py; the default on grouped heads) have no
+shared-memory phases and no barrier in their key loops; their models keep the same three
+bounds, each with its own constants (decode_flat_constants.json,
+decode_tc_constants.json; `_flat_terms`; shown for flat, tc's tile is NW x B_c rows):
   t_main = t_main0 + max(W T (L_t + L_q NR),  busiest SM's sum of rows / TB (c_t + c_q NR)
                          + c_cta a CTA,  main bytes / (e_flat x hbm_bandwidth))
 with T = ceil(C / TB) (it finds each row's page itself: pages do not cut its tiles), W
@@ -322,8 +325,8 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     iosim.launch.decode.main_kernel), "tiled" (gpu.decode's main="tiled"), "flat"
     (main="flat") or "tc" (main="tc", the flat form with the tensor-core kernel's own
     constants); ConfigError while a kernel's constants are not fitted or where it does not
-    run. With main="tiled" a warning says where gpu.decode's default runs the flat kernel
-    instead; a flat or tc prediction carries its model's held-out score."""
+    run. With main="tiled" a warning says where gpu.decode's default runs the tensor-core
+    or flat kernel instead; a flat or tc prediction carries its model's held-out score."""
     if main not in ("tiled", "flat", "tc", "auto"):
         raise ConfigError(f"main={main!r} is not allowed; allowed: 'tiled', 'flat', 'tc', "
                           f"'auto'")
