@@ -62,7 +62,7 @@ commit=${FLASHSIM_COMMIT:-}
 #    and SDPA, exact counts, every timed layout), then decode_flat_probe.py --tc (its layouts
 #    and split counts beside the flat kernel's defaults and SDPA; TC_S seconds, 280).
 # 7: the decode benchmark with main="tc" for impl flashsim (no checks, no sweep; BENCH_S).
-# 8: gpu.decode's defaults (tc on grouped heads, flat on MHA; the ragged split rule): the
+# 8: gpu.decode's defaults (the tensor-core kernel; the ragged split rule): the
 #    decode benchmark with its checks, no sweep (BENCH_S, 200), then the GPU tests of every
 #    file that decodes (-v, 300 s).
 # 9: the decode benchmark of the default kernels without checks or sweep (BENCH_S, 170:

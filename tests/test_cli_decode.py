@@ -24,18 +24,20 @@ def test_decode_json_equals_the_closed_form(capsys):
     assert out["hbm_bytes"] == led.hbm_bytes and out["hbm_read_bytes"] == led.hbm_read_bytes
 
 
-@pytest.mark.parametrize("main_arg, kernel", [(None, "flat"), ("flat", "flat"),
-                                             ("tiled", "tiled")])
-def test_decode_num_splits_from_the_rule(capsys, main_arg, kernel):
+@pytest.mark.parametrize("main_arg, kernel, fill", [(None, "tc", "floor"), ("tc", "tc", "floor"),
+                                                   ("flat", "flat", "ceil"),
+                                                   ("tiled", "tiled", "ceil")])
+def test_decode_num_splits_from_the_rule(capsys, main_arg, kernel, fill):
     """S from iosim.choose_num_splits on the preset's 132 SMs with the main kernel's
-    blocks an SM (the default main kernel is the flat one now that its constants exist)."""
+    blocks an SM (the default main kernel in fp16 is the tensor-core one: one wave)."""
     from iosim.launch.decode import ctas_per_sm
     argv = ["traffic", "--algorithm", "fa2", "--seq-len", "1", "--seq-len-kv", "32768",
             "--head-dim", "128", "--heads", "32", "--gpu", "H100-SXM", "--decode", "--json"]
     rc = main(argv + (["--main", main_arg] if main_arg else []))
     out = json.loads(capsys.readouterr().out)
     p = iosim.DecodeProblem(N_kv=32768, d=128, heads=32)
-    want = iosim.choose_num_splits(p, 132, ctas_per_sm(p, "per_query_head", kernel))
+    want = iosim.choose_num_splits(p, 132, ctas_per_sm(p, "per_query_head", kernel),
+                                   fill=fill)
     assert rc == 0 and out["num_splits"] == want.num_splits > 1
     assert out["num_splits_choice"]["binding"] == want.binding
 

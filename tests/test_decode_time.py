@@ -101,22 +101,25 @@ def test_predictions_outside_the_measured_rows_say_so(monkeypatch):
     """fp16, N_q = 1, d 64 / 128 on the H100 preset: no warning but the model's own; each
     step outside what was timed (dtype, N_q, d, preset) adds its own."""
     base = dict(N_kv=4096, d=128, batch=2, heads=32, kv_heads=8)
-    # the tiled kernel's model, where gpu.decode's default runs the flat kernel (every
-    # problem here): the first warning says so
+    # the tiled kernel's model, where gpu.decode's default runs the tensor-core or flat
+    # kernel (every problem here): the first warning says so
     flat = "this is the tiled main kernel's time"
     w = DM.predict_decode(DecodeProblem(**base), "H100-SXM", main="tiled")["warnings"]
     assert len(w) == 1 and w[0].startswith(flat)
     w = DM.predict_decode(DecodeProblem(**dict(base, dtype="bf16", N_q=4, d=256)), "H200",
                           main="tiled")["warnings"]
     assert [x.split("=")[0] for x in w if not x.startswith(flat)] == ["dtype", "N_q", "d", "gpu"]
-    # the default (main="auto") runs the flat kernel's model: its one warning is its
-    # held-out score, read from its constants
-    held = DM.load_constants(main="flat")["heldout"]
-    r = DM.predict_decode(DecodeProblem(**base), "H100-SXM")
-    assert r["main"] == "flat" and r["warnings"] == [
-        f"the flat kernel's model: held-out median {100 * held['median']:.1f} %, "
-        f"{held['within_10pct']} of {held['rows']} rows within 10 % (fitted on the other "
-        f"half of one H100-SXM run)"]
+    # the default (main="auto") runs the tensor-core kernel's model in fp16 and the flat
+    # kernel's in fp32: the one warning of each is its held-out score, read from its
+    # constants (fp32: and that only fp16 rows were timed)
+    for dt, kernel, name in (("fp16", "tc", "tensor-core"), ("fp32", "flat", "flat")):
+        held = DM.load_constants(main=kernel)["heldout"]
+        r = DM.predict_decode(DecodeProblem(**dict(base, dtype=dt)), "H100-SXM")
+        score = (f"the {name} kernel's model: held-out median {100 * held['median']:.1f} %, "
+                 f"{held['within_10pct']} of {held['rows']} rows within 10 % (fitted on the "
+                 f"other half of one H100-SXM run)")
+        assert r["main"] == kernel and r["warnings"][-1] == score
+        assert len(r["warnings"]) == (1 if dt == "fp16" else 2)
     # N_q = 16 on 8 query heads a K/V head: more rows than the flat kernel's registers take
     r = DM.predict_decode(DecodeProblem(**dict(base, N_q=16)), "H100-SXM", kv_reads="per_group")
     assert r["main"] == "tiled" and not any(x.startswith(flat) for x in r["warnings"])
@@ -188,15 +191,15 @@ def test_flat_model_declines_until_fitted_and_auto_picks_the_kernel(monkeypatch,
     from iosim import ConfigError
     from iosim.timing import decode as D
     p = DT.DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=8)
-    mha = DT.DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=32)
+    f32 = DT.DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=32, dtype="fp32")
     monkeypatch.setattr(D, "FLAT_CONSTANTS_PATH", tmp_path / "absent.json")
     monkeypatch.setattr(D, "TC_CONSTANTS_PATH", tmp_path / "absent_tc.json")
-    # auto: the tensor-core kernel on grouped heads (a block's 4 rows), the flat one on MHA
+    # auto: the tensor-core kernel in fp16 (here a block's 4 rows), the flat one in fp32
     with _pt.raises(ConfigError, match="main='tc': the tensor-core decode kernel's time is "
                                        "not modelled"):
         D.predict_decode(p, kv_reads="per_group", main="auto")
     with _pt.raises(ConfigError, match="main='flat': the flat decode kernel's time is not modelled"):
-        D.predict_decode(mha, main="auto")
+        D.predict_decode(f32, main="auto")
     # N_q = 16 on 4 query heads a K/V head: too many rows for the flat kernel; auto = tiled
     q = DT.DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=8, N_q=16)
     r = D.predict_decode(q, kv_reads="per_group", main="auto")

@@ -72,7 +72,11 @@ def test_main_tc_is_asked_for_and_refused_where_it_cannot_run():
     p = DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=8, dtype="fp16")
     assert geo.main_kernel(p, "per_group") == "tc"                   # auto: tc on a GPU ...
     assert geo.main_kernel(p, "per_group", sim=True) == "flat"       # ... flat in the simulator
-    assert geo.main_kernel(p, "per_query_head") == "flat"            # one row a block: flat
+    assert geo.main_kernel(p, "per_query_head") == "tc"              # one row a block too
+    p32 = DecodeProblem(N_kv=4096, d=128, batch=8, heads=32, kv_heads=8, dtype="fp32")
+    assert geo.main_kernel(p32, "per_group") == "flat"               # fp32: flat
+    p256 = DecodeProblem(N_kv=4096, d=256, batch=8, heads=32, kv_heads=8, dtype="fp16")
+    assert geo.main_kernel(p256, "per_query_head") != "tc"           # d = 256: not tc
     assert geo.choose_kv_reads(p) == "per_group"
     assert geo.main_kernel(p, "per_group", "tc") == "tc"
     assert geo.choose_kv_reads(p, "auto", "tc") == "per_group"

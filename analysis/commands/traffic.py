@@ -88,10 +88,10 @@ def register(sub):
     dec.add_argument("--kv-reads", choices=("per_query_head", "per_group"), default=None,
                      help="grouped heads: each query head reads its group's K/V (default), "
                           "or one block per K/V head reads it once")
-    dec.add_argument("--main", choices=("auto", "flat", "tiled"), default=None,
+    dec.add_argument("--main", choices=("auto", "tc", "flat", "tiled"), default=None,
                      help="gpu.decode's main kernel whose split rule and time --levels gives: "
-                          "auto (the default: the kernel gpu.decode's default runs), flat or "
-                          "tiled")
+                          "auto (the default: the kernel gpu.decode's default runs), tc, flat "
+                          "or tiled")
     dec.add_argument("--cache-seqlens", type=_ints, metavar="N0,N1,...",
                      help="a ragged batch: one cache length per sequence (ints >= 0, before "
                           "any append; one value: every sequence of --batch), instead of "

@@ -8,13 +8,13 @@ One configuration family: N_q = 1 new row, fp16, d = 128, 32 query heads (MHA, a
     newest run of the current kernels (flashsim rows carrying `main_kernel`; the device's
     HBM roof from its iosim preset, analysis.fit_levels.GPU_OF_DEVICE), else, before any,
     the newest run on the H100 (its flashsim rows are the tiled kernel). Colour: kernel
-    (gpu.decode's default main kernels: tc on grouped heads, flat on MHA; the tiled kernel,
+    (gpu.decode's main kernels: tc, the default in fp16, flat; the tiled kernel,
     impl flashsim_tiled at batch 8; torch SDPA; flash_attn where the run has it); line: MHA or GQA; marker: batch;
     contiguous cache, uniform lengths. Bandwidth = dram_bytes / time, where dram_bytes = K
     and V once + Q + O + L is the least a step moves, the same for every implementation.
     Solid black: the HBM peak; dashed: issue 37's goal, 80 % of it (batch >= 8, N_kv >=
     16K); dotted from 64K: 70 % (batch 1).
-(b) The time model of gpu.decode's default main kernel on grouped heads, the tensor-core
+(b) The time model of gpu.decode's default main kernel in fp16, the tensor-core
     one (`analysis.fit_decode.predict_row`; iosim/timing/decode_tc_constants.json), against
     that kernel's held-out rows (`analysis.fit_decode.split_of`; `model_errors` takes
     the tiled kernel's model and rows too) of the H100-SXM preset it was fitted on; one
@@ -129,7 +129,7 @@ def generate(rows=None, data=None, device: str | None = None, gpu: str | None = 
     dev, run, current = panel_run(rows)      # every row: a run cut by its budget is passed over
     gpu = gpu or GPU_OF_DEVICE.get(dev, "H100-SXM")
     hw, series, sweep, rule = _model(gpu)
-    errors_main = "tc"             # gpu.decode's default main kernel on grouped heads
+    errors_main = "tc"             # gpu.decode's default main kernel in fp16
     last = {}
     for r in ok:   # the panel's run: the latest row per point (file order)
         if r["run_id"] != run or r.get("device") != dev or r.get("sweep") or r.get("ragged"):

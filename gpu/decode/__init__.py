@@ -30,10 +30,10 @@ Ragged batches: the main kernel reads each sequence's length from an int32 devic
 (per-sequence cache_seqlens, or the one N_kv for every sequence) and cuts that sequence
 into S chunks of its own; a block with an empty chunk reads nothing.
 
-The tiled main kernel and `flat.flat_kernel` (the default with one query row a block, MHA,
-and wherever the tensor-core kernel does not apply: each lane group streams its own key
-rows, no barrier in the key loop) run on the CUDA cores; `tc.tc_kernel` (the default on
-grouped heads, iosim.launch.decode.main_kernel) puts a K/V head's G x N_q query rows on
+The tiled main kernel and `flat.flat_kernel` (the default wherever the tensor-core kernel
+does not apply: each lane group streams its own key rows, no barrier in the key loop) run
+on the CUDA cores; `tc.tc_kernel` (the default in fp16 and bf16 at d = 16, 64, 128;
+iosim.launch.decode.main_kernel) puts a K/V head's G x N_q query rows on
 the M side of one tensor-core tile and streams K/V through each warp's cp.async pipeline:
 on grouped heads the CUDA-core kernels are bound by issuing G multiply-adds per element
 loaded (Nsight Compute), where the tensor-core one reached 81-91 % of the HBM peak on

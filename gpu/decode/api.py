@@ -180,8 +180,8 @@ def decode(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k=None,
     count_traffic: run the instrumented build and return its own counts as an
         iosim.decode.DecodeLedger (equal to decode_closed_form(schedule, problem,
         num_splits=S, kv_reads=...)).
-    main: the main kernel, "auto" (default: tc on grouped heads where it applies, else
-        flat, else tiled; iosim.launch.decode.main_kernel), "flat", "tiled" or "tc"
+    main: the main kernel, "auto" (default: tc where it applies, else flat, else tiled;
+        iosim.launch.decode.main_kernel), "flat", "tiled" or "tc"
         (DecodeLauncher's `main`): the same schedule and counts, arranged differently
         inside a block.
     Returns O; (O, L) with return_stats; (O, ledger) with count_traffic; (O, L, ledger).

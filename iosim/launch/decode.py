@@ -264,22 +264,29 @@ def check_main(main) -> str:
     return main
 
 
+#: head dims at which main="auto" may pick the tensor-core kernel: those its GPU tests ran
+#: (tests/test_gpu_decode_tc.py); tc_plan takes every multiple of 16 up to 128, the others
+#: by main="tc" only until a GPU run has checked them
+TC_AUTO_D = (16, 64, 128)
+
+
 def main_kernel(problem, kv_reads: str, main: str = "auto", vec: bool = True,
                 sim: bool = False) -> str:
     """The main kernel gpu.decode runs for `main` ("auto", "flat", "tiled" or "tc") on an
-    iosim.decode.DecodeProblem. "auto": "tc" where a block serves two or more query rows
-    (grouped heads read per group, or N_q > 1) and `tc_plan` applies (fp16 / bf16, d a
-    multiple of 16 up to 128, at most 16 rows a block, on a GPU); else "flat" wherever
+    iosim.decode.DecodeProblem. "auto": "tc" wherever `tc_plan` applies (fp16 / bf16, d a
+    multiple of 16 up to 128, at most 16 rows a block, on a GPU) at a head dim of
+    TC_AUTO_D; else "flat" wherever
     `flat_plan` applies; else "tiled". Why (H100, fp16, 2026-12-07): on grouped heads the
     tensor-core kernel streamed K/V at 1.58x the flat kernel's rate (median over 36 GQA
-    32/8 shapes of decode_bench, 1.29-1.98) and 1.87x on MQA 8/1 (1.22-3.55); with one row
-    a block (MHA) the flat kernel was 1-3 % faster at the split counts where both were
-    fastest (decode_ragged_splits, same run). ValueError for an unknown main, or
-    main="flat" / "tc" where it does not apply."""
+    32/8 shapes of decode_bench, 1.29-1.98) and 1.87x on MQA 8/1 (1.22-3.55); on MHA (one
+    row a block) 1.12x (0.97-1.29): 1.12-1.29x at batch 1 and 1.11-1.14x on paged caches
+    at batch 8, against 2-3 % slower at batch 64 (tc and flat rows of two runs that day)
+    and 1-3 % slower on ragged batches at each kernel's best S (decode_ragged_splits, one
+    run). ValueError for an unknown main, or main="flat" / "tc" where it does not apply."""
     if check_main(main) == "tiled":
         return "tiled"
     NR = block_rows(problem, kv_reads)
-    if main == "auto" and NR >= 2 \
+    if main == "auto" and problem.d in TC_AUTO_D \
             and tc_plan(problem.d, problem.dtype, NR, vec_ok=vec, sim=sim) is not None:
         return "tc"
     if main == "tc":
@@ -306,8 +313,10 @@ def choose_kv_reads(problem, kv_reads: str = "auto", main: str = "auto",
     if check_main(main) and kv_reads != "auto":
         return kv_reads
     if problem.group > 1 and main != "tiled":
-        takes = {"tc": (tc_plan,), "flat": (flat_plan,), "auto": (tc_plan, flat_plan)}[main]
         NR = block_rows(problem, "per_group")
-        if any(t(problem.d, problem.dtype, NR, sim=sim) is not None for t in takes):
+        if main == "auto":
+            main = main_kernel(problem, "per_group", sim=sim)
+        takes = {"tc": tc_plan, "flat": flat_plan}.get(main)
+        if takes is not None and takes(problem.d, problem.dtype, NR, sim=sim) is not None:
             return "per_group"
     return "per_query_head"

@@ -39,8 +39,8 @@ the CTAs dispatched round-robin in grid order (all resident at once, as above), 
 equal lengths is n x (the one CTA's work) exactly; the DRAM term takes the ragged ledger's
 bytes. An appending step (the append kernel) is not modelled: predict_decode refuses it.
 
-The flat main kernel (gpu/decode/flat.py; gpu.decode's default with one row a block) and
-the tensor-core one (gpu/decode/tc.py; the default on grouped heads) have no
+The flat main kernel (gpu/decode/flat.py) and the tensor-core one (gpu/decode/tc.py;
+gpu.decode's default in fp16 / bf16 at d = 16, 64, 128) have no
 shared-memory phases and no barrier in their key loops; their models keep the same three
 bounds, each with its own constants (decode_flat_constants.json,
 decode_tc_constants.json; `_flat_terms`; shown for flat, tc's tile is NW x B_c rows):
