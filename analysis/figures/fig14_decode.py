@@ -8,9 +8,9 @@ One configuration family: N_q = 1 new row, fp16, d = 128, 32 query heads (MHA, a
     newest run of the current kernels (flashsim rows carrying `main_kernel`; the device's
     HBM roof from its iosim preset, analysis.fit_levels.GPU_OF_DEVICE), else, before any,
     the newest run on the H100 (its flashsim rows are the tiled kernel). Colour: kernel
-    (gpu.decode's main kernels: tc, the default in fp16, flat; the tiled kernel,
-    impl flashsim_tiled at batch 8; torch SDPA; flash_attn where the run has it); line: MHA or GQA; marker: batch;
-    contiguous cache, uniform lengths. Bandwidth = dram_bytes / time, where dram_bytes = K
+    (gpu.decode's main kernels: tc, the default in fp16, flat; the tiled kernel, impl
+    flashsim_tiled at batch 8; torch SDPA; flash_attn where the run has it); line: MHA or
+    GQA; marker: batch; contiguous cache, uniform lengths. Bandwidth = dram_bytes / time, where dram_bytes = K
     and V once + Q + O + L is the least a step moves, the same for every implementation.
     Solid black: the HBM peak; dashed: issue 37's goal, 80 % of it (batch >= 8, N_kv >=
     16K); dotted from 64K: 70 % (batch 1).
@@ -164,13 +164,13 @@ def model_errors(rows, gpu: str = ERRORS_GPU, main: str = "tiled") -> dict:
     model (`analysis.fit_decode.predict_row`) over that kernel's held-out rows
     (`analysis.fit_decode.split_of`; the rows the constants were not fitted on) measured on
     a device of preset `gpu`. The tiled kernel's rows: impl flashsim or flashsim_tiled whose
-    main_kernel is absent (rows before the flat kernel) or "tiled"; the flat kernel's: impl
-    flashsim with main_kernel "flat". One kernel's rows are never predicted by the other's
-    model."""
+    main_kernel is absent (rows before the flat kernel) or "tiled"; the flat or tc kernel's:
+    impl flashsim with that main_kernel. Runs in analysis.tables.DECODE_RUNS_SUPERSEDED are
+    left out. One kernel's rows are never predicted by another's model."""
     from analysis import fit_decode as T
     from analysis.fit_levels import GPU_OF_DEVICE
-    impls = ("flashsim", "flashsim_tiled") if main == "tiled" else ("flashsim",)
     from analysis.tables import DECODE_RUNS_SUPERSEDED
+    impls = ("flashsim", "flashsim_tiled") if main == "tiled" else ("flashsim",)
     fs = [r for r in rows if r.get("kind", KIND) == KIND
           and r.get("run_id") not in DECODE_RUNS_SUPERSEDED
           and r.get("impl") in impls
