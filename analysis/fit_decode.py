@@ -214,7 +214,8 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
     names = FITTED_FLAT[:-1] + (STREAM_MODELS[main][1],)
     every = rows or measured_rows(main=main, gpu=gpu)
     if run_ids:
-        every = [r for r in every if r["run_id"] in set(run_ids)]
+        keep = set(run_ids)
+        every = [r for r in every if r["run_id"] in keep]
     rows = [r for r in every if split_of(r) == "fit"]
     if len(rows) < 2 * len(names):
         raise SystemExit(f"fit --main {main}: {len(rows)} fit-half rows of that kernel on "

@@ -313,10 +313,10 @@ def choose_kv_reads(problem, kv_reads: str = "auto", main: str = "auto",
     if check_main(main) and kv_reads != "auto":
         return kv_reads
     if problem.group > 1 and main != "tiled":
-        NR = block_rows(problem, "per_group")
-        if main == "auto":
-            main = main_kernel(problem, "per_group", sim=sim)
-        takes = {"tc": tc_plan, "flat": flat_plan}.get(main)
-        if takes is not None and takes(problem.d, problem.dtype, NR, sim=sim) is not None:
+        if main == "auto":      # the kernel auto picks for the group's rows takes them
+            if main_kernel(problem, "per_group", sim=sim) != "tiled":
+                return "per_group"
+        elif (tc_plan if main == "tc" else flat_plan)(
+                problem.d, problem.dtype, block_rows(problem, "per_group"), sim=sim) is not None:
             return "per_group"
     return "per_query_head"
