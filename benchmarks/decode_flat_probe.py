@@ -46,7 +46,9 @@ def flat_launch(p, S, kv_reads, causal=True, count=False, vec=True, threads=None
         return None, None, None
     ker = F.flat_kernel(p.d, p.dtype, p.N_q, NG, S > 1, p.paged, causal, count, lay["NT"],
                         lay["VW"], lay["LPR"], lay["KPG"], lay["vec"], defer)
-    comb = K.combine_kernel(p.d, p.dtype, p.N_q, count, 128) if S > 1 else None
+    from iosim.launch.decode import combine_plan
+    cpl = combine_plan(S, p.N_q, p.d)
+    comb = K.combine_kernel(p.d, p.dtype, p.N_q, count, cpl["NT"]) if S > 1 else None
     if S > 1:
         parts = (filled((p.batch, p.heads, S, p.N_q, p.d), np.float32, np.nan),
                  filled((p.batch, p.heads, S, p.N_q), np.float32, np.nan))
@@ -60,7 +62,7 @@ def flat_launch(p, S, kv_reads, causal=True, count=False, vec=True, threads=None
         launch(ker, grid, lay["NT"], lay["smem_bytes"], q, k, v, tab, sl, o, L, opart, lpart,
                np.float32(scale), H, G, P, ctr)
         if comb is not None:
-            launch(comb, p.batch * p.heads, 128, K.combine_smem_bytes(S, p.N_q), opart, lpart,
+            launch(comb, p.batch * p.heads, cpl["NT"], cpl["smem_bytes"], opart, lpart,
                    o, L, np.int64(S), H, ctr)
     return fn, lay, parts
 

@@ -68,6 +68,10 @@ commit=${FLASHSIM_COMMIT:-}
 # 9: the decode benchmark of the default kernels without checks or sweep (BENCH_S, 170:
 #    the whole grid took 90 s on an H100), then Nsight Compute on the goal shapes not yet
 #    profiled with the tensor-core default (NCU_SHAPES; 200 s).
+# 10: the split-KV combine alone, version 1 beside version 2 (benchmarks/decode_combine.py),
+#    then the GPU tests of every file that decodes or combines (-v, 330 s).
+# 11: compute-sanitizer memcheck and racecheck on the flat and tensor-core probes' checks
+#    (each with the combine), then gpu.decode's defaults' bench, no checks (BENCH_S, 180).
 # Commit: the device's .git can be older than the tree sent, so `git rev-parse` there may
 # name the wrong commit: set FLASHSIM_COMMIT to this side's `git rev-parse --short HEAD`.
 pack() {   # pack the session's text logs (a call returns at most 8 files)
@@ -157,7 +161,34 @@ if [ "$1" = session ]; then
           --shapes ${NCU_SHAPES:-b8_gqa_16k_page16,b64_gqa_16k,b8_mha_16k} \
           --out $OUT/decode_ncu.jsonl > $OUT/ncu.txt 2>&1
       echo "ncu rc=$?: $(tail -1 $OUT/ncu.txt)"' ;;
-  *) echo "device.sh session: give 1, 2, 3, 4, 5, 6, 7, 8 or 9"; exit 2 ;;
+  10)
+    bash "$self" bash -c '
+      python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" \
+          > $OUT/versions.txt 2>&1
+      timeout 150 python3 benchmarks/decode_combine.py --out $OUT/decode_combine.jsonl \
+          > $OUT/combine.txt 2>&1
+      echo "combine rc=$?: $(tail -1 $OUT/combine.txt)"
+      timeout 330 python3 -m pytest -v -rfE -m gpu -p no:cacheprovider -n 12 \
+          --junitxml=$OUT/decode_tests.xml tests/test_gpu_decode.py tests/test_decode_ragged_gpu.py \
+          tests/test_gpu_decode_tc.py tests/test_flash_attn_iface.py tests/test_hf_backend.py \
+          tests/test_workload.py tests/test_varlen.py tests/test_bf16.py > $OUT/pytest_decode.txt 2>&1
+      echo "decode tests rc=$?: $(grep -c " PASSED" $OUT/pytest_decode.txt) passed," \
+           "$(grep -c " FAILED" $OUT/pytest_decode.txt) failed"' ;;
+  11)
+    bash "$self" bash -c '
+      for probe in "" "--tc"; do
+        for tool in memcheck racecheck; do
+          extra=""; [ $tool = memcheck ] && extra="--report-api-errors no"
+          f=san${probe#--}_$tool
+          timeout 85 compute-sanitizer --tool $tool $extra python3 benchmarks/decode_flat_probe.py \
+              $probe --sanitize --out $OUT/$f.jsonl > $OUT/$f.txt 2>&1
+          echo "$f rc=$? $(grep -h "SUMMARY" $OUT/$f.txt)"
+        done
+      done
+      timeout $((${BENCH_S:-180} + 30)) python3 -m analysis.cli bench --decode --no-sweep \
+          --no-checks --budget-s ${BENCH_S:-180} --out $OUT/decode_bench.jsonl > $OUT/bench.txt 2>&1
+      echo "bench rc=$?: $(grep -c "\"status\": \"ok\"" $OUT/decode_bench.jsonl) rows ok"' ;;
+  *) echo "device.sh session: give 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 or 11"; exit 2 ;;
   esac
   pack "$2"
   exit 0

@@ -133,7 +133,7 @@ def one_decode(job):
     def A(t, n):
         return T.Array(t, n, "C")
     if kind == "combine":
-        kern = K.combine_kernel(d, "fp16", 1, False, 128)
+        kern = K.combine_kernel(d, "fp16", 1, False, 256)
         sig = (A(f, 5), A(f, 4), A(h, 4), A(f, 3), i64, i64, A(i64, 2))
     else:
         lay = K.plan(d, "fp16", NG)

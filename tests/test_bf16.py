@@ -451,7 +451,7 @@ builds = {
     "decode": (K.decode_kernel(64, "bf16", 2, 1, True, True, True, True, lay["NT"], lay["VW"],
                                lay["LPR"], lay["KPG"], lay["shfl"], lay["vec"], lay["red"]),
                (A4, A4, A4, T2, S1, A4, F3, F5, F4, F, I, I, I, C)),
-    "combine": (K.combine_kernel(64, "bf16", 2, True, 128), (F5, F4, A4, F3, I, I, C)),
+    "combine": (K.combine_kernel(64, "bf16", 2, True, 256), (F5, F4, A4, F3, I, I, C)),
 }
 for name, (kern, sig) in builds.items():
     ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))

@@ -353,7 +353,8 @@ class DecodeLauncher:
         self.plan = lay
         check_fits(lay["smem_bytes"], f"gpu.decode with d={p.d}, {NR} query rows a block")
         if self.split:
-            check_fits(K.combine_smem_bytes(self.S, p.N_q),
+            self.combine_plan = _geometry.combine_plan(self.S, p.N_q, p.d, sim=SIM)
+            check_fits(self.combine_plan["smem_bytes"],
                        f"the combine of num_splits={self.S} x N_q={p.N_q}")
         if self.main == "tc":
             self.kernel = Tc.tc_kernel(p.d, p.dtype, p.N_q, self.NG, self.split, p.paged,
@@ -370,9 +371,8 @@ class DecodeLauncher:
                                           lay["red"])
         self.grid = (self.S, p.batch * p.heads // self.NG)
         self.threads, self.smem_bytes = lay["NT"], lay["smem_bytes"]
-        self.combine_threads = 32 if SIM else 128
-        self.combine = (K.combine_kernel(p.d, p.dtype, p.N_q, self.count, self.combine_threads)
-                        if self.split else None)
+        self.combine = (K.combine_kernel(p.d, p.dtype, p.N_q, self.count,
+                                         self.combine_plan["NT"]) if self.split else None)
         self.seqlens = cuda.to_device(np.asarray(p.seqlens, dtype=np.int32))
         self.append = None
         self.cache_seqlens = self.seqlens
@@ -422,8 +422,8 @@ class DecodeLauncher:
                opart, lpart, np.float32(scale), np.int64(p.heads), np.int64(p.group),
                np.int64(p.page_size or 1), counters)
         if self.split:
-            launch(self.combine, p.batch * p.heads, self.combine_threads,
-                   K.combine_smem_bytes(self.S, p.N_q), opart, lpart, o, L,
+            launch(self.combine, p.batch * p.heads, self.combine_plan["NT"],
+                   self.combine_plan["smem_bytes"], opart, lpart, o, L,
                    np.int64(self.S), np.int64(p.heads), counters)
 
     def ledger(self, counters) -> DecodeLedger:

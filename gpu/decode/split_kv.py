@@ -479,59 +479,131 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
 @specialisation
 def combine_kernel(d, dt, N_q, count, NT):
     """Kernel(opart, lpart, o, L, S, H, counters): the split-KV combine, one block per
-    (batch, query head) (grid batch x heads), NT threads, 4 (S N_q + N_q) dynamic shared
-    bytes: the weights w_s of every row and each row's sum_s w_s."""
+    (batch, query head) (grid batch x heads), NT = 32 NW threads,
+    `combine_smem_bytes(S, N_q, d, NT)` dynamic shared bytes. For each row r < N_q:
+
+        M = max_s Lpart[s]            every thread a share of the splits, then the block's
+                                      max (a NaN stays NaN); each Lpart read once
+        w_s = exp(Lpart[s] - M),  sum_s w_s   (the same shares; the block's sum)
+        O = sum_s w_s Opart[s] / sum_s w_s,  L = M + log sum_s w_s
+            warp w sums splits w, w + NW, .. (its lanes the columns: lane + 32 j), U
+            splits' loads issued before their first use; then the NW warps' sums are
+            added in shared memory. Each Opart element read once.
+
+    A row no split saw (M = -inf): O = 0, L = -inf. Sums are float32; their order is
+    by warp, then across warps (iosim.combine_partials sums in split order: the results
+    agree to float32 rounding, not bit for bit)."""
     IO, IL, IOP, ILP = C["O"], C["L"], C["Opart"], C["Lpart"]
     st = storer(dt)                     # float32 -> element (bf16: rounded bits)
+    NW = NT // 32
+    U = _geometry.COMBINE_UNROLL
+    XJ = (d + 31) // 32                 # columns a lane: lane + 32 j, j < XJ
+    FULL = 0xFFFFFFFF
+    shfl = not SIM                      # the simulator has no warp shuffles
+
+    @cuda.jit(device=True, inline=True)
+    def nanmax(x, y):                   # max that keeps a NaN from either side
+        return y if (y > x or y != y) else x
+
+    @cuda.jit(device=True, inline=True)
+    def block_reduce(x, red, t, is_max):
+        """x combined over the block's NT threads (every thread gets it); red: NW + NT
+        words of shared memory, free on entry."""
+        if shfl:
+            for k in range(5):
+                y = cuda.shfl_xor_sync(FULL, x, 16 >> k)
+                x = nanmax(x, y) if is_max else x + y
+            if t % 32 == 0:
+                red[t // 32] = x
+        else:                           # one warp of NT = 32 threads: thread 0 adds them
+            red[NW + t] = x
+            cuda.syncthreads()
+            if t == 0:
+                acc = red[NW]
+                for i in range(1, NT):
+                    acc = nanmax(acc, red[NW + i]) if is_max else acc + red[NW + i]
+                red[0] = acc
+        cuda.syncthreads()
+        acc = red[0]
+        for i in range(1, NW):
+            acc = nanmax(acc, red[i]) if is_max else acc + red[i]
+        cuda.syncthreads()              # red is free again
+        return acc
 
     def kernel(opart, lpart, o, L, S, H, counters):
         z = cuda.blockIdx.x
         t = cuda.threadIdx.x
+        lane = t & 31
+        w = t >> 5
         b = z // H
         h = z % H
-        ws = cuda.shared.array(0, float32)
-        SW = S * N_q                        # ws[s N_q + r]; then sum w of row r at SW + r
+        sm = cuda.shared.array(0, float32)
+        SW = S * N_q                        # sm[s N_q + r] = w_s of row r; sm[SW + r] its sum
+        PO = SW + N_q                       # sm[PO + w d + x]: warp w's sum for column x
+        red = sm[PO + NW * d:]              # the block reductions' slots
+        acc = cuda.local.array(XJ, float32)
+        vals = cuda.local.array((U, XJ), float32)
+        wts = cuda.local.array(U, float32)
         nOp = int64(0)
         nLp = int64(0)
         nO = int64(0)
         nL = int64(0)
-        for r in range(t, N_q, NT):         # one thread a row: each Lpart read once
+        for r in range(N_q):
             M = NEG_INF
-            for s in range(S):
-                lp = lpart[b, h, s, r]
-                ws[s * N_q + r] = lp
-                if lp > M or lp != lp:      # a NaN stays
-                    M = lp if M == M else M
+            for s in range(t, S, NT):
+                x = lpart[b, h, s, r]
+                sm[s * N_q + r] = x
+                M = nanmax(M, x)
                 if count:
                     nLp += 1
+            M = block_reduce(M, red, t, True)
             none = M == NEG_INF             # every split saw nothing (no key at all)
             Ms = ZERO if none else M
             sw = ZERO
-            for s in range(S):
-                w = math.exp(ws[s * N_q + r] - Ms)
-                ws[s * N_q + r] = w
-                sw += w
-            if none:
-                L[b, h, r] = NEG_INF
-                ws[SW + r] = ZERO
-            else:
-                L[b, h, r] = Ms + math.log(sw)
-                ws[SW + r] = sw
-            if count:
-                nL += 1
-        cuda.syncthreads()
-        for i in range(t, N_q * d, NT):
-            r = i // d
-            x = i % d
-            acc = ZERO
-            for s in range(S):
-                acc += ws[s * N_q + r] * opart[b, h, s, r, x]
+            for s in range(t, S, NT):
+                wv = math.exp(sm[s * N_q + r] - Ms)
+                sm[s * N_q + r] = wv
+                sw += wv
+            sw = block_reduce(sw, red, t, False)    # its syncs publish the weights too
+            if t == 0:
+                L[b, h, r] = NEG_INF if none else Ms + math.log(sw)
                 if count:
-                    nOp += 1
-            sw = ws[SW + r]
-            o[b, h, r, x] = st(acc / sw if sw != ZERO else ZERO)
-            if count:
-                nO += 1
+                    nL += 1
+            for j in range(XJ):
+                acc[j] = ZERO
+            s0 = w
+            while s0 < S:
+                for u in range(U):          # the loads of U splits first, all in flight ...
+                    s = s0 + u * NW
+                    if s < S:
+                        wts[u] = sm[s * N_q + r]
+                        for j in range(XJ):
+                            x = lane + 32 * j
+                            if x < d:
+                                vals[u, j] = opart[b, h, s, r, x]
+                                if count:
+                                    nOp += 1
+                    else:
+                        wts[u] = ZERO
+                        for j in range(XJ):
+                            vals[u, j] = ZERO
+                for u in range(U):          # ... then their sums
+                    for j in range(XJ):
+                        acc[j] += wts[u] * vals[u, j]
+                s0 += U * NW
+            for j in range(XJ):
+                x = lane + 32 * j
+                if x < d:
+                    sm[PO + w * d + x] = acc[j]
+            cuda.syncthreads()
+            for x in range(t, d, NT):
+                tot = ZERO
+                for v in range(NW):
+                    tot += sm[PO + v * d + x]
+                o[b, h, r, x] = st(tot / sw if sw != ZERO else ZERO)
+                if count:
+                    nO += 1
+            cuda.syncthreads()              # sm[PO ..] is free for the next row
         if count:
             add_count(counters, IOP, READ, nOp)
             add_count(counters, ILP, READ, nLp)
@@ -541,8 +613,11 @@ def combine_kernel(d, dt, N_q, count, NT):
     return kernel, kernel_name("decode_combine", d=d, dt=dt, nq=N_q, count=count, t=NT)
 
 
-def combine_smem_bytes(S: int, N_q: int) -> int:
-    return 4 * (S * N_q + N_q)
+def combine_smem_bytes(S: int, N_q: int, d: int, NT: int) -> int:
+    """Dynamic shared bytes of combine_kernel(d, ., N_q, ., NT) for S splits
+    (iosim.launch.decode.combine_plan)."""
+    NW = NT // 32
+    return 4 * (S * N_q + N_q + NW * d + NW + NT)
 
 
 __all__ = ["COUNTED", "C", "plan", "decode_kernel", "combine_kernel", "combine_smem_bytes"]

@@ -187,6 +187,27 @@ def tc_plan(d: int, dt: str, NR: int, *, vec_ok: bool = True, sim: bool = False,
                 smem_bytes=4 * max(words, merge))
 
 
+#: the split-KV combine (gpu.decode.split_kv.combine_kernel): warps a block and the splits
+#: each warp's lanes load before they use them. Warp w sums splits w, w + NW, ..; its loop
+#: has ceil(S / (NW U)) rounds of U independent loads, not S dependent ones: with one
+#: thread a column summing every split in order, the combine cost about 0.27 us a split
+#: (decode_constants.json's c_s), 70 us at S = 264, beside a 10 us main kernel (MQA, B = 1)
+COMBINE_WARPS = 8
+COMBINE_UNROLL = 4
+
+
+def combine_plan(S: int, N_q: int, d: int, sim: bool = False) -> dict:
+    """Layout of the split-KV combine for S splits, N_q rows a (batch, head) and head dim d:
+    NW warps (1 in the simulator), NT threads, U splits a warp loads at once, rounds =
+    ceil(S / (NW U)) of its loop, smem_bytes: the weights (S N_q), each row's sum (N_q),
+    the warps' partial O rows (NW d) and the block reductions' slots (NW + NT), 4-byte
+    words."""
+    NW = 1 if sim else COMBINE_WARPS
+    U = COMBINE_UNROLL
+    return dict(NW=NW, NT=32 * NW, U=U, rounds=-(-S // (NW * U)),
+                smem_bytes=4 * (S * N_q + N_q + NW * d + NW + 32 * NW))
+
+
 def tc_resident_blocks(lay: dict, paged: bool = False, regs_per_sm: int = 65536) -> int:
     """Blocks of the tensor-core kernel (layout `lay`, from tc_plan; paged cache or not)
     one SM holds at once, as its shared memory and its registers (TC_REGISTERS) allow."""
