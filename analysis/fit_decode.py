@@ -10,6 +10,12 @@ its constants (`fit`), the decode_time_validation rows and their summaries.
                                               main_kernel "flat", one GPU preset, --gpu)
     ... fit|validate|constants --main tc      the tensor-core kernel's (the flat form,
                                               decode_tc_constants.json; main_kernel "tc")
+    python3 -m analysis.fit_decode fit-combine  the split-KV combine's (version 2) constants
+                                              from decode_combine rows (their own fit /
+                                              held-out split): decode_combine_constants.json
+
+Rows timed before COMBINE_V2_SINCE ran version 1 of the combine: each row is predicted
+with the combine it ran (`combine_version_of`).
 
 The constants are fitted by least squares on log time (scipy.optimize.least_squares, bounds
 >= 0) over the fit half of the flashsim rows (`split_of`).
@@ -39,8 +45,9 @@ from pathlib import Path
 
 from iosim import ConfigError, DecodeProblem, get_hardware
 from iosim.timing import RuntimeModel
-from iosim.timing.decode import (CONSTANTS_PATH, MODEL_VERSION, STREAM_MODELS,
-                                  load_constants, predict_decode, stream_constants_path)
+from iosim.timing.decode import (COMBINE_CONSTANTS_PATH, CONSTANTS_PATH, MODEL_VERSION,
+                                  STREAM_MODELS, combine_terms, load_constants, predict_decode,
+                                  stream_constants_path)
 
 from .fit_levels import GPU_OF_DEVICE
 from .tables import DECODE_RUNS_SUPERSEDED, decode_attn
@@ -141,9 +148,20 @@ def problem_of(row: dict) -> DecodeProblem:
                          dtype=row["dtype"], page_size=row["paged"])
 
 
+#: gpu.decode's combine became version 2 (split_kv.combine_kernel: the splits shared among
+#: its warps) at commit 50c614a; every decode row dated before this ran version 1
+COMBINE_V2_SINCE = "2026-12-07T19:30:00+00:00"
+
+
+def combine_version_of(row: dict) -> str:
+    """The split-KV combine a measured row ran: "v1" before COMBINE_V2_SINCE, else "v2"."""
+    return "v1" if row["date"] < COMBINE_V2_SINCE else "v2"
+
+
 def predict_row(row: dict, constants=None, main: str = "tiled", gpu: str = "H100-SXM") -> dict:
     return predict_decode(problem_of(row), gpu, row["num_splits"],
-                          kv_reads=row["kv_reads"], constants=constants, main=main)
+                          kv_reads=row["kv_reads"], constants=constants, main=main,
+                          combine=combine_version_of(row))
 
 
 def fit(rows=None) -> dict:
@@ -211,7 +229,10 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
     constants stay the tiled fit's."""
     import numpy as np
     from scipy.optimize import least_squares
-    names = FITTED_FLAT[:-1] + (STREAM_MODELS[main][1],)
+    # the tc model's own latency per step on a paged cache (L_p, iosim.timing.decode):
+    # contiguous steps measured about half the paged ones' where few CTAs run (ragged S
+    # sweep, 2026-12-07)
+    names = FITTED_FLAT[:-1] + (("L_p",) if main == "tc" else ()) + (STREAM_MODELS[main][1],)
     every = rows or measured_rows(main=main, gpu=gpu)
     if run_ids:
         keep = set(run_ids)
@@ -228,8 +249,8 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
         pred = np.array([predict_row(r, doc, main, gpu)["predicted_ms"] * 1e3 for r in rows])
         return np.log(pred / meas)
 
-    x0 = np.array([8.0, 1.0, 0.1, 0.2, 0.05, 1.0, 0.85])
-    hi = np.array([np.inf] * (len(FITTED_FLAT) - 1) + [1.0])
+    x0 = np.array([8.0, 1.0, 0.1, 0.2, 0.05, 1.0] + [0.5] * (len(names) - 7) + [0.85])
+    hi = np.array([np.inf] * (len(names) - 1) + [1.0])
     sol = least_squares(resid, x0, bounds=(0, hi), x_scale="jac")
     k = {name: float(v) for name, v in zip(names, sol.x)}
     run_ids = sorted({r["run_id"] for r in rows})
@@ -240,6 +261,7 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
         meaning.update(
             L_t="per step of B_c x NW rows of the heaviest CTA: latency its pipeline does not hide",
             c_t="per step of a CTA: SM issue cost (cp.async copies, mma, softmax), shared by its SM's CTAs",
+            L_p="per step of the heaviest CTA on a paged cache: the wait on its block-table entries",
             e_tc="achieved fraction of HBM bandwidth of the tensor-core kernel's K/V stream (fitted, <= 1)")
     doc = {
         "model_version": STREAM_MODELS[main][0],
@@ -265,6 +287,87 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
     return doc
 
 
+COMBINE_PATH = BENCH_PATH.with_name("decode_combine.jsonl")
+#: the combine's fitted constants (us), in the order of the fit (iosim.timing.decode.combine_terms)
+FITTED_COMBINE = ("t_comb0", "c_blk", "c_r")
+COMBINE_MEANING = {
+    "t_comb0": "combine: launch and fixed latency, once a call",
+    "c_blk": "combine: a wave of blocks' Lpart loads, block max and sum, O stores",
+    "c_r": "combine: a round of U Opart loads a lane (a latency), per row and wave",
+    "e_dram": "achieved fraction of HBM bandwidth for the partials: the tiled model's e_dram, not fitted here",
+}
+
+
+def combine_rows(path=None, gpu: str = "H100-SXM", run_ids=None) -> list[dict]:
+    """The version 2 (v2_warps) decode_combine rows with status ok on `gpu`."""
+    keep = set(run_ids or ())
+    out = []
+    p = Path(path or COMBINE_PATH)
+    for line in (p.read_text().splitlines() if p.exists() else ()):
+        r = json.loads(line)
+        if (r.get("version") == "v2_warps" and r.get("status") == "ok"
+                and GPU_OF_DEVICE.get(r.get("device"), r.get("device")) == gpu
+                and (not keep or r["run_id"] in keep)):
+            out.append(r)
+    return out
+
+
+def predict_combine_row(row: dict, k: dict, gpu: str = "H100-SXM") -> float:
+    """The version 2 combine's predicted time (us) of a decode_combine row."""
+    from iosim.timing.decode import _bytes
+    hw = get_hardware(gpu)
+    S = row["num_splits"]
+    p = DecodeProblem(N_kv=16 * S, d=row["d"], batch=row["batch"], heads=row["heads"],
+                      kv_heads=row["heads"], N_q=row["N_q"], dtype=row["dtype"])
+    comb_bytes = _bytes(p, S, "per_query_head")[2]
+    return sum(combine_terms(p, S, comb_bytes, hw, "v2", constants=k).values())
+
+
+def fit_combine(rows=None, gpu: str = "H100-SXM") -> dict:
+    """The version 2 combine's constants: least squares on log time over the rows whose
+    `split` is "fit" (benchmarks/decode_combine.py: S in FIT_S), scored on "held_out"."""
+    import numpy as np
+    from scipy.optimize import least_squares
+    every = rows or combine_rows(gpu=gpu)
+    rows = [r for r in every if r["split"] == "fit"]
+    if len(rows) < 2 * len(FITTED_COMBINE):
+        raise SystemExit(f"fit-combine: {len(rows)} fit rows of the combine on {gpu}; at least "
+                         f"{2 * len(FITTED_COMBINE)} needed (benchmarks/decode_combine.py)")
+    e_dram = load_constants(main="tiled")["constants"]["e_dram"]
+    meas = np.array([r["ms_median"] * 1e3 for r in rows])
+
+    def resid(x):
+        k = dict(zip(FITTED_COMBINE, x), e_dram=e_dram)
+        return np.log(np.array([predict_combine_row(r, k, gpu) for r in rows]) / meas)
+
+    sol = least_squares(resid, np.array([3.0, 1.0, 0.3]), bounds=(0, np.inf), x_scale="jac")
+    k = {name: float(v) for name, v in zip(FITTED_COMBINE, sol.x)}
+    k["e_dram"] = e_dram
+    held = [r for r in every if r["split"] == "held_out"]
+    errs = sorted(abs(predict_combine_row(r, k, gpu) / (r["ms_median"] * 1e3) - 1)
+                  for r in held)
+    score = None
+    if errs:
+        m = len(errs)
+        score = {"rows": m, "median": round(errs[m // 2] if m % 2 else
+                                            (errs[m // 2 - 1] + errs[m // 2]) / 2, 4),
+                 "worst": round(errs[-1], 4), "within_10pct": sum(e <= 0.10 for e in errs)}
+    return {
+        "model_version": "decode-combine v2",
+        "constants": k,
+        "meaning": COMBINE_MEANING,
+        "fitted_space": {"d": sorted({r["d"] for r in rows}), "N_q": [1],
+                         "num_splits": sorted({r["num_splits"] for r in rows}),
+                         "gpu": get_hardware(gpu).name},
+        "source": (f"least squares on log time over the {len(rows)} fit rows (S in FIT_S) of "
+                   f"{', '.join(sorted({r['run_id'] for r in rows}))} (benchmarks/decode_combine.py, "
+                   f"{gpu}, commit {', '.join(sorted({r['commit'] for r in rows}))})"),
+        "fit_rows": len(rows),
+        "fit_rms_log": float(np.sqrt(np.mean(sol.fun ** 2))),
+        "heldout": score,
+    }
+
+
 def group_of(row: dict) -> dict:
     g = {"schedule": row["schedule"], "layout": "paged" if row["paged"] else "contiguous",
          "cache": "small" if row["seq_len_kv"] <= SMALL_CACHE else "large"}
@@ -287,6 +390,7 @@ def validation_rows(rows=None, constants=None, main: str = "tiled",
                     "measured_ms": r["ms_median"], "predicted_ms": round(pr["predicted_ms"], 6),
                     "rel_error": round(pr["predicted_ms"] / r["ms_median"] - 1, 6),
                     "binding": pr["binding"], "main_binding": pr["main_binding"],
+                    "combine": pr["combine"],
                     "terms_us": {k: round(v, 4) for k, v in pr["terms_us"].items()},
                     "model_version": c.get("model_version", MODEL_VERSION),
                     **({"main": main} if main in STREAM_MODELS else {}),
@@ -327,7 +431,7 @@ def print_summary(vrows) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m analysis.fit_decode",
                                  description="time model of gpu.decode's kernels")
-    ap.add_argument("command", choices=("fit", "validate", "constants"))
+    ap.add_argument("command", choices=("fit", "validate", "constants", "fit-combine"))
     ap.add_argument("--main", choices=("tiled", "flat", "tc"), default="tiled",
                     help="the main kernel's model (default: tiled)")
     ap.add_argument("--gpu", default="H100-SXM",
@@ -347,6 +451,13 @@ def main(argv=None) -> int:
 
 def _run(a) -> int:
     flat = a.main in STREAM_MODELS
+    if a.command == "fit-combine":
+        doc = fit_combine(gpu=a.gpu)
+        COMBINE_CONSTANTS_PATH.write_text(json.dumps(doc, indent=2) + "\n")
+        print(json.dumps(doc["constants"], indent=2))
+        print(f"fit rms log error {doc['fit_rms_log']:.4f} on {doc['fit_rows']} rows; "
+              f"held out: {doc['heldout']}")
+        return 0
     if a.command == "fit":
         doc = fit_flat(gpu=a.gpu, main=a.main, run_ids=a.run) if flat else fit()
         path = stream_constants_path(a.main) if flat else CONSTANTS_PATH

@@ -25,9 +25,15 @@ term is a floor). Per kernel, in us:
                / (e_dram x hbm_bandwidth), e_dram = the time model's achieved DRAM
                fraction (`iosim.timing`'s runtime_constants.json), not fitted here;
       t_main0 = launch, ramp and the first tile's load latency, once a kernel.
-  combine (S > 1)  t_comb = t_comb0 + S x c_s + combine bytes / (e_dram x hbm_bandwidth)
-      t_comb0: the second launch's gap and fixed latency; c_s: each thread's serial loop
-      over the S partials; the bytes are Opart / Lpart read and O / L written.
+  combine (S > 1), version 2 (gpu.decode's since 2026-12-07; decode_combine_constants.json):
+      t_comb = t_comb0 + W (c_blk + N_q rounds c_r) + combine bytes / (e_dram x hbm_bandwidth)
+      rounds = ceil(S / (NW U)): warp w of the block's NW sums splits w, w + NW, .., U
+      loads in flight a lane (iosim.launch.decode.combine_plan); W = waves of the batch x
+      heads blocks over the SMs' block slots; t_comb0: the second launch's gap and fixed
+      latency; c_blk: a block's reductions and stores; the bytes are Opart / Lpart read
+      and O / L written. Version 1 (before; every decode row timed until then), kept to
+      score those rows: t_comb = t_comb0 + S c_s + bytes / (e_dram bw), one thread a
+      column summing every split in turn, its constants fitted with the tiled model's.
   predicted = t_main + t_comb; `binding` names the largest term.
 
 Ragged batches (per-sequence cache_seqlens; the tiled model was never timed on one, the
@@ -66,8 +72,8 @@ from ..decode import (DecodeProblem, decode_closed_form, sequence_chunks,
                       split_bounds)
 from ..problem import ConfigError
 from ..hardware import get_hardware
-from ..launch.decode import (auto_num_splits, block_rows, ctas_per_sm, flat_plan, main_kernel,
-                             plan, tc_plan)
+from ..launch.decode import (SMEM_PER_SM, SMEM_RESERVED, auto_num_splits, block_rows,
+                             combine_plan, ctas_per_sm, flat_plan, main_kernel, plan, tc_plan)
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
 MODEL_VERSION = "decode-time v1"
@@ -78,7 +84,12 @@ FLAT_MODEL_VERSION = "decode-time flat v1"
 #: the tensor-core main kernel's constants (`analysis.fit_decode fit --main tc`), the flat
 #: kernel's form (`_flat_terms`) with its own tile (NW warps x B_c rows) and resident blocks
 TC_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_tc_constants.json"
-TC_MODEL_VERSION = "decode-time tc v1"
+TC_MODEL_VERSION = "decode-time tc v2"
+#: the split-KV combine's versions: "v2" (gpu.decode's since 2026-12-07: the splits shared
+#: among the block's warps) and "v1" (before: one thread a column, every split in turn)
+COMBINE_VERSIONS = ("v2", "v1")
+#: version 2's constants (`analysis.fit_decode fit-combine`, from decode_combine rows)
+COMBINE_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_combine_constants.json"
 #: each streaming kernel's model version, achieved-DRAM-fraction constant and name
 STREAM_MODELS = {"flat": (FLAT_MODEL_VERSION, "e_flat", "flat"),
                  "tc": (TC_MODEL_VERSION, "e_tc", "tensor-core")}
@@ -176,21 +187,52 @@ def _busiest_sm(work, sm_count: int) -> float:
     return float(np.bincount(np.arange(work.size) % sm_count, weights=work).max())
 
 
-def _step_terms(t_main0: float, t_tiles: float, t_dram: float, S: int, comb: dict,
-                comb_bytes: int, hw) -> dict:
+def _step_terms(t_main0: float, t_tiles: float, t_dram: float, comb_terms: dict) -> dict:
     """A step's terms (us): the main kernel's fixed time and the larger of its tile and
-    DRAM bounds; with S > 1 the combine kernel's, from the tiled model's constants `comb`
-    (both main kernels hand their partials to the same `split_kv.combine_kernel`)."""
+    DRAM bounds, then the combine's (`combine_terms`; empty when S = 1)."""
     terms = {"main_fixed": t_main0, "main_tiles": t_tiles if t_tiles >= t_dram else 0.0,
              "main_dram": t_dram if t_dram > t_tiles else 0.0}
-    if S > 1:
-        bw = comb["e_dram"] * hw.hbm_bandwidth / 1e6          # bytes per us
-        terms.update(combine_fixed=comb["t_comb0"], combine_splits=S * comb["c_s"],
-                     combine_dram=comb_bytes / bw)
+    terms.update(comb_terms)
     return terms
 
 
-def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
+def load_combine_constants(path=None) -> dict | None:
+    """The version 2 combine's fitted constants document, None while none are fitted."""
+    path = Path(path or COMBINE_CONSTANTS_PATH)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: str = "v2",
+                  v1: dict | None = None, constants: dict | None = None) -> dict:
+    """The split-KV combine's terms (us) for S splits (none when S = 1), of the kernel
+    `version` (module docstring): "v2", today's (constants: its document's constants,
+    default decode_combine_constants.json), or "v1", the one before 2026-12-07 (v1: the
+    tiled model's constants t_comb0, c_s, e_dram; default decode_constants.json), with
+    which every decode row measured before then was timed."""
+    if S <= 1:
+        return {}
+    if version not in COMBINE_VERSIONS:
+        raise ConfigError(f"combine={version!r} is not allowed; allowed: "
+                          f"{', '.join(map(repr, COMBINE_VERSIONS))}")
+    if version == "v1":
+        k = v1 or load_constants(main="tiled")["constants"]
+        bw = k["e_dram"] * hw.hbm_bandwidth / 1e6          # bytes per us
+        return dict(combine_fixed=k["t_comb0"], combine_splits=S * k["c_s"],
+                    combine_dram=comb_bytes / bw)
+    k = constants or load_combine_constants()["constants"]
+    p = problem
+    pl = combine_plan(S, p.N_q, p.d)
+    per_sm = max(1, min(2048 // pl["NT"], 32,
+                        SMEM_PER_SM // (pl["smem_bytes"] + SMEM_RESERVED)))
+    waves = -(-(p.batch * p.heads) // (hw.sm_count * per_sm))
+    bw = k["e_dram"] * hw.hbm_bandwidth / 1e6
+    return dict(combine_fixed=k["t_comb0"],
+                combine_rounds=waves * (k["c_blk"] + p.N_q * pl["rounds"] * k["c_r"]),
+                combine_dram=comb_bytes / bw)
+
+
+def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
+           combine: str = "v2") -> dict:
     p = problem
     sh = kernel_shape(p, S, kv_reads)
     schedule, main_bytes, comb_bytes = _bytes(p, S, kv_reads)
@@ -208,7 +250,8 @@ def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict) -> dict:
         issue = n * (sh["C"] / lay["TB"] * per_tile + k["c_cta"])
     t_tiles = max(latency, issue)
     t_dram = main_bytes / bw
-    terms = _step_terms(k["t_main0"], t_tiles, t_dram, S, k, comb_bytes, hw)
+    terms = _step_terms(k["t_main0"], t_tiles, t_dram,
+                        combine_terms(p, S, comb_bytes, hw, combine, v1=k))
     info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
                 NR=sh["NR"], tiles_per_cta=sh["T"], ctas=sh["ctas"], ctas_per_busiest_sm=n,
                 sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
@@ -252,17 +295,19 @@ def flat_shape(problem: DecodeProblem, num_splits: int, kv_reads: str,
 
 
 def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
-                comb: dict, kernel: str = "flat") -> tuple[dict, dict]:
+                comb: dict, kernel: str = "flat", combine: str = "v2") -> tuple[dict, dict]:
     """A streaming main kernel's terms (us; kernel "flat", or "tc" with its own constants,
     tile and resident blocks), in the tiled model's form less its shared-memory phases
     (module docstring: the flat kernel):
         t_main = t_main0 + max(latency, issue, dram)
-        latency = W T (L_t + L_q NR)       the heaviest CTA's chain, a tile at a time, in
-                                           W waves of the blocks an SM holds (registers)
+        latency = W T (L_t + L_q NR [+ L_p])  the heaviest CTA's chain, a tile at a time,
+                                           in W waves of the blocks an SM holds; L_p
+                                           (tc, paged caches): a step's wait on its
+                                           block-table entries
         issue   = max over SMs of sum over its CTAs (rows / TB (c_t + c_q NR) + c_cta)
         dram    = main kernel bytes / (e_flat x HBM bandwidth)
-    and the combine kernel's (S > 1) from the tiled model's constants `comb`: both main
-    kernels hand their partials to the same `split_kv.combine_kernel`."""
+    and the combine kernel's (S > 1, `combine_terms`; comb: the tiled model's constants,
+    version 1's): every main kernel hands its partials to the same combine."""
     p = problem
     sh = flat_shape(p, S, kv_reads, kernel)
     schedule, main_bytes, comb_bytes = _bytes(p, S, kv_reads)
@@ -271,13 +316,17 @@ def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
     # memory) hold
     n = -(-sh["ctas"] // hw.sm_count)
     waves = -(-n // sh["resident"])
-    latency = waves * sh["T"] * (k["L_t"] + k["L_q"] * NR)
+    # paged: a step's copies wait on its rows' block-table entries (the tc model's L_p;
+    # the flat model has none)
+    L_p = k.get("L_p", 0.0) if p.page_size else 0.0
+    latency = waves * sh["T"] * (k["L_t"] + k["L_q"] * NR + L_p)
     rows = np.asarray(sh["cta_rows"], dtype=np.float64)
     work = np.where(rows > 0, np.ceil(rows / TB) * (k["c_t"] + k["c_q"] * NR), 0.0) + k["c_cta"]
     issue = _busiest_sm(work, hw.sm_count)
     t_dram = main_bytes / (k[STREAM_MODELS[kernel][1]] * hw.hbm_bandwidth / 1e6)
     t_tiles = max(latency, issue)
-    terms = _step_terms(k["t_main0"], t_tiles, t_dram, S, comb, comb_bytes, hw)
+    terms = _step_terms(k["t_main0"], t_tiles, t_dram,
+                        combine_terms(p, S, comb_bytes, hw, combine, v1=comb))
     info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
                 NR=NR, tiles_per_cta=sh["T"], ctas=sh["ctas"], ctas_per_busiest_sm=n, waves=waves,
                 sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
@@ -306,7 +355,8 @@ def _uniform(problem: DecodeProblem, num_splits) -> DecodeProblem:
 
 
 def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=None, *,
-                   kv_reads: str = "per_query_head", constants=None, main: str = "auto") -> dict:
+                   kv_reads: str = "per_query_head", constants=None, main: str = "auto",
+                   combine: str = "v2") -> dict:
     """Predicted time of gpu.decode's kernels for one decoding step.
 
     num_splits None: the rule gpu.decode uses for that main kernel (iosim.choose_num_splits
@@ -326,7 +376,10 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     (main="flat") or "tc" (main="tc", the flat form with the tensor-core kernel's own
     constants); ConfigError while a kernel's constants are not fitted or where it does not
     run. With main="tiled" a warning says where gpu.decode's default runs the tensor-core
-    or flat kernel instead; a flat or tc prediction carries its model's held-out score."""
+    or flat kernel instead; a flat or tc prediction carries its model's held-out score.
+    combine: the split-KV combine's version whose time is added (S > 1): "v2" (today's
+    gpu.decode; while its constants are not fitted, version 1's are used and a warning
+    says so) or "v1" (the one every decode row before 2026-12-07 was timed with)."""
     if main not in ("tiled", "flat", "tc", "auto"):
         raise ConfigError(f"main={main!r} is not allowed; allowed: 'tiled', 'flat', 'tc', "
                           f"'auto'")
@@ -369,12 +422,20 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
                         f"unvalidated")
     if num_splits is None:
         num_splits = auto_num_splits(problem, hw.sm_count, kv_reads, kernel).num_splits
+    if combine not in COMBINE_VERSIONS:
+        raise ConfigError(f"combine={combine!r} is not allowed; allowed: "
+                          f"{', '.join(map(repr, COMBINE_VERSIONS))}")
+    if combine == "v2" and int(num_splits) > 1 and load_combine_constants() is None:
+        combine = "v1"
+        warnings.append("the split-KV combine's time is version 1's (one thread a column, "
+                        "before 2026-12-07): today's combine has no fitted constants yet "
+                        "and is faster, so this over-predicts where S is large")
     if kernel in STREAM_MODELS:
         comb = load_constants(main="tiled")["constants"]
         terms, info = _flat_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb,
-                                  kernel)
+                                  kernel, combine)
     else:
-        terms, info = _terms(problem, int(num_splits), kv_reads, hw, c["constants"])
+        terms, info = _terms(problem, int(num_splits), kv_reads, hw, c["constants"], combine)
     total = sum(terms.values())
     main_us = sum(v for t, v in terms.items() if t.startswith("main"))
     version = c.get("model_version", STREAM_MODELS[kernel][0] if kernel in STREAM_MODELS
@@ -384,4 +445,4 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
                 shares={t: v / total for t, v in terms.items()},
                 binding=max(terms, key=terms.get),
                 main_binding="tiles" if info["t_tiles_us"] >= info["t_dram_us"] else "dram",
-                model_version=version, warnings=warnings, **info)
+                model_version=version, combine=combine, warnings=warnings, **info)
