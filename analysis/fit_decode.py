@@ -149,8 +149,10 @@ def problem_of(row: dict) -> DecodeProblem:
 
 
 #: gpu.decode's combine became version 2 (split_kv.combine_kernel: the splits shared among
-#: its warps) at commit 50c614a; every decode row dated before this ran version 1
-COMBINE_V2_SINCE = "2026-12-07T19:30:00+00:00"
+#: its warps) at commit 50c614a; every decode row dated before this ran version 1 (dates
+#: are the lent GPU's clock: its last version-1 run is dated 17:08 that day, its first
+#: version-2 run 19:16)
+COMBINE_V2_SINCE = "2026-12-07T19:00:00+00:00"
 
 
 def combine_version_of(row: dict) -> str:
