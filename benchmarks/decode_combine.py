@@ -12,8 +12,10 @@ each lane in flight), same run, same inputs.
 Per (version, d, rows = batch x heads, S): N_q = 1, Opart / Lpart float32 from a fixed
 seed (Lpart in [-3, 3], some splits -inf: empty chunks), O fp16. Each version's output is
 checked against iosim.combine_partials in float64 (max relative error of O, of L).
-Timing: 3 warm-up launches, a torch.cuda._sleep holds the stream while `reps` launches
-are enqueued, each between two CUDA events; ms_median, ms_min. The partials are not
+Timing: analysis.bench_decode.Timer, as the decode bench: 3 warm-up launches, a
+torch.cuda._sleep holds the stream while `reps` launches are enqueued, each between two
+CUDA events; ms_median, ms_min. (The run of 2026-12-07 held the stream 2e5 cycles a
+launch, the Timer 5e5: either outlasts the enqueueing.) The partials are not
 rotated: in a decoding step the main kernel has just written them (at most a few MB at
 the split rule's S), so the L2 holds them, as here.
 
@@ -28,7 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
-import statistics
 import sys
 import time
 
@@ -110,6 +111,7 @@ def main(argv=None) -> int:
                 commit=os.environ.get("FLASHSIM_COMMIT") or R.current_commit(),
                 versions=versions())
     w = D.Writer(a.out, base)
+    timer = D.Timer(torch, a.reps)      # the decode bench's events and stream hold
     t0 = time.monotonic()
     rng = np.random.default_rng(0)
     points = [(d, rows, S) for d in (64, 128) for rows in ROWS
@@ -143,29 +145,16 @@ def main(argv=None) -> int:
             err_o = float(np.max(np.abs(o.copy_to_host().astype(np.float64).reshape(O_ref.shape)
                                         - O_ref)) / max(np.max(np.abs(O_ref)), 1e-30))
             err_l = float(np.max(np.abs(L.copy_to_host().reshape(L_ref.shape) - L_ref)))
-            for _ in range(3):
-                fn()
-            torch.cuda.synchronize()
-            torch.cuda._sleep(int(2e5 * a.reps))
-            evs = []
-            for _ in range(a.reps):
-                e0 = torch.cuda.Event(enable_timing=True)
-                e1 = torch.cuda.Event(enable_timing=True)
-                e0.record()
-                fn()
-                e1.record()
-                evs.append((e0, e1))
-            torch.cuda.synchronize()
-            ms = [e0.elapsed_time(e1) for e0, e1 in evs]
+            ms_median, ms_min = timer(lambda i: fn(), 1)
             w.row("decode_combine", version=ver, d=d, rows=rows, batch=B, heads=H, N_q=1,
                   num_splits=S, dtype="fp16", threads=128 if ver == "v1_serial" else pl["NT"],
                   unroll=None if ver == "v1_serial" else pl["U"],
                   rounds=S if ver == "v1_serial" else pl["rounds"],
                   split="fit" if S in FIT_S else "held_out", reps=a.reps,
-                  ms_median=statistics.median(ms), ms_min=min(ms), max_rel_err_O=err_o,
+                  ms_median=ms_median, ms_min=ms_min, max_rel_err_O=err_o,
                   max_abs_err_L=err_l, status="ok")
             print(f"[{i + 1}/{len(points)}] {ver} d={d} rows={rows} S={S}: "
-                  f"{statistics.median(ms) * 1e3:.1f} us, err O {err_o:.1e} L {err_l:.1e}",
+                  f"{ms_median * 1e3:.1f} us, err O {err_o:.1e} L {err_l:.1e}",
                   flush=True)
     print(f"done: {w.n} rows in {time.monotonic() - t0:.0f} s", flush=True)
     return 0
