@@ -289,7 +289,6 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
     return doc
 
 
-COMBINE_PATH = BENCH_PATH.with_name("decode_combine.jsonl")
 #: the combine's fitted constants (us), in the order of the fit (iosim.timing.decode.combine_terms)
 FITTED_COMBINE = ("t_comb0", "c_blk", "c_r")
 COMBINE_MEANING = {
@@ -300,18 +299,15 @@ COMBINE_MEANING = {
 }
 
 
-def combine_rows(path=None, gpu: str = "H100-SXM", run_ids=None) -> list[dict]:
-    """The version 2 (v2_warps) decode_combine rows with status ok on `gpu`."""
+def combine_rows(data=None, gpu: str = "H100-SXM", run_ids=None) -> list[dict]:
+    """The version 2 (v2_warps) decode_combine rows with status ok on `gpu` (data: the
+    results data set's folder; default the repository's)."""
+    from . import results
     keep = set(run_ids or ())
-    out = []
-    p = Path(path or COMBINE_PATH)
-    for line in (p.read_text().splitlines() if p.exists() else ()):
-        r = json.loads(line)
-        if (r.get("version") == "v2_warps" and r.get("status") == "ok"
-                and GPU_OF_DEVICE.get(r.get("device"), r.get("device")) == gpu
-                and (not keep or r["run_id"] in keep)):
-            out.append(r)
-    return out
+    return [r for r in results.load("decode_combine", data=data, version="v2_warps",
+                                    status="ok")
+            if GPU_OF_DEVICE.get(r.get("device"), r.get("device")) == gpu
+            and (not keep or r["run_id"] in keep)]
 
 
 def predict_combine_row(row: dict, k: dict, gpu: str = "H100-SXM") -> float:
@@ -345,15 +341,10 @@ def fit_combine(rows=None, gpu: str = "H100-SXM") -> dict:
     sol = least_squares(resid, np.array([3.0, 1.0, 0.3]), bounds=(0, np.inf), x_scale="jac")
     k = {name: float(v) for name, v in zip(FITTED_COMBINE, sol.x)}
     k["e_dram"] = e_dram
-    held = [r for r in every if r["split"] == "held_out"]
-    errs = sorted(abs(predict_combine_row(r, k, gpu) / (r["ms_median"] * 1e3) - 1)
-                  for r in held)
-    score = None
-    if errs:
-        m = len(errs)
-        score = {"rows": m, "median": round(errs[m // 2] if m % 2 else
-                                            (errs[m // 2 - 1] + errs[m // 2]) / 2, 4),
-                 "worst": round(errs[-1], 4), "within_10pct": sum(e <= 0.10 for e in errs)}
+    held = [{"split": "heldout",
+             "rel_error": predict_combine_row(r, k, gpu) / (r["ms_median"] * 1e3) - 1}
+            for r in every if r["split"] == "held_out"]
+    score = summarise(held)["all"] if held else None
     return {
         "model_version": "decode-combine v2",
         "constants": k,

@@ -479,8 +479,8 @@ def decode_kernel(d, dt, N_q, NG, split, paged, causal, count, NT, VW, LPR, KPG,
 @specialisation
 def combine_kernel(d, dt, N_q, count, NT):
     """Kernel(opart, lpart, o, L, S, H, counters): the split-KV combine, one block per
-    (batch, query head) (grid batch x heads), NT = 32 NW threads,
-    `combine_smem_bytes(S, N_q, d, NT)` dynamic shared bytes. For each row r < N_q:
+    (batch, query head) (grid batch x heads), NT = 32 NW threads and the dynamic shared
+    bytes of iosim.launch.decode.combine_plan (which picks NW). For each row r < N_q:
 
         M = max_s Lpart[s]            every thread a share of the splits, then the block's
                                       max (a NaN stays NaN); each Lpart read once
@@ -613,11 +613,4 @@ def combine_kernel(d, dt, N_q, count, NT):
     return kernel, kernel_name("decode_combine", d=d, dt=dt, nq=N_q, count=count, t=NT)
 
 
-def combine_smem_bytes(S: int, N_q: int, d: int, NT: int) -> int:
-    """Dynamic shared bytes of combine_kernel(d, ., N_q, ., NT) for S splits
-    (iosim.launch.decode.combine_plan)."""
-    NW = NT // 32
-    return 4 * (S * N_q + N_q + NW * d + NW + NT)
-
-
-__all__ = ["COUNTED", "C", "plan", "decode_kernel", "combine_kernel", "combine_smem_bytes"]
+__all__ = ["COUNTED", "C", "plan", "decode_kernel", "combine_kernel"]

@@ -201,21 +201,27 @@ def combine_plan(S: int, N_q: int, d: int, sim: bool = False) -> dict:
     NW warps (1 in the simulator), NT threads, U splits a warp loads at once, rounds =
     ceil(S / (NW U)) of its loop, smem_bytes: the weights (S N_q), each row's sum (N_q),
     the warps' partial O rows (NW d) and the block reductions' slots (NW + NT), 4-byte
-    words."""
+    words; per_sm: the blocks an SM holds at once (its shared memory and threads)."""
     NW = 1 if sim else COMBINE_WARPS
     U = COMBINE_UNROLL
-    return dict(NW=NW, NT=32 * NW, U=U, rounds=-(-S // (NW * U)),
-                smem_bytes=4 * (S * N_q + N_q + NW * d + NW + 32 * NW))
+    smem = 4 * (S * N_q + N_q + NW * d + NW + 32 * NW)
+    return dict(NW=NW, NT=32 * NW, U=U, rounds=-(-S // (NW * U)), smem_bytes=smem,
+                per_sm=max(1, _slots(smem, 32 * NW)))
+
+
+def _slots(smem_bytes: int, NT: int) -> int:
+    """Blocks of NT threads and smem_bytes of shared memory one SM holds at once, as its
+    shared memory, its 2,048 threads and its 32 block slots allow (registers aside)."""
+    return min(SMEM_PER_SM // (smem_bytes + SMEM_RESERVED), 2048 // NT, 32)
 
 
 def tc_resident_blocks(lay: dict, paged: bool = False, regs_per_sm: int = 65536) -> int:
     """Blocks of the tensor-core kernel (layout `lay`, from tc_plan; paged cache or not)
     one SM holds at once, as its shared memory and its registers (TC_REGISTERS) allow."""
-    by_smem = SMEM_PER_SM // (lay["smem_bytes"] + SMEM_RESERVED)
     regs = TC_REGISTERS.get((lay["SH"] - 8, lay["BC"], bool(paged)), 255)
     per_warp = -(-regs * 32 // 256) * 256
     by_regs = regs_per_sm // (per_warp * lay["NW"])
-    return max(1, min(by_smem, by_regs, 2048 // lay["NT"], 32))
+    return max(1, min(_slots(lay["smem_bytes"], lay["NT"]), by_regs))
 
 
 # ---------------------------------------------------------------------------------------

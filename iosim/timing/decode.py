@@ -72,8 +72,8 @@ from ..decode import (DecodeProblem, decode_closed_form, sequence_chunks,
                       split_bounds)
 from ..problem import ConfigError
 from ..hardware import get_hardware
-from ..launch.decode import (SMEM_PER_SM, SMEM_RESERVED, auto_num_splits, block_rows,
-                             combine_plan, ctas_per_sm, flat_plan, main_kernel, plan, tc_plan)
+from ..launch.decode import (auto_num_splits, block_rows, combine_plan, ctas_per_sm, flat_plan,
+                             main_kernel, plan, tc_plan)
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
 MODEL_VERSION = "decode-time v1"
@@ -202,6 +202,14 @@ def load_combine_constants(path=None) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def check_combine(version) -> str:
+    """`version` if it is one of COMBINE_VERSIONS, else ConfigError (one line)."""
+    if version not in COMBINE_VERSIONS:
+        raise ConfigError(f"combine={version!r} is not allowed; allowed: "
+                          f"{', '.join(map(repr, COMBINE_VERSIONS))}")
+    return version
+
+
 def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: str = "v2",
                   v1: dict | None = None, constants: dict | None = None) -> dict:
     """The split-KV combine's terms (us) for S splits (none when S = 1), of the kernel
@@ -211,10 +219,7 @@ def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: 
     which every decode row measured before then was timed."""
     if S <= 1:
         return {}
-    if version not in COMBINE_VERSIONS:
-        raise ConfigError(f"combine={version!r} is not allowed; allowed: "
-                          f"{', '.join(map(repr, COMBINE_VERSIONS))}")
-    if version == "v1":
+    if check_combine(version) == "v1":
         k = v1 or load_constants(main="tiled")["constants"]
         bw = k["e_dram"] * hw.hbm_bandwidth / 1e6          # bytes per us
         return dict(combine_fixed=k["t_comb0"], combine_splits=S * k["c_s"],
@@ -222,9 +227,7 @@ def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: 
     k = constants or load_combine_constants()["constants"]
     p = problem
     pl = combine_plan(S, p.N_q, p.d)
-    per_sm = max(1, min(2048 // pl["NT"], 32,
-                        SMEM_PER_SM // (pl["smem_bytes"] + SMEM_RESERVED)))
-    waves = -(-(p.batch * p.heads) // (hw.sm_count * per_sm))
+    waves = -(-(p.batch * p.heads) // (hw.sm_count * pl["per_sm"]))
     bw = k["e_dram"] * hw.hbm_bandwidth / 1e6
     return dict(combine_fixed=k["t_comb0"],
                 combine_rounds=waves * (k["c_blk"] + p.N_q * pl["rounds"] * k["c_r"]),
@@ -232,7 +235,7 @@ def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: 
 
 
 def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
-           combine: str = "v2") -> dict:
+           combine: str = "v2", v2: dict | None = None) -> dict:
     p = problem
     sh = kernel_shape(p, S, kv_reads)
     schedule, main_bytes, comb_bytes = _bytes(p, S, kv_reads)
@@ -251,7 +254,7 @@ def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
     t_tiles = max(latency, issue)
     t_dram = main_bytes / bw
     terms = _step_terms(k["t_main0"], t_tiles, t_dram,
-                        combine_terms(p, S, comb_bytes, hw, combine, v1=k))
+                        combine_terms(p, S, comb_bytes, hw, combine, v1=k, constants=v2))
     info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
                 NR=sh["NR"], tiles_per_cta=sh["T"], ctas=sh["ctas"], ctas_per_busiest_sm=n,
                 sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
@@ -295,7 +298,8 @@ def flat_shape(problem: DecodeProblem, num_splits: int, kv_reads: str,
 
 
 def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
-                comb: dict, kernel: str = "flat", combine: str = "v2") -> tuple[dict, dict]:
+                comb: dict, kernel: str = "flat", combine: str = "v2",
+                v2: dict | None = None) -> tuple[dict, dict]:
     """A streaming main kernel's terms (us; kernel "flat", or "tc" with its own constants,
     tile and resident blocks), in the tiled model's form less its shared-memory phases
     (module docstring: the flat kernel):
@@ -326,7 +330,7 @@ def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
     t_dram = main_bytes / (k[STREAM_MODELS[kernel][1]] * hw.hbm_bandwidth / 1e6)
     t_tiles = max(latency, issue)
     terms = _step_terms(k["t_main0"], t_tiles, t_dram,
-                        combine_terms(p, S, comb_bytes, hw, combine, v1=comb))
+                        combine_terms(p, S, comb_bytes, hw, combine, v1=comb, constants=v2))
     info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
                 NR=NR, tiles_per_cta=sh["T"], ctas=sh["ctas"], ctas_per_busiest_sm=n, waves=waves,
                 sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
@@ -422,10 +426,10 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
                         f"unvalidated")
     if num_splits is None:
         num_splits = auto_num_splits(problem, hw.sm_count, kv_reads, kernel).num_splits
-    if combine not in COMBINE_VERSIONS:
-        raise ConfigError(f"combine={combine!r} is not allowed; allowed: "
-                          f"{', '.join(map(repr, COMBINE_VERSIONS))}")
-    if combine == "v2" and int(num_splits) > 1 and load_combine_constants() is None:
+    v2 = None
+    if check_combine(combine) == "v2" and int(num_splits) > 1:
+        v2 = load_combine_constants()           # read once for the prediction
+    if combine == "v2" and int(num_splits) > 1 and v2 is None:
         combine = "v1"
         warnings.append("the split-KV combine's time is version 1's (one thread a column, "
                         "before 2026-12-07): today's combine has no fitted constants yet "
@@ -433,9 +437,10 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     if kernel in STREAM_MODELS:
         comb = load_constants(main="tiled")["constants"]
         terms, info = _flat_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb,
-                                  kernel, combine)
+                                  kernel, combine, v2 and v2["constants"])
     else:
-        terms, info = _terms(problem, int(num_splits), kv_reads, hw, c["constants"], combine)
+        terms, info = _terms(problem, int(num_splits), kv_reads, hw, c["constants"], combine,
+                             v2 and v2["constants"])
     total = sum(terms.values())
     main_us = sum(v for t, v in terms.items() if t.startswith("main"))
     version = c.get("model_version", STREAM_MODELS[kernel][0] if kernel in STREAM_MODELS
