@@ -10,12 +10,13 @@ its constants (`fit`), the decode_time_validation rows and their summaries.
                                               main_kernel "flat", one GPU preset, --gpu)
     ... fit|validate|constants --main tc      the tensor-core kernel's (the flat form,
                                               decode_tc_constants.json; main_kernel "tc")
-    python3 -m analysis.fit_decode fit-combine  the split-KV combine's (version 2) constants
+    python3 -m analysis.fit_decode fit-combine  the split-KV combine's (versions 2, 3) constants
                                               from decode_combine rows (their own fit /
                                               held-out split): decode_combine_constants.json
 
-Rows timed before COMBINE_V2_SINCE ran version 1 of the combine: each row is predicted
-with the combine it ran (`combine_version_of`).
+Rows timed before COMBINE_V2_SINCE ran version 1 of the combine, those before
+COMBINE_V3_SINCE version 2: each row is predicted with the combine it ran
+(`combine_version_of`).
 
 The constants are fitted by least squares on log time (scipy.optimize.least_squares, bounds
 >= 0) over the fit half of the flashsim rows (`split_of`).
@@ -153,11 +154,19 @@ def problem_of(row: dict) -> DecodeProblem:
 #: are the lent GPU's clock: its last version-1 run is dated 17:08 that day, its first
 #: version-2 run 19:16)
 COMBINE_V2_SINCE = "2026-12-07T19:00:00+00:00"
+#: ... and version 3 (its warps follow S, iosim.launch.decode.combine_warps) from here: the
+#: last version-2 run is dated 19:22 that day
+COMBINE_V3_SINCE = "2026-12-07T21:00:00+00:00"
+#: decode_combine rows' `version` -> the time model's combine version
+COMBINE_ROW_VERSIONS = {"v2_warps": "v2", "v3_by_splits": "v3"}
 
 
 def combine_version_of(row: dict) -> str:
-    """The split-KV combine a measured row ran: "v1" before COMBINE_V2_SINCE, else "v2"."""
-    return "v1" if row["date"] < COMBINE_V2_SINCE else "v2"
+    """The split-KV combine a measured row ran: "v1" before COMBINE_V2_SINCE, "v2" before
+    COMBINE_V3_SINCE, else "v3"."""
+    if row["date"] < COMBINE_V2_SINCE:
+        return "v1"
+    return "v2" if row["date"] < COMBINE_V3_SINCE else "v3"
 
 
 def predict_row(row: dict, constants=None, main: str = "tiled", gpu: str = "H100-SXM") -> dict:
@@ -300,30 +309,33 @@ COMBINE_MEANING = {
 
 
 def combine_rows(data=None, gpu: str = "H100-SXM", run_ids=None) -> list[dict]:
-    """The version 2 (v2_warps) decode_combine rows with status ok on `gpu` (data: the
-    results data set's folder; default the repository's)."""
+    """The version 2 and 3 (v2_warps, v3_by_splits) decode_combine rows with status ok on
+    `gpu` (data: the results data set's folder; default the repository's)."""
     from . import results
     keep = set(run_ids or ())
-    return [r for r in results.load("decode_combine", data=data, version="v2_warps",
-                                    status="ok")
-            if GPU_OF_DEVICE.get(r.get("device"), r.get("device")) == gpu
+    return [r for r in results.load("decode_combine", data=data, status="ok")
+            if r.get("version") in COMBINE_ROW_VERSIONS
+            and GPU_OF_DEVICE.get(r.get("device"), r.get("device")) == gpu
             and (not keep or r["run_id"] in keep)]
 
 
 def predict_combine_row(row: dict, k: dict, gpu: str = "H100-SXM") -> float:
-    """The version 2 combine's predicted time (us) of a decode_combine row."""
+    """The version 2 or 3 combine's predicted time (us) of a decode_combine row (the
+    version it ran)."""
     from iosim.timing.decode import _bytes
     hw = get_hardware(gpu)
     S = row["num_splits"]
     p = DecodeProblem(N_kv=16 * S, d=row["d"], batch=row["batch"], heads=row["heads"],
                       kv_heads=row["heads"], N_q=row["N_q"], dtype=row["dtype"])
     comb_bytes = _bytes(p, S, "per_query_head")[2]
-    return sum(combine_terms(p, S, comb_bytes, hw, "v2", constants=k).values())
+    return sum(combine_terms(p, S, comb_bytes, hw, COMBINE_ROW_VERSIONS[row["version"]],
+                             constants=k).values())
 
 
 def fit_combine(rows=None, gpu: str = "H100-SXM") -> dict:
-    """The version 2 combine's constants: least squares on log time over the rows whose
-    `split` is "fit" (benchmarks/decode_combine.py: S in FIT_S), scored on "held_out"."""
+    """The version 2 / 3 combine's constants (one kernel, one form): least squares on log
+    time over the rows whose `split` is "fit" (benchmarks/decode_combine.py: S in FIT_S),
+    each predicted as the version it ran; scored on "held_out", also by version."""
     import numpy as np
     from scipy.optimize import least_squares
     every = rows or combine_rows(gpu=gpu)
@@ -341,12 +353,14 @@ def fit_combine(rows=None, gpu: str = "H100-SXM") -> dict:
     sol = least_squares(resid, np.array([3.0, 1.0, 0.3]), bounds=(0, np.inf), x_scale="jac")
     k = {name: float(v) for name, v in zip(FITTED_COMBINE, sol.x)}
     k["e_dram"] = e_dram
-    held = [{"split": "heldout",
+    held = [{"split": "heldout", "version": r["version"],
              "rel_error": predict_combine_row(r, k, gpu) / (r["ms_median"] * 1e3) - 1}
             for r in every if r["split"] == "held_out"]
     score = summarise(held)["all"] if held else None
+    by_version = {v: summarise([h for h in held if h["version"] == v])["all"]
+                  for v in sorted({h["version"] for h in held})}
     return {
-        "model_version": "decode-combine v2",
+        "model_version": "decode-combine v3",
         "constants": k,
         "meaning": COMBINE_MEANING,
         "fitted_space": {"d": sorted({r["d"] for r in rows}), "N_q": [1],
@@ -358,6 +372,7 @@ def fit_combine(rows=None, gpu: str = "H100-SXM") -> dict:
         "fit_rows": len(rows),
         "fit_rms_log": float(np.sqrt(np.mean(sol.fun ** 2))),
         "heldout": score,
+        "heldout_by_version": by_version,
     }
 
 

@@ -1,13 +1,18 @@
 """The split-KV combine alone, on a GPU: version 1 (one thread a column sums every split
-in order; gpu.decode's combine until 2026-12-07) beside version 2 (today's
+in order; gpu.decode's combine until 2026-12-07) beside versions 2 and 3 (
 gpu.decode.split_kv.combine_kernel: the splits shared among the block's warps, U loads of
-each lane in flight), same run, same inputs.
+each lane in flight; 8 warps in version 2, as many as S needs in version 3, today's),
+same run, same inputs.
 
     v1  combine_v1 below: thread t owns column t, loops s = 0 .. S-1, one Opart load a
         split, used at once: S load latencies in a chain (and thread 0 alone reads the
         S Lpart values first: S more)
     v2  split_kv.combine_kernel: every thread a share of Lpart, block max and sum; warp w
-        sums splits w, w + NW, .. in rounds of U; ceil(S / (NW U)) latencies in a chain
+        sums splits w, w + NW, .. in rounds of U; ceil(S / (NW U)) latencies in a chain;
+        NW = 8
+    v3  the same kernel, NW = iosim.launch.decode.combine_warps(S) (1 warp up to S = 4, ..,
+        8 from S = 17): 8-warp blocks with no split for most warps held 2 waves of the
+        SMs' thread slots at 2,048 rows
 
 Per (version, d, rows = batch x heads, S): N_q = 1, Opart / Lpart float32 from a fixed
 seed (Lpart in [-3, 3], some splits -inf: empty chunks), O fp16. Each version's output is
@@ -20,8 +25,8 @@ rotated: in a decoding step the main kernel has just written them (at most a few
 the split rule's S), so the L2 holds them, as here.
 
 Rows: kind "decode_combine", one per (version, d, rows, S). The time model's combine
-constants (iosim/timing/decode_combine_constants.json) are fitted on the v2 rows with S in
-FIT_S and scored on those with S in HELD_S (chosen before any row was measured).
+constants (iosim/timing/decode_combine_constants.json) are fitted on the v2 and v3 rows with
+S in FIT_S and scored on those with S in HELD_S (chosen before any row was measured).
 
     python3 benchmarks/decode_combine.py --out decode_combine.jsonl [--reps 30]
 """
@@ -130,16 +135,18 @@ def main(argv=None) -> int:
         o = cuda.device_array((B, H, 1, d), np.float16)
         L = cuda.device_array((B, H, 1), np.float32)
         ctr = cuda.to_device(np.zeros((len(K.COUNTED), 2), np.int64))
-        pl = combine_plan(S, 1, d)
+        plans = {"v2_warps": combine_plan(S, 1, d, warps=8), "v3_by_splits": combine_plan(S, 1, d)}
         v1 = combine_v1(d, "fp16", 1, 128)
-        v2 = K.combine_kernel(d, "fp16", 1, False, pl["NT"])
-        runs = {
-            "v1_serial": lambda: v1[B * H, 128, 0, 4 * (S + 1)](dop, dlp, o, L, np.int64(S),
-                                                                 np.int64(H)),
-            "v2_warps": lambda: launch(v2, B * H, pl["NT"], pl["smem_bytes"], dop, dlp, o, L,
-                                       np.int64(S), np.int64(H), ctr),
-        }
+
+        def warps(pl):
+            ker = K.combine_kernel(d, "fp16", 1, False, pl["NT"])
+            return lambda: launch(ker, B * H, pl["NT"], pl["smem_bytes"], dop, dlp, o, L,
+                                  np.int64(S), np.int64(H), ctr)
+        runs = {"v1_serial": lambda: v1[B * H, 128, 0, 4 * (S + 1)](dop, dlp, o, L, np.int64(S),
+                                                                     np.int64(H)),
+                **{ver: warps(pl) for ver, pl in plans.items()}}
         for ver, fn in runs.items():
+            pl = plans.get(ver)
             fn()
             cuda.synchronize()
             err_o = float(np.max(np.abs(o.copy_to_host().astype(np.float64).reshape(O_ref.shape)
@@ -147,9 +154,9 @@ def main(argv=None) -> int:
             err_l = float(np.max(np.abs(L.copy_to_host().reshape(L_ref.shape) - L_ref)))
             ms_median, ms_min = timer(lambda i: fn(), 1)
             w.row("decode_combine", version=ver, d=d, rows=rows, batch=B, heads=H, N_q=1,
-                  num_splits=S, dtype="fp16", threads=128 if ver == "v1_serial" else pl["NT"],
-                  unroll=None if ver == "v1_serial" else pl["U"],
-                  rounds=S if ver == "v1_serial" else pl["rounds"],
+                  num_splits=S, dtype="fp16", threads=128 if pl is None else pl["NT"],
+                  unroll=None if pl is None else pl["U"],
+                  rounds=S if pl is None else pl["rounds"],
                   split="fit" if S in FIT_S else "held_out", reps=a.reps,
                   ms_median=ms_median, ms_min=ms_min, max_rel_err_O=err_o,
                   max_abs_err_L=err_l, status="ok")

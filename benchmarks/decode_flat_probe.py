@@ -10,6 +10,8 @@ defaults themselves.
     python3 benchmarks/decode_flat_probe.py --splits     (default layout, one-wave split counts)
     python3 benchmarks/decode_flat_probe.py --tc         (the tensor-core kernel, gpu.decode.tc:
         its layouts and split counts against the flat kernel's defaults and SDPA)
+    python3 benchmarks/decode_flat_probe.py --tc --layouts 8x16x3,4x32x3
+        (those layouts (warps x block_keys x stages) in pass 2, on TC_DEEP_SHAPES)
     compute-sanitizer --tool racecheck python3 benchmarks/decode_flat_probe.py --tc --sanitize
         (its tiny checks, TC_SANITIZE)
     compute-sanitizer --tool memcheck --report-api-errors no \
@@ -285,7 +287,8 @@ def timings(emit, quick, budget_s, splits=False):
         torch.cuda.empty_cache()
 
 
-#: the tensor-core kernel's layouts timed by --tc (warps, block_keys, stages): the default first
+#: the tensor-core kernel's layouts timed by --tc's pass 2 (warps, block_keys, stages), beside
+#: the default (iosim.launch.decode.TC_DEFAULT) in pass 1
 TC_LAYOUTS = ((4, 16, 3), (4, 16, 2), (2, 16, 4), (8, 16, 2), (4, 32, 2), (1, 16, 4),
               (2, 32, 3), (4, 16, 4))
 #: --tc's shapes, grouped heads first (the flat kernel's gap); then MHA and paged
@@ -295,11 +298,14 @@ TC_SHAPES = (
     (8, "gqa", 128, 16384, 256), (8, "mha", 128, 16384, None), (8, "mqa", 64, 16384, None),
     (1, "mha", 128, 131072, None), (1, "gqa", 128, 131072, 256), (32, "mqa", 128, 16384, None),
 )
+#: pass 2's shapes with --layouts: the grouped ones, MHA at batch 8 and MQA at d = 64
+TC_DEEP_SHAPES = TC_SHAPES[:5] + (TC_SHAPES[7], TC_SHAPES[8])
 
 
 TC_SANITIZE = (  # dtype, batch, heads, kv_heads, N_kv, d, N_q, page, S: tiny, one of each path
     ("fp16", 2, 8, 2, 300, 128, 1, None, 3), ("fp16", 2, 8, 2, 300, 64, 1, 16, 1),
-    ("bf16", 1, 16, 2, 200, 64, 2, None, 2), ("fp16", 1, 8, 1, 100, 128, 1, 256, 2))
+    ("bf16", 1, 16, 2, 200, 64, 2, None, 2), ("fp16", 1, 8, 1, 100, 128, 1, 256, 2),
+    ("fp16", 1, 8, 1, 400, 64, 1, None, 9))     # S = 9: a 4-warp combine (combine_warps)
 
 
 def tc_checks(emit) -> bool:
@@ -334,11 +340,12 @@ def tc_checks(emit) -> bool:
     return ok
 
 
-def tc_timings(emit, budget_s):
+def tc_timings(emit, budget_s, layouts=None):
     """The tensor-core kernel (gpu.decode.tc) beside torch SDPA and the flat kernel at
     gpu.decode's defaults, same run, inputs rotated: pass 1, every TC_SHAPES shape at the
-    default layout and split counts around one wave of its resident blocks; pass 2, the
-    other TC_LAYOUTS on the grouped shapes, as the budget allows."""
+    default layout and split counts around one wave of its resident blocks and the rule's;
+    pass 2, TC_LAYOUTS on the grouped shapes (or `layouts` on TC_DEEP_SHAPES), as the
+    budget allows."""
     import torch
     import iosim
     from iosim.launch import decode as geo
@@ -349,8 +356,10 @@ def tc_timings(emit, budget_s):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     t0 = time.monotonic()
     F_ = torch.nn.functional
-    passes = [(TC_SHAPES, TC_LAYOUTS[:1], True),
-              (TC_SHAPES[:5], TC_LAYOUTS[1:], False)]
+    default = (geo.TC_DEFAULT["warps"], geo.TC_DEFAULT["block_keys"], geo.TC_DEFAULT["stages"])
+    passes = [(TC_SHAPES, (default,), True),
+              (TC_DEEP_SHAPES, tuple(layouts), False) if layouts else
+              (TC_SHAPES[:5], tuple(x for x in TC_LAYOUTS if x != default), False)]
     for shapes, layouts, peers in passes:
         for B, attn, d, N, page in shapes:
             if time.monotonic() - t0 > budget_s:
@@ -412,7 +421,7 @@ def tc_timings(emit, budget_s):
                                   stages=STG)
                 c = geo.tc_resident_blocks(lay, bool(page))
                 Ss = sorted({max(1, min(N // 256, S)) for S in
-                             (sms * c // R, -(-sms * c // R), 2 * -(-sms * c // R))})
+                             (sms * c // R, -(-sms * c // R), 2 * -(-sms * c // R), rule)})
                 for S in Ss:
                     try:
                         run = DecodeLauncher(p, S, kv_reads=kvr, main="tc",
@@ -472,6 +481,9 @@ def main():
     ap.add_argument("--tc", action="store_true",
                     help="the tensor-core kernel: layouts and split counts, beside the flat "
                          "kernel's defaults and SDPA (no checks: the gpu tests check it)")
+    ap.add_argument("--layouts", default=None,
+                    help="with --tc: pass 2's layouts, WARPSxBLOCK_KEYSxSTAGES[,..] (e.g. "
+                         "8x16x3,4x32x3), on TC_DEEP_SHAPES")
     ap.add_argument("--splits", action="store_true",
                     help="timings of the default layout only, at the split counts that fill "
                          "the SMs' block slots in one wave and just past it, every shape")
@@ -503,7 +515,16 @@ def main():
             ok = tc_checks(emit)
             print("tc checks", "passed" if ok else "FAILED", flush=True)
             return 0 if ok else 1
-        tc_timings(emit, a.budget_s)
+        layouts = None
+        if a.layouts:
+            try:
+                layouts = [tuple(int(x) for x in item.split("x")) for item in a.layouts.split(",")]
+            except ValueError:
+                layouts = [()]
+            if any(len(x) != 3 for x in layouts):
+                ap.error(f"--layouts={a.layouts!r} is not allowed; allowed: "
+                         f"WARPSxBLOCK_KEYSxSTAGES[,..], e.g. 8x16x3,4x32x3")
+        tc_timings(emit, a.budget_s, layouts)
         return 0
     ok = checks(emit, sanitize=a.sanitize)
     print("checks", "passed" if ok else "FAILED", flush=True)

@@ -61,27 +61,51 @@ def test_combine_plan_rounds_and_shared_memory():
     assert pl["smem_bytes"] == 4 * (264 + 1 + COMBINE_WARPS * 128 + COMBINE_WARPS + pl["NT"])
     sim = combine_plan(5, 2, 16, sim=True)
     assert sim["NW"] == 1 and sim["rounds"] == 2
+    assert combine_plan(5, 2, 16, sim=True, warps=4)["NW"] == 4
+    with pytest.raises(ValueError, match="warps=3 is not allowed"):
+        combine_plan(5, 1, 16, warps=3)
+
+
+def test_combine_warps_follow_the_splits():
+    from iosim.launch.decode import combine_warps
+    for S in range(2, 600):
+        NW = combine_warps(S)
+        assert NW in (1, 2, 4, 8) and NW <= COMBINE_WARPS
+        # every warp has a round of U splits to sum, and halving NW would leave it
+        # more rounds where it is below the cap
+        assert NW == 1 or (NW // 2) * COMBINE_UNROLL < S
+        assert NW == COMBINE_WARPS or NW * COMBINE_UNROLL >= S
+    assert [combine_warps(S) for S in (2, 4, 5, 8, 9, 16, 17, 264)] == [1, 1, 2, 2, 4, 4, 8, 8]
 
 
 def test_predict_decode_adds_the_combine_it_is_asked_for():
     from iosim.timing.decode import predict_decode
     p = DecodeProblem(N_kv=65536, d=128, batch=1, heads=8, kv_heads=1)
-    v2 = predict_decode(p, main="tc", kv_reads="per_group")
+    v3 = predict_decode(p, main="tc", kv_reads="per_group")
     v1 = predict_decode(p, main="tc", kv_reads="per_group", combine="v1")
-    assert v2["combine"] == "v2" and v1["combine"] == "v1" and v2["num_splits"] > 100
-    assert v2["main_ms"] == v1["main_ms"] and v2["combine_ms"] < v1["combine_ms"]
+    assert v3["combine"] == "v3" and v1["combine"] == "v1" and v3["num_splits"] > 100
+    assert v3["main_ms"] == v1["main_ms"] and v3["combine_ms"] < v1["combine_ms"]
     one = dict(main="tc", kv_reads="per_group", num_splits=1)
     assert (predict_decode(p, **one)["predicted_ms"]
             == predict_decode(p, combine="v1", **one)["predicted_ms"])
-    with pytest.raises(ConfigError, match="combine='v3' is not allowed"):
-        predict_decode(p, combine="v3")
+    # versions 2 and 3 differ only in the warps: the same where S needs all 8
+    assert (predict_decode(p, combine="v2", main="tc", kv_reads="per_group")["predicted_ms"]
+            == v3["predicted_ms"])
+    few = dict(main="tc", kv_reads="per_group", num_splits=2)
+    big = DecodeProblem(N_kv=4096, d=128, batch=64, heads=32, kv_heads=32)
+    assert (predict_decode(big, combine="v3", **few)["combine_ms"]
+            < predict_decode(big, combine="v2", **few)["combine_ms"])
+    with pytest.raises(ConfigError, match="combine='v4' is not allowed"):
+        predict_decode(p, combine="v4")
 
 
 def test_rows_are_predicted_with_the_combine_they_ran():
-    from analysis.fit_decode import COMBINE_V2_SINCE, combine_version_of
+    from analysis.fit_decode import COMBINE_V2_SINCE, COMBINE_V3_SINCE, combine_version_of
     assert combine_version_of({"date": "2026-12-07T17:08:20+00:00"}) == "v1"
     assert combine_version_of({"date": COMBINE_V2_SINCE}) == "v2"
-    assert combine_version_of({"date": "2026-12-08T01:00:00+00:00"}) == "v2"
+    assert combine_version_of({"date": "2026-12-07T19:22:31+00:00"}) == "v2"
+    assert combine_version_of({"date": COMBINE_V3_SINCE}) == "v3"
+    assert combine_version_of({"date": "2026-12-08T01:00:00+00:00"}) == "v3"
 
 
 def test_committed_combine_constants_are_the_fit_of_the_committed_rows():

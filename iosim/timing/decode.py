@@ -25,10 +25,12 @@ term is a floor). Per kernel, in us:
                / (e_dram x hbm_bandwidth), e_dram = the time model's achieved DRAM
                fraction (`iosim.timing`'s runtime_constants.json), not fitted here;
       t_main0 = launch, ramp and the first tile's load latency, once a kernel.
-  combine (S > 1), version 2 (gpu.decode's since 2026-12-07; decode_combine_constants.json):
+  combine (S > 1), versions 3 and 2 (gpu.decode's since 2026-12-07;
+  decode_combine_constants.json):
       t_comb = t_comb0 + W (c_blk + N_q rounds c_r) + combine bytes / (e_dram x hbm_bandwidth)
       rounds = ceil(S / (NW U)): warp w of the block's NW sums splits w, w + NW, .., U
-      loads in flight a lane (iosim.launch.decode.combine_plan); W = waves of the batch x
+      loads in flight a lane (iosim.launch.decode.combine_plan; NW = combine_warps(S) in
+      version 3, 8 in version 2); W = waves of the batch x
       heads blocks over the SMs' block slots; t_comb0: the second launch's gap and fixed
       latency; c_blk: a block's reductions and stores; the bytes are Opart / Lpart read
       and O / L written. Version 1 (before; every decode row timed until then), kept to
@@ -72,8 +74,8 @@ from ..decode import (DecodeProblem, decode_closed_form, sequence_chunks,
                       split_bounds)
 from ..problem import ConfigError
 from ..hardware import get_hardware
-from ..launch.decode import (auto_num_splits, block_rows, combine_plan, ctas_per_sm, flat_plan,
-                             main_kernel, plan, tc_plan)
+from ..launch.decode import (COMBINE_WARPS, auto_num_splits, block_rows, combine_plan,
+                             ctas_per_sm, flat_plan, main_kernel, plan, tc_plan)
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
 MODEL_VERSION = "decode-time v1"
@@ -85,10 +87,13 @@ FLAT_MODEL_VERSION = "decode-time flat v1"
 #: kernel's form (`_flat_terms`) with its own tile (NW warps x B_c rows) and resident blocks
 TC_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_tc_constants.json"
 TC_MODEL_VERSION = "decode-time tc v2"
-#: the split-KV combine's versions: "v2" (gpu.decode's since 2026-12-07: the splits shared
-#: among the block's warps) and "v1" (before: one thread a column, every split in turn)
-COMBINE_VERSIONS = ("v2", "v1")
-#: version 2's constants (`analysis.fit_decode fit-combine`, from decode_combine rows)
+#: the split-KV combine's versions: "v3" (gpu.decode's since the evening of 2026-12-07:
+#: the splits shared among the block's warps, as many warps as S needs, combine_warps),
+#: "v2" (the same kernel, 8 warps whatever S) and "v1" (before: one thread a column, every
+#: split in turn)
+COMBINE_VERSIONS = ("v3", "v2", "v1")
+#: versions 2 and 3's constants (one kernel, one form; `analysis.fit_decode fit-combine`,
+#: from decode_combine rows)
 COMBINE_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_combine_constants.json"
 #: each streaming kernel's model version, achieved-DRAM-fraction constant and name
 STREAM_MODELS = {"flat": (FLAT_MODEL_VERSION, "e_flat", "flat"),
@@ -197,7 +202,7 @@ def _step_terms(t_main0: float, t_tiles: float, t_dram: float, comb_terms: dict)
 
 
 def load_combine_constants(path=None) -> dict | None:
-    """The version 2 combine's fitted constants document, None while none are fitted."""
+    """The version 2 / 3 combine's fitted constants document, None while none are fitted."""
     path = Path(path or COMBINE_CONSTANTS_PATH)
     return json.loads(path.read_text()) if path.exists() else None
 
@@ -210,13 +215,13 @@ def check_combine(version) -> str:
     return version
 
 
-def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: str = "v2",
+def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: str = "v3",
                   v1: dict | None = None, constants: dict | None = None) -> dict:
     """The split-KV combine's terms (us) for S splits (none when S = 1), of the kernel
-    `version` (module docstring): "v2", today's (constants: its document's constants,
-    default decode_combine_constants.json), or "v1", the one before 2026-12-07 (v1: the
-    tiled model's constants t_comb0, c_s, e_dram; default decode_constants.json), with
-    which every decode row measured before then was timed."""
+    `version` (module docstring): "v3", today's, or "v2", its 8-warp form (constants: their
+    document's constants, default decode_combine_constants.json), or "v1", the one before
+    2026-12-07 (v1: the tiled model's constants t_comb0, c_s, e_dram; default
+    decode_constants.json), with which every decode row measured before then was timed."""
     if S <= 1:
         return {}
     if check_combine(version) == "v1":
@@ -226,7 +231,7 @@ def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: 
                     combine_dram=comb_bytes / bw)
     k = constants or load_combine_constants()["constants"]
     p = problem
-    pl = combine_plan(S, p.N_q, p.d)
+    pl = combine_plan(S, p.N_q, p.d, warps=COMBINE_WARPS if version == "v2" else None)
     waves = -(-(p.batch * p.heads) // (hw.sm_count * pl["per_sm"]))
     bw = k["e_dram"] * hw.hbm_bandwidth / 1e6
     return dict(combine_fixed=k["t_comb0"],
@@ -235,7 +240,7 @@ def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: 
 
 
 def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
-           combine: str = "v2", v2: dict | None = None) -> dict:
+           combine: str = "v3", v2: dict | None = None) -> dict:
     p = problem
     sh = kernel_shape(p, S, kv_reads)
     schedule, main_bytes, comb_bytes = _bytes(p, S, kv_reads)
@@ -298,7 +303,7 @@ def flat_shape(problem: DecodeProblem, num_splits: int, kv_reads: str,
 
 
 def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
-                comb: dict, kernel: str = "flat", combine: str = "v2",
+                comb: dict, kernel: str = "flat", combine: str = "v3",
                 v2: dict | None = None) -> tuple[dict, dict]:
     """A streaming main kernel's terms (us; kernel "flat", or "tc" with its own constants,
     tile and resident blocks), in the tiled model's form less its shared-memory phases
@@ -360,7 +365,7 @@ def _uniform(problem: DecodeProblem, num_splits) -> DecodeProblem:
 
 def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=None, *,
                    kv_reads: str = "per_query_head", constants=None, main: str = "auto",
-                   combine: str = "v2") -> dict:
+                   combine: str = "v3") -> dict:
     """Predicted time of gpu.decode's kernels for one decoding step.
 
     num_splits None: the rule gpu.decode uses for that main kernel (iosim.choose_num_splits
@@ -381,9 +386,10 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     constants); ConfigError while a kernel's constants are not fitted or where it does not
     run. With main="tiled" a warning says where gpu.decode's default runs the tensor-core
     or flat kernel instead; a flat or tc prediction carries its model's held-out score.
-    combine: the split-KV combine's version whose time is added (S > 1): "v2" (today's
+    combine: the split-KV combine's version whose time is added (S > 1): "v3" (today's
     gpu.decode; while its constants are not fitted, version 1's are used and a warning
-    says so) or "v1" (the one every decode row before 2026-12-07 was timed with)."""
+    says so), "v2" (its 8-warp form, the afternoon of 2026-12-07) or "v1" (the one every
+    decode row before 2026-12-07 was timed with)."""
     if main not in ("tiled", "flat", "tc", "auto"):
         raise ConfigError(f"main={main!r} is not allowed; allowed: 'tiled', 'flat', 'tc', "
                           f"'auto'")
@@ -427,9 +433,9 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     if num_splits is None:
         num_splits = auto_num_splits(problem, hw.sm_count, kv_reads, kernel).num_splits
     v2 = None
-    if check_combine(combine) == "v2" and int(num_splits) > 1:
+    if check_combine(combine) != "v1" and int(num_splits) > 1:
         v2 = load_combine_constants()           # read once for the prediction
-    if combine == "v2" and int(num_splits) > 1 and v2 is None:
+    if combine != "v1" and int(num_splits) > 1 and v2 is None:
         combine = "v1"
         warnings.append("the split-KV combine's time is version 1's (one thread a column, "
                         "before 2026-12-07): today's combine has no fitted constants yet "
