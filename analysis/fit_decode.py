@@ -155,8 +155,8 @@ def problem_of(row: dict) -> DecodeProblem:
 #: version-2 run 19:16)
 COMBINE_V2_SINCE = "2026-12-07T19:00:00+00:00"
 #: ... and version 3 (its warps follow S, iosim.launch.decode.combine_warps) from here: the
-#: last version-2 run is dated 19:22 that day
-COMBINE_V3_SINCE = "2026-12-07T21:00:00+00:00"
+#: last version-2 run is dated 19:22 that day, version 3 was committed at 20:18 (8b6840c)
+COMBINE_V3_SINCE = "2026-12-07T20:15:00+00:00"
 #: decode_combine rows' `version` -> the time model's combine version
 COMBINE_ROW_VERSIONS = {"v2_warps": "v2", "v3_by_splits": "v3"}
 
