@@ -270,10 +270,12 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
     if main == "tc":
         del meaning["e_flat"]
         meaning.update(
-            L_t="per step of B_c x NW rows of the heaviest CTA: latency its pipeline does not hide",
-            c_t="per step of a CTA: SM issue cost (cp.async copies, mma, softmax), shared by its SM's CTAs",
-            L_p="per step of the heaviest CTA on a paged cache: the wait on its block-table entries",
-            e_tc="achieved fraction of HBM bandwidth of the tensor-core kernel's K/V stream (fitted, <= 1)")
+            L_t="per step of B_c x NW rows of a CTA: its latency, the step's time when nothing else binds",
+            L_q="per step and query row of the block: the part of the step's latency that grows with NR",
+            c_t="per step of a CTA: SM issue cost (cp.async copies, mma, softmax), shared by its SM's running CTAs",
+            c_cta="per wave of CTAs on the SMs' slots: prologue (Q, block-table window) and merge / epilogue",
+            L_p="per step of a CTA on a paged cache: the wait on its block-table entries",
+            e_tc="achieved fraction of HBM bandwidth the running CTAs share (fitted, <= 1)")
     doc = {
         "model_version": STREAM_MODELS[main][0],
         "constants": k,

@@ -58,6 +58,22 @@ with T = ceil(C / TB) (it finds each row's page itself: pages do not cut its til
 the waves of the busiest SM's CTAs in the blocks its registers hold, and
 e_flat its own achieved DRAM fraction, fitted; the combine as above (the same kernel).
 
+The tensor-core kernel (version 3 of its model, `_tc_terms`) streams: its CTAs are a fluid
+that shares the HBM. Each of the n CTAs running at once moves key rows at the rate
+    r(n) = 1 / max(L / TB,  (c_t + c_q NR) min(res, ceil(n / SMs)) / TB,  beta n / B)
+with L = L_t + L_q NR [+ L_p on a paged cache] its tile step's latency alone, the second its
+SM's issue cost shared by the CTAs there (res: the blocks an SM holds), B = e_tc x
+hbm_bandwidth and beta the main kernel's bytes a key row (its ledger / the CTAs' rows). The
+SMs' slots (SMs x res) take the CTAs in grid order, each as a slot frees (a list schedule
+of their rows; every running CTA moves at the same rate, so who ends first does not depend
+on r). While CTAs wait, every slot runs; once the last one is placed, the tail runs with
+fewer and fewer, each faster until latency binds: a ragged batch's long sequences end
+alone, a uniform batch's partial last wave runs at its own rate.
+  t_main = t_main0 + sum over the schedule's segments of rows_seg / r(n_seg) + c_cta W
+Fitted on one run's fit half (as the others); the previous form (the three bounds above)
+over-predicted ragged batches where few long CTAs end alone and under-predicted those
+where the long CTAs share the HBM before their tail.
+
 The constants (decode_constants.json) were fitted on H100 fp16 rows with N_q = 1 and d 64 /
 128 (`analysis.fit_decode`); other dtypes, N_q, d and presets are unvalidated and say so in
 `warnings`. The measurements, fit and held-out scores: docs/models-history.md.
@@ -86,7 +102,7 @@ FLAT_MODEL_VERSION = "decode-time flat v1"
 #: the tensor-core main kernel's constants (`analysis.fit_decode fit --main tc`), the flat
 #: kernel's form (`_flat_terms`) with its own tile (NW warps x B_c rows) and resident blocks
 TC_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_tc_constants.json"
-TC_MODEL_VERSION = "decode-time tc v2"
+TC_MODEL_VERSION = "decode-time tc v3"
 #: the split-KV combine's versions: "v3" (gpu.decode's since the evening of 2026-12-07:
 #: the splits shared among the block's warps, as many warps as S needs, combine_warps),
 #: "v2" (the same kernel, 8 warps whatever S) and "v1" (before: one thread a column, every
@@ -302,6 +318,71 @@ def flat_shape(problem: DecodeProblem, num_splits: int, kv_reads: str,
                 cta_rows=rows, resident=resident)
 
 
+def schedule_segments(cta_rows, slots: int) -> np.ndarray:
+    """The list schedule of CTAs of `cta_rows` key rows each (grid order) on `slots` slots
+    that run every CTA at one rate: rows (dw, n) a segment, n CTAs running through dw rows
+    of each, first the part where all slots run, then the tail (empty CTAs take no slot
+    time). sum(dw x n) = sum(cta_rows)."""
+    rows = np.asarray(cta_rows, dtype=np.float64)
+    n = rows.size
+    if n == 0:
+        return np.zeros((0, 2))
+    if n > slots and np.all(rows == rows[0]):           # a uniform grid: waves, closed form
+        q, rem = divmod(n, slots)
+        segs = [(q * rows[0], slots)] + ([(rows[0], rem)] if rem else [])
+        return np.array(segs, dtype=np.float64)
+    if n <= slots:
+        ends, V = np.sort(rows), 0.0
+    else:
+        import heapq
+        heap = list(rows[:slots])
+        heapq.heapify(heap)
+        V = 0.0
+        for r in rows[slots:]:
+            V = heapq.heappop(heap)
+            heapq.heappush(heap, V + r)
+        ends = np.sort(np.asarray(heap))
+    segs = [(V, min(n, slots))] if V > 0 else []
+    prev, running = V, ends.size
+    for e in ends:
+        if e > prev:
+            segs.append((e - prev, running))
+        prev, running = e, running - 1
+    return np.array(segs, dtype=np.float64).reshape(-1, 2)
+
+
+def _tc_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict, comb: dict,
+              combine: str = "v3", v2: dict | None = None) -> tuple[dict, dict]:
+    """The tensor-core main kernel's terms (us), its CTAs a fluid sharing the HBM (module
+    docstring), then the combine's: main_fixed t_main0, main_tiles the segments' time where
+    latency or issue binds (and c_cta a wave), main_dram where the HBM does."""
+    p = problem
+    sh = flat_shape(p, S, kv_reads, "tc")
+    schedule, main_bytes, comb_bytes = _bytes(p, S, kv_reads)
+    TB, NR, res = sh["layout"]["TB"], sh["NR"], sh["resident"]
+    slots = hw.sm_count * res
+    segs = schedule_segments(sh["cta_rows"], slots)
+    dw, n = segs[:, 0], segs[:, 1]
+    beta = main_bytes / max(1, sum(sh["cta_rows"]))      # bytes a key row
+    bw = k["e_tc"] * hw.hbm_bandwidth / 1e6              # bytes per us
+    L = k["L_t"] + k["L_q"] * NR + (k.get("L_p", 0.0) if p.page_size else 0.0)
+    per_row_lat = np.maximum(L / TB, (k["c_t"] + k["c_q"] * NR)
+                             * np.minimum(res, np.ceil(n / hw.sm_count)) / TB)
+    per_row_dram = beta * n / bw
+    dram = per_row_dram >= per_row_lat
+    waves = -(-sh["ctas"] // slots)
+    t_dram = float(np.sum((dw * per_row_dram)[dram]))
+    t_tiles = float(np.sum((dw * per_row_lat)[~dram])) + k["c_cta"] * waves
+    terms = {"main_fixed": k["t_main0"], "main_tiles": t_tiles, "main_dram": t_dram}
+    terms.update(combine_terms(p, S, comb_bytes, hw, combine, v1=comb, constants=v2))
+    info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
+                NR=NR, tiles_per_cta=sh["T"], ctas=sh["ctas"],
+                ctas_per_busiest_sm=-(-sh["ctas"] // hw.sm_count), waves=waves,
+                sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
+                combine_hbm_bytes=comb_bytes, t_tiles_us=t_tiles, t_dram_us=t_dram)
+    return terms, info
+
+
 def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
                 comb: dict, kernel: str = "flat", combine: str = "v3",
                 v2: dict | None = None) -> tuple[dict, dict]:
@@ -440,7 +521,11 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
         warnings.append("the split-KV combine's time is version 1's (one thread a column, "
                         "before 2026-12-07): today's combine has no fitted constants yet "
                         "and is faster, so this over-predicts where S is large")
-    if kernel in STREAM_MODELS:
+    if kernel == "tc":
+        comb = load_constants(main="tiled")["constants"]
+        terms, info = _tc_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb,
+                                combine, v2 and v2["constants"])
+    elif kernel in STREAM_MODELS:
         comb = load_constants(main="tiled")["constants"]
         terms, info = _flat_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb,
                                   kernel, combine, v2 and v2["constants"])
