@@ -14,9 +14,8 @@ its constants (`fit`), the decode_time_validation rows and their summaries.
                                               from decode_combine rows (their own fit /
                                               held-out split): decode_combine_constants.json
 
-Rows timed before COMBINE_V2_SINCE ran version 1 of the combine, those before
-COMBINE_V3_SINCE version 2: each row is predicted with the combine it ran
-(`combine_version_of`).
+Rows timed before COMBINE_V2_SINCE ran version 1 of the combine: each row is predicted
+with the combine it ran (`combine_version_of`).
 
 The constants are fitted by least squares on log time (scipy.optimize.least_squares, bounds
 >= 0) over the fit half of the flashsim rows (`split_of`).
@@ -154,19 +153,15 @@ def problem_of(row: dict) -> DecodeProblem:
 #: are the lent GPU's clock: its last version-1 run is dated 17:08 that day, its first
 #: version-2 run 19:16)
 COMBINE_V2_SINCE = "2026-12-07T19:00:00+00:00"
-#: ... and version 3 (its warps follow S, iosim.launch.decode.combine_warps) from here: the
-#: last version-2 run is dated 19:22 that day, version 3 was committed at 20:18 (8b6840c)
-COMBINE_V3_SINCE = "2026-12-07T20:15:00+00:00"
-#: decode_combine rows' `version` -> the time model's combine version
+#: decode_combine rows' `version` -> the time model's combine version (v3_by_splits: the
+#: candidate whose warps follow S, timed beside version 2 by benchmarks/decode_combine.py)
 COMBINE_ROW_VERSIONS = {"v2_warps": "v2", "v3_by_splits": "v3"}
 
 
 def combine_version_of(row: dict) -> str:
-    """The split-KV combine a measured row ran: "v1" before COMBINE_V2_SINCE, "v2" before
-    COMBINE_V3_SINCE, else "v3"."""
-    if row["date"] < COMBINE_V2_SINCE:
-        return "v1"
-    return "v2" if row["date"] < COMBINE_V3_SINCE else "v3"
+    """The split-KV combine a measured decode row ran: "v1" before COMBINE_V2_SINCE, else
+    "v2"."""
+    return "v1" if row["date"] < COMBINE_V2_SINCE else "v2"
 
 
 def predict_row(row: dict, constants=None, main: str = "tiled", gpu: str = "H100-SXM") -> dict:
@@ -218,16 +213,17 @@ def fit(rows=None) -> dict:
     }
 
 
-#: the flat kernel's fitted constants, in the order of the fit (iosim.timing.decode._flat_terms)
+#: the flat kernel's fitted constants, in the order of the fit (iosim.timing.decode._stream_terms)
 FITTED_FLAT = ("t_main0", "L_t", "L_q", "c_t", "c_q", "c_cta", "e_flat")
 FLAT_MEANING = {
     "t_main0": "main kernel: launch, prologue, first tile's load latency (once)",
-    "L_t": "per tile of the heaviest CTA: the latency its two register buffers do not hide",
-    "L_q": "per tile and query row of the block: the chain's part that grows with NR",
-    "c_t": "per tile of a CTA: SM issue cost (K/V loads, dot products, shuffles), shared by its SM's CTAs",
-    "c_q": "per tile and query row: issue cost that grows with NR",
-    "c_cta": "per CTA on its SM: prologue (Q, block-table window) and merge / epilogue",
-    "e_flat": "achieved fraction of HBM bandwidth of the flat kernel's K/V stream (fitted, <= 1)",
+    "L_t": "per step of TB rows of a CTA: its latency, the step's time when nothing else binds",
+    "L_q": "per step and query row of the block: the part of the step's latency that grows with NR",
+    "c_t": "per step of a CTA: SM issue cost (K/V loads, dot products, shuffles), shared by its SM's running CTAs",
+    "c_q": "per step and query row: issue cost that grows with NR",
+    "c_cta": "per wave of CTAs on the SMs' slots: prologue (Q, block-table window) and merge / epilogue",
+    "L_p": "per step of a CTA on a paged cache: the wait on its block-table entries",
+    "e_flat": "achieved fraction of HBM bandwidth the running CTAs share (fitted, <= 1)",
 }
 VALIDATION_FLAT_PATH = VALIDATION_PATH.with_name("decode_flat_time_validation.jsonl")
 VALIDATION_TC_PATH = VALIDATION_PATH.with_name("decode_tc_time_validation.jsonl")
@@ -240,10 +236,9 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
     constants stay the tiled fit's."""
     import numpy as np
     from scipy.optimize import least_squares
-    # the tc model's own latency per step on a paged cache (L_p, iosim.timing.decode):
-    # contiguous steps measured about half the paged ones' where few CTAs run (ragged S
-    # sweep, 2026-12-07)
-    names = FITTED_FLAT[:-1] + (("L_p",) if main == "tc" else ()) + (STREAM_MODELS[main][1],)
+    # the latency per step on a paged cache (L_p, iosim.timing.decode): contiguous steps
+    # measured about half the paged ones' where few CTAs run (ragged S sweep, 2026-12-07)
+    names = FITTED_FLAT[:-1] + ("L_p", STREAM_MODELS[main][1])
     every = rows or measured_rows(main=main, gpu=gpu)
     if run_ids:
         keep = set(run_ids)
@@ -271,11 +266,8 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
         del meaning["e_flat"]
         meaning.update(
             L_t="per step of B_c x NW rows of a CTA: its latency, the step's time when nothing else binds",
-            L_q="per step and query row of the block: the part of the step's latency that grows with NR",
             c_t="per step of a CTA: SM issue cost (cp.async copies, mma, softmax), shared by its SM's running CTAs",
-            c_cta="per wave of CTAs on the SMs' slots: prologue (Q, block-table window) and merge / epilogue",
-            L_p="per step of a CTA on a paged cache: the wait on its block-table entries",
-            e_tc="achieved fraction of HBM bandwidth the running CTAs share (fitted, <= 1)")
+            e_tc=FLAT_MEANING["e_flat"])
     doc = {
         "model_version": STREAM_MODELS[main][0],
         "constants": k,
@@ -362,7 +354,7 @@ def fit_combine(rows=None, gpu: str = "H100-SXM") -> dict:
     by_version = {v: summarise([h for h in held if h["version"] == v])["all"]
                   for v in sorted({h["version"] for h in held})}
     return {
-        "model_version": "decode-combine v3",
+        "model_version": "decode-combine v2",
         "constants": k,
         "meaning": COMBINE_MEANING,
         "fitted_space": {"d": sorted({r["d"] for r in rows}), "N_q": [1],

@@ -1,8 +1,8 @@
 """The split-KV combine alone, on a GPU: version 1 (one thread a column sums every split
 in order; gpu.decode's combine until 2026-12-07) beside versions 2 and 3 (
 gpu.decode.split_kv.combine_kernel: the splits shared among the block's warps, U loads of
-each lane in flight; 8 warps in version 2, as many as S needs in version 3, today's),
-same run, same inputs.
+each lane in flight; 8 warps in version 2, gpu.decode's; as many as S needs in version 3,
+its candidate), same run, same inputs.
 
     v1  combine_v1 below: thread t owns column t, loops s = 0 .. S-1, one Opart load a
         split, used at once: S load latencies in a chain (and thread 0 alone reads the
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     from gpu._launch import launch
     from gpu.decode import split_kv as K
     from iosim import combine_partials
-    from iosim.launch.decode import combine_plan
+    from iosim.launch.decode import combine_plan, combine_warps
     base = dict(run_id=R.new_run_id("decode_combine"), device=torch.cuda.get_device_name(),
                 date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 commit=os.environ.get("FLASHSIM_COMMIT") or R.current_commit(),
@@ -135,7 +135,8 @@ def main(argv=None) -> int:
         o = cuda.device_array((B, H, 1, d), np.float16)
         L = cuda.device_array((B, H, 1), np.float32)
         ctr = cuda.to_device(np.zeros((len(K.COUNTED), 2), np.int64))
-        plans = {"v2_warps": combine_plan(S, 1, d, warps=8), "v3_by_splits": combine_plan(S, 1, d)}
+        plans = {"v2_warps": combine_plan(S, 1, d, warps=8),
+                 "v3_by_splits": combine_plan(S, 1, d, warps=combine_warps(S))}
         v1 = combine_v1(d, "fp16", 1, 128)
 
         def warps(pl):

@@ -81,16 +81,16 @@ def test_combine_warps_follow_the_splits():
 def test_predict_decode_adds_the_combine_it_is_asked_for():
     from iosim.timing.decode import predict_decode
     p = DecodeProblem(N_kv=65536, d=128, batch=1, heads=8, kv_heads=1)
-    v3 = predict_decode(p, main="tc", kv_reads="per_group")
+    v2 = predict_decode(p, main="tc", kv_reads="per_group")
     v1 = predict_decode(p, main="tc", kv_reads="per_group", combine="v1")
-    assert v3["combine"] == "v3" and v1["combine"] == "v1" and v3["num_splits"] > 100
-    assert v3["main_ms"] == v1["main_ms"] and v3["combine_ms"] < v1["combine_ms"]
+    assert v2["combine"] == "v2" and v1["combine"] == "v1" and v2["num_splits"] > 100
+    assert v2["main_ms"] == v1["main_ms"] and v2["combine_ms"] < v1["combine_ms"]
     one = dict(main="tc", kv_reads="per_group", num_splits=1)
     assert (predict_decode(p, **one)["predicted_ms"]
             == predict_decode(p, combine="v1", **one)["predicted_ms"])
     # versions 2 and 3 differ only in the warps: the same where S needs all 8
-    assert (predict_decode(p, combine="v2", main="tc", kv_reads="per_group")["predicted_ms"]
-            == v3["predicted_ms"])
+    assert (predict_decode(p, combine="v3", main="tc", kv_reads="per_group")["predicted_ms"]
+            == v2["predicted_ms"])
     few = dict(main="tc", kv_reads="per_group", num_splits=2)
     big = DecodeProblem(N_kv=4096, d=128, batch=64, heads=32, kv_heads=32)
     assert (predict_decode(big, combine="v3", **few)["combine_ms"]
@@ -100,12 +100,10 @@ def test_predict_decode_adds_the_combine_it_is_asked_for():
 
 
 def test_rows_are_predicted_with_the_combine_they_ran():
-    from analysis.fit_decode import COMBINE_V2_SINCE, COMBINE_V3_SINCE, combine_version_of
+    from analysis.fit_decode import COMBINE_V2_SINCE, combine_version_of
     assert combine_version_of({"date": "2026-12-07T17:08:20+00:00"}) == "v1"
     assert combine_version_of({"date": COMBINE_V2_SINCE}) == "v2"
-    assert combine_version_of({"date": "2026-12-07T19:22:31+00:00"}) == "v2"
-    assert combine_version_of({"date": COMBINE_V3_SINCE}) == "v3"
-    assert combine_version_of({"date": "2026-12-08T01:00:00+00:00"}) == "v3"
+    assert combine_version_of({"date": "2026-12-08T01:00:00+00:00"}) == "v2"
 
 
 def test_committed_combine_constants_are_the_fit_of_the_committed_rows():

@@ -245,7 +245,8 @@ def test_time_model_on_ragged_batches_and_appends(main):
                                 kv_reads=kv_reads, main=main)
             hi = predict_decode(DecodeProblem.ragged((16384,) * 5, 128, **kw), num_splits=S,
                                 kv_reads=kv_reads, main=main)
-            assert lo["predicted_ms"] <= t["predicted_ms"] <= hi["predicted_ms"]
+            # (equal, to rounding, where the longest CTAs alone set the time)
+            assert lo["predicted_ms"] <= t["predicted_ms"] <= hi["predicted_ms"] * (1 + 1e-12)
             assert t["tiles_per_cta"] == hi["tiles_per_cta"]        # the longest CTA
             assert t["main_hbm_bytes"] < hi["main_hbm_bytes"]
     # equal lengths without an append: the same prediction as one N_kv

@@ -197,25 +197,26 @@ COMBINE_UNROLL = 4
 
 
 def combine_warps(S: int) -> int:
-    """Warps of the combine for S splits: the fewest powers of two that give every warp
-    at least one round of U splits, at most COMBINE_WARPS. A warp with no split to sum
-    only costs: at 2,048 rows and S <= 4, 8-warp blocks (2 waves of the SMs' thread
-    slots) took 15-16 us where one thread a column took 8-10 (decode_combine rows,
-    H100, 2026-12-07)."""
+    """Version 3's warps for S splits (a candidate, not gpu.decode's yet: it waits on its
+    GPU rows, benchmarks/decode_combine.py): the fewest powers of two that give every
+    warp at least one round of U splits, at most COMBINE_WARPS. Why: a warp with no split
+    to sum only costs; at 2,048 rows and S <= 4 the 8-warp blocks (2 waves of the SMs'
+    thread slots) took 15-16 us where one thread a column took 8-10 (decode_combine
+    rows, H100, 2026-12-07)."""
     need = -(-S // COMBINE_UNROLL)
     return min(COMBINE_WARPS, 1 << max(0, need - 1).bit_length())
 
 
 def combine_plan(S: int, N_q: int, d: int, sim: bool = False, warps: int | None = None) -> dict:
     """Layout of the split-KV combine for S splits, N_q rows a (batch, head) and head dim d:
-    NW warps (combine_warps(S); 1 in the simulator; `warps` overrides: 1, 2, 4 or 8), NT
+    NW warps (COMBINE_WARPS; 1 in the simulator; `warps` overrides: 1, 2, 4 or 8), NT
     threads, U splits a warp loads at once, rounds = ceil(S / (NW U)) of its loop,
     smem_bytes: the weights (S N_q), each row's sum (N_q), the warps' partial O rows
     (NW d) and the block reductions' slots (NW + NT), 4-byte words; per_sm: the blocks an
     SM holds at once (its shared memory and threads)."""
     if warps is not None and warps not in (1, 2, 4, 8):
         raise ValueError(f"warps={warps!r} is not allowed for the combine; allowed: 1, 2, 4, 8")
-    NW = warps or (1 if sim else combine_warps(S))
+    NW = warps or (1 if sim else COMBINE_WARPS)
     U = COMBINE_UNROLL
     smem = 4 * (S * N_q + N_q + NW * d + NW + 32 * NW)
     return dict(NW=NW, NT=32 * NW, U=U, rounds=-(-S // (NW * U)), smem_bytes=smem,

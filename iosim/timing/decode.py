@@ -25,12 +25,12 @@ term is a floor). Per kernel, in us:
                / (e_dram x hbm_bandwidth), e_dram = the time model's achieved DRAM
                fraction (`iosim.timing`'s runtime_constants.json), not fitted here;
       t_main0 = launch, ramp and the first tile's load latency, once a kernel.
-  combine (S > 1), versions 3 and 2 (gpu.decode's since 2026-12-07;
-  decode_combine_constants.json):
+  combine (S > 1), version 2 (gpu.decode's since 2026-12-07) and its candidate version 3
+  (decode_combine_constants.json):
       t_comb = t_comb0 + W (c_blk + N_q rounds c_r) + combine bytes / (e_dram x hbm_bandwidth)
       rounds = ceil(S / (NW U)): warp w of the block's NW sums splits w, w + NW, .., U
-      loads in flight a lane (iosim.launch.decode.combine_plan; NW = combine_warps(S) in
-      version 3, 8 in version 2); W = waves of the batch x
+      loads in flight a lane (iosim.launch.decode.combine_plan; NW = 8 in version 2,
+      combine_warps(S) in version 3); W = waves of the batch x
       heads blocks over the SMs' block slots; t_comb0: the second launch's gap and fixed
       latency; c_blk: a block's reductions and stores; the bytes are Opart / Lpart read
       and O / L written. Version 1 (before; every decode row timed until then), kept to
@@ -38,41 +38,36 @@ term is a floor). Per kernel, in us:
       column summing every split in turn, its constants fitted with the tiled model's.
   predicted = t_main + t_comb; `binding` names the largest term.
 
-Ragged batches (per-sequence cache_seqlens; the tiled model was never timed on one, the
-flat and tensor-core models were fitted with ragged rows among their own):
-CTA y S + s streams its own chunk C_b = ceil(n_b / S) (empty: none). T is the longest
+Ragged batches (per-sequence cache_seqlens) in the tiled model, which was never timed on
+one: CTA y S + s streams its own chunk C_b = ceil(n_b / S) (empty: none). T is the longest
 CTA's tiles; the issue term is the busiest SM's sum over its own CTAs,
     issue = max_sm sum_{i = sm mod SMs} ((C_i / TB) x (c_kv + ...) + c_cta),
 the CTAs dispatched round-robin in grid order (all resident at once, as above), which for
 equal lengths is n x (the one CTA's work) exactly; the DRAM term takes the ragged ledger's
 bytes. An appending step (the append kernel) is not modelled: predict_decode refuses it.
 
-The flat main kernel (gpu/decode/flat.py) and the tensor-core one (gpu/decode/tc.py;
-gpu.decode's default in fp16 / bf16 at d = 16, 64, 128) have no
-shared-memory phases and no barrier in their key loops; their models keep the same three
-bounds, each with its own constants (decode_flat_constants.json,
-decode_tc_constants.json; `_flat_terms`; shown for flat, tc's tile is NW x B_c rows):
-  t_main = t_main0 + max(W T (L_t + L_q NR),  busiest SM's sum of rows / TB (c_t + c_q NR)
-                         + c_cta a CTA,  main bytes / (e_flat x hbm_bandwidth))
-with T = ceil(C / TB) (it finds each row's page itself: pages do not cut its tiles), W
-the waves of the busiest SM's CTAs in the blocks its registers hold, and
-e_flat its own achieved DRAM fraction, fitted; the combine as above (the same kernel).
-
-The tensor-core kernel (version 3 of its model, `_tc_terms`) streams: its CTAs are a fluid
-that shares the HBM. Each of the n CTAs running at once moves key rows at the rate
+The streaming main kernels, the tensor-core one (gpu/decode/tc.py; gpu.decode's default in
+fp16 / bf16 at d = 16, 64, 128) and the flat one (gpu/decode/flat.py), have no
+shared-memory phases and no barrier in their key loops. Their model (`_stream_terms`, each
+kernel with its own constants: decode_tc_constants.json, decode_flat_constants.json)
+treats their CTAs as a fluid that shares the HBM. Each of the n CTAs running at once
+moves key rows at the rate
     r(n) = 1 / max(L / TB,  (c_t + c_q NR) min(res, ceil(n / SMs)) / TB,  beta n / B)
-with L = L_t + L_q NR [+ L_p on a paged cache] its tile step's latency alone, the second its
-SM's issue cost shared by the CTAs there (res: the blocks an SM holds), B = e_tc x
-hbm_bandwidth and beta the main kernel's bytes a key row (its ledger / the CTAs' rows). The
-SMs' slots (SMs x res) take the CTAs in grid order, each as a slot frees (a list schedule
-of their rows; every running CTA moves at the same rate, so who ends first does not depend
-on r). While CTAs wait, every slot runs; once the last one is placed, the tail runs with
-fewer and fewer, each faster until latency binds: a ragged batch's long sequences end
-alone, a uniform batch's partial last wave runs at its own rate.
+with TB the rows of a step (tc: NW warps x B_c; flat: its lane groups' rows), L = L_t +
+L_q NR [+ L_p on a paged cache] a step's latency alone, the second its SM's issue cost
+shared by the CTAs there (res: the blocks an SM holds), B = e x hbm_bandwidth (e_tc,
+e_flat: each kernel's achieved fraction) and beta the main kernel's bytes a key row (its
+ledger / the CTAs' rows). The SMs' slots (SMs x res) take the CTAs in grid order, each as
+a slot frees (a list schedule of their rows: every running CTA moves at the same rate, so
+which ends first does not depend on r). While CTAs wait, every slot runs; once the last
+one is placed, the tail runs with fewer and fewer, each faster until latency binds: a
+ragged batch's long sequences end alone, a uniform grid's partial last wave runs at its
+own rate.
   t_main = t_main0 + sum over the schedule's segments of rows_seg / r(n_seg) + c_cta W
-Fitted on one run's fit half (as the others); the previous form (the three bounds above)
-over-predicted ragged batches where few long CTAs end alone and under-predicted those
-where the long CTAs share the HBM before their tail.
+(W: waves of the grid on the slots); the combine as above. The form before (tc version 2,
+flat version 1: the larger of the heaviest CTA's chain, the busiest SM's sum and the DRAM
+bound) over-predicted ragged batches where few long CTAs end alone and under-predicted
+those where the long CTAs share the HBM before their tail.
 
 The constants (decode_constants.json) were fitted on H100 fp16 rows with N_q = 1 and d 64 /
 128 (`analysis.fit_decode`); other dtypes, N_q, d and presets are unvalidated and say so in
@@ -90,7 +85,7 @@ from ..decode import (DecodeProblem, decode_closed_form, sequence_chunks,
                       split_bounds)
 from ..problem import ConfigError
 from ..hardware import get_hardware
-from ..launch.decode import (COMBINE_WARPS, auto_num_splits, block_rows, combine_plan,
+from ..launch.decode import (auto_num_splits, block_rows, combine_plan, combine_warps,
                              ctas_per_sm, flat_plan, main_kernel, plan, tc_plan)
 
 CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_constants.json"
@@ -98,16 +93,16 @@ MODEL_VERSION = "decode-time v1"
 #: the flat main kernel's constants (`analysis.fit_decode fit --main flat`); absent until
 #: measured rows of the flat kernel have been fitted, and predict_decode(main="flat") says so
 FLAT_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_flat_constants.json"
-FLAT_MODEL_VERSION = "decode-time flat v1"
-#: the tensor-core main kernel's constants (`analysis.fit_decode fit --main tc`), the flat
-#: kernel's form (`_flat_terms`) with its own tile (NW warps x B_c rows) and resident blocks
+FLAT_MODEL_VERSION = "decode-time flat v2"
+#: the tensor-core main kernel's constants (`analysis.fit_decode fit --main tc`), the
+#: streaming form (`_stream_terms`) with its own tile (NW warps x B_c rows) and resident blocks
 TC_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_tc_constants.json"
 TC_MODEL_VERSION = "decode-time tc v3"
-#: the split-KV combine's versions: "v3" (gpu.decode's since the evening of 2026-12-07:
-#: the splits shared among the block's warps, as many warps as S needs, combine_warps),
-#: "v2" (the same kernel, 8 warps whatever S) and "v1" (before: one thread a column, every
-#: split in turn)
-COMBINE_VERSIONS = ("v3", "v2", "v1")
+#: the split-KV combine's versions: "v2" (gpu.decode's since 2026-12-07: the splits shared
+#: among the block's 8 warps), "v3" (the same kernel with as many warps as S needs,
+#: iosim.launch.decode.combine_warps: a candidate, not gpu.decode's until its GPU rows are
+#: in) and "v1" (before 2026-12-07: one thread a column, every split in turn)
+COMBINE_VERSIONS = ("v2", "v3", "v1")
 #: versions 2 and 3's constants (one kernel, one form; `analysis.fit_decode fit-combine`,
 #: from decode_combine rows)
 COMBINE_CONSTANTS_PATH = Path(__file__).resolve().parent / "decode_combine_constants.json"
@@ -231,10 +226,10 @@ def check_combine(version) -> str:
     return version
 
 
-def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: str = "v3",
+def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: str = "v2",
                   v1: dict | None = None, constants: dict | None = None) -> dict:
     """The split-KV combine's terms (us) for S splits (none when S = 1), of the kernel
-    `version` (module docstring): "v3", today's, or "v2", its 8-warp form (constants: their
+    `version` (module docstring): "v2", today's, or "v3", its candidate (constants: their
     document's constants, default decode_combine_constants.json), or "v1", the one before
     2026-12-07 (v1: the tiled model's constants t_comb0, c_s, e_dram; default
     decode_constants.json), with which every decode row measured before then was timed."""
@@ -247,7 +242,7 @@ def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: 
                     combine_dram=comb_bytes / bw)
     k = constants or load_combine_constants()["constants"]
     p = problem
-    pl = combine_plan(S, p.N_q, p.d, warps=COMBINE_WARPS if version == "v2" else None)
+    pl = combine_plan(S, p.N_q, p.d, warps=combine_warps(S) if version == "v3" else None)
     waves = -(-(p.batch * p.heads) // (hw.sm_count * pl["per_sm"]))
     bw = k["e_dram"] * hw.hbm_bandwidth / 1e6
     return dict(combine_fixed=k["t_comb0"],
@@ -256,7 +251,7 @@ def combine_terms(problem: DecodeProblem, S: int, comb_bytes: int, hw, version: 
 
 
 def _terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
-           combine: str = "v3", v2: dict | None = None) -> dict:
+           combine: str = "v2", v2: dict | None = None) -> dict:
     p = problem
     sh = kernel_shape(p, S, kv_reads)
     schedule, main_bytes, comb_bytes = _bytes(p, S, kv_reads)
@@ -325,7 +320,7 @@ def schedule_segments(cta_rows, slots: int) -> np.ndarray:
     time). sum(dw x n) = sum(cta_rows)."""
     rows = np.asarray(cta_rows, dtype=np.float64)
     n = rows.size
-    if n == 0:
+    if n == 0 or not rows.any():
         return np.zeros((0, 2))
     if n > slots and np.all(rows == rows[0]):           # a uniform grid: waves, closed form
         q, rem = divmod(n, slots)
@@ -351,20 +346,23 @@ def schedule_segments(cta_rows, slots: int) -> np.ndarray:
     return np.array(segs, dtype=np.float64).reshape(-1, 2)
 
 
-def _tc_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict, comb: dict,
-              combine: str = "v3", v2: dict | None = None) -> tuple[dict, dict]:
-    """The tensor-core main kernel's terms (us), its CTAs a fluid sharing the HBM (module
-    docstring), then the combine's: main_fixed t_main0, main_tiles the segments' time where
-    latency or issue binds (and c_cta a wave), main_dram where the HBM does."""
+def _stream_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict, comb: dict,
+                  kernel: str = "tc", combine: str = "v2",
+                  v2: dict | None = None) -> tuple[dict, dict]:
+    """A streaming main kernel's terms (us; "tc" or "flat", each with its own constants,
+    tile TB and resident blocks), its CTAs a fluid sharing the HBM (module docstring), then
+    the combine's (S > 1, `combine_terms`; comb: the tiled model's constants, version
+    1's): main_fixed t_main0, main_tiles the segments' time where latency or issue binds
+    (and c_cta a wave), main_dram where the HBM does."""
     p = problem
-    sh = flat_shape(p, S, kv_reads, "tc")
+    sh = flat_shape(p, S, kv_reads, kernel)
     schedule, main_bytes, comb_bytes = _bytes(p, S, kv_reads)
     TB, NR, res = sh["layout"]["TB"], sh["NR"], sh["resident"]
     slots = hw.sm_count * res
     segs = schedule_segments(sh["cta_rows"], slots)
     dw, n = segs[:, 0], segs[:, 1]
     beta = main_bytes / max(1, sum(sh["cta_rows"]))      # bytes a key row
-    bw = k["e_tc"] * hw.hbm_bandwidth / 1e6              # bytes per us
+    bw = k[STREAM_MODELS[kernel][1]] * hw.hbm_bandwidth / 1e6      # bytes per us
     L = k["L_t"] + k["L_q"] * NR + (k.get("L_p", 0.0) if p.page_size else 0.0)
     per_row_lat = np.maximum(L / TB, (k["c_t"] + k["c_q"] * NR)
                              * np.minimum(res, np.ceil(n / hw.sm_count)) / TB)
@@ -378,47 +376,6 @@ def _tc_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict, comb: 
     info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
                 NR=NR, tiles_per_cta=sh["T"], ctas=sh["ctas"],
                 ctas_per_busiest_sm=-(-sh["ctas"] // hw.sm_count), waves=waves,
-                sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
-                combine_hbm_bytes=comb_bytes, t_tiles_us=t_tiles, t_dram_us=t_dram)
-    return terms, info
-
-
-def _flat_terms(problem: DecodeProblem, S: int, kv_reads: str, hw, k: dict,
-                comb: dict, kernel: str = "flat", combine: str = "v3",
-                v2: dict | None = None) -> tuple[dict, dict]:
-    """A streaming main kernel's terms (us; kernel "flat", or "tc" with its own constants,
-    tile and resident blocks), in the tiled model's form less its shared-memory phases
-    (module docstring: the flat kernel):
-        t_main = t_main0 + max(latency, issue, dram)
-        latency = W T (L_t + L_q NR [+ L_p])  the heaviest CTA's chain, a tile at a time,
-                                           in W waves of the blocks an SM holds; L_p
-                                           (tc, paged caches): a step's wait on its
-                                           block-table entries
-        issue   = max over SMs of sum over its CTAs (rows / TB (c_t + c_q NR) + c_cta)
-        dram    = main kernel bytes / (e_flat x HBM bandwidth)
-    and the combine kernel's (S > 1, `combine_terms`; comb: the tiled model's constants,
-    version 1's): every main kernel hands its partials to the same combine."""
-    p = problem
-    sh = flat_shape(p, S, kv_reads, kernel)
-    schedule, main_bytes, comb_bytes = _bytes(p, S, kv_reads)
-    TB, NR = sh["layout"]["TB"], sh["NR"]
-    # the busiest SM runs its CTAs in waves of the blocks its registers (and shared
-    # memory) hold
-    n = -(-sh["ctas"] // hw.sm_count)
-    waves = -(-n // sh["resident"])
-    # paged: a step's copies wait on its rows' block-table entries (the tc model's L_p;
-    # the flat model has none)
-    L_p = k.get("L_p", 0.0) if p.page_size else 0.0
-    latency = waves * sh["T"] * (k["L_t"] + k["L_q"] * NR + L_p)
-    rows = np.asarray(sh["cta_rows"], dtype=np.float64)
-    work = np.where(rows > 0, np.ceil(rows / TB) * (k["c_t"] + k["c_q"] * NR), 0.0) + k["c_cta"]
-    issue = _busiest_sm(work, hw.sm_count)
-    t_dram = main_bytes / (k[STREAM_MODELS[kernel][1]] * hw.hbm_bandwidth / 1e6)
-    t_tiles = max(latency, issue)
-    terms = _step_terms(k["t_main0"], t_tiles, t_dram,
-                        combine_terms(p, S, comb_bytes, hw, combine, v1=comb, constants=v2))
-    info = dict(schedule=schedule, num_splits=S, kv_reads=kv_reads, readers=sh["R"],
-                NR=NR, tiles_per_cta=sh["T"], ctas=sh["ctas"], ctas_per_busiest_sm=n, waves=waves,
                 sm_count=hw.sm_count, layout=sh["layout"], main_hbm_bytes=main_bytes,
                 combine_hbm_bytes=comb_bytes, t_tiles_us=t_tiles, t_dram_us=t_dram)
     return terms, info
@@ -446,7 +403,7 @@ def _uniform(problem: DecodeProblem, num_splits) -> DecodeProblem:
 
 def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=None, *,
                    kv_reads: str = "per_query_head", constants=None, main: str = "auto",
-                   combine: str = "v3") -> dict:
+                   combine: str = "v2") -> dict:
     """Predicted time of gpu.decode's kernels for one decoding step.
 
     num_splits None: the rule gpu.decode uses for that main kernel (iosim.choose_num_splits
@@ -467,10 +424,10 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
     constants); ConfigError while a kernel's constants are not fitted or where it does not
     run. With main="tiled" a warning says where gpu.decode's default runs the tensor-core
     or flat kernel instead; a flat or tc prediction carries its model's held-out score.
-    combine: the split-KV combine's version whose time is added (S > 1): "v3" (today's
+    combine: the split-KV combine's version whose time is added (S > 1): "v2" (today's
     gpu.decode; while its constants are not fitted, version 1's are used and a warning
-    says so), "v2" (its 8-warp form, the afternoon of 2026-12-07) or "v1" (the one every
-    decode row before 2026-12-07 was timed with)."""
+    says so), "v3" (its candidate whose warps follow S) or "v1" (the one every decode row
+    before 2026-12-07 was timed with)."""
     if main not in ("tiled", "flat", "tc", "auto"):
         raise ConfigError(f"main={main!r} is not allowed; allowed: 'tiled', 'flat', 'tc', "
                           f"'auto'")
@@ -521,13 +478,9 @@ def predict_decode(problem: DecodeProblem, gpu: str = "H100-SXM", num_splits=Non
         warnings.append("the split-KV combine's time is version 1's (one thread a column, "
                         "before 2026-12-07): today's combine has no fitted constants yet "
                         "and is faster, so this over-predicts where S is large")
-    if kernel == "tc":
+    if kernel in STREAM_MODELS:
         comb = load_constants(main="tiled")["constants"]
-        terms, info = _tc_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb,
-                                combine, v2 and v2["constants"])
-    elif kernel in STREAM_MODELS:
-        comb = load_constants(main="tiled")["constants"]
-        terms, info = _flat_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb,
+        terms, info = _stream_terms(problem, int(num_splits), kv_reads, hw, c["constants"], comb,
                                   kernel, combine, v2 and v2["constants"])
     else:
         terms, info = _terms(problem, int(num_splits), kv_reads, hw, c["constants"], combine,
