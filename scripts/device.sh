@@ -4,7 +4,7 @@
 #
 #   bash scripts/device.sh CMD [ARG...]       set up, then run CMD (its exit status)
 #   bash scripts/device.sh measure STAGE...   hwmeasure stages, console gets counts only
-#   bash scripts/device.sh session 1|..|13      the open decode / model issues' GPU work, in
+#   bash scripts/device.sh session 1|..|11      the open decode / model issues' GPU work, in
 #                                             calls under ten minutes each (below)
 #
 # Set-up: numba-cuda 0.30.4 cannot compile kernels on numpy >= 2.5, so a numpy<2.5 wheel
@@ -68,18 +68,19 @@ commit=${FLASHSIM_COMMIT:-}
 # 9: the decode benchmark of the default kernels without checks or sweep (BENCH_S, 170:
 #    the whole grid took 90 s on an H100), then Nsight Compute on the goal shapes not yet
 #    profiled with the tensor-core default (NCU_SHAPES; 200 s).
-# 10: the split-KV combine alone, version 1 beside version 2 (benchmarks/decode_combine.py),
-#    then the GPU tests of every file that decodes or combines (-v, 330 s).
+# 10: the split-KV combine alone, versions 1, 2 and 3 (benchmarks/decode_combine.py), then
+#    the GPU tests of every file that decodes or combines (-v, 330 s); with LAYOUTS set
+#    (e.g. LAYOUTS=8x16x3,4x32x3,8x32x2), then the tensor-core probe with those layouts in
+#    its pass 2 (TC_S seconds, 200).
 # 11: compute-sanitizer memcheck and racecheck on the flat and tensor-core probes' checks
-#    (each with the combine), then gpu.decode's defaults' bench, no checks (BENCH_S, 180).
-# 12: the split-KV combine alone, versions 1, 2 and 3 (benchmarks/decode_combine.py), the GPU
-#    tests of every file that decodes or combines (-v, 300 s), then the tensor-core probe
-#    with deeper pipelines in pass 2 (--layouts LAYOUTS, default 8x16x3,4x32x3,8x32x2; TC_S
-#    seconds, 200).
-# 13: compute-sanitizer memcheck and racecheck on the flat and tensor-core probes' checks
-#    (each with the combine), then gpu.decode's defaults' bench with its checks (BENCH_S, 200).
+#    (each with the combine), then gpu.decode's defaults' bench, no checks (BENCH_S, 180;
+#    CHECKS=1: with its checks).
 # Commit: the device's .git can be older than the tree sent, so `git rev-parse` there may
 # name the wrong commit: set FLASHSIM_COMMIT to this side's `git rev-parse --short HEAD`.
+# the GPU tests of every file that decodes or combines
+export DECODE_TESTS="tests/test_gpu_decode.py tests/test_decode_ragged_gpu.py \
+tests/test_gpu_decode_tc.py tests/test_flash_attn_iface.py tests/test_hf_backend.py \
+tests/test_workload.py tests/test_varlen.py tests/test_bf16.py"
 pack() {   # pack the session's text logs (a call returns at most 8 files)
   (cd "$OUT" && shopt -s nullglob && logs=(*.txt *.log) && [ ${#logs[@]} -gt 0 ] \
       && tar czf "logs_s$1.tgz" "${logs[@]}" && rm -f "${logs[@]}")
@@ -175,11 +176,14 @@ if [ "$1" = session ]; then
           > $OUT/combine.txt 2>&1
       echo "combine rc=$?: $(tail -1 $OUT/combine.txt)"
       timeout 330 python3 -m pytest -v -rfE -m gpu -p no:cacheprovider -n 12 \
-          --junitxml=$OUT/decode_tests.xml tests/test_gpu_decode.py tests/test_decode_ragged_gpu.py \
-          tests/test_gpu_decode_tc.py tests/test_flash_attn_iface.py tests/test_hf_backend.py \
-          tests/test_workload.py tests/test_varlen.py tests/test_bf16.py > $OUT/pytest_decode.txt 2>&1
+          --junitxml=$OUT/decode_tests.xml $DECODE_TESTS > $OUT/pytest_decode.txt 2>&1
       echo "decode tests rc=$?: $(grep -c " PASSED" $OUT/pytest_decode.txt) passed," \
-           "$(grep -c " FAILED" $OUT/pytest_decode.txt) failed"' ;;
+           "$(grep -c " FAILED" $OUT/pytest_decode.txt) failed"
+      [ -z "${LAYOUTS:-}" ] && exit 0
+      timeout $((${TC_S:-200} + 60)) python3 benchmarks/decode_flat_probe.py --tc \
+          --layouts $LAYOUTS --budget-s ${TC_S:-200} \
+          --out $OUT/decode_probe_tc.jsonl > $OUT/probe_tc.txt 2>&1
+      echo "tc probe rc=$?: $(grep -c flashsim_tc $OUT/decode_probe_tc.jsonl) tc rows"' ;;
   11)
     bash "$self" bash -c '
       for probe in "" "--tc"; do
@@ -191,41 +195,11 @@ if [ "$1" = session ]; then
           echo "$f rc=$? $(grep -h "SUMMARY" $OUT/$f.txt)"
         done
       done
-      timeout $((${BENCH_S:-180} + 30)) python3 -m analysis.cli bench --decode --no-sweep \
-          --no-checks --budget-s ${BENCH_S:-180} --out $OUT/decode_bench.jsonl > $OUT/bench.txt 2>&1
+      checks=--no-checks; [ -n "${CHECKS:-}" ] && checks=
+      timeout $((${BENCH_S:-180} + 60)) python3 -m analysis.cli bench --decode --no-sweep \
+          $checks --budget-s ${BENCH_S:-180} --out $OUT/decode_bench.jsonl > $OUT/bench.txt 2>&1
       echo "bench rc=$?: $(grep -c "\"status\": \"ok\"" $OUT/decode_bench.jsonl) rows ok"' ;;
-  12)
-    bash "$self" bash -c '
-      python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" \
-          > $OUT/versions.txt 2>&1
-      timeout 150 python3 benchmarks/decode_combine.py --out $OUT/decode_combine.jsonl \
-          > $OUT/combine.txt 2>&1
-      echo "combine rc=$?: $(tail -1 $OUT/combine.txt)"
-      timeout 300 python3 -m pytest -v -rfE -m gpu -p no:cacheprovider -n 12 \
-          --junitxml=$OUT/decode_tests.xml tests/test_gpu_decode.py tests/test_decode_ragged_gpu.py \
-          tests/test_gpu_decode_tc.py tests/test_flash_attn_iface.py tests/test_hf_backend.py \
-          tests/test_workload.py tests/test_varlen.py tests/test_bf16.py > $OUT/pytest_decode.txt 2>&1
-      echo "decode tests rc=$?: $(grep -c " PASSED" $OUT/pytest_decode.txt) passed," \
-           "$(grep -c " FAILED" $OUT/pytest_decode.txt) failed"
-      timeout $((${TC_S:-200} + 60)) python3 benchmarks/decode_flat_probe.py --tc \
-          --layouts ${LAYOUTS:-8x16x3,4x32x3,8x32x2} --budget-s ${TC_S:-200} \
-          --out $OUT/decode_probe_tc.jsonl > $OUT/probe_tc.txt 2>&1
-      echo "tc probe rc=$?: $(grep -c flashsim_tc $OUT/decode_probe_tc.jsonl) tc rows"' ;;
-  13)
-    bash "$self" bash -c '
-      for probe in "" "--tc"; do
-        for tool in memcheck racecheck; do
-          extra=""; [ $tool = memcheck ] && extra="--report-api-errors no"
-          f=san${probe#--}_$tool
-          timeout 85 compute-sanitizer --tool $tool $extra python3 benchmarks/decode_flat_probe.py \
-              $probe --sanitize --out $OUT/$f.jsonl > $OUT/$f.txt 2>&1
-          echo "$f rc=$? $(grep -h "SUMMARY" $OUT/$f.txt)"
-        done
-      done
-      timeout $((${BENCH_S:-200} + 30)) python3 -m analysis.cli bench --decode --no-sweep \
-          --budget-s ${BENCH_S:-200} --out $OUT/decode_bench.jsonl > $OUT/bench.txt 2>&1
-      echo "bench rc=$?: $(grep -c "\"status\": \"ok\"" $OUT/decode_bench.jsonl) rows ok"' ;;
-  *) echo "device.sh session: give 1, 2, .., 13"; exit 2 ;;
+  *) echo "device.sh session: give 1, 2, .., 11"; exit 2 ;;
   esac
   pack "$2"
   exit 0
