@@ -11,12 +11,12 @@ from iosim import ConfigError, DecodeProblem, combine_partials
 from iosim.launch.decode import COMBINE_UNROLL, COMBINE_WARPS, combine_plan
 
 
-def _run_combine(Op, Lp, dt="fp32"):
+def _run_combine(Op, Lp, dt="fp32", warps=None):
     from numba import cuda
     from gpu._launch import SIM, launch
     from gpu.decode import split_kv as K
     B, H, S, N_q, d = Op.shape
-    pl = combine_plan(S, N_q, d, sim=SIM)
+    pl = combine_plan(S, N_q, d, sim=SIM, warps=warps)
     ker = K.combine_kernel(d, dt, N_q, True, pl["NT"])
     o = cuda.device_array((B, H, N_q, d), np.float32 if dt == "fp32" else np.float16)
     L = cuda.device_array((B, H, N_q), np.float32)
@@ -28,8 +28,10 @@ def _run_combine(Op, Lp, dt="fp32"):
     return o.copy_to_host(), L.copy_to_host(), counts
 
 
-@pytest.mark.parametrize("S,N_q,d", [(1, 1, 16), (40, 2, 40), (7, 1, 32)])
-def test_combine_matches_float64_and_counts_each_element_once(S, N_q, d):
+@pytest.mark.parametrize("S,N_q,d,warps", [(1, 1, 16, None), (40, 2, 40, None),
+                                           (7, 1, 32, None), (9, 2, 24, 2), (40, 1, 16, 4)])
+def test_combine_matches_float64_and_counts_each_element_once(S, N_q, d, warps):
+    """(warps: the splits shared among that many warps, as version 3 runs them on a GPU)"""
     rng = np.random.default_rng(S + d)
     B, H = 2, 3
     Lp = rng.uniform(-4, 4, (B, H, S, N_q)).astype(np.float32)
@@ -38,7 +40,7 @@ def test_combine_matches_float64_and_counts_each_element_once(S, N_q, d):
     Op = rng.standard_normal((B, H, S, N_q, d)).astype(np.float32)
     Op[np.isneginf(Lp)] = 0.0
     Lp[1, 2, S // 2, N_q - 1] = np.nan                    # a NaN partial
-    O, L, counts = _run_combine(Op, Lp)
+    O, L, counts = _run_combine(Op, Lp, warps=warps)
     O_ref, L_ref = combine_partials(np.moveaxis(Op.astype(np.float64), 2, 0),
                                     np.moveaxis(Lp.astype(np.float64), 2, 0))
     nan_o, nan_l = np.isnan(O_ref), np.isnan(L_ref)

@@ -500,6 +500,7 @@ def combine_kernel(d, dt, N_q, count, NT):
     XJ = (d + 31) // 32                 # columns a lane: lane + 32 j, j < XJ
     FULL = 0xFFFFFFFF
     shfl = not SIM                      # the simulator has no warp shuffles
+    NWR = NW if shfl else 1             # slots block_reduce fills: a warp's, or thread 0's
 
     @cuda.jit(device=True, inline=True)
     def nanmax(x, y):                   # max that keeps a NaN from either side
@@ -515,7 +516,7 @@ def combine_kernel(d, dt, N_q, count, NT):
                 x = nanmax(x, y) if is_max else x + y
             if t % 32 == 0:
                 red[t // 32] = x
-        else:                           # one warp of NT = 32 threads: thread 0 adds them
+        else:                           # no shuffles: thread 0 adds all NT values
             red[NW + t] = x
             cuda.syncthreads()
             if t == 0:
@@ -525,7 +526,7 @@ def combine_kernel(d, dt, N_q, count, NT):
                 red[0] = acc
         cuda.syncthreads()
         acc = red[0]
-        for i in range(1, NW):
+        for i in range(1, NWR):         # the warps' results (shuffles: one slot a warp)
             acc = nanmax(acc, red[i]) if is_max else acc + red[i]
         cuda.syncthreads()              # red is free again
         return acc
