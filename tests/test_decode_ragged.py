@@ -328,10 +328,12 @@ def test_cli_ragged_table_and_levels(capsys):
     out = capsys.readouterr().out
     from iosim.launch.decode import auto_num_splits
     rag = DecodeProblem.ragged((16384, 0, 1), 128, heads=32, kv_heads=8)
-    # the tensor-core kernel runs it (gpu.decode's default) and its model predicts the time
+    # the tensor-core kernel runs it with a block per K/V head (gpu.decode's defaults:
+    # --kv-reads auto) and its model predicts the time
     led = decode_closed_form("split_kv", rag, num_splits=auto_num_splits(
-        rag, 132, "per_query_head", "tc").num_splits)
+        rag, 132, "per_group", "tc").num_splits, kv_reads="per_group")
     assert rc == 0 and "cache_seqlens=[16384, 0, 1]" in out and led.table() in out
+    assert "kv_reads=per_group" in out
     assert "predicted time on H100-SXM" in out
     assert "warning: the tensor-core kernel's model" in out
     # an append: no number, one line saying why

@@ -85,9 +85,12 @@ def register(sub):
                      help="the decode model (iosim.decode) instead of the forward schedule")
     dec.add_argument("--num-splits", type=int, metavar="S", help="split-KV splits (decoding)")
     dec.add_argument("--page-size", type=int, metavar="P", help="paged cache: rows per page")
-    dec.add_argument("--kv-reads", choices=("per_query_head", "per_group"), default=None,
-                     help="grouped heads: each query head reads its group's K/V (default), "
-                          "or one block per K/V head reads it once")
+    dec.add_argument("--kv-reads", choices=("auto", "per_query_head", "per_group"),
+                     default=None,
+                     help="grouped heads: each query head reads its group's K/V, or one block "
+                          "per K/V head reads it once; auto (the default): what gpu.decode's "
+                          "default does for --main (per_group where that kernel takes the "
+                          "group's rows, iosim.launch.decode.choose_kv_reads)")
     dec.add_argument("--main", choices=("auto", "tc", "flat", "tiled"), default=None,
                      help="gpu.decode's main kernel whose split rule and time --levels gives: "
                           "auto (the default: the kernel gpu.decode's default runs), tc, flat "
@@ -354,7 +357,6 @@ def decode_main(args) -> int:
         raise ConfigError(f"--window={','.join(map(str, args.window))} does not go with {why}: "
                           f"the decode model has no local window (drop {why} for the forward "
                           f"schedule's ledger with a window)")
-    args.kv_reads = args.kv_reads or "per_query_head"
     if args.algorithm != "fa2":
         raise ConfigError(f"--algorithm={args.algorithm} with --seq-len-kv: decoding is modelled "
                           f"for fa2 (its schedules fa2_decode and split-KV)")
@@ -384,9 +386,10 @@ def decode_main(args) -> int:
     choice = None
     S = args.num_splits
     gpu = args.gpu or ("H100-SXM" if args.levels else None)
-    from iosim.launch.decode import auto_num_splits, main_kernel
+    from iosim.launch.decode import auto_num_splits, choose_kv_reads, main_kernel
     main = args.main or "auto"
     try:
+        args.kv_reads = choose_kv_reads(prob, args.kv_reads or "auto", main)
         kernel = main_kernel(prob, args.kv_reads, main)
     except ValueError as exc:
         raise ConfigError(f"--main={main}: {exc}") from None
