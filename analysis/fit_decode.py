@@ -8,7 +8,7 @@ its constants (`fit`), the decode_time_validation rows and their summaries.
     ... fit|validate|constants --main flat    the same for the flat main kernel's model
                                               (decode_flat_constants.json; its own rows:
                                               main_kernel "flat", one GPU preset, --gpu)
-    ... fit|validate|constants --main tc      the tensor-core kernel's (the flat form,
+    ... fit|validate|constants --main tc      the tensor-core kernel's (the streaming form,
                                               decode_tc_constants.json; main_kernel "tc")
     python3 -m analysis.fit_decode fit-combine  the split-KV combine's (versions 2, 3) constants
                                               from decode_combine rows (their own fit /

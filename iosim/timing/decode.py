@@ -75,6 +75,7 @@ The constants (decode_constants.json) were fitted on H100 fp16 rows with N_q = 1
 """
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from pathlib import Path
@@ -329,7 +330,6 @@ def schedule_segments(cta_rows, slots: int) -> np.ndarray:
     if n <= slots:
         ends, V = np.sort(rows), 0.0
     else:
-        import heapq
         heap = list(rows[:slots])
         heapq.heapify(heap)
         V = 0.0
