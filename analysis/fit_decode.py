@@ -214,7 +214,9 @@ def fit(rows=None) -> dict:
 
 
 #: the flat kernel's fitted constants, in the order of the fit (iosim.timing.decode._stream_terms)
-FITTED_FLAT = ("t_main0", "L_t", "L_q", "c_t", "c_q", "c_cta", "e_flat")
+FITTED_FLAT = ("t_main0", "L_t", "L_q", "c_t", "c_q", "c_cta", "L_p", "e_flat")
+#: ... their starting values (us; the last, e, a fraction)
+FLAT_X0 = (8.0, 1.0, 0.1, 0.2, 0.05, 1.0, 0.5, 0.85)
 FLAT_MEANING = {
     "t_main0": "main kernel: launch, prologue, first tile's load latency (once)",
     "L_t": "per step of TB rows of a CTA: its latency, the step's time when nothing else binds",
@@ -236,9 +238,9 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
     constants stay the tiled fit's."""
     import numpy as np
     from scipy.optimize import least_squares
-    # the latency per step on a paged cache (L_p, iosim.timing.decode): contiguous steps
-    # measured about half the paged ones' where few CTAs run (ragged S sweep, 2026-12-07)
-    names = FITTED_FLAT[:-1] + ("L_p", STREAM_MODELS[main][1])
+    # (L_p, the latency per step on a paged cache: contiguous steps measured about half the
+    # paged ones' where few CTAs run, ragged S sweep, 2026-12-07); e_flat or e_tc last
+    names = FITTED_FLAT[:-1] + (STREAM_MODELS[main][1],)
     every = rows or measured_rows(main=main, gpu=gpu)
     if run_ids:
         keep = set(run_ids)
@@ -255,7 +257,7 @@ def fit_flat(rows=None, gpu: str = "H100-SXM", main: str = "flat", *, run_ids=No
         pred = np.array([predict_row(r, doc, main, gpu)["predicted_ms"] * 1e3 for r in rows])
         return np.log(pred / meas)
 
-    x0 = np.array([8.0, 1.0, 0.1, 0.2, 0.05, 1.0] + [0.5] * (len(names) - 7) + [0.85])
+    x0 = np.array(FLAT_X0)
     hi = np.array([np.inf] * (len(names) - 1) + [1.0])
     sol = least_squares(resid, x0, bounds=(0, hi), x_scale="jac")
     k = {name: float(v) for name, v in zip(names, sol.x)}

@@ -470,6 +470,18 @@ def registers() -> int:
     return 0 if ok else 1
 
 
+def _layouts(text: str) -> list[tuple[int, int, int]]:
+    """--layouts: WARPSxBLOCK_KEYSxSTAGES[,..] -> [(warps, block_keys, stages), ..]."""
+    try:
+        out = [tuple(int(x) for x in item.split("x")) for item in text.split(",")]
+    except ValueError:
+        out = [()]
+    if any(len(x) != 3 for x in out):
+        raise argparse.ArgumentTypeError(f"--layouts={text!r} is not allowed; allowed: "
+                                         f"WARPSxBLOCK_KEYSxSTAGES[,..], e.g. 8x16x3,4x32x3")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="decode_probe.jsonl")
@@ -481,7 +493,7 @@ def main():
     ap.add_argument("--tc", action="store_true",
                     help="the tensor-core kernel: layouts and split counts, beside the flat "
                          "kernel's defaults and SDPA (no checks: the gpu tests check it)")
-    ap.add_argument("--layouts", default=None,
+    ap.add_argument("--layouts", type=_layouts, default=None,
                     help="with --tc: pass 2's layouts, WARPSxBLOCK_KEYSxSTAGES[,..] (e.g. "
                          "8x16x3,4x32x3), on TC_DEEP_SHAPES")
     ap.add_argument("--splits", action="store_true",
@@ -515,16 +527,7 @@ def main():
             ok = tc_checks(emit)
             print("tc checks", "passed" if ok else "FAILED", flush=True)
             return 0 if ok else 1
-        layouts = None
-        if a.layouts:
-            try:
-                layouts = [tuple(int(x) for x in item.split("x")) for item in a.layouts.split(",")]
-            except ValueError:
-                layouts = [()]
-            if any(len(x) != 3 for x in layouts):
-                ap.error(f"--layouts={a.layouts!r} is not allowed; allowed: "
-                         f"WARPSxBLOCK_KEYSxSTAGES[,..], e.g. 8x16x3,4x32x3")
-        tc_timings(emit, a.budget_s, layouts)
+        tc_timings(emit, a.budget_s, a.layouts)
         return 0
     ok = checks(emit, sanitize=a.sanitize)
     print("checks", "passed" if ok else "FAILED", flush=True)

@@ -3,6 +3,7 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import analysis.fit_decode as DT
 import iosim.timing.decode as DM
@@ -234,9 +235,6 @@ def _running_per_row(rows, slots):
             out.append(len(running))
             running = [r - 1 for r in running if r > 1]
     return out
-
-
-from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)

@@ -337,7 +337,7 @@ def schedule_segments(cta_rows, slots: int) -> np.ndarray:
             V = heapq.heappop(heap)
             heapq.heappush(heap, V + r)
         ends = np.sort(np.asarray(heap))
-    segs = [(V, min(n, slots))] if V > 0 else []
+    segs = [(V, slots)] if V > 0 else []            # V > 0 only where CTAs waited
     prev, running = V, ends.size
     for e in ends:
         if e > prev:
